@@ -1,0 +1,3 @@
+"""agent package (see DESIGN.md)."""
+
+__all__: list[str] = []

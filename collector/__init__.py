@@ -1,0 +1,3 @@
+"""collector package (see DESIGN.md)."""
+
+__all__: list[str] = []

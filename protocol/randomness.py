@@ -1,0 +1,186 @@
+"""Random sources and exact Bernoulli coins.
+
+Every random choice a device makes goes through a :class:`RandomSource`, which yields
+uniform 64-bit words. Devices use :class:`SystemRandom` (the OS CSPRNG); only tests and
+the fleet simulator inject :class:`SeededRandom`. A predictable generator would let a
+collector that sees many reports reconstruct the coins and undo the privacy.
+
+Bernoulli draws compare a uniform 64-bit word ``w`` with an integer threshold ``T``:
+``Pr[w < T] = T / 2**64`` exactly. Thresholds are computed from the real probability with
+60-digit decimal arithmetic and rounded in the direction that keeps every likelihood
+ratio at or below ``e**ε`` (see :func:`coin_at_most` and :func:`coin_at_least`), so the
+privacy claims hold for the implemented coins, not just for ideal ones; the rounding
+moves a probability by less than ``2**-64``.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from decimal import ROUND_CEILING, ROUND_FLOOR, Context, Decimal
+from fractions import Fraction
+from typing import Protocol
+
+import numpy as np
+import numpy.typing as npt
+from cryptography.hazmat.primitives.ciphers import Cipher
+from cryptography.hazmat.primitives.ciphers.algorithms import ChaCha20
+
+__all__ = [
+    "SCALE",
+    "Coin",
+    "RandomSource",
+    "SeededRandom",
+    "SystemRandom",
+    "bernoulli",
+    "bernoulli_thresholds",
+    "coin_at_least",
+    "coin_at_most",
+    "dexp",
+    "sample_without_replacement",
+    "uniform_ints",
+]
+
+SCALE = 1 << 64
+"""Coins are resolved to multiples of ``2**-64``."""
+
+_CTX = Context(prec=60)
+
+
+class RandomSource(Protocol):
+    """A source of independent, uniformly distributed 64-bit words."""
+
+    def words(self, n: int) -> npt.NDArray[np.uint64]:
+        """Return ``n`` independent uniform words as a ``uint64`` array."""
+        ...
+
+
+class SystemRandom:
+    """The OS CSPRNG. The default on devices.
+
+    Small requests read ``os.urandom`` directly. Requests above 4 KiB expand a fresh
+    256-bit key read from ``os.urandom`` with the ChaCha20 stream cipher (the same
+    construction the Linux kernel uses behind ``getrandom``); a key is used for one
+    request only. This keeps bulk draws (a 1,024-coordinate sketch record needs 8 KiB of
+    coins) fast without giving up unpredictability.
+    """
+
+    _DIRECT_LIMIT = 4096
+
+    def words(self, n: int) -> npt.NDArray[np.uint64]:
+        nbytes = 8 * n
+        if nbytes <= self._DIRECT_LIMIT:
+            raw = os.urandom(nbytes)
+        else:
+            key = os.urandom(32)
+            nonce = os.urandom(16)
+            raw = Cipher(ChaCha20(key, nonce), mode=None).encryptor().update(bytes(nbytes))
+        return np.frombuffer(raw, dtype="<u8").astype(np.uint64, copy=False)
+
+
+class SeededRandom:
+    """A seeded, reproducible source (PCG64). For tests and the simulator only."""
+
+    def __init__(self, seed: int) -> None:
+        self._gen = np.random.Generator(np.random.PCG64(seed))
+
+    def words(self, n: int) -> npt.NDArray[np.uint64]:
+        return self._gen.integers(0, SCALE, size=n, dtype=np.uint64, endpoint=False)
+
+
+@dataclass(frozen=True, slots=True)
+class Coin:
+    """A biased coin whose probability of heads is exactly ``numerator / 2**64``."""
+
+    numerator: int
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.numerator <= SCALE:
+            raise ValueError(f"coin numerator must lie in [0, 2**64]; got {self.numerator}")
+
+    @property
+    def probability(self) -> Fraction:
+        """The exact probability of heads."""
+        return Fraction(self.numerator, SCALE)
+
+    @property
+    def complement(self) -> Coin:
+        """The coin that shows heads exactly when this one shows tails."""
+        return Coin(SCALE - self.numerator)
+
+
+def dexp(x: float | Decimal) -> Decimal:
+    """``e**x`` to 60 significant digits (``x`` taken at its exact binary value)."""
+    return _CTX.exp(Decimal(x))
+
+
+def _scaled(p: Decimal | Fraction) -> Decimal:
+    if isinstance(p, Fraction):
+        p = _CTX.divide(Decimal(p.numerator), Decimal(p.denominator))
+    if not Decimal(0) <= p <= Decimal(1):
+        raise ValueError(f"a probability must lie in [0, 1]; got {p}")
+    return _CTX.multiply(p, Decimal(SCALE))
+
+
+def coin_at_most(p: Decimal | Fraction) -> Coin:
+    """The coin with the largest representable probability that does not exceed ``p``."""
+    return Coin(int(_scaled(p).to_integral_value(rounding=ROUND_FLOOR)))
+
+
+def coin_at_least(p: Decimal | Fraction) -> Coin:
+    """The coin with the smallest representable probability that is not below ``p``."""
+    return Coin(int(_scaled(p).to_integral_value(rounding=ROUND_CEILING)))
+
+
+def bernoulli(rng: RandomSource, coin: Coin, size: int) -> npt.NDArray[np.bool_]:
+    """``size`` independent flips of ``coin`` (True = heads)."""
+    if coin.numerator == 0:
+        return np.zeros(size, dtype=np.bool_)
+    if coin.numerator == SCALE:
+        return np.ones(size, dtype=np.bool_)
+    return rng.words(size) < np.uint64(coin.numerator)
+
+
+def bernoulli_thresholds(rng: RandomSource, numerators: npt.NDArray[np.uint64]) -> npt.NDArray[np.bool_]:
+    """One flip per entry, entry ``i`` showing heads with probability ``numerators[i] / 2**64``.
+
+    Numerators equal to ``2**64`` cannot be stored in ``uint64``; callers represent a
+    certain event by handling it before the call.
+    """
+    return rng.words(int(numerators.size)).reshape(numerators.shape) < numerators
+
+
+def uniform_ints(rng: RandomSource, n: int, size: int) -> npt.NDArray[np.int64]:
+    """``size`` independent integers drawn uniformly from ``{0, ..., n - 1}``.
+
+    Exactly uniform: words at or above the largest multiple of ``n`` are rejected.
+    """
+    if n <= 0:
+        raise ValueError(f"range must be positive; got {n}")
+    if n & (n - 1) == 0:
+        shift = 64 - (n.bit_length() - 1)
+        if shift == 64:
+            return np.zeros(size, dtype=np.int64)
+        return (rng.words(size) >> np.uint64(shift)).astype(np.int64)
+    limit = SCALE - SCALE % n
+    out = np.empty(size, dtype=np.int64)
+    filled = 0
+    while filled < size:
+        need = size - filled
+        w = rng.words(need + need // 4 + 4)
+        w = w[w < np.uint64(limit)][:need]
+        out[filled : filled + w.size] = (w % np.uint64(n)).astype(np.int64)
+        filled += int(w.size)
+    return out
+
+
+def sample_without_replacement(rng: RandomSource, n: int, d: int) -> list[int]:
+    """``d`` distinct integers from ``{0, ..., n - 1}``, every subset equally likely (in draw order)."""
+    if not 0 <= d <= n:
+        raise ValueError(f"cannot draw {d} distinct items from {n}")
+    pool = list(range(n))
+    # Partial Fisher-Yates: position i swaps with a uniform position in [i, n).
+    for i in range(d):
+        j = i + int(uniform_ints(rng, n - i, 1)[0])
+        pool[i], pool[j] = pool[j], pool[i]
+    return pool[:d]

@@ -1,0 +1,41 @@
+"""The dependency direction agent -> protocol <- collector holds."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _imports(package: str) -> set[str]:
+    found: set[str] = set()
+    for path in (ROOT / package).rglob("*.py"):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                found.update(alias.name.split(".")[0] for alias in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                found.add(node.module.split(".")[0])
+    return found
+
+
+def test_protocol_imports_neither_agent_nor_collector() -> None:
+    """protocol/ is the shared core and depends on neither side."""
+    assert not _imports("protocol") & {"agent", "collector"}
+
+
+def test_protocol_is_pure() -> None:
+    """protocol/ does no I/O of its own: no asyncio, sockets, logging set-up or module-level random."""
+    assert not _imports("protocol") & {"asyncio", "socket", "random", "aiomqtt", "paho", "sqlite3"}
+
+
+def test_agent_and_collector_do_not_import_each_other() -> None:
+    """The agent never imports the collector and vice versa."""
+    assert "collector" not in _imports("agent")
+    assert "agent" not in _imports("collector")
+
+
+def test_agent_stays_light() -> None:
+    """The agent never imports what only the server needs."""
+    assert not _imports("agent") & {"scipy", "sklearn", "matplotlib"}
