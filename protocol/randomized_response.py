@@ -21,13 +21,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from functools import cached_property
-from typing import Any, Self
+from typing import Any, ClassVar, Self
 
 import numpy as np
 import numpy.typing as npt
 
 from protocol.checks import check_epsilon
-from protocol.errors import InputError, StateError
+from protocol.errors import InputError, MalformedReportError, StateError
 from protocol.estimate import Estimate
 from protocol.plain import require
 from protocol.randomness import Coin, RandomSource, bernoulli, coin_at_most, dexp
@@ -60,6 +60,7 @@ class RandomizedResponse:
         epsilon: ε per report, in (0, 64].
     """
 
+    name: ClassVar[str] = "rr"
     epsilon: float
 
     def __post_init__(self) -> None:
@@ -113,6 +114,25 @@ class RandomizedResponse:
     def batch(self, records: Sequence[RRRecord]) -> RRBatch:
         """Records in columnar form."""
         return RRBatch(np.fromiter((r.bit for r in records), dtype=np.uint8, count=len(records)))
+
+    def encode_records(self, records: Sequence[RRRecord]) -> list[Any]:
+        """The records' compact wire form: a list of 0/1 integers."""
+        return [r.bit for r in records]
+
+    def decode_records(self, raw: object) -> RRBatch:
+        """Strictly decode the wire form of :meth:`encode_records`.
+
+        Raises:
+            MalformedReportError: ``bad-type`` or ``out-of-range``, naming ``records[i]``.
+        """
+        if not isinstance(raw, list):
+            raise MalformedReportError("bad-type", "records", "expected a list")
+        for i, bit in enumerate(raw):
+            if type(bit) is not int:
+                raise MalformedReportError("bad-type", f"records[{i}]", "expected an integer bit")
+            if bit not in (0, 1):
+                raise MalformedReportError("out-of-range", f"records[{i}]", "a bit is 0 or 1")
+        return RRBatch(np.array(raw, dtype=np.uint8))
 
     def new_aggregate(self) -> RRAggregate:
         """An empty aggregate."""
