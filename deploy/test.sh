@@ -4,6 +4,19 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# System packages the integration tests use: a real Mosquitto broker (started by a test
+# fixture on a free loopback port, never as a system service).
+need=()
+command -v mosquitto >/dev/null 2>&1 || [ -x /usr/sbin/mosquitto ] || need+=(mosquitto)
+command -v mosquitto_sub >/dev/null 2>&1 || need+=(mosquitto-clients)
+if [ ${#need[@]} -gt 0 ]; then
+    echo "== installing ${need[*]} from Debian's packages"
+    SUDO=""
+    [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+fi
+
 if [ ! -x .venv/bin/python ]; then
     python3 -m venv .venv
 fi
