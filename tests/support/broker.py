@@ -8,6 +8,7 @@ same port (with persistence on, queued QoS 1 messages survive), for fault tests.
 from __future__ import annotations
 
 import contextlib
+import getpass
 import shutil
 import socket
 import subprocess
@@ -77,6 +78,9 @@ class Broker:
             "log_type warning",
             "max_queued_messages 0",
             "max_inflight_messages 0",
+            # Run as the invoking user: mosquitto started as root would otherwise switch to
+            # the "mosquitto" user, which cannot write the test's persistence directory.
+            f"user {getpass.getuser()}",
             self.extra_config,
         ]
         self.config_path.write_text("\n".join(lines) + "\n", encoding="utf-8")
