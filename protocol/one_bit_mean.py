@@ -1,0 +1,636 @@
+"""1BitMean with α-point rounding, permanent memoization and output perturbation (000 §2.1, §3.1, §4).
+
+The mean of an integer counter ``x ∈ [0, m]`` (for example seconds of app use in a 6-hour
+period, ``m = 21,600``) is collected with one bit per device and period.
+
+**Client** (000 §3.1). At setup a device draws ``α`` uniformly from ``{0, ..., s - 1}`` and
+one memoized bit for every point ``y = ℓs`` of ``A = {0, s, 2s, ..., m}`` (``L = m/s``
+segments, ``L + 1`` points); the bit of ``y`` is 1 with the probability of 000 eq. (1) at
+``x = y``. Neither is ever redrawn. To report ``x ∈ [ℓs, (ℓ+1)s)`` the device rounds to
+``ℓs`` if ``x + α < (ℓ+1)s`` and to ``(ℓ+1)s`` otherwise (``x = m`` maps to ``m``), and
+answers with the memoized bit of the rounded point, flipped with probability ``γ`` by a
+fresh coin every report (output perturbation, 000 §4).
+
+**Implemented coins.** Eq. (1) is affine in ``x``: ``p(x) = q + (x/m)(p - q)`` with
+``p = e**ε/(e**ε + 1)`` and ``q = 1 - p``. The coin of the top point is ``P_L = N_L / 2**64``,
+``p`` rounded down, and the bottom one is its complement ``P_0 = N_0 / 2**64 = 1 - P_L``.
+The memo bit of point ``ℓ`` is 1 with probability exactly
+``P_ℓ = T_ℓ / (L·2**64) = P_0 + (ℓ/L)(P_L - P_0)``, ``T_ℓ = L·N_0 + ℓ(N_L - N_0)``, drawn by
+comparing ``T_ℓ`` with an exactly uniform integer on ``[0, L·2**64)``. Each grid probability
+is within ``2**-64`` of eq. (1), and the implemented probabilities are *exactly* affine in
+the point (rounding every point's coin separately would leave ``2**-64`` kinks and an
+estimator that is not exactly unbiased). The flip coin ``γ'`` is ``γ`` rounded *up* to a
+multiple of ``2**-64`` (a larger flip probability can only lower the likelihood ratio).
+
+**Theorem 3 for the implemented coins.** For ``x = ℓs + d`` (``0 <= d < s``) exactly ``d``
+of the ``s`` values of ``α`` round up, so a fresh device sends 1 with probability
+``((s - d) P_ℓ + d P_{ℓ+1}) / s = P_0 + (x/m)(P_L - P_0)``: the linear interpolation of the
+grid coins, which for exactly affine coins is eq. (1) itself (to within ``2**-64``),
+whatever ``s``. With perturbation the report is 1 with probability
+``Q(x) = γ' + (1 - 2γ') P(x)``, again affine in ``x``.
+
+**Privacy.** One report of a fresh device is ``ε'``-LDP with
+``ε' = ln(Q(m) / Q(0))`` (``epsilon_report``, computed from the implemented coins): ``Q`` is
+monotone in ``x`` and ``Q(0) = 1 - Q(m)`` (because ``P_0 = 1 - P_L``), so both outputs have
+the same worst-case ratio. With ``γ = 0`` this is ``ε`` (up to the ``2**-64`` rounding, which
+only lowers it); with ``γ > 0`` it is 000 §4's formula
+``ε' = ln(((1 - 2γ) e**ε/(e**ε + 1) + γ) / ((1 - 2γ)/(e**ε + 1) + γ))``
+(:func:`epsilon_prime`). Since ``Q(0) + Q(m) = 1``, the perturbed mechanism *is* 1BitMean
+with parameter ``ε'`` for one report, which is what 000 Thm 5 needs: several counters with
+``Σ x_i <= m`` cost ``ε'' = ε' + e**ε' - 1`` together (:func:`theorem5_epsilon`). Across
+rounds, a device whose rounded values take ``w`` distinct points is ``w·ε_memo``-blended
+with every device of the same behaviour pattern (000 Thm 4; ``ε_memo = ln(P_L/P_0) <= ε``;
+fresh flips are post-processing and do not add to it): :meth:`OneBitMean.epsilon_longitudinal`.
+
+**Known discrepancy in 000 §6.** For ``ε = 1`` and ``γ = 0.2`` the printed §4 formula gives
+``ε' = 0.56945`` (≈ 0.57), but §6 states ``ε' = 0.686`` (and then ``ε'' = 1.672`` by Thm 5).
+``0.686 = ln((p + γ)/(q + γ))`` is the formula with the ``(1 - 2γ)`` factor dropped, which
+is the mechanism that flips with probability ``γ/(1 + 2γ)`` (1/7 for ``γ = 0.2``), not ``γ``.
+This module implements §4 as described (flip with probability ``γ``) and the printed
+formula; the exact-LDP test confirms ``ε' = 0.56945`` for these coins. ``theorem5_epsilon``
+is a function of ``ε'`` and reproduces 1.672 from 0.686.
+
+**Estimator** (000 eq. 2, generalised). Let ``a = Q(0) = γ' + (1 - 2γ') P_0`` and
+``c = Q(m) - Q(0) = (1 - 2γ')(P_L - P_0)``. Each device's bit has mean ``a + c x_i / m``
+(over its own α, memo and flip), so with ``λ̂ = Σb / n``::
+
+    σ̂ = m (λ̂ - a) / c
+
+is exactly unbiased for the mean of the reporting devices' values (with exact coins,
+``γ = 0``: ``a = 1/(e**ε + 1)``, ``c = (e**ε - 1)/(e**ε + 1)``, which is eq. 2). Devices are
+independent, so ``Var[σ̂] = (m/c)**2 Σ Q_i (1 - Q_i) / n**2`` with ``Q_i = a + c x_i/m``. The
+server does not know ``Σ Q_i**2``; by Jensen ``Σ Q_i (1 - Q_i) <= n λ̄ (1 - λ̄)`` (``λ̄`` the
+mean ``Q_i``), with equality when all values are equal and a gap of
+``(c/m)**2 Σ (x_i - x̄)**2`` otherwise: the plug-in SE below is 3.7% above the exact one
+for uniform data at ``ε = 1`` (1.3% with ``γ = 0.2``), and at most ``1/sqrt(1 - c**2)``
+above it (12.7% at ``ε = 1``, for data split evenly between 0 and ``m``). The
+reported standard error is the plug-in ``(m/c) sqrt(λ̃ (1 - λ̃) / n)`` with ``λ̂`` clipped to
+``[Q(0), Q(m)]`` (where every ``Q_i`` lies), so it never collapses to 0 by noise. The
+estimate itself is not clipped to ``[0, m]``: clipping would bias it. Within one period,
+reports from the same device must be counted once (one bit per device per period).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from decimal import Decimal
+from fractions import Fraction
+from functools import cached_property
+from typing import Any, ClassVar, Self
+
+import numpy as np
+import numpy.typing as npt
+
+from protocol.checks import check_epsilon, check_int
+from protocol.errors import InputError, MalformedReportError, ParameterError, StateError
+from protocol.estimate import Estimate
+from protocol.plain import require
+from protocol.randomness import (
+    SCALE,
+    Coin,
+    RandomSource,
+    bernoulli,
+    coin_at_least,
+    coin_at_most,
+    dexp,
+    uniform_ints,
+)
+
+__all__ = [
+    "MAX_M",
+    "MAX_POINTS",
+    "CounterValue",
+    "OneBitMean",
+    "OneBitMeanAggregate",
+    "OneBitMeanBatch",
+    "OneBitMeanRecord",
+    "OneBitMeanState",
+    "OneBitMeanStates",
+    "epsilon_prime",
+    "theorem5_epsilon",
+]
+
+MAX_M = 1 << 53
+"""Largest accepted ``m``: values and ``x + α`` stay exact in int64 and in float64."""
+
+MAX_POINTS = 1 << 20
+"""Largest accepted number of memoized points ``m/s + 1`` (one bit each, per device)."""
+
+CounterValue = int | np.integer[Any]
+"""A counter value: a Python or numpy integer (never a bool)."""
+
+_STATE_KEYS = frozenset({"alpha", "memo", "m", "s", "epsilon"})
+
+
+def _check_gamma(gamma: float) -> float:
+    if isinstance(gamma, bool) or not isinstance(gamma, int | float) or not math.isfinite(gamma):
+        raise ParameterError("gamma", "a finite number in [0, 0.5)", gamma)
+    if not 0 <= gamma < 0.5:
+        raise ParameterError("gamma", "in [0, 0.5)", gamma)
+    return float(gamma)
+
+
+def _uniform_below(rng: RandomSource, bound: int, size: int) -> npt.NDArray[np.integer[Any]]:
+    """``size`` independent integers uniform on ``{0, ..., bound - 1}``, exactly.
+
+    Like :func:`protocol.randomness.uniform_ints`, but for ``bound <= 2**32`` each 64-bit
+    word is cut into 8-, 16- or 32-bit chunks (the smallest that holds ``bound - 1``), so a
+    device's 21 memo points at ``s = m/20`` cost about three words instead of 25. A chunk
+    at or above ``limit = k·bound`` (``k = 2**bits // bound``) is redrawn, at its own
+    position, until it falls below; the accepted chunk is uniform on ``[0, k·bound)`` and
+    ``chunk // k`` is uniform on ``[0, bound)`` (each value has exactly ``k`` preimages).
+    Positions use disjoint independent chunks, so the results are independent.
+    """
+    if bound > 1 << 32:
+        return uniform_ints(rng, bound, size)
+    if bound == 1:
+        return np.zeros(size, dtype=np.uint8)
+    bits = 8 if bound <= 1 << 8 else 16 if bound <= 1 << 16 else 32
+    chunk = np.dtype(f"<u{bits // 8}")
+    per_word = 64 // bits
+    k = (1 << bits) // bound
+
+    def draw(count: int) -> npt.NDArray[np.integer[Any]]:
+        words = rng.words(-(-count // per_word))
+        return words.astype("<u8", copy=False).view(chunk)[:count]
+
+    c = draw(size)
+    if k * bound != 1 << bits:
+        limit = chunk.type(k * bound)
+        redo = np.flatnonzero(c >= limit)
+        if redo.size and not c.flags.writeable:  # SystemRandom's words are a read-only buffer
+            c = c.copy()
+        while redo.size:
+            fresh = draw(int(redo.size))
+            c[redo] = fresh
+            redo = redo[fresh >= limit]
+    if k != 1:
+        c = c // chunk.type(k)
+    return c
+
+
+def epsilon_prime(epsilon: float, gamma: float) -> float:
+    """ε′ of one report of ε-1BitMean with output perturbation γ, by the formula of 000 §4.
+
+    ``ε′ = ln(((1 - 2γ)·e**ε/(e**ε + 1) + γ) / ((1 - 2γ)·1/(e**ε + 1) + γ))``: the ratio of the
+    probabilities of sending 1 at ``x = m`` and at ``x = 0`` when the memoized bit is flipped
+    with probability γ. ``epsilon_prime(1, 0.2) ≈ 0.56945`` (000 §6 prints 0.686; see the
+    module docstring).
+
+    Args:
+        epsilon: ε of 1BitMean, in (0, 64].
+        gamma: flip probability, in [0, 0.5).
+    """
+    eps = check_epsilon(epsilon)
+    g = _check_gamma(gamma)
+    e = math.exp(eps)
+    high = (1 - 2 * g) * e / (e + 1) + g
+    low = (1 - 2 * g) / (e + 1) + g
+    return math.log(high / low)
+
+
+def theorem5_epsilon(epsilon_prime: float) -> float:
+    """000 Thm 5: ε″ = ε′ + e**ε′ - 1 for several counters collected together with Σ x_i <= m.
+
+    ``theorem5_epsilon(0.686) ≈ 1.672``, the deployment figure of 000 §6.
+
+    Args:
+        epsilon_prime: ε′ of one 1BitMean report (with perturbation), > 0.
+    """
+    eps = check_epsilon(epsilon_prime, "epsilon_prime")
+    return eps + math.expm1(eps)
+
+
+@dataclass(frozen=True, slots=True)
+class OneBitMeanRecord:
+    """One privatized report: a single bit."""
+
+    bit: int
+
+
+@dataclass(frozen=True, eq=False)
+class OneBitMeanBatch:
+    """Privatized bits in columnar form (``uint8`` zeros and ones)."""
+
+    bits: npt.NDArray[np.uint8]
+
+    def __len__(self) -> int:
+        return int(self.bits.size)
+
+
+@dataclass(frozen=True, slots=True)
+class OneBitMeanState:
+    """A device's permanent randomness (000 §3.1 steps 2-3). Never redrawn.
+
+    Attributes:
+        alpha: the rounding offset α ∈ {0, ..., s - 1}.
+        memo: the memoized bits of the points 0, s, ..., m, packed little-endian within
+            each byte (bit ``ℓ`` is ``memo[ℓ // 8] >> (ℓ % 8) & 1``); padding bits are 0.
+        m: the mechanism's range, so a state is never used under other parameters.
+        s: the mechanism's segment size.
+        epsilon: the ε the memo bits were drawn with.
+    """
+
+    alpha: int
+    memo: bytes
+    m: int
+    s: int
+    epsilon: float
+
+    def bit(self, index: int) -> int:
+        """The memoized bit of point ``index · s``."""
+        return (self.memo[index >> 3] >> (index & 7)) & 1
+
+    def to_plain(self) -> dict[str, Any]:
+        """Plain, msgpack-ready data (no raw value: only α and the memo bits)."""
+        return {"alpha": self.alpha, "memo": self.memo, "m": self.m, "s": self.s, "epsilon": self.epsilon}
+
+    @classmethod
+    def from_plain(cls, mechanism: OneBitMean, data: object) -> OneBitMeanState:
+        """Restore a state saved by :meth:`to_plain` for ``mechanism``.
+
+        Raises:
+            StateError: on a malformed state, or one saved under other parameters.
+        """
+        where = "one-bit-mean state"
+        alpha = require(data, "alpha", int, where=where)
+        memo = require(data, "memo", bytes, where=where)
+        m = require(data, "m", int, where=where)
+        s = require(data, "s", int, where=where)
+        epsilon = require(data, "epsilon", float, where=where)
+        extra = set(data) - _STATE_KEYS if isinstance(data, dict) else set()
+        if extra:
+            raise StateError(f"{where}: unknown fields {sorted(map(str, extra))}")
+        if (m, s, epsilon) != (mechanism.m, mechanism.s, mechanism.epsilon):
+            raise StateError(
+                f"{where}: saved for m={m}, s={s}, epsilon={epsilon}; the mechanism has "
+                f"m={mechanism.m}, s={mechanism.s}, epsilon={mechanism.epsilon}"
+            )
+        if not 0 <= alpha < mechanism.s:
+            raise StateError(f"{where}.alpha: need 0 <= alpha < s = {mechanism.s}; got {alpha}")
+        points = mechanism.points
+        if len(memo) != (points + 7) // 8:
+            raise StateError(f"{where}.memo: expected {(points + 7) // 8} bytes for {points} points")
+        if points % 8 and memo[-1] >> (points % 8):
+            raise StateError(f"{where}.memo: padding bits beyond point {points - 1} must be 0")
+        return cls(alpha=alpha, memo=memo, m=m, s=s, epsilon=epsilon)
+
+
+@dataclass(frozen=True, eq=False)
+class OneBitMeanStates:
+    """Many devices' permanent states in columnar form (the simulator's and the tests' path).
+
+    Attributes:
+        alphas: ``int64`` array of shape ``(n,)``, each in ``{0, ..., s - 1}``.
+        memo: ``bool`` array of shape ``(n, m/s + 1)``; row ``i`` holds device ``i``'s bits.
+        m: the mechanism's range.
+        s: the mechanism's segment size.
+        epsilon: the ε the memo bits were drawn with.
+    """
+
+    alphas: npt.NDArray[np.int64]
+    memo: npt.NDArray[np.bool_]
+    m: int
+    s: int
+    epsilon: float
+
+    def __len__(self) -> int:
+        return int(self.alphas.size)
+
+    def state(self, i: int) -> OneBitMeanState:
+        """Device ``i``'s state in the single-device form."""
+        packed = np.packbits(self.memo[i], bitorder="little").tobytes()
+        return OneBitMeanState(alpha=int(self.alphas[i]), memo=packed, m=self.m, s=self.s, epsilon=self.epsilon)
+
+    @classmethod
+    def from_states(cls, mechanism: OneBitMean, states: Sequence[OneBitMeanState]) -> OneBitMeanStates:
+        """Stack single-device states (each checked against ``mechanism``) into columns."""
+        for st in states:
+            mechanism.check_state(st)
+        alphas = np.fromiter((st.alpha for st in states), dtype=np.int64, count=len(states))
+        width = (mechanism.points + 7) // 8
+        raw = np.frombuffer(b"".join(st.memo for st in states), dtype=np.uint8).reshape(len(states), width)
+        memo = np.unpackbits(raw, axis=1, count=mechanism.points, bitorder="little").astype(np.bool_)
+        return cls(alphas=alphas, memo=memo, m=mechanism.m, s=mechanism.segment, epsilon=mechanism.epsilon)
+
+
+@dataclass(frozen=True, kw_only=True)
+class OneBitMean:
+    """1BitMean with α-point rounding, permanent memoization and output perturbation.
+
+    Args:
+        epsilon: ε of the memoized 1BitMean bits (000 eq. 1), in (0, 64].
+        m: the counter's range: values are integers in ``[0, m]``; ``1 <= m <= 2**53``.
+        s: the segment size of α-point rounding (000 §3.1 step 1); must divide ``m``;
+            default ``m`` (two points, 0 and m). At most ``2**20`` points ``m/s + 1``.
+        gamma: output perturbation (000 §4): each report flips the memoized bit with
+            probability γ, in [0, 0.5).
+    """
+
+    name: ClassVar[str] = "one-bit-mean"
+    epsilon: float
+    m: int
+    s: int | None = None
+    gamma: float = 0.0
+
+    def __post_init__(self) -> None:
+        # Normalise so that equal mechanisms compare equal (s=None and s=m are the same).
+        object.__setattr__(self, "epsilon", check_epsilon(self.epsilon))
+        check_int(self.m, "m", low=1, high=MAX_M)
+        s = self.m if self.s is None else self.s
+        if isinstance(s, bool) or not isinstance(s, int) or s < 1 or self.m % s:
+            raise ParameterError("s", f"a positive integer that divides m = {self.m}", self.s)
+        if self.m // s + 1 > MAX_POINTS:
+            raise ParameterError("s", f"at least m / {MAX_POINTS - 1} (at most {MAX_POINTS} memo points)", s)
+        object.__setattr__(self, "s", s)
+        object.__setattr__(self, "gamma", _check_gamma(self.gamma))
+
+    # ----------------------------------------------------------------- derived constants
+
+    @property
+    def segment(self) -> int:
+        """``s`` as an ``int`` (``s`` is normalised to ``m`` when omitted)."""
+        return self.m if self.s is None else self.s
+
+    @property
+    def segments(self) -> int:
+        """``L = m / s``, the number of rounding segments."""
+        return self.m // self.segment
+
+    @property
+    def points(self) -> int:
+        """``m/s + 1``, the number of memoized points ``0, s, ..., m`` (000 eq. 4)."""
+        return self.segments + 1
+
+    @cached_property
+    def high_coin(self) -> Coin:
+        """The memo coin of the point ``m``: ``e**ε/(e**ε + 1)`` rounded down (000 eq. 1 at x = m)."""
+        e = dexp(self.epsilon)
+        return coin_at_most(e / (1 + e))
+
+    @property
+    def low_coin(self) -> Coin:
+        """The memo coin of the point 0: the complement of :attr:`high_coin` (at least ``1/(e**ε + 1)``)."""
+        return self.high_coin.complement
+
+    @cached_property
+    def flip_coin(self) -> Coin:
+        """The output-perturbation coin: γ rounded up (000 §4)."""
+        return coin_at_least(Decimal(self.gamma))
+
+    def memo_probability(self, index: int) -> Fraction:
+        """Exact ``Pr[memo bit of point index·s = 1]`` for the implemented coins (``0 <= index <= m/s``)."""
+        check_int(index, "index", low=0, high=self.segments)
+        low, high = self.low_coin.probability, self.high_coin.probability
+        return low + Fraction(index, self.segments) * (high - low)
+
+    def report_probability(self, value: CounterValue) -> Fraction:
+        """Exact ``Pr[report = 1]`` of a fresh device holding ``value`` (over α, memo and flip)."""
+        x = self._check_value(value)
+        ell, d = divmod(x, self.segment)
+        # 000 §3.1 step 4: exactly d of the s offsets α round x up to (ℓ+1)s.
+        if d:
+            p = ((self.segment - d) * self.memo_probability(ell) + d * self.memo_probability(ell + 1)) / self.segment
+        else:
+            p = self.memo_probability(ell)
+        g = self.flip_coin.probability
+        return g + (1 - 2 * g) * p
+
+    @cached_property
+    def affine_coefficients(self) -> tuple[Fraction, Fraction]:
+        """``(a, c)`` with ``Pr[report = 1 | x] = a + c·x/m`` exactly."""
+        g = self.flip_coin.probability
+        low, high = self.low_coin.probability, self.high_coin.probability
+        return g + (1 - 2 * g) * low, (1 - 2 * g) * (high - low)
+
+    @property
+    def epsilon_report(self) -> float:
+        """Exact ε′ of one report for the implemented coins (``ε`` when γ = 0; 000 §4's ε′ otherwise)."""
+        a, c = self.affine_coefficients
+        return math.log((a + c) / a)
+
+    @property
+    def epsilon_memo(self) -> float:
+        """Exact ε of one memoized bit, ``ln(P_L / P_0) <= ε``: the unit of 000 Thm 4."""
+        return math.log(self.high_coin.probability / self.low_coin.probability)
+
+    def epsilon_longitudinal(self, width: int) -> float:
+        """000 Thm 4: users with the same behaviour pattern of width ``w`` blend within ``e**(w·ε)``.
+
+        Args:
+            width: the number of distinct rounded points the device used, in ``[1, m/s + 1]``.
+        """
+        check_int(width, "width", low=1, high=self.points)
+        return width * self.epsilon_memo
+
+    @property
+    def epsilon_counters(self) -> float:
+        """000 Thm 5's ε″ for several counters with ``Σ x_i <= m`` collected in one round."""
+        return self.epsilon_report + math.expm1(self.epsilon_report)
+
+    # --------------------------------------------------------------------------- client
+
+    def setup(self, rng: RandomSource) -> OneBitMeanState:
+        """Draw a device's permanent α and memo bits (000 §3.1 steps 2-3)."""
+        return self.setup_many(1, rng).state(0)
+
+    def setup_many(self, n: int, rng: RandomSource) -> OneBitMeanStates:
+        """Draw ``n`` devices' permanent states at once; each is distributed as :meth:`setup`."""
+        check_int(n, "n", low=0)
+        big_l, points = self.segments, self.points
+        alphas = _uniform_below(rng, self.segment, n).astype(np.int64)
+        # 000 §3.1 step 3, exact coins: the bit of point ℓ is [U < T_ℓ] for U uniform on
+        # [0, L·2**64), U = u·2**64 + w with u uniform below L and w a uniform word. Compared
+        # lexicographically, u decides unless it ties with T_ℓ's high part (probability 1/L),
+        # so a word is drawn only for the ties: Pr[bit = 1] = T_ℓ / (L·2**64) exactly.
+        u = _uniform_below(rng, big_l, n * points).reshape(n, points)
+        high = self._threshold_high
+        memo = u < high
+        tie = u == high
+        memo[tie] = rng.words(int(np.count_nonzero(tie))) < np.broadcast_to(self._threshold_low, (n, points))[tie]
+        return OneBitMeanStates(alphas=alphas, memo=memo, m=self.m, s=self.segment, epsilon=self.epsilon)
+
+    @cached_property
+    def _thresholds(self) -> list[int]:
+        """``T_ℓ = L·N_0 + ℓ·(N_L - N_0)``: point ℓ's memo bit is 1 with probability ``T_ℓ / (L·2**64)``."""
+        low, high = self.low_coin.numerator, self.high_coin.numerator
+        return [self.segments * low + ell * (high - low) for ell in range(self.points)]
+
+    @cached_property
+    def _threshold_high(self) -> npt.NDArray[np.int64]:
+        return np.array([t >> 64 for t in self._thresholds], dtype=np.int64)
+
+    @cached_property
+    def _threshold_low(self) -> npt.NDArray[np.uint64]:
+        return np.array([t & (SCALE - 1) for t in self._thresholds], dtype=np.uint64)
+
+    def check_state(self, state: OneBitMeanState) -> None:
+        """Refuse a state drawn under other parameters (or hand-built wrongly).
+
+        Raises:
+            StateError: if ``state`` does not belong to this mechanism.
+        """
+        if (state.m, state.s, state.epsilon) != (self.m, self.segment, self.epsilon):
+            raise StateError(
+                f"one-bit-mean state for m={state.m}, s={state.s}, epsilon={state.epsilon} used with {self}"
+            )
+        if not 0 <= state.alpha < self.segment or len(state.memo) != (self.points + 7) // 8:
+            raise StateError("one-bit-mean state: alpha or memo length does not fit the mechanism")
+
+    def _check_value(self, value: object) -> int:
+        if isinstance(value, bool | np.bool_) or not isinstance(value, int | np.integer):
+            raise InputError(f"one-bit-mean takes an integer counter in [0, {self.m}]; got {value!r}")
+        x = int(value)
+        if not 0 <= x <= self.m:
+            raise InputError(f"one-bit-mean counter must lie in [0, {self.m}]; got {x}")
+        return x
+
+    def rounded_index(self, value: CounterValue, alpha: int) -> int:
+        """000 §3.1 step 4: the index ``ℓ`` of the point ``ℓs`` that ``value`` rounds to under ``alpha``."""
+        x = self._check_value(value)
+        ell, d = divmod(x, self.segment)
+        # x ∈ [ℓs, (ℓ+1)s): round down iff x + α < (ℓ+1)s, i.e. d + α < s. x = m gives d = 0, ℓ = L.
+        return ell + (d + alpha >= self.segment)
+
+    def privatize(
+        self, value: CounterValue, state: OneBitMeanState, rng: RandomSource
+    ) -> tuple[OneBitMeanRecord, OneBitMeanState]:
+        """Report ``value``: the memoized bit of its rounded point, flipped with probability γ.
+
+        The state is returned unchanged (memo bits are never redrawn).
+
+        Raises:
+            InputError: if ``value`` is not an integer in ``[0, m]``.
+            StateError: if ``state`` belongs to other parameters.
+        """
+        self.check_state(state)
+        bit = state.bit(self.rounded_index(value, state.alpha))
+        flip = self.flip_coin.numerator
+        # 000 §4: a fresh coin every report; γ = 0 draws nothing.
+        if flip and int(rng.words(1)[0]) < flip:
+            bit ^= 1
+        return OneBitMeanRecord(bit), state
+
+    def privatize_many(self, values: npt.ArrayLike, states: OneBitMeanStates, rng: RandomSource) -> OneBitMeanBatch:
+        """Privatize ``values[i]`` with device ``i``'s state; same distribution as :meth:`privatize`.
+
+        Raises:
+            InputError: if a value is not an integer in ``[0, m]``.
+            StateError: if ``states`` do not fit this mechanism or the number of values.
+        """
+        v = np.asarray(values)
+        if v.ndim != 1 or v.dtype.kind not in "iu":
+            raise InputError(
+                f"one-bit-mean takes a 1-d integer array of counters; got dtype {v.dtype}, shape {v.shape}"
+            )
+        n = int(v.size)
+        if (states.m, states.s, states.epsilon) != (self.m, self.segment, self.epsilon):
+            raise StateError("one-bit-mean states were drawn for other parameters")
+        if states.alphas.shape != (n,) or states.memo.shape != (n, self.points):
+            raise StateError(f"one-bit-mean states do not match {n} values and {self.points} points")
+        if n and (int(v.min()) < 0 or int(v.max()) > self.m):
+            raise InputError(f"one-bit-mean counters must lie in [0, {self.m}]")
+        x = v.astype(np.int64, copy=False)
+        s = self.segment
+        idx = x // s + ((x % s + states.alphas) >= s)
+        bits = states.memo[np.arange(n), idx].astype(np.uint8)
+        if self.flip_coin.numerator:
+            bits ^= bernoulli(rng, self.flip_coin, n).astype(np.uint8)
+        return OneBitMeanBatch(bits)
+
+    def output_distribution(self, value: CounterValue) -> dict[int, Fraction]:
+        """Exact ``Pr[output | value]`` of a fresh device, as the coins implement it."""
+        p = self.report_probability(value)
+        return {1: p, 0: 1 - p}
+
+    # --------------------------------------------------------------------------- server
+
+    def batch(self, records: Sequence[OneBitMeanRecord]) -> OneBitMeanBatch:
+        """Records in columnar form."""
+        return OneBitMeanBatch(np.fromiter((r.bit for r in records), dtype=np.uint8, count=len(records)))
+
+    def encode_records(self, records: Sequence[OneBitMeanRecord]) -> list[Any]:
+        """The records' compact wire form: a list of 0/1 integers."""
+        return [r.bit for r in records]
+
+    def decode_records(self, raw: object) -> OneBitMeanBatch:
+        """Strictly decode the wire form of :meth:`encode_records`.
+
+        Raises:
+            MalformedReportError: ``bad-type`` or ``out-of-range``, naming ``records[i]``.
+        """
+        if not isinstance(raw, list):
+            raise MalformedReportError("bad-type", "records", "expected a list of bits")
+        # Fast path in C (type() also rejects bool, a subclass of int); the loop below only
+        # runs to name the first bad record.
+        if set(map(type, raw)) <= {int} and set(raw) <= {0, 1}:
+            return OneBitMeanBatch(np.array(raw, dtype=np.uint8))
+        for i, bit in enumerate(raw):
+            if type(bit) is not int:
+                raise MalformedReportError("bad-type", f"records[{i}]", "expected an integer bit")
+            if bit not in (0, 1):
+                raise MalformedReportError("out-of-range", f"records[{i}]", "a bit is 0 or 1")
+        return OneBitMeanBatch(np.array(raw, dtype=np.uint8))
+
+    def new_aggregate(self) -> OneBitMeanAggregate:
+        """An empty aggregate."""
+        return OneBitMeanAggregate(self)
+
+
+class OneBitMeanAggregate:
+    """``Σb`` and ``n`` for one period (exact integers); merges by addition."""
+
+    def __init__(self, mechanism: OneBitMean, *, ones: int = 0, n: int = 0) -> None:
+        self.mechanism = mechanism
+        self.ones = ones
+        self._n = n
+
+    @property
+    def n(self) -> int:
+        """Number of reports folded in."""
+        return self._n
+
+    def add(self, batch: OneBitMeanBatch) -> None:
+        """Fold a batch of bits."""
+        self.ones += int(np.count_nonzero(batch.bits))
+        self._n += len(batch)
+
+    def merge(self, other: Self) -> Self:
+        """The aggregate of both inputs' reports."""
+        if other.mechanism != self.mechanism:
+            raise ValueError("cannot merge aggregates of different mechanisms")
+        return type(self)(self.mechanism, ones=self.ones + other.ones, n=self._n + other._n)
+
+    def to_plain(self) -> dict[str, Any]:
+        """Plain, msgpack-ready data."""
+        return {"ones": self.ones, "n": self._n}
+
+    @classmethod
+    def from_plain(cls, mechanism: OneBitMean, data: object) -> OneBitMeanAggregate:
+        """Restore an aggregate saved by :meth:`to_plain`.
+
+        Raises:
+            StateError: if ``data`` is malformed.
+        """
+        ones = require(data, "ones", int, where="one-bit-mean aggregate")
+        n = require(data, "n", int, where="one-bit-mean aggregate")
+        if not 0 <= ones <= n:
+            raise StateError(f"one-bit-mean aggregate: need 0 <= ones <= n; got ones={ones}, n={n}")
+        return cls(mechanism, ones=ones, n=n)
+
+    def estimate(self) -> Estimate:
+        """The mean counter of the reporting devices (000 eq. 2, inverted for γ), with its SE.
+
+        NaN with ``n = 0``. The SE is the Jensen upper bound of the module docstring.
+        """
+        if self._n == 0:
+            return Estimate(math.nan, math.nan, 0)
+        a, c = self.mechanism.affine_coefficients
+        m = self.mechanism.m
+        lam = Fraction(self.ones, self._n)
+        value = m * (lam - a) / c
+        clipped = float(min(max(lam, a), a + c))
+        se = m / float(c) * math.sqrt(clipped * (1 - clipped) / self._n)
+        return Estimate(float(value), se, self._n)
