@@ -1,0 +1,306 @@
+"""Streaming ingest: decode strictly, window and de-duplicate, shuffle, commit, then acknowledge.
+
+The path of one message (003 §3.2.2 "Ingestion and Aggregation", made streaming):
+
+1. The transport hands over the payload only (topic, client id and arrival time are gone).
+2. ``protocol.wire.decode_report`` decodes it strictly against the registry; a malformed,
+   oversize or foreign message is counted under its reason and acknowledged, never raised.
+3. A report whose period lies outside the retention window (``period-expired``) or too far
+   ahead of the clock (``period-future``) is refused; a report id already in the current
+   batch is a duplicate.
+4. Accepted reports wait in a bounded shuffle buffer (``commit_max_reports``). When it is
+   full or ``commit_interval_s`` has passed since its first report, the buffer is randomly
+   permuted and handed to the checkpoint store, which - in one transaction - drops report
+   ids it already holds, folds the rest per (use case, period) and records their ids.
+5. Only then are the messages acknowledged (PUBACK). A crash before that leaves them
+   unacknowledged; the broker redelivers them and step 4 recognises the ones already folded.
+
+Backpressure: while one commit runs (in the store's own thread) the next buffer fills; when
+it is full, ingest waits for the commit, the transport's buffer fills, and the broker stops
+sending at the Receive Maximum. Nothing grows without bound.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import logging
+import time
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol, TypeVar
+
+import numpy as np
+
+from collector.config import IngestConfig
+from collector.metrics import IngestMetrics
+from collector.store import CheckpointStore, CommitResult
+from collector.transport import Delivery, Transport
+from protocol.errors import MalformedReportError
+from protocol.registry import Registry
+from protocol.wire import DecodedReport, decode_report
+
+__all__ = ["Clock", "Ingest", "StoreThread", "SystemClock", "period_windows"]
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+
+class Clock(Protocol):
+    """Wall-clock time in seconds since the Unix epoch (injected so tests can fix it)."""
+
+    def time(self) -> float:
+        """Seconds since the epoch."""
+        ...
+
+
+class SystemClock:
+    """The system's wall clock."""
+
+    def time(self) -> float:
+        """Seconds since the epoch."""
+        return time.time()
+
+
+def period_windows(
+    registry: Registry, now: float, config: IngestConfig, low_water: Mapping[str, int]
+) -> dict[str, tuple[int, int]]:
+    """The accepted period indices ``(low, high)``, inclusive, per use case at time ``now``.
+
+    ``low`` never goes below the stored low-water mark, so a clock that jumps back cannot
+    reopen a period whose report ids have been forgotten.
+    """
+    out = {}
+    for name, uc in registry.use_cases.items():
+        current = uc.period.index_at(now)
+        low = max(current - config.retention_periods + 1, low_water.get(name, 0), 0)
+        out[name] = (low, current + config.future_periods)
+    return out
+
+
+class StoreThread:
+    """Runs every operation of a :class:`CheckpointStore` in one dedicated thread.
+
+    SQLite calls block; running them in their own thread keeps the event loop receiving and
+    decoding while a transaction commits.
+    """
+
+    def __init__(self, opener: Callable[[], CheckpointStore]) -> None:
+        self._executor = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="checkpoint")
+        self._store: CheckpointStore = self._executor.submit(opener).result()
+
+    @property
+    def path(self) -> Path:
+        """The database file."""
+        return self._store.path
+
+    def submit(self, fn: Callable[[CheckpointStore], T]) -> asyncio.Future[T]:
+        """Schedule ``fn(store)`` on the store thread; an awaitable of its result."""
+        return asyncio.wrap_future(self._executor.submit(fn, self._store))
+
+    async def call(self, fn: Callable[[CheckpointStore], T]) -> T:
+        """Run ``fn(store)`` on the store thread and wait for it."""
+        return await self.submit(fn)
+
+    def close(self) -> None:
+        """Close the database and stop the thread (waits for queued work)."""
+        self._executor.submit(self._store.close).result()
+        self._executor.shutdown(wait=True)
+
+
+@dataclass
+class _Commit:
+    future: asyncio.Future[CommitResult]
+    tokens: list[int]
+    counters: Counter[str]
+    since: float
+
+
+class Ingest:
+    """The ingest loop: transport -> decode -> shuffle buffer -> checkpoint -> acknowledge.
+
+    Args:
+        registry: the use-case registry in force (reports under another are refused).
+        transport: where messages come from and acknowledgements go.
+        store: the checkpoint store's thread.
+        config: limits and batching.
+        metrics: counters to update.
+        clock: the wall clock (for the period window).
+        low_water: the stored low-water marks at start-up.
+    """
+
+    def __init__(
+        self,
+        *,
+        registry: Registry,
+        transport: Transport,
+        store: StoreThread,
+        config: IngestConfig,
+        metrics: IngestMetrics,
+        clock: Clock | None = None,
+        low_water: Mapping[str, int] | None = None,
+    ) -> None:
+        self.registry = registry
+        self.transport = transport
+        self.store = store
+        self.config = config
+        self.metrics = metrics
+        self.clock = clock or SystemClock()
+        self.low_water = dict(low_water or {})
+        metrics.capacity = config.commit_max_reports
+        # Collector-side randomness (the shuffle) needs no exact coins; the OS seeds it.
+        self._rng = np.random.default_rng()
+        self._reports: list[DecodedReport] = []
+        self._tokens: list[int] = []
+        self._counters: Counter[str] = Counter()
+        self._ids: set[bytes] = set()
+        self._since = 0.0
+        self._inflight: _Commit | None = None
+        self._windows = period_windows(registry, self.clock.time(), config, self.low_water)
+        self._windows_at = time.monotonic()
+        self.idle = asyncio.Event()
+
+    def raise_low_water(self, marks: Mapping[str, int]) -> None:
+        """Adopt higher low-water marks before the store prunes below them."""
+        for name, mark in marks.items():
+            self.low_water[name] = max(self.low_water.get(name, 0), mark)
+        self._refresh_windows()
+
+    def _refresh_windows(self) -> None:
+        self._windows = period_windows(self.registry, self.clock.time(), self.config, self.low_water)
+        self._windows_at = time.monotonic()
+
+    async def run(self) -> None:
+        """Ingest until cancelled; on cancellation, commit and acknowledge what is buffered."""
+        receiving: asyncio.Task[list[Delivery]] | None = None
+        try:
+            while True:
+                if receiving is None:
+                    room = self.config.commit_max_reports - len(self._tokens)
+                    receiving = asyncio.create_task(self.transport.receive(max(room, 1)), name="ingest-receive")
+                waits: set[asyncio.Future[object]] = {receiving}  # type: ignore[arg-type]
+                if self._inflight is not None:
+                    waits.add(self._inflight.future)  # type: ignore[arg-type]
+                timeout = None
+                if self._tokens:
+                    timeout = max(0.0, self._since + self.config.commit_interval_s - time.monotonic())
+                if not self._tokens and self._inflight is None:
+                    self.idle.set()
+                await asyncio.wait(waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+                self.idle.clear()
+                if self._inflight is not None and self._inflight.future.done():
+                    self._finish(self._inflight)
+                    self._inflight = None
+                if receiving.done():
+                    deliveries = receiving.result()
+                    receiving = None
+                    self._accept(deliveries)
+                due = self._tokens and (
+                    len(self._tokens) >= self.config.commit_max_reports
+                    or time.monotonic() >= self._since + self.config.commit_interval_s
+                )
+                if due:
+                    await self._start_commit()
+        finally:
+            if receiving is not None:
+                receiving.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await receiving
+            await self._drain()
+
+    async def _drain(self) -> None:
+        """Finish the running commit and commit what is buffered (shutdown path).
+
+        A second cancellation interrupts the wait; the commit still completes in the store
+        thread, and its messages, unacknowledged, are redelivered and recognised later.
+        """
+        if self._inflight is not None:
+            running, self._inflight = self._inflight, None
+            await asyncio.shield(running.future)
+            self._finish(running)
+        if self._tokens:
+            await self._start_commit()
+            last = self._inflight
+            self._inflight = None
+            if last is not None:
+                await asyncio.shield(last.future)
+                self._finish(last)
+
+    def _accept(self, deliveries: Sequence[Delivery]) -> None:
+        if time.monotonic() - self._windows_at > 1.0:
+            self._refresh_windows()
+        if not self._tokens and deliveries:
+            self._since = time.monotonic()
+            self.metrics.pending_since = self._since
+        registry = self.registry
+        max_size = self.config.max_report_bytes
+        windows = self._windows
+        reports = self._reports
+        tokens = self._tokens
+        counters = self._counters
+        ids = self._ids
+        rejected = self.metrics.rejected
+        for d in deliveries:
+            tokens.append(d.token)
+            try:
+                report = decode_report(d.payload, registry, max_size=max_size)
+            except MalformedReportError as exc:
+                counters["rejected:" + exc.reason] += 1
+                rejected[exc.reason] += 1
+                continue
+            low, high = windows[report.use_case.name]
+            if report.period < low or report.period > high:
+                reason = "period-expired" if report.period < low else "period-future"
+                counters["rejected:" + reason] += 1
+                rejected[reason] += 1
+                continue
+            if report.report_id in ids:
+                counters["duplicates"] += 1
+                self.metrics.duplicates += 1
+                continue
+            ids.add(report.report_id)
+            reports.append(report)
+        counters["messages"] += len(deliveries)
+        self.metrics.messages += len(deliveries)
+        self.metrics.pending = len(tokens)
+
+    async def _start_commit(self) -> None:
+        if self._inflight is not None:
+            inflight, self._inflight = self._inflight, None
+            await inflight.future
+            self._finish(inflight)
+        reports = self._reports
+        # 003 §3.2.2: "randomly permutes the ordering of privatized records within each use
+        # case" - the store concatenates records in this order.
+        order = self._rng.permutation(len(reports))
+        shuffled = [reports[i] for i in order]
+        counters = self._counters
+        self._inflight = _Commit(
+            future=self.store.submit(lambda s: s.commit(shuffled, counters)),
+            tokens=self._tokens,
+            counters=counters,
+            since=self._since,
+        )
+        self._reports, self._tokens, self._counters, self._ids = [], [], Counter(), set()
+        self._since = 0.0
+        self.metrics.pending = 0
+        self.metrics.pending_since = 0.0
+
+    def _finish(self, commit: _Commit) -> None:
+        result = commit.future.result()  # a failed commit ends ingest (and the service)
+        # Acknowledge only now: the contribution and the report ids are durable.
+        self.transport.ack(commit.tokens)
+        m = self.metrics
+        m.commits += 1
+        m.commit_seconds += result.seconds
+        m.reports += result.reports
+        m.records += result.records
+        m.duplicates += result.duplicates
+        if result.expired:
+            m.rejected["period-expired"] += result.expired
+        m.last_commit = time.time()
+        m.lag_seconds = time.monotonic() - commit.since

@@ -1,0 +1,560 @@
+"""Durable checkpoints in SQLite (WAL): aggregates, the report ids folded into them, counters.
+
+One commit is one SQLite transaction holding, together:
+
+* a **segment** per touched (use case, period): the contribution of the commit's reports,
+  either as a small partial aggregate (``to_plain`` of an aggregate holding just those
+  reports) or, for mechanisms whose aggregate is large (a Count Mean Sketch table of
+  ``k x m`` counters is up to hundreds of MiB), as the commit's records in columnar form,
+  already shuffled (003 §3.2.2) - whichever is smaller for that mechanism;
+* the **report ids** of those reports, so a redelivered message is recognised after a crash;
+* the ingest **counters** (messages, rejections by reason, duplicates).
+
+A message is acknowledged to the broker only after that transaction commits, so a crash
+loses nothing acknowledged and counts nothing twice. The report-id check runs inside the
+same write transaction (``BEGIN IMMEDIATE`` holds SQLite's write lock), so several collector
+processes sharing one database file (an MQTT shared-subscription group on one host) never
+fold the same report twice either, even when a device's retry reaches a different member.
+
+**Compaction** folds a key's segments into its **base** aggregate, in one transaction, when
+they are numerous or large relative to the base; reading an aggregate is base + segments.
+**Pruning** forgets report ids of periods the collector no longer accepts; the lowest
+accepted period per use case (the low-water mark) is stored and only moves forward, so a
+clock set back can never reopen a pruned period to replays.
+
+Aggregates are keyed by the use case's name *and* a fingerprint of its mechanism's
+parameters and period: when the registry changes a use case's parameters, new reports go to
+new aggregates and the old ones stay readable, never mixed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sqlite3
+import time
+import zlib
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+import msgpack
+
+from collector.errors import StoreError
+from collector.folding import aggregate_from_plain, batch_from_plain, batch_to_plain, concat_batches
+from protocol.errors import StateError
+from protocol.registry import Registry, UseCase
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "CheckpointStore",
+    "CommitResult",
+    "FoldedReport",
+    "KeyInfo",
+    "use_case_fingerprint",
+]
+
+SCHEMA_VERSION = 1
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value BLOB NOT NULL);
+CREATE TABLE IF NOT EXISTS use_cases (
+    id INTEGER PRIMARY KEY,
+    name TEXT NOT NULL,
+    fingerprint BLOB NOT NULL,
+    mechanism TEXT NOT NULL,
+    period_seconds INTEGER NOT NULL,
+    low_water INTEGER NOT NULL DEFAULT 0,
+    UNIQUE (name, fingerprint)
+);
+CREATE TABLE IF NOT EXISTS aggregates (
+    uc INTEGER NOT NULL,
+    period INTEGER NOT NULL,
+    reports INTEGER NOT NULL,
+    records INTEGER NOT NULL,
+    data BLOB NOT NULL,
+    PRIMARY KEY (uc, period)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS segments (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    uc INTEGER NOT NULL,
+    period INTEGER NOT NULL,
+    kind TEXT NOT NULL,
+    reports INTEGER NOT NULL,
+    records INTEGER NOT NULL,
+    data BLOB NOT NULL
+);
+CREATE INDEX IF NOT EXISTS segments_key ON segments (uc, period, seq);
+CREATE TABLE IF NOT EXISTS seen (
+    rid BLOB PRIMARY KEY,
+    uc INTEGER NOT NULL,
+    period INTEGER NOT NULL
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS seen_period ON seen (uc, period);
+CREATE TABLE IF NOT EXISTS counters (
+    instance TEXT NOT NULL,
+    name TEXT NOT NULL,
+    value INTEGER NOT NULL,
+    PRIMARY KEY (instance, name)
+) WITHOUT ROWID;
+"""
+
+# A segment of kind "a" is an aggregate's plain form; "r" a columnar batch; "l" a list of
+# batches (for a batch class that cannot be concatenated column-wise).
+_AGGREGATE, _RECORDS, _LIST = "a", "r", "l"
+# Use the partial-aggregate form when the empty aggregate's plain form is at most this big.
+_SMALL_AGGREGATE = 64 * 1024
+_IN_CHUNK = 500  # SQLite host parameters per "IN (...)" query
+_BIG_SEGMENTS = 256 << 20
+
+
+def use_case_fingerprint(use_case: UseCase) -> bytes:
+    """16 bytes that change whenever the meaning of the use case's aggregate changes.
+
+    The mechanism is a frozen dataclass, so its ``repr`` lists every parameter (seed included).
+    """
+    text = f"{use_case.mechanism!r}|{use_case.period.value}"
+    return hashlib.sha256(text.encode()).digest()[:16]
+
+
+def _pack(obj: object) -> bytes:
+    raw: bytes = msgpack.packb(obj, use_bin_type=True)
+    if len(raw) > 4096:
+        return b"z" + zlib.compress(raw, 1)
+    return b"m" + raw
+
+
+def _unpack(blob: bytes) -> Any:
+    try:
+        raw = zlib.decompress(blob[1:]) if blob[:1] == b"z" else blob[1:]
+        return msgpack.unpackb(raw, raw=False, strict_map_key=False)
+    except (zlib.error, ValueError, msgpack.UnpackException) as exc:
+        raise StoreError(f"a checkpoint blob cannot be read ({exc}); the database is damaged") from exc
+
+
+class FoldedReport(Protocol):
+    """What the store needs of a decoded report (``protocol.wire.DecodedReport`` has it)."""
+
+    @property
+    def use_case(self) -> UseCase:
+        """The report's use case."""
+        ...
+
+    @property
+    def period(self) -> int:
+        """The slot index."""
+        ...
+
+    @property
+    def report_id(self) -> bytes:
+        """The 16-byte report id."""
+        ...
+
+    @property
+    def batch(self) -> Any:
+        """The records, columnar."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class CommitResult:
+    """What one commit folded.
+
+    Attributes:
+        reports: reports folded (new report ids).
+        records: records in those reports.
+        duplicates: reports refused because their id was already committed.
+        expired: reports refused because their period is below the stored low-water mark
+            (another collector sharing the database may have moved it).
+        seconds: time the transaction took.
+    """
+
+    reports: int
+    records: int
+    duplicates: int
+    expired: int
+    seconds: float
+
+
+@dataclass(frozen=True, slots=True)
+class KeyInfo:
+    """Totals of one (use case, period) aggregate."""
+
+    use_case: str
+    period: int
+    reports: int
+    records: int
+
+
+@dataclass
+class _UseCaseRow:
+    id: int
+    use_case: UseCase
+    kind: str
+    template: Any  # an empty batch of the mechanism, for rebuilding stored batches
+
+
+class CheckpointStore:
+    """The SQLite checkpoint database of one or several collectors.
+
+    Not thread-safe: the service drives it from one dedicated thread.
+
+    Args:
+        path: the database file (created if missing, unless ``readonly``).
+        registry: the use-case registry in force.
+        instance: this collector's name (its counters are kept under it).
+        readonly: open for reading only (the CLI and estimation workers).
+        synchronous: SQLite's ``synchronous`` setting; ``FULL`` survives power loss after an
+            acknowledged commit, ``NORMAL`` only process crashes.
+    """
+
+    def __init__(
+        self,
+        path: str | Path,
+        registry: Registry,
+        *,
+        instance: str = "collector",
+        readonly: bool = False,
+        synchronous: str = "FULL",
+    ) -> None:
+        self.path = Path(path)
+        self.registry = registry
+        self.instance = instance
+        self.readonly = readonly
+        try:
+            if readonly:
+                if not self.path.exists():
+                    raise StoreError(f"no checkpoint database at {self.path}")
+                self._db = sqlite3.connect(
+                    f"{self.path.resolve().as_uri()}?mode=ro", uri=True, isolation_level=None, check_same_thread=False
+                )
+            else:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=30.0)
+                mode = self._db.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+                if str(mode).lower() != "wal":
+                    raise StoreError(f"{self.path}: cannot switch the database to WAL mode (got {mode})")
+                self._db.execute(f"PRAGMA synchronous={synchronous}")
+                self._db.executescript(_SCHEMA)
+            self._db.execute("PRAGMA busy_timeout=30000")
+            self._check_schema()
+            self._use_cases = self._register_use_cases()
+        except sqlite3.DatabaseError as exc:
+            raise StoreError(f"{self.path}: {exc}") from exc
+
+    # -- set-up ------------------------------------------------------------------------
+
+    def _check_schema(self) -> None:
+        row = self._db.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone()
+        if row is None:
+            if self.readonly:
+                raise StoreError(f"{self.path} is not a collector checkpoint database")
+            self._db.execute("INSERT OR IGNORE INTO meta (key, value) VALUES ('schema', ?)", (SCHEMA_VERSION,))
+        elif int(row[0]) != SCHEMA_VERSION:
+            raise StoreError(f"{self.path} has checkpoint schema {row[0]}; this collector reads {SCHEMA_VERSION}")
+
+    def _register_use_cases(self) -> dict[str, _UseCaseRow]:
+        rows: dict[str, _UseCaseRow] = {}
+        for name, uc in self.registry.use_cases.items():
+            fp = use_case_fingerprint(uc)
+            if not self.readonly:
+                self._db.execute(
+                    "INSERT OR IGNORE INTO use_cases (name, fingerprint, mechanism, period_seconds) "
+                    "VALUES (?, ?, ?, ?)",
+                    (name, fp, uc.mechanism.name, uc.period.seconds),
+                )
+            row = self._db.execute("SELECT id FROM use_cases WHERE name = ? AND fingerprint = ?", (name, fp)).fetchone()
+            if row is None:
+                continue  # read-only and never collected
+            plain = msgpack.packb(uc.mechanism.new_aggregate().to_plain(), use_bin_type=True)
+            kind = _AGGREGATE if len(plain) <= _SMALL_AGGREGATE else _RECORDS
+            rows[name] = _UseCaseRow(int(row[0]), uc, kind, uc.mechanism.batch([]))
+        return rows
+
+    def close(self) -> None:
+        """Close the database connection."""
+        self._db.close()
+
+    # -- commit ------------------------------------------------------------------------
+
+    def commit(self, reports: Sequence[FoldedReport], counters: Mapping[str, int]) -> CommitResult:
+        """Fold ``reports`` (already shuffled) and add ``counters``, in one transaction.
+
+        Reports whose id is already in the database (or repeated within ``reports``) are not
+        folded; they are counted in ``duplicates``.
+        """
+        start = time.perf_counter()
+        db = self._db
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            lows = dict(db.execute("SELECT id, low_water FROM use_cases").fetchall())
+            current = [r for r in reports if r.period >= lows[self._use_cases[r.use_case.name].id]]
+            expired = len(reports) - len(current)
+            fresh = self._fresh(current)
+            groups: dict[tuple[str, int], list[FoldedReport]] = defaultdict(list)
+            for r in fresh:
+                groups[(r.use_case.name, r.period)].append(r)
+            records = 0
+            for (name, period), members in groups.items():
+                row = self._use_cases[name]
+                kind, blob, count = self._segment(row, members)
+                records += count
+                db.execute(
+                    "INSERT INTO segments (uc, period, kind, reports, records, data) VALUES (?, ?, ?, ?, ?, ?)",
+                    (row.id, period, kind, len(members), count, blob),
+                )
+            db.executemany(
+                "INSERT INTO seen (rid, uc, period) VALUES (?, ?, ?)",
+                [(r.report_id, self._use_cases[r.use_case.name].id, r.period) for r in fresh],
+            )
+            duplicates = len(current) - len(fresh)
+            all_counters = dict(counters)
+            if expired:
+                all_counters["rejected:period-expired"] = all_counters.get("rejected:period-expired", 0) + expired
+            if duplicates:
+                all_counters["duplicates"] = all_counters.get("duplicates", 0) + duplicates
+            all_counters["reports"] = all_counters.get("reports", 0) + len(fresh)
+            all_counters["records"] = all_counters.get("records", 0) + records
+            db.executemany(
+                "INSERT INTO counters (instance, name, value) VALUES (?, ?, ?) "
+                "ON CONFLICT (instance, name) DO UPDATE SET value = value + excluded.value",
+                [(self.instance, k, v) for k, v in all_counters.items() if v],
+            )
+            db.execute("COMMIT")
+        except BaseException:
+            if db.in_transaction:
+                db.execute("ROLLBACK")
+            raise
+        return CommitResult(len(fresh), records, duplicates, expired, time.perf_counter() - start)
+
+    def _fresh(self, reports: Sequence[FoldedReport]) -> list[FoldedReport]:
+        ids = [r.report_id for r in reports]
+        known: set[bytes] = set()
+        for i in range(0, len(ids), _IN_CHUNK):
+            chunk = ids[i : i + _IN_CHUNK]
+            q = f"SELECT rid FROM seen WHERE rid IN ({','.join('?' * len(chunk))})"
+            known.update(row[0] for row in self._db.execute(q, chunk))
+        fresh = []
+        for r in reports:
+            if r.report_id in known:
+                continue
+            known.add(r.report_id)
+            fresh.append(r)
+        return fresh
+
+    def _segment(self, row: _UseCaseRow, members: Sequence[FoldedReport]) -> tuple[str, bytes, int]:
+        batches = [r.batch for r in members]
+        count = sum(len(b) for b in batches)
+        joined = concat_batches(batches)
+        if row.kind == _AGGREGATE:
+            agg = row.use_case.mechanism.new_aggregate()
+            if joined is not None:
+                agg.add(joined)
+            else:
+                for b in batches:
+                    agg.add(b)
+            return _AGGREGATE, _pack(agg.to_plain()), count
+        if joined is not None:
+            return _RECORDS, _pack(batch_to_plain(joined)), count
+        return _LIST, _pack([batch_to_plain(b) for b in batches]), count
+
+    # -- reading -----------------------------------------------------------------------
+
+    def _fold(self, row: _UseCaseRow, agg: Any, kind: str, blob: bytes) -> Any:
+        data = _unpack(blob)
+        try:
+            if kind == _AGGREGATE:
+                return agg.merge(aggregate_from_plain(row.use_case.mechanism, data))
+            if kind == _RECORDS:
+                agg.add(batch_from_plain(row.template, data))
+                return agg
+            if kind == _LIST:
+                for item in data:
+                    agg.add(batch_from_plain(row.template, item))
+                return agg
+        except (StateError, KeyError, TypeError, ValueError) as exc:
+            raise StoreError(f"{self.path}: a {row.use_case.name} segment cannot be folded ({exc})") from exc
+        raise StoreError(f"{self.path}: unknown segment kind {kind!r}")
+
+    def aggregate(self, use_case: str, period: int) -> tuple[Any, KeyInfo]:
+        """The aggregate of one (use case, period): its base with every segment folded in.
+
+        Raises:
+            KeyError: the use case is not in the registry.
+        """
+        row = self._use_cases.get(use_case)
+        if row is None:
+            if use_case in self.registry.use_cases:
+                return self.registry.use_cases[use_case].mechanism.new_aggregate(), KeyInfo(use_case, period, 0, 0)
+            raise KeyError(use_case)
+        db = self._db
+        db.execute("BEGIN")  # one snapshot for base and segments
+        try:
+            base = db.execute(
+                "SELECT reports, records, data FROM aggregates WHERE uc = ? AND period = ?", (row.id, period)
+            ).fetchone()
+            reports = records = 0
+            if base is None:
+                agg = row.use_case.mechanism.new_aggregate()
+            else:
+                reports, records = int(base[0]), int(base[1])
+                try:
+                    agg = aggregate_from_plain(row.use_case.mechanism, _unpack(base[2]))
+                except StateError as exc:
+                    raise StoreError(f"{self.path}: the {use_case} base aggregate is damaged ({exc})") from exc
+            for kind, n_rep, n_rec, blob in db.execute(
+                "SELECT kind, reports, records, data FROM segments WHERE uc = ? AND period = ? ORDER BY seq",
+                (row.id, period),
+            ):
+                agg = self._fold(row, agg, kind, blob)
+                reports += int(n_rep)
+                records += int(n_rec)
+        finally:
+            db.execute("COMMIT")
+        return agg, KeyInfo(use_case, period, reports, records)
+
+    def totals(self, use_case: str | None = None) -> list[KeyInfo]:
+        """Every (use case, period) with data, with its report and record totals, oldest first."""
+        totals: dict[tuple[str, int], list[int]] = {}
+        ids = {row.id: name for name, row in self._use_cases.items() if use_case is None or name == use_case}
+        if not ids:
+            return []
+        marks = ",".join("?" * len(ids))
+        query = (
+            f"SELECT uc, period, reports, records FROM aggregates WHERE uc IN ({marks}) "
+            f"UNION ALL SELECT uc, period, sum(reports), sum(records) FROM segments WHERE uc IN ({marks}) "
+            "GROUP BY uc, period"
+        )
+        for uc, period, reports, records in self._db.execute(query, [*ids, *ids]):
+            t = totals.setdefault((ids[uc], int(period)), [0, 0])
+            t[0] += int(reports)
+            t[1] += int(records)
+        return [KeyInfo(name, period, t[0], t[1]) for (name, period), t in sorted(totals.items())]
+
+    def counters(self, instance: str | None = None) -> dict[str, int]:
+        """Persisted ingest counters (of one instance, or summed over all)."""
+        if instance is None:
+            rows = self._db.execute("SELECT name, sum(value) FROM counters GROUP BY name")
+        else:
+            rows = self._db.execute("SELECT name, value FROM counters WHERE instance = ?", (instance,))
+        return {str(name): int(value) for name, value in rows}
+
+    def data_version(self) -> tuple[int, int]:
+        """A pair that changes whenever committed data changes (for caching estimates)."""
+        row = self._db.execute("SELECT seq FROM sqlite_sequence WHERE name = 'segments'").fetchone()
+        compactions = self._db.execute("SELECT value FROM meta WHERE key = 'compactions'").fetchone()
+        return (int(row[0]) if row else 0, int(compactions[0]) if compactions else 0)
+
+    def seen_count(self) -> int:
+        """Report ids currently remembered."""
+        return int(self._db.execute("SELECT count(*) FROM seen").fetchone()[0])
+
+    # -- maintenance -------------------------------------------------------------------
+
+    def low_water(self) -> dict[str, int]:
+        """The lowest period still accepted, per use case (0 if never set)."""
+        out = {}
+        for name, row in self._use_cases.items():
+            r = self._db.execute("SELECT low_water FROM use_cases WHERE id = ?", (row.id,)).fetchone()
+            out[name] = int(r[0])
+        return out
+
+    def prune(self, low_water: Mapping[str, int]) -> int:
+        """Raise low-water marks (never lower them) and forget report ids below them.
+
+        Returns:
+            The number of report ids forgotten.
+        """
+        removed = 0
+        db = self._db
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            for name, mark in low_water.items():
+                row = self._use_cases.get(name)
+                if row is None:
+                    continue
+                db.execute("UPDATE use_cases SET low_water = max(low_water, ?) WHERE id = ?", (mark, row.id))
+                cur = db.execute(
+                    "DELETE FROM seen WHERE uc = ? AND period < (SELECT low_water FROM use_cases WHERE id = ?)",
+                    (row.id, row.id),
+                )
+                removed += cur.rowcount
+            db.execute("COMMIT")
+        except BaseException:
+            if db.in_transaction:
+                db.execute("ROLLBACK")
+            raise
+        return removed
+
+    def compaction_candidates(self, compact_after: int) -> list[tuple[str, int]]:
+        """Keys whose segments should be folded into their base now."""
+        names = {row.id: name for name, row in self._use_cases.items()}
+        lows = self.low_water()
+        out = []
+        for uc, period, count, size in self._db.execute(
+            "SELECT uc, period, count(*), sum(length(data)) FROM segments GROUP BY uc, period"
+        ):
+            name = names.get(int(uc))
+            if name is None:
+                continue
+            base = self._db.execute(
+                "SELECT length(data) FROM aggregates WHERE uc = ? AND period = ?", (uc, period)
+            ).fetchone()
+            base_size = int(base[0]) if base else 0
+            closed = int(period) < lows.get(name, 0)
+            # Folding rewrites the whole base: wait until the segments are worth a quarter of it,
+            # so a large sketch is rewritten at most about once per quarter of its own size.
+            if (int(count) >= compact_after and int(size) * 4 >= base_size) or int(size) >= _BIG_SEGMENTS or closed:
+                out.append((name, int(period)))
+        return out
+
+    def compact(self, use_case: str, period: int) -> int:
+        """Fold the key's segments into its base, in one transaction; return segments folded."""
+        row = self._use_cases[use_case]
+        db = self._db
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            base = db.execute(
+                "SELECT reports, records, data FROM aggregates WHERE uc = ? AND period = ?", (row.id, period)
+            ).fetchone()
+            reports = records = 0
+            if base is None:
+                agg = row.use_case.mechanism.new_aggregate()
+            else:
+                reports, records = int(base[0]), int(base[1])
+                agg = aggregate_from_plain(row.use_case.mechanism, _unpack(base[2]))
+            segs = db.execute(
+                "SELECT seq, kind, reports, records, data FROM segments WHERE uc = ? AND period = ? ORDER BY seq",
+                (row.id, period),
+            ).fetchall()
+            if not segs:
+                db.execute("ROLLBACK")
+                return 0
+            for _seq, kind, n_rep, n_rec, blob in segs:
+                agg = self._fold(row, agg, kind, blob)
+                reports += int(n_rep)
+                records += int(n_rec)
+            db.execute(
+                "INSERT INTO aggregates (uc, period, reports, records, data) VALUES (?, ?, ?, ?, ?) "
+                "ON CONFLICT (uc, period) DO UPDATE SET reports = excluded.reports, records = excluded.records, "
+                "data = excluded.data",
+                (row.id, period, reports, records, _pack(agg.to_plain())),
+            )
+            db.execute(
+                "DELETE FROM segments WHERE uc = ? AND period = ? AND seq <= ?", (row.id, period, int(segs[-1][0]))
+            )
+            db.execute(
+                "INSERT INTO meta (key, value) VALUES ('compactions', 1) "
+                "ON CONFLICT (key) DO UPDATE SET value = value + 1"
+            )
+            db.execute("COMMIT")
+        except BaseException:
+            if db.in_transaction:
+                db.execute("ROLLBACK")
+            raise
+        return len(segs)
+
+    def use_case_names(self) -> Iterable[str]:
+        """Use cases of the registry that have a row in this database."""
+        return self._use_cases.keys()

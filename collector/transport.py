@@ -1,0 +1,163 @@
+"""The seam between ingest and the message broker.
+
+Ingest sees only :class:`Delivery` objects: the payload bytes and an opaque acknowledgement
+token. Topic, client id, packet flags and arrival time are dropped by the adapter before a
+delivery exists (003 §3.2.2: "the batch process removes metadata"), so nothing downstream
+can link a report to a connection or a moment.
+
+A token is acknowledged with :meth:`Transport.ack` only after the report's contribution and
+its report id are committed; an unacknowledged QoS 1 message is redelivered by the broker
+after a crash or a reconnect, and the report-id table makes that redelivery harmless.
+
+Adapters: :mod:`collector.mqtt` (MQTT 5 on asyncio streams, the default) and
+:class:`MemoryTransport` below (in-memory, for tests).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+__all__ = ["NO_ACK", "Delivery", "MemoryTransport", "Transport", "TransportStatistics"]
+
+NO_ACK = -1
+"""Token of a delivery that needs no acknowledgement (a QoS 0 message)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Delivery:
+    """One received message, reduced to its payload.
+
+    Attributes:
+        payload: the message body, exactly as published.
+        token: opaque acknowledgement handle for :meth:`Transport.ack` (``NO_ACK`` for QoS 0).
+    """
+
+    payload: bytes
+    token: int
+
+
+@dataclass(frozen=True, slots=True)
+class TransportStatistics:
+    """A snapshot of a transport's counters.
+
+    Attributes:
+        connected: whether a broker session is up right now.
+        connects: successful connections so far (the first one included).
+        buffered: deliveries received and not yet handed to ingest.
+        capacity: the most deliveries the transport will hold before the broker stops sending.
+        unacked: deliveries handed out (or buffered) and not yet acknowledged on this connection.
+        received: messages received in total.
+        acked: acknowledgements sent.
+        stale_acks: acknowledgements dropped because their connection had ended (the broker
+            redelivers those messages; the report-id table absorbs the repeat).
+        dropped: QoS 0 messages dropped because the buffer was full.
+    """
+
+    connected: bool
+    connects: int
+    buffered: int
+    capacity: int
+    unacked: int
+    received: int
+    acked: int
+    stale_acks: int
+    dropped: int
+
+
+class Transport(Protocol):
+    """What ingest needs from a message broker connection."""
+
+    async def receive(self, max_count: int) -> list[Delivery]:
+        """Wait until at least one delivery is available; return up to ``max_count`` of them."""
+        ...
+
+    def ack(self, tokens: Sequence[int]) -> None:
+        """Acknowledge deliveries (after their contribution is committed)."""
+        ...
+
+    def statistics(self) -> TransportStatistics:
+        """A snapshot of the counters."""
+        ...
+
+
+class MemoryTransport:
+    """An in-memory broker session, for tests of ingest without a network.
+
+    Messages are pushed with :meth:`push`; :meth:`reconnect` simulates a dropped connection
+    with a persistent session: every unacknowledged message is delivered again, and
+    acknowledgements of the old connection's tokens are ignored, as a real broker would.
+    """
+
+    def __init__(self, capacity: int = 1 << 16) -> None:
+        self.capacity = capacity
+        self._queue: collections.deque[Delivery] = collections.deque()
+        self._unacked: dict[int, bytes] = {}
+        self._generation = 0
+        self._next = 0
+        self._ready = asyncio.Event()
+        self.acked: list[bytes] = []
+        self._received = 0
+        self._stale = 0
+        self._connects = 1
+
+    def push(self, payload: bytes) -> None:
+        """Deliver ``payload`` as a QoS 1 message."""
+        self._next += 1
+        token = (self._generation << 32) | self._next
+        self._unacked[token] = payload
+        self._queue.append(Delivery(payload, token))
+        self._received += 1
+        self._ready.set()
+
+    def reconnect(self) -> None:
+        """Drop the connection and redeliver every unacknowledged message on a new one."""
+        pending = list(self._unacked.values())
+        self._unacked.clear()
+        self._queue.clear()
+        self._generation += 1
+        self._connects += 1
+        for payload in pending:
+            self.push(payload)
+
+    async def receive(self, max_count: int) -> list[Delivery]:
+        """Wait for at least one delivery; return up to ``max_count``."""
+        while not self._queue:
+            self._ready.clear()
+            await self._ready.wait()
+        n = min(max_count, len(self._queue))
+        return [self._queue.popleft() for _ in range(n)]
+
+    def ack(self, tokens: Sequence[int]) -> None:
+        """Acknowledge tokens of the current connection; older ones are ignored."""
+        for token in tokens:
+            if token == NO_ACK:
+                continue
+            if token >> 32 != self._generation:
+                self._stale += 1
+                continue
+            payload = self._unacked.pop(token, None)
+            if payload is not None:
+                self.acked.append(payload)
+
+    @property
+    def unacked(self) -> int:
+        """Messages delivered and not yet acknowledged."""
+        return len(self._unacked)
+
+    def statistics(self) -> TransportStatistics:
+        """A snapshot of the counters."""
+        return TransportStatistics(
+            connected=True,
+            connects=self._connects,
+            buffered=len(self._queue),
+            capacity=self.capacity,
+            unacked=len(self._unacked),
+            received=self._received,
+            acked=len(self.acked),
+            stale_acks=self._stale,
+            dropped=0,
+        )
