@@ -1,0 +1,104 @@
+"""Speed of the report format: encode and decode throughput in messages per second.
+
+Two configurations, with the example registry's parameters: a one-record HCMS report
+(003 §6.4: k = 1,024, m = 32,768, ε = 4) and a 20-record 1BitMean report (000 §6: ε = 1,
+γ = 0.2, m = 21,600 s). *Encode* is what a device does per send once its records exist:
+the records' compact form, a fresh report id from the OS CSPRNG and the msgpack envelope
+(``make_report`` + ``encode_report``). *Decode* is what the collector does per message:
+the full strict ``decode_report``, records included, ready for ``aggregate.add``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import fields
+from typing import Any
+
+from benchmarks.harness import rate, seconds
+from protocol.randomness import SeededRandom, SystemRandom
+from protocol.registry import parse_registry
+from protocol.wire import decode_report, encode_report, make_report
+
+_REGISTRY = """
+format = 1
+salt = "0547eed0fe23ed365173a6e9b965e343b4927d0967009d668d6df9ead8a2030c"
+
+[use_cases.safari-energy-domains]
+mechanism = "hcms"
+epsilon = 4
+period = "1d"
+daily_limit = 2
+lifetime_epsilon = 3000
+parameters = { k = 1024, m = 32768 }
+[use_cases.safari-energy-domains.collector]
+min_reports = 0
+
+[use_cases.app-usage-seconds]
+mechanism = "one-bit-mean"
+epsilon = 1
+period = "6h"
+daily_limit = 200
+lifetime_epsilon = 50000
+parameters = { m = 21600, gamma = 0.2 }
+[use_cases.app-usage-seconds.collector]
+min_reports = 0
+"""
+
+_PARAMS = ("epsilon", "k", "m", "gamma")
+
+_CONFIGS: tuple[tuple[str, Any, int], ...] = (
+    ("safari-energy-domains", "example.com", 1),
+    ("app-usage-seconds", 7_200, 20),
+)
+
+
+def bench(n: int) -> list[dict[str, Any]]:
+    """One result row per configuration; ``n`` caps the number of messages timed."""
+    registry = parse_registry(_REGISTRY, source="bench_wire")
+    messages = max(1_000, min(n, 100_000))
+    csprng = SystemRandom()
+    rows = []
+    for name, value, count in _CONFIGS:
+        uc = registry[name]
+        mech: Any = uc.mechanism
+        rng = SeededRandom(1)
+        state = mech.setup(rng)
+        records = []
+        for _ in range(count):
+            record, state = mech.privatize(value, state, rng)
+            records.append(record)
+        period = uc.period.index_at(1_700_000_000)
+
+        def encode_all(uc: Any = uc, records: list[Any] = records, period: int = period) -> None:
+            for _ in range(messages):
+                encode_report(make_report(uc, registry, period=period, records=records, rng=csprng))
+
+        data = encode_report(make_report(uc, registry, period=period, records=records, rng=csprng))
+
+        def decode_all(data: bytes = data) -> None:
+            for _ in range(messages):
+                decode_report(data, registry)
+
+        t_encode = seconds(encode_all, repeat=3)
+        t_decode = seconds(decode_all, repeat=3)
+        rows.append(
+            {
+                "benchmark": "wire",
+                "mechanism": mech.name,
+                "use_case": name,
+                "params": {
+                    f.name: getattr(mech, f.name) for f in fields(mech) if f.name in ("epsilon", "k", "m", "gamma")
+                },
+                "records_per_report": count,
+                "bytes": len(data),
+                "n": messages,
+                "encode_per_s": rate(messages, t_encode),
+                "decode_per_s": rate(messages, t_decode),
+            }
+        )
+    return rows
+
+
+if __name__ == "__main__":
+    from benchmarks.harness import emit
+
+    emit({"results": bench(100_000)})

@@ -1,0 +1,645 @@
+"""The use-case registry: which use cases exist, how each is privatized, and how much it may cost.
+
+Agent and collector load the same TOML file (DESIGN "Wire format and registry"). Parsing
+is pure: :func:`parse_registry` takes the file's bytes and a ``source`` name for messages;
+reading the file is the caller's job (``protocol/`` does no I/O). Everything is validated
+once, here, and decoded into frozen objects: a :class:`Registry` of :class:`UseCase`, each
+holding its constructed mechanism. Any mistake raises :class:`RegistryError` naming the
+file, the use case and the field, with a machine-readable ``kind``; unknown keys are errors
+(STYLE rule 15), nothing falls back silently.
+
+Schema (``docs/wire-format.md`` has the full table)::
+
+    format = 1
+    salt = "<hex, >= 16 bytes>"          # optional; public seeds of hashed use cases derive from it
+
+    [use_cases.emoji]
+    mechanism = "cms"                     # rr, one-bit-mean, dbitflip, rappor, cms, hcms, sfp
+    epsilon = 4                           # declared ε of one report (see below)
+    period = "1d"                         # "6h" or "1d": the reporting slot
+    daily_limit = 1                       # records per device per day (also per report)
+    lifetime_epsilon = 400                # cap on the ε a device ever spends on this use case
+    seed = "<hex>"                        # optional public hash seed (else derived from salt)
+    description = "..."                   # optional, free text, not part of the hash
+    parameters = { k = 65536, m = 1024 }  # the mechanism's constructor arguments
+    [use_cases.emoji.collector]
+    min_reports = 1000                    # no estimate is released from fewer reports
+    release_threshold = 0                 # optional: counts below it are withheld (003 §3.2.2 T)
+    dictionary = "dictionaries/emoji.txt" # optional: cms / hcms dictionary, RAPPOR candidates
+
+**Declared ε and the cost charged.** ``epsilon`` is the most one report of the use case may
+cost. For the mechanisms whose ε is a single constructor parameter (``rr``,
+``one-bit-mean``, ``dbitflip``, ``cms``, ``hcms``) it *is* that parameter and must not be
+repeated under ``parameters``. RAPPOR has no ε parameter (its ε follows from ``f, p, q, h``,
+004 Thm 1-2) and SFP has two (ε for the word sketch, ε' for the fragment sketch, 003 §4.3);
+for those the parameters are given under ``parameters`` and ``epsilon`` is the declared bound.
+For every mechanism the loader checks ``mechanism.epsilon_report <= epsilon``, and the cost
+an accountant charges per report is ``mechanism.epsilon_report`` (:attr:`UseCase.cost`),
+which can be below the declared value (output perturbation, 000 §4, or coin rounding).
+
+**Public hash seeds.** Hashed mechanisms (``rappor``, ``cms``, ``hcms``, ``sfp``) need a
+public seed of at least 16 bytes (the "public coins" of 003 §4.1 and 004 §4). A use case may
+give it explicitly as ``seed = "<hex>"``; otherwise it is derived from the registry's
+``salt`` and the use-case name as ``BLAKE2b-256(key=salt, person="ldp-uc-seed", name)``, so a
+registry needs one random salt rather than one seed per use case. Renaming a use case
+therefore changes its derived seed (and its hash functions): give an explicit seed to keep
+the functions across a rename. Seeds are public; they need not be secret, only fixed.
+
+**Canonical hash.** :attr:`Registry.hash` (16 bytes) is the first half of SHA-256 over a
+canonical msgpack encoding of the *constructed* objects: for each use case, its name, the
+mechanism's name and every dataclass field of the mechanism (so defaults written out or left
+implicit, ``4`` or ``4.0``, key order, comments and formatting do not matter), the resolved
+seed, period, limits and collector settings. Descriptions are excluded. Any change that
+affects what a report means or how it is handled changes the hash.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import hashlib
+import importlib
+import math
+import re
+import tomllib
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any, Final, Protocol
+
+import msgpack
+import numpy as np
+
+from protocol.errors import LdpError, ParameterError
+
+__all__ = [
+    "HASH_SIZE",
+    "MECHANISM_NAMES",
+    "REGISTRY_FORMAT",
+    "CollectorSettings",
+    "Period",
+    "Registry",
+    "RegistryError",
+    "UseCase",
+    "WireMechanism",
+    "parse_registry",
+]
+
+REGISTRY_FORMAT: Final = 1
+"""The registry file format this module reads (top-level ``format = 1``)."""
+
+HASH_SIZE: Final = 16
+"""Bytes of the canonical registry hash carried in every report."""
+
+_HASH_DOMAIN: Final = b"ldp-telemetry/registry/v1\x00"
+_SEED_PERSON: Final = b"ldp-uc-seed"
+_NAME_RE: Final = re.compile(r"[a-z0-9][a-z0-9._-]{0,63}")
+_MAX_DAILY_LIMIT: Final = 10_000
+_EPSILON_MAX: Final = 64.0
+# Float noise allowed when comparing a mechanism's computed ε with the declared one.
+_EPSILON_SLACK: Final = 1e-9
+
+
+class RegistryError(LdpError, ValueError):
+    """The registry file is invalid. A configuration mistake: fix the file.
+
+    Attributes:
+        source: the file (or other source name) being loaded.
+        use_case: the use case at fault, or ``None`` for a top-level problem.
+        field: the dotted path of the field at fault (``"parameters.m"``), or ``""``.
+        kind: machine-readable: ``syntax``, ``missing-field``, ``unknown-key``, ``bad-type``,
+            ``out-of-range``, ``bad-value``, ``unknown-mechanism``, ``bad-parameter``,
+            ``epsilon-too-small``.
+        problem: what was expected and what was found.
+    """
+
+    def __init__(self, *, source: str, use_case: str | None, field: str, kind: str, problem: str) -> None:
+        self.source = source
+        self.use_case = use_case
+        self.field = field
+        self.kind = kind
+        self.problem = problem
+        where = source
+        if use_case is not None:
+            where += f": use case {use_case!r}"
+        if field:
+            where += f": field {field!r}"
+        super().__init__(f"{where}: {problem}")
+
+
+class WireMechanism(Protocol):
+    """What the registry and the wire codec need from a mechanism (every mechanism module has it)."""
+
+    @property
+    def name(self) -> str:
+        """The mechanism's registry name (``"cms"``, ...)."""
+        ...
+
+    @property
+    def epsilon_report(self) -> float:
+        """ε of one report."""
+        ...
+
+    def batch(self, records: Sequence[Any]) -> Any:
+        """Records in columnar form."""
+        ...
+
+    def encode_records(self, records: Sequence[Any]) -> list[Any]:
+        """The records' compact, msgpack-ready wire form."""
+        ...
+
+    def decode_records(self, raw: object) -> Any:
+        """Strictly decode the wire form; raises ``MalformedReportError`` on anything malformed."""
+        ...
+
+    def new_aggregate(self) -> Any:
+        """An empty aggregate."""
+        ...
+
+
+class Period(enum.Enum):
+    """The reporting slot of a use case. Reports carry the slot index, never a finer time."""
+
+    SIX_HOURS = "6h"
+    DAY = "1d"
+
+    @property
+    def seconds(self) -> int:
+        """Length of one slot in seconds."""
+        return _PERIOD_SECONDS[self.value]
+
+    @property
+    def max_index(self) -> int:
+        """Largest plausible slot index: slots starting before 2**33 s after the epoch (year 2242)."""
+        return _PERIOD_MAX_INDEX[self.value]
+
+    def index_at(self, unix_seconds: float) -> int:
+        """The slot number containing ``unix_seconds`` (slots are aligned to the Unix epoch, UTC)."""
+        if not math.isfinite(unix_seconds) or unix_seconds < 0:
+            raise ValueError(f"a time in seconds since the epoch, >= 0; got {unix_seconds!r}")
+        return int(unix_seconds // self.seconds)
+
+
+_PERIOD_SECONDS: Final = MappingProxyType({"6h": 21_600, "1d": 86_400})
+_PERIOD_MAX_INDEX: Final = MappingProxyType({k: (1 << 33) // v for k, v in _PERIOD_SECONDS.items()})
+
+
+@dataclass(frozen=True, kw_only=True)
+class CollectorSettings:
+    """Collector-side settings of a use case.
+
+    Attributes:
+        min_reports: no estimate is released for a period with fewer reports.
+        release_threshold: estimated counts below it are withheld (the threshold T of 003 §3.2.2);
+            0 releases everything.
+        dictionary: path of the dictionary (CMS, HCMS) or candidate strings (RAPPOR), one per line,
+            relative to the registry file's directory; ``None`` if none is configured.
+    """
+
+    min_reports: int
+    release_threshold: float = 0.0
+    dictionary: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class UseCase:
+    """One use case: its mechanism (constructed and validated), limits and collector settings.
+
+    Attributes:
+        name: the use case's name, as it travels in reports.
+        mechanism: the frozen mechanism object.
+        epsilon: the declared ε of one report (``>= mechanism.epsilon_report``).
+        period: the reporting slot.
+        daily_limit: most records a device sends per day; also the most one report may carry.
+        lifetime_epsilon: cap on the ε a device ever spends on this use case.
+        seed: the public hash seed, for hashed mechanisms; ``None`` otherwise.
+        collector: collector-side settings.
+        description: free text for people (not part of the registry hash).
+    """
+
+    name: str
+    mechanism: WireMechanism
+    epsilon: float
+    period: Period
+    daily_limit: int
+    lifetime_epsilon: float
+    seed: bytes | None
+    collector: CollectorSettings
+    description: str = ""
+
+    @property
+    def cost(self) -> float:
+        """The ε an accountant charges for one report: the mechanism's exact ``epsilon_report``."""
+        return float(self.mechanism.epsilon_report)
+
+
+@dataclass(frozen=True, eq=False)
+class Registry:
+    """A loaded registry. Compare registries by :attr:`hash`.
+
+    Attributes:
+        use_cases: the use cases by name (read-only).
+        hash: the 16-byte canonical hash that every report carries.
+        source: where the registry was loaded from (for messages).
+    """
+
+    use_cases: Mapping[str, UseCase]
+    hash: bytes
+    source: str = "<registry>"
+
+    @property
+    def hash_hex(self) -> str:
+        """The canonical hash in hex, for logs and the CLI."""
+        return self.hash.hex()
+
+    def __getitem__(self, name: str) -> UseCase:
+        return self.use_cases[name]
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.use_cases
+
+
+# --- mechanisms: where they live and how their parameters are read ------------------------
+
+
+@dataclass(frozen=True)
+class _Spec:
+    module: str
+    cls: str
+    required: frozenset[str]
+    optional: frozenset[str]
+    epsilon_parameter: bool  # the use case's epsilon is passed as the constructor's `epsilon`
+    hashed: bool  # takes the public `seed`
+
+
+_SPECS: Final[Mapping[str, _Spec]] = MappingProxyType(
+    {
+        "rr": _Spec("protocol.randomized_response", "RandomizedResponse", frozenset(), frozenset(), True, False),
+        "one-bit-mean": _Spec(
+            "protocol.one_bit_mean", "OneBitMean", frozenset({"m"}), frozenset({"s", "gamma"}), True, False
+        ),
+        "dbitflip": _Spec(
+            "protocol.dbitflip", "DBitFlip", frozenset({"buckets", "d"}), frozenset({"memoize"}), True, False
+        ),
+        "rappor": _Spec(
+            "protocol.rappor",
+            "Rappor",
+            frozenset({"k", "h", "cohorts", "f", "p", "q"}),
+            frozenset({"variant", "categories"}),
+            False,
+            True,
+        ),
+        "cms": _Spec("protocol.cms", "CountMeanSketch", frozenset({"k", "m"}), frozenset(), True, True),
+        "hcms": _Spec("protocol.hcms", "HadamardCountMeanSketch", frozenset({"k", "m"}), frozenset(), True, True),
+        "sfp": _Spec(
+            "protocol.sfp",
+            "SequenceFragmentPuzzle",
+            frozenset({"epsilon", "epsilon_fragment", "k", "m", "k_fragment", "m_fragment"}),
+            frozenset({"length", "fragment_length"}),
+            False,
+            True,
+        ),
+    }
+)
+
+MECHANISM_NAMES: Final = tuple(_SPECS)
+"""The mechanism names a use case may name."""
+
+_USE_CASE_KEYS: Final = frozenset(
+    {
+        "mechanism",
+        "epsilon",
+        "period",
+        "daily_limit",
+        "lifetime_epsilon",
+        "parameters",
+        "seed",
+        "collector",
+        "description",
+    }
+)
+_COLLECTOR_KEYS: Final = frozenset({"min_reports", "release_threshold", "dictionary"})
+_DICTIONARY_MECHANISMS: Final = frozenset({"cms", "hcms", "rappor"})
+
+
+def _mechanism_class(name: str) -> Callable[..., WireMechanism]:
+    spec = _SPECS[name]
+    module = importlib.import_module(spec.module)
+    cls: Callable[..., WireMechanism] = getattr(module, spec.cls)
+    return cls
+
+
+def _convert_buckets(value: object) -> object:
+    module = importlib.import_module("protocol.buckets")
+    return module.buckets_from_plain(value)
+
+
+# Parameters whose TOML form differs from the constructor's: a table becomes a buckets
+# object, an array becomes a tuple (mechanisms are frozen and hashable).
+_CONVERTERS: Final[Mapping[str, Callable[[object], object]]] = MappingProxyType(
+    {
+        "buckets": _convert_buckets,
+        "categories": lambda v: tuple(v) if isinstance(v, list) else v,
+    }
+)
+
+
+# --- parsing -----------------------------------------------------------------------------
+
+
+class _Reader:
+    """Typed access to one TOML table, raising RegistryError that names source, use case, field."""
+
+    def __init__(self, source: str, use_case: str | None, table: Mapping[str, Any], prefix: str = "") -> None:
+        self.source = source
+        self.use_case = use_case
+        self.table = table
+        self.prefix = prefix
+
+    def error(self, field: str, kind: str, problem: str) -> RegistryError:
+        return RegistryError(
+            source=self.source, use_case=self.use_case, field=self.prefix + field, kind=kind, problem=problem
+        )
+
+    def reject_unknown(self, allowed: frozenset[str], what: str) -> None:
+        for key in self.table:
+            if key not in allowed:
+                raise self.error(
+                    key, "unknown-key", f"unknown key in {what}; allowed keys: {', '.join(sorted(allowed))}"
+                )
+
+    def has(self, key: str) -> bool:
+        return key in self.table
+
+    def _get(self, key: str) -> Any:
+        if key not in self.table:
+            raise self.error(key, "missing-field", "required field is missing; add it")
+        return self.table[key]
+
+    def string(self, key: str) -> str:
+        value = self._get(key)
+        if not isinstance(value, str):
+            raise self.error(key, "bad-type", f"expected a string; got {_type_name(value)} {value!r}")
+        return value
+
+    def integer(self, key: str, *, low: int, high: int) -> int:
+        value = self._get(key)
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise self.error(key, "bad-type", f"expected an integer; got {_type_name(value)} {value!r}")
+        if not low <= value <= high:
+            raise self.error(key, "out-of-range", f"must be an integer in [{low}, {high}]; got {value}")
+        return value
+
+    def number(self, key: str, *, positive: bool, high: float | None = None) -> float:
+        value = self._get(key)
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise self.error(key, "bad-type", f"expected a number; got {_type_name(value)} {value!r}")
+        x = float(value)
+        bound = "> 0" if positive else ">= 0"
+        if high is not None:
+            bound += f" and <= {high:g}"
+        if not math.isfinite(x) or (x <= 0 if positive else x < 0) or (high is not None and x > high):
+            raise self.error(key, "out-of-range", f"must be a finite number {bound}; got {value!r}")
+        return x
+
+    def table_at(self, key: str) -> Mapping[str, Any]:
+        value = self._get(key)
+        if not isinstance(value, dict):
+            raise self.error(key, "bad-type", f"expected a table; got {_type_name(value)} {value!r}")
+        return value
+
+    def hex_bytes(self, key: str, *, min_len: int, max_len: int) -> bytes:
+        text = self.string(key)
+        try:
+            value = bytes.fromhex(text)
+        except ValueError:
+            raise self.error(key, "bad-value", f"expected hexadecimal digits; got {text!r}") from None
+        if not min_len <= len(value) <= max_len:
+            raise self.error(
+                key,
+                "out-of-range",
+                f"must be {min_len} to {max_len} bytes ({2 * min_len}+ hex digits); got {len(value)}",
+            )
+        return value
+
+
+def _type_name(value: object) -> str:
+    return {
+        bool: "boolean",
+        int: "integer",
+        float: "float",
+        str: "string",
+        list: "array",
+        dict: "table",
+    }.get(type(value), type(value).__name__)
+
+
+def parse_registry(data: bytes | str, *, source: str = "<registry>") -> Registry:
+    """Parse and validate a registry file's contents.
+
+    Args:
+        data: the TOML text (bytes are decoded as UTF-8).
+        source: the file name, used in every error message.
+
+    Returns:
+        The frozen registry, with each use case's mechanism constructed.
+
+    Raises:
+        RegistryError: on any mistake, naming the source, the use case and the field.
+    """
+    if isinstance(data, bytes):
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise RegistryError(
+                source=source, use_case=None, field="", kind="syntax", problem=f"not UTF-8 text ({exc})"
+            ) from None
+    else:
+        text = data
+    try:
+        doc = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise RegistryError(
+            source=source, use_case=None, field="", kind="syntax", problem=f"invalid TOML: {exc}"
+        ) from None
+
+    top = _Reader(source, None, doc)
+    top.reject_unknown(frozenset({"format", "salt", "use_cases"}), "the registry's top level")
+    fmt = top.integer("format", low=0, high=1 << 31)
+    if fmt != REGISTRY_FORMAT:
+        raise top.error("format", "bad-value", f"this version reads registry format {REGISTRY_FORMAT}; got {fmt}")
+    salt = top.hex_bytes("salt", min_len=16, max_len=64) if top.has("salt") else None
+    tables = top.table_at("use_cases")
+    if not tables:
+        raise top.error("use_cases", "missing-field", "the registry defines no use case; add a [use_cases.NAME] table")
+
+    use_cases: dict[str, UseCase] = {}
+    for name, table in tables.items():
+        if not _NAME_RE.fullmatch(name):
+            raise RegistryError(
+                source=source,
+                use_case=name,
+                field="",
+                kind="bad-value",
+                problem="a use-case name is 1-64 of a-z, 0-9, '.', '_', '-', starting with a letter or digit",
+            )
+        if not isinstance(table, dict):
+            raise RegistryError(
+                source=source, use_case=name, field="", kind="bad-type", problem="expected a table [use_cases.NAME]"
+            )
+        use_cases[name] = _parse_use_case(_Reader(source, name, table), name, salt)
+
+    ordered = {name: use_cases[name] for name in sorted(use_cases)}
+    return Registry(use_cases=MappingProxyType(ordered), hash=_canonical_hash(ordered), source=source)
+
+
+def _parse_use_case(r: _Reader, name: str, salt: bytes | None) -> UseCase:
+    r.reject_unknown(_USE_CASE_KEYS, "a use case")
+    mech_name = r.string("mechanism")
+    if mech_name not in _SPECS:
+        raise r.error("mechanism", "unknown-mechanism", f"unknown mechanism {mech_name!r}; one of {', '.join(_SPECS)}")
+    spec = _SPECS[mech_name]
+    epsilon = r.number("epsilon", positive=True, high=_EPSILON_MAX)
+    period_text = r.string("period")
+    try:
+        period = Period(period_text)
+    except ValueError:
+        raise r.error("period", "bad-value", f'must be "6h" or "1d"; got {period_text!r}') from None
+    daily_limit = r.integer("daily_limit", low=1, high=_MAX_DAILY_LIMIT)
+    lifetime_epsilon = r.number("lifetime_epsilon", positive=True)
+    description = r.string("description") if r.has("description") else ""
+
+    # The public hash seed: explicit, or derived from the registry salt and the name.
+    seed: bytes | None = None
+    if spec.hashed:
+        if r.has("seed"):
+            seed = r.hex_bytes("seed", min_len=16, max_len=64)
+        elif salt is not None:
+            seed = hashlib.blake2b(name.encode(), key=salt, digest_size=32, person=_SEED_PERSON).digest()
+        else:
+            raise r.error(
+                "seed",
+                "missing-field",
+                f'{mech_name} needs a public hash seed: give seed = "<hex>" or a top-level salt',
+            )
+    elif r.has("seed"):
+        raise r.error("seed", "unknown-key", f"{mech_name} uses no hash seed; remove the key")
+
+    raw_params = r.table_at("parameters") if r.has("parameters") else {}
+    params = _Reader(r.source, name, raw_params, prefix="parameters.")
+    allowed = spec.required | spec.optional
+    if spec.epsilon_parameter and "epsilon" in raw_params:
+        raise params.error("epsilon", "unknown-key", f"for {mech_name} ε is the use case's `epsilon`; remove it here")
+    params.reject_unknown(allowed, f"the parameters of {mech_name}")
+    for key in sorted(spec.required):
+        if key not in raw_params:
+            raise params.error(key, "missing-field", f"{mech_name} requires parameter {key!r}; add it")
+
+    kwargs: dict[str, Any] = {}
+    for key, value in raw_params.items():
+        convert = _CONVERTERS.get(key)
+        kwargs[key] = convert(value) if convert is not None else value
+    if spec.epsilon_parameter:
+        kwargs["epsilon"] = epsilon
+    if seed is not None:
+        kwargs["seed"] = seed
+    try:
+        cls = _mechanism_class(mech_name)
+    except (ImportError, AttributeError) as exc:  # a mechanism module not (yet) installed
+        raise r.error("mechanism", "unknown-mechanism", f"mechanism {mech_name!r} is not available ({exc})") from None
+    try:
+        mechanism = cls(**kwargs)
+    except ParameterError as exc:
+        raise params.error(exc.name, "bad-parameter", f"{mech_name}: {exc}") from None
+    except (ValueError, TypeError) as exc:
+        raise params.error("", "bad-parameter", f"{mech_name} rejects its parameters: {exc}") from None
+
+    cost = float(mechanism.epsilon_report)
+    if cost > epsilon + _EPSILON_SLACK:
+        raise r.error(
+            "epsilon",
+            "epsilon-too-small",
+            f"one {mech_name} report with these parameters costs ε = {cost:.6g}, more than the declared {epsilon:g}; "
+            "raise epsilon or change the parameters",
+        )
+    if lifetime_epsilon < cost:
+        raise r.error(
+            "lifetime_epsilon",
+            "out-of-range",
+            f"below the cost of a single report (ε = {cost:.6g}); the use case could never report",
+        )
+
+    col = _Reader(r.source, name, r.table_at("collector"), prefix="collector.")
+    col.reject_unknown(_COLLECTOR_KEYS, "the collector settings")
+    min_reports = col.integer("min_reports", low=0, high=1 << 62)
+    threshold = col.number("release_threshold", positive=False) if col.has("release_threshold") else 0.0
+    dictionary: str | None = None
+    if col.has("dictionary"):
+        if mech_name not in _DICTIONARY_MECHANISMS:
+            raise col.error(
+                "dictionary", "unknown-key", f"{mech_name} takes no dictionary; only cms, hcms and rappor do"
+            )
+        dictionary = col.string("dictionary")
+        if not dictionary:
+            raise col.error("dictionary", "bad-value", "an empty path; give the dictionary file or remove the key")
+
+    return UseCase(
+        name=name,
+        mechanism=mechanism,
+        epsilon=epsilon,
+        period=period,
+        daily_limit=daily_limit,
+        lifetime_epsilon=lifetime_epsilon,
+        seed=seed,
+        collector=CollectorSettings(min_reports=min_reports, release_threshold=threshold, dictionary=dictionary),
+        description=description,
+    )
+
+
+# --- canonical hash ------------------------------------------------------------------------
+
+
+def _canonical(value: object) -> object:
+    """A plain, order-independent form of a parsed value for hashing."""
+    if value is None or isinstance(value, bool | str | bytes):
+        return value
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float):
+        # 4 and 4.0 mean the same; -0.0 and 0.0 too.
+        return int(value) if value.is_integer() else value
+    if isinstance(value, np.generic):
+        return _canonical(value.item())
+    if isinstance(value, np.ndarray):
+        return [_canonical(v) for v in value.tolist()]
+    if isinstance(value, enum.Enum):
+        return _canonical(value.value)
+    if isinstance(value, list | tuple):
+        return [_canonical(v) for v in value]
+    if isinstance(value, Mapping):
+        return {str(k): _canonical(value[k]) for k in sorted(value, key=str)}
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        fields = {f.name: _canonical(getattr(value, f.name)) for f in dataclasses.fields(value)}
+        return {"type": type(value).__name__, "fields": dict(sorted(fields.items()))}
+    raise TypeError(f"registry hash: cannot canonicalise a {type(value).__name__}")
+
+
+def _canonical_hash(use_cases: Mapping[str, UseCase]) -> bytes:
+    doc = {
+        "format": REGISTRY_FORMAT,
+        "use_cases": {
+            name: {
+                "mechanism": _canonical(uc.mechanism),
+                "mechanism_name": uc.mechanism.name,
+                "epsilon": _canonical(uc.epsilon),
+                "period": uc.period.value,
+                "daily_limit": uc.daily_limit,
+                "lifetime_epsilon": _canonical(uc.lifetime_epsilon),
+                "seed": uc.seed,
+                "collector": _canonical(uc.collector),
+            }
+            for name, uc in sorted(use_cases.items())
+        },
+    }
+    encoded = msgpack.packb(doc, use_bin_type=True)
+    return hashlib.sha256(_HASH_DOMAIN + encoded).digest()[:HASH_SIZE]

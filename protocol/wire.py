@@ -1,0 +1,437 @@
+"""The report: one msgpack message per use case per send, and its strict, total decoder.
+
+A report carries exactly what the collector needs to fold it and nothing that identifies
+the device (DESIGN invariant 4): the format version, the use case's name, the registry's
+canonical hash, the period index (the 6-hour or daily slot since the Unix epoch, never a
+finer time), a 16-byte random report id (drawn fresh from the CSPRNG for every message;
+it de-duplicates redeliveries and links nothing), and the records in the mechanism's
+compact form. On the wire it is a msgpack map with one-letter keys::
+
+    {"v": 1, "u": "emoji", "h": <bin 16>, "p": 81234, "i": <bin 16>, "r": [...]}
+
+Decoding is total (STYLE rule 8): for any ``bytes``, :func:`decode_report` either returns
+a :class:`DecodedReport` whose batch satisfies the mechanism's schema, or raises
+:class:`~protocol.errors.MalformedReportError` with a machine-readable ``reason`` and the
+``field`` at fault; no other exception escapes, and nothing is allocated beyond a small
+multiple of the (capped) message size. The checks, in order: the size cap (before any
+decoding); msgpack well-formedness with the unpacker's length limits set to the cap; no
+trailing bytes; nesting depth; only plain msgpack types (no ext or timestamp values); the
+envelope's keys (no unknown, duplicate or missing key); version; use case; registry hash;
+period; report id; the records (the mechanism's own strict ``decode_records``); and the
+record count (at least one, at most the use case's daily limit).
+
+``docs/wire-format.md`` documents the schema, the reason codes, the schema-evolution rules
+and the encoded sizes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+import msgpack
+
+from protocol.errors import MalformedReportError
+from protocol.randomness import RandomSource
+from protocol.registry import HASH_SIZE, Registry, UseCase
+
+__all__ = [
+    "DEFAULT_MAX_SIZE",
+    "FORMAT_VERSION",
+    "MAX_DEPTH",
+    "REASONS",
+    "REPORT_ID_SIZE",
+    "DecodedReport",
+    "Report",
+    "decode_report",
+    "encode_report",
+    "make_report",
+    "new_report_id",
+]
+
+FORMAT_VERSION: Final = 1
+"""The report format this module writes and reads."""
+
+REPORT_ID_SIZE: Final = 16
+"""Bytes of the random report id."""
+
+DEFAULT_MAX_SIZE: Final = 64 * 1024
+"""Default cap on an encoded report, checked before decoding. The largest legitimate
+report of the example registry (10 CMS records with m = 1,024) is under 1.5 KiB."""
+
+MAX_DEPTH: Final = 16
+"""Deepest nesting accepted (the envelope map is depth 1). The records of every mechanism
+need at most 5; anything deeper is hostile."""
+
+REASONS: Final = frozenset(
+    {
+        # the envelope (this module)
+        "oversize",
+        "truncated",
+        "bad-encoding",
+        "trailing-bytes",
+        "too-deep",
+        "bad-type",
+        "missing-field",
+        "unknown-field",
+        "duplicate",
+        "unknown-version",
+        "unknown-use-case",
+        "registry-mismatch",
+        "out-of-range",
+        "bad-length",
+        "too-many-records",
+        # the records (the mechanisms' decode_records, with field "records[...]")
+        "bad-padding",
+    }
+)
+"""Every ``MalformedReportError.reason`` the decoder can raise."""
+
+# Wire keys, in the order the encoder writes them; new fields go last (STYLE rule 6).
+_K_VERSION: Final = "v"
+_K_USE_CASE: Final = "u"
+_K_REGISTRY: Final = "h"
+_K_PERIOD: Final = "p"
+_K_ID: Final = "i"
+_K_RECORDS: Final = "r"
+_FIELD_NAMES: Final = {
+    _K_VERSION: "version",
+    _K_USE_CASE: "use_case",
+    _K_REGISTRY: "registry_hash",
+    _K_PERIOD: "period",
+    _K_ID: "report_id",
+    _K_RECORDS: "records",
+}
+_REQUIRED_V1: Final = (_K_VERSION, _K_USE_CASE, _K_REGISTRY, _K_PERIOD, _K_ID, _K_RECORDS)
+
+_SCALAR_TYPES: Final = frozenset({int, float, str, bytes, bool, type(None)})
+
+
+@dataclass(frozen=True, kw_only=True)
+class Report:
+    """One report as it is sent: the envelope and the records in the mechanism's compact form.
+
+    Attributes:
+        use_case: the use case's name.
+        registry_hash: the 16-byte canonical hash of the registry the records were made under.
+        period: the slot index (``UseCase.period.index_at(t)``), never a finer time.
+        report_id: 16 random bytes, fresh for every message (:func:`new_report_id`).
+        records: the output of ``mechanism.encode_records(records)``.
+        version: the format version.
+    """
+
+    use_case: str
+    registry_hash: bytes
+    period: int
+    report_id: bytes
+    records: Sequence[Any]
+    version: int = FORMAT_VERSION
+
+
+@dataclass(frozen=True, kw_only=True, eq=False)
+class DecodedReport:
+    """A report that passed every check.
+
+    Attributes:
+        use_case: the registry's use case the report belongs to.
+        registry_hash: the registry hash it was made under (equal to the registry's).
+        period: the slot index.
+        report_id: the 16-byte report id (for de-duplication).
+        batch: the records in the mechanism's columnar form, ready for ``aggregate.add``.
+        version: the format version.
+    """
+
+    use_case: UseCase
+    registry_hash: bytes
+    period: int
+    report_id: bytes
+    batch: Any = field(repr=False)
+    version: int = FORMAT_VERSION
+
+    @property
+    def count(self) -> int:
+        """Number of records in the report."""
+        return len(self.batch)
+
+
+def new_report_id(rng: RandomSource) -> bytes:
+    """16 fresh random bytes for a report id (devices pass ``SystemRandom()``)."""
+    return rng.words(2).astype("<u8").tobytes()
+
+
+def make_report(
+    use_case: UseCase,
+    registry: Registry,
+    *,
+    period: int,
+    records: Sequence[Any],
+    rng: RandomSource,
+) -> Report:
+    """Build the report for a use case's privatized records, with a fresh report id.
+
+    Args:
+        use_case: the use case (from ``registry``).
+        registry: the registry whose hash the report carries.
+        period: the slot index the records belong to.
+        records: privatized records of ``use_case.mechanism`` (at most ``daily_limit``).
+        rng: the source of the report id (``SystemRandom()`` on devices).
+
+    Raises:
+        ValueError: on a caller mistake (foreign use case, empty or too many records, bad period).
+    """
+    if registry.use_cases.get(use_case.name) is not use_case:
+        raise ValueError(f"use case {use_case.name!r} is not the registry's use case of that name")
+    if not 1 <= len(records) <= use_case.daily_limit:
+        raise ValueError(f"a report carries 1 to {use_case.daily_limit} records; got {len(records)}")
+    if isinstance(period, bool) or not isinstance(period, int) or not 0 <= period <= use_case.period.max_index:
+        raise ValueError(f"period must be a slot index in [0, {use_case.period.max_index}]; got {period!r}")
+    return Report(
+        use_case=use_case.name,
+        registry_hash=registry.hash,
+        period=period,
+        report_id=new_report_id(rng),
+        records=use_case.mechanism.encode_records(records),
+    )
+
+
+def encode_report(report: Report) -> bytes:
+    """The report's msgpack bytes (keys in the fixed order v, u, h, p, i, r)."""
+    out: bytes = msgpack.packb(
+        {
+            _K_VERSION: report.version,
+            _K_USE_CASE: report.use_case,
+            _K_REGISTRY: report.registry_hash,
+            _K_PERIOD: report.period,
+            _K_ID: report.report_id,
+            _K_RECORDS: report.records,
+        },
+        use_bin_type=True,
+    )
+    return out
+
+
+# --- decoding --------------------------------------------------------------------------------
+
+
+class _PairsHook:
+    """Builds each map from its key/value pairs, remembering maps whose keys repeat.
+
+    msgpack would otherwise keep the last value silently; a repeated key is refused.
+    One instance per decode call (the unpacker calls it for every map, innermost first).
+    """
+
+    __slots__ = ("duplicated",)
+
+    def __init__(self) -> None:
+        self.duplicated: list[tuple[dict[Any, Any], Any]] = []
+
+    def __call__(self, pairs: list[tuple[Any, Any]]) -> dict[Any, Any]:
+        d = dict(pairs)
+        if len(d) != len(pairs):
+            seen: set[Any] = set()
+            for key, _ in pairs:
+                if key in seen:
+                    self.duplicated.append((d, key))
+                    break
+                seen.add(key)
+        return d
+
+
+def _reject_ext(code: int, data: bytes) -> object:
+    raise MalformedReportError("bad-type", "", f"msgpack extension type {code} is not allowed")
+
+
+def _unpack(data: bytes, max_size: int) -> tuple[object, _PairsHook]:
+    hook = _PairsHook()
+    try:
+        obj = msgpack.unpackb(
+            data,
+            raw=False,
+            use_list=True,
+            strict_map_key=True,
+            object_pairs_hook=hook,
+            ext_hook=_reject_ext,
+            timestamp=0,
+            # Lengths are bounded by the (already capped) message size; each element of an
+            # array or map takes at least one byte, so nothing larger can be legitimate.
+            max_bin_len=max_size,
+            max_str_len=max_size,
+            max_array_len=max_size,
+            max_map_len=max_size // 2,
+            max_ext_len=max_size,
+        )
+    except MalformedReportError:
+        raise
+    except msgpack.ExtraData:
+        raise MalformedReportError("trailing-bytes", "", "bytes follow the end of the message") from None
+    except msgpack.StackError:
+        raise MalformedReportError("too-deep", "", "nesting exceeds the unpacker's stack") from None
+    except UnicodeDecodeError:
+        raise MalformedReportError("bad-encoding", "", "a string is not valid UTF-8") from None
+    except ValueError as exc:
+        text = str(exc)
+        if "incomplete input" in text:
+            raise MalformedReportError("truncated", "", "the message ends inside a value") from None
+        if "exceeds max_" in text:
+            raise MalformedReportError("oversize", "", text) from None
+        if "is not allowed for map key" in text:
+            raise MalformedReportError("bad-type", "", text) from None
+        raise MalformedReportError("bad-encoding", "", text or type(exc).__name__) from None
+    except msgpack.UnpackException as exc:  # the library's remaining failure modes
+        raise MalformedReportError("bad-encoding", "", f"{type(exc).__name__}: {exc}") from None
+    return obj, hook
+
+
+def _check_plain(value: object, depth: int, path: str) -> None:
+    """Only msgpack's plain types, at most MAX_DEPTH deep (the envelope is depth 1).
+
+    The unpacker can also produce ``Timestamp`` objects (ext type -1 bypasses ``ext_hook``);
+    mechanisms are promised plain data only. Each container's element types are checked
+    as one set (in C); only containers are visited one by one.
+    """
+    stack: list[tuple[object, int, str]] = [(value, depth, path)]
+    while stack:
+        obj, d, p = stack.pop()
+        if d > MAX_DEPTH:
+            raise MalformedReportError("too-deep", p, f"nesting deeper than {MAX_DEPTH}")
+        if isinstance(obj, list):
+            values: Any = obj
+        elif isinstance(obj, dict):
+            values = obj.values()
+        else:
+            if type(obj) not in _SCALAR_TYPES:
+                raise MalformedReportError("bad-type", p, f"{type(obj).__name__} is not allowed")
+            continue
+        if set(map(type, values)) <= _SCALAR_TYPES:
+            continue
+        pairs: Any = enumerate(obj) if isinstance(obj, list) else obj.items()
+        for key, item in pairs:
+            t = type(item)
+            if t is list or t is dict:
+                stack.append((item, d + 1, _child_path(p, d, key, isinstance(obj, list))))
+            elif t not in _SCALAR_TYPES:
+                sub = _child_path(p, d, key, isinstance(obj, list))
+                raise MalformedReportError("bad-type", sub, f"{t.__name__} is not allowed")
+
+
+def _child_path(parent: str, depth: int, key: object, indexed: bool) -> str:
+    """The documented name of a child: envelope keys by name ("records", not "r"), then paths."""
+    if indexed:
+        return f"{parent}[{key}]"
+    if depth == 1:
+        return _FIELD_NAMES.get(str(key), str(key))
+    return f"{parent}.{key}"
+
+
+def _fixed_bytes(env: dict[str, Any], key: str, size: int) -> bytes:
+    value = env[key]
+    name = _FIELD_NAMES[key]
+    if type(value) is not bytes:
+        raise MalformedReportError("bad-type", name, f"expected {size} bytes (msgpack bin)")
+    if len(value) != size:
+        raise MalformedReportError("bad-length", name, f"expected {size} bytes; got {len(value)}")
+    return value
+
+
+def decode_report(
+    data: bytes | bytearray | memoryview,
+    registry: Registry,
+    *,
+    max_size: int = DEFAULT_MAX_SIZE,
+    periods: range | None = None,
+) -> DecodedReport:
+    """Strictly decode one report received from the network.
+
+    Args:
+        data: the message bytes, untrusted.
+        registry: the registry the collector runs; reports made under another one are refused.
+        max_size: the size cap in bytes, checked before anything is decoded.
+        periods: if given, the period indices accepted (e.g. the last few slots); otherwise
+            any index from 0 to the period's :attr:`~protocol.registry.Period.max_index`.
+
+    Returns:
+        The decoded report; its batch satisfies the mechanism's record schema.
+
+    Raises:
+        MalformedReportError: for any malformed, hostile or foreign message; ``reason`` is one of
+            :data:`REASONS` and ``field`` names the offending field (``""`` for the whole message).
+        TypeError: if ``data`` is not bytes (a caller mistake, not hostile input).
+    """
+    if not isinstance(data, bytes | bytearray | memoryview):
+        raise TypeError(f"decode_report takes bytes; got {type(data).__name__}")
+    if len(data) > max_size:
+        raise MalformedReportError("oversize", "", f"{len(data)} bytes exceed the cap of {max_size}")
+    if len(data) == 0:
+        raise MalformedReportError("truncated", "", "empty message")
+    obj, hook = _unpack(bytes(data), max_size)
+    if not isinstance(obj, dict):
+        _check_plain(obj, 1, "")  # a hostile deep structure says "too-deep" rather than "bad-type"
+        raise MalformedReportError("bad-type", "", f"expected a map; got {type(obj).__name__}")
+    env: dict[str, Any] = obj
+    for dup_map, dup_key in hook.duplicated:
+        if dup_map is env:
+            raise MalformedReportError("duplicate", _FIELD_NAMES.get(dup_key, str(dup_key)), "envelope key repeats")
+        raise MalformedReportError("duplicate", "records", f"a map key {dup_key!r} repeats inside the records")
+
+    # The version decides which keys exist, so it is read first.
+    if _K_VERSION not in env:
+        raise MalformedReportError("missing-field", "version", "no format version")
+    version = env[_K_VERSION]
+    if type(version) is not int:
+        raise MalformedReportError("bad-type", "version", "expected an integer")
+    if version != FORMAT_VERSION:
+        raise MalformedReportError("unknown-version", "version", f"this decoder reads version {FORMAT_VERSION}")
+    if env.keys() != _FIELD_NAMES.keys():
+        for key in env:
+            if key not in _FIELD_NAMES:
+                raise MalformedReportError("unknown-field", str(key), f"version {version} has no such key")
+        for key in _REQUIRED_V1:
+            if key not in env:
+                raise MalformedReportError("missing-field", _FIELD_NAMES[key], "required field is missing")
+
+    name = env[_K_USE_CASE]
+    if type(name) is not str:
+        raise MalformedReportError("bad-type", "use_case", "expected a string")
+    use_case = registry.use_cases.get(name)
+    if use_case is None:
+        raise MalformedReportError("unknown-use-case", "use_case", f"{name[:80]!r} is not in the registry")
+
+    registry_hash = _fixed_bytes(env, _K_REGISTRY, HASH_SIZE)
+    if registry_hash != registry.hash:
+        raise MalformedReportError(
+            "registry-mismatch", "registry_hash", f"made under registry {registry_hash.hex()}, not {registry.hash_hex}"
+        )
+
+    period = env[_K_PERIOD]
+    if type(period) is not int:
+        raise MalformedReportError("bad-type", "period", "expected an integer slot index")
+    if not 0 <= period <= use_case.period.max_index:
+        raise MalformedReportError(
+            "out-of-range", "period", f"slot index must be in [0, {use_case.period.max_index}]; got {period}"
+        )
+    if periods is not None and period not in periods:
+        raise MalformedReportError("out-of-range", "period", f"slot {period} is outside the accepted {periods}")
+
+    report_id = _fixed_bytes(env, _K_ID, REPORT_ID_SIZE)
+
+    # Every other envelope field was checked for its exact type above; the records are
+    # checked for plain types and depth before the mechanism sees them.
+    raw_records = env[_K_RECORDS]
+    _check_plain(raw_records, 2, "records")
+    batch = use_case.mechanism.decode_records(raw_records)
+    count = len(batch)
+    if count == 0:
+        raise MalformedReportError("bad-length", "records", "a report carries at least one record")
+    if count > use_case.daily_limit:
+        raise MalformedReportError(
+            "too-many-records", "records", f"{count} records exceed the daily limit of {use_case.daily_limit}"
+        )
+    return DecodedReport(
+        use_case=use_case,
+        registry_hash=registry_hash,
+        period=period,
+        report_id=report_id,
+        batch=batch,
+        version=version,
+    )

@@ -1,0 +1,608 @@
+"""The report format: round trips for every mechanism, each rejection reason, no identifiers, sizes."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import msgpack
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from protocol.errors import MalformedReportError
+from protocol.randomness import SeededRandom, SystemRandom
+from protocol.registry import MECHANISM_NAMES, Registry, UseCase, parse_registry
+from protocol.wire import (
+    DEFAULT_MAX_SIZE,
+    FORMAT_VERSION,
+    MAX_DEPTH,
+    REASONS,
+    DecodedReport,
+    Report,
+    decode_report,
+    encode_report,
+    make_report,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLE = ROOT / "deploy" / "usecases.example.toml"
+
+# ---------------------------------------------------------------------------------------------
+# One small use case per mechanism, the values it privatizes, and its batch invariants.
+# Shared with test_wire_fuzz.py.
+# ---------------------------------------------------------------------------------------------
+
+
+def _bits01(a: np.ndarray[Any, Any]) -> None:
+    assert a.dtype == np.uint8
+    assert set(np.unique(a).tolist()) <= {0, 1}
+
+
+def _check_bits_only(mech: Any, batch: Any) -> None:
+    assert batch.bits.ndim == 1
+    _bits01(batch.bits)
+
+
+def _check_dbitflip(mech: Any, batch: Any) -> None:
+    n = len(batch)
+    assert batch.buckets.shape == (n, mech.d)
+    assert batch.bits.shape == (n, mech.d)
+    assert ((batch.buckets >= 0) & (batch.buckets < mech.k)).all()
+    for row in batch.buckets.tolist():
+        assert len(set(row)) == mech.d
+    _bits01(batch.bits)
+
+
+def _check_rappor(mech: Any, batch: Any) -> None:
+    n = len(batch)
+    nbytes = (mech.k + 7) // 8
+    assert batch.cohorts.shape == (n,)
+    assert ((batch.cohorts >= 0) & (batch.cohorts < mech.cohorts)).all()
+    assert batch.bits.shape == (n, nbytes)
+    assert batch.bits.dtype == np.uint8
+    pad = (-mech.k) % 8
+    if n and pad:
+        assert not (batch.bits[:, -1] & ((1 << pad) - 1)).any()
+
+
+def _check_hcms(mech: Any, batch: Any) -> None:
+    n = len(batch)
+    assert batch.j.shape == batch.ell.shape == batch.bits.shape == (n,)
+    assert ((batch.j >= 0) & (batch.j < mech.k)).all()
+    assert ((batch.ell >= 0) & (batch.ell < mech.m)).all()
+    _bits01(batch.bits)
+
+
+def _check_sketch(mech: Any, batch: Any) -> None:
+    """CMS / HCMS / SFP: every integer column is an in-range index, every bit column 0/1."""
+    n = len(batch)
+    for f in dataclasses.fields(batch):
+        a = getattr(batch, f.name)
+        if isinstance(a, np.ndarray):
+            assert a.shape[:1] == (n,), f.name
+            if a.dtype != np.uint8 or "bit" not in f.name:
+                assert (a >= 0).all(), f.name
+    for name, bound in _sketch_bounds(mech).items():
+        a = getattr(batch, name, None)
+        if a is not None:
+            assert (a < bound).all(), name
+
+
+def _sketch_bounds(mech: Any) -> dict[str, int]:
+    """Upper bounds of index columns by their usual names (filled in as the modules land)."""
+    out: dict[str, int] = {}
+    for col, attr in (("rows", "k"), ("hashes", "k"), ("j", "k"), ("columns", "m"), ("l", "m"), ("ell", "m")):
+        if hasattr(mech, attr):
+            out[col] = int(getattr(mech, attr))
+    return out
+
+
+@dataclass(frozen=True)
+class Case:
+    """A small use case of one mechanism for the wire tests."""
+
+    mechanism: str
+    module: str
+    table: str
+    values: st.SearchStrategy[Any]
+    check: Callable[[Any, Any], None]
+    sample: Any  # one value to privatize
+
+    @property
+    def use_case(self) -> str:
+        return f"t-{self.mechanism}"
+
+
+CASES: tuple[Case, ...] = (
+    Case("rr", "protocol.randomized_response", "epsilon = 1.0", st.integers(0, 1), _check_bits_only, 1),
+    Case(
+        "one-bit-mean",
+        "protocol.one_bit_mean",
+        "epsilon = 1.0\nparameters = { m = 3600, gamma = 0.2 }",
+        st.integers(0, 3600),
+        _check_bits_only,
+        1234,
+    ),
+    Case(
+        "dbitflip",
+        "protocol.dbitflip",
+        'epsilon = 1.0\nparameters = { d = 4, buckets = { kind = "linear", low = 0, high = 3600, count = 32 } }',
+        st.integers(0, 3599),
+        _check_dbitflip,
+        1234,
+    ),
+    Case(
+        "rappor",
+        "protocol.rappor",
+        "epsilon = 2.0\nparameters = { k = 20, h = 2, cohorts = 8, f = 0.5, p = 0.5, q = 0.75 }",
+        st.text(max_size=12),
+        _check_rappor,
+        "example.com",
+    ),
+    Case(
+        "cms",
+        "protocol.cms",
+        "epsilon = 4.0\nparameters = { k = 16, m = 64 }",
+        st.text(max_size=12),
+        _check_sketch,
+        "😀",
+    ),
+    Case(
+        "hcms",
+        "protocol.hcms",
+        "epsilon = 4.0\nparameters = { k = 16, m = 64 }",
+        st.text(max_size=12),
+        _check_hcms,
+        "example.com",
+    ),
+    Case(
+        "sfp",
+        "protocol.sfp",
+        "epsilon = 8.0\nparameters = { epsilon = 2.0, epsilon_fragment = 6.0, k = 16, m = 64,"
+        " k_fragment = 16, m_fragment = 64 }",
+        st.text(alphabet="abcdefghijklmnopqrstuvwxyz", min_size=1, max_size=10),
+        _check_sketch,
+        "bruh",
+    ),
+)
+
+
+def available(case: Case) -> bool:
+    """Whether the mechanism's module has landed."""
+    try:
+        importlib.import_module(case.module)
+    except ImportError:
+        return False
+    return True
+
+
+AVAILABLE = tuple(c for c in CASES if available(c))
+DAILY_LIMIT = 8
+
+
+def registry_text(cases: Sequence[Case] = AVAILABLE) -> str:
+    """A registry with one small use case per available mechanism."""
+    parts = ["format = 1", 'salt = "000102030405060708090a0b0c0d0e0f"']
+    for c in cases:
+        parts.append(
+            f'[use_cases.{c.use_case}]\nmechanism = "{c.mechanism}"\nperiod = "6h"\n'
+            f"daily_limit = {DAILY_LIMIT}\nlifetime_epsilon = 1000\n{c.table}\n"
+            f"[use_cases.{c.use_case}.collector]\nmin_reports = 0\n"
+        )
+    return "\n".join(parts)
+
+
+def small_registry() -> Registry:
+    """The registry of the wire tests."""
+    return parse_registry(registry_text(), source="test-registry")
+
+
+REGISTRY = small_registry()
+
+
+def privatize(uc: UseCase, values: Sequence[Any], *, seed: int) -> list[Any]:
+    """Records of ``values`` from one device (state set up once), with seeded coins."""
+    mech: Any = uc.mechanism
+    rng = SeededRandom(seed)
+    state = mech.setup(rng)
+    records = []
+    for v in values:
+        record, state = mech.privatize(v, state, rng)
+        records.append(record)
+    return records
+
+
+def assert_same_batch(got: Any, want: Any) -> None:
+    """Two columnar batches hold the same records (same type, shapes, dtypes and values)."""
+    assert type(got) is type(want)
+    assert len(got) == len(want)
+    for f in dataclasses.fields(want):
+        a, b = getattr(got, f.name), getattr(want, f.name)
+        if isinstance(b, np.ndarray):
+            assert isinstance(a, np.ndarray), f.name
+            assert a.dtype == b.dtype, f"{f.name}: {a.dtype} != {b.dtype}"
+            assert a.shape == b.shape, f.name
+            assert np.array_equal(a, b), f.name
+        else:
+            assert a == b, f.name
+
+
+def roundtrip(uc: UseCase, records: Sequence[Any], *, period: int = 81_234) -> tuple[Report, DecodedReport]:
+    """Encode a report of ``records`` and decode it again."""
+    report = make_report(uc, REGISTRY, period=period, records=records, rng=SeededRandom(3))
+    return report, decode_report(encode_report(report), REGISTRY)
+
+
+def valid_message(uc: UseCase, *, n: int = 2, seed: int = 1) -> bytes:
+    """A valid encoded report of ``n`` records."""
+    case = next(c for c in CASES if c.use_case == uc.name)
+    records = privatize(uc, [case.sample] * n, seed=seed)
+    return encode_report(make_report(uc, REGISTRY, period=81_234, records=records, rng=SeededRandom(seed)))
+
+
+def envelope(data: bytes) -> dict[str, Any]:
+    """The decoded envelope map of an encoded report (for building hostile variants)."""
+    env: dict[str, Any] = msgpack.unpackb(data, raw=False)
+    return env
+
+
+def pack(obj: object) -> bytes:
+    """msgpack bytes of ``obj``."""
+    out: bytes = msgpack.packb(obj, use_bin_type=True)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Round trips
+# ---------------------------------------------------------------------------------------------
+
+
+def test_every_mechanism_is_covered() -> None:
+    """The wire tests cover every mechanism the registry knows."""
+    assert {c.mechanism for c in CASES} == set(MECHANISM_NAMES)
+
+
+@pytest.mark.parametrize("case", AVAILABLE, ids=lambda c: c.mechanism)
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_roundtrip_gives_back_the_same_report(case: Case, data: st.DataObject) -> None:
+    """encode then decode returns the envelope unchanged and the batch of mechanism.batch(records)."""
+    uc = REGISTRY[case.use_case]
+    values = data.draw(st.lists(case.values, min_size=1, max_size=DAILY_LIMIT), label="values")
+    seed = data.draw(st.integers(0, 2**32 - 1), label="seed")
+    period = data.draw(st.integers(0, uc.period.max_index), label="period")
+    records = privatize(uc, values, seed=seed)
+    report, decoded = roundtrip(uc, records, period=period)
+    assert decoded.use_case is uc
+    assert decoded.version == FORMAT_VERSION
+    assert decoded.registry_hash == REGISTRY.hash
+    assert decoded.period == period
+    assert decoded.report_id == report.report_id
+    assert decoded.count == len(records)
+    assert_same_batch(decoded.batch, uc.mechanism.batch(records))
+    case.check(uc.mechanism, decoded.batch)
+
+
+@pytest.mark.parametrize("case", AVAILABLE, ids=lambda c: c.mechanism)
+def test_decoded_batch_folds_into_an_aggregate(case: Case) -> None:
+    """A decoded batch is exactly what aggregate.add takes."""
+    uc = REGISTRY[case.use_case]
+    _, decoded = roundtrip(uc, privatize(uc, [case.sample] * 3, seed=9))
+    agg = uc.mechanism.new_aggregate()
+    agg.add(decoded.batch)
+    assert agg.n == 3
+
+
+def test_encoding_is_deterministic_and_ordered() -> None:
+    """The envelope keys are written in the fixed order v, u, h, p, i, r."""
+    uc = REGISTRY["t-rr"]
+    data = valid_message(uc)
+    assert list(envelope(data)) == ["v", "u", "h", "p", "i", "r"]
+    assert data == valid_message(uc)
+
+
+# ---------------------------------------------------------------------------------------------
+# Every rejection reason
+# ---------------------------------------------------------------------------------------------
+
+
+def _reject(data: bytes, reason: str, field: str | None = None, **kw: Any) -> MalformedReportError:
+    with pytest.raises(MalformedReportError) as info:
+        decode_report(data, REGISTRY, **kw)
+    assert info.value.reason == reason, info.value
+    assert info.value.reason in REASONS
+    if field is not None:
+        assert info.value.field == field, info.value
+    return info.value
+
+
+def _variant(**changes: Any) -> bytes:
+    env = envelope(valid_message(REGISTRY["t-rr"]))
+    for key, value in changes.items():
+        if value is _DROP:
+            del env[key]
+        else:
+            env[key] = value
+    return pack(env)
+
+
+_DROP = object()
+
+
+def test_oversize_is_refused_before_decoding() -> None:
+    """A message over the cap is refused whatever it holds, and the cap is configurable."""
+    good = valid_message(REGISTRY["t-rr"])
+    _reject(good, "oversize", "", max_size=len(good) - 1)
+    assert decode_report(good, REGISTRY, max_size=len(good)).count == 2
+    _reject(b"\xc1" * (DEFAULT_MAX_SIZE + 1), "oversize", "")
+
+
+def test_truncated_and_trailing_bytes() -> None:
+    """A message cut short, empty, or followed by more bytes is refused."""
+    good = valid_message(REGISTRY["t-rr"])
+    for cut in range(len(good)):
+        with pytest.raises(MalformedReportError):
+            decode_report(good[:cut], REGISTRY)
+    _reject(good[:-1], "truncated", "")
+    _reject(b"", "truncated", "")
+    _reject(good + b"\x00", "trailing-bytes", "")
+    _reject(good + good, "trailing-bytes", "")
+
+
+def test_bad_msgpack_encoding() -> None:
+    """Reserved bytes, invalid UTF-8 and extension types are refused."""
+    _reject(b"\xc1", "bad-encoding", "")
+    _reject(pack({"v": 1}).replace(b"\xa1v", b"\xa1\xff"), "bad-encoding", "")
+    marker = b"\xfe" * 16
+    template = pack({**envelope(valid_message(REGISTRY["t-rr"])), "r": [0, marker]})
+    _reject(template.replace(pack(marker), b"\xd4\x05\x00"), "bad-type")  # ext type 5
+    # msgpack turns ext type -1 into a Timestamp without asking ext_hook; it is refused too.
+    _reject(template.replace(pack(marker), b"\xd6\xff\x00\x00\x00\x01"), "bad-type", "records[1]")
+
+
+def test_non_string_map_keys_are_refused() -> None:
+    """Map keys are strings; integer keys are a type error."""
+    _reject(pack({1: 2}), "bad-type", "")
+
+
+def test_deep_nesting_is_refused() -> None:
+    """Structures nested beyond MAX_DEPTH, or beyond the unpacker's stack, are refused."""
+    env = envelope(valid_message(REGISTRY["t-rr"]))
+    nested: Any = 1
+    for _ in range(MAX_DEPTH):
+        nested = [nested]
+    env["r"] = nested
+    _reject(pack(env), "too-deep")
+    _reject(b"\x91" * 60_000 + b"\x00", "too-deep", "")
+    _reject(b"\x81\xa1a" * 20_000 + b"\x00", "too-deep", "")
+    _reject(b"\x91" * 1_000 + b"\x00", "too-deep", "[0]" * MAX_DEPTH)
+
+
+def test_envelope_must_be_a_map() -> None:
+    """A message that is not a map is a type error on the whole message."""
+    for obj in (1, "x", b"x", [1, 2], None, 1.5, True):
+        _reject(pack(obj), "bad-type", "")
+
+
+def test_duplicate_envelope_key_is_refused() -> None:
+    """A key that repeats in the envelope is refused (msgpack would keep the last silently)."""
+    good = valid_message(REGISTRY["t-rr"])
+    env = envelope(good)
+    body = b"".join(pack(k) + pack(v) for k, v in env.items())
+    dup = bytes([0x80 | (len(env) + 1)]) + body + pack("p") + pack(5)
+    _reject(dup, "duplicate", "period")
+
+
+def test_duplicate_key_inside_records_is_refused() -> None:
+    """A repeated key in any nested map is refused too."""
+    env = envelope(valid_message(REGISTRY["t-rr"]))
+    raw = b"".join(pack(k) + pack(v) for k, v in env.items() if k != "r")
+    nested = pack("r") + b"\x91\x82\xa1a\x01\xa1a\x02"
+    _reject(bytes([0x86]) + raw + nested, "duplicate", "records")
+
+
+def test_missing_and_unknown_fields() -> None:
+    """Every envelope field is required and no other key is allowed."""
+    for key, name in (("u", "use_case"), ("h", "registry_hash"), ("p", "period"), ("i", "report_id"), ("r", "records")):
+        _reject(_variant(**{key: _DROP}), "missing-field", name)
+    _reject(_variant(v=_DROP), "missing-field", "version")
+    _reject(_variant(device="abc"), "unknown-field", "device")
+    _reject(_variant(t=1_700_000_000), "unknown-field", "t")
+
+
+def test_unknown_version() -> None:
+    """Only format version 1 is read; a non-integer version is a type error."""
+    _reject(_variant(v=2), "unknown-version", "version")
+    _reject(_variant(v=0), "unknown-version", "version")
+    _reject(_variant(v="1"), "bad-type", "version")
+    _reject(_variant(v=True), "bad-type", "version")
+    _reject(_variant(v=1.0), "bad-type", "version")
+
+
+def test_unknown_use_case_and_registry_mismatch() -> None:
+    """Reports of another use case or another registry version are refused."""
+    _reject(_variant(u="nope"), "unknown-use-case", "use_case")
+    _reject(_variant(u=b"t-rr"), "bad-type", "use_case")
+    other = bytes(16)
+    _reject(_variant(h=other), "registry-mismatch", "registry_hash")
+    _reject(_variant(h=REGISTRY.hash[:15]), "bad-length", "registry_hash")
+    _reject(_variant(h=REGISTRY.hash.hex()), "bad-type", "registry_hash")
+
+
+def test_period_must_be_a_plausible_slot() -> None:
+    """Negative, absurd, non-integer or unaccepted period indices are refused."""
+    uc = REGISTRY["t-rr"]
+    _reject(_variant(p=-1), "out-of-range", "period")
+    _reject(_variant(p=uc.period.max_index + 1), "out-of-range", "period")
+    _reject(_variant(p=2**64 - 1), "out-of-range", "period")
+    _reject(_variant(p=81_234.0), "bad-type", "period")
+    _reject(_variant(p=None), "bad-type", "period")
+    _reject(_variant(p=81_234), "out-of-range", "period", periods=range(90_000, 90_004))
+    assert decode_report(_variant(p=81_234), REGISTRY, periods=range(81_230, 81_240)).period == 81_234
+
+
+def test_report_id_must_be_16_bytes() -> None:
+    """The report id is exactly 16 bytes of msgpack bin."""
+    _reject(_variant(i=b"x" * 15), "bad-length", "report_id")
+    _reject(_variant(i=b"x" * 17), "bad-length", "report_id")
+    _reject(_variant(i="x" * 16), "bad-type", "report_id")
+
+
+def test_record_count_limits() -> None:
+    """A report carries 1 to daily_limit records."""
+    _reject(_variant(r=[]), "bad-length", "records")
+    _reject(_variant(r=[1] * (DAILY_LIMIT + 1)), "too-many-records", "records")
+    assert decode_report(_variant(r=[1] * DAILY_LIMIT), REGISTRY).count == DAILY_LIMIT
+
+
+def test_record_errors_come_from_the_mechanism() -> None:
+    """Malformed records raise the mechanism's error, with a field under records."""
+    err = _reject(_variant(r=[0, 2]), "out-of-range", "records[1]")
+    assert "records" in str(err)
+    _reject(_variant(r=[0, True]), "bad-type", "records[1]")
+    _reject(_variant(r={"0": 1}), "bad-type", "records")
+
+
+def test_make_report_refuses_caller_mistakes() -> None:
+    """make_report is for valid reports only: foreign use case, bad counts or periods are ValueErrors."""
+    uc = REGISTRY["t-rr"]
+    records = privatize(uc, [1], seed=1)
+    with pytest.raises(ValueError, match="records"):
+        make_report(uc, REGISTRY, period=1, records=[], rng=SeededRandom(1))
+    with pytest.raises(ValueError, match="records"):
+        make_report(uc, REGISTRY, period=1, records=records * (DAILY_LIMIT + 1), rng=SeededRandom(1))
+    with pytest.raises(ValueError, match="period"):
+        make_report(uc, REGISTRY, period=-1, records=records, rng=SeededRandom(1))
+    other = parse_registry(registry_text(AVAILABLE[:1]).replace("1000", "999"), source="other")
+    with pytest.raises(ValueError, match="not the registry"):
+        make_report(other["t-rr"], REGISTRY, period=1, records=records, rng=SeededRandom(1))
+
+
+def test_decode_takes_bytes_only() -> None:
+    """Passing something other than bytes is a caller bug (TypeError), not a malformed report."""
+    with pytest.raises(TypeError):
+        decode_report("not bytes", REGISTRY)  # type: ignore[arg-type]
+    good = valid_message(REGISTRY["t-rr"])
+    assert decode_report(bytearray(good), REGISTRY).count == 2
+    assert decode_report(memoryview(good), REGISTRY).count == 2
+
+
+# ---------------------------------------------------------------------------------------------
+# No identifiers
+# ---------------------------------------------------------------------------------------------
+
+
+def test_report_carries_only_the_envelope_fields() -> None:
+    """The report has no field that could identify a device or a finer time."""
+    assert [f.name for f in dataclasses.fields(Report)] == [
+        "use_case",
+        "registry_hash",
+        "period",
+        "report_id",
+        "records",
+        "version",
+    ]
+
+
+@pytest.mark.parametrize("case", AVAILABLE, ids=lambda c: c.mechanism)
+def test_two_devices_differ_only_in_the_report_id(case: Case) -> None:
+    """Same value, same payload coins: the two encodings differ exactly in the 16 id bytes."""
+    uc = REGISTRY[case.use_case]
+    device = SystemRandom()
+    encodings = []
+    ids = []
+    for _ in range(2):
+        records = privatize(uc, [case.sample], seed=42)  # the payload's randomness, fixed
+        report = make_report(uc, REGISTRY, period=81_234, records=records, rng=device)
+        encodings.append(encode_report(report))
+        ids.append(report.report_id)
+    a, b = encodings
+    assert len(a) == len(b)
+    assert ids[0] != ids[1]
+    start = a.index(pack("i") + b"\xc4\x10") + 4
+    assert a[start : start + 16] == ids[0]
+    assert b[start : start + 16] == ids[1]
+    differing = [i for i in range(len(a)) if a[i] != b[i]]
+    assert differing
+    assert all(start <= i < start + 16 for i in differing)
+    assert a[:start] + a[start + 16 :] == b[:start] + b[start + 16 :]
+
+
+def test_report_ids_are_fresh_per_message() -> None:
+    """Each report draws a new id from its random source: ids never repeat across messages."""
+    uc = REGISTRY["t-rr"]
+    records = privatize(uc, [1], seed=1)
+    device = SystemRandom()
+    ids = {make_report(uc, REGISTRY, period=1, records=records, rng=device).report_id for _ in range(1000)}
+    assert len(ids) == 1000
+
+
+# ---------------------------------------------------------------------------------------------
+# The example registry and the size table
+# ---------------------------------------------------------------------------------------------
+
+
+def example_registry() -> Registry:
+    """The shipped example registry."""
+    return parse_registry(EXAMPLE.read_bytes(), source=str(EXAMPLE))
+
+
+EXAMPLE_VALUES: dict[str, Any] = {
+    "rr": 1,
+    "one-bit-mean": 7_200,
+    "dbitflip": 7_200,
+    "rappor": "example.com",
+    "cms": "😀",
+    "hcms": "example.com",
+    "sfp": "bruh",
+}
+
+
+def size_rows(registry: Registry) -> list[dict[str, Any]]:
+    """Encoded size of a one-record report for each use case of ``registry``."""
+    rows = []
+    for name, uc in registry.use_cases.items():
+        mech: Any = uc.mechanism
+        records = privatize(uc, [EXAMPLE_VALUES[mech.name]], seed=5)
+        report = make_report(uc, registry, period=81_234, records=records, rng=SeededRandom(5))
+        total = len(encode_report(report))
+        payload = len(pack(report.records))
+        rows.append({"use_case": name, "mechanism": mech.name, "payload": payload, "total": total})
+    return rows
+
+
+def _all_available() -> bool:
+    return len(AVAILABLE) == len(CASES)
+
+
+@pytest.mark.skipif(not _all_available(), reason="the example registry needs every mechanism module")
+def test_example_registry_reports_roundtrip() -> None:
+    """Every use case of the shipped example registry produces reports that decode."""
+    registry = example_registry()
+    for uc in registry.use_cases.values():
+        records = privatize(uc, [EXAMPLE_VALUES[uc.mechanism.name]], seed=5)
+        report = make_report(uc, registry, period=81_234, records=records, rng=SeededRandom(5))
+        decoded = decode_report(encode_report(report), registry)
+        assert_same_batch(decoded.batch, uc.mechanism.batch(records))
+
+
+@pytest.mark.skipif(not _all_available(), reason="the example registry needs every mechanism module")
+def test_size_table_matches_the_documentation() -> None:
+    """docs/wire-format.md states the sizes the code produces; HCMS is tiny, CMS m=1024 ~128 B of bits."""
+    rows = {r["mechanism"]: r for r in size_rows(example_registry())}
+    assert rows["hcms"]["payload"] <= 12
+    assert 128 <= rows["cms"]["payload"] <= 140
+    doc = (ROOT / "docs" / "wire-format.md").read_text(encoding="utf-8")
+    for r in rows.values():
+        line = re.search(rf"^\| `{re.escape(r['use_case'])}` \| `{re.escape(r['mechanism'])}` \|.*$", doc, re.M)
+        assert line, f"docs/wire-format.md has no size row for {r['use_case']}"
+        cells = [c.strip() for c in line.group(0).strip("|").split("|")]
+        assert int(cells[-2]) == r["payload"], r
+        assert int(cells[-1]) == r["total"], r
