@@ -538,7 +538,14 @@ def _parse_use_case(r: _Reader, name: str, salt: bytes | None) -> UseCase:
     kwargs: dict[str, Any] = {}
     for key, value in raw_params.items():
         convert = _CONVERTERS.get(key)
-        kwargs[key] = convert(value) if convert is not None else value
+        if convert is None:
+            kwargs[key] = value
+            continue
+        try:
+            kwargs[key] = convert(value)
+        except ParameterError as exc:
+            sub = key if exc.name == key else f"{key}.{exc.name}"
+            raise params.error(sub, "bad-parameter", f"{mech_name}: {exc}") from None
     if spec.epsilon_parameter:
         kwargs["epsilon"] = epsilon
     if seed is not None:

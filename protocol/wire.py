@@ -128,6 +128,21 @@ class Report:
     records: Sequence[Any]
     version: int = FORMAT_VERSION
 
+    def __post_init__(self) -> None:
+        # A device must never send what the collector would refuse: catch the mistake here.
+        if not isinstance(self.use_case, str) or not self.use_case:
+            raise ValueError(f"use_case must be a non-empty string; got {self.use_case!r}")
+        for name, value, size in (
+            ("registry_hash", self.registry_hash, HASH_SIZE),
+            ("report_id", self.report_id, REPORT_ID_SIZE),
+        ):
+            if type(value) is not bytes or len(value) != size:
+                raise ValueError(f"{name} must be {size} bytes; got {value!r}")
+        if type(self.period) is not int or self.period < 0:
+            raise ValueError(f"period must be a slot index >= 0; got {self.period!r}")
+        if type(self.version) is not int:
+            raise ValueError(f"version must be an integer; got {self.version!r}")
+
 
 @dataclass(frozen=True, kw_only=True, eq=False)
 class DecodedReport:

@@ -442,3 +442,38 @@ def test_hash_is_independent_of_use_case_order(order: list[str], spaced: bool) -
         groups[name] = groups.get(name, "") + sep + b
     text = head + "".join(groups[name] for name in order)
     assert load(text).hash == load().hash
+
+
+HISTOGRAM = """
+format = 1
+[use_cases.hist]
+mechanism = "dbitflip"
+epsilon = 1
+period = "6h"
+daily_limit = 4
+lifetime_epsilon = 100
+[use_cases.hist.parameters]
+d = 4
+buckets = { kind = "linear", low = 0, high = 21_600, count = 32 }
+[use_cases.hist.collector]
+min_reports = 0
+"""
+
+
+def test_buckets_table_becomes_a_bucketing_object() -> None:
+    """dBitFlip's buckets are a TOML table; its mistakes name the sub-field."""
+    reg = load(HISTOGRAM)
+    assert reg["hist"].mechanism.k == 32  # type: ignore[attr-defined]
+    expect(
+        HISTOGRAM.replace("count = 32", "count = 0"),
+        kind="bad-parameter",
+        use_case="hist",
+        field="parameters.buckets.count",
+    )
+    expect(
+        HISTOGRAM.replace('kind = "linear"', 'kind = "log"'),
+        kind="bad-parameter",
+        use_case="hist",
+        field="parameters.buckets.kind",
+    )
+    expect(HISTOGRAM.replace("d = 4", "d = 33"), kind="bad-parameter", use_case="hist", field="parameters.d")

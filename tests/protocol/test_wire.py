@@ -72,6 +72,18 @@ def _check_rappor(mech: Any, batch: Any) -> None:
         assert not (batch.bits[:, -1] & ((1 << pad) - 1)).any()
 
 
+def _check_cms(mech: Any, batch: Any) -> None:
+    n = len(batch)
+    nbytes = (mech.m + 7) // 8
+    assert batch.indices.shape == (n,)
+    assert ((batch.indices >= 0) & (batch.indices < mech.k)).all()
+    assert batch.bits.shape == (n, nbytes)
+    assert batch.bits.dtype == np.uint8
+    pad = (-mech.m) % 8
+    if n and pad:
+        assert not (batch.bits[:, -1] & ((1 << pad) - 1)).any()
+
+
 def _check_hcms(mech: Any, batch: Any) -> None:
     n = len(batch)
     assert batch.j.shape == batch.ell.shape == batch.bits.shape == (n,)
@@ -151,7 +163,7 @@ CASES: tuple[Case, ...] = (
         "protocol.cms",
         "epsilon = 4.0\nparameters = { k = 16, m = 64 }",
         st.text(max_size=12),
-        _check_sketch,
+        _check_cms,
         "😀",
     ),
     Case(
@@ -565,13 +577,17 @@ EXAMPLE_VALUES: dict[str, Any] = {
 }
 
 
+SIZE_TABLE_TIME = 1_700_000_000  # 2023-11-14: a 6-hour slot index needs 5 msgpack bytes, a day 3
+
+
 def size_rows(registry: Registry) -> list[dict[str, Any]]:
     """Encoded size of a one-record report for each use case of ``registry``."""
     rows = []
     for name, uc in registry.use_cases.items():
         mech: Any = uc.mechanism
         records = privatize(uc, [EXAMPLE_VALUES[mech.name]], seed=5)
-        report = make_report(uc, registry, period=81_234, records=records, rng=SeededRandom(5))
+        period = uc.period.index_at(SIZE_TABLE_TIME)
+        report = make_report(uc, registry, period=period, records=records, rng=SeededRandom(5))
         total = len(encode_report(report))
         payload = len(pack(report.records))
         rows.append({"use_case": name, "mechanism": mech.name, "payload": payload, "total": total})
@@ -606,3 +622,25 @@ def test_size_table_matches_the_documentation() -> None:
         cells = [c.strip() for c in line.group(0).strip("|").split("|")]
         assert int(cells[-2]) == r["payload"], r
         assert int(cells[-1]) == r["total"], r
+
+
+def test_report_refuses_malformed_envelopes_at_construction() -> None:
+    """A Report with a short hash or id, a negative period or an empty name cannot be built."""
+    good: dict[str, Any] = {
+        "use_case": "t-rr",
+        "registry_hash": bytes(16),
+        "period": 1,
+        "report_id": bytes(16),
+        "records": [1],
+    }
+    Report(**good)
+    bad_values: list[tuple[str, object]] = [
+        ("registry_hash", bytes(15)),
+        ("report_id", "x" * 16),
+        ("period", -1),
+        ("period", 1.0),
+        ("use_case", ""),
+    ]
+    for key, bad in bad_values:
+        with pytest.raises(ValueError, match=key):
+            Report(**{**good, key: bad})
