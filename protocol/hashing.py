@@ -151,11 +151,28 @@ class HashFamily:
         mixed = coef[idx, 0] * fp.lo + coef[idx, 1] * fp.hi + coef[idx, 2]
         return self._reduce(mixed).astype(np.int64)
 
+    @cached_property
+    def _coefficient_rows(self) -> list[tuple[int, int, int]]:
+        return [(int(a), int(b), int(c)) for a, b, c in self._coefficients.tolist()]
+
+    def evaluate_fingerprint(self, fp: int, index: int) -> int:
+        """``h_index`` of one 64-bit fingerprint, in pure Python (a client's fast path).
+
+        Same result as :meth:`evaluate`; avoids numpy's per-call overhead, which dominates
+        when a device hashes one value.
+        """
+        if not 0 <= index < self.count:
+            raise IndexError(f"hash index out of range [0, {self.count})")
+        a, b, c = self._coefficient_rows[index]
+        mixed = (a * (fp & 0xFFFFFFFF) + b * (fp >> 32) + c) & 0xFFFFFFFFFFFFFFFF
+        shift = self._power_of_two_shift
+        if shift is not None:
+            return 0 if shift == 64 else mixed >> int(shift)
+        return ((mixed >> 32) * self.range) >> 32
+
     def evaluate_value(self, value: str | bytes, index: int) -> int:
         """``h_index(value)`` for a single value (what a client computes)."""
-        x = fingerprint(value, seed=self.seed)
-        fp = Fingerprints(lo=np.array([x & 0xFFFFFFFF], dtype=np.uint64), hi=np.array([x >> 32], dtype=np.uint64))
-        return int(self.evaluate(fp, index)[0])
+        return self.evaluate_fingerprint(fingerprint(value, seed=self.seed), index)
 
     def evaluate_row(
         self,
