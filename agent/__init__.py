@@ -1,3 +1,36 @@
-"""agent package (see DESIGN.md)."""
+"""The on-device agent: consent, sources, privatization, encrypted state, limits, schedule, publish.
 
-__all__: list[str] = []
+Values from applications (Unix socket, ``ldp-agent record``) and built-in probes are
+privatized on the device with the use case's local-DP mechanism from :mod:`protocol`; the
+permanent randomness, open periods, accounting and outbox live in AES-GCM-sealed files; a
+collection cycle every 6 hours (UTC-aligned, jittered) closes periods, samples within the
+daily limit and the lifetime ε cap, and stages msgpack reports, which an MQTT publisher
+sends with QoS 1 and removes only once the broker acknowledged them.
+
+Modules: ``config`` (TOML), ``errors``, ``clock``, ``sealed`` (AES-GCM files), ``state``
+(sealed documents), ``accounting`` (daily limit, ε cap), ``usecases`` (per-mechanism rules),
+``policy`` (local caps), ``core`` (the agent), ``probes``, ``api`` (Unix socket), ``transport``
+and ``mqtt`` (publishing), ``publisher``, ``schedule``, ``systemd`` (sd_notify), ``daemon``,
+``cli``.
+"""
+
+__all__ = [
+    "accounting",
+    "api",
+    "cli",
+    "clock",
+    "config",
+    "core",
+    "daemon",
+    "errors",
+    "mqtt",
+    "policy",
+    "probes",
+    "publisher",
+    "schedule",
+    "sealed",
+    "state",
+    "systemd",
+    "transport",
+    "usecases",
+]

@@ -1,0 +1,185 @@
+"""The local API: one JSON request per line over a Unix socket, and its dispatcher.
+
+Requests (one per connection, at most 64 KiB)::
+
+    {"op": "record", "use_case": "emoji", "value": "😀"}             # typed JSON value
+    {"op": "record", "use_case": "app-seconds", "value": 30, "key": "firefox"}
+    {"op": "record", "use_case": "dark-mode", "text": "true"}         # text, coerced by use case
+    {"op": "consent", "action": "grant" | "revoke" | "show"}
+    {"op": "status"}
+    {"op": "ledger"}
+
+Replies are ``{"ok": true, ...}`` or ``{"ok": false, "error": <kind>, "message": <text>}`` with
+kind one of ``bad-request``, ``value-refused``, ``consent-required``, ``use-case-stopped``,
+``state-unreadable``, ``busy``. The same dispatcher serves the CLI when no daemon runs, so
+both paths behave identically. Access is controlled by the socket's file mode.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+from agent.core import Agent
+from agent.errors import ConsentRequiredError, StateUnreadableError, UseCaseStoppedError, ValueRefusedError
+from agent.state import LedgerEntry
+from agent.usecases import coerce_text
+
+__all__ = ["MAX_REQUEST_BYTES", "handle_request", "ledger_json", "serve"]
+
+log = logging.getLogger("ldp_agent.api")
+
+MAX_REQUEST_BYTES = 64 * 1024
+"""Longest request line accepted."""
+
+MAX_CONNECTIONS = 32
+"""Requests served at once; beyond it a request is answered ``busy`` (and counted)."""
+
+REQUEST_TIMEOUT = 10.0
+"""Seconds a client has to send its request line."""
+
+
+def _plain(value: Any) -> Any:
+    """JSON-ready: bytes as hex."""
+    if isinstance(value, bytes):
+        return value.hex()
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    return value
+
+
+def ledger_json(entries: list[LedgerEntry]) -> list[dict[str, Any]]:
+    """Ledger entries as JSON-ready dicts (bytes as hex)."""
+    return [_plain(e.to_plain()) for e in entries]
+
+
+def _error(kind: str, message: str) -> dict[str, Any]:
+    return {"ok": False, "error": kind, "message": message}
+
+
+def handle_request(agent: Agent, request: object, *, on_change: Callable[[], None] | None = None) -> dict[str, Any]:
+    """Serve one decoded request; never raises for a bad request.
+
+    Args:
+        agent: the agent.
+        request: the decoded JSON request.
+        on_change: called after a change that may concern the daemon (consent).
+    """
+    if not isinstance(request, dict) or not isinstance(request.get("op"), str):
+        return _error("bad-request", 'expected a JSON object with a string "op"')
+    op = request["op"]
+    try:
+        if op == "record":
+            name = request.get("use_case")
+            if not isinstance(name, str):
+                return _error("bad-request", 'record needs a string "use_case"')
+            key = request.get("key")
+            if key is not None and not isinstance(key, str):
+                return _error("bad-request", '"key" must be a string')
+            if "text" in request:
+                text = request["text"]
+                if not isinstance(text, str):
+                    return _error("bad-request", '"text" must be a string')
+                use_case = agent.registry.use_cases.get(name)
+                if use_case is None:
+                    raise ValueRefusedError(
+                        f"unknown use case {name!r}; the registry has: {', '.join(agent.registry.use_cases)}"
+                    )
+                value: object = coerce_text(use_case, text)
+            elif "value" in request:
+                value = request["value"]
+            else:
+                return _error("bad-request", 'record needs "value" or "text"')
+            outcome = agent.record(name, value, key=key)
+            return {"ok": True, "outcome": outcome.outcome}
+        if op == "consent":
+            action = request.get("action")
+            if action == "grant":
+                doc = agent.grant_consent()
+                if on_change:
+                    on_change()
+                return {"ok": True, "consent": True, "granted_at": doc.granted_at}
+            if action == "revoke":
+                removed = agent.revoke_consent()
+                if on_change:
+                    on_change()
+                return {"ok": True, "consent": False, "files_removed": removed}
+            if action == "show":
+                c = agent.consent
+                return {"ok": True, "consent": c is not None, "granted_at": None if c is None else c.granted_at}
+            return _error("bad-request", 'consent "action" is one of grant, revoke, show')
+        if op == "status":
+            return {"ok": True, "status": _plain(agent.status())}
+        if op == "ledger":
+            return {"ok": True, "ledger": ledger_json(agent.ledger())}
+        return _error("bad-request", f"unknown op {op!r} (record, consent, status, ledger)")
+    except ValueRefusedError as e:
+        return _error("value-refused", str(e))
+    except ConsentRequiredError as e:
+        return _error("consent-required", str(e))
+    except UseCaseStoppedError as e:
+        return _error("use-case-stopped", str(e))
+    except StateUnreadableError as e:
+        return _error("state-unreadable", str(e))
+
+
+@contextlib.asynccontextmanager
+async def serve(
+    agent: Agent, path: Path, *, mode: int = 0o660, on_change: Callable[[], None] | None = None
+) -> AsyncIterator[asyncio.Server]:
+    """Serve the API on a Unix socket for the duration of the block.
+
+    The caller must hold the state directory lock: a leftover socket file is removed.
+    """
+    slots = asyncio.Semaphore(MAX_CONNECTIONS)
+    refused = 0
+
+    async def on_client(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal refused
+        try:
+            if slots.locked():
+                refused += 1
+                log.warning("API busy: request refused (%d so far)", refused)
+                reply = _error("busy", "too many requests at once; retry")
+            else:
+                async with slots:
+                    reply = await _serve_one(reader)
+            writer.write(json.dumps(reply, ensure_ascii=False).encode("utf-8") + b"\n")
+            await writer.drain()
+        except (ConnectionError, TimeoutError):
+            pass
+        finally:
+            writer.close()
+            with contextlib.suppress(ConnectionError):
+                await writer.wait_closed()
+
+    async def _serve_one(reader: asyncio.StreamReader) -> dict[str, Any]:
+        try:
+            line = await asyncio.wait_for(reader.readline(), timeout=REQUEST_TIMEOUT)
+        except ValueError:  # longer than the reader's limit
+            return _error("bad-request", f"request longer than {MAX_REQUEST_BYTES} bytes")
+        try:
+            request = json.loads(line)
+        except (ValueError, UnicodeDecodeError):
+            return _error("bad-request", "the request is not one line of JSON")
+        return handle_request(agent, request, on_change=on_change)
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with contextlib.suppress(FileNotFoundError):
+        path.unlink()
+    server = await asyncio.start_unix_server(on_client, path=str(path), limit=MAX_REQUEST_BYTES)
+    os.chmod(path, mode)
+    try:
+        yield server
+    finally:
+        server.close()
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()

@@ -1,0 +1,450 @@
+"""The agent's config file (TOML), decoded into frozen typed objects.
+
+Decoding is strict: an unknown key, a missing required key, a value of the wrong type or
+out of range stops start-up with a :class:`~agent.errors.ConfigError` naming the file and
+the dotted field (``broker.port``, ``probes[1].use_case``); nothing falls back silently.
+``deploy/agent.example.toml`` documents every key.
+"""
+
+from __future__ import annotations
+
+import math
+import tomllib
+import types
+import typing
+from collections.abc import Mapping
+from dataclasses import MISSING, dataclass, field, fields, is_dataclass, replace
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any, ClassVar, Literal, Union, get_args, get_origin, get_type_hints
+
+from agent.errors import ConfigError
+
+__all__ = [
+    "ActiveSecondsProbe",
+    "AgentConfig",
+    "ApiConfig",
+    "BrokerConfig",
+    "LogConfig",
+    "PolicyConfig",
+    "ProbeConfig",
+    "ProcessNamesProbe",
+    "RegistryConfig",
+    "ScheduleConfig",
+    "StateConfig",
+    "UptimeProbe",
+    "load_config",
+    "parse_config",
+]
+
+
+class _InvalidError(ValueError):
+    """Raised by a section's ``__post_init__``; the decoder adds the file and path."""
+
+    def __init__(self, field_name: str, problem: str) -> None:
+        self.field_name = field_name
+        self.problem = problem
+        super().__init__(problem)
+
+
+def _positive(name: str, value: float) -> None:
+    if not (math.isfinite(value) and value > 0):
+        raise _InvalidError(name, f"must be a positive number; got {value!r}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class BrokerConfig:
+    """Where and how reports are published (MQTT over TLS, QoS 1).
+
+    Attributes:
+        host: broker host name or address.
+        port: broker TCP port (8883 is MQTT over TLS).
+        tls: use TLS (turn off only for a loopback test broker).
+        ca_file: CA bundle to verify the broker with (system trust store when omitted).
+        cert_file: client certificate, for certificate authentication.
+        key_file: the client certificate's private key.
+        username: user name, for password authentication.
+        password_file: file holding the password (read at connect time, first line).
+        keepalive: MQTT keepalive in seconds.
+        publish_timeout: seconds to wait for the broker's PUBACK before giving up on a try.
+        backoff_initial: first reconnect delay in seconds.
+        backoff_max: cap of the (jittered, exponential) reconnect delay in seconds.
+        topic_prefix: reports go to ``<topic_prefix>/<use_case>``.
+    """
+
+    host: str
+    port: int = 8883
+    tls: bool = True
+    ca_file: Path | None = None
+    cert_file: Path | None = None
+    key_file: Path | None = None
+    username: str | None = None
+    password_file: Path | None = None
+    keepalive: int = 60
+    publish_timeout: float = 30.0
+    backoff_initial: float = 1.0
+    backoff_max: float = 300.0
+    topic_prefix: str = "ldp/v1/reports"
+
+    def __post_init__(self) -> None:
+        if not self.host:
+            raise _InvalidError("host", "must not be empty")
+        if not 1 <= self.port <= 65535:
+            raise _InvalidError("port", f"must be in [1, 65535]; got {self.port}")
+        if (self.cert_file is None) != (self.key_file is None):
+            raise _InvalidError("key_file", "cert_file and key_file go together (client certificate authentication)")
+        if self.password_file is not None and self.username is None:
+            raise _InvalidError("username", "password_file needs a username")
+        if self.cert_file is not None and not self.tls:
+            raise _InvalidError("tls", "a client certificate needs tls = true")
+        if not 5 <= self.keepalive <= 3600:
+            raise _InvalidError("keepalive", f"must be in [5, 3600] seconds; got {self.keepalive}")
+        for name in ("publish_timeout", "backoff_initial", "backoff_max"):
+            _positive(name, getattr(self, name))
+        if self.backoff_max < self.backoff_initial:
+            raise _InvalidError("backoff_max", "must be at least backoff_initial")
+        if not self.topic_prefix or "#" in self.topic_prefix or "+" in self.topic_prefix:
+            raise _InvalidError("topic_prefix", "must be a non-empty topic without wildcards")
+
+
+@dataclass(frozen=True, kw_only=True)
+class RegistryConfig:
+    """The use-case registry shared with the collector.
+
+    Attributes:
+        path: the registry TOML file.
+    """
+
+    path: Path
+
+
+@dataclass(frozen=True, kw_only=True)
+class StateConfig:
+    """The encrypted state directory and its key.
+
+    Exactly one of ``key_file`` and ``key_credential`` is given.
+
+    Attributes:
+        directory: where sealed state, outbox and ledger live (created with mode 0700).
+        key_file: a file holding the 32-byte AES-256 key (raw or 64 hex digits), mode 0600.
+        key_credential: the name of a systemd credential (``$CREDENTIALS_DIRECTORY/<name>``).
+        create_key: create ``key_file`` (mode 0600, from the OS CSPRNG) when it is missing.
+        ledger_retention_days: ledger entries older than this are pruned.
+        outbox_max_reports: at most this many reports wait; the oldest are dropped beyond it.
+        outbox_max_age_days: reports waiting longer than this are dropped (and counted).
+    """
+
+    directory: Path
+    key_file: Path | None = None
+    key_credential: str | None = None
+    create_key: bool = False
+    ledger_retention_days: int = 30
+    outbox_max_reports: int = 10_000
+    outbox_max_age_days: int = 14
+
+    def __post_init__(self) -> None:
+        if (self.key_file is None) == (self.key_credential is None):
+            raise _InvalidError("key_file", "give exactly one of key_file and key_credential")
+        if self.create_key and self.key_file is None:
+            raise _InvalidError("create_key", "only a key_file can be created")
+        if self.key_credential is not None and ("/" in self.key_credential or not self.key_credential):
+            raise _InvalidError("key_credential", "must be a credential name, not a path")
+        for name in ("ledger_retention_days", "outbox_max_reports", "outbox_max_age_days"):
+            if getattr(self, name) < 1:
+                raise _InvalidError(name, f"must be at least 1; got {getattr(self, name)}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ApiConfig:
+    """The local Unix-socket API applications record values through.
+
+    Attributes:
+        socket: path of the socket.
+        socket_mode: its permission bits (the group may record values).
+    """
+
+    socket: Path
+    socket_mode: int = 0o660
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.socket_mode <= 0o777:
+            raise _InvalidError("socket_mode", f"must be permission bits (0 to 0o777); got {self.socket_mode:o}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ScheduleConfig:
+    """When collection cycles run.
+
+    Attributes:
+        interval_hours: cycles run at UTC multiples of this (6: 00, 06, 12, 18); divides 24.
+        jitter_seconds: each cycle starts a uniformly random delay in ``[0, jitter)`` later.
+        probe_interval_seconds: how often the counter probes sample between cycles.
+    """
+
+    interval_hours: int = 6
+    jitter_seconds: float = 1800.0
+    probe_interval_seconds: float = 300.0
+
+    def __post_init__(self) -> None:
+        if self.interval_hours not in (1, 2, 3, 4, 6, 8, 12, 24):
+            raise _InvalidError("interval_hours", f"must divide 24; got {self.interval_hours}")
+        if not (math.isfinite(self.jitter_seconds) and 0 <= self.jitter_seconds < self.interval_hours * 3600):
+            raise _InvalidError("jitter_seconds", "must be in [0, interval)")
+        _positive("probe_interval_seconds", self.probe_interval_seconds)
+
+
+@dataclass(frozen=True, kw_only=True)
+class PolicyConfig:
+    """The device owner's local caps: a registry asking for more is refused.
+
+    Attributes:
+        max_epsilon_report: largest ε one report may cost.
+        max_epsilon_lifetime: largest lifetime ε cap a use case may ask for.
+        max_daily_limit: largest daily record limit a use case may ask for.
+        min_period_hours: shortest collection period a use case may ask for.
+        min_rappor_f: smallest RAPPOR permanent-randomization probability ``f``.
+        max_rappor_epsilon_infinity: largest RAPPOR longitudinal ε∞.
+        max_one_bit_mean_epsilon: largest ε of 1BitMean's memoized bits.
+    """
+
+    max_epsilon_report: float = 8.0
+    max_epsilon_lifetime: float = 100_000.0
+    max_daily_limit: int = 1_000
+    min_period_hours: float = 6.0
+    min_rappor_f: float = 0.25
+    max_rappor_epsilon_infinity: float = 10.0
+    max_one_bit_mean_epsilon: float = 4.0
+
+    def __post_init__(self) -> None:
+        for name in (
+            "max_epsilon_report",
+            "max_epsilon_lifetime",
+            "min_period_hours",
+            "max_rappor_epsilon_infinity",
+            "max_one_bit_mean_epsilon",
+        ):
+            _positive(name, getattr(self, name))
+        if self.max_daily_limit < 1:
+            raise _InvalidError("max_daily_limit", "must be at least 1")
+        if not 0 <= self.min_rappor_f <= 1:
+            raise _InvalidError("min_rappor_f", "must be in [0, 1]")
+
+
+@dataclass(frozen=True, kw_only=True)
+class UptimeProbe:
+    """Seconds the host was up, accrued into a counter use case.
+
+    Attributes:
+        use_case: the counter use case the seconds go to.
+    """
+
+    kind: ClassVar[str] = "uptime"
+    use_case: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class ProcessNamesProbe:
+    """Names of the running processes (``/proc/<pid>/comm``), each once per cycle.
+
+    Attributes:
+        use_case: the string use case the names go to.
+        max_names: at most this many distinct names per sample (a bound on work).
+    """
+
+    kind: ClassVar[str] = "process-names"
+    use_case: str
+    max_names: int = 512
+
+    def __post_init__(self) -> None:
+        if self.max_names < 1:
+            raise _InvalidError("max_names", "must be at least 1")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ActiveSecondsProbe:
+    """Active seconds per application or per systemd unit, accrued into counter use cases.
+
+    Attributes:
+        source: ``"systemd"`` - a unit counts as active while its cgroup is populated
+            (``<cgroup_root>/<unit>/cgroup.events``); ``"file"`` - ``path`` is a TOML
+            file ``{name = cumulative_seconds}`` kept by a usage tracker, read as deltas.
+        targets: unit or application name -> counter use case.
+        path: the counter file (``source = "file"``).
+        cgroup_root: where unit cgroups live (``source = "systemd"``).
+    """
+
+    kind: ClassVar[str] = "active-seconds"
+    source: Literal["systemd", "file"]
+    targets: Mapping[str, str]
+    path: Path | None = None
+    cgroup_root: Path = Path("/sys/fs/cgroup/system.slice")
+
+    def __post_init__(self) -> None:
+        if not self.targets:
+            raise _InvalidError("targets", "name at least one unit or application")
+        if (self.source == "file") != (self.path is not None):
+            raise _InvalidError("path", 'source = "file" needs a path (and only it takes one)')
+
+
+ProbeConfig = UptimeProbe | ProcessNamesProbe | ActiveSecondsProbe
+_PROBE_KINDS: dict[str, type[Any]] = {p.kind: p for p in (UptimeProbe, ProcessNamesProbe, ActiveSecondsProbe)}
+
+
+@dataclass(frozen=True, kw_only=True)
+class LogConfig:
+    """Logging.
+
+    Attributes:
+        level: minimum level written to stderr (the journal under systemd).
+    """
+
+    level: Literal["debug", "info", "warning", "error"] = "info"
+
+
+@dataclass(frozen=True, kw_only=True)
+class AgentConfig:
+    """The whole config file."""
+
+    broker: BrokerConfig
+    registry: RegistryConfig
+    state: StateConfig
+    api: ApiConfig
+    schedule: ScheduleConfig = field(default_factory=ScheduleConfig)
+    policy: PolicyConfig = field(default_factory=PolicyConfig)
+    probes: tuple[ProbeConfig, ...] = ()
+    log: LogConfig = field(default_factory=LogConfig)
+    source: Path | None = field(default=None, metadata={"internal": True})
+    """The file this config was read from (not a key of the file)."""
+
+    def __post_init__(self) -> None:
+        seen: set[str] = set()
+        for probe in self.probes:
+            # Several targets of one active-seconds probe may share a use case (one counter key each).
+            names = set(probe.targets.values()) if isinstance(probe, ActiveSecondsProbe) else {probe.use_case}
+            for name in sorted(names):
+                if name in seen:
+                    raise _InvalidError("probes", f"use case {name!r} is fed by two probes")
+                seen.add(name)
+
+
+# ----------------------------------------------------------------------------- decoder
+
+
+class _Decoder:
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def fail(self, where: str, problem: str) -> ConfigError:
+        return ConfigError(self.path, where, problem)
+
+    def value(self, tp: Any, raw: object, where: str, base: Path) -> Any:
+        origin = get_origin(tp)
+        if origin in (Union, types.UnionType):
+            options = get_args(tp)
+            if type(None) in options and len(options) == 2:
+                inner = next(o for o in options if o is not type(None))
+                return self.value(inner, raw, where, base)
+            return self.tagged(options, raw, where, base)
+        if origin is Literal:
+            allowed = get_args(tp)
+            if raw not in allowed:
+                raise self.fail(where, f"must be one of {', '.join(map(repr, allowed))}; got {raw!r}")
+            return raw
+        if origin is tuple:
+            (item,) = get_args(tp)[:1]
+            if not isinstance(raw, list):
+                raise self.fail(where, f"expected an array; got {type(raw).__name__}")
+            return tuple(self.value(item, x, f"{where}[{i}]", base) for i, x in enumerate(raw))
+        if origin in (dict, Mapping):
+            _, vt = get_args(tp)
+            if not isinstance(raw, dict):
+                raise self.fail(where, f"expected a table; got {type(raw).__name__}")
+            return MappingProxyType({str(k): self.value(vt, v, f"{where}.{k}", base) for k, v in raw.items()})
+        if is_dataclass(tp):
+            return self.section(typing.cast(type[Any], tp), raw, where, base)
+        if tp is bool:
+            if not isinstance(raw, bool):
+                raise self.fail(where, f"expected true or false; got {raw!r}")
+            return raw
+        if tp is int:
+            if isinstance(raw, bool) or not isinstance(raw, int):
+                raise self.fail(where, f"expected an integer; got {raw!r}")
+            return raw
+        if tp is float:
+            if isinstance(raw, bool) or not isinstance(raw, int | float):
+                raise self.fail(where, f"expected a number; got {raw!r}")
+            return float(raw)
+        if tp is str:
+            if not isinstance(raw, str):
+                raise self.fail(where, f"expected a string; got {raw!r}")
+            return raw
+        if tp is Path:
+            if not isinstance(raw, str) or not raw:
+                raise self.fail(where, f"expected a path; got {raw!r}")
+            p = Path(raw).expanduser()
+            # Relative paths are relative to the config file, so a config and its files move together.
+            return p if p.is_absolute() else base / p
+        raise TypeError(f"config decoder cannot handle {tp!r}")  # a bug in this module, not in the file
+
+    def tagged(self, options: tuple[Any, ...], raw: object, where: str, base: Path) -> Any:
+        if not isinstance(raw, dict):
+            raise self.fail(where, f"expected a table; got {type(raw).__name__}")
+        kind = raw.get("kind")
+        by_kind = {o.kind: o for o in options}
+        if kind not in by_kind:
+            raise self.fail(f"{where}.kind", f"must be one of {', '.join(map(repr, sorted(by_kind)))}; got {kind!r}")
+        rest = {k: v for k, v in raw.items() if k != "kind"}
+        return self.section(by_kind[kind], rest, where, base)
+
+    def section(self, cls: type[Any], raw: object, where: str, base: Path) -> Any:
+        if not isinstance(raw, dict):
+            raise self.fail(where, f"expected a table; got {type(raw).__name__}")
+        hints = get_type_hints(cls)
+        known = {f.name: f for f in fields(cls) if f.init and not f.metadata.get("internal")}
+        prefix = f"{where}." if where else ""
+        for key in raw:
+            if key not in known:
+                raise self.fail(f"{prefix}{key}", f"unknown key (known: {', '.join(sorted(known))})")
+        kwargs: dict[str, Any] = {}
+        for name, f in known.items():
+            if name in raw:
+                kwargs[name] = self.value(hints[name], raw[name], f"{prefix}{name}", base)
+            elif f.default is MISSING and f.default_factory is MISSING:
+                raise self.fail(f"{prefix}{name}", "is required")
+        try:
+            return cls(**kwargs)
+        except _InvalidError as e:
+            raise self.fail(f"{prefix}{e.field_name}", e.problem) from None
+
+
+def parse_config(text: str, *, path: str = "<config>", base: Path | None = None) -> AgentConfig:
+    """Decode config text.
+
+    Args:
+        text: TOML text.
+        path: the file name used in error messages.
+        base: directory relative paths are resolved against (default: the current one).
+
+    Raises:
+        ConfigError: naming ``path`` and the field.
+    """
+    try:
+        raw = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(path, "", f"not valid TOML: {e}") from None
+    cfg: AgentConfig = _Decoder(path).section(AgentConfig, raw, "", base or Path.cwd())
+    return cfg
+
+
+def load_config(path: Path) -> AgentConfig:
+    """Read and decode a config file.
+
+    Raises:
+        ConfigError: if the file cannot be read or does not decode.
+    """
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigError(str(path), "", f"cannot read: {e}") from None
+    cfg = parse_config(text, path=str(path), base=path.resolve().parent)
+    return replace(cfg, source=path)

@@ -1,0 +1,687 @@
+"""The agent's core: consent, recording, collection cycles, the outbox and the ledger.
+
+Synchronous and single-threaded: the daemon calls it from its event loop, the CLI calls it
+directly when no daemon runs, and the fleet simulator runs many cores (each with its own
+state directory, clock and seeded random source) in one process. Every change is made to a
+copy of a use case's document, sealed and written atomically, and only then adopted, so
+what is in memory is always what is on disk.
+
+Order of a collection cycle (per use case, one atomic write): close the periods that ended,
+answer them (counters from their memo, events and strings from their reservoir), keep a
+uniformly random subset within the daily limit and the lifetime ε cap (003 §3.2.1), charge
+the budget, and put the encoded report in the outbox. Publishing happens later and only
+removes a report from the outbox after the broker acknowledged it (and after it entered the
+ledger), so a crash at any point either loses nothing or resends identical bytes.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import logging
+import math
+import os
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import msgpack
+
+from agent.accounting import EPSILON_SLACK, Budget, day_of
+from agent.clock import Clock
+from agent.errors import ConsentRequiredError, StateUnreadableError, UseCaseStoppedError, ValueRefusedError
+from agent.sealed import Sealer, fsync_directory
+from agent.state import (
+    AGENT_VERSION,
+    CONSENT_VERSION,
+    LEDGER_VERSION,
+    USE_CASE_VERSION,
+    AgentDoc,
+    ConsentDoc,
+    LedgerDoc,
+    LedgerEntry,
+    OutboxEntry,
+    PendingRecords,
+    UseCaseDoc,
+)
+from agent.usecases import Kind, check_counter_value, counter_input, fingerprint, kind_of, load_permanent_state
+from protocol.errors import InputError, StateError
+from protocol.randomness import RandomSource, sample_without_replacement, uniform_ints
+from protocol.registry import Registry, UseCase
+from protocol.wire import Report, encode_report, new_report_id
+
+__all__ = ["Agent", "CycleSummary", "Pending", "RecordOutcome", "reservoir_offer"]
+
+log = logging.getLogger("ldp_agent")
+
+MAX_SEEN_PER_PERIOD = 4096
+"""Distinct strings remembered per period (beyond it new strings are dropped, and counted)."""
+
+_COUNTER_PERSON = b"ldp-counter-key"
+_STRING_PERSON = b"ldp-string-seen"
+_FILE_PREFIX = "uc-"
+_SUFFIX = ".sealed"
+
+
+def _keyed_hash(key: bytes, data: bytes, person: bytes) -> bytes:
+    return hashlib.blake2b(data, key=key, digest_size=32, person=person).digest()
+
+
+def _extends(old: Any, new: Any) -> bool:
+    """True if ``new`` keeps every entry of ``old`` unchanged (memo tables only grow)."""
+    if isinstance(old, dict) and isinstance(new, dict):
+        return all(k in new and _extends(v, new[k]) for k, v in old.items())
+    return bool(old == new)
+
+
+def reservoir_offer(pending: PendingRecords, record: Any, capacity: int, rng: RandomSource) -> None:
+    """Offer a record to a period's reservoir (Algorithm R).
+
+    After ``n`` offers the reservoir is a uniformly random subset of size ``min(n, capacity)``
+    of the offered records, so what is sent is a uniform sample of the period's (003 §3.2.1),
+    while at most ``capacity`` privatized records are ever kept.
+    """
+    pending.offered += 1
+    if len(pending.records) < capacity:
+        pending.records.append(record)
+        return
+    j = int(uniform_ints(rng, pending.offered, 1)[0])
+    if j < capacity:
+        pending.records[j] = record
+
+
+@dataclass(frozen=True, slots=True)
+class RecordOutcome:
+    """What happened to a recorded value: ``recorded``, or ``duplicate`` (a string already
+    recorded this period: its report is already pending), or ``dropped`` (too many distinct
+    strings this period)."""
+
+    use_case: str
+    outcome: str
+
+
+@dataclass(frozen=True, slots=True)
+class CycleSummary:
+    """What a collection cycle did.
+
+    Attributes:
+        reports: reports staged in the outbox.
+        records: records they carry.
+        unsent: records not sent because of the daily limit or the ε cap.
+        epsilon: ε charged.
+    """
+
+    reports: int
+    records: int
+    unsent: int
+    epsilon: float
+
+
+@dataclass(frozen=True, slots=True)
+class Pending:
+    """A report waiting in the outbox."""
+
+    use_case: str
+    topic: str
+    entry: OutboxEntry
+
+
+@dataclass
+class _Slot:
+    use_case: UseCase
+    kind: Kind
+    path: Path
+    doc: UseCaseDoc | None = None
+    broken: str | None = None
+
+
+class Agent:
+    """One device's agent state.
+
+    Args:
+        registry: the use-case registry (already checked against the local policy).
+        state_dir: where the sealed files live (created with mode 0700).
+        sealer: encrypts and decrypts the files.
+        clock: the wall clock.
+        rng: device randomness (the OS CSPRNG; seeded only in tests and simulations).
+        topic_prefix: reports go to ``<topic_prefix>/<use_case>``.
+        outbox_max_reports: most reports waiting; the oldest are dropped beyond it.
+        outbox_max_age_days: reports waiting longer are dropped.
+        ledger_retention_days: ledger entries older than this are pruned.
+    """
+
+    def __init__(
+        self,
+        *,
+        registry: Registry,
+        state_dir: Path,
+        sealer: Sealer,
+        clock: Clock,
+        rng: RandomSource,
+        topic_prefix: str = "ldp/v1/reports",
+        outbox_max_reports: int = 10_000,
+        outbox_max_age_days: int = 14,
+        ledger_retention_days: int = 30,
+    ) -> None:
+        self.registry = registry
+        self.state_dir = state_dir
+        self._sealer = sealer
+        self.clock = clock
+        self.rng = rng
+        self.topic_prefix = topic_prefix
+        self.outbox_max_reports = outbox_max_reports
+        self.outbox_max_age = outbox_max_age_days * 86_400.0
+        self.ledger_retention = ledger_retention_days * 86_400.0
+        state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        self._remove_stale_temporaries()
+        self._consent: ConsentDoc | None = None
+        self._slots: dict[str, _Slot] = {}
+        self._ledger: LedgerDoc | None = None
+        self.ledger_broken: str | None = None
+        self._load()
+
+    # ------------------------------------------------------------------ files
+
+    def _path(self, name: str) -> Path:
+        return self.state_dir / name
+
+    def _remove_stale_temporaries(self) -> None:
+        # A crash between writing a temporary file and renaming it leaves it behind.
+        for p in self.state_dir.glob(".*.tmp"):
+            p.unlink(missing_ok=True)
+
+    def _load(self) -> None:
+        self._consent = None
+        self._slots = {}
+        self._ledger = None
+        self.ledger_broken = None
+        try:
+            raw = self._sealer.read(self._path("consent" + _SUFFIX), "consent", CONSENT_VERSION)
+            self._consent = None if raw is None else ConsentDoc.from_plain(raw)
+        except (StateUnreadableError, ValueError) as e:
+            log.error("consent record is unreadable (%s); treating the agent as not opted in", e)
+            self._consent = None
+        if self._consent is None:
+            return
+        for name, use_case in self.registry.use_cases.items():
+            self._slots[name] = self._load_slot(use_case)
+        try:
+            raw = self._sealer.read(self._path("ledger" + _SUFFIX), "ledger", LEDGER_VERSION)
+            self._ledger = LedgerDoc() if raw is None else LedgerDoc.from_plain(raw)
+        except (StateUnreadableError, ValueError) as e:
+            self.ledger_broken = str(e)
+            log.error("the ledger is unreadable (%s): nothing is published until it is repaired", e)
+
+    def _load_slot(self, use_case: UseCase) -> _Slot:
+        slot = _Slot(use_case, kind_of(use_case), self._path(f"{_FILE_PREFIX}{use_case.name}{_SUFFIX}"))
+        try:
+            raw = self._sealer.read(slot.path, f"usecase:{use_case.name}", USE_CASE_VERSION)
+            if raw is None:
+                return slot
+            doc = UseCaseDoc.from_plain(raw)
+            self._budget(slot, doc)  # validates the saved accounting
+            for data in doc.permanent.values():
+                load_permanent_state(use_case, data)  # validates the saved permanent state
+        except StateUnreadableError as e:
+            slot.broken = f"state unreadable: {e.reason}"
+        except (ValueError, StateError) as e:
+            slot.broken = f"state does not parse: {e}"
+        else:
+            if doc.fingerprint != fingerprint(use_case):
+                if doc.permanent:
+                    slot.broken = (
+                        "the registry changed this use case's parameters since its permanent randomness was "
+                        "drawn; it is not redrawn (a second memo is the averaging attack memoization prevents). "
+                        "Use a new use-case name, or revoke and grant consent to start over"
+                    )
+                else:
+                    log.warning("use case %s: parameters changed; its unsent records are discarded", use_case.name)
+                    doc = self._new_doc(use_case, budget=doc.budget, last_closed=doc.last_closed)
+            slot.doc = doc
+        if slot.broken:
+            log.error("use case %s stopped: %s", use_case.name, slot.broken)
+        return slot
+
+    def _new_doc(self, use_case: UseCase, *, budget: dict[str, Any] | None = None, last_closed: int = -1) -> UseCaseDoc:
+        return UseCaseDoc(
+            fingerprint=fingerprint(use_case),
+            hash_key=self.rng.words(4).astype("<u8").tobytes(),
+            budget=dict(budget or {}),
+            last_closed=last_closed,
+        )
+
+    def _budget(self, slot: _Slot, doc: UseCaseDoc) -> Budget:
+        uc = slot.use_case
+        if not doc.budget:
+            return Budget(daily_limit=uc.daily_limit, epsilon_cap=uc.lifetime_epsilon)
+        return Budget.from_plain(doc.budget, daily_limit=uc.daily_limit, epsilon_cap=uc.lifetime_epsilon)
+
+    def _write_slot(self, slot: _Slot, doc: UseCaseDoc) -> None:
+        if slot.doc is not None and not _extends(slot.doc.permanent, doc.permanent):
+            # A bug, never a runtime condition: permanent randomness is append-only.
+            raise RuntimeError(f"use case {slot.use_case.name}: permanent state would change; refusing to write")
+        self._sealer.write(slot.path, f"usecase:{slot.use_case.name}", USE_CASE_VERSION, doc.to_plain())
+        slot.doc = doc
+
+    def _write_ledger(self, ledger: LedgerDoc) -> None:
+        self._sealer.write(self._path("ledger" + _SUFFIX), "ledger", LEDGER_VERSION, ledger.to_plain())
+        self._ledger = ledger
+
+    # ------------------------------------------------------------------ consent
+
+    @property
+    def consented(self) -> bool:
+        """True once the user opted in (and until they revoke)."""
+        return self._consent is not None
+
+    @property
+    def consent(self) -> ConsentDoc | None:
+        """The consent record, or None."""
+        return self._consent
+
+    def grant_consent(self) -> ConsentDoc:
+        """Opt in. Idempotent: an existing grant is kept."""
+        if self._consent is None:
+            doc = ConsentDoc(granted_at=self.clock.time())
+            self._sealer.write(self._path("consent" + _SUFFIX), "consent", CONSENT_VERSION, doc.to_plain())
+            self._load()
+            log.info("consent granted")
+        assert self._consent is not None
+        return self._consent
+
+    def revoke_consent(self) -> int:
+        """Opt out: delete every state file (permanent state, outbox, ledger, schedule, consent).
+
+        Returns:
+            The number of files removed.
+        """
+        removed = 0
+        consent_path = self._path("consent" + _SUFFIX)
+        # Consent goes first: a crash half-way leaves an agent that is opted out.
+        if consent_path.exists():
+            consent_path.unlink()
+            removed += 1
+            fsync_directory(self.state_dir)
+        for p in sorted(self.state_dir.iterdir()):
+            if p.is_file() and (p.name.endswith(_SUFFIX) or p.name.endswith(".tmp")):
+                p.unlink()
+                removed += 1
+        fsync_directory(self.state_dir)
+        self._load()
+        log.info("consent revoked; %d state files deleted", removed)
+        return removed
+
+    def _require_consent(self) -> None:
+        if self._consent is None:
+            raise ConsentRequiredError(
+                "the user has not opted in: nothing is recorded or sent (ldp-agent consent grant)"
+            )
+
+    # ------------------------------------------------------------------ recording
+
+    def _slot(self, name: str) -> _Slot:
+        slot = self._slots.get(name)
+        if slot is None:
+            known = ", ".join(sorted(self.registry.use_cases))
+            raise ValueRefusedError(f"unknown use case {name!r}; the registry has: {known}")
+        if slot.broken:
+            raise UseCaseStoppedError(f"use case {name!r} is stopped: {slot.broken}")
+        return slot
+
+    def _period_for_record(self, slot: _Slot, doc: UseCaseDoc) -> int:
+        # A clock set backwards must not reopen a period that was already reported.
+        return max(slot.use_case.period.index_at(self.clock.time()), doc.last_closed + 1)
+
+    def record(self, use_case: str, value: object, *, key: str | None = None) -> RecordOutcome:
+        """Record one value (privatizing it now, or adding it to a counter's running total).
+
+        Args:
+            use_case: the use case's name.
+            value: the value (type and range depend on the mechanism).
+            key: for counter use cases, which counter (for example the application); each
+                key has its own permanent state and is reported as its own record.
+
+        Raises:
+            ConsentRequiredError: before the user opted in.
+            ValueRefusedError: unknown use case, or a value that does not fit it.
+            UseCaseStoppedError: the use case stopped (ε cap spent, unreadable state, ...).
+        """
+        return self.record_many([(use_case, value, key)])[0]
+
+    def record_many(self, items: Iterable[tuple[str, object, str | None]]) -> list[RecordOutcome]:
+        """Record several values with one write per use case (the probes' path).
+
+        All values are checked before anything is written: one bad value refuses the batch.
+
+        Raises:
+            as :meth:`record`.
+        """
+        self._require_consent()
+        by_slot: dict[str, list[tuple[object, str | None]]] = {}
+        for name, value, key in items:
+            slot = self._slot(name)
+            self._check_value(slot, value, key)
+            by_slot.setdefault(name, []).append((value, key))
+        outcomes: list[RecordOutcome] = []
+        for name, values in by_slot.items():
+            slot = self._slots[name]
+            doc = copy.deepcopy(slot.doc) if slot.doc is not None else self._new_doc(slot.use_case)
+            budget = self._budget(slot, doc)
+            if budget.exhausted:
+                raise UseCaseStoppedError(
+                    f"use case {name!r} has spent its lifetime ε cap ({budget.epsilon_cap:g}) and no longer records"
+                )
+            for value, key in values:
+                outcomes.append(RecordOutcome(name, self._record_into(slot, doc, value, key)))
+            self._write_slot(slot, doc)
+        return outcomes
+
+    def _check_value(self, slot: _Slot, value: object, key: str | None) -> None:
+        uc = slot.use_case
+        if key is not None and slot.kind is not Kind.COUNTER:
+            raise ValueRefusedError(f"use case {uc.name!r} ({uc.mechanism.name}) takes no counter key")
+        if key is not None and (not isinstance(key, str) or not key or len(key) > 256):
+            raise ValueRefusedError(f"a counter key is a non-empty string of at most 256 characters; got {key!r}")
+        if slot.kind is Kind.COUNTER:
+            check_counter_value(uc, value)
+        elif slot.kind is Kind.STRING and not isinstance(value, str):
+            raise ValueRefusedError(f"use case {uc.name!r} ({uc.mechanism.name}) takes a string; got {value!r}")
+
+    def _privatize(self, uc: UseCase, value: object, state: Any) -> tuple[Any, Any]:
+        try:
+            mech: Any = uc.mechanism
+            return mech.privatize(value, state, self.rng)  # type: ignore[no-any-return]
+        except InputError as e:
+            raise ValueRefusedError(f"use case {uc.name!r} ({uc.mechanism.name}): {e}") from None
+
+    def _record_into(self, slot: _Slot, doc: UseCaseDoc, value: object, key: str | None) -> str:
+        uc = slot.use_case
+        mech: Any = uc.mechanism
+        period = self._period_for_record(slot, doc)
+        if slot.kind is Kind.COUNTER:
+            amount = check_counter_value(uc, value)
+            kh = _keyed_hash(doc.hash_key, (key or "").encode("utf-8"), _COUNTER_PERSON)
+            if kh not in doc.permanent:
+                # First use of this counter key: draw its permanent state (000 §3.1 steps 2-3).
+                doc.permanent[kh] = mech.setup(self.rng).to_plain()
+            totals = doc.totals.setdefault(period, {})
+            totals[kh] = min(totals.get(kh, 0) + amount, float(1 << 53))
+            return "recorded"
+        pending = doc.pending.setdefault(period, PendingRecords())
+        if slot.kind is Kind.STRING:
+            assert isinstance(value, str)
+            seen = _keyed_hash(doc.hash_key, value.encode("utf-8"), _STRING_PERSON)
+            if seen in pending.seen:
+                return "duplicate"
+            if len(pending.seen) >= MAX_SEEN_PER_PERIOD:
+                doc.unsent_records += 1
+                return "dropped"
+            stored = doc.permanent.get(b"\0" * 32)
+            state = mech.setup(self.rng) if stored is None else load_permanent_state(uc, stored)
+            record, state = self._privatize(uc, value, state)
+            # The memo entry B' for this value is persisted in the same write as the record.
+            doc.permanent[b"\0" * 32] = state.to_plain()
+            pending.seen.append(seen)
+        else:
+            record, _ = self._privatize(uc, value, None)
+        wire = mech.encode_records([record])
+        reservoir_offer(pending, wire[0], uc.daily_limit, self.rng)
+        return "recorded"
+
+    # ------------------------------------------------------------------ collection
+
+    def collect(self) -> CycleSummary:
+        """Close every ended period: answer, sample within the limits, charge, stage in the outbox.
+
+        Raises:
+            ConsentRequiredError: before the user opted in.
+        """
+        self._require_consent()
+        reports = records = unsent = 0
+        spent = 0.0
+        now = self.clock.time()
+        for slot in self._slots.values():
+            if slot.broken or slot.doc is None:
+                continue
+            doc = copy.deepcopy(slot.doc)
+            r, n, u, e = self._collect_one(slot, doc, now)
+            if (doc.last_closed, doc.budget, len(doc.outbox)) != (
+                slot.doc.last_closed,
+                slot.doc.budget,
+                len(slot.doc.outbox),
+            ) or doc.dropped_reports != slot.doc.dropped_reports:
+                self._write_slot(slot, doc)
+            reports, records, unsent, spent = reports + r, records + n, unsent + u, spent + e
+        return CycleSummary(reports=reports, records=records, unsent=unsent, epsilon=spent)
+
+    def _collect_one(self, slot: _Slot, doc: UseCaseDoc, now: float) -> tuple[int, int, int, float]:
+        uc = slot.use_case
+        mech: Any = uc.mechanism
+        budget = self._budget(slot, doc).at(day_of(now))
+        was_exhausted = budget.exhausted
+        current = max(uc.period.index_at(now), doc.last_closed + 1)
+        closing = sorted(p for p in set(doc.totals) | set(doc.pending) if p < current)
+        reports = records = unsent = 0
+        spent = 0.0
+        cost = uc.cost
+        for period in closing:
+            if slot.kind is Kind.COUNTER:
+                wire: list[Any] = []
+                for kh, total in sorted(doc.totals.pop(period).items()):
+                    state = load_permanent_state(uc, doc.permanent[kh])
+                    # Answer from the memo (000 §3.1 step 4, §3.4); the raw total is erased with the period.
+                    record, _ = mech.privatize(counter_input(uc, total), state, self.rng)
+                    wire.extend(mech.encode_records([record]))
+            else:
+                pending = doc.pending.pop(period)
+                wire = list(pending.records)
+                # Records the reservoir already left out are unsent too (the daily limit at work).
+                unsent += pending.offered - len(pending.records)
+            doc.last_closed = max(doc.last_closed, period)
+            if not wire:
+                continue
+            left = budget.remaining()
+            affordable = math.floor((left.epsilon + EPSILON_SLACK) / cost) if cost > 0 else len(wire)
+            n = min(len(wire), left.records_today, affordable, uc.daily_limit)
+            unsent += len(wire) - n
+            if n == 0:
+                continue
+            # A uniformly random subset when there are more records than the limits allow (003 §3.2.1).
+            chosen = sorted(sample_without_replacement(self.rng, len(wire), n)) if n < len(wire) else range(n)
+            sent = [wire[i] for i in chosen]
+            epsilon = n * cost
+            budget = budget.spend(n, epsilon)
+            report = Report(
+                use_case=uc.name,
+                registry_hash=self.registry.hash,
+                period=period,
+                report_id=new_report_id(self.rng),
+                records=sent,
+            )
+            doc.outbox.append(
+                OutboxEntry(
+                    report_id=report.report_id,
+                    period=period,
+                    payload=encode_report(report),
+                    records=n,
+                    epsilon=float(epsilon),
+                    created=float(now),
+                    day=budget.day,
+                    epsilon_today=float(budget.epsilon_today),
+                    epsilon_total=float(budget.epsilon_total),
+                )
+            )
+            reports += 1
+            records += n
+            spent += epsilon
+        doc.unsent_records += unsent
+        if unsent:
+            log.info("use case %s: %d records not sent (daily limit or ε cap)", uc.name, unsent)
+        self._trim_outbox(uc.name, doc, now)
+        doc.budget = budget.to_plain()
+        if budget.exhausted and not was_exhausted:
+            log.warning(
+                "use case %s reached its lifetime ε cap (%g): it stops recording and reporting",
+                uc.name,
+                budget.epsilon_cap,
+            )
+        return reports, records, unsent, spent
+
+    def _trim_outbox(self, name: str, doc: UseCaseDoc, now: float) -> None:
+        fresh = [e for e in doc.outbox if now - e.created <= self.outbox_max_age]
+        overflow = max(0, len(fresh) - self.outbox_max_reports)
+        dropped = len(doc.outbox) - len(fresh) + overflow
+        if dropped:
+            log.warning("use case %s: %d unsent reports dropped from the outbox (too old or too many)", name, dropped)
+            doc.dropped_reports += dropped
+            doc.outbox = fresh[overflow:]
+
+    # ------------------------------------------------------------------ outbox and ledger
+
+    def topic(self, use_case: str) -> str:
+        """The MQTT topic of a use case's reports."""
+        return f"{self.topic_prefix}/{use_case}"
+
+    def outbox(self) -> list[Pending]:
+        """Reports waiting for the broker, oldest first (none while the ledger is unreadable)."""
+        if self._consent is None or self.ledger_broken:
+            return []
+        out = [
+            Pending(name, self.topic(name), e)
+            for name, slot in self._slots.items()
+            if slot.doc is not None and not slot.broken
+            for e in slot.doc.outbox
+        ]
+        out.sort(key=lambda p: (p.entry.created, p.use_case))
+        return out
+
+    @property
+    def outbox_size(self) -> int:
+        """Number of reports waiting."""
+        return sum(len(s.doc.outbox) for s in self._slots.values() if s.doc is not None)
+
+    def acknowledge(self, acked: Sequence[Pending]) -> None:
+        """Reports the broker acknowledged: add them to the ledger, then drop them from the outbox.
+
+        The ledger is written first; a crash before the outbox write resends identical bytes
+        (the collector de-duplicates by report id) and the ledger keeps one entry per id.
+        """
+        if not acked or self._ledger is None:
+            return
+        now = self.clock.time()
+        ledger = LedgerDoc([e for e in self._ledger.entries if now - e.sent <= self.ledger_retention])
+        known = {e.report_id for e in ledger.entries}
+        for p in acked:
+            if p.entry.report_id in known:
+                continue
+            body = msgpack.unpackb(p.entry.payload, raw=False)
+            ledger.entries.append(
+                LedgerEntry(
+                    report_id=p.entry.report_id,
+                    use_case=p.use_case,
+                    period=p.entry.period,
+                    records=list(body["r"]),
+                    epsilon=p.entry.epsilon,
+                    epsilon_today=p.entry.epsilon_today,
+                    epsilon_total=p.entry.epsilon_total,
+                    sent=now,
+                )
+            )
+            known.add(p.entry.report_id)
+        self._write_ledger(ledger)
+        done: dict[str, set[bytes]] = {}
+        for p in acked:
+            done.setdefault(p.use_case, set()).add(p.entry.report_id)
+        for name, ids in done.items():
+            slot = self._slots.get(name)
+            if slot is None or slot.doc is None:
+                continue
+            doc = copy.deepcopy(slot.doc)
+            doc.outbox = [e for e in doc.outbox if e.report_id not in ids]
+            self._write_slot(slot, doc)
+
+    def ledger(self) -> list[LedgerEntry]:
+        """What left the device, oldest first.
+
+        Raises:
+            ConsentRequiredError: before the user opted in.
+            StateUnreadableError: if the ledger cannot be read.
+        """
+        self._require_consent()
+        if self._ledger is None:
+            raise StateUnreadableError(str(self._path("ledger" + _SUFFIX)), self.ledger_broken or "not loaded")
+        return list(self._ledger.entries)
+
+    # ------------------------------------------------------------------ schedule and status
+
+    def load_schedule(self) -> AgentDoc:
+        """The schedule bookkeeping (a fresh one if missing or unreadable: it holds no randomness)."""
+        try:
+            raw = self._sealer.read(self._path("agent" + _SUFFIX), "agent", AGENT_VERSION)
+            return AgentDoc() if raw is None else AgentDoc.from_plain(raw)
+        except (StateUnreadableError, ValueError) as e:
+            log.warning("schedule state unreadable (%s); starting a new schedule", e)
+            return AgentDoc()
+
+    def save_schedule(self, doc: AgentDoc) -> None:
+        """Persist the schedule bookkeeping (only once the user opted in)."""
+        if self._consent is not None:
+            self._sealer.write(self._path("agent" + _SUFFIX), "agent", AGENT_VERSION, doc.to_plain())
+
+    def use_case_status(self) -> list[dict[str, Any]]:
+        """Per use case: state, limits, spending and what waits."""
+        now = self.clock.time()
+        out = []
+        for name, uc in self.registry.use_cases.items():
+            slot = self._slots.get(name)
+            row: dict[str, Any] = {
+                "use_case": name,
+                "mechanism": uc.mechanism.name,
+                "period": uc.period.value,
+                "daily_limit": uc.daily_limit,
+                "epsilon_per_record": uc.cost,
+                "epsilon_cap": uc.lifetime_epsilon,
+            }
+            if slot is None:
+                row["state"] = "no consent"
+                out.append(row)
+                continue
+            if slot.broken:
+                row["state"] = f"stopped: {slot.broken}"
+                out.append(row)
+                continue
+            doc = slot.doc
+            budget = (
+                self._budget(slot, doc).at(day_of(now))
+                if doc is not None
+                else Budget(daily_limit=uc.daily_limit, epsilon_cap=uc.lifetime_epsilon)
+            )
+            row["state"] = "stopped: lifetime ε cap reached" if budget.exhausted else "active"
+            row["records_today"] = budget.records_today
+            row["epsilon_today"] = budget.epsilon_today
+            row["epsilon_total"] = budget.epsilon_total
+            row["pending_records"] = 0 if doc is None else sum(len(p.records) for p in doc.pending.values())
+            row["open_counters"] = 0 if doc is None else sum(len(t) for t in doc.totals.values())
+            row["outbox"] = 0 if doc is None else len(doc.outbox)
+            row["dropped_reports"] = 0 if doc is None else doc.dropped_reports
+            row["unsent_records"] = 0 if doc is None else doc.unsent_records
+            out.append(row)
+        return out
+
+    def status(self) -> dict[str, Any]:
+        """A snapshot for ``ldp-agent status``."""
+        schedule = self.load_schedule() if self._consent is not None else AgentDoc()
+        return {
+            "consent": self._consent is not None,
+            "consent_granted_at": None if self._consent is None else self._consent.granted_at,
+            "registry": self.registry.hash_hex,
+            "registry_source": self.registry.source,
+            "next_cycle": schedule.next_cycle or None,
+            "last_cycle": schedule.last_cycle or None,
+            "cycles": schedule.cycles,
+            "outbox": self.outbox_size,
+            "ledger": self.ledger_broken or "ok",
+            "use_cases": self.use_case_status(),
+            "pid": os.getpid(),
+        }

@@ -1,0 +1,410 @@
+"""The daemon: one root ``asyncio.TaskGroup`` owning the cycle runner, the probes, the publisher,
+the local API and the systemd watchdog.
+
+:class:`Daemon` is the reusable part (no signals, no socket, no systemd): the fleet simulator
+can run many in one process, each with its own state directory, a shared fake clock, a
+seeded random source and an in-memory or real transport. :func:`run_daemon` adds what a
+service needs: the state lock, the Unix-socket API, SIGTERM/SIGINT handling, ``sd_notify``
+READY/WATCHDOG/STOPPING, and APScheduler on the real clock.
+
+Failure policy (STYLE rule 11): an expected condition (broker down, a refused value, a
+stopped use case) is handled where it happens; anything unexpected escapes the task group,
+cancels every task, and ends the process with a non-zero status so systemd restarts it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fcntl
+import logging
+import os
+import signal
+from collections.abc import AsyncIterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from agent.api import serve
+from agent.clock import Clock, SystemClock
+from agent.config import ActiveSecondsProbe, AgentConfig, ScheduleConfig
+from agent.core import Agent
+from agent.errors import (
+    AgentBusyError,
+    ConfigError,
+    ConsentRequiredError,
+    UseCaseStoppedError,
+    ValueRefusedError,
+)
+from agent.policy import check_registry
+from agent.probes import Probe, Sample, build_probes
+from agent.publisher import Backoff, Publisher
+from agent.schedule import ApschedulerWakeups, ClockWakeups, Wakeups, next_cycle_after, plausible_next
+from agent.sealed import Sealer, create_key_file, load_key
+from agent.state import AgentDoc
+from agent.systemd import Notifier
+from agent.transport import Connection, Transport
+from agent.usecases import Kind, kind_of
+from protocol.randomness import RandomSource, SystemRandom
+from protocol.registry import Registry, RegistryError, parse_registry
+
+__all__ = ["Daemon", "StateLock", "check_probes", "load_registry", "open_agent", "run_daemon"]
+
+log = logging.getLogger("ldp_agent")
+
+
+class _Shutdown(Exception):  # noqa: N818 - a signal, not an error
+    """Raised inside the task group to stop every task on SIGTERM/SIGINT."""
+
+
+def load_registry(cfg: AgentConfig) -> Registry:
+    """Read and validate the registry, then hold it against the local policy.
+
+    Raises:
+        ConfigError: the registry file cannot be read or is invalid.
+        PolicyError: the registry asks for more than the local policy allows.
+    """
+    path = cfg.registry.path
+    try:
+        data = path.read_bytes()
+    except OSError as e:
+        raise ConfigError(str(cfg.source or "<config>"), "registry.path", f"cannot read {path}: {e.strerror}") from None
+    try:
+        registry = parse_registry(data, source=str(path))
+    except RegistryError as e:
+        raise ConfigError(str(path), e.field or "", str(e)) from None
+    check_registry(registry, cfg.policy)
+    return registry
+
+
+def check_probes(cfg: AgentConfig, registry: Registry) -> None:
+    """Every probe feeds a use case of the registry, of a kind it can feed.
+
+    Raises:
+        ConfigError: naming the probe and the use case.
+    """
+    for i, probe in enumerate(cfg.probes):
+        if isinstance(probe, ActiveSecondsProbe):
+            names, where = sorted(set(probe.targets.values())), f"probes[{i}].targets"
+        else:
+            names, where = [probe.use_case], f"probes[{i}].use_case"
+        wants_counter = probe.kind in ("uptime", "active-seconds")
+        for name in names:
+            use_case = registry.use_cases.get(name)
+            if use_case is None:
+                raise ConfigError(str(cfg.source or "<config>"), where, f"use case {name!r} is not in the registry")
+            kind = kind_of(use_case)
+            if wants_counter:
+                ok, need = kind is Kind.COUNTER, "a counter use case (one-bit-mean, dbitflip)"
+            else:
+                ok = kind is not Kind.COUNTER and use_case.mechanism.name != "rr"
+                need = "a string use case (rappor, cms, hcms, sfp)"
+            if not ok:
+                raise ConfigError(
+                    str(cfg.source or "<config>"),
+                    where,
+                    f"the {probe.kind} probe needs {need}; {name!r} is {use_case.mechanism.name}",
+                )
+
+
+def open_agent(
+    cfg: AgentConfig,
+    registry: Registry,
+    *,
+    clock: Clock,
+    rng: RandomSource,
+    environ: Mapping[str, str] | None = None,
+) -> Agent:
+    """The agent over the configured state directory and key.
+
+    Raises:
+        KeyUnavailableError: the key cannot be loaded.
+    """
+    st = cfg.state
+    if st.create_key and st.key_file is not None and create_key_file(st.key_file):
+        log.info("created a new state key in %s", st.key_file)
+    key = load_key(key_file=st.key_file, key_credential=st.key_credential, environ=environ)
+    return Agent(
+        registry=registry,
+        state_dir=st.directory,
+        sealer=Sealer(key),
+        clock=clock,
+        rng=rng,
+        topic_prefix=cfg.broker.topic_prefix,
+        outbox_max_reports=st.outbox_max_reports,
+        outbox_max_age_days=st.outbox_max_age_days,
+        ledger_retention_days=st.ledger_retention_days,
+    )
+
+
+class StateLock:
+    """An exclusive ``flock`` on ``<state_dir>/lock``: one process owns the state at a time."""
+
+    def __init__(self, directory: Path) -> None:
+        self.path = directory / "lock"
+        self._fd: int | None = None
+
+    def acquire(self) -> None:
+        """Take the lock without waiting.
+
+        Raises:
+            AgentBusyError: another process holds it.
+        """
+        self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise AgentBusyError(f"another agent process holds {self.path}") from None
+        self._fd = fd
+
+    def release(self) -> None:
+        """Release the lock."""
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+    def __enter__(self) -> StateLock:
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+class LazyMqttTransport:
+    """Imports the MQTT adapter on the first connection, so an idle daemon does not load it."""
+
+    def __init__(self, cfg: AgentConfig, rng: RandomSource) -> None:
+        self._cfg = cfg
+        self._rng = rng
+        self._inner: Transport | None = None
+
+    def connect(self) -> contextlib.AbstractAsyncContextManager[Connection]:
+        if self._inner is None:
+            from agent.mqtt import MqttTransport  # noqa: PLC0415 - aiomqtt only once something is sent
+
+            self._inner = MqttTransport(self._cfg.broker, self._rng)
+        return self._inner.connect()
+
+
+class Daemon:
+    """The long-lived tasks of one agent.
+
+    Args:
+        agent: the agent core.
+        transport: the broker connection factory.
+        clock: the wall clock.
+        rng: randomness for jitter and backoff.
+        schedule: when cycles run.
+        probes: built-in probes.
+        backoff: the reconnect policy.
+        wakeups: how the cycle runner waits (default: on ``clock``).
+    """
+
+    def __init__(
+        self,
+        agent: Agent,
+        transport: Transport,
+        *,
+        clock: Clock,
+        rng: RandomSource,
+        schedule: ScheduleConfig | None = None,
+        probes: Sequence[Probe] = (),
+        backoff: Backoff | None = None,
+        wakeups: Wakeups | None = None,
+    ) -> None:
+        self.agent = agent
+        self.clock = clock
+        self.rng = rng
+        self.schedule = schedule or ScheduleConfig()
+        self.probes = list(probes)
+        self.publisher = Publisher(agent, transport, clock=clock, rng=rng, backoff=backoff)
+        self.wakeups = wakeups or ClockWakeups(clock)
+        self.next_cycle: float | None = None
+        self.cycles_run = 0
+
+    def _next_after(self, t: float) -> float:
+        s = self.schedule
+        return next_cycle_after(t, interval_hours=s.interval_hours, jitter_seconds=s.jitter_seconds, rng=self.rng)
+
+    def _record(self, samples: list[Sample]) -> None:
+        by_use_case: dict[str, list[Sample]] = {}
+        for sample in samples:
+            by_use_case.setdefault(sample[0], []).append(sample)
+        for name, items in by_use_case.items():
+            use_case = self.agent.registry.use_cases.get(name)
+            if use_case is None:
+                continue
+            mech: Any = use_case.mechanism
+            batch = items
+            if mech.name == "one-bit-mean":
+                # A probe interval can exceed the counter's range (a long suspend): clip to m.
+                batch = [(n, min(int(v), int(mech.m)), k) for n, v, k in items if isinstance(v, int)]
+            try:
+                self.agent.record_many(batch)
+            except ConsentRequiredError:
+                return
+            except UseCaseStoppedError as e:
+                log.debug("probe values not recorded: %s", e)
+            except ValueRefusedError as e:
+                log.warning("probe values refused: %s", e)
+
+    def sample_probes(self, *, per_cycle: bool) -> None:
+        """Sample the probes of one kind and record what they measured (only with consent)."""
+        now = self.clock.time()
+        for probe in self.probes:
+            if probe.per_cycle != per_cycle:
+                continue
+            samples = probe.sample(now)  # always sampled, so baselines never span the time before consent
+            if self.agent.consented:
+                self._record(samples)
+
+    def run_cycle(self) -> None:
+        """One collection cycle: flush counter probes, close periods, sample per-cycle probes, publish."""
+        if not self.agent.consented:
+            return
+        self.sample_probes(per_cycle=False)
+        summary = self.agent.collect()
+        self.sample_probes(per_cycle=True)
+        self.cycles_run += 1
+        log.info(
+            "collection cycle: %d reports with %d records staged (ε %.4g), %d records over the limits",
+            summary.reports,
+            summary.records,
+            summary.epsilon,
+            summary.unsent,
+        )
+        self.publisher.kick()
+
+    def _schedule_doc(self) -> AgentDoc:
+        return self.agent.load_schedule() if self.agent.consented else AgentDoc()
+
+    async def run_cycles(self) -> None:
+        """Run collection cycles when due, forever."""
+        s = self.schedule
+        while True:
+            doc = self._schedule_doc()
+            now = self.clock.time()
+            if not doc.next_cycle or not plausible_next(
+                doc.next_cycle, now, interval_hours=s.interval_hours, jitter_seconds=s.jitter_seconds
+            ):
+                doc.next_cycle = self._next_after(now)
+                self.agent.save_schedule(doc)
+            self.next_cycle = doc.next_cycle
+            await self.wakeups.wait_until(doc.next_cycle)
+            now = self.clock.time()
+            self.run_cycle()
+            # Missed slots coalesce: the next cycle is the first slot after now.
+            doc = self._schedule_doc()
+            doc.cycles += 1 if self.agent.consented else 0
+            doc.last_cycle = now
+            doc.next_cycle = self._next_after(now)
+            self.agent.save_schedule(doc)
+
+    async def run_probes(self) -> None:
+        """Sample the interval probes, forever."""
+        if not any(not p.per_cycle for p in self.probes):
+            return
+        while True:
+            self.sample_probes(per_cycle=False)
+            await self.clock.sleep(self.schedule.probe_interval_seconds)
+
+    def start(self, tg: asyncio.TaskGroup) -> None:
+        """Start the daemon's tasks in ``tg``."""
+        tg.create_task(self.run_cycles(), name="cycles")
+        tg.create_task(self.run_probes(), name="probes")
+        tg.create_task(self.publisher.run(), name="publisher")
+        self.publisher.kick()  # reports left from before a restart
+
+    def shutdown(self) -> None:
+        """Persist what is in flight: the counter probes' last interval."""
+        with contextlib.suppress(ConsentRequiredError):
+            self.sample_probes(per_cycle=False)
+
+
+async def _watchdog(notifier: Notifier, interval: float) -> None:
+    while True:
+        notifier.notify("WATCHDOG=1")
+        await asyncio.sleep(interval)
+
+
+async def _stop_on(event: asyncio.Event) -> None:
+    await event.wait()
+    raise _Shutdown
+
+
+@contextlib.asynccontextmanager
+async def _wakeups_for(clock: Clock) -> AsyncIterator[Wakeups]:
+    if isinstance(clock, SystemClock):
+        async with ApschedulerWakeups() as w:
+            yield w
+    else:
+        yield ClockWakeups(clock)
+
+
+async def run_daemon(
+    cfg: AgentConfig,
+    *,
+    clock: Clock | None = None,
+    rng: RandomSource | None = None,
+    transport: Transport | None = None,
+    environ: Mapping[str, str] | None = None,
+    stop: asyncio.Event | None = None,
+) -> None:
+    """Run the agent service until SIGTERM/SIGINT (or ``stop`` is set).
+
+    Raises:
+        ConfigError, PolicyError, KeyUnavailableError, AgentBusyError: start-up failures.
+        ExceptionGroup: an unexpected failure of a task.
+    """
+    clock = clock or SystemClock()
+    rng = rng or SystemRandom()
+    registry = load_registry(cfg)
+    check_probes(cfg, registry)
+    lock = StateLock(cfg.state.directory)
+    lock.acquire()
+    notifier = Notifier(environ)
+    stop = stop or asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    daemon: Daemon | None = None
+    try:
+        agent = open_agent(cfg, registry, clock=clock, rng=rng, environ=environ)
+        daemon = Daemon(
+            agent,
+            transport or LazyMqttTransport(cfg, rng),
+            clock=clock,
+            rng=rng,
+            schedule=cfg.schedule,
+            probes=build_probes(cfg.probes),
+            backoff=Backoff(initial=cfg.broker.backoff_initial, cap=cfg.broker.backoff_max),
+        )
+        d = daemon
+        async with _wakeups_for(clock) as wakeups, serve(agent, cfg.api.socket, mode=cfg.api.socket_mode):
+            d.wakeups = wakeups
+            try:
+                async with asyncio.TaskGroup() as tg:
+                    d.start(tg)
+                    if notifier.watchdog_interval:
+                        tg.create_task(_watchdog(notifier, notifier.watchdog_interval), name="watchdog")
+                    tg.create_task(_stop_on(stop), name="stop")
+                    notifier.notify(
+                        "READY=1", f"STATUS=serving; consent {'granted' if agent.consented else 'not granted'}"
+                    )
+                    log.info(
+                        "agent running: registry %s, %d use cases, consent %s",
+                        registry.hash_hex,
+                        len(registry.use_cases),
+                        "granted" if agent.consented else "not granted",
+                    )
+            except* _Shutdown:
+                log.info("stopping")
+    finally:
+        notifier.notify("STOPPING=1")
+        if daemon is not None:
+            daemon.shutdown()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(sig)
+        lock.release()

@@ -1,0 +1,210 @@
+"""Encrypted, atomically written state files (AES-256-GCM).
+
+A sealed file is ``b"LDPS" | format byte | 12-byte nonce | ciphertext and tag`` over a
+msgpack document. The associated data binds the file's *purpose* (``"usecase:<name>"``,
+``"outbox"``, ``"ledger"``, ...) and the document's schema *version*, so a file copied over
+another one, or read by code expecting another schema, fails authentication instead of being
+misread. Every write is atomic: a temporary file in the same directory is written and
+fsynced, renamed over the target, and the directory is fsynced, so a crash at any moment
+leaves either the old or the new contents, never a torn file.
+
+The key is 32 bytes from a file only its owner can read (mode 0600 or 0400) or from a
+systemd credential (``$CREDENTIALS_DIRECTORY/<name>``). Nonces come from the OS CSPRNG
+always (never from an injected seeded source): a repeated nonce under one key would break
+GCM.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import stat
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import msgpack
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+from agent.errors import KeyUnavailableError, StateUnreadableError
+
+__all__ = ["KEY_BYTES", "Sealer", "atomic_write", "create_key_file", "fsync_directory", "load_key"]
+
+KEY_BYTES = 32
+_MAGIC = b"LDPS"
+_FORMAT = 1
+_NONCE = 12
+_HEADER = len(_MAGIC) + 1 + _NONCE
+MAX_FILE_BYTES = 256 * 1024 * 1024
+"""A sealed file larger than this is refused rather than read into memory."""
+
+
+def _parse_key(raw: bytes, where: str) -> bytes:
+    if len(raw) == KEY_BYTES:
+        return raw
+    text = raw.strip()
+    if len(text) == 2 * KEY_BYTES:
+        try:
+            return bytes.fromhex(text.decode("ascii"))
+        except (UnicodeDecodeError, ValueError):
+            pass
+    raise KeyUnavailableError(
+        f"{where}: a key is {KEY_BYTES} raw bytes or {2 * KEY_BYTES} hex digits; found {len(raw)} bytes"
+    )
+
+
+def load_key(*, key_file: Path | None, key_credential: str | None, environ: Mapping[str, str] | None = None) -> bytes:
+    """Load the 32-byte state key from a private file or a systemd credential.
+
+    Raises:
+        KeyUnavailableError: missing, readable by others, not owned by this user, or the wrong size.
+    """
+    env = os.environ if environ is None else environ
+    if key_credential is not None:
+        directory = env.get("CREDENTIALS_DIRECTORY")
+        if not directory:
+            raise KeyUnavailableError(
+                f"key_credential = {key_credential!r} but $CREDENTIALS_DIRECTORY is not set "
+                "(run under systemd with LoadCredential= or SetCredentialEncrypted=)"
+            )
+        path = Path(directory) / key_credential
+        try:
+            return _parse_key(path.read_bytes(), str(path))
+        except OSError as e:
+            raise KeyUnavailableError(f"cannot read credential {path}: {e.strerror}") from None
+    assert key_file is not None
+    try:
+        fd = os.open(key_file, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError as e:
+        raise KeyUnavailableError(f"cannot open key file {key_file}: {e.strerror}") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise KeyUnavailableError(f"key file {key_file} is not a regular file")
+        if st.st_mode & 0o077:
+            raise KeyUnavailableError(
+                f"key file {key_file} has mode {stat.S_IMODE(st.st_mode):04o}; it must be readable by its owner only "
+                f"(chmod 600 {key_file})"
+            )
+        if st.st_uid != os.geteuid():
+            raise KeyUnavailableError(
+                f"key file {key_file} is owned by uid {st.st_uid}, not by this user ({os.geteuid()})"
+            )
+        raw = os.read(fd, 4 * KEY_BYTES + 2)
+    finally:
+        os.close(fd)
+    return _parse_key(raw, str(key_file))
+
+
+def create_key_file(path: Path) -> bool:
+    """Create ``path`` with a fresh key (mode 0600) unless it exists. Returns True if created."""
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    except FileExistsError:
+        return False
+    try:
+        os.write(fd, secrets.token_bytes(KEY_BYTES))
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    fsync_directory(path.parent)
+    return True
+
+
+def fsync_directory(directory: Path) -> None:
+    """fsync a directory, so a rename or unlink inside it is durable."""
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def atomic_write(path: Path, data: bytes) -> None:
+    """Replace ``path`` with ``data``: temp file, fsync, rename, fsync of the directory."""
+    tmp = path.with_name(f".{path.name}.{secrets.token_hex(6)}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    try:
+        view = memoryview(data)
+        while view:
+            written = os.write(fd, view)
+            view = view[written:]
+        os.fsync(fd)
+    except BaseException:
+        os.close(fd)
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise
+    os.close(fd)
+    os.replace(tmp, path)
+    fsync_directory(path.parent)
+
+
+class Sealer:
+    """Seals and opens state documents with one key.
+
+    Args:
+        key: the 32-byte AES-256 key.
+    """
+
+    def __init__(self, key: bytes) -> None:
+        if len(key) != KEY_BYTES:
+            raise KeyUnavailableError(f"a state key is {KEY_BYTES} bytes; got {len(key)}")
+        self._aead = AESGCM(key)
+
+    @staticmethod
+    def _aad(purpose: str, version: int) -> bytes:
+        return b"ldp-agent-state\x00" + purpose.encode("utf-8") + b"\x00v" + str(version).encode("ascii")
+
+    def seal(self, purpose: str, version: int, document: Any) -> bytes:
+        """Encrypt a msgpack-ready document for ``purpose`` at schema ``version``."""
+        nonce = secrets.token_bytes(_NONCE)
+        plain = msgpack.packb(document, use_bin_type=True)
+        return _MAGIC + bytes([_FORMAT]) + nonce + self._aead.encrypt(nonce, plain, self._aad(purpose, version))
+
+    def open(self, purpose: str, version: int, blob: bytes, *, where: str = "<memory>") -> Any:
+        """Decrypt and decode a document sealed by :meth:`seal`.
+
+        Raises:
+            StateUnreadableError: wrong magic or format, failed authentication (wrong key, another
+                file's purpose or version, any flipped byte) or undecodable contents.
+        """
+        if len(blob) < _HEADER + 16 or blob[: len(_MAGIC)] != _MAGIC:
+            raise StateUnreadableError(where, "not a sealed agent state file (bad header)")
+        if blob[len(_MAGIC)] != _FORMAT:
+            raise StateUnreadableError(where, f"unknown sealed format {blob[len(_MAGIC)]}")
+        nonce = blob[len(_MAGIC) + 1 : _HEADER]
+        try:
+            plain = self._aead.decrypt(nonce, blob[_HEADER:], self._aad(purpose, version))
+        except InvalidTag:
+            raise StateUnreadableError(
+                where, f"authentication failed (wrong key, not the {purpose!r} v{version} file, or modified)"
+            ) from None
+        try:
+            return msgpack.unpackb(plain, raw=False, strict_map_key=False)
+        except (ValueError, msgpack.UnpackException) as e:
+            raise StateUnreadableError(where, f"contents do not decode: {e}") from None
+
+    def read(self, path: Path, purpose: str, version: int) -> Any | None:
+        """The document in ``path``, or None when the file does not exist.
+
+        Raises:
+            StateUnreadableError: as :meth:`open`, or when the file cannot be read.
+        """
+        try:
+            with path.open("rb") as fh:
+                blob = fh.read(MAX_FILE_BYTES + 1)
+        except FileNotFoundError:
+            return None
+        except OSError as e:
+            raise StateUnreadableError(str(path), f"cannot read: {e.strerror}") from None
+        if len(blob) > MAX_FILE_BYTES:
+            raise StateUnreadableError(str(path), f"larger than {MAX_FILE_BYTES} bytes")
+        return self.open(purpose, version, blob, where=str(path))
+
+    def write(self, path: Path, purpose: str, version: int, document: Any) -> None:
+        """Seal ``document`` and atomically replace ``path`` with it."""
+        atomic_write(path, self.seal(purpose, version, document))

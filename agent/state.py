@@ -1,0 +1,361 @@
+"""The documents the agent seals to disk, with strict plain-data round trips.
+
+One sealed file per use case (``uc-<name>.sealed``) holds everything that must change
+together, so one atomic write keeps it consistent: the permanent randomness, the open
+periods, the accounting and the use case's outbox. A report is charged and enters the
+outbox in the same write, so a crash can never leave a report sent but uncharged, or
+charged twice. Other files: ``ledger.sealed`` (what left the device), ``agent.sealed`` (the
+schedule) and ``consent.sealed``.
+
+What may be in a use-case file (DESIGN invariant 1):
+
+* ``permanent`` - the mechanism's per-device state (``state.to_plain()``: α and memo bits,
+  dBitFlip buckets and ``f_d``, RAPPOR cohort, memo key and ``B'`` per keyed hash), one per
+  counter key, keyed by a keyed hash of the counter key;
+* ``totals`` - a counter's running total per open period and key hash: the only raw value,
+  deleted when its period closes;
+* ``pending`` - privatized records per open period (a uniform reservoir of at most
+  ``daily_limit`` records) and, for strings, the keyed hashes already recorded in the period;
+* ``outbox`` - encoded reports waiting for the broker's acknowledgement.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = [
+    "AGENT_VERSION",
+    "CONSENT_VERSION",
+    "LEDGER_VERSION",
+    "USE_CASE_VERSION",
+    "AgentDoc",
+    "ConsentDoc",
+    "LedgerDoc",
+    "LedgerEntry",
+    "OutboxEntry",
+    "PendingRecords",
+    "UseCaseDoc",
+]
+
+USE_CASE_VERSION = 1
+LEDGER_VERSION = 1
+AGENT_VERSION = 1
+CONSENT_VERSION = 1
+
+
+def _need(data: object, key: str, kind: type | tuple[type, ...], where: str) -> Any:
+    if not isinstance(data, dict):
+        raise ValueError(f"{where}: expected a mapping")
+    if key not in data:
+        raise ValueError(f"{where}: missing {key!r}")
+    value = data[key]
+    if isinstance(value, bool) and kind in (int, float, (int, float)):
+        raise ValueError(f"{where}.{key}: expected a number, got a boolean")
+    if not isinstance(value, kind):
+        raise ValueError(f"{where}.{key}: expected {kind}, got {type(value).__name__}")
+    return value
+
+
+def _number(value: object, where: str) -> int | float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
+        raise ValueError(f"{where}: expected a finite non-negative number")
+    return value
+
+
+@dataclass
+class OutboxEntry:
+    """One encoded report waiting for the broker.
+
+    Attributes:
+        report_id: the report's 16-byte random id (also inside ``payload``).
+        period: the slot index it reports on.
+        payload: the exact bytes to publish (a retry resends them unchanged).
+        records: how many records it carries.
+        epsilon: the ε charged for it.
+        created: wall-clock time it was staged (local only; not in the payload).
+        day: the accounting day it was charged on.
+        epsilon_today: ε charged on that day, this report included.
+        epsilon_total: lifetime ε charged, this report included.
+    """
+
+    report_id: bytes
+    period: int
+    payload: bytes
+    records: int
+    epsilon: float
+    created: float
+    day: int
+    epsilon_today: float
+    epsilon_total: float
+
+    def to_plain(self) -> dict[str, Any]:
+        """Plain data."""
+        return {
+            "id": self.report_id,
+            "period": self.period,
+            "payload": self.payload,
+            "records": self.records,
+            "epsilon": self.epsilon,
+            "created": self.created,
+            "day": self.day,
+            "epsilon_today": self.epsilon_today,
+            "epsilon_total": self.epsilon_total,
+        }
+
+    @classmethod
+    def from_plain(cls, data: object, where: str) -> OutboxEntry:
+        """Restore from :meth:`to_plain` (ValueError on anything malformed)."""
+        report_id = _need(data, "id", bytes, where)
+        if len(report_id) != 16:
+            raise ValueError(f"{where}.id: expected 16 bytes")
+        return cls(
+            report_id=report_id,
+            period=int(_number(_need(data, "period", int, where), f"{where}.period")),
+            payload=_need(data, "payload", bytes, where),
+            records=int(_number(_need(data, "records", int, where), f"{where}.records")),
+            epsilon=float(_number(_need(data, "epsilon", float, where), f"{where}.epsilon")),
+            created=float(_need(data, "created", float, where)),
+            day=int(_number(_need(data, "day", int, where), f"{where}.day")),
+            epsilon_today=float(_number(_need(data, "epsilon_today", float, where), f"{where}.epsilon_today")),
+            epsilon_total=float(_number(_need(data, "epsilon_total", float, where), f"{where}.epsilon_total")),
+        )
+
+
+@dataclass
+class PendingRecords:
+    """Privatized records of one open period: a uniform reservoir (Algorithm R).
+
+    Attributes:
+        records: at most ``daily_limit`` privatized records in wire form.
+        offered: how many records were offered to the reservoir this period.
+        seen: keyed hashes of the strings already recorded this period (strings only).
+    """
+
+    records: list[Any] = field(default_factory=list)
+    offered: int = 0
+    seen: list[bytes] = field(default_factory=list)
+
+    def to_plain(self) -> dict[str, Any]:
+        """Plain data."""
+        return {"records": list(self.records), "offered": self.offered, "seen": list(self.seen)}
+
+    @classmethod
+    def from_plain(cls, data: object, where: str) -> PendingRecords:
+        """Restore from :meth:`to_plain`."""
+        records = _need(data, "records", list, where)
+        offered = _need(data, "offered", int, where)
+        seen = _need(data, "seen", list, where)
+        if offered < len(records):
+            raise ValueError(f"{where}: more records than were offered")
+        if not all(isinstance(s, bytes) and len(s) == 32 for s in seen):
+            raise ValueError(f"{where}.seen: expected 32-byte keyed hashes")
+        return cls(records=list(records), offered=offered, seen=list(seen))
+
+
+@dataclass
+class UseCaseDoc:
+    """Everything the agent keeps about one use case (sealed as ``usecase:<name>``).
+
+    Attributes:
+        fingerprint: digest of the mechanism parameters the permanent state was drawn for.
+        hash_key: 32-byte secret key of the keyed hashes (counter keys, strings seen).
+        permanent: key hash -> the mechanism's plain per-device state.
+        totals: period -> key hash -> running total (counters only; erased at close).
+        pending: period -> privatized records (events and strings).
+        last_closed: the latest period closed (reported or dropped); -1 before any.
+        budget: the accounting (``Budget.to_plain``).
+        outbox: reports waiting for acknowledgement, oldest first.
+        dropped_reports: reports dropped from the outbox (overflow or age).
+        unsent_records: records not sent because of the daily limit or the ε cap.
+    """
+
+    fingerprint: bytes
+    hash_key: bytes
+    permanent: dict[bytes, Any] = field(default_factory=dict)
+    totals: dict[int, dict[bytes, int | float]] = field(default_factory=dict)
+    pending: dict[int, PendingRecords] = field(default_factory=dict)
+    last_closed: int = -1
+    budget: dict[str, Any] = field(default_factory=dict)
+    outbox: list[OutboxEntry] = field(default_factory=list)
+    dropped_reports: int = 0
+    unsent_records: int = 0
+
+    def to_plain(self) -> dict[str, Any]:
+        """Plain data."""
+        return {
+            "fingerprint": self.fingerprint,
+            "hash_key": self.hash_key,
+            "permanent": dict(self.permanent),
+            "totals": {p: dict(t) for p, t in self.totals.items()},
+            "pending": {p: r.to_plain() for p, r in self.pending.items()},
+            "last_closed": self.last_closed,
+            "budget": dict(self.budget),
+            "outbox": [e.to_plain() for e in self.outbox],
+            "dropped_reports": self.dropped_reports,
+            "unsent_records": self.unsent_records,
+        }
+
+    @classmethod
+    def from_plain(cls, data: object) -> UseCaseDoc:
+        """Restore from :meth:`to_plain`.
+
+        Raises:
+            ValueError: naming the malformed part.
+        """
+        w = "usecase"
+        permanent = _need(data, "permanent", dict, w)
+        if not all(isinstance(k, bytes) and len(k) == 32 for k in permanent):
+            raise ValueError(f"{w}.permanent: keys are 32-byte keyed hashes")
+        totals_raw = _need(data, "totals", dict, w)
+        totals: dict[int, dict[bytes, int | float]] = {}
+        for p, t in totals_raw.items():
+            if not isinstance(p, int) or not isinstance(t, dict):
+                raise ValueError(f"{w}.totals: expected period -> table")
+            entry: dict[bytes, int | float] = {}
+            for k, v in t.items():
+                if not isinstance(k, bytes) or len(k) != 32:
+                    raise ValueError(f"{w}.totals[{p}]: keys are 32-byte keyed hashes")
+                entry[k] = _number(v, f"{w}.totals[{p}]")
+            totals[p] = entry
+        pending_raw = _need(data, "pending", dict, w)
+        pending: dict[int, PendingRecords] = {}
+        for p, r in pending_raw.items():
+            if not isinstance(p, int):
+                raise ValueError(f"{w}.pending: periods are integers")
+            pending[p] = PendingRecords.from_plain(r, f"{w}.pending[{p}]")
+        hash_key = _need(data, "hash_key", bytes, w)
+        if len(hash_key) != 32:
+            raise ValueError(f"{w}.hash_key: expected 32 bytes")
+        return cls(
+            fingerprint=_need(data, "fingerprint", bytes, w),
+            hash_key=hash_key,
+            permanent=dict(permanent),
+            totals=totals,
+            pending=pending,
+            last_closed=_need(data, "last_closed", int, w),
+            budget=dict(_need(data, "budget", dict, w)),
+            outbox=[
+                OutboxEntry.from_plain(e, f"{w}.outbox[{i}]") for i, e in enumerate(_need(data, "outbox", list, w))
+            ],
+            dropped_reports=_need(data, "dropped_reports", int, w),
+            unsent_records=_need(data, "unsent_records", int, w),
+        )
+
+
+@dataclass
+class LedgerEntry:
+    """One report that left the device (acknowledged by the broker).
+
+    Attributes:
+        report_id: the report id.
+        use_case: its use case.
+        period: the slot it reported on.
+        records: the privatized records exactly as sent (wire form).
+        epsilon: ε charged for it.
+        epsilon_today: ε charged on its day, this report included.
+        epsilon_total: lifetime ε of the use case, this report included.
+        sent: wall-clock time of the acknowledgement (local only).
+    """
+
+    report_id: bytes
+    use_case: str
+    period: int
+    records: list[Any]
+    epsilon: float
+    epsilon_today: float
+    epsilon_total: float
+    sent: float
+
+    def to_plain(self) -> dict[str, Any]:
+        """Plain data."""
+        return {
+            "id": self.report_id,
+            "use_case": self.use_case,
+            "period": self.period,
+            "records": self.records,
+            "epsilon": self.epsilon,
+            "epsilon_today": self.epsilon_today,
+            "epsilon_total": self.epsilon_total,
+            "sent": self.sent,
+        }
+
+    @classmethod
+    def from_plain(cls, data: object, where: str) -> LedgerEntry:
+        """Restore from :meth:`to_plain`."""
+        return cls(
+            report_id=_need(data, "id", bytes, where),
+            use_case=_need(data, "use_case", str, where),
+            period=_need(data, "period", int, where),
+            records=list(_need(data, "records", list, where)),
+            epsilon=float(_need(data, "epsilon", float, where)),
+            epsilon_today=float(_need(data, "epsilon_today", float, where)),
+            epsilon_total=float(_need(data, "epsilon_total", float, where)),
+            sent=float(_need(data, "sent", float, where)),
+        )
+
+
+@dataclass
+class LedgerDoc:
+    """The transparency ledger (sealed as ``ledger``)."""
+
+    entries: list[LedgerEntry] = field(default_factory=list)
+
+    def to_plain(self) -> dict[str, Any]:
+        """Plain data."""
+        return {"entries": [e.to_plain() for e in self.entries]}
+
+    @classmethod
+    def from_plain(cls, data: object) -> LedgerDoc:
+        """Restore from :meth:`to_plain`."""
+        raw = _need(data, "entries", list, "ledger")
+        return cls([LedgerEntry.from_plain(e, f"ledger.entries[{i}]") for i, e in enumerate(raw)])
+
+
+@dataclass
+class AgentDoc:
+    """Schedule bookkeeping (sealed as ``agent``).
+
+    Attributes:
+        next_cycle: wall-clock time the next collection cycle is due.
+        cycles: collection cycles completed.
+        last_cycle: wall-clock time of the last completed cycle (0 before any).
+    """
+
+    next_cycle: float = 0.0
+    cycles: int = 0
+    last_cycle: float = 0.0
+
+    def to_plain(self) -> dict[str, Any]:
+        """Plain data."""
+        return {"next_cycle": self.next_cycle, "cycles": self.cycles, "last_cycle": self.last_cycle}
+
+    @classmethod
+    def from_plain(cls, data: object) -> AgentDoc:
+        """Restore from :meth:`to_plain`."""
+        return cls(
+            next_cycle=float(_need(data, "next_cycle", float, "agent")),
+            cycles=_need(data, "cycles", int, "agent"),
+            last_cycle=float(_need(data, "last_cycle", float, "agent")),
+        )
+
+
+@dataclass
+class ConsentDoc:
+    """The user's opt-in (sealed as ``consent``).
+
+    Attributes:
+        granted_at: wall-clock time consent was granted.
+    """
+
+    granted_at: float
+
+    def to_plain(self) -> dict[str, Any]:
+        """Plain data."""
+        return {"granted_at": self.granted_at}
+
+    @classmethod
+    def from_plain(cls, data: object) -> ConsentDoc:
+        """Restore from :meth:`to_plain`."""
+        return cls(granted_at=float(_need(data, "granted_at", float, "consent")))
