@@ -1,0 +1,762 @@
+"""Count Mean Sketch (003 §4.1, Algorithms 1-4, Theorems 4.1-4.2, Appendix A).
+
+A frequency oracle over strings: each device sends one hash index and an ``m``-bit
+privatized vector, and the server keeps a ``k x m`` sketch that it queries for a dictionary
+of candidates.
+
+**Client (003 Alg. 2).** For a value ``d`` (``str`` as UTF-8, or ``bytes``): draw ``j``
+uniform in ``[k]``; set ``v = -1`` everywhere and ``v[h_j(d)] = +1``; flip every coordinate
+independently with probability ``1 - p`` where ``p = e**(ε/2) / (1 + e**(ε/2))`` (the keep
+coin, rounded down to a multiple of ``2**-64``). The record is ``(j, ṽ)``; ``ṽ`` travels as
+``ceil(m/8)`` packed bytes, bit ``ℓ`` (numpy's big-endian bit order: byte ``ℓ // 8``, mask
+``0x80 >> (ℓ % 8)``) is 1 exactly when ``ṽ_ℓ = +1``, and the padding bits of the last byte
+are zero. On the wire a record is ``[j, bits]``. There is no permanent state: every event
+is privatized afresh (event-level privacy, as deployed in 003 §3.2.1).
+
+The ``m`` flips are exact ``2**-64`` coins resolved one byte at a time (``_flip_matrix``):
+a coin with threshold ``T`` shows heads iff a uniform 64-bit ``U`` is below ``T``; its top
+byte decides unless it equals ``T``'s top byte, and only then (probability ``1/256``) is a
+fresh 56-bit remainder compared. The distribution is exactly ``T / 2**64`` and a record
+needs ``m`` bytes of randomness instead of ``8 m``.
+
+**Privacy (003 Thm 4.1).** Given ``j``, the coordinates are independent and the vectors of
+two values differ in at most the two coordinates ``h_j(d)`` and ``h_j(d')``, each
+contributing a ratio of at most ``p / (1 - p)``. So every likelihood ratio is at most
+``(p / (1 - p))**2 <= e**ε`` for the implemented coin; ``epsilon_report`` is
+``2 ln(p / (1 - p))``, which is ε up to the coin's ``2**-64`` rounding, and is reached
+whenever ``h_j(d) != h_j(d')`` for some ``j`` (always, for some pair of values, when
+``m >= 2``).
+
+**Server (003 Alg. 3).** The aggregate keeps exact integers: ``ones[j, ℓ]``, the number of
+records with index ``j`` whose coordinate ``ℓ`` is ``+1``, and ``n_j``, the number of
+records with index ``j``. Alg. 3's sketch ``M[j] = Σ k (c_ε ṽ / 2 + 1/2)`` with
+``c_ε = (e**(ε/2) + 1) / (e**(ε/2) - 1) = 1 / (2p - 1)`` (for the implemented coin) is then
+``M[j, ℓ] = k (c_ε (2 ones[j, ℓ] - n_j) / 2 + n_j / 2)`` (:meth:`CMSAggregate.sketch_matrix`).
+
+**Estimator (003 Alg. 4).** ``f̃(d) = (m/(m-1)) ((1/k) Σ_j M[j, h_j(d)] - n/m)``. With
+``S(d) = Σ_j ones[j, h_j(d)]`` (gathered for a whole dictionary on the integer table by
+:func:`protocol.sketch.gather_sums`) and ``Σ_j n_j = n``, ``(1/k) Σ_j M[j, h_j(d)] =
+c_ε S(d) - (c_ε - 1) n / 2``, so ``f̃(d) = (m/(m-1)) (c_ε S(d) - (c_ε - 1) n/2 - n/m)``.
+It is unbiased over the coins and the hash family (003 Lemma A.1).
+
+**Variance (003 Appendix A).** The proof of Thm 4.2 computes, before its final bound::
+
+    Var[f̃(d)] = (m/(m-1))**2 * ( n (c_ε**2 - 1)/4
+                                  + (n - f(d)) (1/m) (1 - 1/m) (1 - 1/k)
+                                  + (1 - 1/m) Σ_{d' != d} f(d')**2 / (k m) )
+              <= (m/(m-1))**2 * ( e**(ε/2)/(e**(ε/2) - 1)**2 + 1/m + Σ_{d'} f(d')**2/(n k m) ) * n
+
+(``(c_ε**2 - 1)/4 = p(1-p)/(2p-1)**2 = e**(ε/2)/(e**(ε/2) - 1)**2``.) :meth:`CMSAggregate.estimate`
+reports the square root of the exact expression (the bound of Thm 4.2 is
+:meth:`CountMeanSketch.variance_bound`) with two plug-ins: ``f(d)`` by the estimate clipped
+to ``[0, n]``, and ``Σ_{d'} f(d')**2`` by an unbiased estimate from the sketch itself
+(:meth:`CMSAggregate.second_moment`): given the data, the debiased cell
+``x[j, ℓ] = c_ε (ones[j, ℓ] - n_j (1 - p))`` has mean ``g_j[ℓ]`` (the number of records of
+row ``j`` whose value hashes to ``ℓ``) and variance ``n_j (c_ε**2 - 1)/4`` whatever the data,
+so ``Σ_ℓ x[j, ℓ]**2 - m n_j (c_ε**2 - 1)/4`` is unbiased for ``Σ_ℓ g_j[ℓ]**2``; over the hash
+family (pairwise collision probability ``1/m``) that has mean
+``(1 - 1/m) Σ_d r_j(d)**2 + n_j**2 / m`` with ``r_j(d)`` the records of ``d`` in row ``j``; and
+over the uniform row choice ``E Σ_j r_j(d)**2 = f(d) (1 - 1/k) + f(d)**2 / k``. Solving gives
+``F̂2 = k Σ_j (Σ_ℓ x[j, ℓ]**2 - m n_j (c_ε**2 - 1)/4 - n_j**2/m) / (1 - 1/m) - (k - 1) n``,
+clipped to ``[n, n**2]`` (every count is an integer, so ``Σ f**2 >= n``). Its noise enters the
+variance divided by ``k m``: relative to the main term it is ``O(sqrt(2 / (k m)))``.
+
+**The seed.** 003's expectation and variance are over the random choice of the hash
+family as well as the coins. With one fixed public seed, hash collisions with other
+values are a fixed offset for each queried value rather than noise; the reported
+standard error includes them (the ``Σ f**2 / (k m)`` term), which is what a reader needs when
+the seed is just one draw. At the deployed sizes (``k = 65,536``, ``m = 1,024``) the term is
+negligible; at small sizes it dominates, and the statistical tests redraw the seed per
+repetition, as the paper's analysis assumes. The family is 2-independent over keyed
+BLAKE2b fingerprints (``protocol.hashing``); the mean uses only pairwise collisions, the
+``Σ f**2`` term assumes triple collisions are as rare as for three-wise independent
+hashes (003 Lemma A.3), which the keyed fingerprints give; the Monte Carlo test checks it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import os
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from fractions import Fraction
+from functools import cached_property
+from typing import Any, ClassVar, Self, TypeVar
+
+import numpy as np
+import numpy.typing as npt
+
+from protocol.checks import check_epsilon, check_int, check_seed
+from protocol.errors import InputError, MalformedReportError, StateError
+from protocol.estimate import Estimate, VectorEstimate
+from protocol.hashing import Fingerprints, HashFamily, _fingerprint_key
+from protocol.plain import array_from_plain, array_to_plain, require
+from protocol.randomness import SCALE, Coin, RandomSource, coin_at_most, dexp, uniform_ints
+from protocol.sketch import gather_sums
+
+__all__ = [
+    "CMSAggregate",
+    "CMSBatch",
+    "CMSRecord",
+    "CountMeanSketch",
+    "ScalarHash",
+    "as_value_bytes",
+    "check_wire_record",
+]
+
+_Real = TypeVar("_Real", float, npt.NDArray[np.float64])
+
+K_MAX = 1 << 24
+"""Largest accepted ``k`` (the deployed 65,536 with room; the sketch has ``k m`` cells)."""
+M_MAX = 1 << 20
+"""Largest accepted ``m`` (a record carries ``m`` bits; deployed: 256 and 1,024)."""
+
+_UINT32_MAX = (1 << 32) - 1
+_MASK64 = (1 << 64) - 1
+_LOW56 = (1 << 56) - 1
+_CHUNK_BYTES = 1 << 23
+"""Unpacked bytes (records x m) handled per step, bounding the working memory to a few dozen MiB."""
+_DENSE_FACTOR = 16
+"""Fold a chunk with one bincount over its rows when it holds at least this many records per row."""
+_THREADED_CELLS = 1 << 20
+_DISTRIBUTION_LIMIT = 1 << 20
+
+
+def as_value_bytes(value: object) -> bytes:
+    """The bytes a value is hashed as: ``str`` as UTF-8, ``bytes`` as is.
+
+    Raises:
+        InputError: for any other type, or a ``str`` that is not encodable (lone surrogates).
+    """
+    if isinstance(value, bytes):
+        return value
+    if isinstance(value, str):
+        try:
+            return value.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise InputError(f"a str value must be encodable as UTF-8: {exc}") from exc
+    raise InputError(f"CMS privatizes str or bytes values; got {type(value).__name__}")
+
+
+class ScalarHash:
+    """A :class:`HashFamily` evaluated for one value at a time in pure Python (the client's path).
+
+    The same fingerprint and vector multiply-shift as :mod:`protocol.hashing` (a test pins the
+    equality with :meth:`HashFamily.evaluate_value`): numpy's per-call overhead there is larger
+    than the rest of a report, so the single-event client path avoids it.
+    """
+
+    def __init__(self, family: HashFamily) -> None:
+        self._coefficients: list[list[int]] = family._coefficients.tolist()
+        self._key = _fingerprint_key(family.seed)
+        r = family.range
+        self._range = r
+        self._shift = 64 - (r.bit_length() - 1) if r & (r - 1) == 0 else None
+
+    def fingerprint(self, data: bytes) -> int:
+        """The 64-bit fingerprint of ``data`` under the family's seed."""
+        return int.from_bytes(hashlib.blake2b(data, digest_size=8, key=self._key).digest(), "little")
+
+    def at(self, fp: int, index: int) -> int:
+        """``h_index`` of the value whose fingerprint is ``fp``."""
+        a, b, c = self._coefficients[index]
+        mixed = (a * (fp & 0xFFFFFFFF) + b * (fp >> 32) + c) & _MASK64
+        if self._shift is not None:
+            return mixed >> self._shift
+        return ((mixed >> 32) * self._range) >> 32
+
+    def __call__(self, data: bytes, index: int) -> int:
+        """``h_index(data)``."""
+        return self.at(self.fingerprint(data), index)
+
+
+@dataclass(frozen=True, slots=True)
+class CMSRecord:
+    """One privatized report: the hash index ``j`` and the packed ``m``-bit vector (bit 1 = +1)."""
+
+    index: int
+    bits: bytes
+
+
+@dataclass(frozen=True, eq=False)
+class CMSBatch:
+    """Records in columnar form: ``indices`` (``int64``, ``n``) and ``bits`` (``uint8``, ``n x ceil(m/8)``)."""
+
+    indices: npt.NDArray[np.int64]
+    bits: npt.NDArray[np.uint8]
+
+    def __len__(self) -> int:
+        return int(self.indices.size)
+
+    def take(self, rows: npt.NDArray[np.integer[Any]] | npt.NDArray[np.bool_]) -> CMSBatch:
+        """The sub-batch of the selected rows (an index array or a boolean mask)."""
+        return CMSBatch(indices=self.indices[rows], bits=self.bits[rows])
+
+
+def check_wire_record(index: object, bits: object, *, k: int, m: int, field: str) -> tuple[int, bytes]:
+    """Check one record's wire parts ``(j, bits)`` strictly; return them typed.
+
+    Raises:
+        MalformedReportError: ``bad-type``, ``out-of-range``, ``bad-length`` or ``bad-padding``,
+            naming ``{field}.index`` or ``{field}.bits``.
+    """
+    if type(index) is not int:
+        raise MalformedReportError("bad-type", f"{field}.index", "expected an integer hash index")
+    if not 0 <= index < k:
+        raise MalformedReportError("out-of-range", f"{field}.index", f"must lie in [0, {k})")
+    if type(bits) is not bytes:
+        raise MalformedReportError("bad-type", f"{field}.bits", "expected bytes")
+    nbytes = (m + 7) // 8
+    if len(bits) != nbytes:
+        raise MalformedReportError("bad-length", f"{field}.bits", f"expected {nbytes} bytes, got {len(bits)}")
+    pad = 8 * nbytes - m
+    if pad and bits[-1] & ((1 << pad) - 1):
+        raise MalformedReportError("bad-padding", f"{field}.bits", f"the last {pad} bits must be zero")
+    return index, bits
+
+
+@dataclass(frozen=True, kw_only=True)
+class CountMeanSketch:
+    """Apple's private Count Mean Sketch.
+
+    Args:
+        epsilon: ε per report, in (0, 64].
+        k: number of hash functions (rows of the sketch), in ``[1, 2**24]``.
+        m: length of the privatized vector (columns of the sketch), in ``[2, 2**20]``.
+        seed: the use case's public hash seed (at least 16 bytes).
+    """
+
+    name: ClassVar[str] = "cms"
+    epsilon: float
+    k: int
+    m: int
+    seed: bytes
+
+    def __post_init__(self) -> None:
+        check_epsilon(self.epsilon)
+        check_int(self.k, "k", low=1, high=K_MAX)
+        check_int(self.m, "m", low=2, high=M_MAX)
+        check_seed(self.seed)
+
+    # ------------------------------------------------------------------ constants
+
+    @cached_property
+    def family(self) -> HashFamily:
+        """The public hash functions ``h_0 .. h_{k-1}`` into ``[m]`` (003 Alg. 1 step 1)."""
+        return HashFamily(self.seed, count=self.k, range=self.m)
+
+    @cached_property
+    def keep_coin(self) -> Coin:
+        """The coin that keeps a coordinate (heads = unchanged): ``e**(ε/2) / (1 + e**(ε/2))``, rounded down."""
+        e = dexp(self.epsilon / 2)
+        return coin_at_most(e / (1 + e))
+
+    @cached_property
+    def flip_coin(self) -> Coin:
+        """The coin that flips a coordinate: the keep coin's complement, at least ``1 / (1 + e**(ε/2))``."""
+        return self.keep_coin.complement
+
+    @property
+    def keep_probability(self) -> float:
+        """``p``: the probability that a coordinate is sent unchanged, for the implemented coin."""
+        return float(self.keep_coin.probability)
+
+    @cached_property
+    def c_epsilon(self) -> float:
+        """``c_ε = 1 / (2p - 1)``, which is ``(e**(ε/2) + 1) / (e**(ε/2) - 1)`` for the ideal coin (003 Alg. 3)."""
+        p = self.keep_coin.probability
+        return float(1 / (2 * p - 1))
+
+    @property
+    def coin_variance(self) -> float:
+        """``(c_ε**2 - 1) / 4 = p (1 - p) / (2p - 1)**2``, the per-report term of 003 Thm 4.2."""
+        p = self.keep_coin.probability
+        return float(p * (1 - p) / (2 * p - 1) ** 2)
+
+    @property
+    def epsilon_report(self) -> float:
+        """ε of one report: exactly ``2 ln(p / (1 - p))`` for the implemented coin (003 Thm 4.1); at most ε."""
+        p = self.keep_coin.probability
+        return 2 * math.log(p / (1 - p))
+
+    @property
+    def record_bytes(self) -> int:
+        """Bytes of one packed vector: ``ceil(m / 8)``."""
+        return (self.m + 7) // 8
+
+    @cached_property
+    def scalar_hash(self) -> ScalarHash:
+        """:attr:`family` evaluated for one value at a time, as the client does."""
+        return ScalarHash(self.family)
+
+    # ---------------------------------------------------------------- client half
+
+    def setup(self, rng: RandomSource) -> None:
+        """No permanent state: CMS privatizes each event afresh (event-level privacy)."""
+        return
+
+    def _flip_matrix(self, rng: RandomSource, rows: int) -> tuple[npt.NDArray[np.bool_], npt.NDArray[np.int64]]:
+        """``rows x m`` exact flip coins and ``rows`` uniform hash indices, from one draw when possible.
+
+        Each coin compares a uniform 64-bit ``U`` with the flip threshold ``T``: the top byte
+        of ``U`` decides unless it equals ``T``'s top byte; only then a fresh word's top 56 bits
+        are compared with ``T``'s low 56 bits. ``Pr[heads] = T / 2**64`` exactly.
+        """
+        m = self.m
+        threshold = self.flip_coin.numerator  # < 2**63: p > 1/2
+        high, low = threshold >> 56, threshold & _LOW56
+        cells = rows * m
+        coin_words = (cells + 7) // 8
+        # Spare words: one per hash index, and about twice the expected number of ties.
+        spare = rows + 4 + (cells >> 7)
+        words = rng.words(coin_words + spare)
+        u = words[:coin_words].view(np.uint8)[:cells].reshape(rows, m)
+        flips = u < np.uint8(high)
+        ties = np.flatnonzero(u == np.uint8(high))
+        extra = words[coin_words + rows :]
+        if ties.size:
+            if ties.size > extra.size:
+                extra = np.concatenate([extra, rng.words(int(ties.size - extra.size))])
+            flips.reshape(-1)[ties] = (extra[: ties.size] >> np.uint64(8)) < np.uint64(low)
+        return flips, self._indices_from_words(rng, words[coin_words : coin_words + rows])
+
+    def _indices_from_words(self, rng: RandomSource, words: npt.NDArray[np.uint64]) -> npt.NDArray[np.int64]:
+        """Uniform hash indices in ``[k]`` from uniform words (003 Alg. 2 step 1), exactly."""
+        k = self.k
+        if k & (k - 1) == 0:
+            if k == 1:
+                return np.zeros(words.size, dtype=np.int64)
+            return (words >> np.uint64(64 - (k.bit_length() - 1))).astype(np.int64)
+        limit = np.uint64(SCALE - SCALE % k)
+        out = (words % np.uint64(k)).astype(np.int64)
+        rejected = np.flatnonzero(words >= limit)  # probability below k / 2**64 per word
+        if rejected.size:
+            out[rejected] = uniform_ints(rng, k, int(rejected.size))
+        return out
+
+    @cached_property
+    def _coin_table(self) -> bytes:
+        # Random byte -> 1 (flip), 0 (keep) or 2 (tie with the threshold's top byte: a fresh
+        # 56-bit remainder decides). See _flip_matrix for the vectorised twin.
+        high = self.flip_coin.numerator >> 56
+        return bytes(1 if b < high else 2 if b == high else 0 for b in range(256))
+
+    def privatize(self, value: str | bytes, state: None, rng: RandomSource) -> tuple[CMSRecord, None]:
+        """One report for ``value`` (003 Alg. 2)."""
+        return self.privatize_bytes(as_value_bytes(value), rng), None
+
+    def privatize_bytes(self, data: bytes, rng: RandomSource) -> CMSRecord:
+        """One report for a value given by its bytes (003 Alg. 2); the single-event client path.
+
+        Works on Python bytes rather than numpy arrays: a report is a few microseconds of
+        work, and numpy's per-call overhead would be most of it.
+        """
+        m, k = self.m, self.k
+        coin_words = (m + 7) // 8
+        # One draw: m coin bytes, a word for j, then words that resolve ties (expected m/256).
+        words = rng.words(coin_words + 5 + (m >> 7))
+        rest: list[int] = words[coin_words:].tolist()
+        # Step 1: j uniform in [k] (exactly: top bits for a power of two, else rejection).
+        w = rest[0]
+        if k & (k - 1) == 0:
+            j = w >> (65 - k.bit_length()) if k > 1 else 0
+        elif w < SCALE - SCALE % k:
+            j = w % k
+        else:
+            j = int(uniform_ints(rng, k, 1)[0])
+        # Step 4: the flips b, each exactly Pr = flip_coin (byte first, remainder on a tie).
+        coins = bytearray(words[:coin_words].tobytes()[:m].translate(self._coin_table))
+        low = self.flip_coin.numerator & _LOW56
+        tie = coins.find(2)
+        spare = 1
+        while tie != -1:
+            if spare == len(rest):
+                rest += rng.words(8).tolist()
+            coins[tie] = rest[spare] >> 8 < low
+            spare += 1
+            tie = coins.find(2, tie + 1)
+        # Steps 2, 3, 5: ṽ = v * b; in bits (1 = +1) v is the one-hot of h_j(d) and * is XOR.
+        h = self.scalar_hash(data, j)
+        coins[h] ^= 1
+        return CMSRecord(j, np.packbits(np.frombuffer(coins, dtype=np.uint8)).tobytes())
+
+    def privatize_many(self, values: Sequence[str | bytes], rng: RandomSource) -> CMSBatch:
+        """Privatize many values at once (the simulator's path); same distribution as :meth:`privatize`.
+
+        Repeated values are fingerprinted once.
+        """
+        position: dict[bytes, int] = {}
+        codes = np.fromiter(
+            (position.setdefault(as_value_bytes(v), len(position)) for v in values), dtype=np.int64, count=len(values)
+        )
+        fp = self.family.fingerprints(list(position))
+        return self.privatize_fingerprints(Fingerprints(lo=fp.lo[codes], hi=fp.hi[codes]), rng)
+
+    def privatize_fingerprints(self, fp: Fingerprints, rng: RandomSource) -> CMSBatch:
+        """Privatize values given by their fingerprints under :attr:`family` (vectorised 003 Alg. 2)."""
+        n, m = len(fp), self.m
+        indices = np.empty(n, dtype=np.int64)
+        bits = np.empty((n, self.record_bytes), dtype=np.uint8)
+        step = max(1, _CHUNK_BYTES // m)
+        for start in range(0, n, step):
+            stop = min(n, start + step)
+            flips, j = self._flip_matrix(rng, stop - start)
+            part = Fingerprints(lo=fp.lo[start:stop], hi=fp.hi[start:stop])
+            h = self.family.evaluate(part, j)
+            rows = np.arange(stop - start)
+            flips[rows, h] = ~flips[rows, h]
+            indices[start:stop] = j
+            bits[start:stop] = np.packbits(flips, axis=1)
+        return CMSBatch(indices=indices, bits=bits)
+
+    def output_distribution(self, value: str | bytes) -> dict[tuple[int, bytes], Fraction]:
+        """Exact ``Pr[(j, bits) | value]`` for every output, as the coins implement it.
+
+        Only for small sketches (``k 2**m <= 2**20``): the output space is enumerated.
+        """
+        if self.k << self.m > _DISTRIBUTION_LIMIT:
+            raise ValueError(f"output space k * 2**m too large to enumerate (k={self.k}, m={self.m})")
+        data = as_value_bytes(value)
+        fp = self.scalar_hash.fingerprint(data)
+        p = self.keep_coin.probability
+        q = 1 - p
+        m = self.m
+        codes = np.arange(1 << m, dtype=np.uint64)
+        # Bit ℓ of a vector is bit (m - 1 - ℓ) of its code, so packbits gives the wire bytes.
+        shifts = np.arange(m - 1, -1, -1, dtype=np.uint64)
+        vectors = ((codes[:, None] >> shifts[None, :]) & np.uint64(1)).astype(np.uint8)
+        packed = [bytes(row) for row in np.packbits(vectors, axis=1)]
+        ones = vectors.sum(axis=1).tolist()
+        powers_p = [p**i for i in range(m + 1)]
+        powers_q = [q**i for i in range(m + 1)]
+        row_prob = Fraction(1, self.k)
+        dist: dict[tuple[int, bytes], Fraction] = {}
+        for j in range(self.k):
+            h = self.scalar_hash.at(fp, j)
+            at_h = vectors[:, h].tolist()
+            for code in range(1 << m):
+                # Coordinates that differ from v: the ones away from h, and h itself if it is 0.
+                mismatches = ones[code] - at_h[code] + (1 - at_h[code])
+                dist[(j, packed[code])] = row_prob * powers_p[m - mismatches] * powers_q[mismatches]
+        return dist
+
+    # ------------------------------------------------------------------- wire form
+
+    def batch(self, records: Sequence[CMSRecord]) -> CMSBatch:
+        """Records in columnar form."""
+        n = len(records)
+        indices = np.fromiter((r.index for r in records), dtype=np.int64, count=n)
+        raw = b"".join(r.bits for r in records)
+        if len(raw) != n * self.record_bytes:
+            raise InputError(f"every record's vector must have {self.record_bytes} bytes")
+        bits = np.frombuffer(raw, dtype=np.uint8).reshape(n, self.record_bytes).copy()
+        return CMSBatch(indices=indices, bits=bits)
+
+    def encode_records(self, records: Sequence[CMSRecord]) -> list[Any]:
+        """The records' compact wire form: ``[j, bits]`` per record (``bits`` packed bytes)."""
+        return [[r.index, r.bits] for r in records]
+
+    def decode_records(self, raw: object) -> CMSBatch:
+        """Strictly decode the wire form of :meth:`encode_records`.
+
+        Raises:
+            MalformedReportError: ``bad-type``, ``bad-length``, ``out-of-range`` or
+                ``bad-padding``, naming ``records``, ``records[i]``, ``records[i].index`` or
+                ``records[i].bits``.
+        """
+        if not isinstance(raw, list):
+            raise MalformedReportError("bad-type", "records", "expected a list of [j, bits]")
+        n = len(raw)
+        indices = np.empty(n, dtype=np.int64)
+        parts: list[bytes] = []
+        k, m = self.k, self.m
+        for i, rec in enumerate(raw):
+            if not isinstance(rec, list):
+                raise MalformedReportError("bad-type", f"records[{i}]", "expected a list [j, bits]")
+            if len(rec) != 2:
+                raise MalformedReportError("bad-length", f"records[{i}]", f"expected 2 entries, got {len(rec)}")
+            j, bits = check_wire_record(rec[0], rec[1], k=k, m=m, field=f"records[{i}]")
+            indices[i] = j
+            parts.append(bits)
+        data = np.frombuffer(b"".join(parts), dtype=np.uint8).reshape(n, self.record_bytes).copy()
+        return CMSBatch(indices=indices, bits=data)
+
+    # ------------------------------------------------------------------ server half
+
+    def new_aggregate(self) -> CMSAggregate:
+        """An empty aggregate."""
+        return CMSAggregate(self)
+
+    def estimate_from_sums(self, sums: _Real, n: int) -> _Real:
+        """003 Alg. 4 from ``S(d) = Σ_j ones[j, h_j(d)]``: ``(m/(m-1)) (c_ε S - (c_ε - 1) n/2 - n/m)``."""
+        m, c = self.m, self.c_epsilon
+        return (m / (m - 1)) * (c * sums - (c - 1) * n / 2 - n / m)
+
+    def variance(self, *, n: float, count: _Real, others_sum_sq: _Real) -> _Real:
+        """Exact ``Var[f̃(d)]`` over coins and hash family (003 App. A, the line before the bound).
+
+        Args:
+            n: number of reports.
+            count: ``f(d)``, the true count of the queried value.
+            others_sum_sq: ``Σ_{d' != d} f(d')**2``.
+        """
+        k, m = self.k, self.m
+        var_y = (
+            n * self.coin_variance
+            + (n - count) * (1 / m) * (1 - 1 / m) * (1 - 1 / k)
+            + (1 - 1 / m) * others_sum_sq / (k * m)
+        )
+        return (m / (m - 1)) ** 2 * var_y
+
+    def variance_bound(self, *, n: float, sum_sq: _Real) -> _Real:
+        """The bound of 003 Thm 4.2: ``(m/(m-1))**2 ((c_ε**2 - 1)/4 + 1/m + Σ f**2 / (n k m)) n``."""
+        k, m = self.k, self.m
+        return (m / (m - 1)) ** 2 * (n * (self.coin_variance + 1 / m) + sum_sq / (k * m))
+
+
+def _fold_rows(
+    ones: npt.NDArray[np.unsignedinteger[Any]],
+    indices: npt.NDArray[np.int64],
+    packed: npt.NDArray[np.uint8],
+    *,
+    m: int,
+    lo: int,
+    hi: int,
+) -> None:
+    """Add the records whose index lies in ``[lo, hi)`` to rows ``lo..hi-1`` of ``ones``.
+
+    Two strategies, chosen by how many records share a row: when a row receives many records
+    (a small sketch), one ``bincount`` over the cells of the set bits; otherwise sort by row
+    and add whole unpacked rows in rounds of distinct indices (fancy-indexed ``+=`` is wrong
+    for repeated indices, so the r-th record of each row goes in round r).
+    """
+    if lo == 0 and hi == ones.shape[0]:
+        sel = None
+        j = indices
+    else:
+        sel = np.flatnonzero((indices >= lo) & (indices < hi))
+        if sel.size == 0:
+            return
+        j = indices[sel]
+    rows = hi - lo
+    if j.size >= _DENSE_FACTOR * rows:
+        bits = np.unpackbits(packed if sel is None else packed[sel], axis=1, count=m)
+        flat = np.flatnonzero(bits.view(np.bool_))
+        record = flat // m
+        cells = (j[record] - lo) * m + (flat - record * m)
+        counts = np.bincount(cells, minlength=rows * m).reshape(rows, m)
+        block = ones[lo:hi]
+        np.add(block, counts, out=block, casting="unsafe")
+        return
+    order = np.argsort(j, kind="stable")
+    js = j[order]
+    bits = np.unpackbits(packed[order] if sel is None else packed[sel[order]], axis=1, count=m)
+    fresh = np.empty(js.size, dtype=np.bool_)
+    fresh[0] = True
+    np.not_equal(js[1:], js[:-1], out=fresh[1:])
+    if fresh.all():
+        ones[js] += bits
+        return
+    starts = np.flatnonzero(fresh)
+    rank = np.arange(js.size) - starts[np.cumsum(fresh) - 1]
+    for r in range(int(rank.max()) + 1):
+        pick = np.flatnonzero(rank == r)
+        ones[js[pick]] += bits[pick]
+
+
+class CMSAggregate:
+    """Exact integer counts ``ones[k, m]`` of +1 coordinates and ``n_j[k]`` of records per row.
+
+    ``ones`` is ``uint32`` (1 GiB at ``k = 2**18, m = 1024``; 256 MiB at the deployed
+    ``k = 65,536``) and is widened to ``uint64`` before any row could hold more than
+    ``2**32 - 1`` records. Merges by addition.
+    """
+
+    def __init__(
+        self,
+        mechanism: CountMeanSketch,
+        *,
+        ones: npt.NDArray[np.unsignedinteger[Any]] | None = None,
+        row_counts: npt.NDArray[np.int64] | None = None,
+    ) -> None:
+        self.mechanism = mechanism
+        k, m = mechanism.k, mechanism.m
+        self._ones: npt.NDArray[np.unsignedinteger[Any]] = np.zeros((k, m), dtype=np.uint32) if ones is None else ones
+        self._row_counts: npt.NDArray[np.int64] = np.zeros(k, dtype=np.int64) if row_counts is None else row_counts
+        self._n = int(self._row_counts.sum())
+        self._second_moment: float | None = None
+
+    @property
+    def n(self) -> int:
+        """Number of reports folded in."""
+        return self._n
+
+    @property
+    def ones(self) -> npt.NDArray[np.unsignedinteger[Any]]:
+        """``ones[j, ℓ]``: records with index ``j`` whose coordinate ``ℓ`` is +1 (read-only view)."""
+        view = self._ones.view()
+        view.flags.writeable = False
+        return view
+
+    @property
+    def row_counts(self) -> npt.NDArray[np.int64]:
+        """``n_j``: records with index ``j`` (read-only view)."""
+        view = self._row_counts.view()
+        view.flags.writeable = False
+        return view
+
+    def _widen_for(self, row_counts: npt.NDArray[np.int64]) -> None:
+        if self._ones.dtype == np.uint32 and row_counts.size and int(row_counts.max()) > _UINT32_MAX:
+            self._ones = self._ones.astype(np.uint64)
+
+    def add(self, batch: CMSBatch) -> None:
+        """Fold a batch of records (vectorised; 003 Alg. 3 on integer counts).
+
+        Raises:
+            ValueError: if the batch's shapes or indices do not fit the mechanism (a decoded
+                batch always fits).
+        """
+        mech = self.mechanism
+        k, m = mech.k, mech.m
+        n = len(batch)
+        if batch.bits.shape != (n, mech.record_bytes) or batch.bits.dtype != np.uint8:
+            raise ValueError(f"batch bits must be uint8 of shape ({n}, {mech.record_bytes})")
+        if n == 0:
+            return
+        if int(batch.indices.min()) < 0 or int(batch.indices.max()) >= k:
+            raise ValueError(f"batch hash indices must lie in [0, {k})")
+        counts = self._row_counts + np.bincount(batch.indices, minlength=k)
+        self._widen_for(counts)
+        threads = min(os.cpu_count() or 1, 8) if n * m >= _THREADED_CELLS and k > 1 else 1
+        step = max(1, _CHUNK_BYTES // m)
+        bounds = [k * t // threads for t in range(threads + 1)]
+        spans = [(bounds[t], bounds[t + 1]) for t in range(threads) if bounds[t] < bounds[t + 1]]
+        with ThreadPoolExecutor(max_workers=len(spans)) as pool:
+            for start in range(0, n, step):
+                j = batch.indices[start : start + step]
+                packed = batch.bits[start : start + step]
+                # Threads own disjoint row ranges, so their updates never overlap.
+                futures = [pool.submit(_fold_rows, self._ones, j, packed, m=m, lo=lo, hi=hi) for lo, hi in spans]
+                for fut in futures:
+                    fut.result()
+        self._row_counts = counts
+        self._n += n
+        self._second_moment = None
+
+    def merge(self, other: Self) -> Self:
+        """The aggregate of both inputs' reports."""
+        if other.mechanism != self.mechanism:
+            raise ValueError("cannot merge aggregates of different mechanisms")
+        counts = self._row_counts + other._row_counts
+        wide = np.uint64 in (self._ones.dtype, other._ones.dtype) or int(counts.max()) > _UINT32_MAX
+        ones: npt.NDArray[np.unsignedinteger[Any]] = self._ones.astype(np.uint64 if wide else np.uint32, copy=True)
+        np.add(ones, other._ones, out=ones)
+        return type(self)(self.mechanism, ones=ones, row_counts=counts)
+
+    def to_plain(self) -> dict[str, Any]:
+        """Plain, msgpack-ready data."""
+        return {"n": self._n, "row_counts": array_to_plain(self._row_counts), "ones": array_to_plain(self._ones)}
+
+    @classmethod
+    def from_plain(cls, mechanism: CountMeanSketch, data: object) -> CMSAggregate:
+        """Restore an aggregate saved by :meth:`to_plain`.
+
+        Raises:
+            StateError: if anything is missing, mistyped, mis-shaped or inconsistent.
+        """
+        where = "cms aggregate"
+        n = require(data, "n", int, where=where)
+        k, m = mechanism.k, mechanism.m
+        counts = array_from_plain(
+            require(data, "row_counts", dict, where=where), dtype="<i8", shape=(k,), field=f"{where}.row_counts"
+        )
+        raw_ones = require(data, "ones", dict, where=where)
+        dtype = raw_ones.get("dtype")
+        if dtype not in ("<u4", "<u8"):
+            raise StateError(f"{where}.ones: expected dtype <u4 or <u8, got {dtype!r}")
+        ones = array_from_plain(raw_ones, dtype=str(dtype), shape=(k, m), field=f"{where}.ones")
+        if counts.size and int(counts.min()) < 0:
+            raise StateError(f"{where}.row_counts: counts must be non-negative")
+        if int(counts.sum()) != n:
+            raise StateError(f"{where}: n={n} is not the sum of the row counts")
+        if dtype == "<u4" and counts.size and int(counts.max()) > _UINT32_MAX:
+            raise StateError(f"{where}.ones: uint32 cells cannot hold rows of more than 2**32 - 1 records")
+        if bool((ones > counts[:, None].astype(np.uint64)).any()):
+            raise StateError(f"{where}.ones: a cell counts more +1 coordinates than its row has records")
+        return cls(mechanism, ones=ones.astype(np.uint64 if dtype == "<u8" else np.uint32), row_counts=counts)
+
+    # ------------------------------------------------------------------ estimation
+
+    def sketch_matrix(self) -> npt.NDArray[np.float64]:
+        """``M`` exactly as 003 Alg. 3 returns it: ``k (c_ε (2 ones - n_j) / 2 + n_j / 2)`` (a new array)."""
+        mech = self.mechanism
+        c = mech.c_epsilon
+        nj = self._row_counts.astype(np.float64)[:, None]
+        return mech.k * (c * (self._ones.astype(np.float64) - nj / 2) + nj / 2)
+
+    def second_moment(self) -> float:
+        """Unbiased estimate of ``Σ_d f(d)**2`` from the sketch, clipped to ``[n, n**2]`` (module docstring)."""
+        if self._second_moment is not None:
+            return self._second_moment
+        mech = self.mechanism
+        n, k, m = self._n, mech.k, mech.m
+        if n == 0:
+            return 0.0
+        c = mech.c_epsilon
+        q = 1.0 - mech.keep_probability
+        nj = self._row_counts.astype(np.float64)
+        total = 0.0
+        block = max(1, (1 << 22) // m)
+        for start in range(0, k, block):
+            debiased = self._ones[start : start + block].astype(np.float64)
+            debiased -= (nj[start : start + block] * q)[:, None]
+            total += float(np.einsum("ij,ij->", debiased, debiased))
+        row_sq = c * c * total - m * n * mech.coin_variance - float(np.dot(nj, nj)) / m
+        f2 = k * row_sq / (1 - 1 / m) - (k - 1) * n
+        self._second_moment = float(min(max(f2, float(n)), float(n) * n))
+        return self._second_moment
+
+    def estimate(self, candidates: Sequence[str | bytes], *, workers: int | None = None) -> VectorEstimate:
+        """Estimated counts of ``candidates`` (003 Alg. 4) with standard errors.
+
+        Raises:
+            InputError: if a candidate is neither ``str`` nor ``bytes``.
+        """
+        checked = [as_value_bytes(v) for v in candidates]
+        return self.estimate_fingerprints(self.mechanism.family.fingerprints(checked), workers=workers)
+
+    def estimate_fingerprints(self, fp: Fingerprints, *, workers: int | None = None) -> VectorEstimate:
+        """As :meth:`estimate`, for candidates already fingerprinted under the mechanism's family."""
+        mech = self.mechanism
+        n = self._n
+        if n == 0:
+            nan = np.full(len(fp), math.nan)
+            return VectorEstimate(nan, nan.copy(), 0)
+        # S(d) = Σ_j ones[j, h_j(d)], exact in float64 (every partial sum is an integer <= n).
+        sums = gather_sums(self._ones, mech.family, fp, workers=workers)
+        values = mech.estimate_from_sums(sums, n)
+        f_hat = np.clip(values, 0.0, float(n))
+        others = np.maximum(self.second_moment() - f_hat**2, 0.0)
+        var = mech.variance(n=n, count=f_hat, others_sum_sq=others)
+        return VectorEstimate(values, np.sqrt(np.maximum(var, 0.0)), n)
+
+    def top(
+        self,
+        candidates: Sequence[str | bytes],
+        *,
+        n_top: int | None = None,
+        threshold: float = -math.inf,
+        workers: int | None = None,
+    ) -> list[tuple[str | bytes, Estimate]]:
+        """Candidates whose estimated count is at least ``threshold``, largest first (at most ``n_top``).
+
+        003 §3.2.2: the published histograms keep only entries above a threshold.
+        """
+        est = self.estimate(candidates, workers=workers)
+        order = np.argsort(-est.values, kind="stable")
+        keep = order[est.values[order] >= threshold]
+        if n_top is not None:
+            keep = keep[:n_top]
+        return [(candidates[i], est[int(i)]) for i in keep]
