@@ -114,7 +114,6 @@ M_MAX = 1 << 20
 """Largest accepted ``m`` (a record carries ``m`` bits; deployed: 256 and 1,024)."""
 
 _UINT32_MAX = (1 << 32) - 1
-_MASK64 = (1 << 64) - 1
 _LOW56 = (1 << 56) - 1
 _CHUNK_BYTES = 1 << 23
 """Unpacked bytes (records x m) handled per step, bounding the working memory to a few dozen MiB."""
@@ -141,19 +140,16 @@ def as_value_bytes(value: object) -> bytes:
 
 
 class ScalarHash:
-    """A :class:`HashFamily` evaluated for one value at a time in pure Python (the client's path).
+    """A :class:`HashFamily` evaluated for one value at a time (the client's path).
 
-    The same fingerprint and vector multiply-shift as :mod:`protocol.hashing` (a test pins the
-    equality with :meth:`HashFamily.evaluate_value`): numpy's per-call overhead there is larger
-    than the rest of a report, so the single-event client path avoids it.
+    Fingerprints with the family's key derived once (``protocol.hashing.fingerprint``
+    derives it on every call), then :meth:`HashFamily.evaluate_fingerprint`; a test pins the
+    equality with :meth:`HashFamily.evaluate_value`.
     """
 
     def __init__(self, family: HashFamily) -> None:
-        self._coefficients: list[list[int]] = family._coefficients.tolist()
+        self._family = family
         self._key = _fingerprint_key(family.seed)
-        r = family.range
-        self._range = r
-        self._shift = 64 - (r.bit_length() - 1) if r & (r - 1) == 0 else None
 
     def fingerprint(self, data: bytes) -> int:
         """The 64-bit fingerprint of ``data`` under the family's seed."""
@@ -161,15 +157,11 @@ class ScalarHash:
 
     def at(self, fp: int, index: int) -> int:
         """``h_index`` of the value whose fingerprint is ``fp``."""
-        a, b, c = self._coefficients[index]
-        mixed = (a * (fp & 0xFFFFFFFF) + b * (fp >> 32) + c) & _MASK64
-        if self._shift is not None:
-            return mixed >> self._shift
-        return ((mixed >> 32) * self._range) >> 32
+        return self._family.evaluate_fingerprint(fp, index)
 
     def __call__(self, data: bytes, index: int) -> int:
         """``h_index(data)``."""
-        return self.at(self.fingerprint(data), index)
+        return self._family.evaluate_fingerprint(self.fingerprint(data), index)
 
 
 @dataclass(frozen=True, slots=True)

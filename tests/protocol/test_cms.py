@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+from collections import Counter
 from fractions import Fraction
 from typing import Any
 
@@ -105,6 +106,23 @@ def test_exact_coins_resolve_ties_with_a_fresh_remainder() -> None:
     batch = mech.privatize_many(["v"], ScriptedRandom(script))
     assert int(batch.indices[0]) == 3
     assert batch.bits[0].tobytes() == want.bits
+
+
+@pytest.mark.parametrize("path", ["single", "batch"])
+def test_sampler_matches_the_exact_distribution(path: str, rng: SeededRandom) -> None:
+    """Reports drawn by privatize / privatize_many match output_distribution output by output (5 SE)."""
+    mech = _mech(epsilon=1.5, k=3, m=3)
+    n = 20_000
+    if path == "single":
+        batch = mech.batch([mech.privatize("v", None, rng)[0] for _ in range(n)])
+    else:
+        batch = mech.privatize_many(["v"] * n, rng)
+    seen = Counter(zip(batch.indices.tolist(), [row.tobytes() for row in batch.bits], strict=True))
+    dist = mech.output_distribution("v")
+    assert set(seen) <= set(dist)
+    for output, prob in dist.items():
+        p = float(prob)
+        assert abs(seen[output] - n * p) <= 5 * math.sqrt(n * p * (1 - p)), output
 
 
 @pytest.mark.parametrize("m", [8, 13, 1000, 1024])
