@@ -58,7 +58,6 @@ from __future__ import annotations
 import dataclasses
 import enum
 import hashlib
-import importlib
 import math
 import re
 import tomllib
@@ -70,7 +69,15 @@ from typing import Any, Final, Protocol
 import msgpack
 import numpy as np
 
+from protocol.buckets import buckets_from_plain
+from protocol.cms import CountMeanSketch
+from protocol.dbitflip import DBitFlip
 from protocol.errors import LdpError, ParameterError
+from protocol.hcms import HadamardCountMeanSketch
+from protocol.one_bit_mean import OneBitMean
+from protocol.randomized_response import RandomizedResponse
+from protocol.rappor import Rappor
+from protocol.sfp import SequenceFragmentPuzzle
 
 __all__ = [
     "HASH_SIZE",
@@ -264,8 +271,7 @@ class Registry:
 
 @dataclass(frozen=True)
 class _Spec:
-    module: str
-    cls: str
+    cls: Callable[..., WireMechanism]
     required: frozenset[str]
     optional: frozenset[str]
     epsilon_parameter: bool  # the use case's epsilon is passed as the constructor's `epsilon`
@@ -274,26 +280,20 @@ class _Spec:
 
 _SPECS: Final[Mapping[str, _Spec]] = MappingProxyType(
     {
-        "rr": _Spec("protocol.randomized_response", "RandomizedResponse", frozenset(), frozenset(), True, False),
-        "one-bit-mean": _Spec(
-            "protocol.one_bit_mean", "OneBitMean", frozenset({"m"}), frozenset({"s", "gamma"}), True, False
-        ),
-        "dbitflip": _Spec(
-            "protocol.dbitflip", "DBitFlip", frozenset({"buckets", "d"}), frozenset({"memoize"}), True, False
-        ),
-        "rappor": _Spec(
-            "protocol.rappor",
-            "Rappor",
+        RandomizedResponse.name: _Spec(RandomizedResponse, frozenset(), frozenset(), True, False),
+        OneBitMean.name: _Spec(OneBitMean, frozenset({"m"}), frozenset({"s", "gamma"}), True, False),
+        DBitFlip.name: _Spec(DBitFlip, frozenset({"buckets", "d"}), frozenset({"memoize"}), True, False),
+        Rappor.name: _Spec(
+            Rappor,
             frozenset({"k", "h", "cohorts", "f", "p", "q"}),
             frozenset({"variant", "categories"}),
             False,
             True,
         ),
-        "cms": _Spec("protocol.cms", "CountMeanSketch", frozenset({"k", "m"}), frozenset(), True, True),
-        "hcms": _Spec("protocol.hcms", "HadamardCountMeanSketch", frozenset({"k", "m"}), frozenset(), True, True),
-        "sfp": _Spec(
-            "protocol.sfp",
-            "SequenceFragmentPuzzle",
+        CountMeanSketch.name: _Spec(CountMeanSketch, frozenset({"k", "m"}), frozenset(), True, True),
+        HadamardCountMeanSketch.name: _Spec(HadamardCountMeanSketch, frozenset({"k", "m"}), frozenset(), True, True),
+        SequenceFragmentPuzzle.name: _Spec(
+            SequenceFragmentPuzzle,
             frozenset({"epsilon", "epsilon_fragment", "k", "m", "k_fragment", "m_fragment"}),
             frozenset({"length", "fragment_length"}),
             False,
@@ -322,23 +322,11 @@ _COLLECTOR_KEYS: Final = frozenset({"min_reports", "release_threshold", "diction
 _DICTIONARY_MECHANISMS: Final = frozenset({"cms", "hcms", "rappor"})
 
 
-def _mechanism_class(name: str) -> Callable[..., WireMechanism]:
-    spec = _SPECS[name]
-    module = importlib.import_module(spec.module)
-    cls: Callable[..., WireMechanism] = getattr(module, spec.cls)
-    return cls
-
-
-def _convert_buckets(value: object) -> object:
-    module = importlib.import_module("protocol.buckets")
-    return module.buckets_from_plain(value)
-
-
 # Parameters whose TOML form differs from the constructor's: a table becomes a buckets
 # object, an array becomes a tuple (mechanisms are frozen and hashable).
 _CONVERTERS: Final[Mapping[str, Callable[[object], object]]] = MappingProxyType(
     {
-        "buckets": _convert_buckets,
+        "buckets": buckets_from_plain,
         "categories": lambda v: tuple(v) if isinstance(v, list) else v,
     }
 )
@@ -551,11 +539,7 @@ def _parse_use_case(r: _Reader, name: str, salt: bytes | None) -> UseCase:
     if seed is not None:
         kwargs["seed"] = seed
     try:
-        cls = _mechanism_class(mech_name)
-    except (ImportError, AttributeError) as exc:  # a mechanism module not (yet) installed
-        raise r.error("mechanism", "unknown-mechanism", f"mechanism {mech_name!r} is not available ({exc})") from None
-    try:
-        mechanism = cls(**kwargs)
+        mechanism = spec.cls(**kwargs)
     except ParameterError as exc:
         raise params.error(exc.name, "bad-parameter", f"{mech_name}: {exc}") from None
     except (ValueError, TypeError) as exc:

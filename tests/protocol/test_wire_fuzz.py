@@ -22,7 +22,7 @@ from protocol.errors import MalformedReportError
 from protocol.registry import parse_registry
 from protocol.wire import REASONS, DecodedReport, decode_report
 from tests.protocol.test_wire import (
-    AVAILABLE,
+    CASES,
     DAILY_LIMIT,
     REGISTRY,
     Case,
@@ -289,7 +289,7 @@ MUTATORS: tuple[Callable[[random.Random, bytes], bytes], ...] = (
 
 def _corpus() -> list[tuple[Case, bytes]]:
     out = []
-    for case in AVAILABLE:
+    for case in CASES:
         uc = REGISTRY[case.use_case]
         for seed in range(4):
             out.append((case, valid_message(uc, n=1 + seed * 2, seed=seed)))
@@ -302,7 +302,7 @@ _CORPUS = _corpus()
 def _check_accepted(decoded: DecodedReport) -> None:
     mech: Any = decoded.use_case.mechanism
     # A splice can turn one use case's message into another's: check against the decoded one.
-    owner = next(c for c in AVAILABLE if c.use_case == decoded.use_case.name)
+    owner = next(c for c in CASES if c.use_case == decoded.use_case.name)
     assert 1 <= decoded.count <= DAILY_LIMIT
     assert len(decoded.report_id) == 16
     assert 0 <= decoded.period <= decoded.use_case.period.max_index
@@ -381,7 +381,7 @@ def test_reports_from_another_registry_are_refused() -> None:
         assert info.value.reason == "registry-mismatch"
 
 
-@pytest.mark.parametrize("case", AVAILABLE, ids=lambda c: c.mechanism)
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.mechanism)
 def test_decode_records_is_total_on_random_objects(case: Case) -> None:
     """Each mechanism's decode_records takes any msgpack-producible object: a batch or MalformedReportError."""
     rng = random.Random(SEED + len(case.mechanism))
