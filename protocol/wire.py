@@ -14,11 +14,12 @@ a :class:`DecodedReport` whose batch satisfies the mechanism's schema, or raises
 :class:`~protocol.errors.MalformedReportError` with a machine-readable ``reason`` and the
 ``field`` at fault; no other exception escapes, and nothing is allocated beyond a small
 multiple of the (capped) message size. The checks, in order: the size cap (before any
-decoding); msgpack well-formedness with the unpacker's length limits set to the cap; no
-trailing bytes; nesting depth; only plain msgpack types (no ext or timestamp values); the
-envelope's keys (no unknown, duplicate or missing key); version; use case; registry hash;
-period; report id; the records (the mechanism's own strict ``decode_records``); and the
-record count (at least one, at most the use case's daily limit).
+decoding); msgpack well-formedness with the unpacker's length limits set to the cap and
+extension types refused; no trailing bytes; a map with no repeated key; the version, then
+no unknown and no missing key; use case; registry hash; period; report id; the records
+(plain msgpack types only, no timestamp values, at most :data:`MAX_DEPTH` deep, then the
+mechanism's own strict ``decode_records``); and the record count (at least one, at most
+the use case's daily limit).
 
 ``docs/wire-format.md`` documents the schema, the reason codes, the schema-evolution rules
 and the encoded sizes.
