@@ -115,8 +115,8 @@ M_MAX = 1 << 20
 
 _UINT32_MAX = (1 << 32) - 1
 _LOW56 = (1 << 56) - 1
-_CHUNK_BYTES = 1 << 23
-"""Unpacked bytes (records x m) handled per step, bounding the working memory to a few dozen MiB."""
+_CHUNK_BYTES = 1 << 21
+"""Unpacked bytes (records x m) handled per step: a few MiB per thread, so the temporaries stay in cache."""
 _DENSE_FACTOR = 16
 """Fold a chunk with one bincount over its rows when it holds at least this many records per row."""
 _THREADED_CELLS = 1 << 20
@@ -339,16 +339,33 @@ class CountMeanSketch:
         """One report for ``value`` (003 Alg. 2)."""
         return self.privatize_bytes(as_value_bytes(value), rng), None
 
-    def privatize_bytes(self, data: bytes, rng: RandomSource) -> CMSRecord:
+    @cached_property
+    def draw_words(self) -> int:
+        """Uniform words one report draws up front: ``m`` coin bytes, one for ``j``, spares for coin ties."""
+        return (self.m + 7) // 8 + 5 + (self.m >> 7)
+
+    def privatize_bytes(
+        self, data: bytes, rng: RandomSource, *, words: npt.NDArray[np.uint64] | None = None
+    ) -> CMSRecord:
         """One report for a value given by its bytes (003 Alg. 2); the single-event client path.
 
         Works on Python bytes rather than numpy arrays: a report is a few microseconds of
         work, and numpy's per-call overhead would be most of it.
+
+        Args:
+            data: the value's bytes.
+            rng: the device's random source (for rare extra draws, or all of them).
+            words: :attr:`draw_words` uniform words already drawn from ``rng`` for this
+                report (lets a caller combine several reports' draws into one); drawn here
+                when omitted.
         """
         m, k = self.m, self.k
         coin_words = (m + 7) // 8
         # One draw: m coin bytes, a word for j, then words that resolve ties (expected m/256).
-        words = rng.words(coin_words + 5 + (m >> 7))
+        if words is None:
+            words = rng.words(self.draw_words)
+        elif words.shape != (self.draw_words,):
+            raise ValueError(f"expected {self.draw_words} pre-drawn words, got shape {words.shape}")
         rest: list[int] = words[coin_words:].tolist()
         # Step 1: j uniform in [k] (exactly: top bits for a power of two, else rejection).
         w = rest[0]

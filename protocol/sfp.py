@@ -77,7 +77,7 @@ from protocol.errors import InputError, MalformedReportError, ParameterError, St
 from protocol.estimate import VectorEstimate
 from protocol.hashing import Fingerprints, HashFamily, derive_seed
 from protocol.plain import require
-from protocol.randomness import RandomSource, uniform_ints
+from protocol.randomness import SCALE, RandomSource, uniform_ints
 
 __all__ = [
     "PUZZLE_PIECES",
@@ -236,13 +236,18 @@ class SequenceFragmentPuzzle:
         """One report for the word ``value`` (003 Alg. 9)."""
         s = self.pad(value)
         data = _utf8(s)
-        # Step 1: the fragment position, uniform and independent of the word.
-        position = int(uniform_ints(rng, self.positions, 1)[0])
+        fc, wc = self.fragment_cms, self.word_cms
+        # One draw for the whole report: a word for the position, then each CMS report's words.
+        words = rng.words(1 + fc.draw_words + wc.draw_words)
+        # Step 1: the fragment position, uniform (exactly, by rejection) and independent of the word.
+        w = int(words[0])
+        count = self.positions
+        position = w % count if w < SCALE - SCALE % count else int(uniform_ints(rng, count, 1)[0])
         # Step 2: r = h(s) || s[ℓ : ℓ + fragment_length].
         r = self.fragment_value(self._puzzle_hash(data, 0), self._fragment(s, position))
-        # Step 3: two independent CMS reports (ε' for r, ε for s).
-        fragment = self.fragment_cms.privatize_bytes(r, rng)
-        word = self.word_cms.privatize_bytes(data, rng)
+        # Step 3: two independent CMS reports (ε' for r, ε for s), from disjoint words.
+        fragment = fc.privatize_bytes(r, rng, words=words[1 : 1 + fc.draw_words])
+        word = wc.privatize_bytes(data, rng, words=words[1 + fc.draw_words :])
         return SFPRecord(position, fragment, word), None
 
     def privatize_many(self, values: Sequence[str], rng: RandomSource) -> SFPBatch:

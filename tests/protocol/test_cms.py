@@ -125,6 +125,16 @@ def test_sampler_matches_the_exact_distribution(path: str, rng: SeededRandom) ->
         assert abs(seen[output] - n * p) <= 5 * math.sqrt(n * p * (1 - p)), output
 
 
+def test_pre_drawn_words_must_match_the_report(rng: SeededRandom) -> None:
+    """A caller that draws a report's words itself must pass exactly draw_words of them."""
+    mech = _mech(k=4, m=8)
+    words = rng.words(mech.draw_words)
+    record = mech.privatize_bytes(b"v", rng, words=words)
+    assert record == mech.privatize_bytes(b"v", rng, words=words)
+    with pytest.raises(ValueError, match="pre-drawn"):
+        mech.privatize_bytes(b"v", rng, words=words[:-1])
+
+
 @pytest.mark.parametrize("m", [8, 13, 1000, 1024])
 def test_scalar_hash_matches_the_family(m: int) -> None:
     """The client's pure-Python hash equals HashFamily.evaluate_value (power-of-two m or not)."""
