@@ -96,6 +96,8 @@ LENGTH_MAX = 256
 """Longest accepted word length (the deployed length is 10)."""
 
 _CANDIDATES_MAX = 1 << 24
+_POSITION_WORDS = 5
+"""Words drawn for the position; each is rejected with probability below 2**-61 (all five: draw afresh)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -237,17 +239,20 @@ class SequenceFragmentPuzzle:
         s = self.pad(value)
         data = _utf8(s)
         fc, wc = self.fragment_cms, self.word_cms
-        # One draw for the whole report: a word for the position, then each CMS report's words.
-        words = rng.words(1 + fc.draw_words + wc.draw_words)
-        # Step 1: the fragment position, uniform (exactly, by rejection) and independent of the word.
-        w = int(words[0])
+        # One draw for the whole report: words for the position, then each CMS report's words.
+        words = rng.words(_POSITION_WORDS + fc.draw_words + wc.draw_words)
+        # Step 1: the fragment position, uniform and independent of the word: the first of
+        # the position words below the largest multiple of the count (exact rejection).
         count = self.positions
-        position = w % count if w < SCALE - SCALE % count else int(uniform_ints(rng, count, 1)[0])
+        limit = SCALE - SCALE % count
+        accepted = [w for w in words[:_POSITION_WORDS].tolist() if w < limit]
+        position = accepted[0] % count if accepted else int(uniform_ints(rng, count, 1)[0])
         # Step 2: r = h(s) || s[ℓ : ℓ + fragment_length].
         r = self.fragment_value(self._puzzle_hash(data, 0), self._fragment(s, position))
         # Step 3: two independent CMS reports (ε' for r, ε for s), from disjoint words.
-        fragment = fc.privatize_bytes(r, rng, words=words[1 : 1 + fc.draw_words])
-        word = wc.privatize_bytes(data, rng, words=words[1 + fc.draw_words :])
+        split = _POSITION_WORDS + fc.draw_words
+        fragment = fc.privatize_bytes(r, rng, words=words[_POSITION_WORDS:split])
+        word = wc.privatize_bytes(data, rng, words=words[split:])
         return SFPRecord(position, fragment, word), None
 
     def privatize_many(self, values: Sequence[str], rng: RandomSource) -> SFPBatch:
