@@ -49,6 +49,7 @@ Schema (every section and key optional except ``registry``; defaults shown)::
     [estimation]
     workers = 1                     # processes computing estimates off the event loop
     confidence = 0.95               # level of the reported confidence intervals
+    sfp_alphabet = "abcdefghijklmnopqrstuvwxyz "   # characters SFP discovery assembles words from
 """
 
 from __future__ import annotations
@@ -146,6 +147,7 @@ class EstimationConfig:
 
     workers: int = 1
     confidence: float = 0.95
+    sfp_alphabet: str = "abcdefghijklmnopqrstuvwxyz "
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -340,6 +342,9 @@ def _estimation(section: _Section | None) -> EstimationConfig:
     cfg = EstimationConfig(
         workers=section.integer("workers", d.workers, low=0, high=64),
         confidence=section.number("confidence", d.confidence, low=0.5, high=0.9999),
+        sfp_alphabet=section.string(
+            "sfp_alphabet", d.sfp_alphabet, check=lambda v: None if v else "expected the characters words are made of"
+        ),
     )
     section.finish()
     return cfg

@@ -32,16 +32,37 @@ __all__ = [
 ]
 
 
-def is_columnar(batch: object) -> bool:
-    """Whether ``batch`` is a dataclass whose every field is an array with one row per record."""
+def is_columnar(batch: object, size: int | None = None) -> bool:
+    """Whether ``batch`` is a dataclass whose fields are arrays (or columnar dataclasses) of one row per record."""
     if not dataclasses.is_dataclass(batch) or isinstance(batch, type):
         return False
-    size = len(batch)  # type: ignore[arg-type]
+    if size is None:
+        size = len(batch)  # type: ignore[arg-type]
     for f in dataclasses.fields(batch):
         value = getattr(batch, f.name)
-        if not isinstance(value, np.ndarray) or value.ndim == 0 or value.shape[0] != size:
+        if isinstance(value, np.ndarray):
+            if value.ndim == 0 or value.shape[0] != size:
+                return False
+        elif not is_columnar(value, size):
             return False
     return True
+
+
+def _concat(batches: Sequence[Any]) -> Any | None:
+    first = batches[0]
+    columns = {}
+    for f in dataclasses.fields(first):
+        parts = [getattr(b, f.name) for b in batches]
+        if isinstance(parts[0], np.ndarray):
+            if len({a.shape[1:] for a in parts}) != 1 or len({a.dtype for a in parts}) != 1:
+                return None
+            columns[f.name] = np.concatenate(parts, axis=0)
+        else:
+            joined = _concat(parts)
+            if joined is None:
+                return None
+            columns[f.name] = joined
+    return dataclasses.replace(first, **columns)
 
 
 def concat_batches(batches: Sequence[Any]) -> Any | None:
@@ -53,23 +74,20 @@ def concat_batches(batches: Sequence[Any]) -> Any | None:
         return first
     if not all(type(b) is type(first) for b in batches) or not is_columnar(first):
         return None
-    columns = {}
-    for f in dataclasses.fields(first):
-        arrays = [getattr(b, f.name) for b in batches]
-        shapes = {a.shape[1:] for a in arrays}
-        if len(shapes) != 1:
-            return None
-        columns[f.name] = np.concatenate(arrays, axis=0)
-    return dataclasses.replace(first, **columns)
+    return _concat(batches)
 
 
 def batch_to_plain(batch: Any) -> dict[str, Any]:
-    """A columnar batch as plain msgpack-ready data (field name -> array record)."""
-    return {f.name: array_to_plain(getattr(batch, f.name)) for f in dataclasses.fields(batch)}
+    """A columnar batch as plain msgpack-ready data (field name -> array record or nested batch)."""
+    out: dict[str, Any] = {}
+    for f in dataclasses.fields(batch):
+        value = getattr(batch, f.name)
+        out[f.name] = array_to_plain(value) if isinstance(value, np.ndarray) else {"fields": batch_to_plain(value)}
+    return out
 
 
 def batch_from_plain(template: Any, data: dict[str, Any]) -> Any:
-    """Rebuild a batch saved by :func:`batch_to_plain`, using ``template``'s class.
+    """Rebuild a batch saved by :func:`batch_to_plain`, using ``template``'s class (and its nested ones).
 
     The data comes from our own checkpoint, written by :func:`batch_to_plain`; shapes and
     dtypes are taken as stored.
@@ -77,8 +95,12 @@ def batch_from_plain(template: Any, data: dict[str, Any]) -> Any:
     columns = {}
     for f in dataclasses.fields(template):
         rec = data[f.name]
-        arr = np.frombuffer(rec["data"], dtype=np.dtype(rec["dtype"])).reshape(tuple(rec["shape"]))
-        columns[f.name] = arr.astype(arr.dtype.newbyteorder("="), copy=True)
+        inner = getattr(template, f.name)
+        if isinstance(inner, np.ndarray):
+            arr = np.frombuffer(rec["data"], dtype=np.dtype(rec["dtype"])).reshape(tuple(rec["shape"]))
+            columns[f.name] = arr.astype(arr.dtype.newbyteorder("="), copy=True)
+        else:
+            columns[f.name] = batch_from_plain(inner, rec["fields"])
     return dataclasses.replace(template, **columns)
 
 

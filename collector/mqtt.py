@@ -268,6 +268,7 @@ class MqttTransport:
         self._last_rx = 0.0
         self._last_tx = 0.0
         self.session_present = False
+        self._closing = False
 
     # -- ingest side ---------------------------------------------------------------------
 
@@ -330,14 +331,20 @@ class MqttTransport:
         """
         cfg = self.config
         delay = cfg.reconnect_min_s
-        while True:
+        while not self._closing:
             connected = False
             try:
                 connected = await self._session()
             except (OSError, EOFError, TimeoutError, _ConnectionLostError, MqttProtocolError) as exc:
-                log.warning("broker connection to %s:%d lost: %s", cfg.host, cfg.port, exc or type(exc).__name__)
+                if not self._closing:
+                    what = "lost" if self._writer is not None else "failed"
+                    log.warning(
+                        "broker connection to %s:%d %s: %s", cfg.host, cfg.port, what, exc or type(exc).__name__
+                    )
             finally:
                 await self._close()
+            if self._closing:
+                return
             if connected:
                 delay = cfg.reconnect_min_s
             # Full jitter (a uniform wait up to the capped exponential delay) keeps a fleet of
@@ -346,7 +353,8 @@ class MqttTransport:
             delay = min(cfg.reconnect_max_s, delay * 2)
 
     async def close(self) -> None:
-        """Disconnect politely (the session and its queue stay on the broker)."""
+        """Disconnect politely (the session and its queue stay on the broker); :meth:`run` returns."""
+        self._closing = True
         writer = self._writer
         if writer is not None and not writer.is_closing():
             with contextlib.suppress(OSError):
@@ -362,7 +370,7 @@ class MqttTransport:
         self._unacked = 0
         if writer is not None:
             writer.close()
-            with contextlib.suppress(OSError, asyncio.CancelledError, TimeoutError):
+            with contextlib.suppress(OSError, TimeoutError):
                 await asyncio.wait_for(writer.wait_closed(), 1.0)
 
     async def _session(self) -> bool:

@@ -73,9 +73,41 @@ parameters = { k = 16, m = 64 }
 min_reports = 20
 release_threshold = 10
 dictionary = "domains.txt"
+
+[use_cases.emoji]
+mechanism = "cms"
+epsilon = 4
+period = "1d"
+daily_limit = 1
+lifetime_epsilon = 1_500
+parameters = { k = 16, m = 64 }
+[use_cases.emoji.collector]
+min_reports = 20
+release_threshold = 5
+dictionary = "emoji.txt"
+
+[use_cases.words]
+mechanism = "sfp"
+epsilon = 12
+period = "1d"
+daily_limit = 2
+lifetime_epsilon = 6_000
+[use_cases.words.parameters]
+epsilon = 6
+epsilon_fragment = 6
+m = 256
+k = 16
+m_fragment = 256
+k_fragment = 16
+length = 6
+[use_cases.words.collector]
+min_reports = 20
+release_threshold = 50
 """
 
 DOMAINS = [f"site{i}.example" for i in range(40)]
+EMOJI = ["smile", "heart", "tears-of-joy", "thumbs-up", "fire", "sparkles", "pray", "rofl"]
+WORDS = ["bae", "yeet", "vibe", "stan", "rizz", "slay"]
 HOMEPAGES = [f"home{i}.example" for i in range(12)]
 
 
@@ -84,6 +116,7 @@ def write_registry(directory: Path, text: str = REGISTRY_TEXT) -> Path:
     directory.mkdir(parents=True, exist_ok=True)
     (directory / "domains.txt").write_text("\n".join(DOMAINS) + "\n", encoding="utf-8")
     (directory / "homepages.txt").write_text("\n".join(HOMEPAGES) + "\n", encoding="utf-8")
+    (directory / "emoji.txt").write_text("\n".join(EMOJI) + "\n", encoding="utf-8")
     path = directory / "registry.toml"
     path.write_text(text, encoding="utf-8")
     return path
@@ -110,6 +143,10 @@ def _value(use_case: str, i: int, rng: np.random.Generator) -> Any:
         return HOMEPAGES[int(rng.zipf(1.5)) % len(HOMEPAGES)]
     if use_case == "domains":
         return DOMAINS[int(rng.zipf(1.3)) % len(DOMAINS)]
+    if use_case == "emoji":
+        return EMOJI[int(rng.zipf(1.4)) % len(EMOJI)]
+    if use_case == "words":
+        return WORDS[int(rng.zipf(1.6)) % len(WORDS)]
     raise KeyError(use_case)
 
 

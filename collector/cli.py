@@ -1,0 +1,130 @@
+"""``ldp-collector``: run the collector, read estimates, check a config.
+
+Verbs:
+
+* ``ldp-collector run`` - the service (MQTT ingest, checkpoints, HTTP API and dashboard).
+* ``ldp-collector estimate USE_CASE [--period P] [--json]`` - the estimate of one use case
+  for one period (default: the latest with data), read from the checkpoint database; safe
+  while the service runs (SQLite WAL readers do not block the writer).
+* ``ldp-collector status [--json]`` - periods, report counts and lifetime counters.
+* ``ldp-collector check-config`` - decode the config and the registry, then exit.
+
+The config file is ``--config PATH``, else ``$LDP_COLLECTOR_CONFIG``, else
+``/etc/ldp-collector/collector.toml``. Exit status: 0 success, 1 runtime failure, 2 bad
+config or usage, 3 nothing to estimate yet (no data, or below the release threshold).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from collector.config import CollectorConfig, load_config
+from collector.errors import CollectorError, ConfigError
+from collector.estimation import compute_estimate, format_estimate, store_status
+from collector.service import load_registry, run_service
+
+__all__ = ["main"]
+
+DEFAULT_CONFIG = "/etc/ldp-collector/collector.toml"
+EXIT_RUNTIME, EXIT_CONFIG, EXIT_NOTHING = 1, 2, 3
+
+
+def _config_path(arg: str | None) -> Path:
+    return Path(arg or os.environ.get("LDP_COLLECTOR_CONFIG") or DEFAULT_CONFIG)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="ldp-collector", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--config", help=f"collector config file (default: $LDP_COLLECTOR_CONFIG or {DEFAULT_CONFIG})")
+    parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    sub = parser.add_subparsers(dest="verb", required=True)
+    sub.add_parser("run", help="run the collector service")
+    est = sub.add_parser("estimate", help="print the estimate of one use case")
+    est.add_argument("use_case")
+    est.add_argument("--period", type=int, help="period index (default: the latest with data)")
+    est.add_argument("--json", action="store_true", help="machine-readable output")
+    status = sub.add_parser("status", help="periods with data and lifetime counters")
+    status.add_argument("--json", action="store_true")
+    sub.add_parser("check-config", help="decode the config and the registry, then exit")
+    return parser
+
+
+def _leaves(exc: BaseException) -> list[BaseException]:
+    if isinstance(exc, BaseExceptionGroup):
+        return [leaf for inner in exc.exceptions for leaf in _leaves(inner)]
+    return [exc]
+
+
+def _run(config: CollectorConfig) -> int:
+    try:
+        asyncio.run(run_service(config))
+    except (CollectorError, BaseExceptionGroup) as exc:
+        # A task of the root group failed: report collector errors plainly, re-raise the rest
+        # (a bug: the traceback is the useful output, and the exit status is non-zero).
+        leaves = _leaves(exc)
+        if not all(isinstance(e, CollectorError) for e in leaves):
+            raise
+        for leaf in leaves:
+            print(f"ldp-collector: {leaf}", file=sys.stderr)
+        return EXIT_CONFIG if any(isinstance(e, ConfigError) for e in leaves) else EXIT_RUNTIME
+    return 0
+
+
+def _estimate(config: CollectorConfig, use_case: str, period: int | None, as_json: bool) -> int:
+    result = compute_estimate(config, use_case, period)
+    if as_json:
+        print(json.dumps(result, indent=2, sort_keys=True, allow_nan=False))
+    else:
+        print(format_estimate(result))
+    return 0 if result.get("released") else EXIT_NOTHING
+
+
+def _status(config: CollectorConfig, as_json: bool) -> int:
+    status: dict[str, Any] = store_status(config)
+    if as_json:
+        print(json.dumps(status, indent=2, sort_keys=True))
+        return 0
+    print(f"registry {status['registry_hash']}  store {status['store']}")
+    for name, info in status["use_cases"].items():
+        periods = info["periods"]
+        latest = periods[-1] if periods else None
+        tail = f"latest period {latest['period']}: {latest['reports']} reports" if latest else "no data"
+        print(f"  {name:32s} {info['mechanism']:13s} {len(periods):4d} periods  {tail}")
+    counters = status["counters"]
+    print("counters: " + ", ".join(f"{k}={v}" for k, v in sorted(counters.items())))
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``ldp-collector`` console script."""
+    args = _parser().parse_args(argv)
+    logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        config = load_config(_config_path(args.config))
+        if args.verb == "check-config":
+            registry = load_registry(config.registry)
+            count = len(registry.use_cases)
+            print(f"{config.source}: ok; registry {config.registry} ({registry.hash_hex}), {count} use cases")
+            return 0
+        if args.verb == "run":
+            return _run(config)
+        if args.verb == "estimate":
+            return _estimate(config, args.use_case, args.period, args.json)
+        return _status(config, args.json)
+    except ConfigError as exc:
+        print(f"ldp-collector: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    except CollectorError as exc:
+        print(f"ldp-collector: {exc}", file=sys.stderr)
+        return EXIT_RUNTIME
+    except KeyError as exc:
+        print(f"ldp-collector: unknown use case {exc.args[0]!r}", file=sys.stderr)
+        return EXIT_CONFIG

@@ -1,0 +1,460 @@
+"""Estimates people can read: every number with its standard error and confidence interval.
+
+One function per kind of result, chosen by the use case's mechanism:
+
+=============  ============  ===================================================================
+mechanism      kind          what is reported
+=============  ============  ===================================================================
+rr             proportion    share of devices whose bit is 1 (002), and the count
+one-bit-mean   mean          mean counter value (000 eq. 2)
+dbitflip       histogram     share of devices per bucket (000 eq. 3), and the consistent
+                             histogram (projected onto the simplex: non-negative, summing to 1)
+cms, hcms      frequencies   estimated count of every dictionary entry (003 Alg. 4)
+rappor         frequencies   candidates found by Lasso + least squares with p-values (004 §4);
+                             category counts for the basic variants
+sfp            frequencies   words discovered by the puzzle (003 Alg. 10)
+=============  ============  ===================================================================
+
+Release rules (003 §3.2.2): nothing is released for a (use case, period) with fewer than
+the use case's ``min_reports`` reports; frequency entries whose estimated count is below
+``release_threshold`` are withheld (only how many were withheld is shown).
+
+Confidence intervals are ``estimate ± z · SE`` with ``z`` the normal quantile of the
+configured level: each estimator is a sum of many independent reports' contributions.
+
+The work here is CPU-heavy (dictionary queries gather over sketches of up to ``k x m``
+counters; RAPPOR decoding runs a Lasso), so the HTTP layer calls it in worker processes;
+the CLI calls it directly.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+import os
+from collections.abc import Sequence
+from functools import lru_cache
+from pathlib import Path
+from statistics import NormalDist
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from collector.config import CollectorConfig
+from collector.errors import StoreError
+from collector.rappor_decode import as_plain, decode_rappor
+from collector.store import CheckpointStore, KeyInfo
+from protocol.registry import Registry, UseCase, parse_registry
+
+__all__ = [
+    "DEFAULT_SFP_ALPHABET",
+    "compute_estimate",
+    "compute_series",
+    "estimate_aggregate",
+    "format_estimate",
+    "load_dictionary",
+    "project_simplex",
+    "store_status",
+    "z_value",
+]
+
+DEFAULT_SFP_ALPHABET = "abcdefghijklmnopqrstuvwxyz "
+"""Characters SFP reconstruction assembles words from (with the space that pads short words)."""
+
+SFP_TOP_T = 20
+"""Puzzle pieces kept per position in SFP reconstruction (003 Alg. 10's T)."""
+
+_KIND = {
+    "rr": "proportion",
+    "one-bit-mean": "mean",
+    "dbitflip": "histogram",
+    "cms": "frequencies",
+    "hcms": "frequencies",
+    "rappor": "frequencies",
+    "sfp": "frequencies",
+}
+
+
+def z_value(confidence: float) -> float:
+    """The two-sided normal quantile for ``confidence`` (1.96 for 0.95)."""
+    return NormalDist().inv_cdf(0.5 + confidence / 2)
+
+
+def _num(x: float) -> float | None:
+    """JSON has no NaN or infinity: those become null."""
+    x = float(x)
+    return x if math.isfinite(x) else None
+
+
+def _interval(value: float, se: float, z: float) -> list[float | None]:
+    return [_num(value - z * se), _num(value + z * se)]
+
+
+def project_simplex(values: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+    """The closest (Euclidean) vector with non-negative entries summing to 1.
+
+    The consistency post-processing of a histogram: unbiased per-bucket estimates can be
+    negative and need not sum to 1; the projection fixes both and never increases the
+    total squared error to the true (consistent) histogram.
+    """
+    v = np.nan_to_num(np.asarray(values, dtype=np.float64))
+    if v.size == 0:
+        return v
+    u = np.sort(v)[::-1]
+    css = np.cumsum(u) - 1.0
+    idx = np.arange(1, v.size + 1)
+    rho = int(np.flatnonzero(u - css / idx > 0)[-1]) + 1
+    theta = css[rho - 1] / rho
+    result: npt.NDArray[np.float64] = np.maximum(v - theta, 0.0)
+    return result
+
+
+@lru_cache(maxsize=32)
+def _dictionary(path: str, mtime_ns: int) -> tuple[str, ...]:
+    with open(path, encoding="utf-8") as f:
+        entries = [line.strip() for line in f]
+    return tuple(dict.fromkeys(e for e in entries if e and not e.startswith("#")))
+
+
+def load_dictionary(use_case: UseCase, registry_dir: Path) -> tuple[str, ...] | None:
+    """The use case's dictionary (one entry per line; blank lines and ``#`` comments skipped).
+
+    Relative paths are resolved against the registry file's directory.
+
+    Raises:
+        StoreError: the file is configured but cannot be read.
+    """
+    name = use_case.collector.dictionary
+    if name is None:
+        return None
+    path = Path(name)
+    if not path.is_absolute():
+        path = registry_dir / path
+    try:
+        return _dictionary(str(path), path.stat().st_mtime_ns)
+    except (OSError, UnicodeDecodeError) as exc:
+        raise StoreError(f"use case {use_case.name}: cannot read the dictionary {path}: {exc}") from exc
+
+
+def _period_bounds(use_case: UseCase, period: int) -> tuple[str, str]:
+    start = period * use_case.period.seconds
+    return _iso(start), _iso(start + use_case.period.seconds)
+
+
+def _iso(seconds: int) -> str:
+    return dt.datetime.fromtimestamp(seconds, dt.UTC).isoformat().replace("+00:00", "Z")
+
+
+def _frequencies(
+    names: Sequence[str], values: npt.NDArray[np.float64], ses: npt.NDArray[np.float64], *, threshold: float, z: float
+) -> dict[str, Any]:
+    order = np.argsort(-np.nan_to_num(values, nan=-np.inf), kind="stable")
+    items = []
+    withheld = 0
+    for i in order:
+        value, se = float(values[i]), float(ses[i])
+        if not math.isfinite(value) or value < threshold:
+            withheld += 1
+            continue
+        items.append(
+            {"value": names[int(i)], "count": _num(value), "standard_error": _num(se), "ci": _interval(value, se, z)}
+        )
+    return {"items": items, "withheld": withheld, "threshold": threshold, "tested": len(names)}
+
+
+def estimate_aggregate(
+    use_case: UseCase,
+    aggregate: Any,
+    info: KeyInfo,
+    *,
+    confidence: float = 0.95,
+    registry_dir: Path | None = None,
+    sfp_alphabet: str = DEFAULT_SFP_ALPHABET,
+) -> dict[str, Any]:
+    """The JSON-ready estimate of one (use case, period) aggregate, with release rules applied."""
+    mech: Any = use_case.mechanism
+    name = mech.name
+    start, end = _period_bounds(use_case, info.period)
+    z = z_value(confidence)
+    settings = use_case.collector
+    result: dict[str, Any] = {
+        "use_case": use_case.name,
+        "description": use_case.description,
+        "mechanism": name,
+        "kind": _KIND.get(name, "unknown"),
+        "period": info.period,
+        "period_length": use_case.period.value,
+        "period_start": start,
+        "period_end": end,
+        "reports": info.reports,
+        "records": info.records,
+        "min_reports": settings.min_reports,
+        "release_threshold": settings.release_threshold,
+        "confidence": confidence,
+        "epsilon": use_case.epsilon,
+        "released": False,
+        "withheld_reason": None,
+        "estimate": None,
+    }
+    if info.reports < settings.min_reports or info.reports == 0:
+        result["withheld_reason"] = f"{info.reports} reports; at least {settings.min_reports} are needed before release"
+        return result
+    estimate: dict[str, Any]
+    if name in ("rr", "one-bit-mean"):
+        e = aggregate.estimate()
+        estimate = {
+            "value": _num(e.value),
+            "standard_error": _num(e.standard_error),
+            "ci": _interval(e.value, e.standard_error, z),
+        }
+        if name == "rr":
+            c = aggregate.estimate_count()
+            estimate["count"] = {"value": _num(c.value), "standard_error": _num(c.standard_error)}
+        else:
+            estimate["range"] = [0, mech.m]
+    elif name == "dbitflip":
+        e = aggregate.estimate()
+        edges = list(mech.buckets.edges)
+        consistent = project_simplex(e.values)
+        estimate = {
+            "buckets": [
+                {
+                    "low": _num(edges[i]),
+                    "high": _num(edges[i + 1]),
+                    "value": _num(e.values[i]),
+                    "standard_error": _num(e.standard_errors[i]),
+                    "ci": _interval(float(e.values[i]), float(e.standard_errors[i]), z),
+                    "consistent": _num(consistent[i]),
+                }
+                for i in range(len(e))
+            ],
+            "n": e.n,
+        }
+    elif name in ("cms", "hcms"):
+        words = load_dictionary(use_case, registry_dir or Path.cwd())
+        if not words:
+            result["withheld_reason"] = "no dictionary configured for this frequency oracle"
+            return result
+        e = aggregate.estimate(list(words))
+        estimate = _frequencies(words, e.values, e.standard_errors, threshold=settings.release_threshold, z=z)
+    elif name == "rappor":
+        estimate = _rappor(use_case, aggregate, registry_dir or Path.cwd(), settings.release_threshold, z)
+    elif name == "sfp":
+        threshold = max(settings.release_threshold, 1.0)
+        found = aggregate.reconstruct(alphabet=sfp_alphabet, top_t=SFP_TOP_T, threshold=threshold)
+        estimate = {
+            "items": [
+                {
+                    "value": w.word,
+                    "count": _num(w.count),
+                    "standard_error": _num(w.standard_error),
+                    "ci": _interval(w.count, w.standard_error, z),
+                }
+                for w in found
+            ],
+            "withheld": None,
+            "threshold": threshold,
+            "tested": None,
+            "discovered": True,
+        }
+    else:
+        result["withheld_reason"] = f"no estimator for mechanism {name!r}"
+        return result
+    result["estimate"] = estimate
+    result["released"] = True
+    return result
+
+
+def _rappor(use_case: UseCase, aggregate: Any, registry_dir: Path, threshold: float, z: float) -> dict[str, Any]:
+    mech: Any = use_case.mechanism
+    if mech.basic:
+        e = aggregate.estimate_categories()
+        names = list(mech.categories) or [str(i) for i in range(len(e))]
+        return _frequencies(names, e.values, e.standard_errors, threshold=threshold, z=z)
+    words = load_dictionary(use_case, registry_dir)
+    if not words:
+        return {"items": [], "withheld": 0, "threshold": threshold, "tested": 0, "note": "no candidate dictionary"}
+    bits = aggregate.estimate_bits()
+    decoding = decode_rappor(bits.values, bits.cohort_sizes, mech.candidate_bits(list(words)), list(words))
+    plain = as_plain(decoding)
+    items = []
+    withheld = 0
+    for d in plain["found"]:
+        if d["count"] < threshold:
+            withheld += 1
+            continue
+        d["ci"] = _interval(d["count"], d["standard_error"], z)
+        items.append(d)
+    return {
+        "items": items,
+        "withheld": withheld,
+        "threshold": threshold,
+        "tested": plain["tested"],
+        "selected": plain["selected"],
+        "correction": plain["method"],
+        "alpha": plain["alpha"],
+        "explained": plain["explained"],
+    }
+
+
+@lru_cache(maxsize=4)
+def _registry(path: str, mtime_ns: int) -> Registry:
+    return parse_registry(Path(path).read_bytes(), source=path)
+
+
+def _open(config: CollectorConfig) -> tuple[Registry, CheckpointStore]:
+    path = config.registry
+    registry = _registry(str(path), os.stat(path).st_mtime_ns)
+    return registry, CheckpointStore(config.store.path, registry, readonly=True)
+
+
+def compute_estimate(config: CollectorConfig, use_case: str, period: int | None = None) -> dict[str, Any]:
+    """The estimate of ``use_case`` for ``period`` (default: the latest period with data).
+
+    Raises:
+        KeyError: the use case is not in the registry.
+        StoreError: the checkpoint database cannot be read.
+    """
+    registry, store = _open(config)
+    try:
+        uc = registry.use_cases[use_case]
+        if period is None:
+            infos = store.totals(use_case)
+            if not infos:
+                now = uc.period.index_at(dt.datetime.now(dt.UTC).timestamp())
+                info = KeyInfo(use_case, now, 0, 0)
+                return estimate_aggregate(
+                    uc, uc.mechanism.new_aggregate(), info, confidence=config.estimation.confidence
+                )
+            period = infos[-1].period
+        aggregate, info = store.aggregate(use_case, period)
+    finally:
+        store.close()
+    return estimate_aggregate(
+        uc,
+        aggregate,
+        info,
+        confidence=config.estimation.confidence,
+        registry_dir=config.registry.parent,
+        sfp_alphabet=config.estimation.sfp_alphabet,
+    )
+
+
+def compute_series(config: CollectorConfig, use_case: str, *, limit: int = 120) -> dict[str, Any]:
+    """Per-period estimates over time: the value with SE and CI for proportions and means,
+    and the report counts for every mechanism (the latest ``limit`` periods).
+
+    Raises:
+        KeyError: the use case is not in the registry.
+    """
+    registry, store = _open(config)
+    try:
+        uc = registry.use_cases[use_case]
+        infos = store.totals(use_case)[-limit:]
+        z = z_value(config.estimation.confidence)
+        points = []
+        for info in infos:
+            start, end = _period_bounds(uc, info.period)
+            point: dict[str, Any] = {
+                "period": info.period,
+                "period_start": start,
+                "period_end": end,
+                "reports": info.reports,
+                "records": info.records,
+                "released": info.reports >= uc.collector.min_reports and info.reports > 0,
+            }
+            if point["released"] and uc.mechanism.name in ("rr", "one-bit-mean"):
+                e = store.aggregate(use_case, info.period)[0].estimate()
+                point.update(
+                    value=_num(e.value),
+                    standard_error=_num(e.standard_error),
+                    ci=_interval(e.value, e.standard_error, z),
+                )
+            points.append(point)
+    finally:
+        store.close()
+    return {
+        "use_case": use_case,
+        "mechanism": uc.mechanism.name,
+        "kind": _KIND.get(uc.mechanism.name, "unknown"),
+        "confidence": config.estimation.confidence,
+        "points": points,
+    }
+
+
+def store_status(config: CollectorConfig) -> dict[str, Any]:
+    """The registry, the periods with data per use case, and the lifetime counters."""
+    registry, store = _open(config)
+    try:
+        totals = store.totals()
+        counters = store.counters()
+        per_instance = {}
+        for instance in sorted({row[0] for row in store._db.execute("SELECT DISTINCT instance FROM counters")}):
+            per_instance[instance] = store.counters(instance)
+    finally:
+        store.close()
+    use_cases: dict[str, Any] = {}
+    for name, uc in registry.use_cases.items():
+        use_cases[name] = {
+            "mechanism": uc.mechanism.name,
+            "kind": _KIND.get(uc.mechanism.name, "unknown"),
+            "description": uc.description,
+            "epsilon": uc.epsilon,
+            "period": uc.period.value,
+            "min_reports": uc.collector.min_reports,
+            "release_threshold": uc.collector.release_threshold,
+            "periods": [
+                {"period": k.period, "reports": k.reports, "records": k.records} for k in totals if k.use_case == name
+            ],
+        }
+    return {
+        "registry_hash": registry.hash_hex,
+        "store": str(config.store.path),
+        "use_cases": use_cases,
+        "counters": counters,
+        "instances": per_instance,
+    }
+
+
+def _fmt(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.6g}"
+
+
+def format_estimate(result: dict[str, Any]) -> str:
+    """A human-readable rendering of :func:`estimate_aggregate`'s result."""
+    head = (
+        f"{result['use_case']} ({result['mechanism']}), period {result['period']} "
+        f"[{result['period_start']} .. {result['period_end']}): "
+        f"{result['reports']} reports, {result['records']} records"
+    )
+    lines = [head]
+    if not result["released"]:
+        lines.append(f"  not released: {result['withheld_reason']}")
+        return "\n".join(lines)
+    level = f"{100 * result['confidence']:g}% CI"
+    est = result["estimate"]
+    if result["kind"] in ("proportion", "mean"):
+        lines.append(
+            f"  {result['kind']}: {_fmt(est['value'])} ± {_fmt(est['standard_error'])} (SE); "
+            f"{level} {_fmt(est['ci'][0])} .. {_fmt(est['ci'][1])}"
+        )
+        if "count" in est:
+            lines.append(f"  count: {_fmt(est['count']['value'])} ± {_fmt(est['count']['standard_error'])} (SE)")
+    elif result["kind"] == "histogram":
+        lines.append(f"  {'bucket':>24s}  {'share':>10s}  {'SE':>10s}  {'consistent':>10s}")
+        for b in est["buckets"]:
+            label = f"[{_fmt(b['low'])}, {_fmt(b['high'])})"
+            lines.append(
+                f"  {label:>24s}  {_fmt(b['value']):>10s}  {_fmt(b['standard_error']):>10s}  "
+                f"{_fmt(b['consistent']):>10s}"
+            )
+    else:
+        lines.append(f"  {'value':40s}  {'count':>12s}  {'SE':>10s}")
+        for item in est["items"]:
+            count, se = _fmt(item["count"]), _fmt(item["standard_error"])
+            lines.append(f"  {item['value'][:40]:40s}  {count:>12s}  {se:>10s}")
+        if est.get("withheld"):
+            threshold = _fmt(est["threshold"])
+            lines.append(f"  ({est['withheld']} entries below the release threshold {threshold} withheld)")
+    return "\n".join(lines)

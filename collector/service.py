@@ -1,0 +1,183 @@
+"""The collector service: one root task group owning transport, ingest, maintenance and HTTP.
+
+Start-up fails fast: a bad config or registry raises before anything connects. Every
+long-lived task has a name and an owner (the root ``asyncio.TaskGroup``); an unexpected
+exception in any of them ends the group and the process exits non-zero, so systemd restarts
+it and the broker redelivers whatever was not acknowledged. ``SIGTERM`` stops cleanly:
+ingest commits and acknowledges what it holds, then the MQTT session is closed with a
+DISCONNECT (the session, and messages queued while we are down, stay on the broker).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import logging
+import os
+import signal
+import socket
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from collector.config import CollectorConfig
+from collector.errors import ConfigError
+from collector.http import serve_http
+from collector.ingest import Clock, Ingest, StoreThread, SystemClock
+from collector.metrics import IngestMetrics
+from collector.mqtt import MqttTransport
+from collector.store import CheckpointStore
+from protocol.registry import Registry, RegistryError, parse_registry
+
+__all__ = ["MAINTENANCE_INTERVAL_S", "Service", "load_registry", "run_service"]
+
+log = logging.getLogger(__name__)
+
+MAINTENANCE_INTERVAL_S = 5.0
+"""How often retention pruning and compaction run."""
+
+
+def load_registry(path: Path) -> Registry:
+    """Read and parse the use-case registry.
+
+    Raises:
+        ConfigError: naming the registry file (and, from the registry parser, the use case and field).
+    """
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise ConfigError(str(path), "", f"cannot read the registry: {exc}") from exc
+    try:
+        return parse_registry(data, source=str(path))
+    except RegistryError as exc:
+        field = ".".join(p for p in (f"use_cases.{exc.use_case}" if exc.use_case else "", exc.field) if p)
+        raise ConfigError(str(path), field, exc.problem) from exc
+
+
+def _sd_notify(message: str) -> None:
+    """Tell systemd (Type=notify) about our state; a no-op outside systemd."""
+    address = os.environ.get("NOTIFY_SOCKET")
+    if not address:
+        return
+    if address.startswith("@"):
+        address = "\0" + address[1:]
+    with contextlib.suppress(OSError), socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
+        sock.sendto(message.encode(), address)
+
+
+@dataclass
+class Service:
+    """The running parts, for the HTTP layer and tests."""
+
+    config: CollectorConfig
+    registry: Registry
+    store: StoreThread
+    metrics: IngestMetrics
+    transport: MqttTransport
+    ingest: Ingest
+
+
+async def _maintenance(service: Service, clock: Clock) -> None:
+    """Retention (low-water marks, report-id pruning) and compaction, periodically."""
+    cfg = service.config
+    while True:
+        now = clock.time()
+        marks = {
+            name: max(uc.period.index_at(now) - cfg.ingest.retention_periods + 1, 0)
+            for name, uc in service.registry.use_cases.items()
+        }
+        # Raise the marks in ingest first: from now on it refuses those periods, so the ids
+        # pruned next can never be needed again.
+        service.ingest.raise_low_water(marks)
+        service.metrics.pruned += await service.store.call(functools.partial(CheckpointStore.prune, low_water=marks))
+        keys = await service.store.call(
+            functools.partial(CheckpointStore.compaction_candidates, compact_after=cfg.store.compact_after)
+        )
+        for use_case, period in keys:
+            folded = await service.store.call(
+                functools.partial(CheckpointStore.compact, use_case=use_case, period=period)
+            )
+            if folded:
+                service.metrics.compactions += 1
+        _sd_notify("WATCHDOG=1")
+        await asyncio.sleep(MAINTENANCE_INTERVAL_S)
+
+
+async def run_service(
+    config: CollectorConfig,
+    *,
+    clock: Clock | None = None,
+    stop: asyncio.Event | None = None,
+    http_starter: Callable[[Service], Coroutine[Any, Any, None]] | None = None,
+) -> None:
+    """Run the collector until ``stop`` is set (or SIGTERM / SIGINT arrive).
+
+    Args:
+        config: the decoded configuration.
+        clock: the wall clock (tests fix it).
+        stop: set it to stop cleanly; created (and wired to SIGTERM/SIGINT) if None.
+        http_starter: serves the HTTP API for the running service (None: ``collector.http``
+            when ``http.enabled``).
+
+    Raises:
+        ConfigError: the registry cannot be loaded.
+        collector.errors.StoreError: the checkpoint database cannot be used.
+        collector.errors.TransportError: the broker refused us for good.
+    """
+    clock = clock or SystemClock()
+    registry = load_registry(config.registry)
+    loop = asyncio.get_running_loop()
+    if stop is None:
+        stop = asyncio.Event()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+    store = StoreThread(lambda: CheckpointStore(config.store.path, registry, instance=config.instance))
+    try:
+        low_water = await store.call(lambda s: s.low_water())
+        metrics = IngestMetrics()
+        transport = MqttTransport(config.mqtt)
+        ingest = Ingest(
+            registry=registry,
+            transport=transport,
+            store=store,
+            config=config.ingest,
+            metrics=metrics,
+            clock=clock,
+            low_water=low_water,
+        )
+        service = Service(config, registry, store, metrics, transport, ingest)
+        if http_starter is None and config.http.enabled:
+            http_starter = serve_http
+        log.info(
+            "collector %s: registry %s (%s), store %s, broker %s:%d",
+            config.instance,
+            config.registry,
+            registry.hash_hex,
+            config.store.path,
+            config.mqtt.host,
+            config.mqtt.port,
+        )
+        async with asyncio.TaskGroup() as tg:
+            t_transport = tg.create_task(transport.run(), name="mqtt")
+            t_ingest = tg.create_task(ingest.run(), name="ingest")
+            t_maintenance = tg.create_task(_maintenance(service, clock), name="maintenance")
+            t_http = tg.create_task(http_starter(service), name="http") if http_starter else None
+
+            async def ready() -> None:
+                await transport.wait_subscribed()
+                _sd_notify("READY=1")
+
+            t_ready = tg.create_task(ready(), name="ready")
+            await stop.wait()
+            _sd_notify("STOPPING=1")
+            log.info("stopping: committing buffered reports")
+            t_ingest.cancel()
+            await asyncio.wait({t_ingest})
+            await transport.close()
+            for task in (t_transport, t_maintenance, t_http, t_ready):
+                if task is not None:
+                    task.cancel()
+    finally:
+        store.close()

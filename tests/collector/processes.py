@@ -1,0 +1,230 @@
+"""Collector subprocesses for fault tests and benchmarks: config, readiness, kill -9, publishing."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Coroutine, Sequence
+from pathlib import Path
+from typing import Any
+
+from collector.mqtt import MqttPublisher
+from collector.store import CheckpointStore
+from protocol.registry import Registry
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def write_config(
+    directory: Path,
+    *,
+    registry: Path,
+    host: str,
+    port: int,
+    client_id: str = "ldp-collector-test",
+    store: Path | None = None,
+    instance: str = "test",
+    shared_group: str = "",
+    extra: str = "",
+    http_port: int | None = None,
+) -> Path:
+    """A collector config file for a broker on loopback."""
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"{instance}.toml"
+    http = f"[http]\nenabled = true\nport = {http_port}\n" if http_port is not None else "[http]\nenabled = false\n"
+    path.write_text(
+        f"""registry = "{registry}"
+instance = "{instance}"
+
+[mqtt]
+host = "{host}"
+port = {port}
+client_id = "{client_id}"
+shared_group = "{shared_group}"
+keepalive_s = 10
+reconnect_max_s = 0.5
+
+[ingest]
+commit_max_reports = 2000
+commit_interval_s = 0.05
+
+[store]
+path = "{store or directory / "collector.sqlite3"}"
+
+{http}
+{extra}
+""",
+        encoding="utf-8",
+    )
+    return path
+
+
+class CollectorProcess:
+    """``python -m collector run`` as a child process, with systemd-style readiness.
+
+    Readiness comes over ``NOTIFY_SOCKET`` (an abstract Unix datagram socket), exactly as
+    systemd's Type=notify would receive it: "READY=1" once the subscription is granted.
+    """
+
+    def __init__(self, config: Path, *, log: Path) -> None:
+        self.config = config
+        self.log = log
+        self.process: subprocess.Popen[bytes] | None = None
+        self._address = f"\0ldp-test-{secrets.token_hex(8)}"
+        self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self._sock.bind(self._address)
+        self.starts = 0
+
+    def start(self, *, ready_timeout: float = 30.0) -> None:
+        """Start the collector and wait for READY=1."""
+        env = dict(os.environ, NOTIFY_SOCKET="@" + self._address[1:], PYTHONPATH=str(ROOT))
+        with self.log.open("ab") as out:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "collector", "--config", str(self.config), "run"],
+                cwd=ROOT,
+                env=env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
+        self.starts += 1
+        self._wait_for(b"READY=1", ready_timeout)
+
+    def _wait_for(self, message: bytes, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise TimeoutError(f"collector did not send {message!r}; see {self.log}")
+            assert self.process is not None
+            if self.process.poll() is not None:
+                raise RuntimeError(f"collector exited with {self.process.returncode}; see {self.log}")
+            self._sock.settimeout(min(remaining, 0.5))
+            try:
+                data = self._sock.recv(4096)
+            except TimeoutError:
+                continue
+            if message in data.split(b"\n"):
+                return
+
+    def kill9(self) -> None:
+        """SIGKILL: no cleanup, no commit of the buffer, no DISCONNECT."""
+        assert self.process is not None
+        self.process.send_signal(signal.SIGKILL)
+        self.process.wait(timeout=10)
+        self.process = None
+
+    def stop(self, timeout: float = 30.0) -> int:
+        """SIGTERM and wait; returns the exit status."""
+        if self.process is None:
+            return 0
+        self.process.send_signal(signal.SIGTERM)
+        code = self.process.wait(timeout=timeout)
+        self.process = None
+        return code
+
+    def close(self) -> None:
+        """Kill the process if it still runs and release the socket."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait(timeout=10)
+        self._sock.close()
+
+
+def committed(store_path: Path, registry: Registry) -> dict[str, int]:
+    """Lifetime counters committed in the store (empty if it does not exist yet)."""
+    if not store_path.exists():
+        return {}
+    store = CheckpointStore(store_path, registry, readonly=True)
+    try:
+        return store.counters()
+    finally:
+        store.close()
+
+
+def wait_committed(store_path: Path, registry: Registry, reports: int, *, timeout: float) -> dict[str, int]:
+    """Poll the store until ``reports`` reports are committed (or raise TimeoutError)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        counters = committed(store_path, registry)
+        if counters.get("reports", 0) >= reports:
+            return counters
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"only {counters.get('reports', 0)} of {reports} reports committed: {counters}")
+        time.sleep(0.05)
+
+
+class BackgroundPublishers:
+    """Several MQTT clients publishing QoS 1 streams from a background thread, rate-limited."""
+
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        streams: Sequence[Sequence[tuple[str, bytes]]],
+        *,
+        rate: float | None = None,
+        chunk: int = 500,
+    ) -> None:
+        self.host = host
+        self.port = port
+        self.streams = streams
+        self.rate = rate
+        self.chunk = chunk
+        self.error: BaseException | None = None
+        self.published = 0
+        self.resent = 0
+        self.done = threading.Event()
+        self._thread = threading.Thread(target=self._main, name="publishers", daemon=True)
+
+    def start(self) -> None:
+        """Start publishing."""
+        self._thread.start()
+
+    def _main(self) -> None:
+        try:
+            asyncio.run(self._publish_all())
+        except BaseException as exc:  # surfaced by join()
+            self.error = exc
+        finally:
+            self.done.set()
+
+    async def _one(self, index: int, stream: Sequence[tuple[str, bytes]]) -> None:
+        publisher = MqttPublisher(self.host, self.port, client_id=f"device-gw-{index}", window=1000)
+        per_client = self.rate / len(self.streams) if self.rate else None
+        start = time.monotonic()
+        for i in range(0, len(stream), self.chunk):
+            part = stream[i : i + self.chunk]
+            stats = await publisher.publish_all(part, deadline_s=300)
+            self.published += len(part)
+            self.resent += stats.resent
+            if per_client:
+                ahead = (i + len(part)) / per_client - (time.monotonic() - start)
+                if ahead > 0:
+                    await asyncio.sleep(ahead)
+
+    async def _publish_all(self) -> None:
+        async with asyncio.TaskGroup() as tg:
+            for i, stream in enumerate(self.streams):
+                tg.create_task(self._one(i, stream))
+
+    def join(self, timeout: float) -> None:
+        """Wait for the end; re-raise a publisher failure."""
+        self._thread.join(timeout)
+        if self._thread.is_alive():
+            raise TimeoutError("publishers did not finish")
+        if self.error is not None:
+            raise self.error
+
+
+def run_in_thread(factory: Callable[[], Coroutine[Any, Any, Any]]) -> threading.Thread:
+    """Run a coroutine in its own event loop on a daemon thread."""
+    thread = threading.Thread(target=lambda: asyncio.run(factory()), daemon=True)
+    thread.start()
+    return thread

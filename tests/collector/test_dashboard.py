@@ -1,0 +1,193 @@
+"""The HTTP API and the dashboard, against a populated store; the dashboard in headless Chromium."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import shutil
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from collector.config import CollectorConfig, parse_config
+from collector.http import HttpApi
+from collector.store import CheckpointStore
+from protocol.registry import Registry
+from protocol.wire import decode_report, encode_report
+from tests.collector.support import EMOJI, current_period, privatized_reports, run_async
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+SCREENSHOT_DIR = os.environ.get("LDP_SCREENSHOT_DIR")
+
+
+def _populate(path: Path, registry: Registry, now: float, *, periods: int = 4, per_period: int = 400) -> None:
+    store = CheckpointStore(path, registry, instance="dash")
+    try:
+        for i, name in enumerate(sorted(registry.use_cases)):
+            current = current_period(registry, name, now)
+            for back in range(periods if name in ("usage", "flag") else 1):
+                reports = privatized_reports(
+                    registry, name, per_period, period=current - back, seed=1000 + 10 * i + back
+                )
+                store.commit([decode_report(encode_report(r), registry) for r in reports], {"messages": per_period})
+        # One period below min_reports: the dashboard must say it is withheld.
+        small = privatized_reports(registry, "hist", 5, period=current_period(registry, "hist", now) - 1, seed=77)
+        store.commit([decode_report(encode_report(r), registry) for r in small], {})
+    finally:
+        store.close()
+
+
+def _config(tmp_path: Path, registry_path: Path, *, workers: int = 0) -> CollectorConfig:
+    return parse_config(
+        {
+            "registry": str(registry_path),
+            "instance": "dash",
+            "store": {"path": str(tmp_path / "dash.sqlite3")},
+            "http": {"host": "127.0.0.1", "port": 0},
+            "estimation": {"workers": workers},
+        }
+    )
+
+
+def _get(port: int, path: str) -> tuple[int, str, bytes]:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=30) as r:
+            return r.status, r.headers["Content-Type"], r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, e.headers["Content-Type"], e.read()
+
+
+@run_async
+async def test_api_routes_answer_with_estimates_and_errors(
+    tmp_path: Path, registry: Registry, registry_path: Path
+) -> None:
+    """Every route answers; estimates carry SE and CI; bad input gives 400/404/405, never a crash."""
+    _populate(tmp_path / "dash.sqlite3", registry, time.time(), periods=2, per_period=300)
+    api = HttpApi(_config(tmp_path, registry_path, workers=1))
+    port = await api.start()
+    serving = asyncio.create_task(api.serve())
+    try:
+
+        async def get(path: str) -> tuple[int, str, bytes]:
+            return await asyncio.to_thread(_get, port, path)
+
+        def ok_json(status: int, ctype: str, body: bytes) -> Any:
+            assert status == 200
+            assert ctype.startswith("application/json")
+            return json.loads(body)
+
+        data = ok_json(*await get("/api/v1/status"))
+        assert data["counters"]["reports"] == 300 * (len(registry.use_cases) + 2) + 5
+        est = ok_json(*await get("/api/v1/use-cases/usage/estimate"))
+        assert est["released"]
+        assert est["kind"] == "mean"
+        e = est["estimate"]
+        assert e["ci"][0] < e["value"] < e["ci"][1]
+        assert e["standard_error"] > 0
+        assert len(ok_json(*await get("/api/v1/use-cases/usage/series"))["points"]) == 2
+        items = ok_json(*await get("/api/v1/use-cases/emoji/estimate"))["estimate"]["items"]
+        assert items
+        assert {i["value"] for i in items} <= set(EMOJI)
+        assert all(i["count"] >= 5 for i in items)  # release_threshold = 5
+        assert ok_json(*await get("/api/v1/use-cases/home/estimate"))["estimate"]["correction"] == "bonferroni"
+        hist_period = current_period(registry, "hist", time.time()) - 1
+        assert not ok_json(*await get(f"/api/v1/use-cases/hist/estimate?period={hist_period}"))["released"]
+        assert (await get("/api/v1/use-cases/nope/estimate"))[0] == 404
+        assert (await get("/api/v1/use-cases/usage/estimate?period=x"))[0] == 400
+        assert (await get("/nowhere"))[0] == 404
+        status, ctype, body = await get("/metrics")
+        assert status == 200
+        assert ctype.startswith("text/plain")
+        assert b"ldp_collector_messages_total" in body
+        status, ctype, body = await get("/")
+        assert status == 200
+        assert ctype.startswith("text/html")
+        assert b"<script>" in body
+        assert not re.search(rb"(src|href)=[\"']https?://", body)  # self-contained: nothing fetched from outside
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"POST /api/v1/status HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert (await reader.read()).startswith(b"HTTP/1.1 405")
+        writer.close()
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"garbage\r\n\r\n")
+        assert (await reader.read()).startswith(b"HTTP/1.1 400")
+        writer.close()
+    finally:
+        serving.cancel()
+        await asyncio.gather(serving, return_exceptions=True)
+
+
+async def _chromium(args: list[str], profile: Path) -> bytes:
+    assert CHROMIUM is not None
+    proc = await asyncio.create_subprocess_exec(
+        CHROMIUM,
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--hide-scrollbars",
+        f"--user-data-dir={profile}",
+        "--virtual-time-budget=15000",
+        *args,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(proc.communicate(), 120)
+    assert proc.returncode == 0, err.decode(errors="replace")[-2000:]
+    return out
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (apt-get install chromium)")
+@run_async
+async def test_dashboard_renders_plots_in_headless_chromium(
+    tmp_path: Path, registry: Registry, registry_path: Path
+) -> None:
+    """The dashboard loads in Chromium and draws the mean series, the histogram with error bars and the strings."""
+    _populate(tmp_path / "dash.sqlite3", registry, time.time())
+    api = HttpApi(_config(tmp_path, registry_path))
+    port = await api.start()
+    serving = asyncio.create_task(api.serve())
+    url = f"http://127.0.0.1:{port}/"
+    try:
+        dom = (await _chromium(["--dump-dom", url], tmp_path / "profile-dom")).decode()
+        screenshot = tmp_path / "dashboard.png"
+        await _chromium([f"--screenshot={screenshot}", "--window-size=1280,3000", url], tmp_path / "profile-shot")
+    finally:
+        serving.cancel()
+        await asyncio.gather(serving, return_exceptions=True)
+    assert 'data-ready="1"' in dom, dom[:3000]
+    cards = dict(re.findall(r'<section class="card" id="uc-([\w.-]+)" data-kind="(\w+)"', dom))
+    assert cards == {
+        "domains": "frequencies",
+        "emoji": "frequencies",
+        "flag": "proportion",
+        "hist": "histogram",
+        "home": "frequencies",
+        "usage": "mean",
+        "words": "frequencies",
+    }
+    # Mean over time: one point per period, with a confidence band.
+    assert re.search(r'class="chart series" data-points="4"', dom)
+    assert dom.count('class="point"') >= 8  # usage and flag, 4 periods each
+    assert 'class="ci-band"' in dom
+    # Histogram: 8 buckets, each with an error bar and a consistent marker.
+    assert 'class="chart histogram" data-bars="8"' in dom
+    assert dom.count('class="error-bar"') == 8
+    assert dom.count('class="consistent"') == 8
+    # Strings: tables with counts and SE; the most common emoji is found.
+    assert dom.count('class="strings"') == 4
+    assert ">heart<" in dom
+    assert "not released" not in dom.split('id="uc-hist"')[0]  # nothing above hist is withheld
+    assert screenshot.stat().st_size > 20_000
+    if SCREENSHOT_DIR:
+        shutil.copy(screenshot, Path(SCREENSHOT_DIR) / "dashboard.png")
