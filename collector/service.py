@@ -111,6 +111,7 @@ async def run_service(
     clock: Clock | None = None,
     stop: asyncio.Event | None = None,
     http_starter: Callable[[Service], Coroutine[Any, Any, None]] | None = None,
+    on_ready: Callable[[Service], None] | None = None,
 ) -> None:
     """Run the collector until ``stop`` is set (or SIGTERM / SIGINT arrive).
 
@@ -120,6 +121,7 @@ async def run_service(
         stop: set it to stop cleanly; created (and wired to SIGTERM/SIGINT) if None.
         http_starter: serves the HTTP API for the running service (None: ``collector.http``
             when ``http.enabled``).
+        on_ready: called once the broker has granted the subscription (tests, embedding).
 
     Raises:
         ConfigError: the registry cannot be loaded.
@@ -167,6 +169,8 @@ async def run_service(
 
             async def ready() -> None:
                 await transport.wait_subscribed()
+                if on_ready is not None:
+                    on_ready(service)
                 _sd_notify("READY=1")
 
             t_ready = tg.create_task(ready(), name="ready")
