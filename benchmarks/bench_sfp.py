@@ -2,8 +2,8 @@
 
 (m, m') = (1024, 1024), (k, k') = (2048, 2048), (ε, ε') = (2, 6), words of 10 characters
 in 5 fragments of 2: client privatize (single calls with the OS CSPRNG, and the batch
-path), wire decoding and server aggregation (word sketch plus five fragment sketches).
-Reconstruction at scale is benchmarked separately.
+path), wire decoding, server aggregation (word sketch plus five fragment sketches) and
+one reconstruction (003 Alg. 10) over a 27-symbol alphabet with T = 64.
 """
 
 from __future__ import annotations
@@ -60,6 +60,12 @@ def bench(n: int) -> list[dict[str, Any]]:
     t_add_cold = seconds(lambda: agg.add(batch))
     t_add = seconds(lambda: agg.add(batch))
 
+    progress("sfp: reconstruct (27 symbols, T = 64)")
+    found: list[Any] = []
+    t_reconstruct = seconds(
+        lambda: found.extend(agg.reconstruct(alphabet="abcdefghijklmnopqrstuvwxyz ", top_t=64, threshold=0.0))
+    )
+    truth = {mech.pad(v).rstrip(" ") for v in values}
     est = agg.estimate_words(values[:3])
     return [
         {
@@ -84,5 +90,9 @@ def bench(n: int) -> list[dict[str, Any]]:
             "aggregate_per_s": rate(n, t_add),
             "aggregate_cold_per_s": rate(n, t_add_cold),
             "word_estimates": [round(float(v), 1) for v in est.values],
+            "reconstruct_s": round(t_reconstruct, 3),
+            "reconstructed_words": len(found),
+            "reconstructed_true_words": sum(d.word in truth for d in found),
+            "reconstructed_top": [[d.word, round(d.count, 1)] for d in found[:5]],
         }
     ]
