@@ -636,21 +636,34 @@ class CMSAggregate:
             return
         if int(batch.indices.min()) < 0 or int(batch.indices.max()) >= k:
             raise ValueError(f"batch hash indices must lie in [0, {k})")
-        counts = self._row_counts + np.bincount(batch.indices, minlength=k)
+        # Rows touched and their new record counts (a small batch touches few of the k rows).
+        if 8 * n < k:
+            rows, added = np.unique(batch.indices, return_counts=True)
+        else:
+            added = np.bincount(batch.indices, minlength=k)
+            rows = np.flatnonzero(added)
+            added = added[rows]
+        counts = self._row_counts[rows] + added
         self._widen_for(counts)
         threads = min(os.cpu_count() or 1, 8) if n * m >= _THREADED_CELLS and k > 1 else 1
         step = max(1, _CHUNK_BYTES // m)
-        bounds = [k * t // threads for t in range(threads + 1)]
-        spans = [(bounds[t], bounds[t + 1]) for t in range(threads) if bounds[t] < bounds[t + 1]]
-        with ThreadPoolExecutor(max_workers=len(spans)) as pool:
+        if threads == 1:
+            # Small batches (a collector folds a message of a few records at a time): no pool.
             for start in range(0, n, step):
                 j = batch.indices[start : start + step]
-                packed = batch.bits[start : start + step]
-                # Threads own disjoint row ranges, so their updates never overlap.
-                futures = [pool.submit(_fold_rows, self._ones, j, packed, m=m, lo=lo, hi=hi) for lo, hi in spans]
-                for fut in futures:
-                    fut.result()
-        self._row_counts = counts
+                _fold_rows(self._ones, j, batch.bits[start : start + step], m=m, lo=0, hi=k)
+        else:
+            bounds = [k * t // threads for t in range(threads + 1)]
+            spans = [(bounds[t], bounds[t + 1]) for t in range(threads)]
+            with ThreadPoolExecutor(max_workers=threads) as pool:
+                for start in range(0, n, step):
+                    j = batch.indices[start : start + step]
+                    packed = batch.bits[start : start + step]
+                    # Threads own disjoint row ranges, so their updates never overlap.
+                    futures = [pool.submit(_fold_rows, self._ones, j, packed, m=m, lo=lo, hi=hi) for lo, hi in spans]
+                    for fut in futures:
+                        fut.result()
+        self._row_counts[rows] = counts
         self._n += n
         self._second_moment = None
 
