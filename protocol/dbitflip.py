@@ -80,7 +80,7 @@ from protocol.checks import check_epsilon, check_int
 from protocol.errors import MalformedReportError, ParameterError, StateError
 from protocol.estimate import VectorEstimate
 from protocol.plain import array_from_plain, array_to_plain, require
-from protocol.randomness import Coin, RandomSource, coin_at_most, dexp
+from protocol.randomness import Coin, RandomSource, coin_at_most, dexp, uniform_ints
 
 __all__ = [
     "MAX_MEMO_BITS",
@@ -632,29 +632,6 @@ class DBitFlipAggregate:
         return VectorEstimate(e.values * self._n, e.standard_errors * self._n, self._n)
 
 
-def _uniform_below(rng: RandomSource, bound: int, size: int) -> npt.NDArray[np.int64]:
-    """``size`` integers uniform on ``[0, bound)``, ``bound <= 2**32``, exactly.
-
-    Lemire's multiply-and-reject on 32-bit halves of the source's words: for a uniform
-    32-bit ``x``, ``(x·bound) >> 32`` is exactly uniform once the draws whose
-    ``(x·bound) mod 2**32`` falls below ``2**32 mod bound`` are rejected (and redrawn). It
-    avoids a 64-bit modulo per draw, which would dominate the batch paths.
-    """
-    if not 0 < bound <= 1 << 32:
-        raise ValueError(f"bound must lie in [1, 2**32]; got {bound}")
-    halves = np.ascontiguousarray(rng.words((size + 1) // 2)).view(np.uint32)[:size]
-    if bound & (bound - 1) == 0:
-        # A power of two: the top bits are exactly uniform, nothing to reject.
-        return (halves >> np.uint32(32 - (bound.bit_length() - 1)) if bound > 1 else halves * 0).astype(np.int64)
-    prod = halves.astype(np.uint64) * np.uint64(bound)
-    out = (prod >> np.uint64(32)).astype(np.int64)
-    # Rejections are rare (probability < bound / 2**32); redraw just those entries.
-    bad = np.flatnonzero((prod & np.uint64(0xFFFFFFFF)) < np.uint64((1 << 32) % bound))
-    if bad.size:
-        out[bad] = _uniform_below(rng, bound, int(bad.size))
-    return out
-
-
 def _distinct_probability(k: int, m: int) -> float:
     """Probability that ``m`` independent uniform draws from ``[k]`` are all distinct."""
     return math.prod(1 - i / k for i in range(m))
@@ -667,12 +644,12 @@ def _rejection_subsets(rng: RandomSource, k: int, m: int, rows: int) -> npt.NDAr
     draw without replacement, so the sorted row is a uniform subset. Used when a row is
     accepted with probability at least 1/2.
     """
-    out = np.sort(_uniform_below(rng, k, rows * m).reshape(rows, m), axis=1)
+    out = np.sort(uniform_ints(rng, k, rows * m).reshape(rows, m), axis=1)
     if m == 1:
         return out
     todo = np.flatnonzero(np.any(out[:, 1:] == out[:, :-1], axis=1))
     while todo.size:
-        draw = np.sort(_uniform_below(rng, k, todo.size * m).reshape(todo.size, m), axis=1)
+        draw = np.sort(uniform_ints(rng, k, todo.size * m).reshape(todo.size, m), axis=1)
         ok = np.all(draw[:, 1:] != draw[:, :-1], axis=1)
         out[todo[ok]] = draw[ok]
         todo = todo[~ok]
@@ -684,7 +661,7 @@ def _fisher_yates_subsets(rng: RandomSource, k: int, m: int, rows: int) -> npt.N
     pool = np.tile(np.arange(k, dtype=np.int64), (rows, 1))
     idx = np.arange(rows)
     for i in range(m):
-        j = i + _uniform_below(rng, k - i, rows)
+        j = i + uniform_ints(rng, k - i, rows)
         held = pool[idx, i].copy()
         pool[idx, i] = pool[idx, j]
         pool[idx, j] = held

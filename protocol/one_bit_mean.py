@@ -132,45 +132,6 @@ def _check_gamma(gamma: float) -> float:
     return float(gamma)
 
 
-def _uniform_below(rng: RandomSource, bound: int, size: int) -> npt.NDArray[np.integer[Any]]:
-    """``size`` independent integers uniform on ``{0, ..., bound - 1}``, exactly.
-
-    Like :func:`protocol.randomness.uniform_ints`, but for ``bound <= 2**32`` each 64-bit
-    word is cut into 8-, 16- or 32-bit chunks (the smallest that holds ``bound - 1``), so a
-    device's 21 memo points at ``s = m/20`` cost about three words instead of 25. A chunk
-    at or above ``limit = k·bound`` (``k = 2**bits // bound``) is redrawn, at its own
-    position, until it falls below; the accepted chunk is uniform on ``[0, k·bound)`` and
-    ``chunk // k`` is uniform on ``[0, bound)`` (each value has exactly ``k`` preimages).
-    Positions use disjoint independent chunks, so the results are independent.
-    """
-    if bound > 1 << 32:
-        return uniform_ints(rng, bound, size)
-    if bound == 1:
-        return np.zeros(size, dtype=np.uint8)
-    bits = 8 if bound <= 1 << 8 else 16 if bound <= 1 << 16 else 32
-    chunk = np.dtype(f"<u{bits // 8}")
-    per_word = 64 // bits
-    k = (1 << bits) // bound
-
-    def draw(count: int) -> npt.NDArray[np.integer[Any]]:
-        words = rng.words(-(-count // per_word))
-        return words.astype("<u8", copy=False).view(chunk)[:count]
-
-    c = draw(size)
-    if k * bound != 1 << bits:
-        limit = chunk.type(k * bound)
-        redo = np.flatnonzero(c >= limit)
-        if redo.size and not c.flags.writeable:  # SystemRandom's words are a read-only buffer
-            c = c.copy()
-        while redo.size:
-            fresh = draw(int(redo.size))
-            c[redo] = fresh
-            redo = redo[fresh >= limit]
-    if k != 1:
-        c = c // chunk.type(k)
-    return c
-
-
 def epsilon_prime(epsilon: float, gamma: float) -> float:
     """ε′ of one report of ε-1BitMean with output perturbation γ, by the formula of 000 §4.
 
@@ -440,12 +401,12 @@ class OneBitMean:
         """Draw ``n`` devices' permanent states at once; each is distributed as :meth:`setup`."""
         check_int(n, "n", low=0)
         big_l, points = self.segments, self.points
-        alphas = _uniform_below(rng, self.segment, n).astype(np.int64)
+        alphas = uniform_ints(rng, self.segment, n)
         # 000 §3.1 step 3, exact coins: the bit of point ℓ is [U < T_ℓ] for U uniform on
         # [0, L·2**64), U = u·2**64 + w with u uniform below L and w a uniform word. Compared
         # lexicographically, u decides unless it ties with T_ℓ's high part (probability 1/L),
         # so a word is drawn only for the ties: Pr[bit = 1] = T_ℓ / (L·2**64) exactly.
-        u = _uniform_below(rng, big_l, n * points).reshape(n, points)
+        u = uniform_ints(rng, big_l, n * points).reshape(n, points)
         high = self._threshold_high
         memo = u < high
         tie = u == high

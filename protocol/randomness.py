@@ -19,7 +19,7 @@ import os
 from dataclasses import dataclass
 from decimal import ROUND_CEILING, ROUND_FLOOR, Context, Decimal
 from fractions import Fraction
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -75,7 +75,8 @@ class SystemRandom:
             key = os.urandom(32)
             nonce = os.urandom(16)
             raw = Cipher(ChaCha20(key, nonce), mode=None).encryptor().update(bytes(nbytes))
-        return np.frombuffer(raw, dtype="<u8").astype(np.uint64, copy=False)
+        # A writable copy: callers may redraw entries in place.
+        return np.frombuffer(raw, dtype="<u8").astype(np.uint64)
 
 
 class SeededRandom:
@@ -151,24 +152,53 @@ def bernoulli_thresholds(rng: RandomSource, numerators: npt.NDArray[np.uint64]) 
 
 
 def uniform_ints(rng: RandomSource, n: int, size: int) -> npt.NDArray[np.int64]:
-    """``size`` independent integers drawn uniformly from ``{0, ..., n - 1}``.
+    """``size`` independent integers drawn uniformly from ``{0, ..., n - 1}``, exactly.
 
-    Exactly uniform: words at or above the largest multiple of ``n`` are rejected.
+    For ``n <= 2**32`` each 64-bit word is cut into 8-, 16- or 32-bit chunks (the smallest
+    width that holds ``n - 1``), so small ranges cost a fraction of a word per draw. A chunk
+    at or above ``k·n`` (``k = 2**bits // n``) is rejected and redrawn at its own position;
+    an accepted chunk is uniform on ``[0, k·n)``, and ``chunk // k`` is uniform on
+    ``[0, n)`` because every value has exactly ``k`` preimages. Positions use disjoint
+    chunks, so the results are independent. Larger ranges reject whole words at or above
+    the largest multiple of ``n`` below ``2**64``.
     """
     if n <= 0:
         raise ValueError(f"range must be positive; got {n}")
-    if n & (n - 1) == 0:
-        shift = 64 - (n.bit_length() - 1)
-        if shift == 64:
-            return np.zeros(size, dtype=np.int64)
-        return (rng.words(size) >> np.uint64(shift)).astype(np.int64)
+    if n == 1:
+        return np.zeros(size, dtype=np.int64)
+    if n > 1 << 32:
+        return _uniform_ints_wide(rng, n, size)
+    bits = 8 if n <= 1 << 8 else 16 if n <= 1 << 16 else 32
+    chunk = np.dtype(f"<u{bits // 8}")
+    per_word = 64 // bits
+    k = (1 << bits) // n
+
+    def draw(count: int) -> npt.NDArray[np.integer[Any]]:
+        words = rng.words(-(-count // per_word))
+        return words.astype("<u8", copy=False).view(chunk)[:count]
+
+    c = draw(size).copy()
+    if k * n != 1 << bits:
+        limit = chunk.type(k * n)
+        redo = np.flatnonzero(c >= limit)
+        while redo.size:
+            fresh = draw(int(redo.size))
+            c[redo] = fresh
+            redo = redo[fresh >= limit]
+    result: npt.NDArray[np.int64] = (c // chunk.type(k)).astype(np.int64)
+    return result
+
+
+def _uniform_ints_wide(rng: RandomSource, n: int, size: int) -> npt.NDArray[np.int64]:
     limit = SCALE - SCALE % n
     out = np.empty(size, dtype=np.int64)
     filled = 0
     while filled < size:
         need = size - filled
         w = rng.words(need + need // 4 + 4)
-        w = w[w < np.uint64(limit)][:need]
+        if limit < SCALE:
+            w = w[w < np.uint64(limit)]
+        w = w[:need]
         out[filled : filled + w.size] = (w % np.uint64(n)).astype(np.int64)
         filled += int(w.size)
     return out

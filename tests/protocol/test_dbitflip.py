@@ -21,7 +21,6 @@ from protocol.dbitflip import (
     DBitFlipRecord,
     DBitFlipState,
     DBitFlipStates,
-    _uniform_below,
 )
 from protocol.errors import InputError, MalformedReportError, ParameterError, StateError
 from protocol.randomness import SeededRandom
@@ -292,24 +291,6 @@ def test_empty_aggregate_estimates_nan() -> None:
     est = _mech(2).new_aggregate().estimate()
     assert est.n == 0
     assert np.all(np.isnan(est.values))
-
-
-def test_uniform_below_redraws_rejected_words() -> None:
-    """The exact bounded draw rejects the low words of Lemire's method and redraws them."""
-
-    class Scripted:
-        def __init__(self, words: list[int]) -> None:
-            self.left = list(words)
-
-        def words(self, n: int) -> npt.NDArray[np.uint64]:
-            out, self.left = self.left[:n], self.left[n:]
-            return np.array(out, dtype=np.uint64)
-
-    # bound 3: 2**32 mod 3 = 1, so a zero 32-bit half is rejected; 0xFFFFFFFF maps to 2.
-    source = Scripted([0xFFFFFFFF_00000000, 0x00000000_FFFFFFFF, 0xFFFFFFFF_FFFFFFFF])
-    got = _uniform_below(source, 3, 2)
-    assert got.tolist() == [2, 2]
-    assert _uniform_below(SeededRandom(1), 1, 5).tolist() == [0] * 5
 
 
 # -- parameters and inputs ----------------------------------------------------------------
