@@ -78,11 +78,12 @@ from dataclasses import dataclass
 from decimal import Decimal
 from fractions import Fraction
 from functools import cached_property
-from typing import Any, ClassVar, Self
+from typing import Any, ClassVar
 
 import numpy as np
 import numpy.typing as npt
 
+from protocol.bit_sum import BitSumAggregate
 from protocol.checks import check_epsilon, check_int
 from protocol.errors import InputError, MalformedReportError, ParameterError, StateError
 from protocol.estimate import Estimate
@@ -540,46 +541,10 @@ class OneBitMean:
         return OneBitMeanAggregate(self)
 
 
-class OneBitMeanAggregate:
+class OneBitMeanAggregate(BitSumAggregate[OneBitMean]):
     """``Σb`` and ``n`` for one period (exact integers); merges by addition."""
 
-    def __init__(self, mechanism: OneBitMean, *, ones: int = 0, n: int = 0) -> None:
-        self.mechanism = mechanism
-        self.ones = ones
-        self._n = n
-
-    @property
-    def n(self) -> int:
-        """Number of reports folded in."""
-        return self._n
-
-    def add(self, batch: OneBitMeanBatch) -> None:
-        """Fold a batch of bits."""
-        self.ones += int(np.count_nonzero(batch.bits))
-        self._n += len(batch)
-
-    def merge(self, other: Self) -> Self:
-        """The aggregate of both inputs' reports."""
-        if other.mechanism != self.mechanism:
-            raise ValueError("cannot merge aggregates of different mechanisms")
-        return type(self)(self.mechanism, ones=self.ones + other.ones, n=self._n + other._n)
-
-    def to_plain(self) -> dict[str, Any]:
-        """Plain, msgpack-ready data."""
-        return {"ones": self.ones, "n": self._n}
-
-    @classmethod
-    def from_plain(cls, mechanism: OneBitMean, data: object) -> OneBitMeanAggregate:
-        """Restore an aggregate saved by :meth:`to_plain`.
-
-        Raises:
-            StateError: if ``data`` is malformed.
-        """
-        ones = require(data, "ones", int, where="one-bit-mean aggregate")
-        n = require(data, "n", int, where="one-bit-mean aggregate")
-        if not 0 <= ones <= n:
-            raise StateError(f"one-bit-mean aggregate: need 0 <= ones <= n; got ones={ones}, n={n}")
-        return cls(mechanism, ones=ones, n=n)
+    label = "one-bit-mean aggregate"
 
     def estimate(self) -> Estimate:
         """The mean counter of the reporting devices (000 eq. 2, inverted for γ), with its SE.

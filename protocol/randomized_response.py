@@ -21,15 +21,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from functools import cached_property
-from typing import Any, ClassVar, Self
+from typing import Any, ClassVar
 
 import numpy as np
 import numpy.typing as npt
 
+from protocol.bit_sum import BitSumAggregate
 from protocol.checks import check_epsilon
-from protocol.errors import InputError, MalformedReportError, StateError
+from protocol.errors import InputError, MalformedReportError
 from protocol.estimate import Estimate
-from protocol.plain import require
 from protocol.randomness import Coin, RandomSource, bernoulli, coin_at_most, dexp
 
 __all__ = ["RRAggregate", "RRBatch", "RRRecord", "RandomizedResponse"]
@@ -139,42 +139,10 @@ class RandomizedResponse:
         return RRAggregate(self)
 
 
-class RRAggregate:
+class RRAggregate(BitSumAggregate[RandomizedResponse]):
     """Count of ones and of reports; merges by addition."""
 
-    def __init__(self, mechanism: RandomizedResponse, *, ones: int = 0, n: int = 0) -> None:
-        self.mechanism = mechanism
-        self.ones = ones
-        self._n = n
-
-    @property
-    def n(self) -> int:
-        """Number of reports folded in."""
-        return self._n
-
-    def add(self, batch: RRBatch) -> None:
-        """Fold a batch of bits."""
-        self.ones += int(np.count_nonzero(batch.bits))
-        self._n += len(batch)
-
-    def merge(self, other: Self) -> Self:
-        """The aggregate of both inputs' reports."""
-        if other.mechanism != self.mechanism:
-            raise ValueError("cannot merge aggregates of different mechanisms")
-        return type(self)(self.mechanism, ones=self.ones + other.ones, n=self._n + other._n)
-
-    def to_plain(self) -> dict[str, Any]:
-        """Plain, msgpack-ready data."""
-        return {"ones": self.ones, "n": self._n}
-
-    @classmethod
-    def from_plain(cls, mechanism: RandomizedResponse, data: object) -> RRAggregate:
-        """Restore an aggregate saved by :meth:`to_plain`."""
-        ones = require(data, "ones", int, where="rr aggregate")
-        n = require(data, "n", int, where="rr aggregate")
-        if not 0 <= ones <= n:
-            raise StateError(f"rr aggregate: need 0 <= ones <= n; got ones={ones}, n={n}")
-        return cls(mechanism, ones=ones, n=n)
+    label = "rr aggregate"
 
     def estimate(self) -> Estimate:
         """The proportion of devices whose true bit is 1, with its standard error."""
