@@ -7,11 +7,23 @@ only correct for the exact randomizer it inverts.
 """
 
 __all__ = [
+    "bit_sum",
+    "buckets",
+    "checks",
+    "cms",
+    "dbitflip",
     "errors",
     "estimate",
     "hashing",
+    "hcms",
     "interfaces",
+    "one_bit_mean",
+    "plain",
     "randomized_response",
     "randomness",
+    "rappor",
+    "registry",
+    "sfp",
     "sketch",
+    "wire",
 ]
