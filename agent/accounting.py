@@ -84,10 +84,12 @@ class Budget:
             epsilon=max(0.0, self.epsilon_cap - self.epsilon_total),
         )
 
-    @property
-    def exhausted(self) -> bool:
-        """True once the lifetime ε cap is spent (the use case stops reporting for good)."""
-        return self.epsilon_total >= self.epsilon_cap - EPSILON_SLACK
+    def exhausted(self, cost: float) -> bool:
+        """True once not even one more record of ε ``cost`` fits under the lifetime cap.
+
+        The use case then stops recording and reporting for good.
+        """
+        return self.epsilon_total + cost > self.epsilon_cap + EPSILON_SLACK
 
     def check(self, records: int, epsilon: float) -> None:
         """Raise :class:`LimitReachedError` unless a report of this size and cost fits.

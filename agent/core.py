@@ -368,7 +368,7 @@ class Agent:
             slot = self._slots[name]
             doc = copy.deepcopy(slot.doc) if slot.doc is not None else self._new_doc(slot.use_case)
             budget = self._budget(slot, doc)
-            if budget.exhausted:
+            if budget.exhausted(slot.use_case.cost):
                 raise UseCaseStoppedError(
                     f"use case {name!r} has spent its lifetime ε cap ({budget.epsilon_cap:g}) and no longer records"
                 )
@@ -459,7 +459,7 @@ class Agent:
         uc = slot.use_case
         mech: Any = uc.mechanism
         budget = self._budget(slot, doc).at(day_of(now))
-        was_exhausted = budget.exhausted
+        was_exhausted = budget.exhausted(uc.cost)
         current = max(uc.period.index_at(now), doc.last_closed + 1)
         closing = sorted(p for p in set(doc.totals) | set(doc.pending) if p < current)
         reports = records = unsent = 0
@@ -520,7 +520,7 @@ class Agent:
             log.info("use case %s: %d records not sent (daily limit or ε cap)", uc.name, unsent)
         self._trim_outbox(uc.name, doc, now)
         doc.budget = budget.to_plain()
-        if budget.exhausted and not was_exhausted:
+        if budget.exhausted(uc.cost) and not was_exhausted:
             log.warning(
                 "use case %s reached its lifetime ε cap (%g): it stops recording and reporting",
                 uc.name,
@@ -583,6 +583,7 @@ class Agent:
                     period=p.entry.period,
                     records=list(body["r"]),
                     epsilon=p.entry.epsilon,
+                    day=p.entry.day,
                     epsilon_today=p.entry.epsilon_today,
                     epsilon_total=p.entry.epsilon_total,
                     sent=now,
@@ -657,7 +658,7 @@ class Agent:
                 if doc is not None
                 else Budget(daily_limit=uc.daily_limit, epsilon_cap=uc.lifetime_epsilon)
             )
-            row["state"] = "stopped: lifetime ε cap reached" if budget.exhausted else "active"
+            row["state"] = "stopped: lifetime ε cap reached" if budget.exhausted(uc.cost) else "active"
             row["records_today"] = budget.records_today
             row["epsilon_today"] = budget.epsilon_today
             row["epsilon_total"] = budget.epsilon_total

@@ -254,7 +254,8 @@ class LedgerEntry:
         period: the slot it reported on.
         records: the privatized records exactly as sent (wire form).
         epsilon: ε charged for it.
-        epsilon_today: ε charged on its day, this report included.
+        day: the UTC day number it was charged on.
+        epsilon_today: ε charged on that day, this report included.
         epsilon_total: lifetime ε of the use case, this report included.
         sent: wall-clock time of the acknowledgement (local only).
     """
@@ -264,6 +265,7 @@ class LedgerEntry:
     period: int
     records: list[Any]
     epsilon: float
+    day: int
     epsilon_today: float
     epsilon_total: float
     sent: float
@@ -276,6 +278,7 @@ class LedgerEntry:
             "period": self.period,
             "records": self.records,
             "epsilon": self.epsilon,
+            "day": self.day,
             "epsilon_today": self.epsilon_today,
             "epsilon_total": self.epsilon_total,
             "sent": self.sent,
@@ -290,6 +293,7 @@ class LedgerEntry:
             period=_need(data, "period", int, where),
             records=list(_need(data, "records", list, where)),
             epsilon=float(_need(data, "epsilon", float, where)),
+            day=_need(data, "day", int, where),
             epsilon_today=float(_need(data, "epsilon_today", float, where)),
             epsilon_total=float(_need(data, "epsilon_total", float, where)),
             sent=float(_need(data, "sent", float, where)),

@@ -19,8 +19,10 @@ def test_check_spend_remaining() -> None:
         b.check(2, 0.1)
     with pytest.raises(LimitReachedError, match="epsilon-cap"):
         b.check(1, 1.5)
+    assert not b.exhausted(1.0)
+    assert b.exhausted(1.5)
     b = b.spend(1, 1.0)
-    assert b.exhausted
+    assert b.exhausted(1e-6)
 
 
 def test_days_only_move_forward() -> None:
