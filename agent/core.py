@@ -379,6 +379,10 @@ class Agent:
 
     def _check_value(self, slot: _Slot, value: object, key: str | None) -> None:
         uc = slot.use_case
+        if not isinstance(value, str | bytes | int | float):  # bool is an int
+            raise ValueRefusedError(
+                f"use case {uc.name!r} ({uc.mechanism.name}) takes a number or a string; got {type(value).__name__}"
+            )
         if key is not None and slot.kind is not Kind.COUNTER:
             raise ValueRefusedError(f"use case {uc.name!r} ({uc.mechanism.name}) takes no counter key")
         if key is not None and (not isinstance(key, str) or not key or len(key) > 256):
