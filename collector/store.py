@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import msgpack
+import numpy as np
 
 from collector.errors import StoreError
 from collector.folding import aggregate_from_plain, batch_from_plain, batch_to_plain, concat_batches
@@ -116,6 +117,26 @@ def use_case_fingerprint(use_case: UseCase) -> bytes:
     """
     text = f"{use_case.mechanism!r}|{use_case.period.value}"
     return hashlib.sha256(text.encode()).digest()[:16]
+
+
+def _footprint(obj: object, depth: int = 0) -> int:
+    """Bytes of the numpy arrays an aggregate holds (nested aggregates and lists included).
+
+    Cheap where ``to_plain`` is not: an empty Count Mean Sketch of the deployed size is a
+    lazily zeroed 2**26-counter table that serialising would have to touch entirely.
+    """
+    if isinstance(obj, np.ndarray):
+        return int(obj.nbytes)
+    if depth > 4:
+        return 0
+    if isinstance(obj, list | tuple):
+        return sum(_footprint(x, depth + 1) for x in obj)
+    if isinstance(obj, dict):
+        return sum(_footprint(x, depth + 1) for x in obj.values())
+    attrs = getattr(obj, "__dict__", None)
+    if attrs is None:
+        return 0
+    return sum(_footprint(v, depth + 1) for k, v in attrs.items() if k != "mechanism")
 
 
 def _pack(obj: object) -> bytes:
@@ -267,8 +288,7 @@ class CheckpointStore:
             row = self._db.execute("SELECT id FROM use_cases WHERE name = ? AND fingerprint = ?", (name, fp)).fetchone()
             if row is None:
                 continue  # read-only and never collected
-            plain = msgpack.packb(uc.mechanism.new_aggregate().to_plain(), use_bin_type=True)
-            kind = _AGGREGATE if len(plain) <= _SMALL_AGGREGATE else _RECORDS
+            kind = _AGGREGATE if _footprint(uc.mechanism.new_aggregate()) <= _SMALL_AGGREGATE else _RECORDS
             rows[name] = _UseCaseRow(int(row[0]), uc, kind, uc.mechanism.batch([]))
         return rows
 

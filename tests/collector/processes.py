@@ -84,6 +84,15 @@ class CollectorProcess:
 
     def start(self, *, ready_timeout: float = 30.0) -> None:
         """Start the collector and wait for READY=1."""
+        self.launch()
+        self.wait_ready(ready_timeout)
+
+    def wait_ready(self, timeout: float = 30.0) -> None:
+        """Wait for READY=1 from the process started by :meth:`launch`."""
+        self._wait_for(b"READY=1", timeout)
+
+    def launch(self) -> None:
+        """Start the collector without waiting for it."""
         env = dict(os.environ, NOTIFY_SOCKET="@" + self._address[1:], PYTHONPATH=str(ROOT))
         with self.log.open("ab") as out:
             self.process = subprocess.Popen(
@@ -94,7 +103,6 @@ class CollectorProcess:
                 stderr=subprocess.STDOUT,
             )
         self.starts += 1
-        self._wait_for(b"READY=1", ready_timeout)
 
     def _wait_for(self, message: bytes, timeout: float) -> None:
         deadline = time.monotonic() + timeout

@@ -1,0 +1,112 @@
+"""Estimates: release rules, consistency projection, RAPPOR decoding accuracy and false discoveries."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from collector.estimation import estimate_aggregate, project_simplex, z_value
+from collector.rappor_decode import decode_rappor, nonnegative_lasso
+from collector.store import KeyInfo
+from protocol.randomness import SeededRandom
+from protocol.rappor import Rappor
+from protocol.registry import Registry
+from tests.collector.support import EMOJI, privatized_reports
+
+
+@given(st.lists(st.floats(min_value=-5, max_value=5, allow_nan=False), min_size=1, max_size=40))
+def test_the_consistent_histogram_is_a_distribution_and_the_nearest_one(values: list[float]) -> None:
+    """The projection is non-negative, sums to 1, and leaves a distribution unchanged."""
+    p = project_simplex(np.array(values))
+    assert (p >= 0).all()
+    assert math.isclose(float(p.sum()), 1.0, rel_tol=1e-9)
+    assert np.allclose(project_simplex(p), p, atol=1e-12)
+
+
+def test_z_value_is_the_normal_quantile() -> None:
+    """95% gives 1.96 and 99% gives 2.576."""
+    assert z_value(0.95) == pytest.approx(1.959964, abs=1e-6)
+    assert z_value(0.99) == pytest.approx(2.575829, abs=1e-6)
+
+
+def _fold(registry: Registry, name: str, count: int, seed: int) -> tuple[object, KeyInfo]:
+    uc = registry.use_cases[name]
+    agg = uc.mechanism.new_aggregate()
+    reports = privatized_reports(registry, name, count, period=100, seed=seed)
+    for r in reports:
+        agg.add(uc.mechanism.decode_records(list(r.records)))
+    return agg, KeyInfo(name, 100, count, count)
+
+
+def test_nothing_is_released_below_min_reports(registry: Registry) -> None:
+    """A period with fewer than min_reports reports gives no numbers at all, only the reason."""
+    agg, info = _fold(registry, "usage", 19, seed=1)
+    result = estimate_aggregate(registry.use_cases["usage"], agg, info)
+    assert not result["released"]
+    assert result["estimate"] is None
+    assert "at least 20" in result["withheld_reason"]
+
+
+def test_frequencies_below_the_release_threshold_are_withheld(registry: Registry, registry_path: Path) -> None:
+    """Dictionary entries whose estimated count is below the threshold T are not shown (003 §3.2.2)."""
+    agg, info = _fold(registry, "emoji", 600, seed=2)
+    result = estimate_aggregate(registry.use_cases["emoji"], agg, info, registry_dir=registry_path.parent)
+    est = result["estimate"]
+    assert result["released"]
+    assert est["tested"] == len(EMOJI)
+    assert all(item["count"] >= 5 for item in est["items"])
+    assert len(est["items"]) + est["withheld"] == len(EMOJI)
+    top = est["items"][0]
+    assert top["value"] == "heart"
+    assert top["ci"][0] < top["count"] < top["ci"][1]
+
+
+def test_histogram_estimate_has_intervals_and_a_consistent_version(registry: Registry) -> None:
+    """Each bucket has value, SE, CI and a consistent share; the consistent shares sum to 1."""
+    agg, info = _fold(registry, "hist", 500, seed=3)
+    est = estimate_aggregate(registry.use_cases["hist"], agg, info)["estimate"]
+    assert len(est["buckets"]) == 8
+    assert math.isclose(sum(b["consistent"] for b in est["buckets"]), 1.0, rel_tol=1e-9)
+    for b in est["buckets"]:
+        assert b["standard_error"] > 0
+        assert b["ci"][0] < b["value"] < b["ci"][1]
+    assert [b["low"] for b in est["buckets"]] == [12.5 * i for i in range(8)]
+
+
+def test_nonnegative_lasso_recovers_a_sparse_nonnegative_signal() -> None:
+    """On a noiseless well-conditioned system the non-negative Lasso support is the true support."""
+    gen = np.random.default_rng(5)
+    a = gen.random((120, 40))
+    beta = np.zeros(40)
+    beta[[3, 17, 29]] = [5.0, 3.0, 1.5]
+    fit = nonnegative_lasso(a, a @ beta, penalty=0.01, iterations=3000)
+    assert set(np.flatnonzero(fit > 0.1)) == {3, 17, 29}
+    assert (fit >= 0).all()
+
+
+def test_rappor_decoding_finds_the_true_strings_within_5_se_and_no_decoys() -> None:
+    """004 §4 decoding: the three real values are found with counts within 5 SE; none of 60 decoys is."""
+    mech = Rappor(k=128, h=2, cohorts=16, f=0.25, p=0.25, q=0.75, seed=b"rappor-decoding-test-seed")
+    truth = {"alpha.example": 12_000, "beta.example": 6_000, "gamma.example": 2_000}
+    values = [v for v, c in truth.items() for _ in range(c)]
+    gen = np.random.default_rng(6)
+    cohorts = gen.integers(0, mech.cohorts, size=len(values))
+    agg = mech.new_aggregate()
+    agg.add(mech.privatize_many(values, cohorts, SeededRandom(7)))
+    decoys = [f"decoy{i}.example" for i in range(60)]
+    candidates = list(truth) + decoys
+    bits = agg.estimate_bits()
+    result = decode_rappor(bits.values, bits.cohort_sizes, mech.candidate_bits(candidates), candidates)
+    found = {d.value: d for d in result.found}
+    assert set(found) == set(truth)
+    for value, count in truth.items():
+        d = found[value]
+        assert abs(d.count - count) < 5 * d.standard_error, (value, d)
+        assert d.p_value < 0.05 / len(candidates)
+    bh = decode_rappor(bits.values, bits.cohort_sizes, mech.candidate_bits(candidates), candidates, method="bh")
+    assert {d.value for d in bh.found} == set(truth)
