@@ -4,7 +4,8 @@ Verbs:
 
 * ``ldp-collector run`` - the service (MQTT ingest, checkpoints, HTTP API and dashboard).
 * ``ldp-collector estimate USE_CASE [--period P] [--json]`` - the estimate of one use case
-  for one period (default: the latest with data), read from the checkpoint database; safe
+  for one period (default: the latest with enough reports to be released, else the latest
+  with data), read from the checkpoint database; safe
   while the service runs (SQLite WAL readers do not block the writer).
 * ``ldp-collector status [--json]`` - periods, report counts and lifetime counters.
 * ``ldp-collector check-config`` - decode the config and the registry, then exit.
@@ -49,7 +50,7 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_parser("run", help="run the collector service")
     est = sub.add_parser("estimate", help="print the estimate of one use case")
     est.add_argument("use_case")
-    est.add_argument("--period", type=int, help="period index (default: the latest with data)")
+    est.add_argument("--period", type=int, help="period index (default: the latest that can be released)")
     est.add_argument("--json", action="store_true", help="machine-readable output")
     status = sub.add_parser("status", help="periods with data and lifetime counters")
     status.add_argument("--json", action="store_true")

@@ -310,7 +310,10 @@ def _open(config: CollectorConfig) -> tuple[Registry, CheckpointStore]:
 
 
 def compute_estimate(config: CollectorConfig, use_case: str, period: int | None = None) -> dict[str, Any]:
-    """The estimate of ``use_case`` for ``period`` (default: the latest period with data).
+    """The estimate of ``use_case`` for ``period``.
+
+    The default period is the latest one with at least ``min_reports`` reports, or the latest
+    with any data when none has that many.
 
     Raises:
         KeyError: the use case is not in the registry.
@@ -327,7 +330,10 @@ def compute_estimate(config: CollectorConfig, use_case: str, period: int | None 
                 return estimate_aggregate(
                     uc, uc.mechanism.new_aggregate(), info, confidence=config.estimation.confidence
                 )
-            period = infos[-1].period
+            # The latest period that can be released; the latest with data if none can yet
+            # (a day that has just begun must not hide yesterday's estimate).
+            released = [i for i in infos if i.reports >= max(uc.collector.min_reports, 1)]
+            period = (released or infos)[-1].period
         aggregate, info = store.aggregate(use_case, period)
     finally:
         store.close()

@@ -14,6 +14,7 @@ import paho.mqtt.client as paho
 from paho.mqtt.enums import CallbackAPIVersion
 
 from collector.config import CollectorConfig, load_config
+from collector.metrics import render_prometheus
 from collector.mqtt import MqttPublisher
 from collector.service import Service, run_service
 from collector.store import CheckpointStore
@@ -242,6 +243,12 @@ async def test_hostile_messages_are_counted_by_reason_and_valid_ones_all_folded(
         assert service.metrics.reports == len(valid)
         assert service.metrics.duplicates == len(replays)
         assert dict(service.metrics.rejected) == {k: 2 * v for k, v in expected.items()}
+        text = render_prometheus(service.metrics, service.transport.statistics(), instance="t")
+        for reason, count in expected.items():
+            assert f'ldp_collector_rejected_total{{reason="{reason}"}} {2 * count}\n' in text
+        assert f"ldp_collector_duplicates_total {len(replays)}\n" in text
+        for name in ("aggregation_lag_seconds", "checkpoint_age_seconds", "buffer_fill_ratio", "messages_total"):
+            assert f"\nldp_collector_{name} " in text
     reference = reference_aggregates(registry, [p for _, p in valid])
     stored = _store_aggregates(config.store.path, registry)
     for key, agg in reference.items():
