@@ -264,6 +264,9 @@ async function render() {
   for (const [name, uc] of Object.entries(status.use_cases)) await renderUseCase(name, uc);
 }
 
+// Fresh numbers once a minute (estimates are cached server-side for a few seconds only).
+setTimeout(() => location.reload(), 60000);
+
 render().then(() => { document.body.dataset.ready = "1"; }, err => {
   const box = document.getElementById("error");
   box.hidden = false;

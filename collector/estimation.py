@@ -395,9 +395,7 @@ def store_status(config: CollectorConfig) -> dict[str, Any]:
     try:
         totals = store.totals()
         counters = store.counters()
-        per_instance = {}
-        for instance in sorted({row[0] for row in store._db.execute("SELECT DISTINCT instance FROM counters")}):
-            per_instance[instance] = store.counters(instance)
+        per_instance = {instance: store.counters(instance) for instance in store.instances()}
     finally:
         store.close()
     use_cases: dict[str, Any] = {}

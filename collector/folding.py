@@ -28,7 +28,6 @@ __all__ = [
     "batch_to_plain",
     "concat_batches",
     "is_columnar",
-    "new_aggregate",
 ]
 
 
@@ -102,11 +101,6 @@ def batch_from_plain(template: Any, data: dict[str, Any]) -> Any:
         else:
             columns[f.name] = batch_from_plain(inner, rec["fields"])
     return dataclasses.replace(template, **columns)
-
-
-def new_aggregate(mechanism: WireMechanism) -> Any:
-    """An empty aggregate of ``mechanism``."""
-    return mechanism.new_aggregate()
 
 
 def aggregate_from_plain(mechanism: WireMechanism, data: object) -> Any:

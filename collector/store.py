@@ -460,6 +460,10 @@ class CheckpointStore:
             rows = self._db.execute("SELECT name, value FROM counters WHERE instance = ?", (instance,))
         return {str(name): int(value) for name, value in rows}
 
+    def instances(self) -> list[str]:
+        """Names of the collectors that have committed to this database."""
+        return [str(row[0]) for row in self._db.execute("SELECT DISTINCT instance FROM counters ORDER BY instance")]
+
     def data_version(self) -> tuple[int, int]:
         """A pair that changes whenever committed data changes (for caching estimates)."""
         row = self._db.execute("SELECT seq FROM sqlite_sequence WHERE name = 'segments'").fetchone()
