@@ -7,8 +7,9 @@ from pathlib import Path
 import msgpack
 
 from agent.clock import FakeClock
-from agent.config import PolicyConfig
+from agent.config import PolicyConfig, load_config
 from agent.core import Agent
+from agent.daemon import check_probes
 from agent.policy import check_registry
 from agent.sealed import Sealer
 from protocol.randomness import SeededRandom
@@ -34,6 +35,7 @@ def test_example_registry_end_to_end(tmp_path: Path) -> None:
     path = ROOT / "deploy" / "usecases.example.toml"
     registry = parse_registry(path.read_bytes(), source=str(path))
     check_registry(registry, PolicyConfig())  # the default local policy admits the example registry
+    check_probes(load_config(ROOT / "deploy" / "agent.example.toml"), registry)  # and the example probes fit it
     assert set(VALUES) == set(registry.use_cases)
     clock = FakeClock(START)
     agent = Agent(registry=registry, state_dir=tmp_path / "state", sealer=Sealer(KEY), clock=clock, rng=SeededRandom(5))
