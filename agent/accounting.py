@@ -109,6 +109,14 @@ class Budget:
                 "epsilon-cap", f"spent {self.epsilon_total:.6g} + {epsilon:.6g} exceeds the cap {self.epsilon_cap:.6g}"
             )
 
+    def fits(self, records: int, epsilon: float) -> bool:
+        """True if :meth:`check` would accept the report."""
+        try:
+            self.check(records, epsilon)
+        except LimitReachedError:
+            return False
+        return True
+
     def spend(self, records: int, epsilon: float) -> Budget:
         """The budget after charging a report (checked first).
 

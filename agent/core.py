@@ -488,6 +488,10 @@ class Agent:
             left = budget.remaining()
             affordable = math.floor((left.epsilon + EPSILON_SLACK) / cost) if cost > 0 else len(wire)
             n = min(len(wire), left.records_today, affordable, uc.daily_limit)
+            # The division above is in floating point: let the accountant itself decide the edge case,
+            # so float rounding can never turn into a refused spend (and a crash loop) below.
+            while n > 0 and not budget.fits(n, n * cost):
+                n -= 1
             unsent += len(wire) - n
             if n == 0:
                 continue

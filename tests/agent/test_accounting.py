@@ -19,6 +19,8 @@ def test_check_spend_remaining() -> None:
         b.check(2, 0.1)
     with pytest.raises(LimitReachedError, match="epsilon-cap"):
         b.check(1, 1.5)
+    assert b.fits(1, 1.0)
+    assert not b.fits(2, 0.0)
     assert not b.exhausted(1.0)
     assert b.exhausted(1.5)
     b = b.spend(1, 1.0)
