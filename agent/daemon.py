@@ -20,7 +20,7 @@ import fcntl
 import logging
 import os
 import signal
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -223,6 +223,8 @@ class Daemon:
         self.wakeups = wakeups or ClockWakeups(clock)
         self.next_cycle: float | None = None
         self.cycles_run = 0
+        self.on_status: Callable[[str], None] | None = None
+        """Called with a one-line status after each cycle (the service passes it to sd_notify)."""
 
     def _next_after(self, t: float) -> float:
         s = self.schedule
@@ -276,6 +278,10 @@ class Daemon:
             summary.unsent,
         )
         self.publisher.kick()
+        if self.on_status is not None:
+            self.on_status(
+                f"cycle {self.cycles_run}: {summary.reports} reports staged; {self.agent.outbox_size} in the outbox"
+            )
 
     def _schedule_doc(self) -> AgentDoc:
         return self.agent.load_schedule() if self.agent.consented else AgentDoc()
@@ -321,6 +327,10 @@ class Daemon:
         """Persist what is in flight: the counter probes' last interval."""
         with contextlib.suppress(ConsentRequiredError):
             self.sample_probes(per_cycle=False)
+
+
+def _notify_status(notifier: Notifier, line: str) -> None:
+    notifier.notify(f"STATUS={line}")
 
 
 async def _watchdog(notifier: Notifier, interval: float) -> None:
@@ -382,6 +392,7 @@ async def run_daemon(
             backoff=Backoff(initial=cfg.broker.backoff_initial, cap=cfg.broker.backoff_max),
         )
         d = daemon
+        d.on_status = lambda line: _notify_status(notifier, line)
         async with _wakeups_for(clock) as wakeups, serve(agent, cfg.api.socket, mode=cfg.api.socket_mode):
             d.wakeups = wakeups
             try:
