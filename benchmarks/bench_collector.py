@@ -97,6 +97,17 @@ def _counter_stream(registry: Registry, count: int, records: int = 20) -> list[t
     ]
 
 
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _broker_pid(broker: Broker) -> int:
+    assert broker.process is not None
+    return broker.process.pid
+
+
 def _publish(broker: Broker, items: Sequence[tuple[str, bytes]], client_id: str = "bench-pub") -> float:
     start = time.perf_counter()
     asyncio.run(MqttPublisher(broker.host, broker.port, client_id=client_id, window=5000).publish_all(items))
@@ -198,9 +209,19 @@ def _collector_run(
             ready = time.perf_counter()
             for p in procs[1:]:
                 p.wait_ready()
+            cpu0 = [_cpu_seconds(p.pid) for p in procs]
+            broker_cpu0 = _cpu_seconds(_broker_pid(broker))
             end = _wait(store, registry, n)
+            cpu = sum(_cpu_seconds(p.pid) for p in procs) - sum(cpu0)
             out["backlog_msgs_per_s"] = rate(n, end - ready)
             out["backlog_including_startup_s"] = round(end - start, 3)
+            # CPU per message is what the machine's load does not distort: the collectors'
+            # own cost (decode, fold, commit, acknowledge), and the broker's meanwhile.
+            out["backlog_collector_cpu_us_per_msg"] = round(cpu / n * 1e6, 2)
+            out["backlog_collector_cores_busy"] = round(cpu / (end - ready), 2)
+            out["backlog_broker_cores_busy"] = round(
+                (_cpu_seconds(_broker_pid(broker)) - broker_cpu0) / (end - ready), 2
+            )
         else:
             start = time.perf_counter()
             _publish(broker, items)

@@ -121,6 +121,12 @@ class CollectorProcess:
             if message in data.split(b"\n"):
                 return
 
+    @property
+    def pid(self) -> int:
+        """The running process's id."""
+        assert self.process is not None
+        return self.process.pid
+
     def kill9(self) -> None:
         """SIGKILL: no cleanup, no commit of the buffer, no DISCONNECT."""
         assert self.process is not None
