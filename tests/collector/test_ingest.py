@@ -10,13 +10,14 @@ from pathlib import Path
 
 import pytest
 
+from collector import ingest as ingest_module
 from collector.config import IngestConfig
 from collector.ingest import Ingest, StoreThread
 from collector.metrics import IngestMetrics
 from collector.store import CheckpointStore
 from collector.transport import MemoryTransport
 from protocol.registry import Registry
-from protocol.wire import encode_report
+from protocol.wire import decode_report, encode_report
 from tests.collector.conftest import FixedClock
 from tests.collector.support import (
     bit_reports,
@@ -220,5 +221,30 @@ async def test_batching_does_not_change_the_sums(
         reference = reference_aggregates(registry, payloads)
         assert plain_equal(stored[("usage", period)], reference[("usage", period)])
         assert metrics.records == 120 * 20
+    finally:
+        store.close()
+
+
+@run_async
+async def test_a_decoder_bug_is_counted_not_fatal(
+    tmp_path: Path, registry: Registry, clock: FixedClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A decoder that breaks its promise (raises something else) costs one message, not the service."""
+    real = decode_report
+    poison = b"\x81\xa1v\x01"
+
+    def flaky(data: bytes, *args: object, **kwargs: object) -> object:
+        if data == poison:
+            raise ZeroDivisionError("a bug")
+        return real(data, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(ingest_module, "decode_report", flaky)
+    period = current_period(registry, "flag", clock.now)
+    payloads = list(bit_reports(registry, "flag", 20, period=period, seed=5))
+    transport, metrics, store = await _run_ingest(tmp_path, registry, clock, [[*payloads[:10], poison, *payloads[10:]]])
+    try:
+        assert metrics.reports == 20
+        assert metrics.rejected == {"decoder-error": 1}
+        assert len(transport.acked) == 21
     finally:
         store.close()
