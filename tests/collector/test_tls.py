@@ -99,7 +99,7 @@ async def test_tls_with_password_subscribes_and_a_wrong_password_is_fatal(tmp_pa
             await transport.close()
             await asyncio.wait_for(runner, 5)
         refused = MqttTransport(replace(base, password_file=bad, client_id="tls-2"))
-        with pytest.raises(TransportError, match="not authorized|bad user name or password"):
+        with pytest.raises(TransportError, match=r"not authorized|bad user name or password"):
             await asyncio.wait_for(refused.run(), 15)
         # A client that does not trust the broker's CA never gets as far as MQTT.
         untrusting = replace(base, tls=TlsConfig())
