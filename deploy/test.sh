@@ -5,10 +5,14 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # System packages the integration tests use: a real Mosquitto broker (started by a test
-# fixture on a free loopback port, never as a system service).
+# fixture on a free loopback port, never as a system service) and its clients, openssl for
+# the test CA, systemd-analyze to verify the units, and headless Chromium for the dashboard.
 need=()
 command -v mosquitto >/dev/null 2>&1 || [ -x /usr/sbin/mosquitto ] || need+=(mosquitto)
 command -v mosquitto_sub >/dev/null 2>&1 || need+=(mosquitto-clients)
+command -v openssl >/dev/null 2>&1 || need+=(openssl)
+command -v systemd-analyze >/dev/null 2>&1 || need+=(systemd)
+command -v chromium >/dev/null 2>&1 || need+=(chromium)
 if [ ${#need[@]} -gt 0 ]; then
     echo "== installing ${need[*]} from Debian's packages"
     SUDO=""
