@@ -261,20 +261,10 @@ def _credential_path_name(path: str, unit_name: str) -> str | None:
     return path[len(prefix) :] if path.startswith(prefix) and "/" not in path[len(prefix) :] else None
 
 
-# Known and reported: agent.example.toml reads the broker password from /etc/ldp-agent/,
-# which ldp-agent.service's dynamic user cannot read unless the file is world-readable.
-# Strict: once the agent's config and unit are fixed, the XPASS fails and this mark goes.
-AGENT_PASSWORD_NOT_A_CREDENTIAL = pytest.mark.xfail(
-    strict=True,
-    reason="agent.example.toml: broker.password_file is /etc/ldp-agent/broker-password and ldp-agent.service "
-    "has no LoadCredential for it (DynamicUser cannot read a root-only file)",
-)
-
-
 @pytest.mark.parametrize(
     "unit_name",
     [
-        pytest.param("ldp-agent.service", marks=AGENT_PASSWORD_NOT_A_CREDENTIAL),
+        "ldp-agent.service",
         "ldp-collector.service",
     ],
 )
