@@ -1,0 +1,44 @@
+"""Decoding that turns aggregates into released estimates, with uncertainty on every number.
+
+* :mod:`collector.decoding.rappor`: RAPPOR against candidate strings (004 §4: Lasso
+  selection, least squares, p-values, Bonferroni or Benjamini-Hochberg) and the basic
+  variants decoded directly.
+* :mod:`collector.decoding.sketches`: CMS/HCMS dictionary queries with a release threshold
+  and the top-N list (003 Alg. 4), and SFP word discovery (003 Alg. 10) with tests.
+* :mod:`collector.decoding.consistency`: histograms and frequency vectors made
+  non-negative and summing to ``n``, reported next to the raw estimate.
+* :mod:`collector.decoding.plan`: the ``ldp-collector plan`` verb (parameters and expected
+  errors from the papers' formulas).
+* :mod:`collector.decoding.stats`: normal p-values and multiple-testing control.
+
+Only numpy and the standard library are used at run time.
+"""
+
+from collector.decoding.consistency import ConsistentEstimate, make_consistent, project_simplex
+from collector.decoding.rappor import (
+    CategoryDecoding,
+    DecodedString,
+    RapporDecoder,
+    RapporDecoding,
+    decode_categories,
+    load_candidates,
+)
+from collector.decoding.stats import CONTROLS, normal_quantile, normal_sf, reject, storey_pi0, z_interval
+
+__all__ = [
+    "CONTROLS",
+    "CategoryDecoding",
+    "ConsistentEstimate",
+    "DecodedString",
+    "RapporDecoder",
+    "RapporDecoding",
+    "decode_categories",
+    "load_candidates",
+    "make_consistent",
+    "normal_quantile",
+    "normal_sf",
+    "project_simplex",
+    "reject",
+    "storey_pi0",
+    "z_interval",
+]

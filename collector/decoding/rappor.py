@@ -1,0 +1,761 @@
+"""RAPPOR decoding (004 §4 and Appendix): which candidate strings are present, how often, how sure.
+
+**Input.** The per-cohort bit estimates ``t_ij`` (:meth:`RapporAggregate.estimate_bits`:
+the unbiased estimate of ``T_ij``, the number of reports of cohort ``j`` whose Bloom filter
+has bit ``i`` set, 004 §4 first step) and the candidates' Bloom bits
+(:meth:`Rappor.candidate_positions`: 004 §4's design matrix ``X``, ``h`` ones per cohort).
+
+**Model.** A report holds exactly one value and its Bloom filter is a deterministic function
+of (value, cohort), so ``T_ij = Σ_c N_cj X_cji`` exactly, ``N_cj`` being the reports of
+candidate ``c`` in cohort ``j``. Cohorts are drawn independently of the value (004 §4), so
+``N_cj ≈ C_c N_j / N`` with ``C_c`` the candidate's count; writing the coefficients as counts
+makes them the numbers to report:
+
+    t_ij = Σ_c C_c (N_j / N) X_cji + α_j + e_ij,
+    Var e_ij = v_ij = (μ_ij q*(1-q*) + (N_j - μ_ij) p*(1-p*)) / (q* - p*)².
+
+``v_ij`` is the binomial variance of ``c_ij`` (:mod:`protocol.rappor`; ``μ_ij = E t_ij``). The
+per-cohort intercept ``α_j`` is not in 004 §4; it is the expected contribution of reports
+whose value is not among the candidates (or not selected): their ``h`` bits land uniformly
+over the ``k`` (the hash family is uniform), so on average they add the same amount to every
+bit of a cohort. Without it every unmodelled report inflates every candidate's estimate
+(in the Chrome setting of 004 §5.4 about a third of the reports belong to strings too rare
+to be resolved). ``Σ_j α_j k / h̄`` (``h̄ = k(1 - (1 - 1/k)^h)``, the expected number of
+distinct bits of a string) is reported as the *unexplained* count, with its SE. It is a
+diagnostic, conditional on the selection: the weakest selected candidates were selected
+partly for their positive noise, and what they over-claim is missing from it.
+
+**Steps** (004 §4, with the choices below):
+
+1. *Selection by the Lasso* (004 §4: "Use Lasso [26] regression to fit a model Y ~ X and
+   select candidate strings corresponding to non-zero coefficients"), here the
+   non-negative, weighted Lasso
+
+       minimise ½ Σ w_ij (t_ij - Σ_c C_c A_c,ij - α_j)² + λ Σ_c s_c C_c   over C >= 0, α free,
+
+   with weights ``w = 1/v`` (the ``t_ij`` are independent given the data but do not have equal
+   variances: cohorts differ in size, and ``q*(1-q*) != p*(1-p*)``), and penalties ``λ s_c``
+   where ``s_c`` is the weighted norm of column ``c`` after the intercepts are profiled out.
+   Scaling the penalty by ``s_c`` puts ``λ`` in standard-normal units: a candidate enters the
+   model exactly when its score statistic (its correlation with the current residual
+   divided by that correlation's null standard deviation) exceeds ``λ``. Counts cannot be
+   negative, so the constraint ``C >= 0`` (as in the reference decoder's ``glmnet(...,
+   lower.limits = 0)``) only removes impossible fits. Solved by pathwise coordinate
+   descent with covariance updates, warm starts and the sequential strong rule, checked
+   against the KKT conditions of every candidate (Friedman, Hastie and Tibshirani, J. Stat.
+   Softw. 33(1), 2010; Tibshirani et al., J. R. Stat. Soc. B 74:245-266, 2012). The default
+   ``λ = Φ^-1(1 - 1/M)`` admits in expectation at most one *absent* candidate. A selected
+   absent candidate is selected because its noise is positive; it then absorbs the
+   positive noise of the cells it shares with present strings and biases them down (with
+   ``λ = 2`` in the setting of 004 §5.4, about 180 absent candidates enter and the top
+   strings come out 0.35 SE low). A present string left out costs almost nothing: its
+   bits join ``α_j``, and its collisions with a selected string shift that string by a
+   small fraction of its SE. A left-out candidate can still be released (step 3).
+2. *Least squares on the selected candidates* (004 §4: "Fit a regular least-squares
+   regression using the selected variables to estimate counts, their standard errors and
+   p-values"), as weighted least squares with the intercepts, unconstrained, so the
+   estimates are unbiased for the model and their normal-theory standard errors hold. The
+   Lasso's coefficients are not reported: they are shrunk by ``λ s_c`` towards 0. The fit
+   is done twice: first with the variances at ``μ = 0`` (weights that depend on ``N_j``
+   only, so they are independent of the noise), then with the variances at the first
+   fit's ``μ`` (one step of iteratively reweighted least squares; McCullagh and Nelder,
+   *Generalized Linear Models*, 1989, ch. 9). Standard errors are
+   ``sqrt(φ diag((X'WX)^-1))`` with ``φ = max(1, Pearson χ² / dof)``: the variance model is
+   exact for the randomized response, so ``φ > 1`` measures what the model misses (strings
+   outside the candidates, unequal hash loads) and widens the intervals accordingly.
+3. *Tests* (004 §4: "Compare p-values to a Bonferroni corrected level of α/M ... or the
+   Benjamini-Hochberg procedure"): every candidate gets a one-sided p-value for
+   ``C_c > 0``, all ``M`` of them enter the correction (:mod:`collector.decoding.stats`).
+   For a selected candidate the Wald ``z = Ĉ / SE``; for one the Lasso left out, the score
+   (Lagrange multiplier) statistic ``z = A_c' W r / (s_c sqrt φ)`` at the fitted model, with
+   ``r`` the residual, and the one-step estimate ``A_c' W r / s_c²``. (``s_c`` ignores the
+   small overlap with the selected columns, which makes that ``z`` conservative.) A left-out
+   candidate that passes the correction is added to the model and the fit repeated, so
+   every released string has a least-squares estimate.
+
+Since the Lasso picks the candidates whose score exceeds ``λ`` and the test rejects those
+whose (almost the same) statistic exceeds a stricter threshold, an absent candidate is
+released with about the probability its marginal test allows: correcting over all ``M``
+candidates, not only the selected ones, is what keeps the false discoveries at the
+nominal level.
+
+**The basic variants** (004 §2.1) need no regression: category ``i`` has count ``Σ_j t_ij``
+(:meth:`RapporAggregate.estimate_categories`, 004 Appendix ``T̂_i = (C_i - pN)/(q - p)``),
+tested the same way; :func:`decode_categories`. The one-time variants use the same
+decoder: only ``q*`` and ``p*`` change (they are ``B'``'s probabilities), which
+:meth:`Rappor.coordinate_probabilities` already accounts for.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from collector.decoding.consistency import ConsistentEstimate, make_consistent
+from collector.decoding.stats import CONTROLS, normal_quantile, normal_sf, reject, z_interval
+from protocol.estimate import Estimate, VectorEstimate
+from protocol.rappor import BitEstimates, Rappor, RapporAggregate
+
+__all__ = [
+    "CategoryDecoding",
+    "DecodedString",
+    "RapporDecoder",
+    "RapporDecoding",
+    "decode_categories",
+    "load_candidates",
+]
+
+Array = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.int64]
+BoolArray = npt.NDArray[np.bool_]
+
+_PATH_STEPS = 8
+"""Penalties on the Lasso path from the largest score down to λ (geometric)."""
+_CD_TOLERANCE = 1e-4
+"""Coordinate descent stops when no coefficient moves its fit by more than this (z units)."""
+_CD_SWEEPS = 500
+_REFIT_ROUNDS = 3
+"""How often left-out candidates that pass the test are added back before giving up."""
+
+
+def load_candidates(path: str | Path) -> list[str]:
+    """Candidate strings from a UTF-8 text file, one per line.
+
+    Blank lines are skipped and a trailing newline (``\\n`` or ``\\r\\n``) is not part of a
+    candidate; other whitespace is kept (a candidate may contain spaces).
+
+    Raises:
+        ValueError: if a candidate occurs twice (naming it and its lines).
+    """
+    seen: dict[str, int] = {}
+    out: list[str] = []
+    with open(path, encoding="utf-8", newline="") as fh:
+        for number, line in enumerate(fh, start=1):
+            value = line.rstrip("\r\n") if line.endswith("\n") else line
+            if not value:
+                continue
+            if value in seen:
+                raise ValueError(f"{path}: candidate {value!r} on line {number} repeats line {seen[value]}")
+            seen[value] = number
+            out.append(value)
+    return out
+
+
+@dataclass(frozen=True)
+class DecodedString:
+    """A candidate with its estimated count.
+
+    Attributes:
+        value: the candidate.
+        count: estimated number of reports holding it.
+        standard_error: its standard error.
+        low: lower end of the confidence interval.
+        high: upper end of the confidence interval.
+        z: ``count / standard_error`` (the test statistic).
+        p_value: one-sided p-value of ``count > 0``.
+    """
+
+    value: str | bytes
+    count: float
+    standard_error: float
+    low: float
+    high: float
+    z: float
+    p_value: float
+
+
+@dataclass(frozen=True, eq=False)
+class RapporDecoding:
+    """The result of :meth:`RapporDecoder.decode`: one entry per candidate, in input order.
+
+    Attributes:
+        candidates: the candidates, as given.
+        counts: estimated counts (least squares for the selected, one-step score estimate
+            for the others).
+        standard_errors: their standard errors.
+        z: test statistics.
+        p_values: one-sided p-values of ``count > 0``.
+        selected: whether the candidate is in the least-squares model.
+        detected: whether it passed the multiple-testing correction.
+        n: number of reports.
+        unexplained: estimated number of reports not explained by the selected candidates.
+        control: the correction used; ``alpha``: its level; ``confidence``: interval level.
+        selection_z: the Lasso penalty ``λ`` (standard-normal units).
+        dispersion: ``φ`` (Pearson χ² per degree of freedom of the final fit, at least 1).
+        lasso_selected: how many candidates the Lasso kept (before any added back).
+    """
+
+    candidates: tuple[str | bytes, ...]
+    counts: Array
+    standard_errors: Array
+    z: Array
+    p_values: Array
+    selected: BoolArray
+    detected: BoolArray
+    n: int
+    unexplained: Estimate
+    control: str
+    alpha: float
+    confidence: float
+    selection_z: float
+    dispersion: float
+    lasso_selected: int
+    _z_crit: float = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_z_crit", z_interval(self.confidence))
+
+    @property
+    def lows(self) -> Array:
+        """Lower ends of the confidence intervals."""
+        out: Array = self.counts - self._z_crit * self.standard_errors
+        return out
+
+    @property
+    def highs(self) -> Array:
+        """Upper ends of the confidence intervals."""
+        out: Array = self.counts + self._z_crit * self.standard_errors
+        return out
+
+    def entry(self, i: int) -> DecodedString:
+        """Candidate ``i`` with its estimate."""
+        c, se = float(self.counts[i]), float(self.standard_errors[i])
+        return DecodedString(
+            value=self.candidates[i],
+            count=c,
+            standard_error=se,
+            low=c - self._z_crit * se,
+            high=c + self._z_crit * se,
+            z=float(self.z[i]),
+            p_value=float(self.p_values[i]),
+        )
+
+    def found(self) -> list[DecodedString]:
+        """The detected candidates, largest count first."""
+        idx = np.flatnonzero(self.detected)
+        idx = idx[np.argsort(-self.counts[idx], kind="stable")]
+        return [self.entry(int(i)) for i in idx]
+
+    def to_plain(self) -> dict[str, Any]:
+        """JSON-ready summary: the detected strings and the fit's diagnostics."""
+
+        def num(x: float) -> float | None:
+            return x if math.isfinite(x) else None
+
+        return {
+            "found": [
+                {
+                    "value": d.value if isinstance(d.value, str) else d.value.hex(),
+                    "count": num(d.count),
+                    "standard_error": num(d.standard_error),
+                    "interval": [num(d.low), num(d.high)],
+                    "z": num(d.z),
+                    "p_value": num(d.p_value),
+                }
+                for d in self.found()
+            ],
+            "n": self.n,
+            "candidates": len(self.candidates),
+            "selected": int(self.selected.sum()),
+            "lasso_selected": self.lasso_selected,
+            "detected": int(self.detected.sum()),
+            "unexplained": {
+                "count": num(self.unexplained.value),
+                "standard_error": num(self.unexplained.standard_error),
+            },
+            "control": self.control,
+            "alpha": self.alpha,
+            "confidence": self.confidence,
+            "selection_z": self.selection_z,
+            "dispersion": self.dispersion,
+        }
+
+
+@dataclass(frozen=True, eq=False)
+class CategoryDecoding:
+    """Direct decoding of the basic variants: a count per category.
+
+    Attributes:
+        categories: the category strings (bit ``i`` is category ``i``).
+        estimate: counts with standard errors (``Σ_j t_ij``).
+        z: test statistics; ``p_values``: one-sided p-values of ``count > 0``.
+        detected: passed the multiple-testing correction.
+        consistent: the counts projected to be non-negative and sum to ``n``, when asked for.
+    """
+
+    categories: tuple[str, ...]
+    estimate: VectorEstimate
+    z: Array
+    p_values: Array
+    detected: BoolArray
+    control: str
+    alpha: float
+    consistent: ConsistentEstimate | None
+
+
+def decode_categories(
+    aggregate: RapporAggregate,
+    *,
+    alpha: float = 0.05,
+    control: str = "bonferroni",
+    consistent: bool = False,
+) -> CategoryDecoding:
+    """Decode basic (one-time) RAPPOR directly: category counts, tests, optional consistency.
+
+    Raises:
+        ParameterError: for the Bloom-filter variants (use :class:`RapporDecoder`).
+    """
+    est = aggregate.estimate_categories()
+    with np.errstate(divide="ignore", invalid="ignore"):
+        z = np.where(est.standard_errors > 0, est.values / est.standard_errors, np.nan)
+    p = normal_sf(z)
+    detected = reject(p, alpha=alpha, control=control)
+    cons = make_consistent(est, total=float(aggregate.n)) if consistent else None
+    return CategoryDecoding(
+        categories=aggregate.mechanism.categories,
+        estimate=est,
+        z=z,
+        p_values=p,
+        detected=detected,
+        control=control,
+        alpha=alpha,
+        consistent=cons,
+    )
+
+
+# ----------------------------------------------------------------------------------------
+# The regression problem in sparse form
+
+
+@dataclass(eq=False)
+class _Design:
+    """The candidates' columns ``A_c,ij = X_cji N_j / N`` in sparse form, and the weights.
+
+    ``rows[c]`` lists the ``cohorts·h`` row numbers ``j·k + i`` of column ``c`` and
+    ``vals[c]`` the matching entries (0 for a repeated bit or an empty cohort), so
+    ``A β = bincount(rows, vals β)`` and ``A' v = Σ vals v[rows]``.
+    """
+
+    rows: IntArray
+    vals: Array
+    cohorts: int
+    k: int
+    h: int
+    y: Array
+    n_j: Array
+    weights: Array = field(init=False)
+    cohort_weight: Array = field(init=False)
+    col_u: Array = field(init=False)
+    col_norm2: Array = field(init=False)
+
+    @property
+    def size(self) -> int:
+        return self.cohorts * self.k
+
+    def set_weights(self, weights: Array) -> None:
+        self.weights = weights
+        self.cohort_weight = weights.reshape(self.cohorts, self.k).sum(axis=1)
+        wv = self.vals * weights[self.rows]
+        # u[c, j] = Σ_{rows of c in cohort j} w a: the column's weighted sum in each cohort.
+        self.col_u = wv.reshape(len(self.rows), self.cohorts, self.h).sum(axis=2)
+        raw = (wv * self.vals).sum(axis=1)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            inv = np.where(self.cohort_weight > 0, 1.0 / self.cohort_weight, 0.0)
+        self.col_norm2 = np.maximum(raw - (self.col_u**2 * inv).sum(axis=1), 0.0)
+
+    def center(self, v: Array) -> Array:
+        """``P v``: ``v`` minus its weighted mean within each cohort (the intercepts profiled out)."""
+        w = self.weights.reshape(self.cohorts, self.k)
+        vv = v.reshape(self.cohorts, self.k)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            mean = np.where(self.cohort_weight > 0, (w * vv).sum(axis=1) / self.cohort_weight, 0.0)
+        out: Array = (vv - mean[:, None]).reshape(-1)
+        return out
+
+    def intercepts(self, residual: Array) -> Array:
+        """The per-cohort intercepts ``α_j`` that the centring removes from ``residual``."""
+        w = self.weights.reshape(self.cohorts, self.k)
+        sums = (w * residual.reshape(self.cohorts, self.k)).sum(axis=1)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            out: Array = np.where(self.cohort_weight > 0, sums / self.cohort_weight, 0.0)
+        return out
+
+    def scores(self, residual: Array, columns: IntArray | None = None) -> Array:
+        """``A_c' W P r`` for the given columns (all by default)."""
+        wr = self.weights * self.center(residual)
+        if columns is None:
+            out: Array = (self.vals * wr[self.rows]).sum(axis=1)
+            return out
+        some: Array = (self.vals[columns] * wr[self.rows[columns]]).sum(axis=1)
+        return some
+
+    def predict(self, columns: IntArray, coef: Array) -> Array:
+        """``A_S β``."""
+        if columns.size == 0:
+            return np.zeros(self.size)
+        contrib = self.vals[columns] * coef[:, None]
+        out: Array = np.bincount(self.rows[columns].ravel(), weights=contrib.ravel(), minlength=self.size).astype(
+            np.float64
+        )
+        return out
+
+    def gram(self, columns: IntArray) -> Array:
+        """``(P A_S)' W (P A_S)`` for the columns ``S``, from the pairs of columns sharing a row.
+
+        A cell holds a handful of the selected columns (``|S| h / k`` per cohort on average),
+        so the pairs are few; they are enumerated with the columns grouped by row.
+        """
+        s = columns.size
+        if s == 0:
+            return np.zeros((0, 0))
+        rows = self.rows[columns].ravel()
+        vals = self.vals[columns].ravel()
+        local = np.repeat(np.arange(s, dtype=np.int64), self.rows.shape[1])
+        keep = vals != 0
+        rows, vals, local = rows[keep], vals[keep], local[keep]
+        order = np.argsort(rows, kind="stable")
+        rows, vals, local = rows[order], vals[order], local[order]
+        counts = np.bincount(rows, minlength=self.size)
+        starts = np.concatenate(([0], np.cumsum(counts)[:-1]))
+        rank = np.arange(rows.size) - starts[rows]
+        width = int(counts.max()) if counts.size else 0
+        pad_col = np.full((self.size, width), -1, dtype=np.int64)
+        pad_val = np.zeros((self.size, width))
+        pad_col[rows, rank] = local
+        pad_val[rows, rank] = vals * np.sqrt(self.weights[rows])
+        flat = np.zeros(s * s)
+        for a in range(width):
+            ca = pad_col[:, a]
+            live = ca >= 0
+            if not live.any():
+                break
+            cb = pad_col[live]
+            prod = pad_val[live, a][:, None] * pad_val[live]
+            ok = cb >= 0
+            idx = (ca[live][:, None] * s + cb)[ok]
+            flat += np.bincount(idx, weights=prod[ok], minlength=s * s)
+        g = flat.reshape(s, s)
+        u = self.col_u[columns]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            inv = np.where(self.cohort_weight > 0, 1.0 / self.cohort_weight, 0.0)
+        g -= (u * inv) @ u.T
+        return g
+
+
+def _design(mechanism: Rappor, bits: BitEstimates, candidates: Sequence[str | bytes]) -> _Design:
+    pos = mechanism.candidate_positions(candidates)  # (M, cohorts, h)
+    m_count, cohorts, h = pos.shape
+    k = mechanism.k
+    # A bit set by two of a candidate's hashes is set once (004 §2 step 1): drop repeats.
+    srt = np.sort(pos, axis=2)
+    first = np.ones_like(srt, dtype=np.bool_)
+    first[:, :, 1:] = srt[:, :, 1:] != srt[:, :, :-1]
+    n_j = bits.cohort_sizes.astype(np.float64)
+    n = max(float(bits.n), 1.0)
+    vals = np.where(first, (n_j / n)[None, :, None], 0.0).reshape(m_count, cohorts * h)
+    rows = (srt + (np.arange(cohorts, dtype=np.int64) * k)[None, :, None]).reshape(m_count, cohorts * h)
+    y = np.nan_to_num(bits.values.reshape(-1).astype(np.float64))
+    return _Design(rows=rows, vals=vals, cohorts=cohorts, k=k, h=h, y=y, n_j=n_j)
+
+
+def _variances(design: _Design, mean: Array, q_star: float, p_star: float) -> Array:
+    """``v_ij`` at ``μ = mean`` (clipped to ``[0, N_j]``), as in :mod:`protocol.rappor`."""
+    n_j = np.repeat(design.n_j, design.k)
+    mu = np.clip(mean, 0.0, n_j)
+    out: Array = (mu * q_star * (1 - q_star) + (n_j - mu) * p_star * (1 - p_star)) / (q_star - p_star) ** 2
+    return out
+
+
+def _weights_from(variances: Array, n_j_rows: Array) -> Array:
+    with np.errstate(divide="ignore"):
+        out: Array = np.where((n_j_rows > 0) & (variances > 0), 1.0 / variances, 0.0)
+    return out
+
+
+# ----------------------------------------------------------------------------------------
+# Non-negative Lasso by pathwise coordinate descent
+
+
+def _cd(gram: Array, corr: Array, coef: Array, penalty: Array) -> None:
+    """Coordinate descent on ``½ β'Gβ - b'β + penalty'β``, ``β >= 0``, in place.
+
+    ``corr`` holds ``b - Gβ`` for the current ``coef`` and is kept up to date.
+    """
+    diag = np.diag(gram).copy()
+    scale = np.sqrt(np.maximum(diag, 0.0))
+    for _ in range(_CD_SWEEPS):
+        visit = np.flatnonzero(((coef > 0) | (corr > penalty)) & (diag > 0))
+        biggest = 0.0
+        for c in visit.tolist():
+            old = coef[c]
+            new = old + (corr[c] - penalty[c]) / diag[c]
+            new = max(new, 0.0)
+            delta = new - old
+            if delta != 0.0:
+                coef[c] = new
+                corr -= gram[c] * delta
+                moved = abs(delta) * scale[c]
+                biggest = max(biggest, moved)
+        if biggest < _CD_TOLERANCE:
+            return
+
+
+def _lasso(design: _Design, lam: float) -> Array:
+    """The non-negative weighted Lasso of the module docstring at penalty ``λ`` (z units)."""
+    m_count = design.rows.shape[0]
+    norms = np.sqrt(design.col_norm2)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        inv_norm = np.where(norms > 0, 1.0 / norms, 0.0)
+    coef = np.zeros(m_count)
+    z = design.scores(design.y) * inv_norm
+    top = float(z.max()) if m_count else 0.0
+    if top <= lam:
+        return coef
+    active = np.zeros(m_count, dtype=np.bool_)
+    path = top * (lam / top) ** (np.arange(1, _PATH_STEPS + 1) / _PATH_STEPS)
+    previous = top
+    for level in path:
+        # Sequential strong rule: a column whose score is below 2λ - λ_prev is unlikely to enter.
+        work = active | (z >= 2 * level - previous)
+        while True:
+            cols = np.flatnonzero(work)
+            gram = design.gram(cols)
+            local = coef[cols].copy()
+            corr = design.scores(design.y, cols) - gram @ local
+            _cd(gram, corr, local, level * norms[cols])
+            coef[cols] = local
+            resid = design.y - design.predict(cols, local)
+            z = design.scores(resid) * inv_norm
+            # KKT: a column outside the working set must not want to enter.
+            violators = (~work) & (z > level * (1 + 1e-9)) & (norms > 0)
+            if not violators.any():
+                break
+            work |= violators
+        active = coef > 0
+        previous = level
+    return coef
+
+
+# ----------------------------------------------------------------------------------------
+# The decoder
+
+
+@dataclass(frozen=True, kw_only=True)
+class RapporDecoder:
+    """Decode Bloom-filter RAPPOR against candidate strings (004 §4; see the module docstring).
+
+    Args:
+        alpha: level of the multiple-testing correction, in (0, 1).
+        control: ``"bonferroni"`` (004 §4), ``"bh"`` (Benjamini-Hochberg) or ``"storey"``
+            (adaptive BH).
+        confidence: level of the reported two-sided intervals.
+        selection_z: the Lasso penalty ``λ`` in standard-normal units; ``None`` picks
+            ``max(1, Φ^-1(1 - 1/M))`` (at most one absent candidate selected, in expectation).
+        max_selected: most candidates in the least-squares fit (default ``rows // 4``); if the
+            Lasso keeps more, those with the largest standardized coefficients are kept.
+        reweight: refit once with the variances at the first fit (IRLS step).
+    """
+
+    alpha: float = 0.05
+    control: str = "bonferroni"
+    confidence: float = 0.95
+    selection_z: float | None = None
+    max_selected: int | None = None
+    reweight: bool = True
+
+    def __post_init__(self) -> None:
+        if isinstance(self.alpha, bool) or not isinstance(self.alpha, int | float) or not 0 < self.alpha < 1:
+            raise ValueError(f"alpha must lie in (0, 1); got {self.alpha!r}")
+        if self.control not in CONTROLS:
+            raise ValueError(f"control must be one of {', '.join(CONTROLS)}; got {self.control!r}")
+        z_interval(self.confidence)
+        if self.selection_z is not None and not (math.isfinite(self.selection_z) and self.selection_z > 0):
+            raise ValueError(f"selection_z must be a positive number; got {self.selection_z!r}")
+        if self.max_selected is not None and (isinstance(self.max_selected, bool) or self.max_selected < 1):
+            raise ValueError(f"max_selected must be a positive integer; got {self.max_selected!r}")
+
+    def decode(self, aggregate: RapporAggregate, candidates: Sequence[str | bytes]) -> RapporDecoding:
+        """Decode the reports in ``aggregate`` against ``candidates`` (distinct strings).
+
+        Raises:
+            ValueError: for the basic variants (use :func:`decode_categories`) or repeated candidates.
+        """
+        return self.decode_bits(aggregate.mechanism, aggregate.estimate_bits(), candidates)
+
+    def decode_bits(self, mechanism: Rappor, bits: BitEstimates, candidates: Sequence[str | bytes]) -> RapporDecoding:
+        """As :meth:`decode`, from the ``t_ij`` already estimated."""
+        if mechanism.basic:
+            raise ValueError("basic RAPPOR maps categories to bits: decode it with decode_categories")
+        cands = tuple(candidates)
+        if len(set(cands)) != len(cands):
+            raise ValueError("candidates must be distinct")
+        one, zero = mechanism.coordinate_probabilities("report")
+        q_star, p_star = float(one), float(zero)
+        m_count = len(cands)
+        n = int(bits.n)
+        if m_count == 0 or n == 0 or q_star == p_star:
+            return self._empty(cands, n)
+        design = _design(mechanism, bits, cands)
+        n_j_rows = np.repeat(design.n_j, design.k)
+        rows_used = int(np.count_nonzero(n_j_rows > 0))
+        design.set_weights(_weights_from(_variances(design, np.zeros(design.size), q_star, p_star), n_j_rows))
+        lam = self._selection_z(m_count)
+        coef = _lasso(design, lam)
+        chosen = np.flatnonzero(coef > 0)
+        limit = self.max_selected if self.max_selected is not None else max(1, rows_used // 4)
+        if chosen.size > limit:
+            strength = coef[chosen] * np.sqrt(design.col_norm2[chosen])
+            chosen = np.sort(chosen[np.argsort(-strength, kind="stable")[:limit]])
+        lasso_selected = int(chosen.size)
+        for _ in range(_REFIT_ROUNDS):
+            fit = self._refit(
+                design, chosen=chosen, q_star=q_star, p_star=p_star, n_j_rows=n_j_rows, rows_used=rows_used
+            )
+            detected = reject(fit.p, alpha=self.alpha, control=self.control)
+            missing = np.flatnonzero(detected & ~fit.selected)
+            if missing.size == 0 or chosen.size + missing.size > limit:
+                break
+            chosen = np.union1d(chosen, missing)
+        return RapporDecoding(
+            candidates=cands,
+            counts=fit.counts,
+            standard_errors=fit.se,
+            z=fit.z,
+            p_values=fit.p,
+            selected=fit.selected,
+            detected=detected,
+            n=n,
+            unexplained=fit.unexplained,
+            control=self.control,
+            alpha=self.alpha,
+            confidence=self.confidence,
+            selection_z=lam,
+            dispersion=fit.dispersion,
+            lasso_selected=lasso_selected,
+        )
+
+    def _selection_z(self, m_count: int) -> float:
+        if self.selection_z is not None:
+            return float(self.selection_z)
+        return 1.0 if m_count <= 2 else max(1.0, normal_quantile(1.0 - 1.0 / m_count))
+
+    def _refit(
+        self,
+        design: _Design,
+        *,
+        chosen: IntArray,
+        q_star: float,
+        p_star: float,
+        n_j_rows: Array,
+        rows_used: int,
+    ) -> _Fit:
+        design.set_weights(_weights_from(_variances(design, np.zeros(design.size), q_star, p_star), n_j_rows))
+        coef, inv = _wls(design, chosen)
+        if self.reweight:
+            fitted = design.predict(chosen, coef)
+            fitted += np.repeat(design.intercepts(design.y - fitted), design.k)
+            design.set_weights(_weights_from(_variances(design, fitted, q_star, p_star), n_j_rows))
+            coef, inv = _wls(design, chosen)
+        resid = design.y - design.predict(chosen, coef)
+        centred = design.center(resid)
+        cohorts_used = int(np.count_nonzero(design.cohort_weight > 0))
+        dof = max(rows_used - chosen.size - cohorts_used, 1)
+        phi = max(1.0, float((design.weights * centred**2).sum()) / dof)
+        m_count = design.rows.shape[0]
+        counts = np.zeros(m_count)
+        se = np.zeros(m_count)
+        selected = np.zeros(m_count, dtype=np.bool_)
+        selected[chosen] = True
+        counts[chosen] = coef
+        se[chosen] = np.sqrt(np.maximum(phi * np.diag(inv), 0.0))
+        # Score (Lagrange multiplier) statistics and one-step estimates for the rest.
+        others = np.flatnonzero(~selected)
+        if others.size:
+            score = design.scores(resid, others)
+            norm2 = design.col_norm2[others]
+            with np.errstate(divide="ignore", invalid="ignore"):
+                counts[others] = np.where(norm2 > 0, score / norm2, 0.0)
+                se[others] = np.where(norm2 > 0, np.sqrt(phi / norm2), np.inf)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            z = np.where(se > 0, counts / se, np.where(counts > 0, np.inf, 0.0))
+        z = np.where(np.isfinite(se), z, 0.0)
+        p = normal_sf(z)
+        unexplained = self._unexplained(design, resid, chosen, inv, phi)
+        return _Fit(counts=counts, se=se, z=z, p=p, selected=selected, dispersion=phi, unexplained=unexplained)
+
+    @staticmethod
+    def _unexplained(design: _Design, resid: Array, chosen: IntArray, inv: Array, phi: float) -> Estimate:
+        """``Σ_j α_j k / h̄`` with ``Var α = φ (D⁻¹ + D⁻¹ U' Cov(Ĉ) U D⁻¹)`` (D: cohort weights)."""
+        k, h = design.k, design.h
+        h_bar = k * (1.0 - (1.0 - 1.0 / k) ** h)
+        alpha = design.intercepts(resid)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            d_inv = np.where(design.cohort_weight > 0, 1.0 / design.cohort_weight, 0.0)
+        scale = k / h_bar
+        value = scale * float(alpha.sum())
+        var = float(d_inv.sum())
+        if chosen.size:
+            v = design.col_u[chosen] @ d_inv  # U D⁻¹ 1 over the selected columns
+            var += float(v @ inv @ v)
+        return Estimate(value, scale * math.sqrt(max(phi * var, 0.0)), int(design.n_j.sum()))
+
+    def _empty(self, cands: tuple[str | bytes, ...], n: int) -> RapporDecoding:
+        m_count = len(cands)
+        zeros = np.zeros(m_count)
+        return RapporDecoding(
+            candidates=cands,
+            counts=zeros,
+            standard_errors=np.full(m_count, np.inf),
+            z=zeros.copy(),
+            p_values=np.ones(m_count),
+            selected=np.zeros(m_count, dtype=np.bool_),
+            detected=np.zeros(m_count, dtype=np.bool_),
+            n=n,
+            unexplained=Estimate(float(n), math.inf, n),
+            control=self.control,
+            alpha=self.alpha,
+            confidence=self.confidence,
+            selection_z=math.nan,
+            dispersion=math.nan,
+            lasso_selected=0,
+        )
+
+
+@dataclass(frozen=True, eq=False)
+class _Fit:
+    counts: Array
+    se: Array
+    z: Array
+    p: Array
+    selected: BoolArray
+    dispersion: float
+    unexplained: Estimate
+
+
+def _wls(design: _Design, chosen: IntArray) -> tuple[Array, Array]:
+    """Weighted least squares of ``y`` on the chosen columns and the intercepts.
+
+    Returns the coefficients and ``(X'WX)^-1`` restricted to the columns (the intercepts are
+    profiled out, so this block is exactly the columns' part of the full inverse).
+    """
+    if chosen.size == 0:
+        return np.zeros(0), np.zeros((0, 0))
+    gram = design.gram(chosen)
+    rhs = design.scores(design.y, chosen)
+    try:
+        chol = np.linalg.cholesky(gram)
+        eye = np.eye(chosen.size)
+        lower_inv = np.linalg.solve(chol, eye)
+        inv = lower_inv.T @ lower_inv
+    except np.linalg.LinAlgError:
+        # Two candidates with the same bits in every cohort cannot be told apart; the
+        # pseudo-inverse splits their count, and their standard errors say so.
+        inv = np.linalg.pinv(gram)
+    coef: Array = inv @ rhs
+    return coef, inv

@@ -1,0 +1,119 @@
+"""Normal-theory tests and multiple-testing control shared by the decoders.
+
+Every estimate the decoders release is a sum of many independent reports' contributions,
+so it is treated as normal with the standard error the mechanism's variance formula gives.
+From ``z = estimate / SE``:
+
+* the one-sided p-value of ``H0: count = 0`` against ``H1: count > 0`` (004 §4 and its
+  Appendix test ``T_i > 0``) is ``Pr[Z >= z] = erfc(z / sqrt 2) / 2`` (``math.erfc``: the
+  collector has no SciPy at run time);
+* a two-sided ``(1 - a)`` confidence interval is ``estimate ± Φ^-1(1 - a/2) SE``.
+
+Multiple testing over ``M`` candidates (004 §4, last step):
+
+* ``"bonferroni"``: reject when ``p <= α / M``; the family-wise error rate is at most ``α``
+  (004 §4 and Appendix: "Bonferroni corrected level of α/M").
+* ``"bh"``: Benjamini-Hochberg (J. R. Stat. Soc. B 57:289-300, 1995), the procedure 004 §4
+  names: reject the ``R`` smallest p-values, ``R`` the largest rank with
+  ``p_(R) <= α R / M``; the false discovery rate is at most ``α M0 / M <= α`` (``M0``
+  true nulls) for independent or positively dependent p-values.
+* ``"storey"``: adaptive BH (Storey, Taylor and Siegmund, J. R. Stat. Soc. B 66:187-205,
+  2004): BH at level ``α / π̂0`` with ``π̂0 = (1 + #{p > λ}) / (M (1 - λ))``, ``λ = 1/2``,
+  capped at 1. BH spends ``α`` as if every candidate were null; when a large share of the
+  candidates are present (half of them in 004 §5.2), that leaves power unused. The ``+1``
+  is the finite-sample correction under which the FDR stays at most ``α`` for independent
+  p-values (their Theorem 3).
+"""
+
+from __future__ import annotations
+
+import math
+from statistics import NormalDist
+from typing import Literal
+
+import numpy as np
+import numpy.typing as npt
+
+__all__ = [
+    "CONTROLS",
+    "Control",
+    "normal_quantile",
+    "normal_sf",
+    "reject",
+    "storey_pi0",
+    "z_interval",
+]
+
+Control = Literal["bonferroni", "bh", "storey"]
+CONTROLS: tuple[str, ...] = ("bonferroni", "bh", "storey")
+"""The multiple-testing procedures :func:`reject` implements."""
+
+_NORMAL = NormalDist()
+_SQRT2 = math.sqrt(2.0)
+_erfc = np.frompyfunc(math.erfc, 1, 1)
+
+
+def normal_sf(z: npt.ArrayLike) -> npt.NDArray[np.float64]:
+    """``Pr[Z >= z]`` for a standard normal ``Z``, elementwise (NaN stays NaN, ``±inf`` gives 0 or 1)."""
+    arr = np.asarray(z, dtype=np.float64)
+    out: npt.NDArray[np.float64] = 0.5 * np.asarray(_erfc(arr / _SQRT2), dtype=np.float64)
+    return out
+
+
+def normal_quantile(probability: float) -> float:
+    """``Φ^-1(probability)`` for ``probability`` in (0, 1)."""
+    if not 0.0 < probability < 1.0:
+        raise ValueError(f"probability must lie in (0, 1); got {probability!r}")
+    return _NORMAL.inv_cdf(probability)
+
+
+def z_interval(confidence: float) -> float:
+    """The half-width multiplier of a two-sided normal interval (1.959964 for 0.95)."""
+    if not 0.0 < confidence < 1.0:
+        raise ValueError(f"confidence must lie in (0, 1); got {confidence!r}")
+    return normal_quantile(0.5 + confidence / 2.0)
+
+
+def storey_pi0(p_values: npt.ArrayLike, *, lam: float = 0.5) -> float:
+    """Storey's estimate of the share of true nulls, ``min(1, (1 + #{p > λ}) / (M (1 - λ)))``."""
+    p = np.asarray(p_values, dtype=np.float64)
+    if p.size == 0:
+        return 1.0
+    return min(1.0, (1.0 + float(np.count_nonzero(p > lam))) / (p.size * (1.0 - lam)))
+
+
+def _check_alpha(alpha: float) -> float:
+    if isinstance(alpha, bool) or not isinstance(alpha, int | float) or not 0.0 < float(alpha) < 1.0:
+        raise ValueError(f"alpha must lie in (0, 1); got {alpha!r}")
+    return float(alpha)
+
+
+def reject(p_values: npt.ArrayLike, *, alpha: float, control: str) -> npt.NDArray[np.bool_]:
+    """Which hypotheses to reject under ``control`` at level ``alpha`` (see the module docstring).
+
+    Args:
+        p_values: one p-value per candidate, all ``M`` of them (NaN counts as 1).
+        alpha: the family-wise (Bonferroni) or false-discovery (BH, Storey) level, in (0, 1).
+        control: ``"bonferroni"``, ``"bh"`` or ``"storey"``.
+
+    Returns:
+        A boolean array, true where the candidate is declared present.
+    """
+    a = _check_alpha(alpha)
+    p = np.nan_to_num(np.asarray(p_values, dtype=np.float64), nan=1.0)
+    m = p.size
+    if m == 0:
+        return np.zeros(0, dtype=np.bool_)
+    if control == "bonferroni":
+        result: npt.NDArray[np.bool_] = p <= a / m
+        return result
+    if control == "storey":
+        a = a / storey_pi0(p)
+    elif control != "bh":
+        raise ValueError(f"control must be one of {', '.join(CONTROLS)}; got {control!r}")
+    order = np.argsort(p, kind="stable")
+    passed = p[order] <= a * np.arange(1, m + 1) / m
+    keep = np.zeros(m, dtype=np.bool_)
+    if passed.any():
+        keep[order[: int(np.flatnonzero(passed)[-1]) + 1]] = True
+    return keep

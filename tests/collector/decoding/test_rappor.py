@@ -1,0 +1,269 @@
+"""RAPPOR decoding (004 §4): the Lasso solves its problem, the refit is least squares, the numbers are honest."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from collector.decoding.rappor import (
+    RapporDecoder,
+    _design,
+    _lasso,
+    _variances,
+    _weights_from,
+    _wls,
+    decode_categories,
+    load_candidates,
+)
+from protocol.randomness import SeededRandom, uniform_ints
+from protocol.rappor import Rappor, RapporAggregate
+from tests.collector.decoding.support import exponential_counts, simulate_counts
+
+SEED = b"tests/collector/decoding/rappor"
+PARAMS = {"k": 64, "h": 2, "cohorts": 8, "f": 0.5, "p": 0.5, "q": 0.75}
+CANDIDATES = [f"v{i}" for i in range(60)]
+PRESENT = 30  # v0 .. v29 carry the reports, v30 .. v59 never occur
+
+
+def _mech(seed: int = 0, **changes: object) -> Rappor:
+    params = {**PARAMS, **changes}
+    return Rappor(seed=SEED + bytes([seed]), **params)  # type: ignore[arg-type]
+
+
+def _truth(counts: np.ndarray) -> np.ndarray:
+    out = np.zeros(len(CANDIDATES))
+    out[:PRESENT] = counts
+    return out
+
+
+def _problem(seed: int) -> tuple[Rappor, RapporAggregate, np.ndarray]:
+    gen = np.random.default_rng(seed)
+    mech = _mech(seed)
+    counts = exponential_counts(1_000_000, PRESENT, gen)
+    return mech, simulate_counts(mech, CANDIDATES[:PRESENT], counts, gen), _truth(counts)
+
+
+def _dense(design: object, columns: np.ndarray) -> np.ndarray:
+    d = design
+    a = np.zeros((d.size, columns.size))  # type: ignore[attr-defined]
+    for j, c in enumerate(columns):
+        np.add.at(a[:, j], d.rows[c], d.vals[c])  # type: ignore[attr-defined]
+    return a
+
+
+def test_gram_matches_the_dense_centred_product() -> None:
+    """The sparse Gram equals (PA)'W(PA) computed densely, intercepts profiled out."""
+    mech, agg, _ = _problem(1)
+    design = _design(mech, agg.estimate_bits(), CANDIDATES)
+    gen = np.random.default_rng(2)
+    design.set_weights(gen.uniform(0.5, 2.0, design.size))
+    cols = np.arange(0, 60, 3)
+    a = _dense(design, cols)
+    pa = np.column_stack([design.center(a[:, j]) for j in range(cols.size)])
+    expected = pa.T @ (design.weights[:, None] * pa)
+    assert np.allclose(design.gram(cols), expected, rtol=1e-10, atol=1e-12 * np.abs(expected).max())
+    assert np.allclose(design.col_norm2[cols], np.diag(expected), rtol=1e-10)
+
+
+def test_lasso_meets_its_kkt_conditions() -> None:
+    """Non-negative weighted Lasso: active scores equal the penalty, inactive ones stay below it."""
+    mech, agg, _ = _problem(3)
+    design = _design(mech, agg.estimate_bits(), CANDIDATES)
+    one, zero = (float(x) for x in mech.coordinate_probabilities("report"))
+    n_j_rows = np.repeat(design.n_j, design.k)
+    design.set_weights(_weights_from(_variances(design, np.zeros(design.size), one, zero), n_j_rows))
+    lam = 1.5
+    coef = _lasso(design, lam)
+    active = np.flatnonzero(coef > 0)
+    resid = design.y - design.predict(active, coef[active])
+    z = design.scores(resid) / np.sqrt(design.col_norm2)
+    assert (coef >= 0).all()
+    assert active.size > 5
+    assert np.allclose(z[active], lam, atol=2e-3)
+    assert (z[coef == 0] <= lam + 2e-3).all()
+
+
+def test_refit_is_weighted_least_squares_with_cohort_intercepts() -> None:
+    """The refit equals numpy's least squares on the dense design with one intercept per cohort."""
+    mech, agg, _ = _problem(4)
+    design = _design(mech, agg.estimate_bits(), CANDIDATES)
+    design.set_weights(np.random.default_rng(5).uniform(0.5, 2.0, design.size))
+    cols = np.arange(PRESENT)
+    coef, inv = _wls(design, cols)
+    cohort_dummies = np.kron(np.eye(design.cohorts), np.ones((design.k, 1)))
+    x = np.hstack([_dense(design, cols), cohort_dummies])
+    sw = np.sqrt(design.weights)
+    full, *_ = np.linalg.lstsq(x * sw[:, None], design.y * sw, rcond=None)
+    assert np.allclose(coef, full[: cols.size], rtol=1e-7, atol=1e-6)
+    cov = np.linalg.inv((x * design.weights[:, None]).T @ x)
+    assert np.allclose(inv, cov[: cols.size, : cols.size], rtol=1e-7)
+
+
+def test_decoder_finds_the_heavy_strings_and_no_absent_one() -> None:
+    """A scaled-down 004 §5.2: every string above 8 SE is found, no absent candidate is (Bonferroni)."""
+    _, agg, truth = _problem(6)
+    result = RapporDecoder().decode(agg, CANDIDATES)
+    heavy = truth > 8 * np.median(result.standard_errors[result.selected])
+    assert heavy.sum() >= 10
+    assert result.detected[heavy].all()
+    assert not result.detected[truth == 0].any()
+    found = result.found()
+    assert [d.count for d in found] == sorted((d.count for d in found), reverse=True)
+    assert all(d.low < d.count < d.high and d.p_value < 0.05 / len(CANDIDATES) for d in found)
+
+
+def test_estimates_are_unbiased_and_standard_errors_honest() -> None:
+    """Over 30 seeds, (estimate - truth) / SE of the 10 largest strings has mean 0 and SD 1 (5 SE)."""
+    zs = []
+    for seed in range(30):
+        _, agg, truth = _problem(100 + seed)
+        result = RapporDecoder(control="bh").decode(agg, CANDIDATES)
+        top = np.argsort(-truth)[:10]
+        assert result.selected[top].all()
+        zs.extend((result.counts[top] - truth[top]) / result.standard_errors[top])
+    z = np.asarray(zs)
+    assert abs(z.mean()) < 5 / math.sqrt(z.size)
+    assert abs(z.std(ddof=1) - 1) < 5 / math.sqrt(2 * z.size)
+
+
+def test_standard_error_matches_the_plan_formula() -> None:
+    """The decoded SE of a heavy string is the Bloom-count SE sqrt(p*(1-p*) N/h̄)/(q*-p*) within 10%."""
+    mech, agg, truth = _problem(7)
+    result = RapporDecoder().decode(agg, CANDIDATES)
+    one, zero = (float(x) for x in mech.coordinate_probabilities("report"))
+    h_bar = mech.k * (1 - (1 - 1 / mech.k) ** mech.h)
+    formula = math.sqrt(zero * (1 - zero) * agg.n / h_bar) / (one - zero)
+    se = float(np.median(result.standard_errors[np.argsort(-truth)[:10]]))
+    assert formula <= se < 1.1 * formula
+
+
+def test_absent_candidates_rarely_pass_bonferroni() -> None:
+    """With no candidate present, the family-wise error stays near 5% (at most 5 of 20 seeds, a 5-SE bound)."""
+    others = [f"outside{i}" for i in range(20)]
+    hits = 0
+    for seed in range(20):
+        gen = np.random.default_rng(300 + seed)
+        mech = _mech(seed)
+        agg = simulate_counts(mech, others, exponential_counts(100_000, len(others), gen), gen)
+        hits += bool(RapporDecoder().decode(agg, CANDIDATES).detected.any())
+    assert hits <= 5
+
+
+def test_benjamini_hochberg_and_storey_find_at_least_what_bonferroni_finds() -> None:
+    """The FDR procedures are less conservative than Bonferroni on the same fit."""
+    _, agg, _ = _problem(8)
+    bonf = RapporDecoder(control="bonferroni").decode(agg, CANDIDATES).detected
+    bh = RapporDecoder(control="bh").decode(agg, CANDIDATES).detected
+    storey = RapporDecoder(control="storey").decode(agg, CANDIDATES).detected
+    assert bonf.sum() <= bh.sum() <= storey.sum()
+    assert not (bonf & ~bh).any()
+
+
+def test_unexplained_reports_are_estimated() -> None:
+    """Reports of strings outside the candidates show up as the unexplained count (5 SE)."""
+    gen = np.random.default_rng(9)
+    mech = _mech(9)
+    values = [*CANDIDATES[:10], *(f"outside{i}" for i in range(10))]
+    counts = np.full(20, 10_000)
+    agg = simulate_counts(mech, values, counts, gen)
+    result = RapporDecoder(selection_z=3.0).decode(agg, CANDIDATES)
+    assert result.selected[:10].all()
+    un = result.unexplained
+    assert abs(un.value - 100_000) < 5 * un.standard_error
+    assert un.standard_error < 20_000
+
+
+def test_privatized_reports_decode_like_the_exact_simulation(rng: SeededRandom) -> None:
+    """End to end through privatize_many (SeededRandom): the heavy strings are found and covered."""
+    mech = _mech(10)
+    gen = np.random.default_rng(10)
+    counts = exponential_counts(150_000, PRESENT, gen)
+    values = [CANDIDATES[i] for i in np.repeat(np.arange(PRESENT), counts)]
+    agg = mech.new_aggregate()
+    agg.add(mech.privatize_many(values, uniform_ints(rng, mech.cohorts, len(values)), rng))
+    result = RapporDecoder().decode(agg, CANDIDATES)
+    truth = _truth(counts)
+    top = np.argsort(-truth)[:5]
+    assert result.detected[top].all()
+    assert (np.abs(result.counts[top] - truth[top]) < 5 * result.standard_errors[top]).all()
+
+
+def test_one_time_variant_decodes_with_its_own_probabilities() -> None:
+    """One-time RAPPOR (B' reported) goes through the same decoder; heavy strings are found."""
+    gen = np.random.default_rng(11)
+    mech = _mech(11, variant="one-time", f=0.5)
+    counts = exponential_counts(100_000, PRESENT, gen)
+    agg = simulate_counts(mech, CANDIDATES[:PRESENT], counts, gen)
+    result = RapporDecoder().decode(agg, CANDIDATES)
+    truth = _truth(counts)
+    top = np.argsort(-truth)[:5]
+    assert result.detected[top].all()
+    assert (np.abs(result.counts[top] - truth[top]) < 5 * result.standard_errors[top]).all()
+    assert not result.detected[truth == 0].any()
+
+
+def test_basic_variant_is_decoded_directly() -> None:
+    """Basic RAPPOR: category counts Σ_j t_ij, tests, and a consistent version summing to n."""
+    cats = tuple(f"c{i}" for i in range(12))
+    mech = Rappor(k=12, h=1, cohorts=2, f=0.0, p=0.5, q=0.75, seed=SEED, variant="basic", categories=cats)
+    gen = np.random.default_rng(12)
+    counts = np.array([20_000, 10_000, 5_000] + [0] * 9)
+    agg = simulate_counts(mech, list(cats), counts, gen)
+    out = decode_categories(agg, consistent=True)
+    direct = agg.estimate_categories()
+    assert np.array_equal(out.estimate.values, direct.values)
+    assert out.detected[:2].all()
+    assert not out.detected[3:].any()
+    assert out.consistent is not None
+    assert out.consistent.values.min() >= 0
+    assert out.consistent.values.sum() == pytest.approx(agg.n)
+    with pytest.raises(ValueError, match="decode_categories"):
+        RapporDecoder().decode(agg, list(cats))
+
+
+def test_empty_and_degenerate_inputs() -> None:
+    """No reports, no candidates, or f = 1 give an empty decoding, not an error."""
+    mech = _mech(0)
+    empty = RapporDecoder().decode(mech.new_aggregate(), CANDIDATES)
+    assert not empty.detected.any()
+    assert empty.n == 0
+    _, agg, _ = _problem(0)
+    assert len(RapporDecoder().decode(agg, []).candidates) == 0
+    noise = _mech(0, f=1.0)
+    assert not RapporDecoder().decode(noise.new_aggregate(), CANDIDATES).detected.any()
+
+
+def test_bad_arguments_are_refused() -> None:
+    """Bad levels, controls, penalties or repeated candidates are caller errors naming the argument."""
+    with pytest.raises(ValueError, match="alpha"):
+        RapporDecoder(alpha=1.5)
+    with pytest.raises(ValueError, match="control"):
+        RapporDecoder(control="holm")
+    with pytest.raises(ValueError, match="selection_z"):
+        RapporDecoder(selection_z=-1.0)
+    _, agg, _ = _problem(0)
+    with pytest.raises(ValueError, match="distinct"):
+        RapporDecoder().decode(agg, ["a", "a"])
+
+
+def test_result_is_json_ready() -> None:
+    """to_plain() serialises with the standard json module."""
+    _, agg, _ = _problem(13)
+    plain = RapporDecoder().decode(agg, CANDIDATES).to_plain()
+    text = json.dumps(plain)
+    assert json.loads(text)["candidates"] == len(CANDIDATES)
+    assert all(set(f) >= {"value", "count", "standard_error", "interval", "p_value"} for f in plain["found"])
+
+
+def test_candidates_file(tmp_path: Path) -> None:
+    """One candidate per line; blank lines skipped, spaces kept, repeats refused with line numbers."""
+    path = tmp_path / "candidates.txt"
+    path.write_text("alpha\n\n with space \r\nbeta", encoding="utf-8")
+    assert load_candidates(path) == ["alpha", " with space ", "beta"]
+    path.write_text("a\nb\na\n", encoding="utf-8")
+    with pytest.raises(ValueError, match="line 3 repeats line 1"):
+        load_candidates(path)
