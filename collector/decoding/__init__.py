@@ -23,6 +23,7 @@ from collector.decoding.rappor import (
     decode_categories,
     load_candidates,
 )
+from collector.decoding.sketches import FrequencyEntry, FrequencyRelease, discover_words, query_dictionary
 from collector.decoding.stats import CONTROLS, normal_quantile, normal_sf, reject, storey_pi0, z_interval
 
 __all__ = [
@@ -30,14 +31,18 @@ __all__ = [
     "CategoryDecoding",
     "ConsistentEstimate",
     "DecodedString",
+    "FrequencyEntry",
+    "FrequencyRelease",
     "RapporDecoder",
     "RapporDecoding",
     "decode_categories",
+    "discover_words",
     "load_candidates",
     "make_consistent",
     "normal_quantile",
     "normal_sf",
     "project_simplex",
+    "query_dictionary",
     "reject",
     "storey_pi0",
     "z_interval",
