@@ -1,0 +1,600 @@
+"""``ldp-fleet``: simulate a fleet of devices against a real broker and a real collector.
+
+Every simulated device is a complete agent (:mod:`agent.fleet_sim`): its own sealed state,
+daily limits, ε accounting, permanent randomness and memo tables, privatizing on the
+"device" and publishing msgpack reports with QoS 1 through the agent's MQTT transport
+(TLS and authentication as configured). Simulated time runs in 6-hour collection slots, so
+days pass in seconds; the values the devices record come from generators or from a
+population file the user supplies (:mod:`agent.fleet_values`). When every report has been
+acknowledged by the broker, the simulator waits until the collector has committed them all,
+reads the collector's estimates over its HTTP API and prints them next to the truth, per use
+case and period, with the error in standard errors (:mod:`agent.fleet_report`).
+
+Exit status: 0 when every compared error is within the tolerance (5 SE by default), 1 when
+some is not, 2 for a usage or input error, 3 when the broker or the collector failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import datetime as dt
+import json
+import logging
+import math
+import multiprocessing
+import queue
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, TextIO
+
+from agent.config import BrokerConfig, PolicyConfig
+from agent.errors import AgentError, PolicyError, TransportError
+from agent.fleet_report import (
+    CollectorClient,
+    CollectorUnavailableError,
+    compare_period,
+    format_results,
+    summarize,
+    write_plots,
+)
+from agent.fleet_sim import FleetPlan, Progress, ShardResult, Tally, build_generators, run_shard
+from agent.fleet_values import KINDS, GeneratorError, GeneratorSpec, default_spec, load_population, parse_spec
+from agent.policy import check_registry
+from protocol.registry import Registry, RegistryError, parse_registry
+
+__all__ = ["FleetError", "main", "run_fleet"]
+
+log = logging.getLogger("ldp_fleet")
+
+EXIT_OK, EXIT_BEYOND, EXIT_USAGE, EXIT_SERVICE = 0, 1, 2, 3
+DEFAULT_REGISTRY = Path("deploy/fleet.usecases.toml")
+
+
+class FleetError(Exception):
+    """A problem with the simulation's inputs (exit status 2)."""
+
+
+# --------------------------------------------------------------------------- command line
+
+_EPILOG = f"""
+generators (--generator USE_CASE=KIND[:key=value,...]):
+  {", ".join(KINDS)}
+  e.g.  --generator app-usage-seconds=normal:mean=4000,sd=1500
+        --generator emoji=exp-strings:scale=20   --generator dark-mode-enabled=bernoulli:p=0.6
+  Any random kind takes per=device (drawn once per device) or per=period (redrawn every period).
+  Defaults: counters drift slowly (1BitMean) or are exponential (dBitFlip), flags are
+  Bernoulli(0.3) per device, strings are Zipf over the use case's dictionary or categories.
+
+populations (--population [USE_CASE=]FILE, CSV with a header):
+  value,weight            each device draws its value from the rows, weighted
+  device,period,value     per-device time series; period = offset from the start, in the
+                          use case's periods (0, 1, ...); --devices defaults to the number
+                          of devices in the file
+
+examples:
+  ldp-fleet --devices 1000 --days 7 --broker 127.0.0.1:1883 --collector-url http://127.0.0.1:8650
+  ldp-fleet --use-case app-usage-seconds --population app-usage-seconds=usage.csv --json out.json ...
+
+The collector must accept the simulated periods: its ingest.retention_periods must reach back
+to the start (the default start is --days days before today, 00:00 UTC).
+"""
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="ldp-fleet",
+        description=(
+            "Simulate N devices, each a real ldp-agent (own sealed state, limits, privatization, memo), "
+            "publishing through a real MQTT broker to a real collector on an accelerated clock; then "
+            "print the collector's estimates next to the truth, per use case and period."
+        ),
+        epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    sim = p.add_argument_group("simulation")
+    sim.add_argument("--devices", type=int, help="simulated devices (default 1000, or the time series' devices)")
+    sim.add_argument("--days", type=int, default=7, help="simulated days (default 7)")
+    sim.add_argument(
+        "--start", help="first simulated day, YYYY-MM-DD (UTC; default: --days days before today, so all periods ended)"
+    )
+    sim.add_argument("--seed", type=int, default=1, help="seed of the devices' coins and of the values (default 1)")
+    sim.add_argument(
+        "--registry",
+        type=Path,
+        default=DEFAULT_REGISTRY,
+        help=f"use-case registry, the collector's (default {DEFAULT_REGISTRY})",
+    )
+    sim.add_argument(
+        "--use-case",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="simulate this use case (repeatable; default: all of the registry)",
+    )
+    sim.add_argument(
+        "--generator",
+        action="append",
+        default=[],
+        metavar="USE_CASE=SPEC",
+        help="value generator of a use case (repeatable; see below)",
+    )
+    sim.add_argument(
+        "--population",
+        action="append",
+        default=[],
+        metavar="[USE_CASE=]FILE",
+        help="replay a population CSV into a use case (repeatable; see below)",
+    )
+    sim.add_argument("--workers", type=int, default=1, help="worker processes sharing the devices (default 1)")
+    sim.add_argument(
+        "--jitter", type=float, default=1800.0, help="collection-cycle jitter in seconds, as on devices (default 1800)"
+    )
+    sim.add_argument(
+        "--timeout", type=float, default=7200.0, help="stop the simulation after this many seconds (default 7200)"
+    )
+    sim.add_argument(
+        "--state-dir", type=Path, help="keep the devices' sealed state in files here (default: sealed, in memory)"
+    )
+    net = p.add_argument_group("broker (as an agent connects)")
+    net.add_argument("--broker", default="127.0.0.1:1883", help="HOST:PORT (default 127.0.0.1:1883)")
+    net.add_argument("--tls", action="store_true", help="connect with TLS (implied by --ca-file)")
+    net.add_argument("--ca-file", type=Path, help="CA certificate to verify the broker with")
+    net.add_argument("--cert-file", type=Path, help="client certificate (mutual TLS)")
+    net.add_argument("--key-file", type=Path, help="its private key")
+    net.add_argument("--username", help="broker user name (the ACL's devices role)")
+    net.add_argument("--password-file", type=Path, help="file whose first line is the password")
+    net.add_argument("--connections", type=int, default=4, help="pooled broker connections per worker (default 4)")
+    out = p.add_argument_group("collector and results")
+    out.add_argument(
+        "--collector-url", help="the collector's HTTP API, e.g. http://127.0.0.1:8650 (without it: truth only)"
+    )
+    out.add_argument(
+        "--ingest-timeout", type=float, default=600.0, help="seconds to wait for the collector to commit (default 600)"
+    )
+    out.add_argument("--tolerance", type=float, default=5.0, help="pass when every |error| <= this many SE (default 5)")
+    out.add_argument("--json", type=Path, metavar="FILE", help="write every number as JSON")
+    out.add_argument("--plots", type=Path, metavar="DIR", help="write one SVG per use case here")
+    out.add_argument("--quiet", action="store_true", help="no progress display")
+    return p
+
+
+def _host_port(text: str) -> tuple[str, int]:
+    host, sep, port = text.rpartition(":")
+    if not sep or not host or not port.isdigit():
+        raise FleetError(f"--broker must be HOST:PORT; got {text!r}")
+    return host.strip("[]"), int(port)
+
+
+def _start_of(args: argparse.Namespace) -> int:
+    if args.start:
+        try:
+            day = dt.date.fromisoformat(args.start)
+        except ValueError:
+            raise FleetError(f"--start must be a date YYYY-MM-DD; got {args.start!r}") from None
+        return int(dt.datetime(day.year, day.month, day.day, tzinfo=dt.UTC).timestamp())
+    today = int(time.time()) // 86_400 * 86_400
+    return today - int(args.days) * 86_400
+
+
+def _assignments(items: Sequence[str], flag: str, names: Sequence[str]) -> dict[str, str]:
+    """``USE_CASE=VALUE`` items as a mapping (a bare ``FILE`` population when one use case is simulated)."""
+    out: dict[str, str] = {}
+    for item in items:
+        name, eq, value = item.partition("=")
+        if not (eq and name in names):
+            if flag == "--population" and len(names) == 1:
+                name, value = names[0], item
+            elif eq:
+                raise FleetError(f"{flag} {item!r}: {name!r} is not a simulated use case ({', '.join(names)})")
+            else:
+                raise FleetError(f"{flag} {item!r}: write USE_CASE=..., several use cases are simulated")
+        if name in out:
+            raise FleetError(f"{flag}: {name} is given twice")
+        out[name] = value
+    return out
+
+
+def build_plan(args: argparse.Namespace) -> tuple[FleetPlan, Registry]:
+    """Turn the command line into a checked simulation plan.
+
+    Raises:
+        FleetError: for anything wrong in the inputs (the message says what and where).
+    """
+    try:
+        text = args.registry.read_bytes()
+    except OSError as e:
+        hint = " (run from the repository root, or pass --registry)" if args.registry == DEFAULT_REGISTRY else ""
+        raise FleetError(f"cannot read the registry {args.registry}: {e.strerror}{hint}") from None
+    try:
+        registry = parse_registry(text, source=str(args.registry))
+        check_registry(registry, PolicyConfig())
+    except (RegistryError, PolicyError) as e:
+        raise FleetError(str(e)) from None
+    names = tuple(args.use_case) or tuple(registry.use_cases)
+    unknown = [n for n in names if n not in registry.use_cases]
+    if unknown:
+        raise FleetError(f"--use-case {unknown[0]!r} is not in {args.registry} ({', '.join(registry.use_cases)})")
+    if len(set(names)) != len(names):
+        raise FleetError("--use-case: a use case is named twice")
+    populations = {n: str(Path(v)) for n, v in _assignments(args.population, "--population", names).items()}
+    specs: dict[str, GeneratorSpec] = {}
+    try:
+        for name, spec in _assignments(args.generator, "--generator", names).items():
+            specs[name] = parse_spec(spec)
+        for name in names:
+            if name in populations:
+                # --population FILE, optionally with --generator NAME=population:per=... for the options.
+                if name in specs and specs[name].kind != "population":
+                    raise FleetError(f"{name}: both --generator {specs[name]} and --population are given")
+                params = dict(specs[name].params) if name in specs else {}
+                params.pop("path", None)
+                specs[name] = GeneratorSpec("population", params)
+            elif name in specs and specs[name].kind == "population":
+                if "path" not in specs[name].params:
+                    raise FleetError(f"{name}: generator population needs path=FILE (or --population)")
+                populations[name] = specs[name].params["path"]
+            specs.setdefault(name, default_spec(registry.use_cases[name]))
+        devices = args.devices
+        if devices is None:
+            series = [load_population(Path(p)) for p in populations.values()]
+            sizes = [len(s.series) for s in series if s.series is not None]
+            devices = min(sizes) if sizes else 1000
+    except GeneratorError as e:
+        raise FleetError(str(e)) from None
+    if devices < 1 or args.days < 1:
+        raise FleetError("--devices and --days must be at least 1")
+    if args.workers < 1 or args.connections < 1:
+        raise FleetError("--workers and --connections must be at least 1")
+    broker = None
+    host, port = _host_port(args.broker)
+    try:
+        broker = BrokerConfig(
+            host=host,
+            port=port,
+            tls=bool(args.tls or args.ca_file or args.cert_file),
+            ca_file=args.ca_file,
+            cert_file=args.cert_file,
+            key_file=args.key_file,
+            username=args.username,
+            password_file=args.password_file,
+            keepalive=30,
+            publish_timeout=30.0,
+        )
+    except ValueError as e:
+        raise FleetError(f"broker settings: {e}") from None
+    plan = FleetPlan(
+        registry_text=text,
+        registry_path=str(args.registry),
+        use_cases=names,
+        generators=specs,
+        populations=populations,
+        devices=devices,
+        days=args.days,
+        start=_start_of(args),
+        seed=args.seed,
+        broker=broker,
+        connections=args.connections,
+        jitter_seconds=args.jitter,
+        state_dir=str(args.state_dir) if args.state_dir else None,
+    )
+    try:
+        build_generators(plan, registry)  # fail here, before any worker starts
+    except GeneratorError as e:
+        raise FleetError(str(e)) from None
+    return plan, registry
+
+
+# --------------------------------------------------------------------------- progress
+
+
+class ProgressDisplay:
+    """One status line on a terminal (redrawn), or a line per simulated day otherwise."""
+
+    def __init__(self, plan: FleetPlan, workers: int, stream: TextIO, *, quiet: bool) -> None:
+        self.plan = plan
+        self.stream = stream
+        self.quiet = quiet
+        self.tty = stream.isatty()
+        self.started = time.monotonic()
+        self._state: dict[int, Progress] = {}
+        self._workers = workers
+        self._last_day = -1
+        self._shards = [len(r) for r in shard_ranges(plan.devices, workers)]
+
+    def update(self, p: Progress) -> None:
+        """Take a worker's snapshot and redraw."""
+        self._state[p.worker] = p
+        if self.quiet:
+            return
+        total = (self.plan.slots + 1) * self.plan.devices
+        done = sum(s.slot * self._shards[w] + s.devices_done for w, s in self._state.items())
+        messages = sum(s.messages for s in self._state.values())
+        elapsed = time.monotonic() - self.started
+        frac = min(done / total, 1.0) if total else 1.0
+        slot = min(s.slot for s in self._state.values()) if len(self._state) == self._workers else 0
+        day = min(slot // 4 + 1, self.plan.days)
+        eta = elapsed / frac - elapsed if frac > 0.01 else math.nan
+        rate = messages / elapsed if elapsed > 0 else 0.0
+        bar = "#" * int(frac * 24) + "." * (24 - int(frac * 24))
+        line = (
+            f"[{bar}] {100 * frac:5.1f}%  day {day}/{self.plan.days}  {self.plan.devices:,} devices  "
+            f"{messages:,} reports acknowledged ({rate:,.0f}/s)  "
+            f"{_clock(elapsed)} elapsed" + (f", ~{_clock(eta)} left" if math.isfinite(eta) else "")
+        )
+        if self.tty:
+            self.stream.write("\r" + line[:150].ljust(150))
+            self.stream.flush()
+        elif day != self._last_day or frac >= 1.0:
+            self._last_day = day
+            self.stream.write(line + "\n")
+            self.stream.flush()
+
+    def message(self, text: str) -> None:
+        """A line of its own (ends the status line on a terminal)."""
+        if self.quiet:
+            return
+        if self.tty:
+            self.stream.write("\r" + " " * 150 + "\r")
+        self.stream.write(text + "\n")
+        self.stream.flush()
+
+    def finish(self) -> None:
+        """End the status line."""
+        if not self.quiet and self.tty:
+            self.stream.write("\n")
+            self.stream.flush()
+
+
+def _clock(seconds: float) -> str:
+    s = int(seconds)
+    return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}" if s >= 3600 else f"{s // 60}:{s % 60:02d}"
+
+
+# --------------------------------------------------------------------------- running
+
+
+def shard_ranges(devices: int, workers: int) -> list[range]:
+    """Device numbers per worker: contiguous, as equal as possible."""
+    workers = max(1, min(workers, devices))
+    bounds = [devices * i // workers for i in range(workers + 1)]
+    return [range(bounds[i], bounds[i + 1]) for i in range(workers)]
+
+
+def _worker_main(plan: FleetPlan, lo: int, hi: int, worker: int, out: Any) -> None:
+    """Entry point of a worker process: simulate devices ``lo..hi-1`` and send the result."""
+    logging.basicConfig(level=logging.WARNING, format=f"worker {worker}: %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("ldp_agent").setLevel(logging.ERROR)
+    try:
+        result = asyncio.run(run_shard(plan, range(lo, hi), worker=worker, progress=out.put))
+    except (TransportError, AgentError, GeneratorError, OSError) as e:
+        out.put(("error", worker, f"{type(e).__name__}: {e}"))
+    except BaseException as e:
+        out.put(("error", worker, f"{type(e).__name__}: {e}"))
+        raise
+    else:
+        out.put(("done", worker, result))
+
+
+def simulate(plan: FleetPlan, *, workers: int, display: ProgressDisplay, timeout: float) -> ShardResult:
+    """Run the devices (in this process, or split across worker processes).
+
+    Raises:
+        TransportError: if the broker failed.
+        TimeoutError: if the workers did not finish within ``timeout`` seconds.
+    """
+    ranges = shard_ranges(plan.devices, workers)
+    if len(ranges) == 1:
+        # The agents log a line per cycle at INFO: far too much for thousands of devices.
+        logging.getLogger("ldp_agent").setLevel(logging.ERROR)
+        return asyncio.run(
+            asyncio.wait_for(run_shard(plan, ranges[0], worker=0, progress=display.update), timeout=timeout)
+        )
+    ctx = multiprocessing.get_context("spawn")
+    channel = ctx.Queue()
+    procs = [
+        ctx.Process(target=_worker_main, args=(plan, r.start, r.stop, i, channel), name=f"ldp-fleet-{i}", daemon=True)
+        for i, r in enumerate(ranges)
+    ]
+    for proc in procs:
+        proc.start()
+    results: dict[int, ShardResult] = {}
+    deadline = time.monotonic() + timeout
+    try:
+        while len(results) < len(procs):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the workers did not finish within {timeout:g} s")
+            try:
+                msg = channel.get(timeout=0.5)
+            except queue.Empty:
+                dead = [p for i, p in enumerate(procs) if i not in results and p.exitcode not in (None, 0)]
+                if dead:
+                    raise TransportError(f"worker {dead[0].name} died with exit code {dead[0].exitcode}") from None
+                continue
+            if isinstance(msg, Progress):
+                display.update(msg)
+            elif msg[0] == "done":
+                results[msg[1]] = msg[2]
+            else:
+                raise TransportError(f"worker {msg[1]}: {msg[2]}")
+    finally:
+        for proc in procs:
+            proc.join(timeout=5 if len(results) == len(procs) else 0.1)
+            if proc.is_alive():
+                proc.terminate()
+                proc.join(timeout=5)
+        channel.close()
+    merged = ShardResult()
+    for i in sorted(results):
+        merged = merged.merge(results[i])
+    return merged
+
+
+def _truth_json(use_case: Any, tally: Tally) -> dict[str, Any]:
+    kind = use_case.mechanism.name
+    if kind in ("rr", "one-bit-mean"):
+        return {"reports": tally.n, "mean": tally.total / tally.n if tally.n else None}
+    if kind == "dbitflip":
+        return {"reports": tally.n, "shares": [b / tally.n for b in tally.buckets] if tally.n else []}
+    return {"reports": tally.n, "counts": dict(sorted(tally.counts.items(), key=lambda kv: -kv[1]))}
+
+
+def run_fleet(args: argparse.Namespace, *, stdout: TextIO = sys.stdout, stderr: TextIO = sys.stderr) -> int:
+    """Run the whole simulation as the command line asks; returns the exit status."""
+    try:
+        plan, registry = build_plan(args)
+    except FleetError as e:
+        print(f"ldp-fleet: {e}", file=stderr)
+        return EXIT_USAGE
+    display = ProgressDisplay(plan, args.workers, stderr, quiet=args.quiet)
+    client = CollectorClient(args.collector_url) if args.collector_url else None
+    start_iso = dt.datetime.fromtimestamp(plan.start, dt.UTC).isoformat().replace("+00:00", "Z")
+    display.message(
+        f"ldp-fleet: {plan.devices:,} devices, {plan.days} days from {start_iso}, use cases: "
+        f"{', '.join(f'{n} ({plan.generators[n]})' for n in plan.use_cases)}; registry {registry.hash_hex[:16]}"
+    )
+    try:
+        if client is not None:
+            client.wait_connected(timeout=60.0)
+        wall = time.monotonic()
+        result = simulate(plan, workers=args.workers, display=display, timeout=args.timeout)
+        simulated = time.monotonic() - wall
+        display.finish()
+        display.message(
+            f"simulated {plan.devices:,} devices x {plan.days} days in {simulated:.1f} s: "
+            f"{result.messages:,} reports acknowledged by the broker"
+            + (f", {result.retries} publish retries" if result.retries else "")
+        )
+        expected = {uc: {p: v[0] for p, v in periods.items()} for uc, periods in result.published.items()}
+        rows: dict[str, list[dict[str, Any]]] = {}
+        ingest_seconds = None
+        if client is not None:
+            t0 = time.monotonic()
+            last = [0.0]
+
+            def shown(have: int, want: int) -> None:
+                if time.monotonic() - last[0] > 2.0 or have >= want:
+                    last[0] = time.monotonic()
+                    display.message(f"collector: {have:,} of {want:,} reports committed")
+
+            counts = client.wait_ingested(expected, timeout=args.ingest_timeout, progress=shown)
+            ingest_seconds = time.monotonic() - t0
+            for name in plan.use_cases:
+                uc = registry.use_cases[name]
+                rows[name] = []
+                for period in sorted(result.truth.get(name, {})):
+                    tally = result.truth[name][period]
+                    estimate = client.estimate(name, period)
+                    row = compare_period(uc, tally, estimate)
+                    if counts.get(name, {}).get(period, 0) != tally.n:
+                        row["note"] = (
+                            f"the collector holds {counts.get(name, {}).get(period, 0)} reports for this period, "
+                            f"the fleet sent {tally.n}: the store has data from elsewhere"
+                        )
+                    rows[name].append(row)
+    except (TransportError, CollectorUnavailableError, TimeoutError) as e:
+        display.finish()
+        print(f"ldp-fleet: {e}", file=stderr)
+        return EXIT_SERVICE
+    summaries = [summarize(n, registry.use_cases[n], rows[n], args.tolerance) for n in plan.use_cases if n in rows]
+    ok = bool(summaries) and all(s.ok for s in summaries)
+    if client is not None:
+        print(format_results(summaries, registry, tolerance=args.tolerance), file=stdout)
+        print("", file=stdout)
+        verdict = (
+            f"all {sum(s.compared for s in summaries):,} errors within {args.tolerance:g} SE"
+            if ok
+            else "some errors are beyond the tolerance: " + ", ".join(s.name for s in summaries if not s.ok)
+        )
+        print(f"ldp-fleet: {verdict}", file=stdout)
+    else:
+        for name in plan.use_cases:
+            for period, tally in sorted(result.truth.get(name, {}).items()):
+                truth = _truth_json(registry.use_cases[name], tally)
+                brief = {k: v for k, v in truth.items() if k != "counts"} | (
+                    {"top": list(truth["counts"].items())[:3]} if "counts" in truth else {}
+                )
+                print(f"{name} period {period}: {json.dumps(brief, ensure_ascii=False)}", file=stdout)
+    unsent = {k: v for k, v in result.unsent.items() if v}
+    if unsent or result.refused:
+        print(f"ldp-fleet: values recorded but not sent (limits): {unsent}; refused: {result.refused}", file=stdout)
+    if args.plots and summaries:
+        files = write_plots(summaries, args.plots)
+        print(f"ldp-fleet: {len(files)} plots in {args.plots}", file=stdout)
+    if args.json:
+        document = {
+            "ok": ok if client is not None else None,
+            "tolerance_se": args.tolerance,
+            "config": {
+                "devices": plan.devices,
+                "days": plan.days,
+                "start": start_iso,
+                "seed": plan.seed,
+                "registry": plan.registry_path,
+                "registry_hash": registry.hash_hex,
+                "workers": args.workers,
+                "generators": {n: str(s) for n, s in plan.generators.items()},
+                "populations": plan.populations,
+            },
+            "timing": {
+                "simulate_seconds": simulated,
+                "setup_seconds": result.setup_seconds,
+                "ingest_wait_seconds": ingest_seconds,
+                "reports": result.messages,
+                "retries": result.retries,
+            },
+            "unsent": result.unsent,
+            "refused": result.refused,
+            "use_cases": {
+                name: {
+                    "mechanism": registry.use_cases[name].mechanism.name,
+                    "epsilon_per_report": registry.use_cases[name].cost,
+                    "period": registry.use_cases[name].period.value,
+                    "truth": {
+                        str(p): _truth_json(registry.use_cases[name], t)
+                        for p, t in sorted(result.truth.get(name, {}).items())
+                    },
+                }
+                | (
+                    dataclasses.asdict(next(s for s in summaries if s.name == name))
+                    if any(s.name == name for s in summaries)
+                    else {}
+                )
+                for name in plan.use_cases
+            },
+        }
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(_finite(document), indent=1, ensure_ascii=False, allow_nan=False) + "\n")
+        print(f"ldp-fleet: results in {args.json}", file=stdout)
+    if client is None:
+        return EXIT_OK
+    return EXIT_OK if ok else EXIT_BEYOND
+
+
+def _finite(value: object) -> object:
+    """JSON has no NaN or infinity: they become null."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {str(k): _finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v) for v in value]
+    return value
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``ldp-fleet`` console script."""
+    args = _parser().parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        return run_fleet(args)
+    except KeyboardInterrupt:
+        print("\nldp-fleet: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,525 @@
+"""The fleet simulator's results: the collector's estimates next to the truth.
+
+The estimates are read from the collector's HTTP JSON API (``/api/v1/use-cases/{name}/
+estimate?period=P``), the same endpoint its dashboard draws from, so the numbers printed
+here are the numbers the dashboard shows. The agent package never imports the collector;
+it only speaks HTTP to it.
+
+For every (use case, period) the truth is what the devices that reported actually held:
+
+* proportion and mean use cases (randomized response, 1BitMean): the mean of the reported
+  values; the error is ``estimate - truth`` and ``z = error / SE``;
+* histograms (dBitFlip): the share of reporting devices per bucket, compared bucket by bucket;
+* frequencies (CMS, HCMS, RAPPOR, SFP): the number of reports of each value, compared for
+  every entry the collector released (entries whose estimate falls below the release
+  threshold are withheld by the collector and cannot be compared; their number is shown).
+
+A use case passes when every compared ``|z|`` is at most the tolerance (5 by default): with
+an unbiased estimator and a correct standard error, a normal error beyond 5 SE has
+probability below 6e-7 per comparison.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import math
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from agent.fleet_sim import Tally, tally_kind
+from protocol.registry import Registry, UseCase
+
+__all__ = [
+    "CollectorClient",
+    "CollectorUnavailableError",
+    "compare_period",
+    "format_results",
+    "summarize",
+    "write_plots",
+]
+
+
+class CollectorUnavailableError(RuntimeError):
+    """The collector's HTTP API did not answer, or did not ingest what was published in time."""
+
+
+class CollectorClient:
+    """A small client of the collector's HTTP JSON API.
+
+    Args:
+        url: the collector's base URL (``http://127.0.0.1:8650``).
+        timeout: seconds per request.
+    """
+
+    def __init__(self, url: str, *, timeout: float = 60.0) -> None:
+        self.url = url.rstrip("/")
+        self.timeout = timeout
+
+    def get(self, path: str, **query: object) -> Any:
+        """GET ``path`` and decode its JSON.
+
+        Raises:
+            CollectorUnavailableError: on a connection failure or an HTTP error.
+        """
+        target = self.url + path
+        if query:
+            target += "?" + urllib.parse.urlencode({k: str(v) for k, v in query.items()})
+        try:
+            with urllib.request.urlopen(target, timeout=self.timeout) as response:
+                return json.loads(response.read().decode("utf-8"))
+        except urllib.error.HTTPError as e:
+            detail = e.read().decode("utf-8", "replace")[:500]
+            raise CollectorUnavailableError(f"GET {target}: HTTP {e.code}: {detail}") from None
+        except (urllib.error.URLError, OSError, ValueError) as e:
+            raise CollectorUnavailableError(f"GET {target}: {e}") from None
+
+    def wait_connected(self, timeout: float) -> None:
+        """Wait until the collector reports a live broker subscription.
+
+        Raises:
+            CollectorUnavailableError: if it does not within ``timeout`` seconds.
+        """
+        deadline = time.monotonic() + timeout
+        last = "no answer"
+        while time.monotonic() < deadline:
+            try:
+                health = self.get("/healthz")
+            except CollectorUnavailableError as e:
+                last = str(e)
+            else:
+                if health.get("connected", True):
+                    return
+                last = f"collector not connected to its broker: {health}"
+            time.sleep(0.2)
+        raise CollectorUnavailableError(f"collector at {self.url} not ready after {timeout:g} s: {last}")
+
+    def report_counts(self) -> tuple[dict[str, dict[int, int]], dict[str, Any]]:
+        """Reports committed per use case and period, and the collector's counters."""
+        status = self.get("/api/v1/status")
+        counts = {
+            name: {int(p["period"]): int(p["reports"]) for p in info.get("periods", [])}
+            for name, info in status.get("use_cases", {}).items()
+        }
+        return counts, {"counters": status.get("counters", {}), "live": status.get("live", {})}
+
+    def wait_ingested(
+        self,
+        expected: Mapping[str, Mapping[int, int]],
+        *,
+        timeout: float,
+        progress: Callable[[int, int], None] | None = None,
+    ) -> dict[str, dict[int, int]]:
+        """Wait until the collector has committed at least the ``expected`` reports per (use case, period).
+
+        Raises:
+            CollectorUnavailableError: if they are not all committed within ``timeout`` seconds
+                (the message includes the collector's rejection counters).
+        """
+        want = sum(n for periods in expected.values() for n in periods.values())
+        deadline = time.monotonic() + timeout
+        while True:
+            counts, extra = self.report_counts()
+            have = sum(
+                min(counts.get(uc, {}).get(p, 0), n) for uc, periods in expected.items() for p, n in periods.items()
+            )
+            if progress is not None:
+                progress(have, want)
+            if have >= want:
+                return counts
+            if time.monotonic() > deadline:
+                raise CollectorUnavailableError(
+                    f"the collector committed {have} of the {want} reports the broker acknowledged within "
+                    f"{timeout:g} s; collector counters: {json.dumps(extra)}"
+                )
+            time.sleep(0.5)
+
+    def estimate(self, use_case: str, period: int) -> dict[str, Any]:
+        """The collector's estimate of one (use case, period)."""
+        result: dict[str, Any] = self.get(f"/api/v1/use-cases/{urllib.parse.quote(use_case)}/estimate", period=period)
+        return result
+
+
+# --------------------------------------------------------------------------- comparison
+
+
+def _z(error: float, se: float | None) -> float | None:
+    if se is None or not math.isfinite(se):
+        return None
+    if se == 0:
+        return 0.0 if error == 0 else math.inf
+    return error / se
+
+
+def _item(key: str, estimate: float | None, truth: float, se: float | None) -> dict[str, Any]:
+    est = float("nan") if estimate is None else float(estimate)
+    error = est - truth
+    return {
+        "key": key,
+        "estimate": estimate,
+        "truth": truth,
+        "error": None if math.isnan(error) else error,
+        "standard_error": se,
+        "z": None if math.isnan(error) else _z(error, se),
+    }
+
+
+def compare_period(use_case: UseCase, tally: Tally, result: Mapping[str, Any]) -> dict[str, Any]:
+    """Compare the collector's estimate of one (use case, period) with its truth.
+
+    Args:
+        use_case: the use case.
+        tally: what the reporting devices held.
+        result: the collector's estimate JSON.
+
+    Returns:
+        A JSON-ready row: ``estimate``, ``truth``, ``error``, ``standard_error`` and ``z`` for
+        scalar estimates; ``items`` (one per bucket or released value) and the worst one
+        for vector estimates; ``max_abs_z`` either way.
+    """
+    kind = tally_kind(use_case)
+    row: dict[str, Any] = {
+        "period": result.get("period"),
+        "period_start": result.get("period_start"),
+        "reports": result.get("reports"),
+        "truth_reports": tally.n,
+        "released": bool(result.get("released")),
+        "withheld_reason": result.get("withheld_reason"),
+        "kind": result.get("kind"),
+    }
+    est = result.get("estimate") or {}
+    if not row["released"]:
+        row["max_abs_z"] = None
+        return row
+    items: list[dict[str, Any]]
+    if kind == "mean":
+        truth = tally.total / tally.n if tally.n else float("nan")
+        row.update(_item(use_case.name, est.get("value"), truth, est.get("standard_error")))
+        del row["key"]
+        z = row["z"]
+        row["max_abs_z"] = None if z is None else abs(z)
+        return row
+    if kind == "histogram":
+        items = []
+        for i, bucket in enumerate(est.get("buckets", [])):
+            share = tally.buckets[i] / tally.n if tally.n and tally.buckets else 0.0
+            label = f"[{bucket.get('low'):g}, {bucket.get('high'):g})"
+            items.append(_item(label, bucket.get("value"), share, bucket.get("standard_error")))
+    else:
+        mech: Any = use_case.mechanism
+        length = int(mech.length) if mech.name == "sfp" else None
+        truth_counts: dict[str, int] = {}
+        for value, count in tally.counts.items():
+            # SFP reports words truncated to its length; discovered words come without padding.
+            key = value[:length].rstrip(" ") if length is not None else value
+            truth_counts[key] = truth_counts.get(key, 0) + count
+        items = [
+            _item(
+                str(it["value"]),
+                it.get("count"),
+                float(truth_counts.get(str(it["value"]), 0)),
+                it.get("standard_error"),
+            )
+            for it in est.get("items", [])
+        ]
+        released = {it["key"] for it in items}
+        missing = sorted(((v, c) for v, c in truth_counts.items() if v not in released), key=lambda vc: -vc[1])
+        row["withheld"] = est.get("withheld")
+        row["not_released"] = [{"key": v, "truth": c} for v, c in missing[:20]]
+        row["not_released_count"] = len(missing)
+        row["tested"] = est.get("tested")
+    row["items"] = items
+    zs = [abs(it["z"]) for it in items if it["z"] is not None]
+    row["max_abs_z"] = max(zs) if zs else None
+    worst = max((it for it in items if it["z"] is not None), key=lambda it: abs(it["z"]), default=None)
+    row["worst"] = worst
+    return row
+
+
+@dataclass
+class UseCaseSummary:
+    """One use case's comparison over all periods."""
+
+    name: str
+    mechanism: str
+    kind: str
+    periods: list[dict[str, Any]] = field(default_factory=list)
+    max_abs_z: float | None = None
+    compared: int = 0
+    beyond: int = 0
+    ok: bool = True
+
+
+def summarize(name: str, use_case: UseCase, rows: list[dict[str, Any]], tolerance: float) -> UseCaseSummary:
+    """Count comparisons and those beyond ``tolerance`` standard errors."""
+    summary = UseCaseSummary(name=name, mechanism=use_case.mechanism.name, kind=tally_kind(use_case), periods=rows)
+    zs: list[float] = []
+    for row in rows:
+        if "items" in row:
+            zs.extend(abs(it["z"]) for it in row["items"] if it["z"] is not None)
+        elif row.get("z") is not None:
+            zs.append(abs(row["z"]))
+    summary.compared = len(zs)
+    summary.beyond = sum(1 for z in zs if z > tolerance)
+    summary.max_abs_z = max(zs) if zs else None
+    summary.ok = summary.beyond == 0 and summary.compared > 0
+    return summary
+
+
+# --------------------------------------------------------------------------- text
+
+
+def _f(x: float | None, digits: int = 5) -> str:
+    if x is None:
+        return "n/a"
+    if not math.isfinite(x):
+        return str(x)
+    if x != 0 and (abs(x) >= 1e6 or abs(x) < 1e-3):
+        return f"{x:.{digits - 1}e}"
+    return f"{x:.{digits}g}"
+
+
+def _short(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def format_results(summaries: list[UseCaseSummary], registry: Registry, *, tolerance: float, detail: int = 8) -> str:
+    """A readable report: per use case and period the estimate, truth, error and SE."""
+    out: list[str] = []
+    for s in summaries:
+        uc = registry.use_cases[s.name]
+        out.append("")
+        out.append(
+            f"{s.name} ({s.mechanism}, ε = {uc.cost:.4g} per report, period {uc.period.value}, "
+            f"daily limit {uc.daily_limit})"
+        )
+        if s.kind == "mean":
+            label = "proportion" if s.mechanism == "rr" else "mean"
+            out.append(
+                f"  {'period start':20s} {'reports':>8s} {label + ' est.':>12s} {'truth':>12s} {'error':>11s} "
+                f"{'SE':>10s} {'error/SE':>9s}"
+            )
+            for r in s.periods:
+                if not r["released"]:
+                    out.append(
+                        f"  {r['period_start'] or r['period']!s:20s} {r['reports']!s:>8s}  not released: "
+                        f"{r['withheld_reason']}"
+                    )
+                    continue
+                out.append(
+                    f"  {r['period_start']:20s} {r['reports']:>8d} {_f(r['estimate']):>12s} {_f(r['truth']):>12s} "
+                    f"{_f(r['error'], 3):>11s} {_f(r['standard_error'], 3):>10s} {_f(r['z'], 2):>9s}"
+                )
+        else:
+            what = "bucket" if s.kind == "histogram" else "value"
+            out.append(
+                f"  {'period start':20s} {'reports':>8s} {'compared':>8s}  worst {what:12s} {'estimate':>10s} "
+                f"{'truth':>10s} {'error':>10s} {'SE':>9s} {'error/SE':>8s}"
+            )
+            for r in s.periods:
+                if not r["released"]:
+                    out.append(
+                        f"  {r['period_start'] or r['period']!s:20s} {r['reports']!s:>8s}  not released: "
+                        f"{r['withheld_reason']}"
+                    )
+                    continue
+                w = r.get("worst") or {}
+                out.append(
+                    f"  {r['period_start']:20s} {r['reports']:>8d} {len(r['items']):>8d}  "
+                    f"{_short(str(w.get('key', '-')), 18):18s} {_f(w.get('estimate'), 4):>10s} "
+                    f"{_f(w.get('truth'), 4):>10s} {_f(w.get('error'), 3):>10s} {_f(w.get('standard_error'), 3):>9s} "
+                    f"{_f(w.get('z'), 2):>8s}"
+                )
+            latest = next((r for r in reversed(s.periods) if r["released"]), None)
+            if latest is not None and detail > 0:
+                items = latest["items"]
+                if s.kind == "frequencies":
+                    items = sorted(items, key=lambda it: -(it["truth"] or 0))[:detail]
+                    heading = f"top {len(items)} by true count"
+                else:
+                    heading = "every bucket (shares of devices)"
+                out.append(f"  latest period {latest['period_start']}, {heading}:")
+                out.append(
+                    f"    {what:24s} {'estimate':>10s} {'truth':>10s} {'error':>10s} {'SE':>9s} {'error/SE':>8s}"
+                )
+                for it in items:
+                    out.append(
+                        f"    {_short(it['key'], 24):24s} {_f(it['estimate'], 4):>10s} {_f(it['truth'], 4):>10s} "
+                        f"{_f(it['error'], 3):>10s} {_f(it['standard_error'], 3):>9s} {_f(it['z'], 2):>8s}"
+                    )
+                if latest.get("not_released_count"):
+                    out.append(
+                        f"    ({latest['not_released_count']} reported values not released by the collector, "
+                        f"estimated below its release threshold)"
+                    )
+        verdict = (
+            f"every error within {tolerance:g} SE"
+            if s.ok
+            else f"{s.beyond} of {s.compared} errors beyond {tolerance:g} SE"
+        )
+        if s.compared == 0:
+            verdict = "nothing compared (no released estimate)"
+        out.append(f"  => {s.compared} comparisons, max |error|/SE = {_f(s.max_abs_z, 3)}: {verdict}")
+    return "\n".join(out)
+
+
+# --------------------------------------------------------------------------- plots
+
+_W, _H = 760, 340
+_L, _R, _T, _B = 70, 20, 34, 70
+
+
+def _svg(title: str, body: list[str], legend: list[tuple[str, str]]) -> str:
+    items = []
+    for i, (color, text) in enumerate(legend):
+        x = _L + i * 220
+        items.append(
+            f'<rect x="{x}" y="{_H - 18}" width="12" height="12" fill="{color}"/>'
+            f'<text x="{x + 18}" y="{_H - 8}">{html.escape(text)}</text>'
+        )
+    return (
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{_W}" height="{_H}" viewBox="0 0 {_W} {_H}" '
+        'font-family="system-ui, sans-serif" font-size="11">'
+        f'<rect width="{_W}" height="{_H}" fill="#fff"/>'
+        f'<text x="{_L}" y="20" font-size="14" font-weight="600">{html.escape(title)}</text>'
+        + "".join(body)
+        + "".join(items)
+        + "</svg>\n"
+    )
+
+
+def _axis(lo: float, hi: float) -> tuple[float, float, list[float]]:
+    if not (math.isfinite(lo) and math.isfinite(hi)) or hi <= lo:
+        hi = lo + 1.0
+    span = hi - lo
+    step = 10 ** math.floor(math.log10(span / 5))
+    for mult in (1, 2, 5, 10):
+        if span / (step * mult) <= 6:
+            step *= mult
+            break
+    start = math.floor(lo / step) * step
+    ticks = []
+    t = start
+    while t <= hi + step * 1e-9:
+        ticks.append(t)
+        t += step
+    return start, max(ticks[-1], hi), ticks
+
+
+def _chart(
+    title: str,
+    labels: list[str],
+    truth: list[float],
+    estimate: list[float | None],
+    se: list[float | None],
+    *,
+    z: float,
+    bars: bool,
+) -> str:
+    """Truth as bars (or a line) and estimates as points with ``± z·SE`` error bars."""
+    lows = [e - z * s for e, s in zip(estimate, se, strict=True) if e is not None and s is not None]
+    highs = [e + z * s for e, s in zip(estimate, se, strict=True) if e is not None and s is not None]
+    lo = min([*truth, *lows, 0.0] if bars else [*truth, *lows])
+    hi = max([*truth, *highs])
+    lo, hi, ticks = _axis(lo, hi)
+    plot_w, plot_h = _W - _L - _R, _H - _T - _B
+    n = max(len(labels), 1)
+    slot = plot_w / n
+
+    def y(v: float) -> float:
+        return _T + plot_h - (v - lo) / (hi - lo) * plot_h
+
+    def x(i: int) -> float:
+        return _L + slot * (i + 0.5)
+
+    body = []
+    for t in ticks:
+        body.append(
+            f'<line x1="{_L}" x2="{_W - _R}" y1="{y(t):.1f}" y2="{y(t):.1f}" stroke="#eaecf0"/>'
+            f'<text x="{_L - 6}" y="{y(t) + 4:.1f}" text-anchor="end">{html.escape(_f(t, 4))}</text>'
+        )
+    if bars:
+        width = max(slot * 0.7, 1.0)
+        for i, t in enumerate(truth):
+            top, bottom = y(max(t, 0.0)), y(max(min(0.0, t), lo))
+            body.append(
+                f'<rect x="{x(i) - width / 2:.1f}" y="{top:.1f}" width="{width:.1f}" '
+                f'height="{max(bottom - top, 0):.1f}" fill="#c7d7f5"><title>{html.escape(labels[i])}: truth {_f(t)}'
+                "</title></rect>"
+            )
+    else:
+        points = " ".join(f"{x(i):.1f},{y(t):.1f}" for i, t in enumerate(truth))
+        body.append(f'<polyline points="{points}" fill="none" stroke="#98a2b3" stroke-width="2"/>')
+    for i, (e, s) in enumerate(zip(estimate, se, strict=True)):
+        if e is None:
+            continue
+        if s is not None:
+            body.append(
+                f'<line x1="{x(i):.1f}" x2="{x(i):.1f}" y1="{y(e - z * s):.1f}" y2="{y(e + z * s):.1f}" '
+                'stroke="#2f6fde" stroke-width="1.5"/>'
+            )
+        tip = f"{labels[i]}: estimate {_f(e)} ± {_f(s)} (SE), truth {_f(truth[i])}"
+        body.append(
+            f'<circle cx="{x(i):.1f}" cy="{y(e):.1f}" r="3" fill="#2f6fde"><title>{html.escape(tip)}</title></circle>'
+        )
+    every = max(1, math.ceil(n / 16))
+    for i, label in enumerate(labels):
+        if i % every == 0:
+            body.append(
+                f'<text x="{x(i):.1f}" y="{_T + plot_h + 14}" text-anchor="end" '
+                f'transform="rotate(-35 {x(i):.1f} {_T + plot_h + 14})">{html.escape(_short(label, 16))}</text>'
+            )
+    body.append(f'<line x1="{_L}" x2="{_W - _R}" y1="{y(lo):.1f}" y2="{y(lo):.1f}" stroke="#667085"/>')
+    legend = [("#c7d7f5" if bars else "#98a2b3", "truth"), ("#2f6fde", f"estimate ± {z:g} SE")]
+    return _svg(title, body, legend)
+
+
+def write_plots(summaries: list[UseCaseSummary], directory: Path, *, z: float = 1.96, top: int = 20) -> list[Path]:
+    """One self-contained SVG per use case: means over time, or the latest period's histogram
+    or top values, truth against estimates with ``± z·SE`` error bars.
+
+    Returns:
+        The files written.
+    """
+    directory.mkdir(parents=True, exist_ok=True)
+    written = []
+    for s in summaries:
+        released = [r for r in s.periods if r["released"]]
+        if not released:
+            continue
+        if s.kind == "mean":
+            labels = [str(r["period_start"])[5:16].replace("T", " ") for r in released]
+            svg = _chart(
+                f"{s.name}: {'proportion' if s.mechanism == 'rr' else 'mean'} per period",
+                labels,
+                [float(r["truth"]) for r in released],
+                [r["estimate"] for r in released],
+                [r["standard_error"] for r in released],
+                z=z,
+                bars=False,
+            )
+        else:
+            latest = released[-1]
+            items = latest["items"]
+            if s.kind == "frequencies":
+                items = sorted(items, key=lambda it: -(it["truth"] or 0))[:top]
+            what = "share per bucket" if s.kind == "histogram" else f"top {len(items)} values, reports"
+            svg = _chart(
+                f"{s.name}: {what}, period from {latest['period_start']}",
+                [it["key"] for it in items],
+                [float(it["truth"]) for it in items],
+                [it["estimate"] for it in items],
+                [it["standard_error"] for it in items],
+                z=z,
+                bars=True,
+            )
+        path = directory / f"{s.name}.svg"
+        path.write_text(svg, encoding="utf-8")
+        written.append(path)
+    return written

@@ -1,0 +1,141 @@
+"""Comparing the collector's estimates with the truth, the text report and the SVG plots."""
+
+from __future__ import annotations
+
+import math
+import xml.etree.ElementTree as ET
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agent.fleet_report import compare_period, format_results, summarize, write_plots
+from agent.fleet_sim import Tally
+from protocol.registry import Registry, parse_registry
+
+ROOT = Path(__file__).resolve().parents[2]
+REGISTRY_PATH = ROOT / "deploy" / "fleet.usecases.toml"
+
+
+@pytest.fixture(scope="module")
+def registry() -> Registry:
+    """The fleet registry shipped in deploy/."""
+    return parse_registry(REGISTRY_PATH.read_bytes(), source=str(REGISTRY_PATH))
+
+
+def _result(kind: str, estimate: dict[str, Any], *, released: bool = True) -> dict[str, Any]:
+    return {
+        "period": 100,
+        "period_start": "2024-03-01T00:00:00Z",
+        "reports": 4,
+        "released": released,
+        "withheld_reason": None if released else "4 reports; at least 50 are needed before release",
+        "kind": kind,
+        "estimate": estimate if released else None,
+    }
+
+
+def test_mean_error_and_z(registry: Registry) -> None:
+    """A mean's error is estimate minus the reported values' mean, in SE units."""
+    tally = Tally(n=4, total=4 * 250.0)
+    row = compare_period(
+        registry.use_cases["app-usage-seconds"], tally, _result("mean", {"value": 270.0, "standard_error": 8.0})
+    )
+    assert row["truth"] == 250.0
+    assert row["error"] == 20.0
+    assert row["z"] == 2.5
+    assert row["max_abs_z"] == 2.5
+
+
+def test_histogram_compares_shares_per_bucket(registry: Registry) -> None:
+    """Each bucket's estimated share is compared with the share of reporting devices in it."""
+    uc = registry.use_cases["app-usage-histogram"]
+    tally = Tally()
+    for v in (0.0, 10.0, 5000.0, 30_000.0):
+        tally.add("histogram", v, uc)
+    assert tally.buckets[0] == 2
+    assert tally.buckets[-1] == 1  # values past the last edge are clamped, as the mechanism does
+    edges = list(uc.mechanism.buckets.edges)  # type: ignore[attr-defined]
+    buckets = [
+        {"low": edges[i], "high": edges[i + 1], "value": 0.5 if i == 0 else 0.0, "standard_error": 0.1}
+        for i in range(16)
+    ]
+    row = compare_period(uc, tally, _result("histogram", {"buckets": buckets, "n": 4}))
+    assert row["items"][0]["truth"] == 0.5
+    assert row["items"][0]["z"] == 0.0
+    assert row["worst"]["z"] == pytest.approx(-2.5)
+    assert row["max_abs_z"] == pytest.approx(2.5)
+
+
+def test_frequencies_compare_released_values_and_list_the_rest(registry: Registry) -> None:
+    """Released values are compared with their true counts; reported values the collector withheld are listed."""
+    tally = Tally(n=5, counts={"a": 3, "b": 1, "c": 1})
+    estimate = {
+        "items": [
+            {"value": "a", "count": 4.0, "standard_error": 2.0},
+            {"value": "z", "count": 1.0, "standard_error": 2.0},
+        ],
+        "withheld": 3,
+        "tested": 5,
+    }
+    row = compare_period(registry.use_cases["emoji"], tally, _result("frequencies", estimate))
+    assert [(it["key"], it["truth"], it["z"]) for it in row["items"]] == [("a", 3.0, 0.5), ("z", 0.0, 0.5)]
+    assert row["not_released_count"] == 2
+    assert {d["key"] for d in row["not_released"]} == {"b", "c"}
+
+
+def test_unreleased_period_is_not_compared(registry: Registry) -> None:
+    """A period the collector does not release carries its reason and no comparison."""
+    uc = registry.use_cases["dark-mode-enabled"]
+    row = compare_period(uc, Tally(n=4, total=1), _result("proportion", {}, released=False))
+    assert row["released"] is False
+    assert row["max_abs_z"] is None
+    summary = summarize(uc.name, uc, [row], 5.0)
+    assert summary.compared == 0
+    assert not summary.ok
+
+
+def test_summary_counts_errors_beyond_the_tolerance(registry: Registry) -> None:
+    """A use case passes only when no compared error exceeds the tolerance."""
+    uc = registry.use_cases["app-usage-seconds"]
+    rows = [
+        compare_period(uc, Tally(n=1, total=100.0), _result("mean", {"value": 100.0 + z, "standard_error": 1.0}))
+        for z in (0.5, -4.9, 6.0)
+    ]
+    summary = summarize(uc.name, uc, rows, 5.0)
+    assert (summary.compared, summary.beyond, summary.ok) == (3, 1, False)
+    assert summary.max_abs_z == 6.0
+    text = format_results([summary], registry, tolerance=5.0)
+    assert "1 of 3 errors beyond 5 SE" in text
+    assert "2024-03-01T00:00:00Z" in text
+
+
+def test_zero_standard_error(registry: Registry) -> None:
+    """An exact estimate with SE 0 has z 0; a wrong one has an infinite z."""
+    uc = registry.use_cases["dark-mode-enabled"]
+    exact = compare_period(uc, Tally(n=2, total=1), _result("proportion", {"value": 0.5, "standard_error": 0.0}))
+    wrong = compare_period(uc, Tally(n=2, total=1), _result("proportion", {"value": 0.6, "standard_error": 0.0}))
+    assert exact["z"] == 0.0
+    assert math.isinf(wrong["z"])
+
+
+def test_plots_are_well_formed_svg(tmp_path: Path, registry: Registry) -> None:
+    """One self-contained SVG per use case, parseable as XML, with the truth and the estimates drawn."""
+    mean_uc, freq_uc = registry.use_cases["app-usage-seconds"], registry.use_cases["emoji"]
+    means = [
+        compare_period(mean_uc, Tally(n=10, total=10.0 * t), _result("mean", {"value": t + 3, "standard_error": 2.0}))
+        for t in (100.0, 120.0, 90.0)
+    ]
+    freq = compare_period(
+        freq_uc,
+        Tally(n=3, counts={"<b>&": 2, "x": 1}),
+        _result("frequencies", {"items": [{"value": "<b>&", "count": 2.5, "standard_error": 1.0}]}),
+    )
+    summaries = [summarize(mean_uc.name, mean_uc, means, 5.0), summarize(freq_uc.name, freq_uc, [freq], 5.0)]
+    files = write_plots(summaries, tmp_path / "plots")
+    assert sorted(f.name for f in files) == ["app-usage-seconds.svg", "emoji.svg"]
+    for f in files:
+        root = ET.fromstring(f.read_text(encoding="utf-8"))
+        assert root.tag == "{http://www.w3.org/2000/svg}svg"
+        assert root.findall(".//{http://www.w3.org/2000/svg}circle")
+    assert "&lt;b&gt;&amp;" in (tmp_path / "plots" / "emoji.svg").read_text(encoding="utf-8")
