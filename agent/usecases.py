@@ -17,7 +17,6 @@ Three kinds (DESIGN "When to privatize"):
 from __future__ import annotations
 
 import enum
-import hashlib
 import importlib
 import math
 from typing import Any
@@ -85,7 +84,7 @@ def fingerprint(use_case: UseCase) -> bytes:
     Saved next to the permanent state: if the registry changes the parameters, the state no
     longer belongs to the mechanism and the use case stops instead of redrawing it.
     """
-    return hashlib.sha256(repr(use_case.mechanism).encode("utf-8")).digest()[:16]
+    return use_case.fingerprint
 
 
 def load_permanent_state(use_case: UseCase, data: object) -> Any:

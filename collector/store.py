@@ -113,10 +113,9 @@ _BIG_SEGMENTS = 256 << 20
 def use_case_fingerprint(use_case: UseCase) -> bytes:
     """16 bytes that change whenever the meaning of the use case's aggregate changes.
 
-    The mechanism is a frozen dataclass, so its ``repr`` lists every parameter (seed included).
+    The mechanism's canonical fingerprint (every parameter, seed included) and the period.
     """
-    text = f"{use_case.mechanism!r}|{use_case.period.value}"
-    return hashlib.sha256(text.encode()).digest()[:16]
+    return hashlib.sha256(use_case.fingerprint + use_case.period.value.encode()).digest()[:16]
 
 
 def _footprint(obj: object, depth: int = 0) -> int:

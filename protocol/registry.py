@@ -89,6 +89,7 @@ __all__ = [
     "RegistryError",
     "UseCase",
     "WireMechanism",
+    "mechanism_fingerprint",
     "parse_registry",
 ]
 
@@ -233,6 +234,11 @@ class UseCase:
     seed: bytes | None
     collector: CollectorSettings
     description: str = ""
+
+    @property
+    def fingerprint(self) -> bytes:
+        """:func:`mechanism_fingerprint` of this use case's mechanism."""
+        return mechanism_fingerprint(self.mechanism)
 
     @property
     def cost(self) -> float:
@@ -613,6 +619,18 @@ def _canonical(value: object) -> object:
         fields = {f.name: _canonical(getattr(value, f.name)) for f in dataclasses.fields(value)}
         return {"type": type(value).__name__, "fields": dict(sorted(fields.items()))}
     raise TypeError(f"registry hash: cannot canonicalise a {type(value).__name__}")
+
+
+def mechanism_fingerprint(mechanism: WireMechanism) -> bytes:
+    """16 bytes that identify a mechanism's parameters (name, every field, the seed).
+
+    Canonical like the registry hash (``4`` and ``4.0`` agree). The agent stores it next to
+    permanent state and the collector next to aggregates: when a registry changes the
+    parameters, state drawn or folded under the old ones is never reused.
+    """
+    doc = {"name": mechanism.name, "mechanism": _canonical(mechanism)}
+    encoded = msgpack.packb(doc, use_bin_type=True)
+    return hashlib.sha256(b"ldp-telemetry/mechanism/v1\x00" + encoded).digest()[:HASH_SIZE]
 
 
 def _canonical_hash(use_cases: Mapping[str, UseCase]) -> bytes:
