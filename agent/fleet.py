@@ -442,8 +442,10 @@ def _truth_json(use_case: Any, tally: Tally) -> dict[str, Any]:
     return {"reports": tally.n, "counts": dict(sorted(tally.counts.items(), key=lambda kv: -kv[1]))}
 
 
-def run_fleet(args: argparse.Namespace, *, stdout: TextIO = sys.stdout, stderr: TextIO = sys.stderr) -> int:
+def run_fleet(args: argparse.Namespace, *, stdout: TextIO | None = None, stderr: TextIO | None = None) -> int:
     """Run the whole simulation as the command line asks; returns the exit status."""
+    stdout = stdout or sys.stdout
+    stderr = stderr or sys.stderr
     try:
         plan, registry = build_plan(args)
     except FleetError as e:

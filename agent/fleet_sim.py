@@ -73,9 +73,14 @@ MAX_PUBLISH_ATTEMPTS = 8
 """A device's reports are retried this many times across reconnects before the run fails."""
 
 
-def device_seed(seed: int, device: int) -> int:
-    """The seed of device ``device``'s random source (independent of the worker split)."""
-    digest = hashlib.blake2b(f"{seed}/{device}".encode(), digest_size=16, person=b"ldp-fleet-dev").digest()
+def device_seed(seed: int, start: int, device: int) -> int:
+    """The seed of device ``device``'s random source (independent of the worker split).
+
+    The simulated start time is part of it: report ids come from this source, and the
+    collector drops a report whose id it has seen, so two runs over different days must not
+    draw the same ids (the same run repeated is, correctly, a redelivery).
+    """
+    digest = hashlib.blake2b(f"{seed}/{start}/{device}".encode(), digest_size=16, person=b"ldp-fleet-dev").digest()
     return int.from_bytes(digest, "little")
 
 
@@ -418,7 +423,7 @@ class _Device:
         self, number: int, *, plan: FleetPlan, registry: Registry, clock: FakeClock, root: Path, shard: _Shard
     ) -> None:
         self.number = number
-        rng = SeededRandom(device_seed(plan.seed, number))
+        rng = SeededRandom(device_seed(plan.seed, plan.start, number))
         key = rng.words(4).astype("<u8").tobytes()
         state_dir = root / f"device-{number:07d}"
         sealer = Sealer(key) if plan.state_dir is not None else MemorySealer(key)
@@ -502,7 +507,7 @@ async def run_shard(
 
         if plan.broker is None:
             raise ValueError("the plan names no broker and no transport was given")
-        transport = MqttTransport(plan.broker, SeededRandom(device_seed(plan.seed, -1 - worker)))
+        transport = MqttTransport(plan.broker, SeededRandom(device_seed(plan.seed, plan.start, -1 - worker)))
     started = time.monotonic()
     async with contextlib.AsyncExitStack() as stack:
         if root is None and plan.state_dir is None:

@@ -1,0 +1,231 @@
+#!/usr/bin/env bash
+# Run the whole system on this machine: a Mosquitto broker with TLS, passwords and the ACL of
+# deploy/mosquitto/, the collector with its HTTP dashboard, and a simulated fleet of devices
+# (ldp-fleet) publishing a week of privatized reports. Prints, per use case and period, the
+# collector's estimate next to the truth, then the dashboard's URL, and keeps the broker and
+# the collector running until Ctrl-C. Everything listens on 127.0.0.1 only.
+#
+# Usage: deploy/run-demo.sh [options] [-- ldp-fleet options]
+#
+#   --devices N     simulated devices (default 1000)
+#   --days N        simulated days (default 7)
+#   --seed N        seed of the simulation (default 1)
+#   --workers N     ldp-fleet worker processes (default: 1, or 2 from 5,000 devices on)
+#   --wait SECONDS  keep the dashboard up this long after the run, then stop (default: until Ctrl-C)
+#   --no-wait       stop everything as soon as the results are printed
+#   --out DIR       where results.json and the SVG plots go (default: a new ldp-demo.* directory
+#                   under $TMPDIR or /tmp, kept after the run)
+#   --keep          keep the broker's and collector's working files too (certificates, database)
+#
+# Needs Python 3.11+ and Mosquitto; installs Mosquitto with apt-get when it is missing (as
+# deploy/test.sh does), creates the virtual environment .venv and installs the package into
+# it when needed. Exit status: ldp-fleet's (0 when every error is within 5 standard errors).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root="$(pwd)"
+
+usage() {
+    sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p}' "$0" >&2
+    exit "${1:-2}"
+}
+
+devices=1000
+days=7
+seed=1
+workers=""
+wait_seconds=""
+no_wait=0
+out=""
+keep=0
+fleet_args=()
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --devices) [ $# -ge 2 ] || usage; devices="$2"; shift 2 ;;
+        --days) [ $# -ge 2 ] || usage; days="$2"; shift 2 ;;
+        --seed) [ $# -ge 2 ] || usage; seed="$2"; shift 2 ;;
+        --workers) [ $# -ge 2 ] || usage; workers="$2"; shift 2 ;;
+        --wait) [ $# -ge 2 ] || usage; wait_seconds="$2"; shift 2 ;;
+        --no-wait) no_wait=1; shift ;;
+        --out) [ $# -ge 2 ] || usage; out="$2"; shift 2 ;;
+        --keep) keep=1; shift ;;
+        -h | --help) usage 0 ;;
+        --) shift; fleet_args=("$@"); break ;;
+        *) echo "run-demo: unknown option $1 (see --help)" >&2; exit 2 ;;
+    esac
+done
+for n in "$devices" "$days" "$seed"; do
+    [[ "$n" =~ ^[0-9]+$ ]] || { echo "run-demo: --devices, --days and --seed take whole numbers" >&2; exit 2; }
+done
+[ -z "$wait_seconds" ] || [[ "$wait_seconds" =~ ^[0-9]+$ ]] || { echo "run-demo: --wait takes seconds" >&2; exit 2; }
+if [ -z "$workers" ]; then
+    # Two processes pay off once the fleet is large (each device costs a few ms per cycle).
+    if [ "$devices" -ge 5000 ]; then workers=2; else workers=1; fi
+fi
+
+say() { printf '== %s\n' "$*" >&2; }
+
+# --- system packages: the broker (and mosquitto_passwd), openssl for the test CA ---------
+find_mosquitto() {
+    command -v mosquitto 2>/dev/null || { [ -x /usr/sbin/mosquitto ] && echo /usr/sbin/mosquitto; } || true
+}
+need=()
+[ -n "$(find_mosquitto)" ] && command -v mosquitto_passwd >/dev/null 2>&1 || need+=(mosquitto)
+command -v openssl >/dev/null 2>&1 || need+=(openssl)
+if [ ${#need[@]} -gt 0 ]; then
+    say "installing ${need[*]} from the distribution's packages"
+    SUDO=""
+    [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+fi
+mosquitto_bin="$(find_mosquitto)"
+[ -n "$mosquitto_bin" ] || { echo "run-demo: mosquitto is not installed and could not be installed" >&2; exit 1; }
+
+# --- the virtual environment ----------------------------------------------------------------
+if [ ! -x .venv/bin/python ]; then
+    say "creating the virtual environment .venv"
+    python3 -m venv .venv
+fi
+if ! .venv/bin/python -c 'import agent.fleet, collector.service' >/dev/null 2>&1 || [ ! -x .venv/bin/ldp-fleet ]; then
+    say "installing ldp-telemetry into .venv"
+    .venv/bin/python -m pip install --quiet --upgrade pip
+    .venv/bin/python -m pip install --quiet -e .
+fi
+py=.venv/bin/python
+
+# --- a working directory, and cleanup on every exit ----------------------------------------
+work="$(mktemp -d "${TMPDIR:-/tmp}/ldp-demo.XXXXXX")"
+[ -n "$out" ] || out="$work/results"
+mkdir -p "$out"
+broker_pid=""
+collector_pid=""
+cleanup() {
+    trap - EXIT INT TERM
+    if [ -n "$collector_pid" ] && kill -0 "$collector_pid" 2>/dev/null; then
+        kill -TERM "$collector_pid" 2>/dev/null || true
+        for _ in $(seq 100); do kill -0 "$collector_pid" 2>/dev/null || break; sleep 0.1; done
+        kill -KILL "$collector_pid" 2>/dev/null || true
+    fi
+    if [ -n "$broker_pid" ] && kill -0 "$broker_pid" 2>/dev/null; then
+        kill -TERM "$broker_pid" 2>/dev/null || true
+        for _ in $(seq 50); do kill -0 "$broker_pid" 2>/dev/null || break; sleep 0.1; done
+        kill -KILL "$broker_pid" 2>/dev/null || true
+    fi
+    if [ "$keep" -eq 0 ]; then
+        for part in pki secrets broker collector; do rm -rf "${work:?}/$part"; done
+        rmdir "$work" 2>/dev/null || true
+    fi
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+free_port() {
+    "$py" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()'
+}
+wait_for() { # wait_for SECONDS PYTHON-CONDITION WHAT
+    local deadline=$((SECONDS + $1))
+    until "$py" -c "$2" >/dev/null 2>&1; do
+        if [ $SECONDS -ge $deadline ]; then
+            echo "run-demo: $3 did not come up within $1 s (logs in $work)" >&2
+            keep=1
+            exit 1
+        fi
+        sleep 0.2
+    done
+}
+
+# --- certificates and broker users (the deploy scripts of docs/deploy.md) -----------------
+say "making a test CA and broker users in $work"
+deploy/make-test-ca.sh "$work/pki" >/dev/null
+deploy/make-broker-users.sh "$work/broker/passwd" "$work/secrets" >/dev/null
+
+# --- the broker: deploy/mosquitto/mosquitto.conf with its paths and ports moved here -----
+mqtt_port="$(free_port)"
+mtls_port="$(free_port)"
+http_port="$(free_port)"
+mkdir -p "$work/broker/data"
+cp deploy/mosquitto/acl "$work/broker/acl"
+cp "$work/pki/ca.pem" "$work/pki/broker.pem" "$work/pki/broker.key" "$work/broker/"
+sed -e "s|^listener 8883\$|listener $mqtt_port 127.0.0.1|" \
+    -e "s|^listener 8884\$|listener $mtls_port 127.0.0.1|" \
+    -e "s|/etc/mosquitto/ldp/|$work/broker/|g" \
+    -e "s|^persistence_location .*|persistence_location $work/broker/data/|" \
+    -e "s|^user .*|user $(id -un)|" \
+    -e "s|^pid_file .*||" \
+    -e "s|^log_dest .*|log_dest file $work/broker/mosquitto.log|" \
+    deploy/mosquitto/mosquitto.conf >"$work/broker/mosquitto.conf"
+grep -q "^listener $mqtt_port 127.0.0.1" "$work/broker/mosquitto.conf" ||
+    { echo "run-demo: deploy/mosquitto/mosquitto.conf has no 'listener 8883' line to move" >&2; exit 1; }
+say "starting Mosquitto on 127.0.0.1:$mqtt_port (TLS, passwords, ACL)"
+"$mosquitto_bin" -c "$work/broker/mosquitto.conf" >"$work/broker/stdout.log" 2>&1 &
+broker_pid=$!
+wait_for 15 "import socket; socket.create_connection(('127.0.0.1', $mqtt_port), timeout=0.5)" "Mosquitto"
+
+# --- the collector, with its dashboard on loopback ----------------------------------------
+# Its retention window must reach back to the first simulated period (6-hour periods).
+retention=$(((days + 2) * 4))
+mkdir -p "$work/collector"
+cat >"$work/collector/collector.toml" <<EOF
+registry = "$root/deploy/fleet.usecases.toml"
+instance = "demo"
+
+[mqtt]
+host = "127.0.0.1"
+port = $mqtt_port
+client_id = "ldp-collector-demo"
+username = "collector"
+password_file = "$work/secrets/collector.password"
+[mqtt.tls]
+ca_file = "$work/pki/ca.pem"
+
+[ingest]
+retention_periods = $retention
+
+[store]
+path = "$work/collector/collector.sqlite3"
+
+[http]
+host = "127.0.0.1"
+port = $http_port
+
+[estimation]
+workers = 1
+EOF
+say "starting the collector (dashboard on http://127.0.0.1:$http_port/)"
+.venv/bin/ldp-collector --config "$work/collector/collector.toml" --log-level WARNING run \
+    >"$work/collector/collector.log" 2>&1 &
+collector_pid=$!
+wait_for 60 "import json, urllib.request; h = json.load(urllib.request.urlopen('http://127.0.0.1:$http_port/healthz', timeout=2)); assert h.get('connected')" "the collector"
+
+# --- the fleet -----------------------------------------------------------------------------
+say "running ldp-fleet: $devices devices, $days days"
+status=0
+.venv/bin/ldp-fleet \
+    --registry deploy/fleet.usecases.toml \
+    --devices "$devices" --days "$days" --seed "$seed" --workers "$workers" \
+    --broker "127.0.0.1:$mqtt_port" --ca-file "$work/pki/ca.pem" \
+    --username devices --password-file "$work/secrets/devices.password" \
+    --collector-url "http://127.0.0.1:$http_port" \
+    --json "$out/results.json" --plots "$out/plots" \
+    ${fleet_args[@]+"${fleet_args[@]}"} || status=$?
+
+echo
+echo "Dashboard (the same estimates, latest period per use case): http://127.0.0.1:$http_port/"
+echo "Results: $out/results.json, plots in $out/plots/"
+echo "Estimates from the command line: .venv/bin/ldp-collector --config $work/collector/collector.toml estimate emoji"
+[ "$keep" -eq 1 ] || echo "(the collector's files are removed on exit; --keep keeps them)"
+if [ "$no_wait" -eq 1 ]; then
+    exit "$status"
+fi
+if [ -n "$wait_seconds" ]; then
+    echo "Keeping the broker and the collector up for $wait_seconds s (Ctrl-C stops them sooner)."
+    end=$((SECONDS + wait_seconds))
+else
+    echo "Keeping the broker and the collector up until Ctrl-C."
+    end=-1
+fi
+while [ "$end" -lt 0 ] || [ $SECONDS -lt $end ]; do
+    kill -0 "$collector_pid" 2>/dev/null || { echo "run-demo: the collector stopped (see $work)" >&2; keep=1; exit 1; }
+    sleep 1
+done
+exit "$status"

@@ -1,0 +1,205 @@
+"""A broker and a collector for the fleet's end-to-end tests, as deploy/run-demo.sh starts them.
+
+The broker runs deploy/mosquitto/mosquitto.conf (TLS, password file, ACL) with its paths and
+ports moved into a temporary directory, with the CA and users made by deploy/make-test-ca.sh
+and deploy/make-broker-users.sh; or, for tests that only need a broker, a plain loopback one.
+The collector is ``python -m collector run`` with its HTTP API on a free loopback port.
+Every process is stopped when the ``with`` block ends.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import getpass
+import json
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from tests.support.broker import find_mosquitto, free_port
+
+ROOT = Path(__file__).resolve().parents[2]
+DEPLOY = ROOT / "deploy"
+
+
+@dataclass(frozen=True)
+class Stack:
+    """A running broker and collector.
+
+    Attributes:
+        broker_port: the broker's loopback port (TLS when ``ca_file`` is set).
+        collector_url: the collector's HTTP API.
+        ca_file: the CA that signed the broker's certificate (None: plain MQTT).
+        password_file: the devices user's password (None: anonymous).
+        directory: where logs and state live.
+    """
+
+    broker_port: int
+    collector_url: str
+    ca_file: Path | None
+    password_file: Path | None
+    directory: Path
+
+    def fleet_args(self, *, password: bool = True) -> list[str]:
+        """The ldp-fleet arguments that reach this broker and collector as a device would
+        (``password=False``: without the devices' user and password)."""
+        args = ["--broker", f"127.0.0.1:{self.broker_port}", "--collector-url", self.collector_url]
+        if self.ca_file is not None:
+            args += ["--ca-file", str(self.ca_file)]
+        if password and self.password_file is not None:
+            args += ["--username", "devices", "--password-file", str(self.password_file)]
+        return args
+
+
+def _wait(predicate: object, timeout: float, what: str, log: Path) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with contextlib.suppress(Exception):
+            if predicate():  # type: ignore[operator]
+                return
+        time.sleep(0.1)
+    tail = log.read_text(errors="replace")[-3000:] if log.exists() else ""
+    raise TimeoutError(f"{what} not ready after {timeout:g} s; {log}:\n{tail}")
+
+
+def _listening(port: int) -> bool:
+    with socket.create_connection(("127.0.0.1", port), timeout=0.3):
+        return True
+
+
+def deploy_broker_config(directory: Path, *, port: int, mtls_port: int) -> Path:
+    """deploy/mosquitto/mosquitto.conf with its ports and paths moved into ``directory``."""
+    text = (DEPLOY / "mosquitto" / "mosquitto.conf").read_text(encoding="utf-8")
+    rules = [
+        (r"(?m)^listener 8883$", f"listener {port} 127.0.0.1"),
+        (r"(?m)^listener 8884$", f"listener {mtls_port} 127.0.0.1"),
+        (r"/etc/mosquitto/ldp/", f"{directory}/"),
+        (r"(?m)^persistence_location .*$", f"persistence_location {directory}/data/"),
+        (r"(?m)^user .*$", f"user {getpass.getuser()}"),
+        (r"(?m)^pid_file .*$", ""),
+        (r"(?m)^log_dest .*$", f"log_dest file {directory}/mosquitto.log"),
+    ]
+    for pattern, replacement in rules:
+        text, count = re.subn(pattern, replacement, text)
+        if count == 0 and "listener" in pattern:
+            raise AssertionError(f"deploy/mosquitto/mosquitto.conf has no line matching {pattern}")
+    path = directory / "mosquitto.conf"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def _collector_config(directory: Path, *, port: int, http_port: int, tls: tuple[Path, Path] | None) -> Path:
+    auth = ""
+    if tls is not None:
+        ca, password = tls
+        auth = f'username = "collector"\npassword_file = "{password}"\n[mqtt.tls]\nca_file = "{ca}"\n'
+    path = directory / "collector.toml"
+    path.write_text(
+        f"""registry = "{DEPLOY / "fleet.usecases.toml"}"
+instance = "fleet-test"
+
+[mqtt]
+host = "127.0.0.1"
+port = {port}
+client_id = "ldp-collector-fleet-test"
+keepalive_s = 10
+reconnect_max_s = 0.5
+{auth}
+[ingest]
+commit_interval_s = 0.05
+retention_periods = 400
+
+[store]
+path = "{directory / "collector.sqlite3"}"
+
+[http]
+host = "127.0.0.1"
+port = {http_port}
+
+[estimation]
+workers = 0
+""",
+        encoding="utf-8",
+    )
+    return path
+
+
+def _stop(process: subprocess.Popen[bytes]) -> None:
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=10)
+
+
+@contextlib.contextmanager
+def running_stack(directory: Path, *, tls: bool) -> Iterator[Stack]:
+    """Start a broker (the deploy config with TLS and the ACL, or a plain one) and a collector."""
+    binary = find_mosquitto()
+    if binary is None:
+        raise RuntimeError("mosquitto is not installed; ./deploy/test.sh installs it")
+    broker_dir = directory / "broker"
+    (broker_dir / "data").mkdir(parents=True)
+    port = free_port()
+    ca_file = devices_password = None
+    tls_pair: tuple[Path, Path] | None = None
+    if tls:
+        pki, secrets = directory / "pki", directory / "secrets"
+        subprocess.run([str(DEPLOY / "make-test-ca.sh"), str(pki)], check=True, capture_output=True, timeout=60)
+        subprocess.run(
+            [str(DEPLOY / "make-broker-users.sh"), str(broker_dir / "passwd"), str(secrets)],
+            check=True,
+            capture_output=True,
+            timeout=60,
+        )
+        for name in ("ca.pem", "broker.pem", "broker.key"):
+            shutil.copy(pki / name, broker_dir / name)
+        shutil.copy(DEPLOY / "mosquitto" / "acl", broker_dir / "acl")
+        config = deploy_broker_config(broker_dir, port=port, mtls_port=free_port())
+        ca_file, devices_password = pki / "ca.pem", secrets / "devices.password"
+        tls_pair = (ca_file, secrets / "collector.password")
+    else:
+        config = broker_dir / "mosquitto.conf"
+        config.write_text(
+            f"listener {port} 127.0.0.1\nallow_anonymous true\npersistence false\n"
+            f"log_dest file {broker_dir}/mosquitto.log\nuser {getpass.getuser()}\n",
+            encoding="utf-8",
+        )
+    broker_log = broker_dir / "mosquitto.log"
+    broker = subprocess.Popen([binary, "-c", str(config)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    collector: subprocess.Popen[bytes] | None = None
+    try:
+        _wait(lambda: _listening(port), 15, "mosquitto", broker_log)
+        http_port = free_port()
+        collector_dir = directory / "collector"
+        collector_dir.mkdir()
+        cfg = _collector_config(collector_dir, port=port, http_port=http_port, tls=tls_pair)
+        log = collector_dir / "collector.log"
+        with log.open("wb") as out:
+            collector = subprocess.Popen(
+                [sys.executable, "-m", "collector", "--config", str(cfg), "--log-level", "WARNING", "run"],
+                cwd=ROOT,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
+        url = f"http://127.0.0.1:{http_port}"
+
+        def connected() -> bool:
+            with urllib.request.urlopen(url + "/healthz", timeout=2) as r:
+                return bool(json.load(r).get("connected"))
+
+        _wait(connected, 60, "the collector", log)
+        yield Stack(port, url, ca_file, devices_password, directory)
+    finally:
+        if collector is not None:
+            _stop(collector)
+        _stop(broker)

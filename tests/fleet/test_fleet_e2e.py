@@ -1,0 +1,100 @@
+"""End to end: hundreds of agents through Mosquitto with the deploy TLS config and ACL to a real collector."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from pathlib import Path
+
+import pytest
+
+from agent.fleet import main
+from tests.fleet.support import running_stack
+
+pytestmark = pytest.mark.slow
+
+REGISTRY = Path(__file__).resolve().parents[2] / "deploy" / "fleet.usecases.toml"
+
+
+def test_fleet_through_tls_broker_and_acl_matches_the_truth(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """240 devices x 3 days through TLS + passwords + ACL: every estimate is within 5 SE of the truth."""
+    out = tmp_path / "results.json"
+    with running_stack(tmp_path / "stack", tls=True) as stack:
+        # Without the devices' password the broker refuses the fleet (exit status 3) ...
+        anonymous = stack.fleet_args(password=False)
+        refused = main(["--registry", str(REGISTRY), "--devices", "1", "--days", "1", "--quiet", *anonymous])
+        assert refused == 3
+        assert "not authori" in capsys.readouterr().err.lower()
+        # ... and with it, every report arrives.
+        status = main(
+            [
+                "--registry",
+                str(REGISTRY),
+                "--devices",
+                "240",
+                "--days",
+                "3",
+                "--seed",
+                "20240301",
+                "--quiet",
+                "--ingest-timeout",
+                "120",
+                "--json",
+                str(out),
+                "--plots",
+                str(tmp_path / "plots"),
+                *stack.fleet_args(),
+            ]
+        )
+    printed = capsys.readouterr().out
+    assert status == 0, printed
+    doc = json.loads(out.read_text(encoding="utf-8"))
+    assert doc["ok"] is True
+    assert doc["config"]["devices"] == 240
+    assert doc["timing"]["reports"] == 240 * (2 * 12 + 4 * 3)  # 6-hour use cases x 12 periods, daily x 3
+    for name, uc in doc["use_cases"].items():
+        assert uc["compared"] > 0, name
+        assert uc["max_abs_z"] <= 5.0, name
+        for row in uc["periods"]:
+            assert row["released"], (name, row)
+            assert row["reports"] == row["truth_reports"] == 240, (name, row)
+    assert "all" in printed
+    assert "errors within 5 SE" in printed
+    assert len(list((tmp_path / "plots").glob("*.svg"))) == len(doc["use_cases"])
+
+
+def test_two_worker_processes_give_the_same_truth_as_one(tmp_path: Path) -> None:
+    """Splitting the devices across worker processes changes neither the truth nor the verdict."""
+    today = dt.datetime.now(dt.UTC).date()
+    truths = []
+    with running_stack(tmp_path / "stack", tls=False) as stack:
+        for workers, days_back in ((1, 3), (2, 6)):
+            out = tmp_path / f"w{workers}.json"
+            status = main(
+                [
+                    "--registry",
+                    str(REGISTRY),
+                    "--use-case",
+                    "emoji",
+                    "--use-case",
+                    "app-usage-seconds",
+                    "--devices",
+                    "60",
+                    "--days",
+                    "1",
+                    "--start",
+                    str(today - dt.timedelta(days=days_back)),
+                    "--workers",
+                    str(workers),
+                    "--ingest-timeout",
+                    "60",
+                    "--quiet",
+                    "--json",
+                    str(out),
+                    *stack.fleet_args(),
+                ]
+            )
+            assert status == 0
+            doc = json.loads(out.read_text(encoding="utf-8"))
+            truths.append({name: list(uc["truth"].values()) for name, uc in doc["use_cases"].items()})
+    assert truths[0] == truths[1]
