@@ -21,7 +21,6 @@ __all__ = [
     "ingest",
     "metrics",
     "mqtt",
-    "rappor_decode",
     "service",
     "store",
     "transport",

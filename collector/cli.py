@@ -55,6 +55,11 @@ def _parser() -> argparse.ArgumentParser:
     status = sub.add_parser("status", help="periods with data and lifetime counters")
     status.add_argument("--json", action="store_true")
     sub.add_parser("check-config", help="decode the config and the registry, then exit")
+    sub.add_parser(
+        "plan",
+        help="choose mechanism parameters for an ε, n and target error (needs no config; see 'plan --help')",
+        add_help=False,
+    )
     return parser
 
 
@@ -106,7 +111,13 @@ def _status(config: CollectorConfig, as_json: bool) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``ldp-collector`` console script."""
-    args = _parser().parse_args(argv)
+    words = list(sys.argv[1:] if argv is None else argv)
+    if words and words[0] == "plan":
+        # The planner has its own parser (collector/decoding/plan.py) and needs no config.
+        from collector.decoding import plan  # noqa: PLC0415 - only this verb needs it
+
+        return plan.main(words[1:])
+    args = _parser().parse_args(words)
     logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         config = load_config(_config_path(args.config))

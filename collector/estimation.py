@@ -42,8 +42,9 @@ import numpy as np
 import numpy.typing as npt
 
 from collector.config import CollectorConfig
+from collector.decoding.consistency import project_simplex as _project
+from collector.decoding.rappor import RapporDecoder
 from collector.errors import StoreError
-from collector.rappor_decode import as_plain, decode_rappor
 from collector.store import CheckpointStore, KeyInfo
 from protocol.registry import Registry, UseCase, parse_registry
 
@@ -94,20 +95,11 @@ def _interval(value: float, se: float, z: float) -> list[float | None]:
 def project_simplex(values: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
     """The closest (Euclidean) vector with non-negative entries summing to 1.
 
-    The consistency post-processing of a histogram: unbiased per-bucket estimates can be
-    negative and need not sum to 1; the projection fixes both and never increases the
-    total squared error to the true (consistent) histogram.
+    The consistency post-processing of a histogram (``collector.decoding.consistency``):
+    unbiased per-bucket estimates can be negative and need not sum to 1; the projection fixes
+    both and never increases the total squared error to the true (consistent) histogram.
     """
-    v = np.nan_to_num(np.asarray(values, dtype=np.float64))
-    if v.size == 0:
-        return v
-    u = np.sort(v)[::-1]
-    css = np.cumsum(u) - 1.0
-    idx = np.arange(1, v.size + 1)
-    rho = int(np.flatnonzero(u - css / idx > 0)[-1]) + 1
-    theta = css[rho - 1] / rho
-    result: npt.NDArray[np.float64] = np.maximum(v - theta, 0.0)
-    return result
+    return _project(np.nan_to_num(np.asarray(values, dtype=np.float64)), 1.0)
 
 
 @lru_cache(maxsize=32)
@@ -275,27 +267,32 @@ def _rappor(use_case: UseCase, aggregate: Any, registry_dir: Path, threshold: fl
     words = load_dictionary(use_case, registry_dir)
     if not words:
         return {"items": [], "withheld": 0, "threshold": threshold, "tested": 0, "note": "no candidate dictionary"}
-    bits = aggregate.estimate_bits()
-    decoding = decode_rappor(bits.values, bits.cohort_sizes, mech.candidate_bits(list(words)), list(words))
-    plain = as_plain(decoding)
+    # 004 §4: Lasso selection, least-squares refit, SE and p-values, Bonferroni control.
+    decoding = RapporDecoder(confidence=_confidence(z)).decode(aggregate, list(words))
+    plain = decoding.to_plain()
     items = []
     withheld = 0
     for d in plain["found"]:
-        if d["count"] < threshold:
+        if d["count"] is None or d["count"] < threshold:
             withheld += 1
             continue
-        d["ci"] = _interval(d["count"], d["standard_error"], z)
+        d["ci"] = _interval(d["count"], d["standard_error"] or math.nan, z)
         items.append(d)
     return {
         "items": items,
         "withheld": withheld,
         "threshold": threshold,
-        "tested": plain["tested"],
+        "tested": plain["candidates"],
         "selected": plain["selected"],
-        "correction": plain["method"],
+        "correction": plain["control"],
         "alpha": plain["alpha"],
-        "explained": plain["explained"],
+        "unexplained": plain["unexplained"],
     }
+
+
+def _confidence(z: float) -> float:
+    """The two-sided confidence level whose normal quantile is ``z``."""
+    return 1.0 - math.erfc(z / math.sqrt(2.0))
 
 
 @lru_cache(maxsize=4)

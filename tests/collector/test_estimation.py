@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from collector.decoding.rappor import RapporDecoder
 from collector.estimation import estimate_aggregate, project_simplex, z_value
-from collector.rappor_decode import decode_rappor, nonnegative_lasso
 from collector.store import KeyInfo
 from protocol.randomness import SeededRandom
 from protocol.rappor import Rappor
@@ -78,17 +78,6 @@ def test_histogram_estimate_has_intervals_and_a_consistent_version(registry: Reg
     assert [b["low"] for b in est["buckets"]] == [12.5 * i for i in range(8)]
 
 
-def test_nonnegative_lasso_recovers_a_sparse_nonnegative_signal() -> None:
-    """On a noiseless well-conditioned system the non-negative Lasso support is the true support."""
-    gen = np.random.default_rng(5)
-    a = gen.random((120, 40))
-    beta = np.zeros(40)
-    beta[[3, 17, 29]] = [5.0, 3.0, 1.5]
-    fit = nonnegative_lasso(a, a @ beta, penalty=0.01, iterations=3000)
-    assert set(np.flatnonzero(fit > 0.1)) == {3, 17, 29}
-    assert (fit >= 0).all()
-
-
 def test_rappor_decoding_finds_the_true_strings_within_5_se_and_no_decoys() -> None:
     """004 §4 decoding: the three real values are found with counts within 5 SE; none of 60 decoys is."""
     mech = Rappor(k=128, h=2, cohorts=16, f=0.25, p=0.25, q=0.75, seed=b"rappor-decoding-test-seed")
@@ -100,13 +89,20 @@ def test_rappor_decoding_finds_the_true_strings_within_5_se_and_no_decoys() -> N
     agg.add(mech.privatize_many(values, cohorts, SeededRandom(7)))
     decoys = [f"decoy{i}.example" for i in range(60)]
     candidates = list(truth) + decoys
-    bits = agg.estimate_bits()
-    result = decode_rappor(bits.values, bits.cohort_sizes, mech.candidate_bits(candidates), candidates)
-    found = {d.value: d for d in result.found}
+    result = RapporDecoder().decode(agg, candidates)
+    found = {d.value: d for d in result.found()}
     assert set(found) == set(truth)
     for value, count in truth.items():
         d = found[value]
         assert abs(d.count - count) < 5 * d.standard_error, (value, d)
         assert d.p_value < 0.05 / len(candidates)
-    bh = decode_rappor(bits.values, bits.cohort_sizes, mech.candidate_bits(candidates), candidates, method="bh")
-    assert {d.value for d in bh.found} == set(truth)
+    bh = RapporDecoder(control="bh").decode(agg, candidates)
+    assert {d.value for d in bh.found()} == set(truth)
+
+
+def test_plan_verb_is_reachable_from_the_collector_cli(capsys: pytest.CaptureFixture[str]) -> None:
+    """`ldp-collector plan` runs the planner without a config and prints the expected SE."""
+    from collector.cli import main  # noqa: PLC0415
+
+    assert main(["plan", "cms", "--epsilon", "4", "--n", "1000000", "--k", "65536", "--m", "1024", "--json"]) == 0
+    assert "standard_error" in capsys.readouterr().out
