@@ -45,6 +45,7 @@ from agent.core import Agent
 from agent.daemon import Daemon
 from agent.errors import TransportError, UseCaseStoppedError, ValueRefusedError
 from agent.fleet_values import GeneratorSpec, Population, ValueGenerator, build_generator, load_population
+from agent.schedule import next_cycle_after
 from agent.sealed import Sealer
 from agent.transport import Connection, Transport
 from protocol.randomness import SeededRandom
@@ -521,8 +522,9 @@ async def run_shard(
         shard.result.devices = len(fleet)
         shard.result.setup_seconds = time.monotonic() - started
         await _simulate(shard, generators=generators, fleet=fleet, clock=clock, worker=worker, progress=progress)
+    # What is still recorded but unacknowledged was held back by a limit: not part of the truth.
     for device in fleet:
-        for (use_case, _), _value in device.recorded.items():
+        for use_case, _period in device.recorded:
             shard.result.unsent[use_case] = shard.result.unsent.get(use_case, 0) + 1
     shard.result.run_seconds = time.monotonic() - started
     return shard.result
@@ -537,8 +539,6 @@ async def _simulate(
     worker: int,
     progress: Callable[[Progress], None] | None,
 ) -> None:
-    from agent.schedule import next_cycle_after  # noqa: PLC0415 - keeps the import list of this module short
-
     plan, registry = shard.plan, shard.registry
     use_cases = [registry.use_cases[name] for name in plan.use_cases]
     first = {uc.name: uc.period.index_at(plan.start) for uc in use_cases}

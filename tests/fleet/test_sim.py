@@ -184,3 +184,16 @@ def test_generators_in_the_plan_are_used() -> None:
     result = _run(plan, range(5), MemoryTransport())
     for tally in result.truth["app-usage-seconds"].values():
         assert tally.total == 5 * 1234
+
+
+def test_the_deployment_registry_runs_too() -> None:
+    """Every use case of deploy/usecases.example.toml (SFP and Bloom-filter RAPPOR included) gets values and reports."""
+    path = ROOT / "deploy" / "usecases.example.toml"
+    plan = _plan(devices=4, days=1, path=path)
+    transport = MemoryTransport()
+    result = _run(plan, range(4), transport)
+    registry = plan.registry()
+    seen = {decode_report(m.payload, registry).use_case.name for m in transport.published}
+    assert seen == set(registry.use_cases)
+    assert set(result.truth) == set(registry.use_cases)
+    assert result.unsent == {}

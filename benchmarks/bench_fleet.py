@@ -1,0 +1,115 @@
+"""Fleet simulator throughput: how many device-cycles per second the simulated agents sustain.
+
+``python -m benchmarks.bench_fleet [--devices N] [--days D]`` prints one JSON document with one
+row per configuration, all with the simulator's registry (``deploy/fleet.usecases.toml``, six
+use cases) and its default generators:
+
+* ``memory``: the agents publish to an in-memory broker: the agents' own work (sealing
+  state, accounting, privatizing, the ledger), nothing else;
+* ``mosquitto``: the same fleet publishing through a real Mosquitto on loopback (plain
+  MQTT, four pooled connections), acknowledged with QoS 1;
+* ``mosquitto-tls``: the same through the deploy configuration (TLS, passwords, ACL).
+
+A device-cycle is one device running one 6-hour collection cycle (recording its values,
+closing periods, publishing). The full demo (``deploy/run-demo.sh``) adds the collector,
+which shares the two cores; its timings are in the README.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import resource
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from agent.config import BrokerConfig
+from agent.fleet_sim import FleetPlan, run_shard
+from agent.fleet_values import default_spec
+from agent.mqtt import MqttTransport
+from agent.transport import MemoryTransport, Transport
+from benchmarks.harness import emit, progress, rate
+from protocol.randomness import SeededRandom
+from protocol.registry import parse_registry
+from tests.fleet.support import running_stack
+from tests.support.broker import running_broker
+
+ROOT = Path(__file__).resolve().parents[1]
+REGISTRY = ROOT / "deploy" / "fleet.usecases.toml"
+START = 1_700_006_400  # 2023-11-15T00:00:00Z
+
+
+def _plan(devices: int, days: int, broker: BrokerConfig | None = None) -> FleetPlan:
+    text = REGISTRY.read_bytes()
+    registry = parse_registry(text, source=str(REGISTRY))
+    names = tuple(registry.use_cases)
+    return FleetPlan(
+        registry_text=text,
+        registry_path=str(REGISTRY),
+        use_cases=names,
+        generators={n: default_spec(registry.use_cases[n]) for n in names},
+        devices=devices,
+        days=days,
+        start=START,
+        seed=1,
+        broker=broker,
+    )
+
+
+def _row(name: str, plan: FleetPlan, transport: Transport) -> dict[str, Any]:
+    progress(f"bench_fleet: {name}, {plan.devices} devices x {plan.days} days")
+    started = time.perf_counter()
+    result = asyncio.run(run_shard(plan, range(plan.devices), transport=transport))
+    elapsed = time.perf_counter() - started
+    cycles = plan.devices * (plan.slots + 1)
+    return {
+        "configuration": name,
+        "devices": plan.devices,
+        "days": plan.days,
+        "use_cases": len(plan.use_cases),
+        "reports": result.messages,
+        "seconds": round(elapsed, 3),
+        "setup_seconds": round(result.setup_seconds, 3),
+        "device_cycles_per_second": rate(cycles, elapsed - result.setup_seconds),
+        "reports_per_second": rate(result.messages, elapsed - result.setup_seconds),
+        "ms_per_device_cycle": round(1000 * (elapsed - result.setup_seconds) / cycles, 3),
+        "max_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+    }
+
+
+def bench(devices: int, days: int = 2) -> list[dict[str, Any]]:
+    """One result row per configuration."""
+    rows = [_row("memory", _plan(devices, days), MemoryTransport())]
+    with tempfile.TemporaryDirectory(prefix="bench-fleet-") as tmp:
+        with running_broker(Path(tmp) / "plain", persistence=False) as broker:
+            plan = _plan(devices, days, BrokerConfig(host="127.0.0.1", port=broker.port, tls=False))
+            assert plan.broker is not None
+            rows.append(_row("mosquitto", plan, MqttTransport(plan.broker, SeededRandom(2))))
+        with running_stack(Path(tmp) / "tls", tls=True) as stack:
+            broker_cfg = BrokerConfig(
+                host="127.0.0.1",
+                port=stack.broker_port,
+                ca_file=stack.ca_file,
+                username="devices",
+                password_file=stack.password_file,
+            )
+            rows.append(
+                _row("mosquitto-tls", _plan(devices, days, broker_cfg), MqttTransport(broker_cfg, SeededRandom(3)))
+            )
+    return rows
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Run the benchmark and print its JSON document."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--devices", type=int, default=500)
+    parser.add_argument("--days", type=int, default=2)
+    args = parser.parse_args(argv)
+    emit({"benchmark": "fleet", "results": bench(args.devices, args.days)})
+
+
+if __name__ == "__main__":
+    main()
