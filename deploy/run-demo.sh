@@ -212,8 +212,9 @@ status=0
 echo
 echo "Dashboard (the same estimates, latest period per use case): http://127.0.0.1:$http_port/"
 echo "Results: $out/results.json, plots in $out/plots/"
-echo "Estimates from the command line: .venv/bin/ldp-collector --config $work/collector/collector.toml estimate emoji"
-[ "$keep" -eq 1 ] || echo "(the collector's files are removed on exit; --keep keeps them)"
+if [ "$no_wait" -eq 0 ] || [ "$keep" -eq 1 ]; then
+    echo "From the command line: .venv/bin/ldp-collector --config $work/collector/collector.toml estimate emoji"
+fi
 if [ "$no_wait" -eq 1 ]; then
     exit "$status"
 fi
