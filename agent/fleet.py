@@ -46,7 +46,7 @@ from agent.fleet_values import KINDS, GeneratorError, GeneratorSpec, default_spe
 from agent.policy import check_registry
 from protocol.registry import Registry, RegistryError, parse_registry
 
-__all__ = ["FleetError", "main", "run_fleet"]
+__all__ = ["FleetError", "ProgressDisplay", "build_plan", "main", "run_fleet", "shard_ranges", "simulate"]
 
 log = logging.getLogger("ldp_fleet")
 

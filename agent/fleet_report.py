@@ -39,6 +39,7 @@ from protocol.registry import Registry, UseCase
 __all__ = [
     "CollectorClient",
     "CollectorUnavailableError",
+    "UseCaseSummary",
     "compare_period",
     "format_results",
     "summarize",
