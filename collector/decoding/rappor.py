@@ -98,7 +98,7 @@ import numpy as np
 import numpy.typing as npt
 
 from collector.decoding.consistency import ConsistentEstimate, make_consistent
-from collector.decoding.stats import CONTROLS, normal_quantile, normal_sf, reject, z_interval
+from collector.decoding.stats import check_level, normal_quantile, normal_sf, reject, z_interval
 from protocol.estimate import Estimate, VectorEstimate
 from protocol.rappor import BitEstimates, Rappor, RapporAggregate
 
@@ -551,9 +551,11 @@ class RapporDecoder:
     """Decode Bloom-filter RAPPOR against candidate strings (004 §4; see the module docstring).
 
     Args:
-        alpha: level of the multiple-testing correction, in (0, 1).
-        control: ``"bonferroni"`` (004 §4), ``"bh"`` (Benjamini-Hochberg) or ``"storey"``
-            (adaptive BH).
+        alpha: level of the multiple-testing correction, in (0, 1); for ``"pfer"`` the
+            expected number of false positives (any positive number).
+        control: ``"bonferroni"`` (004 §4), ``"bh"`` (Benjamini-Hochberg), ``"storey"``
+            (adaptive BH) or ``"pfer"`` (expected false positives at most ``alpha``;
+            :mod:`collector.decoding.stats`).
         confidence: level of the reported two-sided intervals.
         selection_z: the Lasso penalty ``λ`` in standard-normal units; ``None`` picks
             ``max(1, Φ^-1(1 - 1/M))`` (at most one absent candidate selected, in expectation).
@@ -570,10 +572,7 @@ class RapporDecoder:
     reweight: bool = True
 
     def __post_init__(self) -> None:
-        if isinstance(self.alpha, bool) or not isinstance(self.alpha, int | float) or not 0 < self.alpha < 1:
-            raise ValueError(f"alpha must lie in (0, 1); got {self.alpha!r}")
-        if self.control not in CONTROLS:
-            raise ValueError(f"control must be one of {', '.join(CONTROLS)}; got {self.control!r}")
+        check_level(self.alpha, self.control)
         z_interval(self.confidence)
         if self.selection_z is not None and not (math.isfinite(self.selection_z) and self.selection_z > 0):
             raise ValueError(f"selection_z must be a positive number; got {self.selection_z!r}")

@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from collector.decoding.stats import CONTROLS, normal_sf, reject, z_interval
+from collector.decoding.stats import CONTROLS, check_level, normal_sf, reject, z_interval
 from protocol.cms import CMSAggregate, as_value_bytes
 from protocol.hcms import HCMSAggregate
 from protocol.sfp import SFPAggregate, reconstruct
@@ -125,10 +125,11 @@ class FrequencyRelease:
 
 
 def _check_rule(alpha: float | None, control: str, top_n: int | None) -> None:
-    if alpha is not None and (isinstance(alpha, bool) or not 0 < alpha < 1):
-        raise ValueError(f"alpha must lie in (0, 1) or be None; got {alpha!r}")
-    if control not in CONTROLS:
-        raise ValueError(f"control must be one of {', '.join(CONTROLS)}; got {control!r}")
+    if alpha is None:
+        if control not in CONTROLS:
+            raise ValueError(f"control must be one of {', '.join(CONTROLS)}; got {control!r}")
+    else:
+        check_level(alpha, control)
     if top_n is not None and (isinstance(top_n, bool) or not isinstance(top_n, int) or top_n < 0):
         raise ValueError(f"top_n must be a non-negative integer or None; got {top_n!r}")
 

@@ -43,9 +43,10 @@ def test_benjamini_hochberg_matches_scipy(p: list[float], alpha: float) -> None:
 
 @given(st.lists(st.floats(min_value=0.0, max_value=1.0), min_size=1, max_size=60))
 def test_procedures_are_nested(p: list[float]) -> None:
-    """Bonferroni ⊆ BH ⊆ Storey's adaptive BH (π̂0 <= 1)."""
+    """Bonferroni ⊆ BH ⊆ Storey's adaptive BH (π̂0 <= 1), and Bonferroni ⊆ pfer at the same α."""
     arr = np.array(p)
     bonf = reject(arr, alpha=0.05, control="bonferroni")
+    assert not (bonf & ~reject(arr, alpha=0.05, control="pfer")).any()
     bh = reject(arr, alpha=0.05, control="bh")
     storey = reject(arr, alpha=0.05, control="storey")
     assert not (bonf & ~bh).any()
@@ -72,3 +73,41 @@ def test_bad_control_and_alpha() -> None:
     with pytest.raises(ValueError, match="alpha"):
         reject(np.array([0.1]), alpha=0.0, control="bh")
     assert reject(np.array([]), alpha=0.05, control="bh").size == 0
+
+
+def test_pfer_rejects_below_alpha_over_estimated_nulls() -> None:
+    """pfer rejects p <= α / (π̂0 M); α may exceed 1 (it counts false positives), not 0 or less."""
+    p = np.array([0.001, 0.02, 0.03, 0.06, 0.6, 0.7, 0.8, 0.9])
+    m0 = storey_pi0(p) * p.size  # π̂0 = (1 + 4) / (8/2), capped at 1: m0 = 8
+    assert m0 == 8
+    assert reject(p, alpha=2, control="pfer").tolist() == (p <= 2 / 8).tolist()
+    q = np.array([1e-6] * 6 + [0.3, 0.9])  # π̂0 = (1 + 1) / 4 = 1/2: m0 = 4
+    assert reject(q, alpha=1.2, control="pfer").tolist() == (q <= 1.2 / 4).tolist()
+    with pytest.raises(ValueError, match="expected number of false positives"):
+        reject(p, alpha=0, control="pfer")
+    with pytest.raises(ValueError, match="alpha"):
+        reject(p, alpha=float("nan"), control="pfer")
+
+
+def _mean_false_positives(signal_z: float, families: int, seed: int) -> tuple[float, float]:
+    """Mean and SE of the false positives of pfer at α = 2 over families of 150 nulls + 50 signals."""
+    gen = np.random.default_rng(seed)
+    counts = np.empty(families)
+    for f in range(families):
+        nulls = gen.uniform(size=150)
+        signals = normal_sf(gen.normal(signal_z, 1.0, size=50))
+        counts[f] = reject(np.concatenate([nulls, signals]), alpha=2.0, control="pfer")[:150].sum()
+    return float(counts.mean()), float(counts.std(ddof=1) / np.sqrt(families))
+
+
+def test_pfer_keeps_expected_false_positives_at_alpha() -> None:
+    """Seeded: mean false positives match the exact expectation, which is at most α.
+
+    With strong signals (none above λ) the bound of the stats docstring is an equality:
+    ``E[V] = M0 (α/M) M(1-λ) E[1/(1 + Bin(M0 - 1, 1/2))] = 150 (2/200) 100 (1 - 2^-150)/75 = 2``.
+    With weak signals, some of them count towards π̂0 and ``E[V] < α``.
+    """
+    mean, se = _mean_false_positives(5.0, 4000, 20261122)
+    assert abs(mean - 2.0) < 4 * se
+    weak_mean, weak_se = _mean_false_positives(0.5, 4000, 20261123)
+    assert weak_mean + 4 * weak_se < 2.0
