@@ -267,8 +267,10 @@ def _rappor(use_case: UseCase, aggregate: Any, registry_dir: Path, threshold: fl
     words = load_dictionary(use_case, registry_dir)
     if not words:
         return {"items": [], "withheld": 0, "threshold": threshold, "tested": 0, "note": "no candidate dictionary"}
-    # 004 §4: Lasso selection, least-squares refit, SE and p-values, Bonferroni control.
-    decoding = RapporDecoder(confidence=_confidence(z)).decode(aggregate, list(words))
+    # 004 §4: Lasso selection, least-squares refit, SE and p-values, the use case's correction.
+    settings = use_case.collector
+    decoder = RapporDecoder(control=settings.correction, alpha=settings.alpha, confidence=_confidence(z))
+    decoding = decoder.decode(aggregate, list(words))
     plain = decoding.to_plain()
     items = []
     withheld = 0

@@ -26,6 +26,8 @@ Schema (``docs/wire-format.md`` has the full table)::
     min_reports = 1000                    # no estimate is released from fewer reports
     release_threshold = 0                 # optional: counts below it are withheld (003 §3.2.2 T)
     dictionary = "dictionaries/emoji.txt" # optional: cms / hcms dictionary, RAPPOR candidates
+    correction = "bonferroni"             # optional, RAPPOR: bonferroni, bh, storey or pfer (004 §4)
+    alpha = 0.05                          # optional, RAPPOR: its level (pfer: false positives expected)
 
 **Declared ε and the cost charged.** ``epsilon`` is the most one report of the use case may
 cost. For the mechanisms whose ε is a single constructor parameter (``rr``,
@@ -80,6 +82,7 @@ from protocol.rappor import Rappor
 from protocol.sfp import SequenceFragmentPuzzle
 
 __all__ = [
+    "CORRECTIONS",
     "HASH_SIZE",
     "MECHANISM_NAMES",
     "REGISTRY_FORMAT",
@@ -202,11 +205,18 @@ class CollectorSettings:
             0 releases everything.
         dictionary: path of the dictionary (CMS, HCMS) or candidate strings (RAPPOR), one per line,
             relative to the registry file's directory; ``None`` if none is configured.
+        correction: RAPPOR's multiple-testing correction over the candidates (004 §4 names
+            Bonferroni and Benjamini-Hochberg; ``collector.decoding.stats`` has all four).
+        alpha: its level: the family-wise error (``bonferroni``), the false-discovery rate
+            (``bh``, ``storey``), both in (0, 1); the expected number of false positives
+            (``pfer``), any positive number.
     """
 
     min_reports: int
     release_threshold: float = 0.0
     dictionary: str | None = None
+    correction: str = "bonferroni"
+    alpha: float = 0.05
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -324,7 +334,9 @@ _USE_CASE_KEYS: Final = frozenset(
         "description",
     }
 )
-_COLLECTOR_KEYS: Final = frozenset({"min_reports", "release_threshold", "dictionary"})
+_COLLECTOR_KEYS: Final = frozenset({"min_reports", "release_threshold", "dictionary", "correction", "alpha"})
+CORRECTIONS: Final = ("bonferroni", "bh", "storey", "pfer")
+"""The multiple-testing corrections a RAPPOR use case may name (``collector.decoding.stats``)."""
 _DICTIONARY_MECHANISMS: Final = frozenset({"cms", "hcms", "rappor"})
 
 
@@ -579,6 +591,7 @@ def _parse_use_case(r: _Reader, name: str, salt: bytes | None) -> UseCase:
         dictionary = col.string("dictionary")
         if not dictionary:
             raise col.error("dictionary", "bad-value", "an empty path; give the dictionary file or remove the key")
+    correction, alpha = _correction(col, mech_name)
 
     return UseCase(
         name=name,
@@ -588,9 +601,34 @@ def _parse_use_case(r: _Reader, name: str, salt: bytes | None) -> UseCase:
         daily_limit=daily_limit,
         lifetime_epsilon=lifetime_epsilon,
         seed=seed,
-        collector=CollectorSettings(min_reports=min_reports, release_threshold=threshold, dictionary=dictionary),
+        collector=CollectorSettings(
+            min_reports=min_reports,
+            release_threshold=threshold,
+            dictionary=dictionary,
+            correction=correction,
+            alpha=alpha,
+        ),
         description=description,
     )
+
+
+def _correction(col: _Reader, mech_name: str) -> tuple[str, float]:
+    """RAPPOR's ``correction`` and ``alpha`` (defaults: Bonferroni at 0.05, 004 §4)."""
+    default = CollectorSettings(min_reports=0)
+    for key in ("correction", "alpha"):
+        if col.has(key) and mech_name != "rappor":
+            raise col.error(key, "unknown-key", f"{mech_name} has no candidate tests; only rappor takes {key}")
+    correction = col.string("correction") if col.has("correction") else default.correction
+    if correction not in CORRECTIONS:
+        raise col.error("correction", "bad-value", f"expected one of {', '.join(CORRECTIONS)}; got {correction!r}")
+    if not col.has("alpha"):
+        return correction, default.alpha
+    if correction == "pfer":
+        return correction, col.number("alpha", positive=True)
+    alpha = col.number("alpha", positive=True, high=1.0)
+    if alpha >= 1.0:
+        raise col.error("alpha", "out-of-range", f"must lie in (0, 1) for {correction}; got {alpha!r}")
+    return correction, alpha
 
 
 # --- canonical hash ------------------------------------------------------------------------

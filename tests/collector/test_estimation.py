@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -106,3 +107,16 @@ def test_plan_verb_is_reachable_from_the_collector_cli(capsys: pytest.CaptureFix
 
     assert main(["plan", "cms", "--epsilon", "4", "--n", "1000000", "--k", "65536", "--m", "1024", "--json"]) == 0
     assert "standard_error" in capsys.readouterr().out
+
+
+def test_rappor_estimate_uses_the_use_cases_correction(registry: Registry, registry_path: Path) -> None:
+    """The registry's correction and alpha reach the decoder and are reported with the estimate."""
+    uc = registry.use_cases["home"]
+    agg, info = _fold(registry, "home", 400, seed=4)
+    default = estimate_aggregate(uc, agg, info, registry_dir=registry_path.parent)["estimate"]
+    assert (default["correction"], default["alpha"]) == ("bonferroni", 0.05)
+    pfer = replace(uc, collector=replace(uc.collector, correction="pfer", alpha=2.0))
+    chosen = estimate_aggregate(pfer, agg, info, registry_dir=registry_path.parent)["estimate"]
+    assert (chosen["correction"], chosen["alpha"]) == ("pfer", 2.0)
+    # pfer at 2 rejects at least what Bonferroni at 0.05 does (same p-values, a higher threshold).
+    assert {d["value"] for d in default["items"]} <= {d["value"] for d in chosen["items"]}

@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from protocol.registry import (
+    CORRECTIONS,
     HASH_SIZE,
     MECHANISM_NAMES,
     Period,
@@ -466,3 +467,49 @@ def test_buckets_table_becomes_a_bucketing_object() -> None:
         field="parameters.buckets.kind",
     )
     expect(HISTOGRAM.replace("d = 4", "d = 33"), kind="bad-parameter", use_case="hist", field="parameters.d")
+
+
+def test_rappor_correction_defaults_and_choices() -> None:
+    """RAPPOR's correction defaults to Bonferroni at 0.05 (004 §4); pfer takes a count above 1."""
+    settings = load().use_cases["homepage"].collector
+    assert (settings.correction, settings.alpha) == ("bonferroni", 0.05)
+    text = replace('dictionary = "candidates.txt"', 'dictionary = "candidates.txt"\ncorrection = "pfer"\nalpha = 3')
+    settings = load(text).use_cases["homepage"].collector
+    assert (settings.correction, settings.alpha) == ("pfer", 3.0)
+    bh = load(replace('dictionary = "candidates.txt"', 'dictionary = "candidates.txt"\ncorrection = "bh"'))
+    assert bh.use_cases["homepage"].collector.correction == "bh"
+    assert bh.hash != load().hash
+
+
+@pytest.mark.parametrize(
+    ("extra", "kind", "field", "message"),
+    [
+        ('correction = "holm"', "bad-value", "collector.correction", "bonferroni, bh, storey, pfer"),
+        ("correction = 1", "bad-type", "collector.correction", "expected"),
+        ("alpha = 1.5", "out-of-range", "collector.alpha", "<= 1"),
+        ("alpha = 1", "out-of-range", "collector.alpha", "(0, 1) for bonferroni"),
+        ('correction = "bh"\nalpha = 0', "out-of-range", "collector.alpha", "> 0"),
+        ('correction = "pfer"\nalpha = -2', "out-of-range", "collector.alpha", "> 0"),
+    ],
+)
+def test_rappor_correction_errors(extra: str, kind: str, field: str, message: str) -> None:
+    """A bad correction or level names the use case and the field."""
+    text = replace('dictionary = "candidates.txt"', f'dictionary = "candidates.txt"\n{extra}')
+    err = expect(text, kind=kind, use_case="homepage", field=field)
+    assert message in str(err)
+
+
+@pytest.mark.parametrize("key", ['correction = "bh"', "alpha = 0.1"])
+def test_correction_only_for_rappor(key: str) -> None:
+    """Only RAPPOR tests candidates: the keys are refused elsewhere."""
+    text = replace(
+        "[use_cases.flag.collector]\nmin_reports = 10", f"[use_cases.flag.collector]\nmin_reports = 10\n{key}"
+    )
+    expect(text, kind="unknown-key", use_case="flag", field="collector." + key.split(" ", maxsplit=1)[0])
+
+
+def test_corrections_are_the_decoders() -> None:
+    """The registry accepts exactly the corrections the collector's decoder implements."""
+    from collector.decoding.stats import CONTROLS  # noqa: PLC0415
+
+    assert CORRECTIONS == CONTROLS
