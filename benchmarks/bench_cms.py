@@ -9,54 +9,33 @@ candidates). Targets: privatize >= 5e4 records/s, aggregation >= 5e5 records/s, 
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import numpy as np
 
-from benchmarks.harness import progress, rate, seconds
-from protocol.cms import CMSBatch, CountMeanSketch
+from benchmarks.harness import progress, seconds, time_add, time_decode, time_privatize, zipf_sites
+from protocol.cms import CountMeanSketch
 from protocol.randomness import SystemRandom
 
 SEED = b"ldp-telemetry/bench/cms/emoji"
 DICTIONARY = 250_000
 
 
-def _zipf_values(n: int, universe: int, gen: np.random.Generator) -> list[str]:
-    weights = np.arange(1, universe + 1, dtype=np.float64) ** -1.2
-    ranks = gen.choice(universe, size=n, p=weights / weights.sum())
-    names = [f"site-{i}.example" for i in range(universe)]
-    return [names[r] for r in ranks]
-
-
 def bench(n: int) -> list[dict[str, Any]]:
     """One result row: the deployed configuration."""
     mech = CountMeanSketch(epsilon=4.0, k=65_536, m=1024, seed=SEED)
     csprng = SystemRandom()
-    values = _zipf_values(n, 10_000, np.random.default_rng(1))
+    values = zipf_sites(n, 10_000, np.random.default_rng(1))
 
     progress("cms: privatize")
-    singles = min(n, 50_000)
-    mech.privatize("warm-up.example", None, csprng)
-    t_single = seconds(lambda: [mech.privatize(v, None, csprng) for v in values[:singles]], repeat=2)
-    cpu0 = time.process_time()
-    for v in values[:singles]:
-        mech.privatize(v, None, csprng)
-    cpu_single = time.process_time() - cpu0
-
-    holder: list[CMSBatch] = []
-    t_batch = seconds(lambda: holder.append(mech.privatize_many(values, csprng)))
-    batch = holder[0]
+    client = time_privatize(mech, values, csprng, singles=50_000, warm_up="warm-up.example", cpu=True)
 
     progress("cms: decode")
-    records = [mech.privatize(v, None, csprng)[0] for v in values[: min(n, 100_000)]]
-    wire = mech.encode_records(records)
-    t_decode = seconds(lambda: mech.decode_records(wire), repeat=2)
+    decode = time_decode(mech, values[:100_000], csprng)
 
     progress("cms: aggregate")
     agg = mech.new_aggregate()
-    t_add_cold = seconds(lambda: agg.add(batch))  # the first add also faults in the table's pages
-    t_add = seconds(lambda: agg.add(batch))  # a running collector's table is already mapped
+    add = time_add(agg, client.batch, n)
 
     progress("cms: dictionary query (250,000 candidates)")
     dictionary = [f"site-{i}.example" for i in range(DICTIONARY)]
@@ -72,12 +51,9 @@ def bench(n: int) -> list[dict[str, Any]]:
             "params": {"epsilon": 4.0, "k": mech.k, "m": mech.m},
             "n": n,
             "n_aggregated": agg.n,
-            "privatize_per_s": rate(singles, t_single),
-            "privatize_cpu_per_s": rate(singles, cpu_single),
-            "privatize_batch_per_s": rate(n, t_batch),
-            "decode_per_s": rate(len(wire), t_decode),
-            "aggregate_per_s": rate(n, t_add),
-            "aggregate_cold_per_s": rate(n, t_add_cold),
+            **client.row(),
+            **decode,
+            **add.row(),
             "dictionary_size": DICTIONARY,
             "fingerprint_s": round(t_fp, 3),
             "second_moment_s": round(t_moment, 3),

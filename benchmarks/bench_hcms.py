@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.harness import progress, rate, seconds
+from benchmarks.harness import progress, rate, seconds, time_add, time_privatize, zipf_sites
 from protocol.hcms import HadamardCountMeanSketch, HCMSBatch, hadamard_rows
 from protocol.randomness import SeededRandom, SystemRandom
 
@@ -21,31 +21,17 @@ SEED = b"ldp-telemetry/bench/hcms/safari"
 DICTIONARY = 250_000
 
 
-def _zipf_values(n: int, universe: int, rng: np.random.Generator) -> list[str]:
-    weights = np.arange(1, universe + 1, dtype=np.float64) ** -1.2
-    ranks = rng.choice(universe, size=n, p=weights / weights.sum())
-    names = [f"site-{i}.example" for i in range(universe)]
-    return [names[r] for r in ranks]
-
-
 def bench(n: int) -> list[dict[str, Any]]:
     """One result row: the Safari configuration."""
     mech = HadamardCountMeanSketch(epsilon=4.0, k=1024, m=32_768, seed=SEED)
     csprng = SystemRandom()
     gen = np.random.default_rng(1)
-    values = _zipf_values(n, 10_000, gen)
+    values = zipf_sites(n, 10_000, gen)
 
-    singles = min(n, 50_000)
-    mech.privatize("warm-up.example", None, csprng)
-    t_single = seconds(lambda: [mech.privatize(v, None, csprng) for v in values[:singles]], repeat=2)
-
-    holder: list[HCMSBatch] = []
-    t_batch = seconds(lambda: holder.append(mech.privatize_many(values, csprng)))
-    batch = holder[0]
+    client = time_privatize(mech, values, csprng, singles=50_000, warm_up="warm-up.example", cpu=False)
 
     agg = mech.new_aggregate()
-    t_add_cold = seconds(lambda: agg.add(batch))  # first add also faults in the table's pages
-    t_add = seconds(lambda: agg.add(batch))  # a running collector's table is already mapped
+    add = time_add(agg, client.batch, n)
 
     # A batch as large as the table (np.add.at still; the counting path starts at 4 k m here).
     seeded = SeededRandom(2)
@@ -77,10 +63,9 @@ def bench(n: int) -> list[dict[str, Any]]:
             "params": {"epsilon": 4.0, "k": mech.k, "m": mech.m},
             "n": n,
             "n_aggregated": agg.n,
-            "privatize_per_s": rate(singles, t_single),
-            "privatize_batch_per_s": rate(n, t_batch),
-            "aggregate_per_s": rate(n, t_add),
-            "aggregate_first_batch_per_s": rate(n, t_add_cold),
+            **client.row(),
+            "aggregate_per_s": rate(n, add.warm_s),
+            "aggregate_first_batch_per_s": rate(n, add.cold_s),
             "aggregate_table_sized_batch_per_s": rate(big_n, t_add_big),
             "sums_dtype": str(agg.sums.dtype),
             "sums_mib": round(agg.sums.nbytes / 2**20, 1),

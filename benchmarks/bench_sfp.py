@@ -8,21 +8,19 @@ one reconstruction (003 Alg. 10) over a 27-symbol alphabet with T = 64.
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import numpy as np
 
-from benchmarks.harness import progress, rate, seconds
+from benchmarks.harness import progress, seconds, time_add, time_decode, time_privatize, zipf_ranks
 from protocol.randomness import SystemRandom
-from protocol.sfp import SequenceFragmentPuzzle, SFPBatch
+from protocol.sfp import SequenceFragmentPuzzle
 
 SEED = b"ldp-telemetry/bench/sfp/new-words"
 
 
 def _words(n: int, universe: int, gen: np.random.Generator) -> list[str]:
-    weights = np.arange(1, universe + 1, dtype=np.float64) ** -1.2
-    ranks = gen.choice(universe, size=n, p=weights / weights.sum())
+    ranks = zipf_ranks(n, universe, gen)
     letters = np.array(list("abcdefghijklmnopqrstuvwxyz"))
     lengths = gen.integers(2, 13, size=universe)
     names = ["".join(letters[gen.integers(0, 26, size=int(size))]) for size in lengths]
@@ -38,27 +36,14 @@ def bench(n: int) -> list[dict[str, Any]]:
     values = _words(n, 20_000, np.random.default_rng(1))
 
     progress("sfp: privatize")
-    singles = min(n, 25_000)
-    mech.privatize("warmup", None, csprng)
-    t_single = seconds(lambda: [mech.privatize(v, None, csprng) for v in values[:singles]], repeat=2)
-    cpu0 = time.process_time()
-    for v in values[:singles]:
-        mech.privatize(v, None, csprng)
-    cpu_single = time.process_time() - cpu0
-
-    holder: list[SFPBatch] = []
-    t_batch = seconds(lambda: holder.append(mech.privatize_many(values, csprng)))
-    batch = holder[0]
+    client = time_privatize(mech, values, csprng, singles=25_000, warm_up="warmup", cpu=True)
 
     progress("sfp: decode")
-    records = [mech.privatize(v, None, csprng)[0] for v in values[: min(n, 50_000)]]
-    wire = mech.encode_records(records)
-    t_decode = seconds(lambda: mech.decode_records(wire), repeat=2)
+    decode = time_decode(mech, values[:50_000], csprng)
 
     progress("sfp: aggregate")
     agg = mech.new_aggregate()
-    t_add_cold = seconds(lambda: agg.add(batch))
-    t_add = seconds(lambda: agg.add(batch))
+    add = time_add(agg, client.batch, n)
 
     progress("sfp: reconstruct (27 symbols, T = 64)")
     found: list[Any] = []
@@ -83,12 +68,9 @@ def bench(n: int) -> list[dict[str, Any]]:
             "epsilon_report": round(mech.epsilon_report, 12),
             "n": n,
             "n_aggregated": agg.n,
-            "privatize_per_s": rate(singles, t_single),
-            "privatize_cpu_per_s": rate(singles, cpu_single),
-            "privatize_batch_per_s": rate(n, t_batch),
-            "decode_per_s": rate(len(wire), t_decode),
-            "aggregate_per_s": rate(n, t_add),
-            "aggregate_cold_per_s": rate(n, t_add_cold),
+            **client.row(),
+            **decode,
+            **add.row(),
             "word_estimates": [round(float(v), 1) for v in est.values],
             "reconstruct_s": round(t_reconstruct, 3),
             "reconstructed_words": len(found),
