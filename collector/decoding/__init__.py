@@ -10,11 +10,14 @@
 * :mod:`collector.decoding.plan`: the ``ldp-collector plan`` verb (parameters and expected
   errors from the papers' formulas).
 * :mod:`collector.decoding.stats`: normal p-values and multiple-testing control.
+* :mod:`collector.decoding.plain`: the released-value record every decoder returns and
+  its JSON-ready form.
 
 Only numpy and the standard library are used at run time.
 """
 
 from collector.decoding.consistency import ConsistentEstimate, make_consistent, project_simplex
+from collector.decoding.plain import ValueEstimate
 from collector.decoding.rappor import (
     CategoryDecoding,
     DecodedString,
@@ -35,6 +38,7 @@ __all__ = [
     "FrequencyRelease",
     "RapporDecoder",
     "RapporDecoding",
+    "ValueEstimate",
     "decode_categories",
     "discover_words",
     "load_candidates",

@@ -98,6 +98,7 @@ import numpy as np
 import numpy.typing as npt
 
 from collector.decoding.consistency import ConsistentEstimate, make_consistent
+from collector.decoding.plain import ValueEstimate, finite
 from collector.decoding.stats import check_level, normal_quantile, normal_sf, reject, z_interval
 from protocol.estimate import Estimate, VectorEstimate
 from protocol.rappor import BitEstimates, Rappor, RapporAggregate
@@ -147,27 +148,8 @@ def load_candidates(path: str | Path) -> list[str]:
     return out
 
 
-@dataclass(frozen=True)
-class DecodedString:
-    """A candidate with its estimated count.
-
-    Attributes:
-        value: the candidate.
-        count: estimated number of reports holding it.
-        standard_error: its standard error.
-        low: lower end of the confidence interval.
-        high: upper end of the confidence interval.
-        z: ``count / standard_error`` (the test statistic).
-        p_value: one-sided p-value of ``count > 0``.
-    """
-
-    value: str | bytes
-    count: float
-    standard_error: float
-    low: float
-    high: float
-    z: float
-    p_value: float
+class DecodedString(ValueEstimate):
+    """A RAPPOR candidate with its estimated count (fields: :class:`ValueEstimate`)."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -244,30 +226,16 @@ class RapporDecoding:
 
     def to_plain(self) -> dict[str, Any]:
         """JSON-ready summary: the detected strings and the fit's diagnostics."""
-
-        def num(x: float) -> float | None:
-            return x if math.isfinite(x) else None
-
         return {
-            "found": [
-                {
-                    "value": d.value if isinstance(d.value, str) else d.value.hex(),
-                    "count": num(d.count),
-                    "standard_error": num(d.standard_error),
-                    "interval": [num(d.low), num(d.high)],
-                    "z": num(d.z),
-                    "p_value": num(d.p_value),
-                }
-                for d in self.found()
-            ],
+            "found": [d.to_plain() for d in self.found()],
             "n": self.n,
             "candidates": len(self.candidates),
             "selected": int(self.selected.sum()),
             "lasso_selected": self.lasso_selected,
             "detected": int(self.detected.sum()),
             "unexplained": {
-                "count": num(self.unexplained.value),
-                "standard_error": num(self.unexplained.standard_error),
+                "count": finite(self.unexplained.value),
+                "standard_error": finite(self.unexplained.standard_error),
             },
             "control": self.control,
             "alpha": self.alpha,

@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from collector.decoding.plain import ValueEstimate, finite
 from collector.decoding.stats import CONTROLS, check_level, normal_sf, reject, z_interval
 from protocol.cms import CMSAggregate, as_value_bytes
 from protocol.hcms import HCMSAggregate
@@ -46,27 +47,8 @@ _BLOCK = 1 << 16
 """Dictionary entries fingerprinted and gathered per step."""
 
 
-@dataclass(frozen=True)
-class FrequencyEntry:
-    """A released value with its estimated count.
-
-    Attributes:
-        value: the dictionary entry or discovered word.
-        count: estimated number of reports holding it.
-        standard_error: its standard error.
-        low: lower end of the confidence interval.
-        high: upper end of the confidence interval.
-        z: ``count / standard_error``.
-        p_value: one-sided p-value of ``count > 0``.
-    """
-
-    value: str | bytes
-    count: float
-    standard_error: float
-    low: float
-    high: float
-    z: float
-    p_value: float
+class FrequencyEntry(ValueEstimate):
+    """A released dictionary entry or discovered word with its estimated count (fields: :class:`ValueEstimate`)."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -97,68 +79,66 @@ class FrequencyRelease:
 
     def to_plain(self) -> dict[str, Any]:
         """JSON-ready form."""
-
-        def num(x: float) -> float | None:
-            return x if math.isfinite(x) else None
-
         return {
-            "entries": [
-                {
-                    "value": e.value if isinstance(e.value, str) else e.value.hex(),
-                    "count": num(e.count),
-                    "standard_error": num(e.standard_error),
-                    "interval": [num(e.low), num(e.high)],
-                    "z": num(e.z),
-                    "p_value": num(e.p_value),
-                }
-                for e in self.entries
-            ],
+            "entries": [e.to_plain() for e in self.entries],
             "tested": self.tested,
             "released": self.released,
             "withheld": self.withheld,
             "n": self.n,
-            "threshold": num(self.threshold),
+            "threshold": finite(self.threshold),
             "alpha": self.alpha,
             "control": self.control,
             "confidence": self.confidence,
         }
 
 
-def _check_rule(alpha: float | None, control: str, top_n: int | None) -> None:
-    if alpha is None:
-        if control not in CONTROLS:
-            raise ValueError(f"control must be one of {', '.join(CONTROLS)}; got {control!r}")
-    else:
-        check_level(alpha, control)
-    if top_n is not None and (isinstance(top_n, bool) or not isinstance(top_n, int) or top_n < 0):
-        raise ValueError(f"top_n must be a non-negative integer or None; got {top_n!r}")
+@dataclass(frozen=True, kw_only=True)
+class _Rule:
+    """The release rule of one query or discovery.
+
+    Checked on construction, which the public functions do first, so a bad rule fails
+    before the dictionary gather or the puzzle reconstruction is paid for.
+
+    Attributes:
+        threshold: the smallest estimated count released (003 §3.2.2).
+        alpha: level of the correction, or ``None`` for the count threshold only.
+        control: the correction (checked even when ``alpha`` is ``None``).
+        top_n: release at most this many values, or ``None``.
+        confidence: level of the intervals.
+    """
+
+    threshold: float
+    alpha: float | None
+    control: str
+    top_n: int | None
+    confidence: float
+
+    def __post_init__(self) -> None:
+        if self.alpha is None:
+            if self.control not in CONTROLS:
+                raise ValueError(f"control must be one of {', '.join(CONTROLS)}; got {self.control!r}")
+        else:
+            check_level(self.alpha, self.control)
+        top_n = self.top_n
+        if top_n is not None and (isinstance(top_n, bool) or not isinstance(top_n, int) or top_n < 0):
+            raise ValueError(f"top_n must be a non-negative integer or None; got {top_n!r}")
+        z_interval(self.confidence)
 
 
-def _release(
-    values: Sequence[str | bytes],
-    counts: Array,
-    ses: Array,
-    *,
-    n: int,
-    threshold: float,
-    alpha: float | None,
-    control: str,
-    top_n: int | None,
-    confidence: float,
-) -> FrequencyRelease:
-    zc = z_interval(confidence)
+def _release(values: Sequence[str | bytes], counts: Array, ses: Array, *, n: int, rule: _Rule) -> FrequencyRelease:
+    zc = z_interval(rule.confidence)
     with np.errstate(divide="ignore", invalid="ignore"):
         z = np.where(ses > 0, counts / ses, np.where(counts > 0, np.inf, 0.0))
     z = np.nan_to_num(z, nan=0.0)
     p = normal_sf(z)
-    keep = np.nan_to_num(counts, nan=-np.inf) >= threshold
-    if alpha is not None:
-        keep &= reject(p, alpha=alpha, control=control)
+    keep = np.nan_to_num(counts, nan=-np.inf) >= rule.threshold
+    if rule.alpha is not None:
+        keep &= reject(p, alpha=rule.alpha, control=rule.control)
     idx = np.flatnonzero(keep)
     idx = idx[np.argsort(-counts[idx], kind="stable")]
     released = int(idx.size)
-    if top_n is not None:
-        idx = idx[:top_n]
+    if rule.top_n is not None:
+        idx = idx[: rule.top_n]
     entries = [
         FrequencyEntry(
             value=values[i],
@@ -177,10 +157,10 @@ def _release(
         released=released,
         withheld=len(values) - released,
         n=n,
-        threshold=threshold,
-        alpha=alpha,
-        control=control if alpha is not None else None,
-        confidence=confidence,
+        threshold=rule.threshold,
+        alpha=rule.alpha,
+        control=rule.control if rule.alpha is not None else None,
+        confidence=rule.confidence,
     )
 
 
@@ -210,8 +190,7 @@ def query_dictionary(
     Raises:
         InputError: if an entry is neither ``str`` nor ``bytes``.
     """
-    _check_rule(alpha, control, top_n)
-    z_interval(confidence)
+    rule = _Rule(threshold=threshold, alpha=alpha, control=control, top_n=top_n, confidence=confidence)
     size = len(dictionary)
     counts = np.empty(size)
     ses = np.empty(size)
@@ -221,17 +200,7 @@ def query_dictionary(
         est = aggregate.estimate_fingerprints(family.fingerprints(block), workers=workers)
         counts[start : start + len(block)] = est.values
         ses[start : start + len(block)] = est.standard_errors
-    return _release(
-        dictionary,
-        counts,
-        ses,
-        n=aggregate.n,
-        threshold=threshold,
-        alpha=alpha,
-        control=control,
-        top_n=top_n,
-        confidence=confidence,
-    )
+    return _release(dictionary, counts, ses, n=aggregate.n, rule=rule)
 
 
 def discover_words(
@@ -261,8 +230,7 @@ def discover_words(
         max_words: refuse to score more assembled words than this (``ValueError``).
         workers: threads for the dictionary queries.
     """
-    _check_rule(alpha, control, top_n)
-    z_interval(confidence)
+    rule = _Rule(threshold=threshold, alpha=alpha, control=control, top_n=top_n, confidence=confidence)
     found = reconstruct(
         aggregate,
         alphabet=alphabet,
@@ -274,14 +242,4 @@ def discover_words(
     words = [w.word for w in found]
     counts = np.array([w.count for w in found], dtype=np.float64)
     ses = np.array([w.standard_error for w in found], dtype=np.float64)
-    return _release(
-        words,
-        counts,
-        ses,
-        n=aggregate.n,
-        threshold=threshold,
-        alpha=alpha,
-        control=control,
-        top_n=top_n,
-        confidence=confidence,
-    )
+    return _release(words, counts, ses, n=aggregate.n, rule=rule)
