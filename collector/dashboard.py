@@ -189,6 +189,13 @@ function reportsChart(series) {
   return svg;
 }
 
+function correctionText(e) {
+  // pfer's level counts false strings; the other corrections' is a rate (stats.py).
+  if (!e.correction) return "";
+  if (e.correction === "pfer") return ` · pfer: at most ${e.alpha} false strings expected`;
+  return ` · ${e.correction} at α = ${e.alpha}`;
+}
+
 function stringsTable(est, confidence) {
   const hasP = est.items.some(i => i.p_value !== undefined);
   const head = el("tr", {}, el("th", {}, "value"), el("th", {}, "count"), el("th", {}, "SE"),
@@ -236,7 +243,7 @@ async function renderUseCase(name, uc) {
     const e = est.estimate;
     const what = e.discovered ? "discovered strings" : `${e.items.length} of ${e.tested} dictionary entries`;
     c.append(el("div", {class: "sub"}, `${what}` + (e.withheld ? ` · ${e.withheld} below the release threshold withheld` : "") +
-                                         (e.correction ? ` · ${e.correction} at α = ${e.alpha}` : "")));
+                                         correctionText(e)));
     c.append(stringsTable(e, est.confidence));
   }
   c.append(reportsChart(series));

@@ -187,6 +187,7 @@ async def test_dashboard_renders_plots_in_headless_chromium(
     # Strings: tables with counts and SE; the most common emoji is found.
     assert dom.count('class="strings"') == 4
     assert ">heart<" in dom
+    assert "bonferroni at α = 0.05" in dom  # RAPPOR's correction, under the home card
     assert "not released" not in dom.split('id="uc-hist"')[0]  # nothing above hist is withheld
     assert screenshot.stat().st_size > 20_000
     if SCREENSHOT_DIR:
