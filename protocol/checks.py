@@ -1,12 +1,31 @@
-"""Parameter validation shared by the mechanisms: one place, one message format."""
+"""Validation shared by the mechanisms: one place, one message format.
+
+Two kinds, kept apart by who is at fault (STYLE rule 7): a mechanism's parameters (a
+caller's mistake, :class:`~protocol.errors.ParameterError`) and the records a report
+carries (hostile or malformed input, :class:`~protocol.errors.MalformedReportError` with
+a reason and the field). The record checks serve the mechanisms whose record is
+``[index, packed bits]`` (CMS ``[j, bits]``, RAPPOR ``[cohort, bits]``, and SFP's two CMS
+halves), so their decoders refuse the same faults with the same reasons.
+"""
 
 from __future__ import annotations
 
 import math
 
-from protocol.errors import ParameterError
+import numpy as np
+import numpy.typing as npt
 
-__all__ = ["check_epsilon", "check_int", "check_power_of_two", "check_probability", "check_seed"]
+from protocol.errors import MalformedReportError, ParameterError
+
+__all__ = [
+    "check_epsilon",
+    "check_indexed_bits",
+    "check_int",
+    "check_power_of_two",
+    "check_probability",
+    "check_seed",
+    "decode_indexed_bits",
+]
 
 EPSILON_MAX = 64.0
 """Largest accepted ε. Beyond it a report is practically the raw value and e**ε overflows coins."""
@@ -56,3 +75,75 @@ def check_seed(value: bytes, name: str = "seed") -> bytes:
     if not isinstance(value, bytes) or len(value) < 16:
         raise ParameterError(name, "bytes of length >= 16", value)
     return value
+
+
+def check_indexed_bits(
+    index: object, bits: object, *, bound: int, width: int, field: str, index_name: str = "index"
+) -> tuple[int, bytes]:
+    """Check one record's wire parts ``(index, bits)`` strictly; return them typed.
+
+    Args:
+        index: must be an ``int`` (not a ``bool``) in ``[0, bound)``.
+        bits: must be ``bytes`` holding exactly ``width`` bits, packed (``ceil(width / 8)``
+            bytes) with the unused low bits of the last byte zero, as ``np.packbits`` writes
+            them. Non-zero padding is refused rather than masked: a correct client never
+            sends it, so it marks a forged or corrupted record.
+        bound: the number of allowed index values.
+        width: the number of bits.
+        field: the record's path, such as ``records[3]``.
+        index_name: the index's name under ``field`` (``index``, ``cohort``).
+
+    Raises:
+        MalformedReportError: ``bad-type``, ``out-of-range``, ``bad-length`` or ``bad-padding``,
+            naming ``{field}.{index_name}`` or ``{field}.bits``.
+    """
+    # type() rather than isinstance(): bool is an int subclass and is not an index.
+    if type(index) is not int:
+        raise MalformedReportError("bad-type", f"{field}.{index_name}", "expected an integer")
+    if not 0 <= index < bound:
+        raise MalformedReportError("out-of-range", f"{field}.{index_name}", f"must lie in [0, {bound})")
+    if type(bits) is not bytes:
+        raise MalformedReportError("bad-type", f"{field}.bits", "expected bytes")
+    nbytes = (width + 7) // 8
+    if len(bits) != nbytes:
+        raise MalformedReportError("bad-length", f"{field}.bits", f"expected {nbytes} bytes, got {len(bits)}")
+    pad = 8 * nbytes - width
+    if pad and bits[-1] & ((1 << pad) - 1):
+        raise MalformedReportError("bad-padding", f"{field}.bits", f"the last {pad} bits must be zero")
+    return index, bits
+
+
+def decode_indexed_bits(
+    raw: object, *, bound: int, width: int, index_name: str
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.uint8]]:
+    """Strictly decode a list of ``[index, packed bits]`` records into columns.
+
+    Total (STYLE rule 8): any object either gives the columns or raises
+    :class:`~protocol.errors.MalformedReportError`; each record is checked by
+    :func:`check_indexed_bits`.
+
+    Returns:
+        The indices (``int64``, shape ``(n,)``) and the packed vectors (``uint8``, shape
+        ``(n, ceil(width / 8))``), both freshly allocated and writable.
+
+    Raises:
+        MalformedReportError: ``bad-type`` or ``bad-length``, naming ``records`` or
+            ``records[i]``, or any reason of :func:`check_indexed_bits`.
+    """
+    form = f"[{index_name}, bits]"
+    if not isinstance(raw, list):
+        raise MalformedReportError("bad-type", "records", f"expected a list of {form}")
+    n = len(raw)
+    indices = np.empty(n, dtype=np.int64)
+    parts: list[bytes] = []
+    for i, rec in enumerate(raw):
+        if not isinstance(rec, list):
+            raise MalformedReportError("bad-type", f"records[{i}]", f"expected a list {form}")
+        if len(rec) != 2:
+            raise MalformedReportError("bad-length", f"records[{i}]", f"expected 2 entries, got {len(rec)}")
+        indices[i], bits = check_indexed_bits(
+            rec[0], rec[1], bound=bound, width=width, field=f"records[{i}]", index_name=index_name
+        )
+        parts.append(bits)
+    packed = np.frombuffer(b"".join(parts), dtype=np.uint8).reshape(n, (width + 7) // 8).copy()
+    return indices, packed

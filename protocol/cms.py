@@ -88,8 +88,8 @@ from typing import Any, ClassVar, Self, TypeVar
 import numpy as np
 import numpy.typing as npt
 
-from protocol.checks import check_epsilon, check_int, check_seed
-from protocol.errors import InputError, MalformedReportError, StateError
+from protocol.checks import check_epsilon, check_indexed_bits, check_int, check_seed, decode_indexed_bits
+from protocol.errors import InputError, StateError
 from protocol.estimate import Estimate, VectorEstimate
 from protocol.hashing import Fingerprints, HashFamily, _fingerprint_key
 from protocol.plain import array_from_plain, array_to_plain, require
@@ -188,25 +188,13 @@ class CMSBatch:
 
 
 def check_wire_record(index: object, bits: object, *, k: int, m: int, field: str) -> tuple[int, bytes]:
-    """Check one record's wire parts ``(j, bits)`` strictly; return them typed.
+    """Check one CMS record's wire parts ``(j, bits)`` strictly; return them typed.
 
     Raises:
         MalformedReportError: ``bad-type``, ``out-of-range``, ``bad-length`` or ``bad-padding``,
-            naming ``{field}.index`` or ``{field}.bits``.
+            naming ``{field}.index`` or ``{field}.bits`` (:func:`protocol.checks.check_indexed_bits`).
     """
-    if type(index) is not int:
-        raise MalformedReportError("bad-type", f"{field}.index", "expected an integer hash index")
-    if not 0 <= index < k:
-        raise MalformedReportError("out-of-range", f"{field}.index", f"must lie in [0, {k})")
-    if type(bits) is not bytes:
-        raise MalformedReportError("bad-type", f"{field}.bits", "expected bytes")
-    nbytes = (m + 7) // 8
-    if len(bits) != nbytes:
-        raise MalformedReportError("bad-length", f"{field}.bits", f"expected {nbytes} bytes, got {len(bits)}")
-    pad = 8 * nbytes - m
-    if pad and bits[-1] & ((1 << pad) - 1):
-        raise MalformedReportError("bad-padding", f"{field}.bits", f"the last {pad} bits must be zero")
-    return index, bits
+    return check_indexed_bits(index, bits, bound=k, width=m, field=field)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -475,22 +463,8 @@ class CountMeanSketch:
                 ``bad-padding``, naming ``records``, ``records[i]``, ``records[i].index`` or
                 ``records[i].bits``.
         """
-        if not isinstance(raw, list):
-            raise MalformedReportError("bad-type", "records", "expected a list of [j, bits]")
-        n = len(raw)
-        indices = np.empty(n, dtype=np.int64)
-        parts: list[bytes] = []
-        k, m = self.k, self.m
-        for i, rec in enumerate(raw):
-            if not isinstance(rec, list):
-                raise MalformedReportError("bad-type", f"records[{i}]", "expected a list [j, bits]")
-            if len(rec) != 2:
-                raise MalformedReportError("bad-length", f"records[{i}]", f"expected 2 entries, got {len(rec)}")
-            j, bits = check_wire_record(rec[0], rec[1], k=k, m=m, field=f"records[{i}]")
-            indices[i] = j
-            parts.append(bits)
-        data = np.frombuffer(b"".join(parts), dtype=np.uint8).reshape(n, self.record_bytes).copy()
-        return CMSBatch(indices=indices, bits=data)
+        indices, bits = decode_indexed_bits(raw, bound=self.k, width=self.m, index_name="index")
+        return CMSBatch(indices=indices, bits=bits)
 
     # ------------------------------------------------------------------ server half
 

@@ -66,8 +66,8 @@ from typing import Any, ClassVar, Literal, Self
 import numpy as np
 import numpy.typing as npt
 
-from protocol.checks import check_int, check_probability, check_seed
-from protocol.errors import InputError, MalformedReportError, ParameterError, StateError
+from protocol.checks import check_int, check_probability, check_seed, decode_indexed_bits
+from protocol.errors import InputError, ParameterError, StateError
 from protocol.estimate import VectorEstimate
 from protocol.hashing import Fingerprints, HashFamily, fingerprint
 from protocol.plain import array_from_plain, array_to_plain, require
@@ -564,32 +564,8 @@ class Rappor:
             MalformedReportError: ``bad-type``, ``bad-length``, ``out-of-range`` or
                 ``bad-padding``, naming ``records[i]``, ``records[i].cohort`` or ``records[i].bits``.
         """
-        if not isinstance(raw, list):
-            raise MalformedReportError("bad-type", "records", "expected a list of [cohort, bits]")
-        nbytes, mask = self.report_bytes, self.padding_mask
-        cohorts: list[int] = []
-        chunks: list[bytes] = []
-        for i, item in enumerate(raw):
-            if not isinstance(item, list):
-                raise MalformedReportError("bad-type", f"records[{i}]", "expected [cohort, bits]")
-            if len(item) != 2:
-                raise MalformedReportError("bad-length", f"records[{i}]", f"expected 2 fields, got {len(item)}")
-            cohort, bits = item
-            if type(cohort) is not int:
-                raise MalformedReportError("bad-type", f"records[{i}].cohort", "expected an integer")
-            if not 0 <= cohort < self.cohorts:
-                raise MalformedReportError("out-of-range", f"records[{i}].cohort", f"expected [0, {self.cohorts})")
-            if not isinstance(bits, bytes):
-                raise MalformedReportError("bad-type", f"records[{i}].bits", "expected bytes")
-            if len(bits) != nbytes:
-                raise MalformedReportError("bad-length", f"records[{i}].bits", f"expected {nbytes} bytes")
-            if bits[-1] & mask:
-                raise MalformedReportError("bad-padding", f"records[{i}].bits", "padding bits must be zero")
-            cohorts.append(cohort)
-            chunks.append(bits)
-        n = len(cohorts)
-        arr = np.frombuffer(b"".join(chunks), dtype=np.uint8).reshape(n, nbytes).copy()
-        return RapporBatch(cohorts=np.array(cohorts, dtype=np.int64).reshape(n), bits=arr)
+        cohorts, bits = decode_indexed_bits(raw, bound=self.cohorts, width=self.k, index_name="cohort")
+        return RapporBatch(cohorts=cohorts, bits=bits)
 
     # ----- server ------------------------------------------------------------------------
 
