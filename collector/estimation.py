@@ -460,4 +460,13 @@ def format_estimate(result: dict[str, Any]) -> str:
         if est.get("withheld"):
             threshold = _fmt(est["threshold"])
             lines.append(f"  ({est['withheld']} entries below the release threshold {threshold} withheld)")
+        if est.get("correction"):
+            lines.append(f"  ({est['tested']} candidates tested; {_correction_text(est['correction'], est['alpha'])})")
     return "\n".join(lines)
+
+
+def _correction_text(correction: str, alpha: float) -> str:
+    # pfer's level counts false strings; the others' is a rate (collector.decoding.stats).
+    if correction == "pfer":
+        return f"pfer: at most {alpha:g} false strings expected"
+    return f"{correction} at alpha = {alpha:g}"

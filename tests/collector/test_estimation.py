@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from collector.decoding.rappor import RapporDecoder
-from collector.estimation import estimate_aggregate, project_simplex, z_value
+from collector.estimation import estimate_aggregate, format_estimate, project_simplex, z_value
 from collector.store import KeyInfo
 from protocol.randomness import SeededRandom
 from protocol.rappor import Rappor
@@ -116,7 +116,9 @@ def test_rappor_estimate_uses_the_use_cases_correction(registry: Registry, regis
     default = estimate_aggregate(uc, agg, info, registry_dir=registry_path.parent)["estimate"]
     assert (default["correction"], default["alpha"]) == ("bonferroni", 0.05)
     pfer = replace(uc, collector=replace(uc.collector, correction="pfer", alpha=2.0))
-    chosen = estimate_aggregate(pfer, agg, info, registry_dir=registry_path.parent)["estimate"]
+    result = estimate_aggregate(pfer, agg, info, registry_dir=registry_path.parent)
+    chosen = result["estimate"]
     assert (chosen["correction"], chosen["alpha"]) == ("pfer", 2.0)
+    assert f"({chosen['tested']} candidates tested; pfer: at most 2 false strings expected)" in format_estimate(result)
     # pfer at 2 rejects at least what Bonferroni at 0.05 does (same p-values, a higher threshold).
     assert {d["value"] for d in default["items"]} <= {d["value"] for d in chosen["items"]}
