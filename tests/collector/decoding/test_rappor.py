@@ -304,3 +304,17 @@ def test_basic_distribution_is_learned_better_with_more_reports() -> None:
     assert tv_raw[0] > tv_raw[1] > tv_raw[2]
     assert all(c <= r for c, r in zip(tv_cons, tv_raw, strict=True))
     assert tv_raw[2] < 0.1
+
+
+def test_pfer_holds_its_expected_false_positives_and_finds_more() -> None:
+    """pfer at α = 1 over 20 seeds: false positives average at most 1 (a 5-SE Poisson bound), and
+    every seed detects a superset of Bonferroni's strings."""
+    false_positives = 0
+    seeds = 20
+    for seed in range(seeds):
+        _, agg, truth = _problem(200 + seed)
+        pfer = RapporDecoder(control="pfer", alpha=1.0).decode(agg, CANDIDATES)
+        bonf = RapporDecoder(control="bonferroni").decode(agg, CANDIDATES)
+        assert not (bonf.detected & ~pfer.detected).any()
+        false_positives += int((pfer.detected & (truth == 0)).sum())
+    assert false_positives <= seeds + 5 * math.sqrt(seeds)
