@@ -380,6 +380,26 @@ class CheckpointStore:
 
     # -- reading -----------------------------------------------------------------------
 
+    def _base(self, row: _UseCaseRow, period: int) -> tuple[Any, int, int]:
+        """The key's base aggregate with its report and record totals (empty and zeros if none).
+
+        Runs inside the caller's transaction, so the base and the segments folded onto it
+        are one snapshot.
+
+        Raises:
+            StoreError: the stored base cannot be restored (the database is damaged).
+        """
+        base = self._db.execute(
+            "SELECT reports, records, data FROM aggregates WHERE uc = ? AND period = ?", (row.id, period)
+        ).fetchone()
+        if base is None:
+            return row.use_case.mechanism.new_aggregate(), 0, 0
+        try:
+            agg = aggregate_from_plain(row.use_case.mechanism, _unpack(base[2]))
+        except StateError as exc:
+            raise StoreError(f"{self.path}: the {row.use_case.name} base aggregate is damaged ({exc})") from exc
+        return agg, int(base[0]), int(base[1])
+
     def _fold(self, row: _UseCaseRow, agg: Any, kind: str, blob: bytes) -> Any:
         data = _unpack(blob)
         try:
@@ -410,18 +430,7 @@ class CheckpointStore:
         db = self._db
         db.execute("BEGIN")  # one snapshot for base and segments
         try:
-            base = db.execute(
-                "SELECT reports, records, data FROM aggregates WHERE uc = ? AND period = ?", (row.id, period)
-            ).fetchone()
-            reports = records = 0
-            if base is None:
-                agg = row.use_case.mechanism.new_aggregate()
-            else:
-                reports, records = int(base[0]), int(base[1])
-                try:
-                    agg = aggregate_from_plain(row.use_case.mechanism, _unpack(base[2]))
-                except StateError as exc:
-                    raise StoreError(f"{self.path}: the {use_case} base aggregate is damaged ({exc})") from exc
+            agg, reports, records = self._base(row, period)
             for kind, n_rep, n_rec, blob in db.execute(
                 "SELECT kind, reports, records, data FROM segments WHERE uc = ? AND period = ? ORDER BY seq",
                 (row.id, period),
@@ -538,15 +547,7 @@ class CheckpointStore:
         db = self._db
         db.execute("BEGIN IMMEDIATE")
         try:
-            base = db.execute(
-                "SELECT reports, records, data FROM aggregates WHERE uc = ? AND period = ?", (row.id, period)
-            ).fetchone()
-            reports = records = 0
-            if base is None:
-                agg = row.use_case.mechanism.new_aggregate()
-            else:
-                reports, records = int(base[0]), int(base[1])
-                agg = aggregate_from_plain(row.use_case.mechanism, _unpack(base[2]))
+            agg, reports, records = self._base(row, period)
             segs = db.execute(
                 "SELECT seq, kind, reports, records, data FROM segments WHERE uc = ? AND period = ? ORDER BY seq",
                 (row.id, period),
