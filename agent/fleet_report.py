@@ -290,6 +290,11 @@ def _short(text: str, width: int) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
+def _withheld_row(r: Mapping[str, Any]) -> str:
+    """The line of a period the collector did not release: its start, reports and the reason."""
+    return f"  {r['period_start'] or r['period']!s:20s} {r['reports']!s:>8s}  not released: {r['withheld_reason']}"
+
+
 def format_results(summaries: list[UseCaseSummary], registry: Registry, *, tolerance: float, detail: int = 8) -> str:
     """A readable report: per use case and period the estimate, truth, error and SE."""
     out: list[str] = []
@@ -308,10 +313,7 @@ def format_results(summaries: list[UseCaseSummary], registry: Registry, *, toler
             )
             for r in s.periods:
                 if not r["released"]:
-                    out.append(
-                        f"  {r['period_start'] or r['period']!s:20s} {r['reports']!s:>8s}  not released: "
-                        f"{r['withheld_reason']}"
-                    )
+                    out.append(_withheld_row(r))
                     continue
                 out.append(
                     f"  {r['period_start']:20s} {r['reports']:>8d} {_f(r['estimate']):>12s} {_f(r['truth']):>12s} "
@@ -325,10 +327,7 @@ def format_results(summaries: list[UseCaseSummary], registry: Registry, *, toler
             )
             for r in s.periods:
                 if not r["released"]:
-                    out.append(
-                        f"  {r['period_start'] or r['period']!s:20s} {r['reports']!s:>8s}  not released: "
-                        f"{r['withheld_reason']}"
-                    )
+                    out.append(_withheld_row(r))
                     continue
                 w = r.get("worst") or {}
                 out.append(
