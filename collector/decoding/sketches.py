@@ -34,7 +34,7 @@ import numpy as np
 import numpy.typing as npt
 
 from collector.decoding.plain import ValueEstimate, finite
-from collector.decoding.stats import CONTROLS, check_level, normal_sf, reject, z_interval
+from collector.decoding.stats import check_control, check_level, normal_sf, reject, z_interval
 from protocol.cms import CMSAggregate, as_value_bytes
 from protocol.hcms import HCMSAggregate
 from protocol.sfp import SFPAggregate, reconstruct
@@ -115,8 +115,7 @@ class _Rule:
 
     def __post_init__(self) -> None:
         if self.alpha is None:
-            if self.control not in CONTROLS:
-                raise ValueError(f"control must be one of {', '.join(CONTROLS)}; got {self.control!r}")
+            check_control(self.control)
         else:
             check_level(self.alpha, self.control)
         top_n = self.top_n

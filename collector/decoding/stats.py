@@ -50,6 +50,7 @@ import numpy.typing as npt
 __all__ = [
     "CONTROLS",
     "Control",
+    "check_control",
     "check_level",
     "normal_quantile",
     "normal_sf",
@@ -96,10 +97,16 @@ def storey_pi0(p_values: npt.ArrayLike, *, lam: float = 0.5) -> float:
     return min(1.0, (1.0 + float(np.count_nonzero(p > lam))) / (p.size * (1.0 - lam)))
 
 
-def check_level(alpha: float, control: str) -> float:
-    """``alpha`` as a float if it is a valid level for ``control`` (see :func:`reject`), else ``ValueError``."""
+def check_control(control: str) -> str:
+    """``control`` if :func:`reject` implements it, else ``ValueError``."""
     if control not in CONTROLS:
         raise ValueError(f"control must be one of {', '.join(CONTROLS)}; got {control!r}")
+    return control
+
+
+def check_level(alpha: float, control: str) -> float:
+    """``alpha`` as a float if it is a valid level for ``control`` (see :func:`reject`), else ``ValueError``."""
+    check_control(control)
     if isinstance(alpha, bool) or not isinstance(alpha, int | float) or not math.isfinite(alpha):
         raise ValueError(f"alpha must be a number; got {alpha!r}")
     if control == "pfer":
