@@ -138,21 +138,13 @@ def _information_bound(
     """
     one, zero = (float(x) for x in mech.coordinate_probabilities("report"))
     cohorts = mech.cohorts
-    pos = mech.candidate_positions(candidates)
+    # The design matrix X of 004 §4, one row of (cohort, bit) indicators per candidate.
+    bits = mech.candidate_bits(candidates).reshape(len(candidates), -1)
     present = np.flatnonzero(truth > 0)
-    mu = np.zeros((cohorts, mech.k))
-    rows = np.broadcast_to(np.arange(cohorts)[:, None], pos.shape[1:])
-    for c in present.tolist():
-        bits = np.zeros((cohorts, mech.k), dtype=bool)
-        bits[rows, pos[c]] = True
-        mu += bits * (truth[c] / cohorts)
+    mu = (truth[present] / cohorts) @ bits[present]
     n_j = n / cohorts
     var = (mu * one * (1 - one) + (n_j - mu) * zero * (1 - zero)) / (one - zero) ** 2
-    info = np.empty(len(candidates))
-    for c in range(len(candidates)):
-        bits = np.zeros((cohorts, mech.k), dtype=bool)
-        bits[rows, pos[c]] = True
-        info[c] = float((1.0 / var[bits]).sum()) / cohorts**2
+    info = bits @ (1.0 / var) / cohorts**2
     se = 1.0 / np.sqrt(info)
     absent = int((truth == 0).sum())
     z_star = normal_quantile(1 - fp_limit / absent)
