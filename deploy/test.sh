@@ -6,13 +6,15 @@ cd "$(dirname "$0")/.."
 
 # System packages the integration tests use: a real Mosquitto broker (started by a test
 # fixture on a free loopback port, never as a system service) and its clients, openssl for
-# the test CA, systemd-analyze to verify the units, and headless Chromium for the dashboard.
+# the test CA, systemd-analyze to verify the units, headless Chromium for the dashboard, and
+# PostgreSQL (a throwaway cluster per test session, started by a fixture as an unprivileged user).
 need=()
 command -v mosquitto >/dev/null 2>&1 || [ -x /usr/sbin/mosquitto ] || need+=(mosquitto)
 command -v mosquitto_sub >/dev/null 2>&1 || need+=(mosquitto-clients)
 command -v openssl >/dev/null 2>&1 || need+=(openssl)
 command -v systemd-analyze >/dev/null 2>&1 || need+=(systemd)
 command -v chromium >/dev/null 2>&1 || need+=(chromium)
+ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || need+=(postgresql)
 if [ ${#need[@]} -gt 0 ]; then
     echo "== installing ${need[*]} from Debian's packages"
     SUDO=""

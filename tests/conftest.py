@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -9,6 +10,7 @@ import pytest
 
 from protocol.randomness import SeededRandom
 from tests.support.broker import Broker, running_broker
+from tests.support.postgres import PostgresServer, running_postgres
 
 
 @pytest.fixture
@@ -22,3 +24,21 @@ def mosquitto(tmp_path: Path) -> Iterator[Broker]:
     """A real Mosquitto broker on a free loopback port, stopped after the test."""
     with running_broker(tmp_path / "broker") as broker:
         yield broker
+
+
+@pytest.fixture(scope="session")
+def postgres_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PostgresServer]:
+    """One real PostgreSQL cluster for the session (``initdb`` takes seconds); see ``postgres``."""
+    with running_postgres(tmp_path_factory.mktemp("postgres")) as server:
+        yield server
+
+
+_databases = itertools.count()
+
+
+@pytest.fixture
+def postgres(postgres_server: PostgresServer) -> PostgresServer:
+    """The session's PostgreSQL with a fresh, empty database of this test's own."""
+    name = f"test_{next(_databases)}"
+    postgres_server.run_sql(f"CREATE DATABASE {name} OWNER {postgres_server.user}")
+    return postgres_server.with_database(name)
