@@ -15,7 +15,7 @@ import math
 import numpy as np
 import numpy.typing as npt
 
-from protocol.errors import MalformedReportError, ParameterError
+from protocol.errors import InputError, MalformedReportError, ParameterError
 
 __all__ = [
     "check_epsilon",
@@ -24,7 +24,11 @@ __all__ = [
     "check_power_of_two",
     "check_probability",
     "check_seed",
+    "count_value",
     "decode_indexed_bits",
+    "number_value",
+    "parse_number",
+    "string_value",
 ]
 
 EPSILON_MAX = 64.0
@@ -147,3 +151,48 @@ def decode_indexed_bits(
         parts.append(bits)
     packed = np.frombuffer(b"".join(parts), dtype=np.uint8).reshape(n, (width + 7) // 8).copy()
     return indices, packed
+
+
+# --- recorded values (the agent's ``record``): an InputError says what was expected -------
+
+MAX_COUNTER = float(1 << 53)
+"""Largest counter value or total kept (beyond it floats lose integers)."""
+
+
+def count_value(value: object, m: int) -> int:
+    """An integer count in ``[0, m]`` (1BitMean's input, 000 §2.1)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InputError(f"counts integers in [0, {m}]; got {value!r}")
+    if not 0 <= value <= m:
+        raise InputError(f"value must be in [0, {m}]; got {value}")
+    return value
+
+
+def number_value(value: object) -> int | float:
+    """A finite non-negative number up to ``2**53`` (a counter that is bucketed, 000 §2.2)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise InputError(f"counts numbers; got {value!r}")
+    if not math.isfinite(value) or value < 0 or value > MAX_COUNTER:
+        raise InputError(f"value must be a finite number in [0, 2**53]; got {value!r}")
+    return value
+
+
+def parse_number(text: str, *, integer: bool) -> int | float:
+    """A number typed on a command line (an integer only, if ``integer``)."""
+    try:
+        return int(text)
+    except ValueError:
+        pass
+    if not integer:
+        try:
+            return float(text)
+        except ValueError:
+            pass
+    raise InputError(f"counts numbers; got {text!r}")
+
+
+def string_value(value: object, *, accept_bytes: bool = False) -> str | bytes:
+    """A string (or bytes, if the mechanism hashes bytes too)."""
+    if isinstance(value, str) or (accept_bytes and isinstance(value, bytes)):
+        return value
+    raise InputError(f"takes a string; got {value!r}")

@@ -83,7 +83,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from fractions import Fraction
 from functools import cached_property
-from typing import Any, ClassVar, Self, TypeVar
+from typing import Any, ClassVar, Final, Self, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -92,11 +92,23 @@ from protocol.checks import check_epsilon, check_indexed_bits, check_int, check_
 from protocol.errors import InputError, StateError
 from protocol.estimate import Estimate, VectorEstimate
 from protocol.hashing import Fingerprints, HashFamily, _fingerprint_key
+from protocol.interfaces import (
+    Aggregate,
+    Batch,
+    EstimateKind,
+    MechanismEntry,
+    PlanFigures,
+    Privatization,
+    ValueType,
+    own,
+    register_mechanism,
+)
 from protocol.plain import array_from_plain, array_to_plain, require
 from protocol.randomness import SCALE, Coin, RandomSource, coin_at_most, dexp, uniform_ints
 from protocol.sketch import gather_sums
 
 __all__ = [
+    "ENTRY",
     "CMSAggregate",
     "CMSBatch",
     "CMSRecord",
@@ -209,6 +221,10 @@ class CountMeanSketch:
     """
 
     name: ClassVar[str] = "cms"
+    privatization: ClassVar[Privatization] = Privatization.EVENT
+    value_type: ClassVar[ValueType] = ValueType.STRING
+    value_range: ClassVar[tuple[float, float] | None] = None
+    kind: ClassVar[EstimateKind] = EstimateKind.DICTIONARY
     epsilon: float
     k: int
     m: int
@@ -467,6 +483,76 @@ class CountMeanSketch:
         return CMSBatch(indices=indices, bits=bits)
 
     # ------------------------------------------------------------------ server half
+
+    # --- the contract of protocol.interfaces (plain forms for the shells)
+
+    def privacy_figures(self) -> dict[str, float]:
+        """ε of one report (event-level: every report spends it)."""
+        return {"epsilon_report": self.epsilon_report}
+
+    def parse_value(self, text: str) -> str:
+        """The text itself."""
+        return text
+
+    def counter_input(self, total: float) -> str:
+        """Not a counter: refused."""
+        raise InputError("cms is not a counter")
+
+    def setup_plain(self, rng: RandomSource) -> None:
+        """No permanent state (event-level privacy, 003 §3.2.1)."""
+        return
+
+    def check_state_plain(self, data: object) -> None:
+        """Only ``None`` (no state) fits."""
+        if data is not None:
+            raise StateError("cms keeps no permanent state")
+
+    def privatize_plain(self, value: object, state: object, rng: RandomSource) -> tuple[object, None]:
+        """Privatize a value at once; the record's wire form."""
+        record, _ = self.privatize(self.check_value(value), None, rng)
+        return self.encode_records([record])[0], None
+
+    def encode_plain(self, records: Sequence[object]) -> list[object]:
+        """Typed records in wire form."""
+        return list(self.encode_records([own(r, CMSRecord, "cms record") for r in records]))
+
+    def empty_batch(self) -> CMSBatch:
+        """No records."""
+        return self.batch([])
+
+    def restore_aggregate(self, data: object) -> CMSAggregate:
+        """An aggregate saved with ``to_plain``."""
+        return CMSAggregate.from_plain(self, data)
+
+    def fold(self, aggregate: Aggregate, batch: Batch) -> None:
+        """Fold a batch into an aggregate of this mechanism."""
+        own(aggregate, CMSAggregate, "cms aggregate").add(own(batch, CMSBatch, "cms batch"))
+
+    def check_value(self, value: object) -> str | bytes:
+        """A string (hashed as UTF-8) or bytes."""
+        as_value_bytes(value)
+        assert isinstance(value, str | bytes)
+        return value
+
+    @property
+    def fixed_categories(self) -> None:
+        """A dictionary is queried (no fixed categories)."""
+        return None
+
+    def estimate_frequencies(self, aggregate: Aggregate, candidates: Sequence[str]) -> VectorEstimate:
+        """The estimated count of each dictionary entry."""
+        return own(aggregate, CMSAggregate, "cms aggregate").estimate(candidates)
+
+    def plan(self, n: float) -> PlanFigures:
+        """The SE of a count from 003 Thm 4.2's bound, with ``Σf² <= 0.1 n²`` (the most frequent value
+        holds at most a tenth of the reports; the planner's default)."""
+        return PlanFigures(
+            n=n,
+            standard_error=math.sqrt(float(self.variance_bound(n=n, sum_sq=_PLAN_TOP_SHARE * n * n))),
+            unit="count",
+            figures={"epsilon_report": self.epsilon_report, "bandwidth_bits": math.log2(self.k) + self.m},
+            formulas=("003 Thm 4.2: Var <= (m/(m-1))^2 ((c^2-1)/4 + 1/m + sum f^2/(n k m)) n, sum f^2 <= 0.1 n^2",),
+        )
 
     def new_aggregate(self) -> CMSAggregate:
         """An empty aggregate."""
@@ -756,3 +842,11 @@ class CMSAggregate:
         if n_top is not None:
             keep = keep[:n_top]
         return [(candidates[i], est[int(i)]) for i in keep]
+
+
+_PLAN_TOP_SHARE: Final = 0.1
+
+ENTRY: Final = register_mechanism(
+    MechanismEntry(name=CountMeanSketch.name, build=CountMeanSketch, epsilon_parameter=True, dictionary=True)
+)
+"""This module's entry in the mechanism table (:mod:`protocol.interfaces`)."""

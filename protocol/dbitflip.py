@@ -70,19 +70,31 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from functools import cached_property
-from typing import Any, ClassVar, Self
+from typing import Any, ClassVar, Final, Self
 
 import numpy as np
 import numpy.typing as npt
 
-from protocol.buckets import Buckets, CustomBuckets, ExponentialBuckets, LinearBuckets
-from protocol.checks import check_epsilon, check_int
+from protocol.buckets import Buckets, CustomBuckets, ExponentialBuckets, LinearBuckets, buckets_from_plain
+from protocol.checks import check_epsilon, check_int, number_value, parse_number
 from protocol.errors import MalformedReportError, ParameterError, StateError
 from protocol.estimate import VectorEstimate
+from protocol.interfaces import (
+    Aggregate,
+    Batch,
+    EstimateKind,
+    MechanismEntry,
+    PlanFigures,
+    Privatization,
+    ValueType,
+    own,
+    register_mechanism,
+)
 from protocol.plain import array_from_plain, array_to_plain, require
 from protocol.randomness import Coin, RandomSource, coin_at_most, dexp, uniform_ints
 
 __all__ = [
+    "ENTRY",
     "MAX_MEMO_BITS",
     "DBitFlip",
     "DBitFlipAggregate",
@@ -228,6 +240,10 @@ class DBitFlip:
     """
 
     name: ClassVar[str] = "dbitflip"
+    kind: ClassVar[EstimateKind] = EstimateKind.HISTOGRAM
+    privatization: ClassVar[Privatization] = Privatization.COUNTER
+    value_type: ClassVar[ValueType] = ValueType.NUMBER
+    value_range: ClassVar[tuple[float, float] | None] = None
     epsilon: float
     buckets: Buckets
     d: int
@@ -518,6 +534,84 @@ class DBitFlip:
         packed = np.frombuffer(b"".join(chunks), dtype=np.uint8).reshape(n, nbytes)
         return DBitFlipBatch(buckets, np.ascontiguousarray(np.unpackbits(packed, axis=1, count=d)))
 
+    # --- the contract of protocol.interfaces (plain forms for the shells)
+
+    def privacy_figures(self) -> dict[str, float]:
+        """ε of one report."""
+        return {"epsilon_report": self.epsilon_report}
+
+    def check_value(self, value: object) -> int | float:
+        """One recorded increment: a finite non-negative number (bucketed at collection)."""
+        return number_value(value)
+
+    def parse_value(self, text: str) -> int | float:
+        """A number typed on a command line."""
+        return parse_number(text, integer=False)
+
+    def counter_input(self, total: float) -> float:
+        """The period's total as is: a total beyond the last edge falls into the last bucket."""
+        return total
+
+    def setup_plain(self, rng: RandomSource) -> dict[str, Any]:
+        """Draw a device's buckets and memo table, in plain form."""
+        return self.setup(rng).to_plain()
+
+    def check_state_plain(self, data: object) -> None:
+        """Raise ``StateError`` unless ``data`` is this mechanism's saved state."""
+        DBitFlipState.from_plain(self, data)
+
+    def privatize_plain(self, value: object, state: object, rng: RandomSource) -> tuple[object, object]:
+        """Answer ``value`` from the saved state; the record's wire form and the (unchanged) state."""
+        record, st = self.privatize(self.check_value(value), DBitFlipState.from_plain(self, state), rng)
+        return self.encode_records([record])[0], st.to_plain()
+
+    def encode_plain(self, records: Sequence[object]) -> list[object]:
+        """Typed records in wire form."""
+        return list(self.encode_records([own(r, DBitFlipRecord, "dbitflip record") for r in records]))
+
+    def empty_batch(self) -> DBitFlipBatch:
+        """No records."""
+        return self.batch([])
+
+    def restore_aggregate(self, data: object) -> DBitFlipAggregate:
+        """An aggregate saved with ``to_plain``."""
+        return DBitFlipAggregate.from_plain(self, data)
+
+    def fold(self, aggregate: Aggregate, batch: Batch) -> None:
+        """Fold a batch into an aggregate of this mechanism."""
+        own(aggregate, DBitFlipAggregate, "dbitflip aggregate").add(own(batch, DBitFlipBatch, "dbitflip batch"))
+
+    @property
+    def bucket_edges(self) -> tuple[float, ...]:
+        """The ``k + 1`` bucket edges."""
+        return tuple(float(e) for e in self.buckets.edges)
+
+    def bucket_of(self, value: float) -> int:
+        """The bucket of a recorded value."""
+        return self.buckets.bucket_of(value)
+
+    def estimate_histogram(self, aggregate: Aggregate) -> VectorEstimate:
+        """The share of devices per bucket (000 eq. 3)."""
+        return own(aggregate, DBitFlipAggregate, "dbitflip aggregate").estimate()
+
+    def plan(self, n: float) -> PlanFigures:
+        """Per bucket ``SE = sqrt(((k/d)(c + h) - h)/n)``, ``c = p(1-p)/(p-q)²`` (000 Thm 2's variance),
+        at the share ``h = 1/k`` of a uniform histogram; the empty bucket's too."""
+        k, d = self.k, self.d
+        p, q = float(self.p), float(self.q)
+        c = p * (1 - p) / (p - q) ** 2
+        h = 1 / k
+        return PlanFigures(
+            n=n,
+            standard_error=math.sqrt(max(((k / d) * (c + h) - h) / n, 0.0)),
+            unit="bucket share",
+            figures={
+                "epsilon_report": self.epsilon_report,
+                "standard_error_empty_bucket": math.sqrt((k / d) * c / n),
+            },
+            formulas=("SE(bucket) = sqrt(((k/d)(c + h) - h)/n), c = p(1-p)/(p-q)^2, h = 1/k (000 Thm 2)",),
+        )
+
     def new_aggregate(self) -> DBitFlipAggregate:
         """An empty aggregate."""
         return DBitFlipAggregate(self)
@@ -666,3 +760,14 @@ def _fisher_yates_subsets(rng: RandomSource, k: int, m: int, rows: int) -> npt.N
         pool[idx, i] = pool[idx, j]
         pool[idx, j] = held
     return np.sort(pool[:, :m], axis=1)
+
+
+ENTRY: Final = register_mechanism(
+    MechanismEntry(
+        name=DBitFlip.name,
+        build=DBitFlip,
+        epsilon_parameter=True,
+        converters={"buckets": buckets_from_plain},
+    )
+)
+"""This module's entry in the mechanism table (:mod:`protocol.interfaces`)."""

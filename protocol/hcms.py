@@ -70,7 +70,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from fractions import Fraction
 from functools import cached_property
-from typing import Any, ClassVar, Self, TypeVar
+from typing import Any, ClassVar, Final, Self, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -79,11 +79,23 @@ from protocol.checks import check_epsilon, check_int, check_seed
 from protocol.errors import InputError, MalformedReportError, ParameterError, StateError
 from protocol.estimate import VectorEstimate
 from protocol.hashing import Fingerprints, HashFamily, fingerprint
+from protocol.interfaces import (
+    Aggregate,
+    Batch,
+    EstimateKind,
+    MechanismEntry,
+    PlanFigures,
+    Privatization,
+    ValueType,
+    own,
+    register_mechanism,
+)
 from protocol.plain import array_from_plain, array_to_plain, require
 from protocol.randomness import SCALE, Coin, RandomSource, bernoulli, coin_at_most, dexp, uniform_ints
 from protocol.sketch import gather_sums
 
 __all__ = [
+    "ENTRY",
     "HCMSAggregate",
     "HCMSBatch",
     "HCMSRecord",
@@ -248,6 +260,10 @@ class HadamardCountMeanSketch:
     """
 
     name: ClassVar[str] = "hcms"
+    privatization: ClassVar[Privatization] = Privatization.EVENT
+    value_type: ClassVar[ValueType] = ValueType.STRING
+    value_range: ClassVar[tuple[float, float] | None] = None
+    kind: ClassVar[EstimateKind] = EstimateKind.DICTIONARY
     epsilon: float
     k: int
     m: int
@@ -417,6 +433,77 @@ class HadamardCountMeanSketch:
         return HCMSBatch(j=j, ell=ell, bits=bits)
 
     # ------------------------------------------------------------------ server half
+
+    # --- the contract of protocol.interfaces (plain forms for the shells)
+
+    def privacy_figures(self) -> dict[str, float]:
+        """ε of one report (event-level: every report spends it)."""
+        return {"epsilon_report": self.epsilon_report}
+
+    def parse_value(self, text: str) -> str:
+        """The text itself."""
+        return text
+
+    def counter_input(self, total: float) -> str:
+        """Not a counter: refused."""
+        raise InputError("hcms is not a counter")
+
+    def setup_plain(self, rng: RandomSource) -> None:
+        """No permanent state (event-level privacy, 003 §3.2.1)."""
+        return
+
+    def check_state_plain(self, data: object) -> None:
+        """Only ``None`` (no state) fits."""
+        if data is not None:
+            raise StateError("hcms keeps no permanent state")
+
+    def privatize_plain(self, value: object, state: object, rng: RandomSource) -> tuple[object, None]:
+        """Privatize a value at once; the record's wire form."""
+        record, _ = self.privatize(self.check_value(value), None, rng)
+        return self.encode_records([record])[0], None
+
+    def encode_plain(self, records: Sequence[object]) -> list[object]:
+        """Typed records in wire form."""
+        return list(self.encode_records([own(r, HCMSRecord, "hcms record") for r in records]))
+
+    def empty_batch(self) -> HCMSBatch:
+        """No records."""
+        return self.batch([])
+
+    def restore_aggregate(self, data: object) -> HCMSAggregate:
+        """An aggregate saved with ``to_plain``."""
+        return HCMSAggregate.from_plain(self, data)
+
+    def fold(self, aggregate: Aggregate, batch: Batch) -> None:
+        """Fold a batch into an aggregate of this mechanism."""
+        own(aggregate, HCMSAggregate, "hcms aggregate").add(own(batch, HCMSBatch, "hcms batch"))
+
+    def check_value(self, value: object) -> str | bytes:
+        """A string (hashed as UTF-8) or bytes."""
+        return _as_value_bytes(value)
+
+    @property
+    def fixed_categories(self) -> None:
+        """A dictionary is queried (no fixed categories)."""
+        return None
+
+    def estimate_frequencies(self, aggregate: Aggregate, candidates: Sequence[str]) -> VectorEstimate:
+        """The estimated count of each dictionary entry."""
+        return own(aggregate, HCMSAggregate, "hcms aggregate").estimate(candidates)
+
+    def plan(self, n: float) -> PlanFigures:
+        """The SE of a count from 003 Thm 4.4's bound, with ``Σf² <= 0.1 n²`` (the most frequent value
+        holds at most a tenth of the reports; the planner's default)."""
+        return PlanFigures(
+            n=n,
+            standard_error=math.sqrt(float(self.variance_bound(n=n, sum_sq=_PLAN_TOP_SHARE * n * n))),
+            unit="count",
+            figures={
+                "epsilon_report": self.epsilon_report,
+                "bandwidth_bits": math.log2(self.k) + math.log2(self.m) + 1,
+            },
+            formulas=("003 Thm 4.4: Var <= (m/(m-1))^2 (c^2 + sum f^2/(n k m)) n, sum f^2 <= 0.1 n^2",),
+        )
 
     def new_aggregate(self) -> HCMSAggregate:
         """An empty aggregate."""
@@ -600,3 +687,13 @@ class HCMSAggregate:
         others = np.maximum(self.second_moment() - f_hat**2, 0.0)
         var = mech.variance(n=n, count=f_hat, others_sum_sq=others)
         return VectorEstimate(values, np.sqrt(np.maximum(var, 0.0)), n)
+
+
+_PLAN_TOP_SHARE: Final = 0.1
+
+ENTRY: Final = register_mechanism(
+    MechanismEntry(
+        name=HadamardCountMeanSketch.name, build=HadamardCountMeanSketch, epsilon_parameter=True, dictionary=True
+    )
+)
+"""This module's entry in the mechanism table (:mod:`protocol.interfaces`)."""

@@ -1,58 +1,377 @@
-"""The shape every mechanism module shares, as ``typing.Protocol`` classes.
+"""The typed contract every mechanism module meets, and the table the registry builds from.
 
-A mechanism is a frozen, validated parameter object (the "mechanism") with:
+A mechanism is one typed contract, not a name (STYLE rule 19): the agent, the collector,
+the planner and the fleet ask the mechanism object what they need instead of switching on
+its registry string. The contract has two layers:
 
-* ``epsilon_report`` - the ε of one report (the privacy cost the accountant charges);
-* ``setup(rng)`` - the per-device permanent state (plain data, see ``to_plain``);
-* ``privatize(value, state, rng)`` - one privatized record and the (possibly grown) state;
-* ``batch(records)`` - records in columnar numpy form;
-* ``new_aggregate()`` - an empty, mergeable aggregate.
+* :class:`Mechanism`, what every mechanism answers: its :class:`Privatization` (when the
+  agent privatizes, DESIGN "When to privatize"), its :class:`ValueType` and the validation
+  and coercion of a recorded value, its per-device state and records in plain form (what the
+  agent seals to disk), its aggregate (restore, fold a batch, merge), its ε figures, and the
+  closed-form standard error the planner prints (:meth:`Mechanism.plan`).
+* one small protocol per kind of estimate, chosen by :attr:`Mechanism.kind`:
+  :class:`MeanMechanism` (a proportion or a mean), :class:`HistogramMechanism`,
+  :class:`FrequencyMechanism` (frequencies over a dictionary or a fixed set of categories),
+  :class:`CandidateMechanism` (frequencies over candidates decoded jointly, RAPPOR 004 §4)
+  and :class:`DiscoveryMechanism` (unknown strings, SFP 003 §4.3). :func:`as_mean` and the
+  other ``as_*`` functions narrow a mechanism to its kind's protocol, so mypy sees the types
+  through the seam.
 
-An aggregate folds columnar batches with ``add`` (vectorised), combines with ``merge``
-(exact: aggregates are sums), saves with ``to_plain`` / ``from_plain`` and produces an
-estimate with its standard error.
+Each mechanism module keeps its typed halves (``setup``, ``privatize``, ``batch``,
+``new_aggregate`` with the mechanism's own record, batch and aggregate classes, see
+:class:`TypedMechanism`) next to the plain-form methods here; :func:`own` is how a plain-form
+method gets its own typed object back from an opaque one, with a clear error on a mix-up.
+
+A module makes itself known to the registry with a :class:`MechanismEntry` (its name, its
+constructor, which of the use case's fields it takes) passed to :func:`register_mechanism`;
+:mod:`protocol.registry` registers the seven built-in ones. Adding an eighth mechanism is one
+module plus its entry.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any, Protocol, Self, TypeVar
+import dataclasses
+import enum
+import threading
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Protocol, Self, TypeVar, runtime_checkable
 
+from protocol.estimate import Estimate, VectorEstimate
 from protocol.randomness import RandomSource
 
-__all__ = ["Aggregate", "Mechanism"]
+__all__ = [
+    "Aggregate",
+    "Batch",
+    "CandidateMechanism",
+    "DiscoveredItem",
+    "DiscoveryMechanism",
+    "EstimateKind",
+    "FrequencyMechanism",
+    "HistogramMechanism",
+    "MeanMechanism",
+    "Mechanism",
+    "MechanismEntry",
+    "PlanFigures",
+    "Privatization",
+    "RecordValue",
+    "TypedMechanism",
+    "ValueType",
+    "as_candidates",
+    "as_discovery",
+    "as_frequencies",
+    "as_histogram",
+    "as_mean",
+    "mechanism_entries",
+    "mechanism_entry",
+    "own",
+    "register_mechanism",
+    "registered_mechanism",
+]
 
+RecordValue = int | float | str | bytes
+"""A value the agent records, after the mechanism's validation and coercion."""
+
+T = TypeVar("T")
 ValueT_contra = TypeVar("ValueT_contra", contravariant=True)
 StateT = TypeVar("StateT")
 RecordT = TypeVar("RecordT")
 BatchT_co = TypeVar("BatchT_co", covariant=True)
-BatchT_contra = TypeVar("BatchT_contra", contravariant=True)
 AggT_co = TypeVar("AggT_co", covariant=True)
 
 
-class Aggregate(Protocol[BatchT_contra]):
-    """A mergeable server-side aggregate of one mechanism's records."""
+class Privatization(enum.Enum):
+    """When the agent privatizes a value (DESIGN "When to privatize").
+
+    * ``COUNTER``: recorded values add up to a running total per period and counter key;
+      when the period closes the total is answered from the device's permanent state
+      (000 §3.1, §3.4) and erased. The total is the only raw value the agent keeps.
+    * ``STRING``: privatized when recorded from a memo kept in the permanent state, keyed by
+      a keyed hash (004 §2 step 2); each distinct value is reported at most once per period.
+    * ``EVENT``: event-level privacy (003 §3.2.1): privatized at once, only the record kept.
+    """
+
+    COUNTER = "counter"
+    STRING = "string"
+    EVENT = "event"
+
+
+class ValueType(enum.Enum):
+    """What a use case records: a bit, a count in ``[0, m]``, a non-negative number, a string."""
+
+    BIT = "bit"
+    COUNT = "count"
+    NUMBER = "number"
+    STRING = "string"
+
+
+class EstimateKind(enum.Enum):
+    """What the collector estimates from a mechanism's aggregate, and which protocol it meets.
+
+    :attr:`result` is the coarser family the JSON estimate names (``"frequencies"`` for
+    every per-string output).
+    """
+
+    PROPORTION = "proportion"  # MeanMechanism: share of devices whose bit is 1
+    MEAN = "mean"  # MeanMechanism: mean value
+    HISTOGRAM = "histogram"  # HistogramMechanism
+    DICTIONARY = "dictionary"  # FrequencyMechanism: counts of the entries of a dictionary
+    CATEGORIES = "categories"  # FrequencyMechanism: counts of a fixed set of categories
+    CANDIDATES = "candidates"  # CandidateMechanism: candidates decoded jointly (004 §4)
+    DISCOVERY = "discovery"  # DiscoveryMechanism: strings found without a dictionary
+
+    @property
+    def result(self) -> str:
+        """``proportion``, ``mean``, ``histogram`` or ``frequencies``."""
+        if self in (EstimateKind.PROPORTION, EstimateKind.MEAN, EstimateKind.HISTOGRAM):
+            return str(self.value)
+        return "frequencies"
+
+    @property
+    def scalar(self) -> bool:
+        """True for one number per period (a proportion or a mean)."""
+        return self in (EstimateKind.PROPORTION, EstimateKind.MEAN)
+
+
+@dataclass(frozen=True, kw_only=True)
+class PlanFigures:
+    """What the planner prints for a mechanism at ``n`` reports, from closed forms only.
+
+    Attributes:
+        n: the number of reports.
+        standard_error: the standard error of the headline estimate (``unit`` says of what).
+        unit: what the standard error is of (``"proportion"``, ``"mean"``, ``"bucket share"``,
+            ``"count"``).
+        figures: further named figures (ε, bandwidth, bounds).
+        formulas: the formulas used, each naming the paper and theorem.
+    """
+
+    n: float
+    standard_error: float
+    unit: str
+    figures: Mapping[str, float] = field(default_factory=dict)
+    formulas: tuple[str, ...] = ()
+
+
+class Batch(Protocol):
+    """Records in a mechanism's columnar form (a frozen dataclass of numpy arrays)."""
+
+    def __len__(self) -> int:
+        """The number of records."""
+        ...
+
+
+class Aggregate(Protocol):
+    """A mergeable server-side aggregate of one mechanism's records (folded via the mechanism)."""
 
     @property
     def n(self) -> int:
         """Number of records folded in."""
         ...
 
-    def add(self, batch: BatchT_contra) -> None:
-        """Fold a columnar batch of records in place."""
-        ...
-
     def merge(self, other: Self) -> Self:
         """A new aggregate equal to folding both inputs' records."""
         ...
 
-    def to_plain(self) -> dict[str, Any]:
-        """Plain, msgpack-ready data."""
+    def to_plain(self) -> object:
+        """Plain, msgpack-ready data (restored by :meth:`Mechanism.restore_aggregate`)."""
         ...
 
 
-class Mechanism(Protocol[ValueT_contra, StateT, RecordT, BatchT_co, AggT_co]):
-    """Frozen parameters plus both halves of a local randomizer."""
+@runtime_checkable
+class Mechanism(Protocol):
+    """What every mechanism answers, in the forms the agent, collector and planner use."""
+
+    @property
+    def name(self) -> str:
+        """The registry name (``"cms"``, ...)."""
+        ...
+
+    @property
+    def kind(self) -> EstimateKind:
+        """What is estimated from the aggregate (and which kind protocol the mechanism meets)."""
+        ...
+
+    @property
+    def privatization(self) -> Privatization:
+        """When the agent privatizes a recorded value."""
+        ...
+
+    @property
+    def value_type(self) -> ValueType:
+        """What a use case of this mechanism records."""
+        ...
+
+    @property
+    def value_range(self) -> tuple[float, float] | None:
+        """The closed range of a recorded number (``None``: unbounded or not a number)."""
+        ...
+
+    @property
+    def epsilon_report(self) -> float:
+        """ε of one report: what an accountant charges."""
+        ...
+
+    def privacy_figures(self) -> Mapping[str, float]:
+        """Every ε figure of the mechanism by name (``epsilon_report`` always), and the
+        parameters a device's local policy bounds (RAPPOR's ``f``)."""
+        ...
+
+    # --- the device half, in plain forms
+
+    def check_value(self, value: object) -> RecordValue:
+        """The value coerced to what ``privatize`` takes; ``InputError`` says why not."""
+        ...
+
+    def parse_value(self, text: str) -> RecordValue:
+        """A value typed on a command line; ``InputError`` if the text is not one."""
+        ...
+
+    def counter_input(self, total: float) -> RecordValue:
+        """What a counter's period total is privatized as (COUNTER mechanisms)."""
+        ...
+
+    def setup_plain(self, rng: RandomSource) -> object:
+        """Fresh per-device permanent state in plain form (``None`` if the mechanism keeps none)."""
+        ...
+
+    def check_state_plain(self, data: object) -> None:
+        """Raise ``StateError`` if saved state ``data`` does not belong to this mechanism."""
+        ...
+
+    def privatize_plain(self, value: object, state: object, rng: RandomSource) -> tuple[object, object]:
+        """Privatize a checked value with plain state; the record's wire form and the plain state to save."""
+        ...
+
+    def encode_plain(self, records: Sequence[object]) -> list[object]:
+        """Typed records of this mechanism in wire form (``TypeError`` for another's records)."""
+        ...
+
+    # --- the server half
+
+    def decode_records(self, raw: object) -> Batch:
+        """Strictly decode the records' wire form; ``MalformedReportError`` on anything malformed."""
+        ...
+
+    def empty_batch(self) -> Batch:
+        """A batch of no records (the template stored batches are rebuilt from)."""
+        ...
+
+    def new_aggregate(self) -> Aggregate:
+        """An empty aggregate."""
+        ...
+
+    def restore_aggregate(self, data: object) -> Aggregate:
+        """An aggregate saved with ``to_plain``; ``StateError`` if it does not fit."""
+        ...
+
+    def fold(self, aggregate: Aggregate, batch: Batch) -> None:
+        """Fold a batch of records into an aggregate of this mechanism, in place."""
+        ...
+
+    def plan(self, n: float) -> PlanFigures:
+        """The planner's figures at ``n`` reports, from the paper's variance formula."""
+        ...
+
+
+@runtime_checkable
+class MeanMechanism(Mechanism, Protocol):
+    """A proportion (randomized response) or a mean (1BitMean)."""
+
+    def estimate_mean(self, aggregate: Aggregate) -> Estimate:
+        """The proportion or mean with its standard error."""
+        ...
+
+    def estimate_count(self, aggregate: Aggregate) -> Estimate | None:
+        """The number of devices whose bit is 1, for proportions (``None`` for means)."""
+        ...
+
+
+@runtime_checkable
+class HistogramMechanism(Mechanism, Protocol):
+    """A histogram over fixed buckets (dBitFlip)."""
+
+    @property
+    def bucket_edges(self) -> tuple[float, ...]:
+        """The ``count + 1`` bucket edges."""
+        ...
+
+    def bucket_of(self, value: float) -> int:
+        """The bucket a recorded value falls in."""
+        ...
+
+    def estimate_histogram(self, aggregate: Aggregate) -> VectorEstimate:
+        """The share of devices per bucket with standard errors."""
+        ...
+
+
+@runtime_checkable
+class FrequencyMechanism(Mechanism, Protocol):
+    """Frequencies of strings: over a dictionary (CMS, HCMS) or a fixed set of categories."""
+
+    @property
+    def fixed_categories(self) -> tuple[str, ...] | None:
+        """The fixed categories (kind ``CATEGORIES``), or ``None``: a dictionary is queried."""
+        ...
+
+    def estimate_frequencies(self, aggregate: Aggregate, candidates: Sequence[str]) -> VectorEstimate:
+        """The estimated count of each candidate (each category, in order, for ``CATEGORIES``)."""
+        ...
+
+
+@runtime_checkable
+class CandidateMechanism(Mechanism, Protocol):
+    """Frequencies over candidate strings decoded jointly (RAPPOR, 004 §4: the collector's
+    decoder regresses the aggregate on the candidates' design matrix)."""
+
+    def candidate_bits(self, candidates: Sequence[str | bytes]) -> object:
+        """The candidates' design matrix (see the mechanism module)."""
+        ...
+
+
+class DiscoveredItem(Protocol):
+    """One string found by a discovery mechanism."""
+
+    @property
+    def word(self) -> str:
+        """The string found (padding removed)."""
+        ...
+
+    @property
+    def count(self) -> float:
+        """Its estimated count."""
+        ...
+
+    @property
+    def standard_error(self) -> float:
+        """The count's standard error."""
+        ...
+
+
+@runtime_checkable
+class DiscoveryMechanism(Mechanism, Protocol):
+    """Strings found without a dictionary (SFP, 003 §4.3)."""
+
+    def discover(
+        self, aggregate: Aggregate, *, alphabet: str, top_t: int, threshold: float
+    ) -> Sequence[DiscoveredItem]:
+        """The strings found, each with its count and standard error."""
+        ...
+
+    def reported_as(self, value: str) -> str:
+        """How a recorded string appears among the discovered ones (truncated, unpadded)."""
+        ...
+
+    @property
+    def longest(self) -> int:
+        """The longest string the mechanism can report whole."""
+        ...
+
+
+class TypedMechanism(Protocol[ValueT_contra, StateT, RecordT, BatchT_co, AggT_co]):
+    """The typed halves every mechanism module has, with its own record, batch and aggregate types."""
 
     @property
     def epsilon_report(self) -> float:
@@ -68,9 +387,166 @@ class Mechanism(Protocol[ValueT_contra, StateT, RecordT, BatchT_co, AggT_co]):
         ...
 
     def batch(self, records: Sequence[RecordT]) -> BatchT_co:
-        """Records in the columnar form ``add`` takes."""
+        """Records in the columnar form the aggregate folds."""
         ...
 
     def new_aggregate(self) -> AggT_co:
         """An empty aggregate for this mechanism's records."""
         ...
+
+
+def own(value: object, cls: type[T], what: str) -> T:
+    """``value`` as the mechanism's own ``cls``; ``TypeError`` if another mechanism's object came in.
+
+    A plain-form method takes opaque objects from the shells; handing one mechanism's batch or
+    aggregate to another is a programming error, never an input error.
+    """
+    if not isinstance(value, cls):
+        raise TypeError(f"expected a {what} ({cls.__name__}); got {type(value).__name__}")
+    return value
+
+
+# Narrowing to a kind's protocol: the shells dispatch on ``mechanism.kind`` and then use the
+# kind's typed methods. A mechanism whose kind claims a protocol it does not meet is a bug in
+# its module, reported by name.
+def _not_a(mechanism: Mechanism, what: str) -> TypeError:
+    return TypeError(f"mechanism {mechanism.name!r} (kind {mechanism.kind.value}) is not a {what}")
+
+
+def as_mean(mechanism: Mechanism) -> MeanMechanism:
+    """``mechanism`` as a :class:`MeanMechanism` (kinds ``PROPORTION`` and ``MEAN``)."""
+    if mechanism.kind.scalar and isinstance(mechanism, MeanMechanism):
+        return mechanism
+    raise _not_a(mechanism, "MeanMechanism")
+
+
+def as_histogram(mechanism: Mechanism) -> HistogramMechanism:
+    """``mechanism`` as a :class:`HistogramMechanism`."""
+    if mechanism.kind is EstimateKind.HISTOGRAM and isinstance(mechanism, HistogramMechanism):
+        return mechanism
+    raise _not_a(mechanism, "HistogramMechanism")
+
+
+def as_frequencies(mechanism: Mechanism) -> FrequencyMechanism:
+    """``mechanism`` as a :class:`FrequencyMechanism` (kinds ``DICTIONARY`` and ``CATEGORIES``)."""
+    kinds = (EstimateKind.DICTIONARY, EstimateKind.CATEGORIES)
+    if mechanism.kind in kinds and isinstance(mechanism, FrequencyMechanism):
+        return mechanism
+    raise _not_a(mechanism, "FrequencyMechanism")
+
+
+def as_candidates(mechanism: Mechanism) -> CandidateMechanism:
+    """``mechanism`` as a :class:`CandidateMechanism`."""
+    if mechanism.kind is EstimateKind.CANDIDATES and isinstance(mechanism, CandidateMechanism):
+        return mechanism
+    raise _not_a(mechanism, "CandidateMechanism")
+
+
+def as_discovery(mechanism: Mechanism) -> DiscoveryMechanism:
+    """``mechanism`` as a :class:`DiscoveryMechanism`."""
+    if mechanism.kind is EstimateKind.DISCOVERY and isinstance(mechanism, DiscoveryMechanism):
+        return mechanism
+    raise _not_a(mechanism, "DiscoveryMechanism")
+
+
+# --- the mechanism table ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class MechanismEntry:
+    """How the registry builds a mechanism from a use case's TOML.
+
+    The parameters a use case may give are the constructor's dataclass fields: those without
+    a default are required, the others optional; ``seed`` is never a parameter (a field named
+    ``seed`` makes the mechanism *hashed*: it gets the use case's public seed), and neither is
+    ``epsilon`` when ``epsilon_parameter`` is set (the use case's ``epsilon`` is passed).
+
+    Attributes:
+        name: the registry name (``mechanism = "..."``).
+        build: the frozen dataclass of the mechanism's parameters.
+        epsilon_parameter: the use case's ``epsilon`` is the constructor's ``epsilon``.
+        converters: parameters whose TOML form differs from the constructor's (a table
+            becomes a buckets object, an array a tuple), by parameter name.
+        dictionary: the collector may configure a dictionary (or candidates) for it.
+    """
+
+    name: str
+    build: Callable[..., Mechanism]
+    epsilon_parameter: bool
+    converters: Mapping[str, Callable[[object], object]] = field(default_factory=dict)
+    dictionary: bool = False
+
+    def __post_init__(self) -> None:
+        if not dataclasses.is_dataclass(self.build):
+            raise TypeError(f"mechanism {self.name!r}: build must be a frozen dataclass of its parameters")
+
+    def _fields(self) -> tuple[dataclasses.Field[object], ...]:
+        assert isinstance(self.build, type)
+        return dataclasses.fields(self.build)
+
+    @property
+    def hashed(self) -> bool:
+        """The mechanism takes the use case's public hash seed."""
+        return any(f.name == "seed" for f in self._fields())
+
+    @property
+    def required(self) -> frozenset[str]:
+        """Parameters a use case must give."""
+        return frozenset(
+            f.name
+            for f in self._fields()
+            if f.default is dataclasses.MISSING
+            and f.default_factory is dataclasses.MISSING
+            and f.init
+            and not self._implicit(f.name)
+        )
+
+    @property
+    def optional(self) -> frozenset[str]:
+        """Parameters a use case may give."""
+        return frozenset(f.name for f in self._fields() if f.init and not self._implicit(f.name)) - self.required
+
+    def _implicit(self, key: str) -> bool:
+        return key == "seed" or (key == "epsilon" and self.epsilon_parameter)
+
+
+_TABLE: dict[str, MechanismEntry] = {}
+_LOCK = threading.Lock()
+
+
+def register_mechanism(entry: MechanismEntry) -> MechanismEntry:
+    """Add a mechanism to the table the registry builds from.
+
+    Raises:
+        ValueError: a different mechanism is registered under that name already.
+    """
+    with _LOCK:
+        known = _TABLE.get(entry.name)
+        if known is not None and known != entry:
+            raise ValueError(f"a different mechanism is registered as {entry.name!r} already")
+        _TABLE[entry.name] = entry
+    return entry
+
+
+@contextmanager
+def registered_mechanism(entry: MechanismEntry) -> Iterator[MechanismEntry]:
+    """Register ``entry`` for the duration of a ``with`` block (tests and experiments)."""
+    with _LOCK:
+        if entry.name in _TABLE:
+            raise ValueError(f"a mechanism is registered as {entry.name!r} already")
+        _TABLE[entry.name] = entry
+    try:
+        yield entry
+    finally:
+        with _LOCK:
+            _TABLE.pop(entry.name, None)
+
+
+def mechanism_entry(name: str) -> MechanismEntry | None:
+    """The registered entry of ``name``, or ``None``."""
+    return _TABLE.get(name)
+
+
+def mechanism_entries() -> Mapping[str, MechanismEntry]:
+    """A snapshot of the table, in registration order."""
+    return MappingProxyType(dict(_TABLE))

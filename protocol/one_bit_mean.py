@@ -78,15 +78,26 @@ from dataclasses import dataclass
 from decimal import Decimal
 from fractions import Fraction
 from functools import cached_property
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Final
 
 import numpy as np
 import numpy.typing as npt
 
 from protocol.bit_sum import BitSumAggregate
-from protocol.checks import check_epsilon, check_int
+from protocol.checks import check_epsilon, check_int, count_value, parse_number
 from protocol.errors import InputError, MalformedReportError, ParameterError, StateError
 from protocol.estimate import Estimate
+from protocol.interfaces import (
+    Aggregate,
+    Batch,
+    EstimateKind,
+    MechanismEntry,
+    PlanFigures,
+    Privatization,
+    ValueType,
+    own,
+    register_mechanism,
+)
 from protocol.plain import require
 from protocol.randomness import (
     SCALE,
@@ -100,6 +111,7 @@ from protocol.randomness import (
 )
 
 __all__ = [
+    "ENTRY",
     "MAX_M",
     "MAX_POINTS",
     "CounterValue",
@@ -292,6 +304,9 @@ class OneBitMean:
     """
 
     name: ClassVar[str] = "one-bit-mean"
+    kind: ClassVar[EstimateKind] = EstimateKind.MEAN
+    privatization: ClassVar[Privatization] = Privatization.COUNTER
+    value_type: ClassVar[ValueType] = ValueType.COUNT
     epsilon: float
     m: int
     s: int | None = None
@@ -540,6 +555,84 @@ class OneBitMean:
         """An empty aggregate."""
         return OneBitMeanAggregate(self)
 
+    # --- the contract of protocol.interfaces (plain forms for the shells)
+
+    @property
+    def value_range(self) -> tuple[float, float]:
+        """``[0, m]``."""
+        return (0.0, float(self.m))
+
+    def privacy_figures(self) -> dict[str, float]:
+        """ε′ of a report, ε of the memo bits (000 Thm 4's unit) and 000 Thm 5's ε″."""
+        return {
+            "epsilon_report": self.epsilon_report,
+            "epsilon_memo": self.epsilon_memo,
+            "epsilon_counters": self.epsilon_counters,
+        }
+
+    def check_value(self, value: object) -> int:
+        """One recorded increment: an integer in ``[0, m]``."""
+        return count_value(value, self.m)
+
+    def parse_value(self, text: str) -> int:
+        """An integer typed on a command line."""
+        return int(parse_number(text, integer=True))
+
+    def counter_input(self, total: float) -> int:
+        """A period's total, clipped to ``m``: 000 §1.1 assumes counters bounded by ``m``."""
+        return min(int(total), self.m)
+
+    def setup_plain(self, rng: RandomSource) -> dict[str, Any]:
+        """Draw a device's permanent state, in plain form."""
+        return self.setup(rng).to_plain()
+
+    def check_state_plain(self, data: object) -> None:
+        """Raise ``StateError`` unless ``data`` is this mechanism's saved state."""
+        OneBitMeanState.from_plain(self, data)
+
+    def privatize_plain(self, value: object, state: object, rng: RandomSource) -> tuple[object, object]:
+        """Answer ``value`` from the saved memo; the record's wire form and the (unchanged) state."""
+        record, st = self.privatize(self.check_value(value), OneBitMeanState.from_plain(self, state), rng)
+        return record.bit, st.to_plain()
+
+    def encode_plain(self, records: Sequence[object]) -> list[object]:
+        """Typed records in wire form."""
+        return list(self.encode_records([own(r, OneBitMeanRecord, "one-bit-mean record") for r in records]))
+
+    def empty_batch(self) -> OneBitMeanBatch:
+        """No records."""
+        return self.batch([])
+
+    def restore_aggregate(self, data: object) -> OneBitMeanAggregate:
+        """An aggregate saved with ``to_plain``."""
+        return OneBitMeanAggregate.from_plain(self, data)
+
+    def fold(self, aggregate: Aggregate, batch: Batch) -> None:
+        """Fold a batch into an aggregate of this mechanism."""
+        own(aggregate, OneBitMeanAggregate, "one-bit-mean aggregate").add(own(batch, OneBitMeanBatch, "batch"))
+
+    def estimate_mean(self, aggregate: Aggregate) -> Estimate:
+        """The mean counter (000 eq. 2)."""
+        return own(aggregate, OneBitMeanAggregate, "one-bit-mean aggregate").estimate()
+
+    def estimate_count(self, aggregate: Aggregate) -> None:
+        """A mean has no count."""
+        return
+
+    def plan(self, n: float) -> PlanFigures:
+        """The worst-case SE ``m / (2 c sqrt n)`` (000 eq. 2 at ``λ = 1/2``), for the implemented coins."""
+        _, c = self.affine_coefficients
+        return PlanFigures(
+            n=n,
+            standard_error=self.m / (2 * float(c) * math.sqrt(n)),
+            unit="mean",
+            figures=self.privacy_figures(),
+            formulas=(
+                "SE <= m/(2c sqrt n), c = (e^eps'-1)/(e^eps'+1); eps' = eps without perturbation (000 eq. 2, §4)",
+                "000 Thm 5: counters sharing the bound cost eps'' = eps' + e^eps' - 1",
+            ),
+        )
+
 
 class OneBitMeanAggregate(BitSumAggregate[OneBitMean]):
     """``Σb`` and ``n`` for one period (exact integers); merges by addition."""
@@ -560,3 +653,7 @@ class OneBitMeanAggregate(BitSumAggregate[OneBitMean]):
         clipped = float(min(max(lam, a), a + c))
         se = m / float(c) * math.sqrt(clipped * (1 - clipped) / self._n)
         return Estimate(float(value), se, self._n)
+
+
+ENTRY: Final = register_mechanism(MechanismEntry(name=OneBitMean.name, build=OneBitMean, epsilon_parameter=True))
+"""This module's entry in the mechanism table (:mod:`protocol.interfaces`)."""

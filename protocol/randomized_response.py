@@ -21,18 +21,30 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from functools import cached_property
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Final
 
 import numpy as np
 import numpy.typing as npt
 
 from protocol.bit_sum import BitSumAggregate
 from protocol.checks import check_epsilon
-from protocol.errors import InputError, MalformedReportError
+from protocol.errors import InputError, MalformedReportError, StateError
 from protocol.estimate import Estimate
+from protocol.interfaces import (
+    Aggregate,
+    Batch,
+    EstimateKind,
+    MechanismEntry,
+    PlanFigures,
+    Privatization,
+    RecordValue,
+    ValueType,
+    own,
+    register_mechanism,
+)
 from protocol.randomness import Coin, RandomSource, bernoulli, coin_at_most, dexp
 
-__all__ = ["RRAggregate", "RRBatch", "RRRecord", "RandomizedResponse"]
+__all__ = ["ENTRY", "RRAggregate", "RRBatch", "RRRecord", "RandomizedResponse"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +73,10 @@ class RandomizedResponse:
     """
 
     name: ClassVar[str] = "rr"
+    kind: ClassVar[EstimateKind] = EstimateKind.PROPORTION
+    privatization: ClassVar[Privatization] = Privatization.EVENT
+    value_type: ClassVar[ValueType] = ValueType.BIT
+    value_range: ClassVar[tuple[float, float] | None] = (0.0, 1.0)
     epsilon: float
 
     def __post_init__(self) -> None:
@@ -89,12 +105,7 @@ class RandomizedResponse:
 
     def privatize(self, value: bool | int, state: None, rng: RandomSource) -> tuple[RRRecord, None]:
         """Report ``value`` (0/1 or bool) through randomized response."""
-        if isinstance(value, bool):
-            bit = int(value)
-        elif isinstance(value, int) and value in (0, 1):
-            bit = value
-        else:
-            raise InputError(f"randomized response takes a bit (0, 1, False or True); got {value!r}")
+        bit = self.check_value(value)
         keep = bool(bernoulli(rng, self.keep_coin, 1)[0])
         return RRRecord(bit if keep else 1 - bit), None
 
@@ -138,6 +149,86 @@ class RandomizedResponse:
         """An empty aggregate."""
         return RRAggregate(self)
 
+    # --- the contract of protocol.interfaces (plain forms for the shells)
+
+    def privacy_figures(self) -> dict[str, float]:
+        """ε of one report (no memo: every report spends it)."""
+        return {"epsilon_report": self.epsilon_report}
+
+    def check_value(self, value: object) -> int:
+        """A bit: 0, 1, False or True, as an int."""
+        if isinstance(value, bool):
+            return int(value)
+        if isinstance(value, int) and value in (0, 1):
+            return value
+        raise InputError(f"randomized response takes a bit (0, 1, False or True); got {value!r}")
+
+    def parse_value(self, text: str) -> int:
+        """``0``/``1``, ``true``/``false``, ``yes``/``no``, ``on``/``off``."""
+        low = text.strip().lower()
+        if low in _TRUE:
+            return 1
+        if low in _FALSE:
+            return 0
+        raise InputError(f"takes 0/1 or true/false; got {text!r}")
+
+    def counter_input(self, total: float) -> RecordValue:
+        """Not a counter: refused."""
+        raise InputError("randomized response is not a counter")
+
+    def setup_plain(self, rng: RandomSource) -> None:
+        """No permanent state."""
+        return
+
+    def check_state_plain(self, data: object) -> None:
+        """Only ``None`` (no state) fits."""
+        if data is not None:
+            raise StateError("randomized response keeps no permanent state")
+
+    def privatize_plain(self, value: object, state: object, rng: RandomSource) -> tuple[object, None]:
+        """Privatize a bit; the record's wire form."""
+        record, _ = self.privatize(self.check_value(value), None, rng)
+        return record.bit, None
+
+    def encode_plain(self, records: Sequence[object]) -> list[object]:
+        """Typed records in wire form."""
+        return list(self.encode_records([own(r, RRRecord, "rr record") for r in records]))
+
+    def empty_batch(self) -> RRBatch:
+        """No records."""
+        return self.batch([])
+
+    def restore_aggregate(self, data: object) -> RRAggregate:
+        """An aggregate saved with ``to_plain``."""
+        return RRAggregate.from_plain(self, data)
+
+    def fold(self, aggregate: Aggregate, batch: Batch) -> None:
+        """Fold a batch into an aggregate of this mechanism."""
+        own(aggregate, RRAggregate, "rr aggregate").add(own(batch, RRBatch, "rr batch"))
+
+    def estimate_mean(self, aggregate: Aggregate) -> Estimate:
+        """The proportion of devices whose bit is 1."""
+        return own(aggregate, RRAggregate, "rr aggregate").estimate()
+
+    def estimate_count(self, aggregate: Aggregate) -> Estimate:
+        """The number of devices whose bit is 1."""
+        return own(aggregate, RRAggregate, "rr aggregate").estimate_count()
+
+    def plan(self, n: float) -> PlanFigures:
+        """``SE(π̂) = sqrt(p(1-p)/n) / (2p - 1)`` (the module docstring; exact for any bits)."""
+        p = self.keep_probability
+        return PlanFigures(
+            n=n,
+            standard_error=math.sqrt(p * (1 - p) / n) / (2 * p - 1),
+            unit="proportion",
+            figures={"epsilon_report": self.epsilon_report, "keep_probability": p},
+            formulas=("SE(proportion) = sqrt(p(1-p)/n)/(2p-1), p = e^eps/(1+e^eps)",),
+        )
+
+
+_TRUE: Final = frozenset({"1", "true", "yes", "on"})
+_FALSE: Final = frozenset({"0", "false", "no", "off"})
+
 
 class RRAggregate(BitSumAggregate[RandomizedResponse]):
     """Count of ones and of reports; merges by addition."""
@@ -158,3 +249,9 @@ class RRAggregate(BitSumAggregate[RandomizedResponse]):
         """The number of devices whose true bit is 1, with its standard error."""
         e = self.estimate()
         return Estimate(e.value * self._n, e.standard_error * self._n, self._n)
+
+
+ENTRY: Final = register_mechanism(
+    MechanismEntry(name=RandomizedResponse.name, build=RandomizedResponse, epsilon_parameter=True)
+)
+"""This module's entry in the mechanism table (:mod:`protocol.interfaces`)."""

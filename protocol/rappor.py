@@ -61,7 +61,7 @@ from decimal import Decimal
 from fractions import Fraction
 from functools import cached_property
 from types import MappingProxyType
-from typing import Any, ClassVar, Literal, Self
+from typing import Any, ClassVar, Final, Literal, Self
 
 import numpy as np
 import numpy.typing as npt
@@ -70,6 +70,17 @@ from protocol.checks import check_int, check_probability, check_seed, decode_ind
 from protocol.errors import InputError, ParameterError, StateError
 from protocol.estimate import VectorEstimate
 from protocol.hashing import Fingerprints, HashFamily, fingerprint
+from protocol.interfaces import (
+    Aggregate,
+    Batch,
+    EstimateKind,
+    MechanismEntry,
+    PlanFigures,
+    Privatization,
+    ValueType,
+    own,
+    register_mechanism,
+)
 from protocol.plain import array_from_plain, array_to_plain, require
 from protocol.randomness import (
     SCALE,
@@ -82,6 +93,7 @@ from protocol.randomness import (
 )
 
 __all__ = [
+    "ENTRY",
     "VARIANTS",
     "BitEstimates",
     "Rappor",
@@ -223,6 +235,9 @@ class Rappor:
     """
 
     name: ClassVar[str] = "rappor"
+    privatization: ClassVar[Privatization] = Privatization.STRING
+    value_type: ClassVar[ValueType] = ValueType.STRING
+    value_range: ClassVar[tuple[float, float] | None] = None
     k: int
     h: int
     cohorts: int
@@ -593,6 +608,99 @@ class Rappor:
         out[m_idx, c_idx, pos] = 1
         return out
 
+    # --- the contract of protocol.interfaces (plain forms for the shells)
+
+    @property
+    def kind(self) -> EstimateKind:
+        """Category counts for the basic variants; candidates decoded jointly otherwise (004 §4)."""
+        return EstimateKind.CATEGORIES if self.basic else EstimateKind.CANDIDATES
+
+    def privacy_figures(self) -> dict[str, float]:
+        """ε1 of a report (Thm 2), the longitudinal ε∞ of the memoized ``B'`` (Thm 1), and ``f``,
+        which a device's policy bounds from below."""
+        return {
+            "epsilon_report": self.epsilon_report,
+            "epsilon_one": self.epsilon_one,
+            "epsilon_infinity": self.epsilon_infinity,
+            "f": self.f,
+        }
+
+    def check_value(self, value: object) -> str:
+        """A string (for the basic variants, one of the categories)."""
+        if not isinstance(value, str):
+            raise InputError(f"takes a string; got {value!r}")
+        self._value_bytes(value)
+        return value
+
+    def parse_value(self, text: str) -> str:
+        """The text itself."""
+        return text
+
+    def counter_input(self, total: float) -> str:
+        """Not a counter: refused."""
+        raise InputError("rappor is not a counter")
+
+    def setup_plain(self, rng: RandomSource) -> dict[str, Any]:
+        """A device's cohort and memo key, in plain form."""
+        return self.setup(rng).to_plain()
+
+    def check_state_plain(self, data: object) -> None:
+        """Raise ``StateError`` unless ``data`` is this mechanism's saved state."""
+        RapporState.from_plain(self, data)
+
+    def privatize_plain(self, value: object, state: object, rng: RandomSource) -> tuple[object, object]:
+        """Privatize from the memo (drawing ``B'`` for a new value); the wire form and the grown state."""
+        record, st = self.privatize(self.check_value(value), RapporState.from_plain(self, state), rng)
+        return self.encode_records([record])[0], st.to_plain()
+
+    def encode_plain(self, records: Sequence[object]) -> list[object]:
+        """Typed records in wire form."""
+        return list(self.encode_records([own(r, RapporRecord, "rappor record") for r in records]))
+
+    def empty_batch(self) -> RapporBatch:
+        """No records."""
+        return self.batch([])
+
+    def restore_aggregate(self, data: object) -> RapporAggregate:
+        """An aggregate saved with ``to_plain``."""
+        return RapporAggregate.from_plain(self, data)
+
+    def fold(self, aggregate: Aggregate, batch: Batch) -> None:
+        """Fold a batch into an aggregate of this mechanism."""
+        own(aggregate, RapporAggregate, "rappor aggregate").add(own(batch, RapporBatch, "rappor batch"))
+
+    @property
+    def fixed_categories(self) -> tuple[str, ...] | None:
+        """The categories of the basic variants; ``None`` (candidates are decoded) otherwise."""
+        return self.categories if self.basic else None
+
+    def estimate_frequencies(self, aggregate: Aggregate, candidates: Sequence[str]) -> VectorEstimate:
+        """Basic variants: the count of each category (``candidates`` are the categories, in order).
+
+        Raises:
+            ParameterError: for the Bloom-filter variants, or candidates other than the categories.
+        """
+        if tuple(candidates) != self.categories:
+            raise ParameterError("categories", "the candidates of direct decoding (basic variants)", candidates)
+        return own(aggregate, RapporAggregate, "rappor aggregate").estimate_categories()
+
+    def plan(self, n: float) -> PlanFigures:
+        """004 Appendix: a bit count has ``sd = sqrt(p*(1-p*) N)/(q* - p*)`` under H0; a Bloom-decoded
+        count averages the ``h̄ = k(1 - (1 - 1/k)^h)`` distinct bits of a candidate (1 for basic)."""
+        q_star, p_star = (float(x) for x in self.coordinate_probabilities("report"))
+        h_bar = 1.0 if self.basic else self.k * (1 - (1 - 1 / self.k) ** self.h)
+        unit_bit = math.sqrt(p_star * (1 - p_star)) / (q_star - p_star)
+        return PlanFigures(
+            n=n,
+            standard_error=unit_bit * math.sqrt(n / h_bar),
+            unit="count",
+            figures={**self.privacy_figures(), "bit_sd_under_h0": unit_bit * math.sqrt(n), "h_bar": h_bar},
+            formulas=(
+                "004 Thm 1: eps_inf = 2h ln((1-f/2)/(f/2)); Thm 2: eps_1 = h ln(q*(1-p*)/(p*(1-q*)))",
+                "004 Appendix: sd(T_hat) = sqrt(p*(1-p*) N)/(q*-p*); count SE ~ sd/sqrt(h_bar)",
+            ),
+        )
+
     def new_aggregate(self) -> RapporAggregate:
         """An empty aggregate."""
         return RapporAggregate(self)
@@ -720,3 +828,15 @@ class RapporAggregate:
         if self.mechanism.basic:
             return self.estimate_categories()
         return self.estimate_bits().flat()
+
+
+ENTRY: Final = register_mechanism(
+    MechanismEntry(
+        name=Rappor.name,
+        build=Rappor,
+        epsilon_parameter=False,
+        converters={"categories": lambda v: tuple(v) if isinstance(v, list) else v},
+        dictionary=True,
+    )
+)
+"""This module's entry in the mechanism table (:mod:`protocol.interfaces`)."""

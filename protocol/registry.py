@@ -63,23 +63,17 @@ import hashlib
 import math
 import re
 import tomllib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any, Final, Protocol
+from typing import Any, Final
 
 import msgpack
 import numpy as np
 
-from protocol.buckets import buckets_from_plain
-from protocol.cms import CountMeanSketch
-from protocol.dbitflip import DBitFlip
+from protocol import cms, dbitflip, hcms, one_bit_mean, randomized_response, rappor, sfp
 from protocol.errors import LdpError, ParameterError
-from protocol.hcms import HadamardCountMeanSketch
-from protocol.one_bit_mean import OneBitMean
-from protocol.randomized_response import RandomizedResponse
-from protocol.rappor import Rappor
-from protocol.sfp import SequenceFragmentPuzzle
+from protocol.interfaces import EstimateKind, Mechanism, mechanism_entries, mechanism_entry
 
 __all__ = [
     "CORRECTIONS",
@@ -138,34 +132,8 @@ class RegistryError(LdpError, ValueError):
         super().__init__(f"{where}: {problem}")
 
 
-class WireMechanism(Protocol):
-    """What the registry and the wire codec need from a mechanism (every mechanism module has it)."""
-
-    @property
-    def name(self) -> str:
-        """The mechanism's registry name (``"cms"``, ...)."""
-        ...
-
-    @property
-    def epsilon_report(self) -> float:
-        """ε of one report."""
-        ...
-
-    def batch(self, records: Sequence[Any]) -> Any:
-        """Records in columnar form."""
-        ...
-
-    def encode_records(self, records: Sequence[Any]) -> list[Any]:
-        """The records' compact, msgpack-ready wire form."""
-        ...
-
-    def decode_records(self, raw: object) -> Any:
-        """Strictly decode the wire form; raises ``MalformedReportError`` on anything malformed."""
-        ...
-
-    def new_aggregate(self) -> Any:
-        """An empty aggregate."""
-        ...
+WireMechanism = Mechanism
+"""The mechanism contract (:class:`protocol.interfaces.Mechanism`), under its former name here."""
 
 
 class Period(enum.Enum):
@@ -236,7 +204,7 @@ class UseCase:
     """
 
     name: str
-    mechanism: WireMechanism
+    mechanism: Mechanism
     epsilon: float
     period: Period
     daily_limit: int
@@ -282,44 +250,23 @@ class Registry:
         return name in self.use_cases
 
 
-# --- mechanisms: where they live and how their parameters are read ------------------------
+# --- mechanisms: the table the modules register into ---------------------------------------
 
-
-@dataclass(frozen=True)
-class _Spec:
-    cls: Callable[..., WireMechanism]
-    required: frozenset[str]
-    optional: frozenset[str]
-    epsilon_parameter: bool  # the use case's epsilon is passed as the constructor's `epsilon`
-    hashed: bool  # takes the public `seed`
-
-
-_SPECS: Final[Mapping[str, _Spec]] = MappingProxyType(
-    {
-        RandomizedResponse.name: _Spec(RandomizedResponse, frozenset(), frozenset(), True, False),
-        OneBitMean.name: _Spec(OneBitMean, frozenset({"m"}), frozenset({"s", "gamma"}), True, False),
-        DBitFlip.name: _Spec(DBitFlip, frozenset({"buckets", "d"}), frozenset({"memoize"}), True, False),
-        Rappor.name: _Spec(
-            Rappor,
-            frozenset({"k", "h", "cohorts", "f", "p", "q"}),
-            frozenset({"variant", "categories"}),
-            False,
-            True,
-        ),
-        CountMeanSketch.name: _Spec(CountMeanSketch, frozenset({"k", "m"}), frozenset(), True, True),
-        HadamardCountMeanSketch.name: _Spec(HadamardCountMeanSketch, frozenset({"k", "m"}), frozenset(), True, True),
-        SequenceFragmentPuzzle.name: _Spec(
-            SequenceFragmentPuzzle,
-            frozenset({"epsilon", "epsilon_fragment", "k", "m", "k_fragment", "m_fragment"}),
-            frozenset({"length", "fragment_length"}),
-            False,
-            True,
-        ),
-    }
+# Importing the mechanism modules registers their entries (``ENTRY``) in the table of
+# protocol.interfaces; the registry builds every mechanism from that table, so a use case
+# may name any registered mechanism, including one registered by a test or an extension.
+_BUILTIN: Final = (
+    randomized_response.ENTRY,
+    one_bit_mean.ENTRY,
+    dbitflip.ENTRY,
+    rappor.ENTRY,
+    cms.ENTRY,
+    hcms.ENTRY,
+    sfp.ENTRY,
 )
 
-MECHANISM_NAMES: Final = tuple(_SPECS)
-"""The mechanism names a use case may name."""
+MECHANISM_NAMES: Final = tuple(e.name for e in _BUILTIN)
+"""The built-in mechanism names (a registry may also name mechanisms registered later)."""
 
 _USE_CASE_KEYS: Final = frozenset(
     {
@@ -337,17 +284,8 @@ _USE_CASE_KEYS: Final = frozenset(
 _COLLECTOR_KEYS: Final = frozenset({"min_reports", "release_threshold", "dictionary", "correction", "alpha"})
 CORRECTIONS: Final = ("bonferroni", "bh", "storey", "pfer")
 """The multiple-testing corrections a RAPPOR use case may name (``collector.decoding.stats``)."""
-_DICTIONARY_MECHANISMS: Final = frozenset({"cms", "hcms", "rappor"})
-
-
-# Parameters whose TOML form differs from the constructor's: a table becomes a buckets
-# object, an array becomes a tuple (mechanisms are frozen and hashable).
-_CONVERTERS: Final[Mapping[str, Callable[[object], object]]] = MappingProxyType(
-    {
-        "buckets": buckets_from_plain,
-        "categories": lambda v: tuple(v) if isinstance(v, list) else v,
-    }
-)
+# Kinds of estimate that test candidates and so take ``correction`` and ``alpha``.
+_TESTED_KINDS: Final = frozenset({EstimateKind.CANDIDATES, EstimateKind.CATEGORIES})
 
 
 # --- parsing -----------------------------------------------------------------------------
@@ -502,9 +440,10 @@ def parse_registry(data: bytes | str, *, source: str = "<registry>") -> Registry
 def _parse_use_case(r: _Reader, name: str, salt: bytes | None) -> UseCase:
     r.reject_unknown(_USE_CASE_KEYS, "a use case")
     mech_name = r.string("mechanism")
-    if mech_name not in _SPECS:
-        raise r.error("mechanism", "unknown-mechanism", f"unknown mechanism {mech_name!r}; one of {', '.join(_SPECS)}")
-    spec = _SPECS[mech_name]
+    spec = mechanism_entry(mech_name)
+    if spec is None:
+        known = ", ".join(mechanism_entries())
+        raise r.error("mechanism", "unknown-mechanism", f"unknown mechanism {mech_name!r}; one of {known}")
     epsilon = r.number("epsilon", positive=True, high=_EPSILON_MAX)
     period_text = r.string("period")
     try:
@@ -543,7 +482,7 @@ def _parse_use_case(r: _Reader, name: str, salt: bytes | None) -> UseCase:
 
     kwargs: dict[str, Any] = {}
     for key, value in raw_params.items():
-        convert = _CONVERTERS.get(key)
+        convert = spec.converters.get(key)
         if convert is None:
             kwargs[key] = value
             continue
@@ -557,7 +496,7 @@ def _parse_use_case(r: _Reader, name: str, salt: bytes | None) -> UseCase:
     if seed is not None:
         kwargs["seed"] = seed
     try:
-        mechanism = spec.cls(**kwargs)
+        mechanism = spec.build(**kwargs)
     except ParameterError as exc:
         raise params.error(exc.name, "bad-parameter", f"{mech_name}: {exc}") from None
     except (ValueError, TypeError) as exc:
@@ -584,14 +523,13 @@ def _parse_use_case(r: _Reader, name: str, salt: bytes | None) -> UseCase:
     threshold = col.number("release_threshold", positive=False) if col.has("release_threshold") else 0.0
     dictionary: str | None = None
     if col.has("dictionary"):
-        if mech_name not in _DICTIONARY_MECHANISMS:
-            raise col.error(
-                "dictionary", "unknown-key", f"{mech_name} takes no dictionary; only cms, hcms and rappor do"
-            )
+        if not spec.dictionary:
+            takers = ", ".join(e.name for e in mechanism_entries().values() if e.dictionary)
+            raise col.error("dictionary", "unknown-key", f"{mech_name} takes no dictionary; only {takers} do")
         dictionary = col.string("dictionary")
         if not dictionary:
             raise col.error("dictionary", "bad-value", "an empty path; give the dictionary file or remove the key")
-    correction, alpha = _correction(col, mech_name)
+    correction, alpha = _correction(col, mech_name, tested=mechanism.kind in _TESTED_KINDS)
 
     return UseCase(
         name=name,
@@ -612,11 +550,11 @@ def _parse_use_case(r: _Reader, name: str, salt: bytes | None) -> UseCase:
     )
 
 
-def _correction(col: _Reader, mech_name: str) -> tuple[str, float]:
+def _correction(col: _Reader, mech_name: str, *, tested: bool) -> tuple[str, float]:
     """RAPPOR's ``correction`` and ``alpha`` (defaults: Bonferroni at 0.05, 004 §4)."""
     default = CollectorSettings(min_reports=0)
     for key in ("correction", "alpha"):
-        if col.has(key) and mech_name != "rappor":
+        if col.has(key) and not tested:
             raise col.error(key, "unknown-key", f"{mech_name} has no candidate tests; only rappor takes {key}")
     correction = col.string("correction") if col.has("correction") else default.correction
     if correction not in CORRECTIONS:
@@ -659,7 +597,7 @@ def _canonical(value: object) -> object:
     raise TypeError(f"registry hash: cannot canonicalise a {type(value).__name__}")
 
 
-def mechanism_fingerprint(mechanism: WireMechanism) -> bytes:
+def mechanism_fingerprint(mechanism: Mechanism) -> bytes:
     """16 bytes that identify a mechanism's parameters (name, every field, the seed).
 
     Canonical like the registry hash (``4`` and ``4.0`` agree). The agent stores it next to

@@ -57,7 +57,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from functools import cached_property
-from typing import Any, ClassVar, Self
+from typing import Any, ClassVar, Final, Self
 
 import numpy as np
 import numpy.typing as npt
@@ -76,10 +76,22 @@ from protocol.cms import (
 from protocol.errors import InputError, MalformedReportError, ParameterError, StateError
 from protocol.estimate import VectorEstimate
 from protocol.hashing import Fingerprints, HashFamily, derive_seed
+from protocol.interfaces import (
+    Aggregate,
+    Batch,
+    EstimateKind,
+    MechanismEntry,
+    PlanFigures,
+    Privatization,
+    ValueType,
+    own,
+    register_mechanism,
+)
 from protocol.plain import require
 from protocol.randomness import SCALE, RandomSource, uniform_ints
 
 __all__ = [
+    "ENTRY",
     "PUZZLE_PIECES",
     "DiscoveredWord",
     "SFPAggregate",
@@ -147,6 +159,10 @@ class SequenceFragmentPuzzle:
     """
 
     name: ClassVar[str] = "sfp"
+    privatization: ClassVar[Privatization] = Privatization.EVENT
+    value_type: ClassVar[ValueType] = ValueType.STRING
+    value_range: ClassVar[tuple[float, float] | None] = None
+    kind: ClassVar[EstimateKind] = EstimateKind.DICTIONARY
     epsilon: float
     epsilon_fragment: float
     k: int
@@ -347,6 +363,91 @@ class SequenceFragmentPuzzle:
         )
 
     # ------------------------------------------------------------------ server half
+
+    # --- the contract of protocol.interfaces (plain forms for the shells)
+
+    def privacy_figures(self) -> dict[str, float]:
+        """ε of one report (event-level: every report spends it)."""
+        return {"epsilon_report": self.epsilon_report}
+
+    def parse_value(self, text: str) -> str:
+        """The text itself."""
+        return text
+
+    def counter_input(self, total: float) -> str:
+        """Not a counter: refused."""
+        raise InputError("sfp is not a counter")
+
+    def setup_plain(self, rng: RandomSource) -> None:
+        """No permanent state (event-level privacy, 003 §3.2.1)."""
+        return
+
+    def check_state_plain(self, data: object) -> None:
+        """Only ``None`` (no state) fits."""
+        if data is not None:
+            raise StateError("sfp keeps no permanent state")
+
+    def privatize_plain(self, value: object, state: object, rng: RandomSource) -> tuple[object, None]:
+        """Privatize a value at once; the record's wire form."""
+        record, _ = self.privatize(self.check_value(value), None, rng)
+        return self.encode_records([record])[0], None
+
+    def encode_plain(self, records: Sequence[object]) -> list[object]:
+        """Typed records in wire form."""
+        return list(self.encode_records([own(r, SFPRecord, "sfp record") for r in records]))
+
+    def empty_batch(self) -> SFPBatch:
+        """No records."""
+        return self.batch([])
+
+    def restore_aggregate(self, data: object) -> SFPAggregate:
+        """An aggregate saved with ``to_plain``."""
+        return SFPAggregate.from_plain(self, data)
+
+    def fold(self, aggregate: Aggregate, batch: Batch) -> None:
+        """Fold a batch into an aggregate of this mechanism."""
+        own(aggregate, SFPAggregate, "sfp aggregate").add(own(batch, SFPBatch, "sfp batch"))
+
+    def check_value(self, value: object) -> str:
+        """A word (a string; truncated or padded to ``length`` when privatized)."""
+        if not isinstance(value, str):
+            raise InputError(f"takes a word (a string); got {value!r}")
+        return value
+
+    def discover(self, aggregate: Aggregate, *, alphabet: str, top_t: int, threshold: float) -> list[DiscoveredWord]:
+        """The words the puzzle reconstructs (003 Alg. 10)."""
+        found = own(aggregate, SFPAggregate, "sfp aggregate")
+        return found.reconstruct(alphabet=alphabet, top_t=top_t, threshold=threshold)
+
+    def reported_as(self, value: str) -> str:
+        """A word as it is discovered: truncated to ``length``, trailing padding removed."""
+        return value[: self.length].rstrip(" ")
+
+    @property
+    def longest(self) -> int:
+        """Words up to ``length`` characters are reported whole."""
+        return self.length
+
+    def plan(self, n: float) -> PlanFigures:
+        """The word sketch is a CMS over ``n`` reports, each fragment sketch one over the
+        ``n / positions`` reports that chose its position (003 §4.3, Thm 4.2 with ``Σf² <= 0.1 n²``)."""
+        per_position = n / self.positions
+        word = self.word_cms.variance_bound(n=n, sum_sq=0.1 * n * n)
+        fragment = self.fragment_cms.variance_bound(n=per_position, sum_sq=0.1 * per_position**2)
+        return PlanFigures(
+            n=n,
+            standard_error=math.sqrt(float(word)),
+            unit="count",
+            figures={
+                "epsilon_report": self.epsilon_report,
+                "fragment_standard_error": math.sqrt(float(fragment)),
+                "positions": float(self.positions),
+            },
+            formulas=(
+                "003 Thm 4.5: eps + eps' per report",
+                "word: 003 Thm 4.2 over n reports; fragment: 003 Thm 4.2 over n/positions reports",
+            ),
+        )
 
     def new_aggregate(self) -> SFPAggregate:
         """An empty aggregate."""
@@ -567,3 +668,9 @@ def reconstruct(
         for i in order.tolist()
         if est.values[i] >= threshold
     ]
+
+
+ENTRY: Final = register_mechanism(
+    MechanismEntry(name=SequenceFragmentPuzzle.name, build=SequenceFragmentPuzzle, epsilon_parameter=False)
+)
+"""This module's entry in the mechanism table (:mod:`protocol.interfaces`)."""

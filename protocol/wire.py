@@ -207,7 +207,7 @@ def make_report(
         registry_hash=registry.hash,
         period=period,
         report_id=new_report_id(rng),
-        records=use_case.mechanism.encode_records(records),
+        records=use_case.mechanism.encode_plain(records),
     )
 
 
