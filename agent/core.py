@@ -45,7 +45,15 @@ from agent.state import (
     PendingRecords,
     UseCaseDoc,
 )
-from agent.usecases import Kind, check_counter_value, counter_input, fingerprint, kind_of, load_permanent_state
+from agent.usecases import (
+    Kind,
+    check_counter_value,
+    check_value,
+    counter_input,
+    fingerprint,
+    kind_of,
+    load_permanent_state,
+)
 from protocol.errors import InputError, StateError
 from protocol.randomness import RandomSource, sample_without_replacement, uniform_ints
 from protocol.registry import Registry, UseCase
@@ -387,28 +395,25 @@ class Agent:
             raise ValueRefusedError(f"use case {uc.name!r} ({uc.mechanism.name}) takes no counter key")
         if key is not None and (not isinstance(key, str) or not key or len(key) > 256):
             raise ValueRefusedError(f"a counter key is a non-empty string of at most 256 characters; got {key!r}")
-        if slot.kind is Kind.COUNTER:
-            check_counter_value(uc, value)
-        elif slot.kind is Kind.STRING and not isinstance(value, str):
-            raise ValueRefusedError(f"use case {uc.name!r} ({uc.mechanism.name}) takes a string; got {value!r}")
+        check_value(uc, value)
 
-    def _privatize(self, uc: UseCase, value: object, state: Any) -> tuple[Any, Any]:
+    def _privatize(self, uc: UseCase, value: object, state: object) -> tuple[object, object]:
+        """The record's wire form and the plain state to save (the mechanism checks the value)."""
         try:
-            mech: Any = uc.mechanism
-            return mech.privatize(value, state, self.rng)  # type: ignore[no-any-return]
+            return uc.mechanism.privatize_plain(value, state, self.rng)
         except InputError as e:
             raise ValueRefusedError(f"use case {uc.name!r} ({uc.mechanism.name}): {e}") from None
 
     def _record_into(self, slot: _Slot, doc: UseCaseDoc, value: object, key: str | None) -> str:
         uc = slot.use_case
-        mech: Any = uc.mechanism
+        mech = uc.mechanism
         period = self._period_for_record(slot, doc)
         if slot.kind is Kind.COUNTER:
             amount = check_counter_value(uc, value)
             kh = _keyed_hash(doc.hash_key, (key or "").encode("utf-8"), _COUNTER_PERSON)
             if kh not in doc.permanent:
                 # First use of this counter key: draw its permanent state (000 §3.1 steps 2-3).
-                doc.permanent[kh] = mech.setup(self.rng).to_plain()
+                doc.permanent[kh] = mech.setup_plain(self.rng)
             totals = doc.totals.setdefault(period, {})
             totals[kh] = min(totals.get(kh, 0) + amount, float(1 << 53))
             return "recorded"
@@ -422,15 +427,14 @@ class Agent:
                 doc.unsent_records += 1
                 return "dropped"
             stored = doc.permanent.get(b"\0" * 32)
-            state = mech.setup(self.rng) if stored is None else load_permanent_state(uc, stored)
-            record, state = self._privatize(uc, value, state)
+            state = mech.setup_plain(self.rng) if stored is None else stored
+            wire, state = self._privatize(uc, value, state)
             # The memo entry B' for this value is persisted in the same write as the record.
-            doc.permanent[b"\0" * 32] = state.to_plain()
+            doc.permanent[b"\0" * 32] = state
             pending.seen.append(seen)
         else:
-            record, _ = self._privatize(uc, value, None)
-        wire = mech.encode_records([record])
-        reservoir_offer(pending, wire[0], uc.daily_limit, self.rng)
+            wire, _ = self._privatize(uc, value, None)
+        reservoir_offer(pending, wire, uc.daily_limit, self.rng)
         return "recorded"
 
     # ------------------------------------------------------------------ collection
@@ -461,7 +465,6 @@ class Agent:
 
     def _collect_one(self, slot: _Slot, doc: UseCaseDoc, now: float) -> tuple[int, int, int, float]:
         uc = slot.use_case
-        mech: Any = uc.mechanism
         budget = self._budget(slot, doc).at(day_of(now))
         was_exhausted = budget.exhausted(uc.cost)
         current = max(uc.period.index_at(now), doc.last_closed + 1)
@@ -471,12 +474,11 @@ class Agent:
         cost = uc.cost
         for period in closing:
             if slot.kind is Kind.COUNTER:
-                wire: list[Any] = []
+                wire: list[object] = []
                 for kh, total in sorted(doc.totals.pop(period).items()):
-                    state = load_permanent_state(uc, doc.permanent[kh])
                     # Answer from the memo (000 §3.1 step 4, §3.4); the raw total is erased with the period.
-                    record, _ = mech.privatize(counter_input(uc, total), state, self.rng)
-                    wire.extend(mech.encode_records([record]))
+                    record, _ = self._privatize(uc, counter_input(uc, total), doc.permanent[kh])
+                    wire.append(record)
             else:
                 pending = doc.pending.pop(period)
                 wire = list(pending.records)

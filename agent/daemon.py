@@ -22,7 +22,6 @@ import os
 import signal
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
 
 from agent.api import serve
 from agent.clock import Clock, SystemClock
@@ -44,6 +43,7 @@ from agent.state import AgentDoc
 from agent.systemd import Notifier
 from agent.transport import Connection, Transport
 from agent.usecases import Kind, kind_of
+from protocol.interfaces import ValueType
 from protocol.randomness import RandomSource, SystemRandom
 from protocol.registry import Registry, RegistryError, parse_registry
 
@@ -94,10 +94,10 @@ def check_probes(cfg: AgentConfig, registry: Registry) -> None:
                 raise ConfigError(str(cfg.source or "<config>"), where, f"use case {name!r} is not in the registry")
             kind = kind_of(use_case)
             if wants_counter:
-                ok, need = kind is Kind.COUNTER, "a counter use case (one-bit-mean, dbitflip)"
+                ok, need = kind is Kind.COUNTER, "a counter use case (a mechanism that privatizes period totals)"
             else:
-                ok = kind is not Kind.COUNTER and use_case.mechanism.name != "rr"
-                need = "a string use case (rappor, cms, hcms, sfp)"
+                ok = kind is not Kind.COUNTER and use_case.mechanism.value_type is ValueType.STRING
+                need = "a string use case (a mechanism that records strings)"
             if not ok:
                 raise ConfigError(
                     str(cfg.source or "<config>"),
@@ -238,11 +238,11 @@ class Daemon:
             use_case = self.agent.registry.use_cases.get(name)
             if use_case is None:
                 continue
-            mech: Any = use_case.mechanism
             batch = items
-            if mech.name == "one-bit-mean":
-                # A probe interval can exceed the counter's range (a long suspend): clip to m.
-                batch = [(n, min(int(v), int(mech.m)), k) for n, v, k in items if isinstance(v, int)]
+            bounds = use_case.mechanism.value_range
+            if use_case.mechanism.privatization is Kind.COUNTER and bounds is not None:
+                # A probe interval can exceed the counter's range (a long suspend): clip to it.
+                batch = [(n, use_case.mechanism.counter_input(v), k) for n, v, k in items if isinstance(v, int)]
             try:
                 self.agent.record_many(batch)
             except ConsentRequiredError:

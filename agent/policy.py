@@ -7,11 +7,8 @@ first offending use case and parameter, so the agent never runs half a registry.
 
 from __future__ import annotations
 
-from typing import Any
-
 from agent.config import PolicyConfig
 from agent.errors import PolicyError
-from agent.usecases import kind_of
 from protocol.registry import Registry, UseCase
 
 __all__ = ["check_registry", "check_use_case"]
@@ -26,10 +23,6 @@ def check_use_case(use_case: UseCase, policy: PolicyConfig) -> None:
         PolicyError: naming the use case and the parameter.
     """
     name = use_case.name
-    try:
-        kind_of(use_case)
-    except ValueError as e:
-        raise PolicyError(name, "mechanism", str(e)) from None
     if use_case.epsilon > policy.max_epsilon_report + _SLACK:
         raise PolicyError(
             name, "epsilon", f"= {use_case.epsilon:g} per report exceeds the local cap {policy.max_epsilon_report:g}"
@@ -52,23 +45,27 @@ def check_use_case(use_case: UseCase, policy: PolicyConfig) -> None:
             "period",
             f"= {use_case.period.value} is shorter than the local minimum of {policy.min_period_hours:g} h",
         )
-    mech: Any = use_case.mechanism
-    if mech.name == "rappor":
-        if mech.f < policy.min_rappor_f - _SLACK:
-            raise PolicyError(
-                name, "parameters.f", f"= {mech.f:g} is below the local floor {policy.min_rappor_f:g} (weaker PRR)"
-            )
-        if mech.epsilon_infinity > policy.max_rappor_epsilon_infinity + _SLACK:
-            raise PolicyError(
-                name,
-                "parameters (ε∞)",
-                f"give ε∞ = {mech.epsilon_infinity:.4g}, above the local cap {policy.max_rappor_epsilon_infinity:g}",
-            )
-    if mech.name == "one-bit-mean" and mech.epsilon > policy.max_one_bit_mean_epsilon + _SLACK:
+    # The mechanism names its figures (protocol.interfaces.Mechanism.privacy_figures); the
+    # policy bounds the ones it has a cap for, whichever mechanism gives them.
+    figures = use_case.mechanism.privacy_figures()
+    f = figures.get("f")
+    if f is not None and f < policy.min_rappor_f - _SLACK:
+        raise PolicyError(
+            name, "parameters.f", f"= {f:g} is below the local floor {policy.min_rappor_f:g} (weaker PRR)"
+        )
+    eps_inf = figures.get("epsilon_infinity")
+    if eps_inf is not None and eps_inf > policy.max_rappor_epsilon_infinity + _SLACK:
+        raise PolicyError(
+            name,
+            "parameters (ε∞)",
+            f"give ε∞ = {eps_inf:.4g}, above the local cap {policy.max_rappor_epsilon_infinity:g}",
+        )
+    eps_memo = figures.get("epsilon_memo")
+    if eps_memo is not None and eps_memo > policy.max_one_bit_mean_epsilon + _SLACK:
         raise PolicyError(
             name,
             "epsilon",
-            f"= {mech.epsilon:g} for the memoized bits exceeds the local cap {policy.max_one_bit_mean_epsilon:g}",
+            f"= {eps_memo:.4g} for the memoized bits exceeds the local cap {policy.max_one_bit_mean_epsilon:g}",
         )
 
 

@@ -1,6 +1,7 @@
-"""How the agent treats each mechanism: when it privatizes, what a value must look like.
+"""How the agent treats a use case: asked of its mechanism's contract, never of its name.
 
-Three kinds (DESIGN "When to privatize"):
+The mechanism says when it privatizes (:class:`~protocol.interfaces.Privatization`, DESIGN
+"When to privatize"):
 
 * ``COUNTER`` (1BitMean, dBitFlip/dBitFlipPM): recorded values add up to a running total
   per period and counter key; when the period closes the total is answered from the
@@ -12,21 +13,25 @@ Three kinds (DESIGN "When to privatize"):
   the memo. No string is stored.
 * ``EVENT`` (randomized response, CMS, HCMS, SFP): event-level privacy (003 §3.2.1): the value
   is privatized at once and only the privatized record is kept.
+
+What a value must look like, how a typed value is parsed and what a counter's total is
+privatized as are the mechanism's too (:meth:`~protocol.interfaces.Mechanism.check_value`,
+``parse_value``, ``counter_input``); here they only gain the use case's name in the message.
 """
 
 from __future__ import annotations
 
-import enum
-import importlib
-import math
-from typing import Any
-
 from agent.errors import ValueRefusedError
+from protocol.checks import MAX_COUNTER
+from protocol.errors import InputError
+from protocol.interfaces import Privatization, RecordValue
 from protocol.registry import UseCase
 
 __all__ = [
+    "MAX_COUNTER",
     "Kind",
     "check_counter_value",
+    "check_value",
     "coerce_text",
     "counter_input",
     "fingerprint",
@@ -34,48 +39,13 @@ __all__ = [
     "load_permanent_state",
 ]
 
-
-class Kind(enum.Enum):
-    """When a use case privatizes."""
-
-    COUNTER = "counter"
-    STRING = "string"
-    EVENT = "event"
+Kind = Privatization
+"""When a use case privatizes (the mechanism's :class:`~protocol.interfaces.Privatization`)."""
 
 
-_KINDS = {
-    "one-bit-mean": Kind.COUNTER,
-    "dbitflip": Kind.COUNTER,
-    "rappor": Kind.STRING,
-    "rr": Kind.EVENT,
-    "cms": Kind.EVENT,
-    "hcms": Kind.EVENT,
-    "sfp": Kind.EVENT,
-}
-
-# The class that restores each memoized mechanism's per-device state.
-_STATE_CLASSES = {
-    "one-bit-mean": ("protocol.one_bit_mean", "OneBitMeanState"),
-    "dbitflip": ("protocol.dbitflip", "DBitFlipState"),
-    "rappor": ("protocol.rappor", "RapporState"),
-}
-
-MAX_COUNTER = float(1 << 53)
-"""Largest counter total the agent keeps (beyond it floats lose integers)."""
-
-
-def kind_of(use_case: UseCase) -> Kind:
-    """The kind of ``use_case``'s mechanism.
-
-    Raises:
-        ValueError: for a mechanism the agent does not know.
-    """
-    try:
-        return _KINDS[use_case.mechanism.name]
-    except KeyError:
-        raise ValueError(
-            f"use case {use_case.name!r}: the agent cannot run mechanism {use_case.mechanism.name!r}"
-        ) from None
+def kind_of(use_case: UseCase) -> Privatization:
+    """When ``use_case``'s mechanism privatizes."""
+    return use_case.mechanism.privatization
 
 
 def fingerprint(use_case: UseCase) -> bytes:
@@ -87,89 +57,59 @@ def fingerprint(use_case: UseCase) -> bytes:
     return use_case.fingerprint
 
 
-def load_permanent_state(use_case: UseCase, data: object) -> Any:
-    """Restore a memoized mechanism's per-device state saved with ``state.to_plain()``.
+def load_permanent_state(use_case: UseCase, data: object) -> None:
+    """Check a memoized mechanism's per-device state saved in plain form.
 
     Raises:
         protocol.errors.StateError: if ``data`` does not fit the mechanism.
     """
-    module, cls = _STATE_CLASSES[use_case.mechanism.name]
-    return getattr(importlib.import_module(module), cls).from_plain(use_case.mechanism, data)
+    use_case.mechanism.check_state_plain(data)
+
+
+def _refused(use_case: UseCase, exc: InputError) -> ValueRefusedError:
+    # The mechanism's message completes the sentence (protocol.checks): "counts numbers; got 'x'".
+    return ValueRefusedError(f"use case {use_case.name!r} ({use_case.mechanism.name}) {exc}")
+
+
+def check_value(use_case: UseCase, value: object) -> RecordValue:
+    """Validate and coerce one recorded value as the mechanism takes it.
+
+    Raises:
+        ValueRefusedError: naming the use case, what was expected and what was found.
+    """
+    try:
+        return use_case.mechanism.check_value(value)
+    except InputError as exc:
+        raise _refused(use_case, exc) from None
 
 
 def check_counter_value(use_case: UseCase, value: object) -> int | float:
     """Validate one recorded increment of a counter use case.
 
-    1BitMean counts integers in ``[0, m]`` (000 §2.1); dBitFlip buckets any finite
-    non-negative number (000 §2.2).
-
     Raises:
         ValueRefusedError: naming the use case, what was expected and what was found.
     """
-    mech: Any = use_case.mechanism
-    if mech.name == "one-bit-mean":
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ValueRefusedError(
-                f"use case {use_case.name!r} (one-bit-mean) counts integers in [0, {mech.m}]; got {value!r}"
-            )
-        if not 0 <= value <= mech.m:
-            raise ValueRefusedError(
-                f"use case {use_case.name!r} (one-bit-mean): value must be in [0, {mech.m}]; got {value}"
-            )
-        return value
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ValueRefusedError(f"use case {use_case.name!r} ({mech.name}) counts numbers; got {value!r}")
-    if not math.isfinite(value) or value < 0 or value > MAX_COUNTER:
-        raise ValueRefusedError(
-            f"use case {use_case.name!r} ({mech.name}): value must be a finite number in [0, 2**53]; got {value!r}"
-        )
-    return value
+    checked = check_value(use_case, value)
+    if isinstance(checked, str | bytes):
+        raise ValueRefusedError(f"use case {use_case.name!r} ({use_case.mechanism.name}) is not a counter")
+    return checked
 
 
-def counter_input(use_case: UseCase, total: int | float) -> int | float:
-    """The value a counter's period total is privatized as.
-
-    1BitMean's range is ``[0, m]``: a total above ``m`` (several increments in one period) is
-    clipped to ``m``, as 000 §1.1 assumes counters bounded by ``m``. dBitFlip clamps into
-    its last bucket itself.
-    """
-    mech: Any = use_case.mechanism
-    if mech.name == "one-bit-mean":
-        return min(int(total), int(mech.m))
-    return total
-
-
-_TRUE = frozenset({"1", "true", "yes", "on"})
-_FALSE = frozenset({"0", "false", "no", "off"})
+def counter_input(use_case: UseCase, total: int | float) -> RecordValue:
+    """The value a counter's period total is privatized as (the mechanism may clip it, 000 §1.1)."""
+    try:
+        return use_case.mechanism.counter_input(total)
+    except InputError as exc:
+        raise _refused(use_case, exc) from None
 
 
 def coerce_text(use_case: UseCase, text: str) -> object:
     """Turn a value typed on the command line into the type ``use_case`` records.
 
-    Counters take numbers, randomized response a bit (``0``/``1``/``true``/``false``),
-    everything else the text itself.
-
     Raises:
         ValueRefusedError: if the text is not a value of that type.
     """
-    kind = kind_of(use_case)
-    name = use_case.mechanism.name
-    if kind is Kind.COUNTER:
-        try:
-            return int(text)
-        except ValueError:
-            pass
-        if name != "one-bit-mean":
-            try:
-                return float(text)
-            except ValueError:
-                pass
-        raise ValueRefusedError(f"use case {use_case.name!r} ({name}) counts numbers; got {text!r}")
-    if name == "rr":
-        low = text.strip().lower()
-        if low in _TRUE:
-            return 1
-        if low in _FALSE:
-            return 0
-        raise ValueRefusedError(f"use case {use_case.name!r} (rr) takes 0/1 or true/false; got {text!r}")
-    return text
+    try:
+        return use_case.mechanism.parse_value(text)
+    except InputError as exc:
+        raise _refused(use_case, exc) from None

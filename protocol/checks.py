@@ -153,7 +153,9 @@ def decode_indexed_bits(
     return indices, packed
 
 
-# --- recorded values (the agent's ``record``): an InputError says what was expected -------
+# --- recorded values (the agent's ``record``) ----------------------------------------------
+# An InputError here completes the sentence "use case NAME (MECHANISM) ...": what the use
+# case takes, and what was found.
 
 MAX_COUNTER = float(1 << 53)
 """Largest counter value or total kept (beyond it floats lose integers)."""
@@ -164,7 +166,7 @@ def count_value(value: object, m: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise InputError(f"counts integers in [0, {m}]; got {value!r}")
     if not 0 <= value <= m:
-        raise InputError(f"value must be in [0, {m}]; got {value}")
+        raise InputError(f"counts integers in [0, {m}]; got {value}")
     return value
 
 
@@ -173,7 +175,7 @@ def number_value(value: object) -> int | float:
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise InputError(f"counts numbers; got {value!r}")
     if not math.isfinite(value) or value < 0 or value > MAX_COUNTER:
-        raise InputError(f"value must be a finite number in [0, 2**53]; got {value!r}")
+        raise InputError(f"takes a finite number in [0, 2**53]; got {value!r}")
     return value
 
 

@@ -530,8 +530,9 @@ class CountMeanSketch:
 
     def check_value(self, value: object) -> str | bytes:
         """A string (hashed as UTF-8) or bytes."""
+        if not isinstance(value, str | bytes):
+            raise InputError(f"takes a string; got {type(value).__name__} {value!r}")
         as_value_bytes(value)
-        assert isinstance(value, str | bytes)
         return value
 
     @property

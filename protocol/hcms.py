@@ -480,7 +480,9 @@ class HadamardCountMeanSketch:
 
     def check_value(self, value: object) -> str | bytes:
         """A string (hashed as UTF-8) or bytes."""
-        return _as_value_bytes(value)
+        if not isinstance(value, str | bytes):
+            raise InputError(f"takes a string; got {type(value).__name__} {value!r}")
+        return value
 
     @property
     def fixed_categories(self) -> None:

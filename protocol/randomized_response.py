@@ -161,7 +161,7 @@ class RandomizedResponse:
             return int(value)
         if isinstance(value, int) and value in (0, 1):
             return value
-        raise InputError(f"randomized response takes a bit (0, 1, False or True); got {value!r}")
+        raise InputError(f"takes a bit (0, 1, False or True); got {value!r}")
 
     def parse_value(self, text: str) -> int:
         """``0``/``1``, ``true``/``false``, ``yes``/``no``, ``on``/``off``."""

@@ -629,7 +629,8 @@ class Rappor:
         """A string (for the basic variants, one of the categories)."""
         if not isinstance(value, str):
             raise InputError(f"takes a string; got {value!r}")
-        self._value_bytes(value)
+        if self.basic and value not in self._category_index:
+            raise InputError(f"takes one of its {self.k} categories; got {value!r}")
         return value
 
     def parse_value(self, text: str) -> str:
