@@ -46,6 +46,15 @@ from collector.decoding.consistency import project_simplex as _project
 from collector.decoding.rappor import RapporDecoder
 from collector.errors import StoreError
 from collector.store import CheckpointStore, KeyInfo
+from protocol.interfaces import (
+    Aggregate,
+    EstimateKind,
+    as_discovery,
+    as_frequencies,
+    as_histogram,
+    as_mean,
+)
+from protocol.rappor import RapporAggregate
 from protocol.registry import Registry, UseCase, parse_registry
 
 __all__ = [
@@ -65,16 +74,6 @@ DEFAULT_SFP_ALPHABET = "abcdefghijklmnopqrstuvwxyz "
 
 SFP_TOP_T = 20
 """Puzzle pieces kept per position in SFP reconstruction (003 Alg. 10's T)."""
-
-_KIND = {
-    "rr": "proportion",
-    "one-bit-mean": "mean",
-    "dbitflip": "histogram",
-    "cms": "frequencies",
-    "hcms": "frequencies",
-    "rappor": "frequencies",
-    "sfp": "frequencies",
-}
 
 
 def z_value(confidence: float) -> float:
@@ -157,16 +156,21 @@ def _frequencies(
 
 def estimate_aggregate(
     use_case: UseCase,
-    aggregate: Any,
+    aggregate: Aggregate,
     info: KeyInfo,
     *,
     confidence: float = 0.95,
     registry_dir: Path | None = None,
     sfp_alphabet: str = DEFAULT_SFP_ALPHABET,
 ) -> dict[str, Any]:
-    """The JSON-ready estimate of one (use case, period) aggregate, with release rules applied."""
-    mech: Any = use_case.mechanism
+    """The JSON-ready estimate of one (use case, period) aggregate, with release rules applied.
+
+    Which estimate is made is the mechanism's :attr:`~protocol.interfaces.Mechanism.kind`; the
+    numbers come from the kind's protocol (:mod:`protocol.interfaces`), never from its name.
+    """
+    mech = use_case.mechanism
     name = mech.name
+    kind = mech.kind
     start, end = _period_bounds(use_case, info.period)
     z = z_value(confidence)
     settings = use_case.collector
@@ -174,7 +178,7 @@ def estimate_aggregate(
         "use_case": use_case.name,
         "description": use_case.description,
         "mechanism": name,
-        "kind": _KIND.get(name, "unknown"),
+        "kind": kind.result,
         "period": info.period,
         "period_length": use_case.period.value,
         "period_start": start,
@@ -193,48 +197,56 @@ def estimate_aggregate(
         result["withheld_reason"] = f"{info.reports} reports; at least {settings.min_reports} are needed before release"
         return result
     estimate: dict[str, Any]
-    if name in ("rr", "one-bit-mean"):
-        e = aggregate.estimate()
+    if kind.scalar:
+        scalar = as_mean(mech)
+        e = scalar.estimate_mean(aggregate)
         estimate = {
             "value": _num(e.value),
             "standard_error": _num(e.standard_error),
             "ci": _interval(e.value, e.standard_error, z),
         }
-        if name == "rr":
-            c = aggregate.estimate_count()
+        c = scalar.estimate_count(aggregate)
+        if c is not None:
             estimate["count"] = {"value": _num(c.value), "standard_error": _num(c.standard_error)}
-        else:
-            estimate["range"] = [0, mech.m]
-    elif name == "dbitflip":
-        e = aggregate.estimate()
-        edges = list(mech.buckets.edges)
-        consistent = project_simplex(e.values)
+        elif scalar.value_range is not None:
+            low, high = scalar.value_range
+            estimate["range"] = [_whole(low), _whole(high)]
+    elif kind is EstimateKind.HISTOGRAM:
+        histogram = as_histogram(mech)
+        h = histogram.estimate_histogram(aggregate)
+        edges = list(histogram.bucket_edges)
+        consistent = project_simplex(h.values)
         estimate = {
             "buckets": [
                 {
                     "low": _num(edges[i]),
                     "high": _num(edges[i + 1]),
-                    "value": _num(e.values[i]),
-                    "standard_error": _num(e.standard_errors[i]),
-                    "ci": _interval(float(e.values[i]), float(e.standard_errors[i]), z),
+                    "value": _num(h.values[i]),
+                    "standard_error": _num(h.standard_errors[i]),
+                    "ci": _interval(float(h.values[i]), float(h.standard_errors[i]), z),
                     "consistent": _num(consistent[i]),
                 }
-                for i in range(len(e))
+                for i in range(len(h))
             ],
-            "n": e.n,
+            "n": h.n,
         }
-    elif name in ("cms", "hcms"):
+    elif kind is EstimateKind.DICTIONARY:
         words = load_dictionary(use_case, registry_dir or Path.cwd())
         if not words:
             result["withheld_reason"] = "no dictionary configured for this frequency oracle"
             return result
-        e = aggregate.estimate(list(words))
-        estimate = _frequencies(words, e.values, e.standard_errors, threshold=settings.release_threshold, z=z)
-    elif name == "rappor":
-        estimate = _rappor(use_case, aggregate, registry_dir or Path.cwd(), settings.release_threshold, z)
-    elif name == "sfp":
+        f = as_frequencies(mech).estimate_frequencies(aggregate, list(words))
+        estimate = _frequencies(words, f.values, f.standard_errors, threshold=settings.release_threshold, z=z)
+    elif kind is EstimateKind.CATEGORIES:
+        oracle = as_frequencies(mech)
+        names = list(oracle.fixed_categories or ())
+        f = oracle.estimate_frequencies(aggregate, names)
+        estimate = _frequencies(names, f.values, f.standard_errors, threshold=settings.release_threshold, z=z)
+    elif kind is EstimateKind.CANDIDATES:
+        estimate = _candidates(use_case, aggregate, registry_dir or Path.cwd(), settings.release_threshold, z)
+    elif kind is EstimateKind.DISCOVERY:
         threshold = max(settings.release_threshold, 1.0)
-        found = aggregate.reconstruct(alphabet=sfp_alphabet, top_t=SFP_TOP_T, threshold=threshold)
+        found = as_discovery(mech).discover(aggregate, alphabet=sfp_alphabet, top_t=SFP_TOP_T, threshold=threshold)
         estimate = {
             "items": [
                 {
@@ -258,12 +270,18 @@ def estimate_aggregate(
     return result
 
 
-def _rappor(use_case: UseCase, aggregate: Any, registry_dir: Path, threshold: float, z: float) -> dict[str, Any]:
-    mech: Any = use_case.mechanism
-    if mech.basic:
-        e = aggregate.estimate_categories()
-        names = list(mech.categories) or [str(i) for i in range(len(e))]
-        return _frequencies(names, e.values, e.standard_errors, threshold=threshold, z=z)
+def _whole(x: float) -> int | float:
+    """An integral bound as an int (JSON ``[0, 21600]``, as before the contract)."""
+    return int(x) if float(x).is_integer() else x
+
+
+def _candidates(
+    use_case: UseCase, aggregate: Aggregate, registry_dir: Path, threshold: float, z: float
+) -> dict[str, Any]:
+    if not isinstance(aggregate, RapporAggregate):
+        # The joint decoder (004 §4) regresses RAPPOR's bit counts on the candidates' design
+        # matrix; it is written for RAPPOR's aggregate.
+        raise TypeError(f"use case {use_case.name}: no candidate decoder for a {type(aggregate).__name__}")
     words = load_dictionary(use_case, registry_dir)
     if not words:
         return {"items": [], "withheld": 0, "threshold": threshold, "tested": 0, "note": "no candidate dictionary"}
@@ -369,8 +387,8 @@ def compute_series(config: CollectorConfig, use_case: str, *, limit: int = 120) 
                 "records": info.records,
                 "released": info.reports >= uc.collector.min_reports and info.reports > 0,
             }
-            if point["released"] and uc.mechanism.name in ("rr", "one-bit-mean"):
-                e = store.aggregate(use_case, info.period)[0].estimate()
+            if point["released"] and uc.mechanism.kind.scalar:
+                e = as_mean(uc.mechanism).estimate_mean(store.aggregate(use_case, info.period)[0])
                 point.update(
                     value=_num(e.value),
                     standard_error=_num(e.standard_error),
@@ -382,7 +400,7 @@ def compute_series(config: CollectorConfig, use_case: str, *, limit: int = 120) 
     return {
         "use_case": use_case,
         "mechanism": uc.mechanism.name,
-        "kind": _KIND.get(uc.mechanism.name, "unknown"),
+        "kind": uc.mechanism.kind.result,
         "confidence": config.estimation.confidence,
         "points": points,
     }
@@ -401,7 +419,7 @@ def store_status(config: CollectorConfig) -> dict[str, Any]:
     for name, uc in registry.use_cases.items():
         use_cases[name] = {
             "mechanism": uc.mechanism.name,
-            "kind": _KIND.get(uc.mechanism.name, "unknown"),
+            "kind": uc.mechanism.kind.result,
             "description": uc.description,
             "epsilon": uc.epsilon,
             "period": uc.period.value,

@@ -15,12 +15,14 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
+from protocol.interfaces import Aggregate, Batch, Mechanism
 from protocol.plain import array_to_plain
-from protocol.registry import WireMechanism
+
+T = TypeVar("T")
 
 __all__ = [
     "aggregate_from_plain",
@@ -47,10 +49,24 @@ def is_columnar(batch: object, size: int | None = None) -> bool:
     return True
 
 
-def _concat(batches: Sequence[Any]) -> Any | None:
+def _fields(batch: object) -> tuple[dataclasses.Field[object], ...]:
+    if not dataclasses.is_dataclass(batch) or isinstance(batch, type):
+        raise TypeError(f"a columnar batch is a dataclass instance; got {type(batch).__name__}")
+    return dataclasses.fields(batch)
+
+
+def _replace(template: T, columns: dict[str, object]) -> T:
+    # Each batch class is a frozen dataclass whose fields are arrays (or nested batches).
+    out = dataclasses.replace(template, **columns)  # type: ignore[type-var]
+    if not isinstance(out, type(template)):  # pragma: no cover - replace keeps the class
+        raise TypeError(f"dataclasses.replace changed the class of a {type(template).__name__}")
+    return out
+
+
+def _concat(batches: Sequence[T]) -> T | None:
     first = batches[0]
-    columns = {}
-    for f in dataclasses.fields(first):
+    columns: dict[str, object] = {}
+    for f in _fields(first):
         parts = [getattr(b, f.name) for b in batches]
         if isinstance(parts[0], np.ndarray):
             if len({a.shape[1:] for a in parts}) != 1 or len({a.dtype for a in parts}) != 1:
@@ -61,10 +77,10 @@ def _concat(batches: Sequence[Any]) -> Any | None:
             if joined is None:
                 return None
             columns[f.name] = joined
-    return dataclasses.replace(first, **columns)
+    return _replace(first, columns)
 
 
-def concat_batches(batches: Sequence[Any]) -> Any | None:
+def concat_batches(batches: Sequence[Batch]) -> Batch | None:
     """One batch holding every record of ``batches`` in order, or None if they are not columnar."""
     if not batches:
         return None
@@ -76,23 +92,23 @@ def concat_batches(batches: Sequence[Any]) -> Any | None:
     return _concat(batches)
 
 
-def batch_to_plain(batch: Any) -> dict[str, Any]:
+def batch_to_plain(batch: object) -> dict[str, object]:
     """A columnar batch as plain msgpack-ready data (field name -> array record or nested batch)."""
-    out: dict[str, Any] = {}
-    for f in dataclasses.fields(batch):
+    out: dict[str, object] = {}
+    for f in _fields(batch):
         value = getattr(batch, f.name)
         out[f.name] = array_to_plain(value) if isinstance(value, np.ndarray) else {"fields": batch_to_plain(value)}
     return out
 
 
-def batch_from_plain(template: Any, data: dict[str, Any]) -> Any:
+def batch_from_plain(template: T, data: dict[str, Any]) -> T:
     """Rebuild a batch saved by :func:`batch_to_plain`, using ``template``'s class (and its nested ones).
 
     The data comes from our own checkpoint, written by :func:`batch_to_plain`; shapes and
     dtypes are taken as stored.
     """
-    columns = {}
-    for f in dataclasses.fields(template):
+    columns: dict[str, object] = {}
+    for f in _fields(template):
         rec = data[f.name]
         inner = getattr(template, f.name)
         if isinstance(inner, np.ndarray):
@@ -100,10 +116,9 @@ def batch_from_plain(template: Any, data: dict[str, Any]) -> Any:
             columns[f.name] = arr.astype(arr.dtype.newbyteorder("="), copy=True)
         else:
             columns[f.name] = batch_from_plain(inner, rec["fields"])
-    return dataclasses.replace(template, **columns)
+    return _replace(template, columns)
 
 
-def aggregate_from_plain(mechanism: WireMechanism, data: object) -> Any:
+def aggregate_from_plain(mechanism: Mechanism, data: object) -> Aggregate:
     """Restore an aggregate of ``mechanism`` saved with its ``to_plain``."""
-    cls = type(mechanism.new_aggregate())
-    return cls.from_plain(mechanism, data)
+    return mechanism.restore_aggregate(data)

@@ -43,8 +43,9 @@ import msgpack
 import numpy as np
 
 from collector.errors import StoreError
-from collector.folding import aggregate_from_plain, batch_from_plain, batch_to_plain, concat_batches
+from collector.folding import batch_from_plain, batch_to_plain, concat_batches
 from protocol.errors import StateError
+from protocol.interfaces import Aggregate, Batch
 from protocol.registry import Registry, UseCase
 
 __all__ = [
@@ -172,7 +173,7 @@ class FoldedReport(Protocol):
         ...
 
     @property
-    def batch(self) -> Any:
+    def batch(self) -> Batch:
         """The records, columnar."""
         ...
 
@@ -212,7 +213,7 @@ class _UseCaseRow:
     id: int
     use_case: UseCase
     kind: str
-    template: Any  # an empty batch of the mechanism, for rebuilding stored batches
+    template: Batch  # an empty batch of the mechanism, for rebuilding stored batches
 
 
 class CheckpointStore:
@@ -288,7 +289,7 @@ class CheckpointStore:
             if row is None:
                 continue  # read-only and never collected
             kind = _AGGREGATE if _footprint(uc.mechanism.new_aggregate()) <= _SMALL_AGGREGATE else _RECORDS
-            rows[name] = _UseCaseRow(int(row[0]), uc, kind, uc.mechanism.batch([]))
+            rows[name] = _UseCaseRow(int(row[0]), uc, kind, uc.mechanism.empty_batch())
         return rows
 
     def close(self) -> None:
@@ -367,12 +368,13 @@ class CheckpointStore:
         count = sum(len(b) for b in batches)
         joined = concat_batches(batches)
         if row.kind == _AGGREGATE:
-            agg = row.use_case.mechanism.new_aggregate()
+            mech = row.use_case.mechanism
+            agg = mech.new_aggregate()
             if joined is not None:
-                agg.add(joined)
+                mech.fold(agg, joined)
             else:
                 for b in batches:
-                    agg.add(b)
+                    mech.fold(agg, b)
             return _AGGREGATE, _pack(agg.to_plain()), count
         if joined is not None:
             return _RECORDS, _pack(batch_to_plain(joined)), count
@@ -380,7 +382,7 @@ class CheckpointStore:
 
     # -- reading -----------------------------------------------------------------------
 
-    def _base(self, row: _UseCaseRow, period: int) -> tuple[Any, int, int]:
+    def _base(self, row: _UseCaseRow, period: int) -> tuple[Aggregate, int, int]:
         """The key's base aggregate with its report and record totals (empty and zeros if none).
 
         Runs inside the caller's transaction, so the base and the segments folded onto it
@@ -395,28 +397,29 @@ class CheckpointStore:
         if base is None:
             return row.use_case.mechanism.new_aggregate(), 0, 0
         try:
-            agg = aggregate_from_plain(row.use_case.mechanism, _unpack(base[2]))
+            agg = row.use_case.mechanism.restore_aggregate(_unpack(base[2]))
         except StateError as exc:
             raise StoreError(f"{self.path}: the {row.use_case.name} base aggregate is damaged ({exc})") from exc
         return agg, int(base[0]), int(base[1])
 
-    def _fold(self, row: _UseCaseRow, agg: Any, kind: str, blob: bytes) -> Any:
+    def _fold(self, row: _UseCaseRow, agg: Aggregate, kind: str, blob: bytes) -> Aggregate:
         data = _unpack(blob)
+        mech = row.use_case.mechanism
         try:
             if kind == _AGGREGATE:
-                return agg.merge(aggregate_from_plain(row.use_case.mechanism, data))
+                return agg.merge(mech.restore_aggregate(data))
             if kind == _RECORDS:
-                agg.add(batch_from_plain(row.template, data))
+                mech.fold(agg, batch_from_plain(row.template, data))
                 return agg
             if kind == _LIST:
                 for item in data:
-                    agg.add(batch_from_plain(row.template, item))
+                    mech.fold(agg, batch_from_plain(row.template, item))
                 return agg
         except (StateError, KeyError, TypeError, ValueError) as exc:
             raise StoreError(f"{self.path}: a {row.use_case.name} segment cannot be folded ({exc})") from exc
         raise StoreError(f"{self.path}: unknown segment kind {kind!r}")
 
-    def aggregate(self, use_case: str, period: int) -> tuple[Any, KeyInfo]:
+    def aggregate(self, use_case: str, period: int) -> tuple[Aggregate, KeyInfo]:
         """The aggregate of one (use case, period): its base with every segment folded in.
 
         Raises:

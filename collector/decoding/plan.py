@@ -36,6 +36,12 @@ simulated):
   :mod:`collector.decoding.rappor`). Given a number of strings or a share to detect, the
   verb solves for ``N``.
 
+* ``use-case``: any registered mechanism, as a registry configures it: the figures its module
+  states (:meth:`protocol.interfaces.Mechanism.plan`: the standard error of its headline
+  estimate from the paper's variance formula, its ε figures), at ``n`` reports or solved for
+  a target standard error. Nothing here knows the mechanism: a mechanism added to the table
+  of :mod:`protocol.interfaces` is planned the same way (:func:`plan_use_case`).
+
 Entry point: :func:`main` (``ldp-collector plan MECHANISM ...``); :func:`plan` returns the
 same result as a dictionary.
 """
@@ -50,8 +56,9 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from collector.decoding.stats import normal_quantile
+from protocol.registry import RegistryError, UseCase, parse_registry
 
-__all__ = ["MECHANISMS", "PlanError", "build_parser", "main", "plan"]
+__all__ = ["MECHANISMS", "PlanError", "build_parser", "main", "plan", "plan_use_case"]
 
 MECHANISMS: tuple[str, ...] = ("rr", "one-bit-mean", "dbitflip", "cms", "hcms", "sfp", "rappor")
 
@@ -467,7 +474,71 @@ def _plan_rappor(a: argparse.Namespace) -> Result:
     return out
 
 
+# ------------------------------------------------------------------- use case
+
+
+def plan_use_case(use_case: UseCase, *, n: float | None = None, target_se: float | None = None) -> Result:
+    """The planner's figures for a configured use case, from its mechanism's own formulas.
+
+    Args:
+        use_case: the use case (any registered mechanism).
+        n: the number of reports; solved for from ``target_se`` when omitted.
+        target_se: a target standard error of the headline estimate (only where it falls with ``n``).
+
+    Raises:
+        PlanError: when neither is given, or the target cannot be reached by collecting more.
+    """
+    mech = use_case.mechanism
+    out: Result = {"mechanism": mech.name, "use_case": use_case.name, "kind": mech.kind.value}
+    if n is None:
+        if target_se is None:
+            raise PlanError("give --n, or --target-se to solve for n")
+        n = _solve_n(use_case, target_se)
+        out["solved"] = {"n": n}
+    figures = mech.plan(float(n))
+    out.update({"n": int(n), "standard_error": figures.standard_error, "unit": figures.unit})
+    out.update(dict(figures.figures))
+    out["formulas"] = list(figures.formulas)
+    return out
+
+
+def _solve_n(use_case: UseCase, target: float) -> int:
+    """The smallest ``n`` whose standard error is at most ``target`` (bisection: SE falls with n)."""
+    mech = use_case.mechanism
+    if not mech.plan(4.0).standard_error < mech.plan(1.0).standard_error:
+        unit = mech.plan(1.0).unit
+        raise PlanError(f"the SE of a {unit} grows with n; give --n instead of --target-se")
+    lo, hi = 1, 2
+    while mech.plan(float(hi)).standard_error > target:
+        lo, hi = hi, hi * 2
+        if hi > 1 << 62:
+            raise PlanError("the target SE is out of reach at any n")
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if mech.plan(float(mid)).standard_error <= target:
+            hi = mid
+        else:
+            lo = mid + 1
+    return hi
+
+
+def _plan_registered(a: argparse.Namespace) -> Result:
+    path = a.registry
+    try:
+        with open(path, "rb") as f:
+            registry = parse_registry(f.read(), source=path)
+    except OSError as exc:
+        raise PlanError(f"cannot read the registry {path}: {exc.strerror or exc}") from None
+    except RegistryError as exc:
+        raise PlanError(str(exc)) from None
+    use_case = registry.use_cases.get(a.use_case)
+    if use_case is None:
+        raise PlanError(f"{path}: no use case {a.use_case!r}; it has {', '.join(registry.use_cases)}")
+    return plan_use_case(use_case, n=a.n, target_se=a.target_se)
+
+
 _PLANNERS: dict[str, Callable[[argparse.Namespace], Result]] = {
+    "use-case": _plan_registered,
     "rr": _plan_rr,
     "one-bit-mean": _plan_one_bit_mean,
     "dbitflip": _plan_dbitflip,
@@ -528,7 +599,8 @@ def build_parser() -> argparse.ArgumentParser:
             "  ldp-collector plan hcms --epsilon 4 --n 1e8 --bandwidth 26\n"
             "  ldp-collector plan rappor --k 128 --h 2 --cohorts 16 --f 0.5 --p 0.5 --q 0.75 --n 1e6 --candidates 200\n"
             "  ldp-collector plan rappor --variant basic --f 0 --p 0.5 --q 0.75 --target-strings 1000 "
-            "--candidates 1e4"
+            "--candidates 1e4\n"
+            "  ldp-collector plan use-case --registry /etc/ldp/usecases.toml app-usage-seconds --n 1e5"
         ),
     )
     sub = parser.add_subparsers(dest="mechanism", required=True, metavar="MECHANISM")
@@ -599,6 +671,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sp.add_argument("--target-share", type=_probability, help="solve n so a string with this share is detectable")
     sp.add_argument("--json", action="store_true", help="print JSON instead of text")
+
+    sp = sub.add_parser(
+        "use-case", help="a use case of a registry, any mechanism: the SE its module's formula gives at n reports"
+    )
+    sp.add_argument("--registry", required=True, help="the use-case registry (TOML)")
+    sp.add_argument("use_case", metavar="USE_CASE", help="the use case's name")
+    sp.add_argument("--n", type=_count, help="number of reports (solved for from --target-se when omitted)")
+    sp.add_argument("--target-se", type=_count, help="target standard error of the headline estimate")
+    sp.add_argument("--json", action="store_true", help="print JSON instead of text")
     return parser
 
 
@@ -640,10 +721,10 @@ def _fmt(value: Any) -> str:
 
 
 def _text(result: Result) -> str:
-    lines = [f"plan: {result['mechanism']}"]
+    lines = [f"plan: {result['mechanism']}" + (f" (use case {result['use_case']})" if "use_case" in result else "")]
     solved = result.get("solved", {})
     for key, value in result.items():
-        if key in ("mechanism", "formulas", "options", "solved"):
+        if key in ("mechanism", "formulas", "options", "solved", "use_case"):
             continue
         mark = "  (solved)" if key in solved else ""
         lines.append(f"  {key.replace('_', ' ')}: {_fmt(value)}{mark}")
