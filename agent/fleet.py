@@ -41,10 +41,10 @@ from agent.fleet_report import (
     summarize,
     write_plots,
 )
-from agent.fleet_sim import FleetPlan, Progress, ShardResult, Tally, build_generators, run_shard
+from agent.fleet_sim import FleetPlan, Progress, ShardResult, Tally, build_generators, run_shard, tally_kind
 from agent.fleet_values import KINDS, GeneratorError, GeneratorSpec, default_spec, load_population, parse_spec
 from agent.policy import check_registry
-from protocol.registry import Registry, RegistryError, parse_registry
+from protocol.registry import Registry, RegistryError, UseCase, parse_registry
 
 __all__ = ["FleetError", "ProgressDisplay", "build_plan", "main", "run_fleet", "shard_ranges", "simulate"]
 
@@ -433,11 +433,11 @@ def simulate(plan: FleetPlan, *, workers: int, display: ProgressDisplay, timeout
     return merged
 
 
-def _truth_json(use_case: Any, tally: Tally) -> dict[str, Any]:
-    kind = use_case.mechanism.name
-    if kind in ("rr", "one-bit-mean"):
+def _truth_json(use_case: UseCase, tally: Tally) -> dict[str, Any]:
+    kind = tally_kind(use_case)
+    if kind == "mean":
         return {"reports": tally.n, "mean": tally.total / tally.n if tally.n else None}
-    if kind == "dbitflip":
+    if kind == "histogram":
         return {"reports": tally.n, "shares": [b / tally.n for b in tally.buckets] if tally.n else []}
     return {"reports": tally.n, "counts": dict(sorted(tally.counts.items(), key=lambda kv: -kv[1]))}
 

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from agent.fleet_sim import Tally, tally_kind
+from protocol.interfaces import EstimateKind, as_discovery
 from protocol.registry import Registry, UseCase
 
 __all__ = [
@@ -213,12 +214,12 @@ def compare_period(use_case: UseCase, tally: Tally, result: Mapping[str, Any]) -
             label = f"[{bucket.get('low'):g}, {bucket.get('high'):g})"
             items.append(_item(label, bucket.get("value"), share, bucket.get("standard_error")))
     else:
-        mech: Any = use_case.mechanism
-        length = int(mech.length) if mech.name == "sfp" else None
+        mech = use_case.mechanism
+        discovery = as_discovery(mech) if mech.kind is EstimateKind.DISCOVERY else None
         truth_counts: dict[str, int] = {}
         for value, count in tally.counts.items():
-            # SFP reports words truncated to its length; discovered words come without padding.
-            key = value[:length].rstrip(" ") if length is not None else value
+            # A discovery mechanism reports strings as it can find them (SFP: truncated, unpadded).
+            key = discovery.reported_as(value) if discovery is not None else value
             truth_counts[key] = truth_counts.get(key, 0) + count
         items = [
             _item(
@@ -306,7 +307,7 @@ def format_results(summaries: list[UseCaseSummary], registry: Registry, *, toler
             f"daily limit {uc.daily_limit})"
         )
         if s.kind == "mean":
-            label = "proportion" if s.mechanism == "rr" else "mean"
+            label = uc.mechanism.kind.value  # "proportion" or "mean"
             out.append(
                 f"  {'period start':20s} {'reports':>8s} {label + ' est.':>12s} {'truth':>12s} {'error':>11s} "
                 f"{'SE':>10s} {'error/SE':>9s}"

@@ -48,6 +48,7 @@ from agent.fleet_values import GeneratorSpec, Population, ValueGenerator, build_
 from agent.schedule import next_cycle_after
 from agent.sealed import Sealer
 from agent.transport import Connection, Transport
+from protocol.interfaces import EstimateKind, as_histogram
 from protocol.randomness import SeededRandom
 from protocol.registry import Registry, UseCase, parse_registry
 
@@ -155,11 +156,11 @@ class FleetPlan:
 
 
 def tally_kind(use_case: UseCase) -> str:
-    """How a use case's truth is tallied: ``mean``, ``histogram`` or ``frequencies``."""
-    name = use_case.mechanism.name
-    if name in ("rr", "one-bit-mean"):
+    """How a use case's truth is tallied: ``mean``, ``histogram`` or ``frequencies`` (by the mechanism's kind)."""
+    kind = use_case.mechanism.kind
+    if kind.scalar:
         return "mean"
-    if name == "dbitflip":
+    if kind is EstimateKind.HISTOGRAM:
         return "histogram"
     return "frequencies"
 
@@ -186,10 +187,12 @@ class Tally:
         if kind == "mean":
             self.total += float(value)  # type: ignore[arg-type]
         elif kind == "histogram":
-            mech: Any = use_case.mechanism
+            histogram = as_histogram(use_case.mechanism)
             if not self.buckets:
-                self.buckets = [0] * int(mech.buckets.count)
-            self.buckets[mech.buckets.bucket_of(value)] += 1
+                self.buckets = [0] * (len(histogram.bucket_edges) - 1)
+            if not isinstance(value, int | float):
+                raise TypeError(f"{use_case.name}: a histogram value is a number; got {value!r}")
+            self.buckets[histogram.bucket_of(value)] += 1
         else:
             key = str(value)
             self.counts[key] = self.counts.get(key, 0) + 1

@@ -56,6 +56,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from protocol.interfaces import EstimateKind, Privatization, as_discovery, as_frequencies, as_histogram
 from protocol.registry import UseCase
 
 __all__ = [
@@ -181,14 +182,15 @@ def parse_spec(text: str) -> GeneratorSpec:
 def value_type(use_case: UseCase) -> str:
     """What a use case records: ``"bit"`` (rr), ``"count"`` (1BitMean: integers in [0, m]),
     ``"number"`` (dBitFlip: non-negative numbers) or ``"string"`` (the hashed mechanisms)."""
-    name = use_case.mechanism.name
-    if name == "rr":
-        return "bit"
-    if name == "one-bit-mean":
-        return "count"
-    if name == "dbitflip":
-        return "number"
-    return "string"
+    return str(use_case.mechanism.value_type.value)
+
+
+def _count_high(use_case: UseCase) -> float:
+    """The top of a count's range (1BitMean's ``m``)."""
+    bounds = use_case.mechanism.value_range
+    if bounds is None:
+        raise GeneratorError(f"{use_case.name}: a count without a range")
+    return bounds[1]
 
 
 def default_spec(use_case: UseCase) -> GeneratorSpec:
@@ -199,18 +201,19 @@ def default_spec(use_case: UseCase) -> GeneratorSpec:
     device; dictionary strings are Zipf (one new value per period, except RAPPOR, whose
     values are per-device settings such as a homepage).
     """
-    mech: Any = use_case.mechanism
+    mech = use_case.mechanism
     kind = value_type(use_case)
     if kind == "bit":
         return GeneratorSpec("bernoulli", {"p": "0.3"})
     if kind == "count":
-        third = max(1, int(mech.m) // 3)
+        third = max(1, int(_count_high(use_case)) // 3)
         return GeneratorSpec("drift", {"start": str(third), "spread": str(third // 2), "rate": "0.05"})
     if kind == "number":
-        edges = list(mech.buckets.edges)
+        edges = list(as_histogram(mech).bucket_edges)
         span = float(edges[-1] - edges[0]) if math.isfinite(edges[-1]) else float(edges[-2] - edges[0])
         return GeneratorSpec("exponential", {"mean": f"{max(span / 5, 1e-9):g}"})
-    if mech.name == "rappor":
+    if mech.privatization is Privatization.STRING:
+        # Memoized strings are per-device settings (a homepage), not events.
         return GeneratorSpec("zipf", {"s": "1.2", "per": "device"})
     return GeneratorSpec("zipf", {"s": "1.1"})
 
@@ -409,11 +412,11 @@ class ValueGenerator:
         self._uc_id = _stable_id(use_case.name)
         self._period_days = use_case.period.seconds / 86_400
         self._used: set[str] = {"per"}
-        mech: Any = use_case.mechanism
-        self._m = int(mech.m) if self.type == "count" else 0
+        mech = use_case.mechanism
+        self._m = int(_count_high(use_case)) if self.type == "count" else 0
         kind = spec.kind
         # Flags and RAPPOR values are settings a device keeps; counters and events change.
-        per_default = "device" if (self.type == "bit" or mech.name == "rappor") else "period"
+        per_default = "device" if (self.type == "bit" or mech.privatization is Privatization.STRING) else "period"
         per = self._params.get("per", per_default)
         if per not in ("device", "period"):
             raise GeneratorError(f"{use_case.name}: per must be 'device' or 'period'; got {per!r}")
@@ -596,13 +599,14 @@ def build_generator(
     Raises:
         GeneratorError: if the use case and the generator do not fit together.
     """
-    mech: Any = use_case.mechanism
+    mech = use_case.mechanism
     strings: Sequence[str] = ()
     if value_type(use_case) == "string" and "words" not in spec.params:
-        if mech.name == "rappor" and mech.basic:
-            strings = tuple(mech.categories)
-        elif mech.name == "sfp":
-            strings = tuple(w for w in SFP_WORDS if len(w) <= int(mech.length))
+        if mech.kind is EstimateKind.CATEGORIES:
+            strings = tuple(as_frequencies(mech).fixed_categories or ())
+        elif mech.kind is EstimateKind.DISCOVERY:
+            longest = as_discovery(mech).longest
+            strings = tuple(w for w in SFP_WORDS if len(w) <= longest)
         elif use_case.collector.dictionary is not None:
             path = Path(use_case.collector.dictionary)
             strings = read_lines(path if path.is_absolute() else registry_dir / path)

@@ -162,7 +162,7 @@ class SequenceFragmentPuzzle:
     privatization: ClassVar[Privatization] = Privatization.EVENT
     value_type: ClassVar[ValueType] = ValueType.STRING
     value_range: ClassVar[tuple[float, float] | None] = None
-    kind: ClassVar[EstimateKind] = EstimateKind.DICTIONARY
+    kind: ClassVar[EstimateKind] = EstimateKind.DISCOVERY
     epsilon: float
     epsilon_fragment: float
     k: int
