@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from collector.decoding.rappor import RapporDecoder
 from collector.estimation import estimate_aggregate, format_estimate, project_simplex, z_value
 from collector.store import KeyInfo
+from protocol.interfaces import Aggregate
 from protocol.randomness import SeededRandom
 from protocol.rappor import Rappor
 from protocol.registry import Registry
@@ -35,12 +36,12 @@ def test_z_value_is_the_normal_quantile() -> None:
     assert z_value(0.99) == pytest.approx(2.575829, abs=1e-6)
 
 
-def _fold(registry: Registry, name: str, count: int, seed: int) -> tuple[object, KeyInfo]:
+def _fold(registry: Registry, name: str, count: int, seed: int) -> tuple[Aggregate, KeyInfo]:
     uc = registry.use_cases[name]
     agg = uc.mechanism.new_aggregate()
     reports = privatized_reports(registry, name, count, period=100, seed=seed)
     for r in reports:
-        agg.add(uc.mechanism.decode_records(list(r.records)))
+        uc.mechanism.fold(agg, uc.mechanism.decode_records(list(r.records)))
     return agg, KeyInfo(name, 100, count, count)
 
 

@@ -44,9 +44,10 @@ def _fixture() -> tuple[Registry, dict[str, list[DecodedReport]]]:
 
 
 def _reference(registry: Registry, reports: list[DecodedReport]) -> Any:
-    agg = reports[0].use_case.mechanism.new_aggregate()
+    mech = reports[0].use_case.mechanism
+    agg = mech.new_aggregate()
     for r in reports:
-        agg.add(r.batch)
+        mech.fold(agg, r.batch)
     return agg
 
 
@@ -92,11 +93,11 @@ def test_columnar_batches_concatenate_and_round_trip(name: str, data: st.DataObj
     assert is_columnar(joined)
     assert len(joined) == sum(len(b) for b in batches)
     mech = registry.use_cases[name].mechanism
-    restored = batch_from_plain(mech.batch([]), batch_to_plain(joined))
+    restored = batch_from_plain(mech.empty_batch(), batch_to_plain(joined))
     one, parts = mech.new_aggregate(), mech.new_aggregate()
-    one.add(restored)
+    mech.fold(one, restored)
     for b in batches:
-        parts.add(b)
+        mech.fold(parts, b)
     assert plain_equal(one, parts)
 
 

@@ -1,0 +1,158 @@
+"""An eighth mechanism, registered from a test module, runs through agent, collector and planner.
+
+``tests/krr.py`` (k-ary randomized response) is written against :mod:`protocol.interfaces`
+only; nothing in ``agent/``, ``collector/`` or the registry names it. These tests register it,
+load a registry that uses it, record values on a real :class:`agent.core.Agent`, decode its
+reports with the wire codec, fold them in a real checkpoint store and estimate them with
+:func:`collector.estimation.estimate_aggregate`, and plan it with the planner's generic verb.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from agent.clock import FakeClock
+from agent.core import Agent
+from agent.errors import ValueRefusedError
+from agent.sealed import Sealer
+from agent.usecases import Kind, coerce_text, kind_of
+from collector.decoding.plan import main as plan_main
+from collector.decoding.plan import plan_use_case
+from collector.estimation import estimate_aggregate
+from collector.store import CheckpointStore
+from protocol.interfaces import (
+    EstimateKind,
+    FrequencyMechanism,
+    Mechanism,
+    as_frequencies,
+    mechanism_entries,
+    registered_mechanism,
+)
+from protocol.randomness import SeededRandom
+from protocol.registry import Registry, RegistryError, parse_registry
+from protocol.wire import decode_report
+from tests.krr import ENTRY, KaryRandomizedResponse
+
+KEY = bytes(range(32))
+DAY = 86_400.0
+START = 1_700_006_400.0  # midnight UTC
+
+CATEGORIES = ("dark", "light", "auto", "contrast")
+REGISTRY = f"""
+format = 1
+
+[use_cases.theme]
+mechanism = "krr"
+epsilon = 2
+period = "1d"
+daily_limit = 10
+lifetime_epsilon = 1000
+parameters = {{ categories = {list(CATEGORIES)!r} }}
+[use_cases.theme.collector]
+min_reports = 50
+""".replace("'", '"')
+
+
+@pytest.fixture
+def krr() -> Iterator[None]:
+    """The toy mechanism, registered for one test and removed after."""
+    with registered_mechanism(ENTRY):
+        yield
+
+
+@pytest.fixture
+def registry(krr: None, tmp_path: Path) -> Registry:
+    """A registry with one use case of the toy mechanism."""
+    path = tmp_path / "usecases.toml"
+    path.write_text(REGISTRY, encoding="utf-8")
+    return parse_registry(path.read_bytes(), source=str(path))
+
+
+def test_the_registry_builds_the_toy_only_while_it_is_registered(tmp_path: Path) -> None:
+    """Unregistered, the name is unknown; registered, the table builds it from its dataclass fields."""
+    with pytest.raises(RegistryError) as err:
+        parse_registry(REGISTRY, source="t.toml")
+    assert err.value.kind == "unknown-mechanism"
+    with registered_mechanism(ENTRY):
+        registry = parse_registry(REGISTRY, source="t.toml")
+        assert set(mechanism_entries()) >= {"rr", "cms", "krr"}
+    assert "krr" not in mechanism_entries()
+    mech = registry["theme"].mechanism
+    assert isinstance(mech, KaryRandomizedResponse)
+    assert isinstance(mech, Mechanism)
+    assert isinstance(mech, FrequencyMechanism)
+    assert mech.categories == CATEGORIES
+    assert registry["theme"].cost == pytest.approx(mech.epsilon_report)
+    assert mech.epsilon_report <= 2
+
+
+def test_the_toy_flows_through_agent_collector_and_estimate(registry: Registry, tmp_path: Path) -> None:
+    """Record -> report -> decode -> store fold -> estimate: every count within 5 SE of the truth."""
+    use_case = registry["theme"]
+    assert kind_of(use_case) is Kind.EVENT
+    assert coerce_text(use_case, "auto") == "auto"
+    truth = Counter({"dark": 600, "light": 250, "auto": 150, "contrast": 0})
+    values = [v for v, c in truth.items() for _ in range(c)]
+    clock = FakeClock(START + 3_600)
+    reports = []
+    # 100 devices with ten events each (the daily limit): event-level privacy, one report per device.
+    for i in range(100):
+        agent = Agent(
+            registry=registry,
+            state_dir=tmp_path / "devices" / str(i),
+            sealer=Sealer(KEY),
+            clock=clock,
+            rng=SeededRandom(1000 + i),
+        )
+        agent.grant_consent()
+        for value in values[i::100]:
+            assert agent.record("theme", value).outcome == "recorded"
+        if i == 0:
+            with pytest.raises(ValueRefusedError, match=r"use case 'theme' \(krr\) takes one of its 4 categories"):
+                agent.record("theme", "sepia")
+        reports.append(agent)
+    clock.set(START + 3_600 + DAY)
+    period = use_case.period.index_at(START + 3_600)
+    store = CheckpointStore(tmp_path / "store.db", registry)
+    try:
+        decoded = []
+        for agent in reports:
+            assert agent.collect().reports == 1
+            (pending,) = agent.outbox()
+            decoded.append(decode_report(pending.entry.payload, registry))
+        for i in range(0, len(decoded), 250):
+            store.commit(decoded[i : i + 250], {})
+        aggregate, info = store.aggregate("theme", period)
+    finally:
+        store.close()
+    assert (info.reports, info.records) == (100, len(values))
+    result = estimate_aggregate(use_case, aggregate, info)
+    assert result["released"]
+    assert result["kind"] == "frequencies"
+    items = {item["value"]: item for item in result["estimate"]["items"]}
+    withheld = result["estimate"]["withheld"]
+    assert len(items) + withheld == len(CATEGORIES)
+    for name, item in items.items():
+        assert abs(item["count"] - truth[name]) <= 5 * item["standard_error"], name
+    assert {"dark", "light"} <= set(items)
+
+
+def test_the_planner_plans_the_toy_from_its_own_formula(registry: Registry, tmp_path: Path) -> None:
+    """plan_use_case and 'plan use-case' print the module's SE; a target SE is solved for n."""
+    use_case = registry["theme"]
+    mech = as_frequencies(use_case.mechanism)
+    assert mech.kind is EstimateKind.CATEGORIES
+    out = plan_use_case(use_case, n=10_000)
+    p, q = KaryRandomizedResponse(epsilon=2, categories=CATEGORIES).p, mech.plan(1).standard_error
+    assert out["mechanism"] == "krr"
+    assert out["unit"] == "count"
+    assert out["standard_error"] == pytest.approx(q * math.sqrt(10_000))
+    assert 0 < p < 1
+    path = tmp_path / "usecases.toml"
+    path.write_text(REGISTRY, encoding="utf-8")
+    assert plan_main(["use-case", "--registry", str(path), "theme", "--n", "1e4", "--json"]) == 0
