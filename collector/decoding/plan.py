@@ -6,6 +6,10 @@ the verb prints the parameters and what they give, from closed forms only (nothi
 simulated):
 
 * ``rr``: ``SE(π̂) = sqrt(p(1-p)/n) / (2p - 1)``, ``p = e^ε / (1 + e^ε)`` (Warner; :mod:`protocol.randomized_response`).
+
+The standard errors of ``rr``, ``dbitflip``, ``cms``, ``hcms`` and ``sfp`` are computed by the
+mechanism modules themselves (``plan`` and ``variance_bound``), so the planner and the
+estimators cannot drift apart; the planner keeps the algebra that solves for a parameter.
 * ``one-bit-mean`` (000 Thm 1): with probability ``1 - δ`` the mean is within
   ``m / sqrt(2n) · (e^ε + 1)/(e^ε - 1) · sqrt(ln(2/δ))``; the standard error is at most
   ``m / (2 c sqrt n)``, ``c = (e^ε - 1)/(e^ε + 1)`` (000 eq. 2, worst case ``λ = 1/2``). With
@@ -53,9 +57,15 @@ import json
 import math
 import sys
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from collector.decoding.stats import normal_quantile
+from protocol.buckets import LinearBuckets
+from protocol.cms import CountMeanSketch
+from protocol.dbitflip import DBitFlip
+from protocol.errors import ParameterError
+from protocol.hcms import HadamardCountMeanSketch
+from protocol.randomized_response import RandomizedResponse
 from protocol.registry import RegistryError, UseCase, parse_registry
 
 __all__ = ["MECHANISMS", "PlanError", "build_parser", "main", "plan", "plan_use_case"]
@@ -63,6 +73,7 @@ __all__ = ["MECHANISMS", "PlanError", "build_parser", "main", "plan", "plan_use_
 MECHANISMS: tuple[str, ...] = ("rr", "one-bit-mean", "dbitflip", "cms", "hcms", "sfp", "rappor")
 
 Result = dict[str, Any]
+T = TypeVar("T")
 
 _K_POWERS = range(25)
 """Powers of two tried for the sketch's number of hash functions ``k``."""
@@ -93,10 +104,19 @@ def _ceil_n(x: float) -> int:
 # ------------------------------------------------------------------------- rr
 
 
+def _mechanism(build: Callable[[], T]) -> T:
+    """A mechanism built from the command line's numbers; its own refusal becomes a PlanError."""
+    try:
+        return build()
+    except (ParameterError, ValueError) as exc:
+        raise PlanError(str(exc)) from None
+
+
 def _plan_rr(a: argparse.Namespace) -> Result:
     eps = _need(a.epsilon, "epsilon")
-    p = math.exp(eps) / (1 + math.exp(eps))
-    unit = math.sqrt(p * (1 - p)) / (2 * p - 1)  # SE · sqrt(n)
+    mech = _mechanism(lambda: RandomizedResponse(epsilon=eps))
+    p = mech.keep_probability
+    unit = mech.plan(1.0).standard_error  # SE · sqrt(n), the module's formula
     out: Result = {"mechanism": "rr", "epsilon": eps, "keep_probability": p}
     n = a.n
     if a.target_se is not None:
@@ -181,10 +201,13 @@ def _plan_one_bit_mean(a: argparse.Namespace) -> Result:
 
 def _dbitflip_numbers(eps: float, k: int, d: int, n: float, delta: float) -> dict[str, float]:
     a = math.exp(eps / 2)
-    c = a / (a - 1) ** 2
+    # The per-bucket SEs are the module's (protocol.dbitflip.DBitFlip.plan); the buckets' edges
+    # do not enter them, only their number.
+    mech = _mechanism(lambda: DBitFlip(epsilon=eps, buckets=LinearBuckets(low=0, high=k, count=k), d=d, memoize=False))
+    figures = mech.plan(n)
     return {
-        "standard_error_empty_bucket": math.sqrt((k / d) * c / n),
-        "standard_error_uniform_bucket": math.sqrt(max(((k / d) * (c + 1 / k) - 1 / k) / n, 0.0)),
+        "standard_error_empty_bucket": figures.figures["standard_error_empty_bucket"],
+        "standard_error_uniform_bucket": figures.standard_error,
         "error_bound": math.sqrt(5 * k / (n * d)) * (a + 1) / (a - 1) * math.sqrt(math.log(6 * k / delta)),
     }
 
@@ -229,14 +252,18 @@ def _plan_dbitflip(a: argparse.Namespace) -> Result:
 # ------------------------------------------------------------------ cms / hcms
 
 
+_PLAN_SEED = bytes(16)
+"""A public seed for sketches built only to plan: the variance bounds do not depend on it."""
+
+
 def _sketch_variance(kind: str, *, eps: float, k: int, m: int, n: float, top_share: float) -> float:
-    f2_term = top_share * n / (k * m)  # Σf²/(n k m) with Σf² <= F n²
-    scale = (m / (m - 1)) ** 2
+    """The module's bound (003 Thm 4.2 / 4.4, ``variance_bound``) with ``Σf² <= F n²``."""
+    sketch: CountMeanSketch | HadamardCountMeanSketch
     if kind == "cms":
-        a = math.exp(eps / 2)
-        return scale * (a / (a - 1) ** 2 + 1 / m + f2_term) * n
-    c = (math.exp(eps) + 1) / math.expm1(eps)
-    return scale * (c * c + f2_term) * n
+        sketch = _mechanism(lambda: CountMeanSketch(epsilon=eps, k=k, m=m, seed=_PLAN_SEED))
+    else:
+        sketch = _mechanism(lambda: HadamardCountMeanSketch(epsilon=eps, k=k, m=m, seed=_PLAN_SEED))
+    return float(sketch.variance_bound(n=n, sum_sq=top_share * n * n))
 
 
 def _bandwidth(kind: str, k: int, m: int) -> float:
