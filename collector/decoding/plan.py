@@ -6,10 +6,6 @@ the verb prints the parameters and what they give, from closed forms only (nothi
 simulated):
 
 * ``rr``: ``SE(π̂) = sqrt(p(1-p)/n) / (2p - 1)``, ``p = e^ε / (1 + e^ε)`` (Warner; :mod:`protocol.randomized_response`).
-
-The standard errors of ``rr``, ``dbitflip``, ``cms``, ``hcms`` and ``sfp`` are computed by the
-mechanism modules themselves (``plan`` and ``variance_bound``), so the planner and the
-estimators cannot drift apart; the planner keeps the algebra that solves for a parameter.
 * ``one-bit-mean`` (000 Thm 1): with probability ``1 - δ`` the mean is within
   ``m / sqrt(2n) · (e^ε + 1)/(e^ε - 1) · sqrt(ln(2/δ))``; the standard error is at most
   ``m / (2 c sqrt n)``, ``c = (e^ε - 1)/(e^ε + 1)`` (000 eq. 2, worst case ``λ = 1/2``). With
@@ -45,6 +41,10 @@ estimators cannot drift apart; the planner keeps the algebra that solves for a p
   estimate from the paper's variance formula, its ε figures), at ``n`` reports or solved for
   a target standard error. Nothing here knows the mechanism: a mechanism added to the table
   of :mod:`protocol.interfaces` is planned the same way (:func:`plan_use_case`).
+
+The standard errors of ``rr``, ``dbitflip``, ``cms``, ``hcms`` and ``sfp`` are computed by the
+mechanism modules themselves (``plan`` and ``variance_bound``), so the planner and the
+estimators cannot drift apart; the planner keeps the algebra that solves for a parameter.
 
 Entry point: :func:`main` (``ldp-collector plan MECHANISM ...``); :func:`plan` returns the
 same result as a dictionary.
