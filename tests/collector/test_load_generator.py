@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 
 from benchmarks.load import REGISTRY, build_counters, build_single
+from protocol.interfaces import as_mean
 from protocol.registry import parse_registry
 from protocol.wire import decode_report
 
@@ -31,8 +32,8 @@ def test_counter_reports_estimate_the_mean() -> None:
     for _, payload in messages:
         report = decode_report(payload, registry)
         assert report.count == 20
-        aggregate.add(report.batch)
-    estimate = aggregate.estimate()
+        uc.mechanism.fold(aggregate, report.batch)
+    estimate = as_mean(uc.mechanism).estimate_mean(aggregate)
     # Values are Exponential(3600 s) clipped at m = 21,600: the mean is 3600 (1 - e^-6).
     truth = 3600.0 * (1 - math.exp(-6.0))
     assert abs(estimate.value - truth) <= 5 * estimate.standard_error
