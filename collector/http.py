@@ -261,6 +261,8 @@ class HttpApi:
                 "acked": transport.acked,
                 "stale_acks": transport.stale_acks,
                 "dropped": transport.dropped,
+                "protocol_errors": transport.protocol_errors,
+                "over_receive_maximum": transport.over_receive_maximum,
             }
         return _json(200, status)
 

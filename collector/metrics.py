@@ -182,6 +182,18 @@ def render_prometheus(
             "QoS 0 messages dropped on a full buffer.",
             [("", transport.dropped)],
         )
+        metric(
+            "ldp_collector_transport_protocol_errors_total",
+            "counter",
+            "Broker connections dropped for invalid MQTT or a broken limit (then reconnected).",
+            [("", transport.protocol_errors)],
+        )
+        metric(
+            "ldp_collector_transport_over_receive_maximum_total",
+            "counter",
+            "QoS 1 messages the broker sent beyond our Receive Maximum.",
+            [("", transport.over_receive_maximum)],
+        )
     for name, value in sorted((extra or {}).items()):
         metric(name, "gauge", name.replace("_", " "), [("", value)])
     lines.append(f'ldp_collector_info{{instance="{_escape(instance)}"}} 1')

@@ -91,7 +91,19 @@ _FATAL_CONNACK_V4 = {
 
 
 class MqttProtocolError(Exception):
-    """The peer sent bytes that are not valid MQTT; the connection is dropped."""
+    """The peer sent bytes that are not valid MQTT, or broke a limit we announced; the connection is dropped.
+
+    Attributes:
+        reason: the MQTT 5 DISCONNECT reason code we send before closing (§3.14.2.1):
+            0x81 malformed packet, 0x82 protocol error, 0x95 packet too large.
+    """
+
+    def __init__(self, message: str, *, reason: int = 0x81) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+_MALFORMED, _PROTOCOL_ERROR, _PACKET_TOO_LARGE = 0x81, 0x82, 0x95
 
 
 class _ConnectionLostError(Exception):
@@ -220,17 +232,102 @@ def _tls_context(config: MqttConfig) -> ssl.SSLContext | None:
     return ctx
 
 
-def _check_connack(body: bytes, *, version: int) -> bool:
-    """Validate a CONNACK body; return the session-present flag."""
+# MQTT 5 property identifiers (§2.2.2.2) and the shape of their values, for CONNACK.
+_BYTE, _TWO, _FOUR, _VARINT, _STRING, _BINARY, _PAIR = range(7)
+_PROPERTY_TYPES = {
+    0x01: _BYTE, 0x02: _FOUR, 0x03: _STRING, 0x08: _STRING, 0x09: _BINARY, 0x0B: _VARINT,
+    0x11: _FOUR, 0x12: _STRING, 0x13: _TWO, 0x15: _STRING, 0x16: _BINARY, 0x17: _BYTE,
+    0x18: _FOUR, 0x19: _BYTE, 0x1A: _STRING, 0x1C: _STRING, 0x1F: _STRING, 0x21: _TWO,
+    0x22: _TWO, 0x23: _TWO, 0x24: _BYTE, 0x25: _BYTE, 0x26: _PAIR, 0x27: _FOUR, 0x28: _BYTE,
+    0x29: _BYTE, 0x2A: _BYTE,
+}  # fmt: skip
+SERVER_KEEP_ALIVE, MAXIMUM_PACKET_SIZE, REASON_STRING = 0x13, 0x27, 0x1F
+
+
+def parse_properties(buf: bytes, pos: int, end: int) -> tuple[dict[int, int | bytes], int]:
+    """Decode an MQTT 5 property block at ``pos`` that must end by ``end``: ``(properties, next_pos)``.
+
+    Integers decode to ``int``, strings and binary data to ``bytes``; a repeated property
+    (User Property) keeps its last value, which is all a subscriber needs.
+
+    Raises:
+        MqttProtocolError: truncated, overlong, or an unknown property identifier.
+    """
+    header = decode_varint(buf[:end], pos)
+    if header is None:
+        raise MqttProtocolError("truncated property length")
+    length, i = header
+    stop = i + length
+    if stop > end:
+        raise MqttProtocolError("properties longer than the packet")
+    out: dict[int, int | bytes] = {}
+    while i < stop:
+        ident = buf[i]
+        kind = _PROPERTY_TYPES.get(ident)
+        i += 1
+        if kind is None:
+            raise MqttProtocolError(f"unknown property identifier 0x{ident:02x}")
+        if kind in (_BYTE, _TWO, _FOUR):
+            width = {_BYTE: 1, _TWO: 2, _FOUR: 4}[kind]
+            if i + width > stop:
+                raise MqttProtocolError(f"property 0x{ident:02x} truncated")
+            out[ident] = int.from_bytes(buf[i : i + width], "big")
+            i += width
+        elif kind == _VARINT:
+            value = decode_varint(buf[:stop], i)
+            if value is None:
+                raise MqttProtocolError(f"property 0x{ident:02x} truncated")
+            out[ident], i = value
+        else:
+            for _ in range(2 if kind == _PAIR else 1):
+                if i + 2 > stop:
+                    raise MqttProtocolError(f"property 0x{ident:02x} truncated")
+                n = (buf[i] << 8) | buf[i + 1]
+                if i + 2 + n > stop:
+                    raise MqttProtocolError(f"property 0x{ident:02x} longer than its block")
+                out[ident] = bytes(buf[i + 2 : i + 2 + n])
+                i += 2 + n
+    return out, stop
+
+
+@dataclass(frozen=True, slots=True)
+class Connack:
+    """What a CONNACK said: session present, and the properties a subscriber must honour."""
+
+    session_present: bool
+    properties: dict[int, int | bytes]
+
+    @property
+    def server_keep_alive(self) -> int | None:
+        """The broker's Server Keep Alive (seconds), which replaces ours when present (§3.2.2.3.14)."""
+        value = self.properties.get(SERVER_KEEP_ALIVE)
+        return value if isinstance(value, int) else None
+
+
+def _check_connack(body: bytes, *, version: int) -> Connack:
+    """Validate a CONNACK body and decode its properties (MQTT 5).
+
+    Raises:
+        TransportError: a refusal that retrying cannot fix.
+        MqttProtocolError: malformed.
+        _ConnectionLostError: a refusal worth retrying.
+    """
     if len(body) < 2:
         raise MqttProtocolError("CONNACK shorter than 2 bytes")
+    if body[0] & 0xFE:
+        raise MqttProtocolError("CONNACK acknowledge flags have reserved bits set")
     code = body[1]
     if code:
         table = _FATAL_CONNACK if version == 5 else _FATAL_CONNACK_V4
         if code in table:
             raise TransportError(f"the broker refused the connection: {table[code]} (reason code 0x{code:02x})")
         raise _ConnectionLostError(f"the broker refused the connection for now (reason code 0x{code:02x})")
-    return bool(body[0] & 1)
+    properties: dict[int, int | bytes] = {}
+    if version == 5 and len(body) > 2:
+        properties, stop = parse_properties(body, 2, len(body))
+        if stop != len(body):
+            raise MqttProtocolError("bytes after the CONNACK properties")
+    return Connack(session_present=bool(body[0] & 1), properties=properties)
 
 
 class MqttTransport:
@@ -269,6 +366,13 @@ class MqttTransport:
         self._last_tx = 0.0
         self.session_present = False
         self._closing = False
+        self._keepalive_s = config.keepalive_s
+        self._healthy = False  # this connection was subscribed: the next reconnect starts from the shortest delay
+        self._protocol_errors = 0
+        self._over_receive_maximum = 0
+        self._paused = False
+        self._credit = asyncio.Event()  # set whenever fewer than Receive Maximum messages await acknowledgement
+        self._credit.set()
 
     # -- ingest side ---------------------------------------------------------------------
 
@@ -302,6 +406,8 @@ class MqttTransport:
         self._last_tx = time.monotonic()
         self._acked += len(pids)
         self._unacked -= len(pids)
+        if self._unacked < self.config.receive_maximum:
+            self._credit.set()
 
     def statistics(self) -> TransportStatistics:
         """A snapshot of the counters."""
@@ -315,6 +421,8 @@ class MqttTransport:
             acked=self._acked,
             stale_acks=self._stale,
             dropped=self._dropped,
+            protocol_errors=self._protocol_errors,
+            over_receive_maximum=self._over_receive_maximum,
         )
 
     async def wait_subscribed(self) -> None:
@@ -332,10 +440,23 @@ class MqttTransport:
         cfg = self.config
         delay = cfg.reconnect_min_s
         while not self._closing:
-            connected = False
+            self._healthy = False
             try:
-                connected = await self._session()
-            except (OSError, EOFError, TimeoutError, _ConnectionLostError, MqttProtocolError) as exc:
+                await self._session()
+            except MqttProtocolError as exc:
+                # The broker broke the protocol or a limit we announced: say which, tell it
+                # with a DISCONNECT reason code (MQTT 5 §3.14.2.1), and start a new connection.
+                self._protocol_errors += 1
+                if not self._closing:
+                    log.warning(
+                        "protocol error from the broker at %s:%d (reason 0x%02x): %s; reconnecting",
+                        cfg.host,
+                        cfg.port,
+                        exc.reason,
+                        exc,
+                    )
+                    self._disconnect_with(exc.reason)
+            except (OSError, EOFError, TimeoutError, _ConnectionLostError) as exc:
                 if not self._closing:
                     what = "lost" if self._writer is not None else "failed"
                     log.warning(
@@ -345,7 +466,7 @@ class MqttTransport:
                 await self._close()
             if self._closing:
                 return
-            if connected:
+            if self._healthy:
                 delay = cfg.reconnect_min_s
             # Full jitter (a uniform wait up to the capped exponential delay) keeps a fleet of
             # collectors from reconnecting in lock step after a broker restart.
@@ -362,12 +483,19 @@ class MqttTransport:
                 await asyncio.wait_for(writer.drain(), 1.0)
         await self._close()
 
+    def _disconnect_with(self, reason: int) -> None:
+        writer = self._writer
+        if writer is not None and not writer.is_closing():
+            with contextlib.suppress(OSError, RuntimeError):
+                writer.write(bytes([DISCONNECT << 4, 2, reason, 0]))
+
     async def _close(self) -> None:
         writer, self._writer = self._writer, None
         self._subscribed.clear()
         # Tokens handed out on this connection are now stale: bump the generation.
         self._generation += 1
         self._unacked = 0
+        self._credit.set()
         if writer is not None:
             writer.close()
             with contextlib.suppress(OSError, TimeoutError):
@@ -403,8 +531,11 @@ class MqttTransport:
                 break
         first, body = packets[0]
         if first >> 4 != CONNACK:
-            raise MqttProtocolError(f"expected CONNACK, got packet type {first >> 4}")
-        self.session_present = _check_connack(body, version=5)
+            raise MqttProtocolError(f"expected CONNACK, got packet type {first >> 4}", reason=_PROTOCOL_ERROR)
+        connack = _check_connack(body, version=5)
+        self.session_present = connack.session_present
+        # §3.2.2.3.14: the broker's Server Keep Alive replaces the value we asked for.
+        self._keepalive_s = connack.server_keep_alive or cfg.keepalive_s
         self._connects += 1
         self._generation += 1
         self._unacked = 0
@@ -432,7 +563,9 @@ class MqttTransport:
         return True
 
     async def _keepalive(self, writer: asyncio.StreamWriter) -> None:
-        interval = self.config.keepalive_s
+        interval = self._keepalive_s
+        if interval <= 0:  # keep alive switched off by the broker (§3.1.2.10)
+            return
         while True:
             await asyncio.sleep(interval / 4)
             now = time.monotonic()
@@ -440,107 +573,151 @@ class MqttTransport:
                 writer.write(_PINGREQ)
                 self._last_tx = now
             # Reading is paused while ingest catches up: silence then is ours, not the broker's.
-            if self._drained.is_set() and now - self._last_rx > interval * 1.5:
+            if not self._paused and now - self._last_rx > interval * 1.5:
                 log.warning("no traffic from the broker for %.1f s; reconnecting", now - self._last_rx)
                 writer.transport.abort()
                 return
 
     async def _read_loop(self, reader: asyncio.StreamReader, rest: bytes) -> None:
         limit = self.config.buffer_bytes
+        cap = self.config.receive_maximum
         while True:
             if rest:
                 rest = self._parse(rest)
+            self._paused = True
             while self._buffered_bytes > limit:
                 self._drained.clear()
                 await self._drained.wait()
+            while self._unacked >= cap:
+                self._credit.clear()
+                await self._credit.wait()
+            self._paused = False
             data = await reader.read(1 << 18)
             if not data:
                 raise _ConnectionLostError("closed by the broker")
             self._last_rx = time.monotonic()
+            # A packet is refused as soon as its header says it is larger than the Maximum
+            # Packet Size we announced (MQTT 5 §3.1.2.11.4), before its body is buffered, so
+            # the tail kept between reads stays below that size plus one read.
             rest = rest + data if rest else data
 
     def _parse(self, buf: bytes) -> bytes:
-        """Handle every complete packet in ``buf``; return the incomplete tail."""
+        """Handle every complete packet in ``buf``; return the incomplete tail.
+
+        Total on any bytes: a packet that is malformed, larger than our Maximum Packet Size,
+        a QoS 1 PUBLISH beyond our Receive Maximum or with packet id 0 raises
+        :class:`MqttProtocolError` (never ``IndexError``), and :meth:`run` reconnects.
+        """
         out = self._buffer
         gen = self._generation << 16
         cap = self.config.receive_maximum
+        max_packet = self.config.max_packet_bytes
         n = len(buf)
         pos = 0
         received = 0
         qos1 = 0
         nbytes = 0
-        while n - pos >= 2:
-            b0 = buf[pos]
-            length = buf[pos + 1]
-            start = pos + 2
-            if length & 0x80:
-                header = decode_varint(buf, pos + 1)
-                if header is None:
+        unacked = self._unacked
+        try:
+            while n - pos >= 2:
+                b0 = buf[pos]
+                length = buf[pos + 1]
+                start = pos + 2
+                if length & 0x80:
+                    header = decode_varint(buf, pos + 1)
+                    if header is None:
+                        break
+                    length, start = header
+                end = start + length
+                if end - pos > max_packet:
+                    raise MqttProtocolError(
+                        f"a packet of {end - pos} bytes exceeds our Maximum Packet Size of {max_packet}",
+                        reason=_PACKET_TOO_LARGE,
+                    )
+                if end > n:
                     break
-                length, start = header
-            end = start + length
-            if end > n:
-                break
-            kind = b0 >> 4
-            if kind == PUBLISH:
-                qos = (b0 >> 1) & 3
-                i = start + 2 + ((buf[start] << 8) | buf[start + 1])
-                if qos == 1:
-                    token = gen | (buf[i] << 8) | buf[i + 1]
-                    i += 2
-                    qos1 += 1
-                elif qos == 0:
-                    token = NO_ACK
+                kind = b0 >> 4
+                if kind == PUBLISH:
+                    qos = (b0 >> 1) & 3
+                    if start + 2 > end:
+                        raise MqttProtocolError("PUBLISH shorter than its topic length")
+                    topic_len = (buf[start] << 8) | buf[start + 1]
+                    if not topic_len:
+                        # We announce no Topic Alias Maximum, so a topic is required (§3.3.2.1).
+                        raise MqttProtocolError("PUBLISH without a topic name", reason=_PROTOCOL_ERROR)
+                    i = start + 2 + topic_len
+                    if qos == 1:
+                        if i + 2 > end:
+                            raise MqttProtocolError("PUBLISH ends inside its topic or packet id")
+                        pid = (buf[i] << 8) | buf[i + 1]
+                        if not pid:
+                            raise MqttProtocolError("QoS 1 PUBLISH with packet id 0", reason=_PROTOCOL_ERROR)
+                        if unacked + qos1 >= cap:
+                            # Mosquitto 2.0.11 sends a few beyond our Receive Maximum (MQTT 5
+                            # §4.9) once acknowledgements flow, so this is counted, not fatal;
+                            # memory stays bounded because _read_loop stops reading the socket
+                            # while Receive Maximum messages await acknowledgement.
+                            self._over_receive_maximum += 1
+                        token = gen | pid
+                        i += 2
+                        qos1 += 1
+                    elif qos == 0:
+                        token = NO_ACK
+                    else:
+                        raise MqttProtocolError(
+                            f"PUBLISH with QoS {qos} on a QoS 1 subscription", reason=_PROTOCOL_ERROR
+                        )
+                    if i >= end:
+                        raise MqttProtocolError("PUBLISH ends before its properties")
+                    plen = buf[i]
+                    if plen & 0x80:
+                        prop = decode_varint(buf, i)
+                        if prop is None or prop[1] > end:
+                            raise MqttProtocolError("truncated PUBLISH properties")
+                        plen, i = prop
+                        i += plen
+                    else:
+                        i += 1 + plen
+                    if i > end:
+                        raise MqttProtocolError("PUBLISH properties longer than the packet")
+                    received += 1
+                    if token == NO_ACK and len(out) >= cap:
+                        self._dropped += 1
+                    else:
+                        payload = buf[i:end]
+                        nbytes += end - i
+                        out.append(Delivery(payload, token))
+                elif kind == SUBACK:
+                    self._handle_suback(buf[start:end])
+                elif kind == PINGRESP:
+                    pass
+                elif kind == DISCONNECT:
+                    reason = buf[start] if end > start else 0
+                    raise _ConnectionLostError(f"the broker sent DISCONNECT (reason code 0x{reason:02x})")
                 else:
-                    raise MqttProtocolError(f"PUBLISH with QoS {qos} on a QoS 1 subscription")
-                plen = buf[i]
-                if plen & 0x80:
-                    prop = decode_varint(buf, i)
-                    if prop is None:
-                        raise MqttProtocolError("truncated PUBLISH properties")
-                    plen, i = prop
-                    i += plen
-                else:
-                    i += 1 + plen
-                if i > end:
-                    raise MqttProtocolError("PUBLISH header longer than the packet")
-                received += 1
-                if token == NO_ACK and len(out) >= cap:
-                    self._dropped += 1
-                else:
-                    payload = buf[i:end]
-                    nbytes += end - i
-                    out.append(Delivery(payload, token))
-            elif kind == SUBACK:
-                self._handle_suback(buf[start:end])
-            elif kind == PINGRESP:
-                pass
-            elif kind == DISCONNECT:
-                reason = buf[start] if end > start else 0
-                raise _ConnectionLostError(f"the broker sent DISCONNECT (reason code 0x{reason:02x})")
-            else:
-                raise MqttProtocolError(f"unexpected packet type {kind} from the broker")
-            pos = end
-        if received:
-            self._received += received
-            self._unacked += qos1
-            self._buffered_bytes += nbytes
-            self._ready.set()
+                    raise MqttProtocolError(f"unexpected packet type {kind} from the broker", reason=_PROTOCOL_ERROR)
+                pos = end
+        finally:
+            # What was parsed before an error is handed on: those messages are well formed,
+            # and their acknowledgements are simply dropped as stale after the reconnect.
+            if received:
+                self._received += received
+                self._unacked += qos1
+                self._buffered_bytes += nbytes
+                self._ready.set()
         return buf[pos:] if pos else buf
 
     def _handle_suback(self, body: bytes) -> None:
         if len(body) < 3:
             raise MqttProtocolError("SUBACK too short")
-        header = decode_varint(body, 2)
-        if header is None:
-            raise MqttProtocolError("SUBACK properties truncated")
-        plen, i = header
-        codes = body[i + plen :]
+        _, i = parse_properties(body, 2, len(body))
+        codes = body[i:]
         if len(codes) != 1:
             raise MqttProtocolError(f"SUBACK carries {len(codes)} reason codes for one filter")
         code = codes[0]
         if code == 1:
             self._subscribed.set()
+            self._healthy = True
             return
         if code == 0:
             raise TransportError(
@@ -666,6 +843,8 @@ class MqttPublisher:
             packets, tail = split_packets(tail + chunk)
             for first, body in packets:
                 if first >> 4 == PUBACK:
+                    if len(body) < 2:
+                        raise MqttProtocolError("PUBACK shorter than its packet id")
                     state.release((body[0] << 8) | body[1])
             acked.set()
 

@@ -55,6 +55,10 @@ class TransportStatistics:
         stale_acks: acknowledgements dropped because their connection had ended (the broker
             redelivers those messages; the report-id table absorbs the repeat).
         dropped: QoS 0 messages dropped because the buffer was full.
+        protocol_errors: connections dropped because the broker sent invalid MQTT or broke
+            a limit we announced (each followed by a reconnect).
+        over_receive_maximum: QoS 1 messages received while Receive Maximum messages already
+            awaited acknowledgement (the broker's fault; reading pauses until acks catch up).
     """
 
     connected: bool
@@ -66,6 +70,8 @@ class TransportStatistics:
     acked: int
     stale_acks: int
     dropped: int
+    protocol_errors: int = 0
+    over_receive_maximum: int = 0
 
 
 class Transport(Protocol):

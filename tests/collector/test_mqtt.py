@@ -68,7 +68,7 @@ def test_refusals_that_retrying_cannot_fix_are_transport_errors() -> None:
     with pytest.raises(Exception, match="for now") as info:
         _check_connack(b"\x00\x89\x00", version=5)
     assert not isinstance(info.value, TransportError)
-    assert _check_connack(b"\x01\x00\x00", version=5) is True
+    assert _check_connack(b"\x01\x00\x00", version=5).session_present is True
 
 
 def test_a_subscription_granted_below_qos_1_is_refused() -> None:

@@ -1,0 +1,146 @@
+"""A scripted MQTT broker on loopback, for feeding the collector's client what no real broker sends.
+
+It accepts any number of connections in a thread of its own. On each, it reads CONNECT,
+answers CONNACK (with the properties a test gives), grants the SUBSCRIBE at QoS 1, then
+writes the test's bytes for that connection (``script[i]`` on the ``i``-th connection;
+nothing on later ones) and keeps the connection open, answering PINGREQ, until the client
+closes it. It records what it saw, so a test can wait for a reconnect or a PINGREQ.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import struct
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+
+from collector.mqtt import CONNACK, PINGREQ, SUBACK, SUBSCRIBE, encode_varint, split_packets
+
+__all__ = ["FakeBroker", "running_fake_broker"]
+
+
+@dataclass
+class FakeBroker:
+    """What the fake broker saw; read it from the test thread."""
+
+    script: Sequence[bytes]
+    connack_properties: bytes = b""
+    port: int = 0
+    connections: int = 0
+    pings: int = 0
+    sent: list[int] = field(default_factory=list)  # bytes of script delivered, per connection
+    closed_by_client: int = 0
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    _tasks: set[asyncio.Task[None]] = field(default_factory=set)
+    _writers: set[asyncio.StreamWriter] = field(default_factory=set)
+
+    def wait_for(self, condition: Callable[[FakeBroker], bool], *, timeout: float = 30.0) -> None:
+        """Poll ``condition`` until it holds; TimeoutError after ``timeout`` seconds (a hang guard)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            with self.lock:
+                if condition(self):
+                    return
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"fake broker: condition not met; saw {self.connections} connections")
+            time.sleep(0.01)
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._tasks.add(task)
+        self._writers.add(writer)
+        with self.lock:
+            index = self.connections
+            self.connections += 1
+            self.sent.append(0)
+        rest = b""
+        try:
+            # CONNECT, then SUBSCRIBE: answer each.
+            subscribed = False
+            while not subscribed:
+                data = await reader.read(65536)
+                if not data:
+                    return
+                packets, rest = split_packets(rest + data)
+                for first, body in packets:
+                    if first >> 4 == 1:  # CONNECT
+                        props = encode_varint(len(self.connack_properties)) + self.connack_properties
+                        writer.write(bytes([CONNACK << 4]) + encode_varint(2 + len(props)) + b"\x00\x00" + props)
+                    elif first >> 4 == SUBSCRIBE:
+                        pid = body[:2]
+                        writer.write(bytes([SUBACK << 4, 4]) + pid + b"\x00\x01")
+                        subscribed = True
+            await writer.drain()
+            if index < len(self.script):
+                await self._send(writer, index, self.script[index])
+            while True:
+                data = await reader.read(65536)
+                if not data:
+                    break
+                packets, rest = split_packets(rest + data)
+                for first, _ in packets:
+                    if first >> 4 == PINGREQ:
+                        with self.lock:
+                            self.pings += 1
+                        writer.write(b"\xd0\x00")
+        except (ConnectionError, OSError):
+            pass
+        finally:
+            with self.lock:
+                self.closed_by_client += 1
+            writer.close()
+            with contextlib.suppress(OSError, ConnectionError):
+                await writer.wait_closed()
+
+    async def _send(self, writer: asyncio.StreamWriter, index: int, data: bytes) -> None:
+        # In slices, so a client that refuses a huge packet early stops the flood early.
+        step = 1 << 16
+        for start in range(0, len(data), step):
+            writer.write(data[start : start + step])
+            await writer.drain()
+            with self.lock:
+                self.sent[index] += len(data[start : start + step])
+
+
+@contextlib.contextmanager
+def running_fake_broker(script: Sequence[bytes], *, connack_properties: bytes = b"") -> Iterator[FakeBroker]:
+    """A fake broker on 127.0.0.1 at a free port, serving ``script`` (one entry per connection)."""
+    broker = FakeBroker(script=script, connack_properties=connack_properties)
+    loop = asyncio.new_event_loop()
+    started = threading.Event()
+    stop: asyncio.Event | None = None
+
+    async def serve() -> None:
+        nonlocal stop
+        stop = asyncio.Event()
+        server = await asyncio.start_server(broker._handle, "127.0.0.1", 0)
+        broker.port = server.sockets[0].getsockname()[1]
+        started.set()
+        async with server:
+            await stop.wait()
+            for writer in list(broker._writers):
+                writer.close()
+            if broker._tasks:
+                await asyncio.wait(broker._tasks, timeout=10)
+
+    thread = threading.Thread(target=loop.run_until_complete, args=(serve(),), daemon=True)
+    thread.start()
+    if not started.wait(10):
+        raise TimeoutError("the fake broker did not start")
+    try:
+        yield broker
+    finally:
+        assert stop is not None
+        loop.call_soon_threadsafe(stop.set)
+        thread.join(10)
+        loop.close()
+
+
+def publish(topic: bytes, payload: bytes, *, qos: int = 1, packet_id: int = 1) -> bytes:
+    """A well-formed PUBLISH (no properties)."""
+    body = struct.pack(">H", len(topic)) + topic + (struct.pack(">H", packet_id) if qos else b"") + b"\x00" + payload
+    return bytes([0x30 | (qos << 1)]) + encode_varint(len(body)) + body
