@@ -16,7 +16,9 @@ For each shape and each consumer the same QoS 1 stream goes through the same bro
 * ``live``: the consumer is up and the stream is published at full speed meanwhile.
 
 Consumers: ``mosquitto_sub -q 1`` (the reference: receives and acknowledges, nothing else);
-one collector process (``python -m collector run``: decodes, de-duplicates, shuffles,
+paho-mqtt with ``manual_ack=True`` acknowledging each message on receipt
+(``benchmarks.paho_subscriber``: the ceiling of a collector built on paho); one collector
+process (``python -m collector run``: decodes, de-duplicates, shuffles,
 folds and commits to SQLite, then acknowledges); two collector processes in an MQTT 5
 shared-subscription group sharing one database. A collector's count is what is *committed*
 (read from its checkpoint database), so the rate is end to end.
@@ -142,6 +144,49 @@ def _mosquitto_sub(broker: Broker, items: Sequence[tuple[str, bytes]], tag: str)
     return {"backlog_msgs_per_s": rate(n, backlog), "live_msgs_per_s": rate(n, live)}
 
 
+def _paho_cmd(broker: Broker, client_id: str, *extra: str) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "benchmarks.paho_subscriber",
+        "--host",
+        broker.host,
+        "--port",
+        str(broker.port),
+        "--client-id",
+        client_id,
+        *extra,
+    ]
+
+
+def _paho_manual_ack(broker: Broker, items: Sequence[tuple[str, bytes]], tag: str) -> dict[str, Any]:
+    """paho-mqtt with ``manual_ack=True``, acknowledging each message as it arrives (its ceiling)."""
+    n = len(items)
+    subprocess.run(
+        _paho_cmd(broker, f"paho-b-{tag}", "--create"), check=True, timeout=60, cwd=ROOT, stdout=subprocess.DEVNULL
+    )
+    _publish(broker, items)
+    start = time.perf_counter()
+    drain = _paho_cmd(broker, f"paho-b-{tag}", "--count", str(n))
+    done = subprocess.run(drain, check=True, capture_output=True, text=True, timeout=960, cwd=ROOT)
+    backlog = time.perf_counter() - start
+    cpu = float(done.stdout.split()[1])
+    subprocess.run(
+        _paho_cmd(broker, f"paho-l-{tag}", "--create"), check=True, timeout=60, cwd=ROOT, stdout=subprocess.DEVNULL
+    )
+    proc = subprocess.Popen(_paho_cmd(broker, f"paho-l-{tag}", "--count", str(n)), stdout=subprocess.DEVNULL, cwd=ROOT)
+    time.sleep(0.5)  # let it connect (its session already exists, so nothing is lost either way)
+    start = time.perf_counter()
+    _publish(broker, items)
+    proc.wait(timeout=960)
+    live = time.perf_counter() - start
+    return {
+        "backlog_msgs_per_s": rate(n, backlog),
+        "live_msgs_per_s": rate(n, live),
+        "backlog_cpu_us_per_msg": round(cpu / n * 1e6, 2),
+    }
+
+
 def _wait(store: Path, registry: Registry, n: int, timeout: float = 900) -> float:
     deadline = time.monotonic() + timeout
     while committed(store, registry).get("reports", 0) < n:
@@ -256,6 +301,9 @@ def bench(single: int, counters: int, *, pair: bool = True) -> dict[str, Any]:
             progress(f"{tag}: mosquitto_sub")
             with running_broker(work / f"broker-{tag}-sub") as broker:
                 sub = _mosquitto_sub(broker, items, tag)
+            progress(f"{tag}: paho-mqtt, manual acknowledgement")
+            with running_broker(work / f"broker-{tag}-paho") as broker:
+                paho = _paho_manual_ack(broker, items, tag)
             progress(f"{tag}: one collector")
             one = _collectors(items, registry, work, processes=1, tag=tag)
             two = {}
@@ -269,9 +317,17 @@ def bench(single: int, counters: int, *, pair: bool = True) -> dict[str, Any]:
                 "records_per_message": records,
                 "payload_bytes_mean": round(size, 1),
                 "mosquitto_sub": sub,
+                "paho_manual_ack": paho,
                 "collector_1": one | {"backlog_records_per_s": round(one["backlog_msgs_per_s"] * records, 1)},
                 "ratio_1_to_sub_backlog": round(one["backlog_msgs_per_s"] / sub["backlog_msgs_per_s"], 3),
                 "ratio_1_to_sub_live": round(one["live_msgs_per_s"] / sub["live_msgs_per_s"], 3),
+                # The collector's whole pipeline against paho doing nothing but acknowledging:
+                # >= 2 keeps the collector's own client (docs/mqtt-client.md).
+                "ratio_1_to_paho_backlog": round(one["backlog_msgs_per_s"] / paho["backlog_msgs_per_s"], 3),
+                "ratio_1_to_paho_live": round(one["live_msgs_per_s"] / paho["live_msgs_per_s"], 3),
+                "cpu_per_msg_paho_alone_over_collector": round(
+                    paho["backlog_cpu_us_per_msg"] / one["backlog_collector_cpu_us_per_msg"], 3
+                ),
             }
             if two:
                 row["collector_2_shared"] = two | {
