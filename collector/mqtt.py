@@ -44,12 +44,13 @@ import random
 import ssl
 import struct
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from collector.config import MqttConfig
 from collector.errors import TransportError
 from collector.transport import NO_ACK, Delivery, TransportStatistics
+from protocol.receipts import Receipt, encode_receipts
 
 __all__ = [
     "MqttProtocolError",
@@ -70,6 +71,7 @@ CONNECT, CONNACK, PUBLISH, PUBACK = 1, 2, 3, 4
 SUBSCRIBE, SUBACK, PINGREQ, PINGRESP, DISCONNECT = 8, 9, 12, 13, 14
 
 _PINGREQ = b"\xc0\x00"
+_RECEIPTS_PER_MESSAGE = 2000  # about 40 KiB of receipts in one PUBLISH
 _DISCONNECT_NORMAL = b"\xe0\x00"
 _CONNECT_TIMEOUT = 10.0
 
@@ -123,16 +125,19 @@ def encode_varint(value: int) -> bytes:
             return bytes(out)
 
 
-def decode_varint(buf: bytes, pos: int) -> tuple[int, int] | None:
+def decode_varint(buf: bytes, pos: int, end: int | None = None) -> tuple[int, int] | None:
     """Decode a Variable Byte Integer at ``pos``: ``(value, next_pos)``, or None if incomplete.
+
+    Bytes at or past ``end`` (default: the end of ``buf``) are not read.
 
     Raises:
         MqttProtocolError: more than four bytes.
     """
+    stop = len(buf) if end is None else min(end, len(buf))
     value = 0
     shift = 0
     for i in range(4):
-        if pos + i >= len(buf):
+        if pos + i >= stop:
             return None
         byte = buf[pos + i]
         value |= (byte & 0x7F) << shift
@@ -242,6 +247,7 @@ _PROPERTY_TYPES = {
     0x29: _BYTE, 0x2A: _BYTE,
 }  # fmt: skip
 SERVER_KEEP_ALIVE, MAXIMUM_PACKET_SIZE, REASON_STRING = 0x13, 0x27, 0x1F
+RESPONSE_TOPIC, CORRELATION_DATA = 0x08, 0x09
 
 
 def parse_properties(buf: bytes, pos: int, end: int) -> tuple[dict[int, int | bytes], int]:
@@ -253,7 +259,7 @@ def parse_properties(buf: bytes, pos: int, end: int) -> tuple[dict[int, int | by
     Raises:
         MqttProtocolError: truncated, overlong, or an unknown property identifier.
     """
-    header = decode_varint(buf[:end], pos)
+    header = decode_varint(buf, pos, end)
     if header is None:
         raise MqttProtocolError("truncated property length")
     length, i = header
@@ -274,7 +280,7 @@ def parse_properties(buf: bytes, pos: int, end: int) -> tuple[dict[int, int | by
             out[ident] = int.from_bytes(buf[i : i + width], "big")
             i += width
         elif kind == _VARINT:
-            value = decode_varint(buf[:stop], i)
+            value = decode_varint(buf, i, stop)
             if value is None:
                 raise MqttProtocolError(f"property 0x{ident:02x} truncated")
             out[ident], i = value
@@ -370,6 +376,8 @@ class MqttTransport:
         self._healthy = False  # this connection was subscribed: the next reconnect starts from the shortest delay
         self._protocol_errors = 0
         self._over_receive_maximum = 0
+        self._receipts_sent = 0
+        self._receipts_dropped = 0
         self._paused = False
         self._credit = asyncio.Event()  # set whenever fewer than Receive Maximum messages await acknowledgement
         self._credit.set()
@@ -409,6 +417,28 @@ class MqttTransport:
         if self._unacked < self.config.receive_maximum:
             self._credit.set()
 
+    def send_receipts(self, receipts: Mapping[bytes, Sequence[Receipt]]) -> None:
+        """Publish commit receipts at QoS 0, one message per response topic (chunked).
+
+        QoS 0 is enough: a lost receipt only makes the agent resend the identical report,
+        which de-duplication counts once and answers again. Receipts for a connection that
+        has since dropped are sent on the new one; topics outside ``mqtt.receipt_prefix``
+        never reach here (ingest checks them with ``protocol.receipts.valid_response_topic``).
+        """
+        writer = self._writer
+        if writer is None or writer.is_closing():
+            self._receipts_dropped += sum(len(v) for v in receipts.values())
+            return
+        packets: list[bytes] = []
+        for topic, items in receipts.items():
+            for start in range(0, len(items), _RECEIPTS_PER_MESSAGE):
+                chunk = items[start : start + _RECEIPTS_PER_MESSAGE]
+                packets.append(publish_packet(topic, encode_receipts(chunk), qos=0))
+                self._receipts_sent += len(chunk)
+        if packets:
+            writer.write(b"".join(packets))
+            self._last_tx = time.monotonic()
+
     def statistics(self) -> TransportStatistics:
         """A snapshot of the counters."""
         return TransportStatistics(
@@ -423,6 +453,8 @@ class MqttTransport:
             dropped=self._dropped,
             protocol_errors=self._protocol_errors,
             over_receive_maximum=self._over_receive_maximum,
+            receipts_sent=self._receipts_sent,
+            receipts_dropped=self._receipts_dropped,
         )
 
     async def wait_subscribed(self) -> None:
@@ -669,24 +701,22 @@ class MqttTransport:
                         )
                     if i >= end:
                         raise MqttProtocolError("PUBLISH ends before its properties")
-                    plen = buf[i]
-                    if plen & 0x80:
-                        prop = decode_varint(buf, i)
-                        if prop is None or prop[1] > end:
-                            raise MqttProtocolError("truncated PUBLISH properties")
-                        plen, i = prop
-                        i += plen
+                    reply_to = correlation = None
+                    if buf[i]:
+                        # Only a receipt request carries properties; the common case skips this.
+                        props, i = parse_properties(buf, i, end)
+                        topic, data = props.get(RESPONSE_TOPIC), props.get(CORRELATION_DATA)
+                        if isinstance(topic, bytes) and isinstance(data, bytes):
+                            reply_to, correlation = topic, data
                     else:
-                        i += 1 + plen
-                    if i > end:
-                        raise MqttProtocolError("PUBLISH properties longer than the packet")
+                        i += 1
                     received += 1
                     if token == NO_ACK and len(out) >= cap:
                         self._dropped += 1
                     else:
                         payload = buf[i:end]
                         nbytes += end - i
-                        out.append(Delivery(payload, token))
+                        out.append(Delivery(payload, token, reply_to, correlation))
                 elif kind == SUBACK:
                     self._handle_suback(buf[start:end])
                 elif kind == PINGRESP:

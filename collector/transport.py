@@ -17,9 +17,11 @@ from __future__ import annotations
 
 import asyncio
 import collections
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
+
+from protocol.receipts import Receipt
 
 __all__ = ["NO_ACK", "Delivery", "MemoryTransport", "Transport", "TransportStatistics"]
 
@@ -34,10 +36,15 @@ class Delivery:
     Attributes:
         payload: the message body, exactly as published.
         token: opaque acknowledgement handle for :meth:`Transport.ack` (``NO_ACK`` for QoS 0).
+        reply_to: the MQTT 5 Response Topic, when the device asked for a commit receipt
+            (``protocol.receipts``); held in memory until the receipt is sent, never stored.
+        correlation: the Correlation Data to echo in the receipt (the report id).
     """
 
     payload: bytes
     token: int
+    reply_to: bytes | None = None
+    correlation: bytes | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +66,8 @@ class TransportStatistics:
             a limit we announced (each followed by a reconnect).
         over_receive_maximum: QoS 1 messages received while Receive Maximum messages already
             awaited acknowledgement (the broker's fault; reading pauses until acks catch up).
+        receipts_sent: commit receipts published (``protocol.receipts``).
+        receipts_dropped: receipts not sent because no connection was up (the agent resends).
     """
 
     connected: bool
@@ -72,6 +81,8 @@ class TransportStatistics:
     dropped: int
     protocol_errors: int = 0
     over_receive_maximum: int = 0
+    receipts_sent: int = 0
+    receipts_dropped: int = 0
 
 
 class Transport(Protocol):
@@ -83,6 +94,10 @@ class Transport(Protocol):
 
     def ack(self, tokens: Sequence[int]) -> None:
         """Acknowledge deliveries (after their contribution is committed)."""
+        ...
+
+    def send_receipts(self, receipts: Mapping[bytes, Sequence[Receipt]]) -> None:
+        """Publish commit receipts, one message per response topic (after the commit)."""
         ...
 
     def statistics(self) -> TransportStatistics:
@@ -109,25 +124,29 @@ class MemoryTransport:
         self._received = 0
         self._stale = 0
         self._connects = 1
+        self._requests: dict[int, tuple[bytes | None, bytes | None]] = {}
+        self.receipts: list[tuple[bytes, Receipt]] = []
 
-    def push(self, payload: bytes) -> None:
-        """Deliver ``payload`` as a QoS 1 message."""
+    def push(self, payload: bytes, *, reply_to: bytes | None = None, correlation: bytes | None = None) -> None:
+        """Deliver ``payload`` as a QoS 1 message (with a receipt request when ``reply_to`` is given)."""
         self._next += 1
         token = (self._generation << 32) | self._next
         self._unacked[token] = payload
-        self._queue.append(Delivery(payload, token))
+        self._requests[token] = (reply_to, correlation)
+        self._queue.append(Delivery(payload, token, reply_to, correlation))
         self._received += 1
         self._ready.set()
 
     def reconnect(self) -> None:
         """Drop the connection and redeliver every unacknowledged message on a new one."""
-        pending = list(self._unacked.values())
+        pending = [(payload, self._requests.get(token, (None, None))) for token, payload in self._unacked.items()]
         self._unacked.clear()
+        self._requests.clear()
         self._queue.clear()
         self._generation += 1
         self._connects += 1
-        for payload in pending:
-            self.push(payload)
+        for payload, (reply_to, correlation) in pending:
+            self.push(payload, reply_to=reply_to, correlation=correlation)
 
     async def receive(self, max_count: int) -> list[Delivery]:
         """Wait for at least one delivery; return up to ``max_count``."""
@@ -146,8 +165,14 @@ class MemoryTransport:
                 self._stale += 1
                 continue
             payload = self._unacked.pop(token, None)
+            self._requests.pop(token, None)
             if payload is not None:
                 self.acked.append(payload)
+
+    def send_receipts(self, receipts: Mapping[bytes, Sequence[Receipt]]) -> None:
+        """Record the receipts (topic, receipt) in :attr:`receipts`."""
+        for topic, items in receipts.items():
+            self.receipts.extend((topic, r) for r in items)
 
     @property
     def unacked(self) -> int:

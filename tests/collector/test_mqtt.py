@@ -164,7 +164,10 @@ async def test_qos0_messages_need_no_ack_and_topics_are_dropped(mosquitto: Broke
         )
         (delivery,) = await _collect(transport, 1, ack=False)
         assert delivery == Delivery(b"payload", NO_ACK)
-        assert set(Delivery.__slots__) == {"payload", "token"}
+        # Topic, client id and flags are gone; a receipt request (reply_to, correlation) stays
+        # only until the receipt is sent.
+        assert set(Delivery.__slots__) == {"payload", "token", "reply_to", "correlation"}
+        assert (delivery.reply_to, delivery.correlation) == (None, None)
     finally:
         await transport.close()
         await asyncio.wait_for(runner, 5)

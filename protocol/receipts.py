@@ -1,0 +1,143 @@
+"""Commit receipts: the collector's word that a report was counted, or will never be.
+
+A broker's PUBACK covers one hop; the report can still be lost between the broker and the
+collector's store (DESIGN "Receipts"). So an agent publishes each report with the MQTT 5
+request/response properties, a **Response Topic** under a prefix that only its own
+connection may read (the broker ACL's ``%c`` pattern) and **Correlation Data** equal to the
+report's 16-byte id, and keeps the report until a receipt names that id. The collector
+answers only after the transaction that folded the report (or recorded its rejection) has
+committed, one message per response topic per commit::
+
+    [1, [[correlation, status, reason], ...]]      msgpack; status 0 = counted, 1 = refused
+
+* **counted**: the report's contribution is in the store (now or by an earlier delivery of
+  the same bytes: de-duplication makes a resend harmless);
+* **refused**: the collector rejected it for good (malformed, expired, another registry,
+  over the device's allowance); ``reason`` is the counted rejection reason. Resending the
+  same bytes cannot change that, so the agent stops trying.
+
+What a receipt reveals: that the collector committed a message the connection sent, and
+the rejection reason. Nothing about the value (the collector never sees it) or about other
+devices. The response topic names a connection, so the collector keeps it in memory only
+until the receipt is sent: it is never stored, logged or served.
+
+Pure, like the rest of ``protocol``: codecs and checks only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Final
+
+import msgpack
+
+from protocol.errors import LdpError
+
+__all__ = [
+    "MAX_CORRELATION_BYTES",
+    "MAX_RECEIPT_BYTES",
+    "MAX_RESPONSE_TOPIC_BYTES",
+    "RECEIPT_FORMAT",
+    "MalformedReceiptError",
+    "Receipt",
+    "decode_receipts",
+    "encode_receipts",
+    "valid_response_topic",
+]
+
+RECEIPT_FORMAT: Final = 1
+MAX_CORRELATION_BYTES: Final = 32
+"""Longest Correlation Data answered; an agent sends the 16-byte report id."""
+MAX_RESPONSE_TOPIC_BYTES: Final = 256
+MAX_RECEIPT_BYTES: Final = 256 * 1024
+_MAX_REASON: Final = 64
+COUNTED: Final = 0
+REFUSED: Final = 1
+
+
+class MalformedReceiptError(LdpError):
+    """Bytes on a receipt topic are not a valid receipt message; ``reason`` says why."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+        super().__init__(f"malformed receipt: {reason}")
+
+
+@dataclass(frozen=True, slots=True)
+class Receipt:
+    """One report's outcome.
+
+    Attributes:
+        correlation: the Correlation Data the report was published with (its report id).
+        counted: True when the report's contribution is committed; False when it was refused.
+        reason: the rejection reason when refused, else ``""``.
+    """
+
+    correlation: bytes
+    counted: bool
+    reason: str = ""
+
+    def __post_init__(self) -> None:
+        if not 0 < len(self.correlation) <= MAX_CORRELATION_BYTES:
+            raise ValueError(f"correlation must be 1..{MAX_CORRELATION_BYTES} bytes; got {len(self.correlation)}")
+        if len(self.reason) > _MAX_REASON:
+            raise ValueError(f"reason longer than {_MAX_REASON} characters")
+
+
+def valid_response_topic(topic: bytes, prefix: bytes) -> bool:
+    """Whether the collector may publish a receipt to ``topic``.
+
+    Only topics strictly under ``prefix``, without wildcards or NUL, at most 256 bytes of
+    valid UTF-8: a device must not be able to make the collector publish anywhere else
+    (into the report topics, say).
+    """
+    if not prefix or not topic.startswith(prefix) or len(topic) <= len(prefix):
+        return False
+    if len(topic) > MAX_RESPONSE_TOPIC_BYTES or any(c in topic for c in (b"+", b"#", b"\x00")):
+        return False
+    try:
+        topic.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+def encode_receipts(receipts: Sequence[Receipt]) -> bytes:
+    """One receipt message."""
+    body = [[r.correlation, COUNTED if r.counted else REFUSED, r.reason] for r in receipts]
+    data: bytes = msgpack.packb([RECEIPT_FORMAT, body], use_bin_type=True)
+    return data
+
+
+def _no_ext(code: int, data: bytes) -> object:
+    raise ValueError(f"msgpack extension type {code} is not allowed")
+
+
+def decode_receipts(data: bytes) -> list[Receipt]:
+    """Strictly decode a receipt message.
+
+    Raises:
+        MalformedReceiptError: any other bytes.
+    """
+    if len(data) > MAX_RECEIPT_BYTES:
+        raise MalformedReceiptError(f"{len(data)} bytes exceed {MAX_RECEIPT_BYTES}")
+    try:
+        doc = msgpack.unpackb(data, raw=False, strict_map_key=True, ext_hook=_no_ext, timestamp=0)
+    except (ValueError, msgpack.UnpackException, TypeError) as exc:
+        raise MalformedReceiptError(f"not msgpack: {exc}") from exc
+    if not (isinstance(doc, list) and len(doc) == 2 and doc[0] == RECEIPT_FORMAT and isinstance(doc[1], list)):
+        raise MalformedReceiptError(f"expected [{RECEIPT_FORMAT}, [...]]")
+    out: list[Receipt] = []
+    for entry in doc[1]:
+        if not (isinstance(entry, list) and len(entry) == 3):
+            raise MalformedReceiptError("an entry is not [correlation, status, reason]")
+        correlation, status, reason = entry
+        if not isinstance(correlation, bytes) or not 0 < len(correlation) <= MAX_CORRELATION_BYTES:
+            raise MalformedReceiptError("bad correlation data")
+        if type(status) is not int or status not in (COUNTED, REFUSED):
+            raise MalformedReceiptError("bad status")
+        if not isinstance(reason, str) or len(reason) > _MAX_REASON:
+            raise MalformedReceiptError("bad reason")
+        out.append(Receipt(correlation, status == COUNTED, reason))
+    return out

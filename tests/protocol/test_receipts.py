@@ -1,0 +1,77 @@
+"""Commit receipts: the codec round-trips, its decoder is total, and only topics under the
+receipt prefix are ever answered."""
+
+from __future__ import annotations
+
+import contextlib
+
+import msgpack
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from protocol.receipts import (
+    MalformedReceiptError,
+    Receipt,
+    decode_receipts,
+    encode_receipts,
+    valid_response_topic,
+)
+
+receipts = st.builds(
+    Receipt,
+    correlation=st.binary(min_size=1, max_size=32),
+    counted=st.booleans(),
+    reason=st.text(max_size=64),
+)
+
+
+@given(st.lists(receipts, max_size=50))
+def test_receipts_round_trip(items: list[Receipt]) -> None:
+    """What the collector encodes, the agent decodes to the same receipts."""
+    assert decode_receipts(encode_receipts(items)) == items
+
+
+@given(st.binary(max_size=300))
+def test_the_decoder_is_total(data: bytes) -> None:
+    """Any bytes either decode or raise MalformedReceiptError."""
+    with contextlib.suppress(MalformedReceiptError):
+        decode_receipts(data)
+
+
+@pytest.mark.parametrize(
+    "doc",
+    [
+        [2, []],
+        [1, [[b"x" * 33, 0, ""]]],
+        [1, [[b"", 0, ""]]],
+        [1, [[b"id", 2, ""]]],
+        [1, [[b"id", True, ""]]],
+        [1, [[b"id", 0]]],
+        [1, [["id", 0, ""]]],
+        {"1": []},
+    ],
+)
+def test_malformed_receipts_are_refused(doc: object) -> None:
+    """Wrong version, status, lengths or shapes raise the receipt error."""
+    with pytest.raises(MalformedReceiptError):
+        decode_receipts(msgpack.packb(doc, use_bin_type=True))
+
+
+@pytest.mark.parametrize(
+    ("topic", "ok"),
+    [
+        (b"ldp/v1/receipts/abc123", True),
+        (b"ldp/v1/receipts/abc/def", True),
+        (b"ldp/v1/receipts/", False),
+        (b"ldp/v1/reports/emoji", False),
+        (b"ldp/v1/receipts/+", False),
+        (b"ldp/v1/receipts/#", False),
+        (b"ldp/v1/receipts/a\x00b", False),
+        (b"ldp/v1/receipts/\xff", False),
+        (b"ldp/v1/receipts/" + b"a" * 300, False),
+    ],
+)
+def test_only_topics_under_the_prefix_are_answered(topic: bytes, ok: bool) -> None:
+    """A device cannot make the collector publish outside the receipt prefix."""
+    assert valid_response_topic(topic, b"ldp/v1/receipts/") is ok
