@@ -149,6 +149,14 @@ def test_deployed_agent_reports_to_deployed_collector(tmp_path: Path) -> None:
             "/etc/mosquitto/ldp/broker.key 600 mosquitto:mosquitto",
         ], modes
         assert "ldp-agent" in s.sh("getent passwd ldp-agent")
+        owners = s.sh(
+            "for u in ldp-agent ldp-collector mosquitto; do"
+            " stat -c %U:%u /proc/$(systemctl show -p MainPID --value $u); done"
+        ).split()
+        assert owners[0].startswith("ldp-agent:"), owners
+        # The dynamic user: a uid systemd allocates from 61184-65519 (no name without nss-systemd).
+        assert 61184 <= int(owners[1].partition(":")[2]) <= 65519, owners
+        assert owners[2].startswith("mosquitto:"), owners
 
         # The user opts in and records; the agent runs on the real clock here.
         s.sh("ldp-agent consent grant")
@@ -198,6 +206,14 @@ def test_deployed_agent_reports_to_deployed_collector(tmp_path: Path) -> None:
             '/opt/ldp-telemetry/.venv/bin/python -c "import urllib.request as u;'
             " print(u.urlopen('http://127.0.0.1:8650/metrics', timeout=10).read().decode())\""
         )
-        assert "ldp_" in metrics, metrics[:500]
+        assert re.search(r"^ldp_collector_reports_folded_total\S* [1-9]", metrics, re.MULTILINE), metrics[:2000]
+
+        # A second run keeps the operator's config and the state key: the agent still reads
+        # its sealed state (its ledger) after the restart the script does.
+        rerun = s.sh(f"/src/deploy/install.sh {common} agent")
+        assert "keeping /etc/ldp-agent/agent.toml" in rerun, rerun
+        assert "made the state key" not in rerun, rerun
+        s.sh("systemctl is-active --quiet ldp-agent")
+        assert json.loads(s.sh("ldp-agent ledger --json")) == ledger
     finally:
         container.halt()
