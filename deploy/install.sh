@@ -78,8 +78,8 @@ while [ $# -gt 0 ]; do
 done
 case "$role" in broker | collector | agent) ;; *) usage ;; esac
 [ -n "$passwd" ] || passwd="$pki/passwd"
-[ "$(id -u)" -eq 0 ] || die "run as root: the $role role installs system files and a service"
 [[ "$broker_host" =~ ^[A-Za-z0-9.:-]+$ ]] || die "--broker-host '$broker_host' is not a host name or address"
+[ "$(id -u)" -eq 0 ] || die "run as root: the $role role installs system files and a service"
 
 need_file() { # need_file PATH WHAT
     [ -f "$1" ] && [ -r "$1" ] || die "$1 ($2) is missing or unreadable"

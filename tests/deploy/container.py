@@ -165,7 +165,7 @@ def _children(pid: int) -> list[int]:
 
 
 class Container:
-    """One booted container; use as a context manager (it is halted on exit).
+    """One container: :meth:`boot` it, :meth:`run` scripts in it, :meth:`halt` it.
 
     Args:
         root: the root file system (mounted read-only under a tmpfs overlay).
@@ -181,17 +181,6 @@ class Container:
         self.binds = list(binds)
         self._proc: subprocess.Popen[bytes] | None = None
         self.pid1 = 0
-
-    def __enter__(self) -> Container:
-        try:
-            self.boot()
-        except BaseException:
-            self.halt()
-            raise
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.halt()
 
     def boot(self, timeout: float = 120.0) -> None:
         """Start systemd-nspawn and wait until the container's systemd finished booting."""
