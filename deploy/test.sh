@@ -7,7 +7,9 @@ cd "$(dirname "$0")/.."
 # System packages the integration tests use: a real Mosquitto broker (started by a test
 # fixture on a free loopback port, never as a system service) and its clients, openssl for
 # the test CA, systemd-analyze to verify the units, headless Chromium for the dashboard, and
-# PostgreSQL (a throwaway cluster per test session, started by a fixture as an unprivileged user).
+# PostgreSQL (a throwaway cluster per test session, started by a fixture as an unprivileged user),
+# and systemd-nspawn and debootstrap for the deployment test, which boots a Debian container
+# and runs deploy/install.sh in it (tests/deploy/test_container.py; root only).
 need=()
 command -v mosquitto >/dev/null 2>&1 || [ -x /usr/sbin/mosquitto ] || need+=(mosquitto)
 command -v mosquitto_sub >/dev/null 2>&1 || need+=(mosquitto-clients)
@@ -15,6 +17,8 @@ command -v openssl >/dev/null 2>&1 || need+=(openssl)
 command -v systemd-analyze >/dev/null 2>&1 || need+=(systemd)
 command -v chromium >/dev/null 2>&1 || need+=(chromium)
 ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || need+=(postgresql)
+command -v systemd-nspawn >/dev/null 2>&1 || need+=(systemd-container)
+command -v debootstrap >/dev/null 2>&1 || need+=(debootstrap)
 if [ ${#need[@]} -gt 0 ]; then
     echo "== installing ${need[*]} from Debian's packages"
     SUDO=""

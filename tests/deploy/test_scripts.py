@@ -1,5 +1,6 @@
 """deploy/make-test-ca.sh and deploy/make-broker-users.sh: what they make, that a second run
-changes nothing, and that an existing CA is only ever replaced on request."""
+changes nothing, and that an existing CA is only ever replaced on request; deploy/install.sh
+refuses bad arguments before it touches anything (tests/deploy/test_container.py runs it)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from tests.deploy.secure_broker import DEPLOY, make_pki, make_users
 
 CA_SCRIPT = DEPLOY / "make-test-ca.sh"
 USERS_SCRIPT = DEPLOY / "make-broker-users.sh"
+INSTALL_SCRIPT = DEPLOY / "install.sh"
 
 
 def _cert(path: Path) -> x509.Certificate:
@@ -194,3 +196,24 @@ def test_users_script_refuses_a_colon_in_a_secret(tmp_path: Path) -> None:
     assert done.returncode != 0
     assert "':'" in done.stderr
     assert not (tmp_path / "passwd").exists()
+
+
+# --- install.sh -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("args", "status", "message"),
+    [
+        ((), 2, "Usage: deploy/install.sh"),
+        (("server",), 2, "Usage: deploy/install.sh"),
+        (("agent", "collector"), 2, "Usage: deploy/install.sh"),
+        (("--pki",), 2, "Usage: deploy/install.sh"),
+        (("--bogus", "agent"), 1, "unknown option --bogus"),
+        (("--broker-host", "a b;reboot", "agent"), 1, "--broker-host 'a b;reboot' is not a host name"),
+    ],
+)
+def test_install_script_refuses_bad_arguments(args: tuple[str, ...], status: int, message: str) -> None:
+    """A wrong role, option or host name stops the script with a message, before any check or change."""
+    done = _run(INSTALL_SCRIPT, *args)
+    assert done.returncode == status, done.stderr
+    assert message in done.stderr
