@@ -47,7 +47,8 @@ Schema (every section and key optional except ``registry``; defaults shown)::
     port = 8650
 
     [estimation]
-    workers = 1                     # processes computing estimates off the event loop
+    workers = 1                     # threads computing estimates off the event loop
+    memory_mib = 1024               # bound on the (use case, period) aggregates kept in memory
     confidence = 0.95               # level of the reported confidence intervals
     sfp_alphabet = "abcdefghijklmnopqrstuvwxyz "   # characters SFP discovery assembles words from
 """
@@ -143,9 +144,19 @@ class HttpConfig:
 
 @dataclass(frozen=True, kw_only=True)
 class EstimationConfig:
-    """Estimation off the event loop."""
+    """Estimation off the event loop.
+
+    Attributes:
+        workers: threads computing estimates (numpy releases the GIL in the heavy parts, so a
+            thread does not stall the event loop; 0 is taken as 1).
+        memory_mib: the bound, in MiB of array memory, on the (use case, period) aggregates the
+            HTTP API keeps materialised (least recently used first out). The default holds the
+            current period of every use case of ``deploy/usecases.example.toml`` (about 433 MiB)
+            twice over; an aggregate larger than the bound is read from the store per request.
+    """
 
     workers: int = 1
+    memory_mib: int = 1024
     confidence: float = 0.95
     sfp_alphabet: str = "abcdefghijklmnopqrstuvwxyz "
 
@@ -341,6 +352,7 @@ def _estimation(section: _Section | None) -> EstimationConfig:
     d = EstimationConfig()
     cfg = EstimationConfig(
         workers=section.integer("workers", d.workers, low=0, high=64),
+        memory_mib=section.integer("memory_mib", d.memory_mib, low=0, high=1 << 20),
         confidence=section.number("confidence", d.confidence, low=0.5, high=0.9999),
         sfp_alphabet=section.string(
             "sfp_alphabet", d.sfp_alphabet, check=lambda v: None if v else "expected the characters words are made of"

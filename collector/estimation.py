@@ -23,8 +23,10 @@ Confidence intervals are ``estimate ± z · SE`` with ``z`` the normal quantile 
 configured level: each estimator is a sum of many independent reports' contributions.
 
 The work here is CPU-heavy (dictionary queries gather over sketches of up to ``k x m``
-counters; RAPPOR decoding runs a Lasso), so the HTTP layer calls it in worker processes;
-the CLI calls it directly.
+counters; RAPPOR decoding runs a Lasso). The running service keeps its aggregates
+materialised and calls :func:`estimate_aggregate` in threads (``collector.live``); the CLI
+reads the store with :func:`compute_estimate`. ``epsilon`` is the declared ε of the use case,
+``epsilon_report`` the ε charged per report (``UseCase.cost``).
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from __future__ import annotations
 import datetime as dt
 import math
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import lru_cache
 from pathlib import Path
 from statistics import NormalDist
@@ -61,10 +63,14 @@ __all__ = [
     "DEFAULT_SFP_ALPHABET",
     "compute_estimate",
     "compute_series",
+    "default_period",
     "estimate_aggregate",
     "format_estimate",
     "load_dictionary",
     "project_simplex",
+    "registry_of",
+    "series_of",
+    "status_of",
     "store_status",
     "z_value",
 ]
@@ -189,6 +195,7 @@ def estimate_aggregate(
         "release_threshold": settings.release_threshold,
         "confidence": confidence,
         "epsilon": use_case.epsilon,
+        "epsilon_report": use_case.cost,
         "released": False,
         "withheld_reason": None,
         "estimate": None,
@@ -320,17 +327,34 @@ def _registry(path: str, mtime_ns: int) -> Registry:
     return parse_registry(Path(path).read_bytes(), source=path)
 
 
-def _open(config: CollectorConfig) -> tuple[Registry, CheckpointStore]:
+def registry_of(config: CollectorConfig) -> Registry:
+    """The registry ``config`` names (parsed once per modification of the file)."""
     path = config.registry
-    registry = _registry(str(path), os.stat(path).st_mtime_ns)
+    return _registry(str(path), os.stat(path).st_mtime_ns)
+
+
+def _open(config: CollectorConfig) -> tuple[Registry, CheckpointStore]:
+    registry = registry_of(config)
     return registry, CheckpointStore(config.store.path, registry, readonly=True)
 
 
-def compute_estimate(config: CollectorConfig, use_case: str, period: int | None = None) -> dict[str, Any]:
-    """The estimate of ``use_case`` for ``period``.
+def default_period(use_case: UseCase, infos: Sequence[KeyInfo]) -> int:
+    """The period an estimate without ``?period=`` shows.
 
-    The default period is the latest one with at least ``min_reports`` reports, or the latest
-    with any data when none has that many.
+    The latest period that can be released; the latest with data if none can yet (a day that
+    has just begun must not hide yesterday's estimate); the current period if there is no data.
+    """
+    if not infos:
+        return use_case.period.index_at(dt.datetime.now(dt.UTC).timestamp())
+    released = [i for i in infos if i.reports >= max(use_case.collector.min_reports, 1)]
+    return (released or infos)[-1].period
+
+
+def compute_estimate(config: CollectorConfig, use_case: str, period: int | None = None) -> dict[str, Any]:
+    """The estimate of ``use_case`` for ``period``, read from the store (the CLI's path).
+
+    The default period is :func:`default_period`. The running service answers from its
+    materialised aggregates instead (``collector.live``), with the same :func:`estimate_aggregate`.
 
     Raises:
         KeyError: the use case is not in the registry.
@@ -340,17 +364,7 @@ def compute_estimate(config: CollectorConfig, use_case: str, period: int | None 
     try:
         uc = registry.use_cases[use_case]
         if period is None:
-            infos = store.totals(use_case)
-            if not infos:
-                now = uc.period.index_at(dt.datetime.now(dt.UTC).timestamp())
-                info = KeyInfo(use_case, now, 0, 0)
-                return estimate_aggregate(
-                    uc, uc.mechanism.new_aggregate(), info, confidence=config.estimation.confidence
-                )
-            # The latest period that can be released; the latest with data if none can yet
-            # (a day that has just begun must not hide yesterday's estimate).
-            released = [i for i in infos if i.reports >= max(uc.collector.min_reports, 1)]
-            period = (released or infos)[-1].period
+            period = default_period(uc, store.totals(use_case))
         aggregate, info = store.aggregate(use_case, period)
     finally:
         store.close()
@@ -364,9 +378,42 @@ def compute_estimate(config: CollectorConfig, use_case: str, period: int | None 
     )
 
 
+def series_of(
+    use_case: UseCase, infos: Sequence[KeyInfo], aggregate_of: Callable[[int], Aggregate], *, confidence: float
+) -> dict[str, Any]:
+    """Per-period points of ``use_case`` over ``infos``: report counts, and for proportions and
+    means the value with SE and CI (``aggregate_of(period)`` gives a period's aggregate)."""
+    z = z_value(confidence)
+    points = []
+    for info in infos:
+        start, end = _period_bounds(use_case, info.period)
+        point: dict[str, Any] = {
+            "period": info.period,
+            "period_start": start,
+            "period_end": end,
+            "reports": info.reports,
+            "records": info.records,
+            "released": info.reports >= use_case.collector.min_reports and info.reports > 0,
+        }
+        if point["released"] and use_case.mechanism.kind.scalar:
+            e = as_mean(use_case.mechanism).estimate_mean(aggregate_of(info.period))
+            point.update(
+                value=_num(e.value),
+                standard_error=_num(e.standard_error),
+                ci=_interval(e.value, e.standard_error, z),
+            )
+        points.append(point)
+    return {
+        "use_case": use_case.name,
+        "mechanism": use_case.mechanism.name,
+        "kind": use_case.mechanism.kind.result,
+        "confidence": confidence,
+        "points": points,
+    }
+
+
 def compute_series(config: CollectorConfig, use_case: str, *, limit: int = 120) -> dict[str, Any]:
-    """Per-period estimates over time: the value with SE and CI for proportions and means,
-    and the report counts for every mechanism (the latest ``limit`` periods).
+    """:func:`series_of` the latest ``limit`` periods, read from the store.
 
     Raises:
         KeyError: the use case is not in the registry.
@@ -375,46 +422,22 @@ def compute_series(config: CollectorConfig, use_case: str, *, limit: int = 120) 
     try:
         uc = registry.use_cases[use_case]
         infos = store.totals(use_case)[-limit:]
-        z = z_value(config.estimation.confidence)
-        points = []
-        for info in infos:
-            start, end = _period_bounds(uc, info.period)
-            point: dict[str, Any] = {
-                "period": info.period,
-                "period_start": start,
-                "period_end": end,
-                "reports": info.reports,
-                "records": info.records,
-                "released": info.reports >= uc.collector.min_reports and info.reports > 0,
-            }
-            if point["released"] and uc.mechanism.kind.scalar:
-                e = as_mean(uc.mechanism).estimate_mean(store.aggregate(use_case, info.period)[0])
-                point.update(
-                    value=_num(e.value),
-                    standard_error=_num(e.standard_error),
-                    ci=_interval(e.value, e.standard_error, z),
-                )
-            points.append(point)
+        return series_of(
+            uc, infos, lambda period: store.aggregate(use_case, period)[0], confidence=config.estimation.confidence
+        )
     finally:
         store.close()
-    return {
-        "use_case": use_case,
-        "mechanism": uc.mechanism.name,
-        "kind": uc.mechanism.kind.result,
-        "confidence": config.estimation.confidence,
-        "points": points,
-    }
 
 
-def store_status(config: CollectorConfig) -> dict[str, Any]:
+def status_of(
+    registry: Registry,
+    totals: Sequence[KeyInfo],
+    counters: dict[str, int],
+    instances: dict[str, dict[str, int]],
+    *,
+    store_path: Path,
+) -> dict[str, Any]:
     """The registry, the periods with data per use case, and the lifetime counters."""
-    registry, store = _open(config)
-    try:
-        totals = store.totals()
-        counters = store.counters()
-        per_instance = {instance: store.counters(instance) for instance in store.instances()}
-    finally:
-        store.close()
     use_cases: dict[str, Any] = {}
     for name, uc in registry.use_cases.items():
         use_cases[name] = {
@@ -422,6 +445,7 @@ def store_status(config: CollectorConfig) -> dict[str, Any]:
             "kind": uc.mechanism.kind.result,
             "description": uc.description,
             "epsilon": uc.epsilon,
+            "epsilon_report": uc.cost,
             "period": uc.period.value,
             "min_reports": uc.collector.min_reports,
             "release_threshold": uc.collector.release_threshold,
@@ -431,11 +455,23 @@ def store_status(config: CollectorConfig) -> dict[str, Any]:
         }
     return {
         "registry_hash": registry.hash_hex,
-        "store": str(config.store.path),
+        "store": str(store_path),
         "use_cases": use_cases,
         "counters": counters,
-        "instances": per_instance,
+        "instances": instances,
     }
+
+
+def store_status(config: CollectorConfig) -> dict[str, Any]:
+    """:func:`status_of` the store (the CLI's path)."""
+    registry, store = _open(config)
+    try:
+        totals = store.totals()
+        counters = store.counters()
+        per_instance = {instance: store.counters(instance) for instance in store.instances()}
+    finally:
+        store.close()
+    return status_of(registry, totals, counters, per_instance, store_path=config.store.path)
 
 
 def _fmt(x: float | None) -> str:

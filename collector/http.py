@@ -15,9 +15,10 @@ Routes (all ``GET``; JSON unless stated):
 ``/api/v1/use-cases/{name}/series``        per-period values (means, proportions) and report counts
 =========================================  ==========================================================
 
-Estimates are computed in worker processes (``estimation.workers``; 0 means a thread), so
-a dictionary query or a RAPPOR decode never stalls ingest on the event loop; results are
-cached for a couple of seconds and concurrent identical requests share one computation.
+Estimates come from aggregates kept materialised in memory and current as commits land
+(``collector.live``), computed in threads (``estimation.workers``) so a dictionary query or a
+RAPPOR decode never stalls ingest on the event loop. An estimate is computed once per version
+of its aggregate; a repeated request for an unchanged aggregate reuses the encoded answer.
 
 The server is deliberately small: HTTP/1.1, one request per connection, request head
 capped at 16 KiB and read with a timeout. It binds to loopback by default; put a reverse
@@ -27,12 +28,9 @@ proxy with authentication in front of it to expose it.
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import contextlib
 import json
 import logging
-import multiprocessing
-import time
 import urllib.parse
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -41,7 +39,8 @@ from typing import TYPE_CHECKING, Any
 from collector.config import CollectorConfig
 from collector.dashboard import DASHBOARD_HTML
 from collector.errors import CollectorError
-from collector.estimation import compute_estimate, compute_series, store_status
+from collector.estimation import registry_of
+from collector.live import LiveAggregates
 from collector.metrics import IngestMetrics, render_prometheus
 
 if TYPE_CHECKING:
@@ -53,7 +52,6 @@ log = logging.getLogger(__name__)
 
 _HEAD_LIMIT = 16 * 1024
 _READ_TIMEOUT = 10.0
-_CACHE_SECONDS = 2.0
 _REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed", 500: "Internal Server Error"}
 
 
@@ -80,19 +78,17 @@ class HttpApi:
         service: the running service, for live metrics; None serves a store read-only.
     """
 
-    def __init__(self, config: CollectorConfig, *, service: Service | None = None) -> None:
+    def __init__(
+        self, config: CollectorConfig, *, service: Service | None = None, live: LiveAggregates | None = None
+    ) -> None:
         self.config = config
         self.service = service
-        self._executor: concurrent.futures.Executor
-        workers = config.estimation.workers
-        if workers > 0:
-            # spawn: the service has threads (checkpoint store), which fork would copy mid-state.
-            self._executor = concurrent.futures.ProcessPoolExecutor(
-                max_workers=workers, mp_context=multiprocessing.get_context("spawn")
-            )
-        else:
-            self._executor = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="estimate")
-        self._cache: dict[tuple[Any, ...], tuple[float, asyncio.Future[Any]]] = {}
+        if live is None and service is not None:
+            live = service.live
+        self._owns_live = live is None
+        self.live = live or LiveAggregates(config, registry_of(config))
+        # The encoded estimate per request, with the version it was computed for.
+        self._bodies: dict[tuple[str, int | None], tuple[tuple[str, int, int], bytes]] = {}
         self._server: asyncio.Server | None = None
 
     @property
@@ -119,29 +115,25 @@ class HttpApi:
             await self.close()
 
     async def close(self) -> None:
-        """Stop accepting and shut the workers down."""
+        """Stop accepting; release the materialised aggregates if this API made them."""
         if self._server is not None:
             self._server.close()
             with contextlib.suppress(Exception):
                 await self._server.wait_closed()
             self._server = None
-        self._executor.shutdown(wait=False, cancel_futures=True)
+        if self._owns_live:
+            await asyncio.to_thread(self.live.close)
 
-    async def _compute(self, key: tuple[Any, ...], fn: Callable[..., Any], *args: Any) -> Any:
-        now = time.monotonic()
-        cached = self._cache.get(key)
-        if cached is not None and now - cached[0] < _CACHE_SECONDS:
-            return await asyncio.shield(cached[1])
-        future: asyncio.Future[Any] = asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
-        self._cache[key] = (now, future)
-        if len(self._cache) > 256:
-            for k in [k for k, (t, _) in self._cache.items() if now - t >= _CACHE_SECONDS]:
-                del self._cache[k]
-        try:
-            return await asyncio.shield(future)
-        except BaseException:
-            self._cache.pop(key, None)
-            raise
+    async def _estimate(self, name: str, period: int | None) -> _Response:
+        version, result = await self.live.estimate(name, period)
+        cached = self._bodies.get((name, period))
+        if cached is not None and cached[0] == version:
+            return _Response(200, cached[1])
+        response = _json(200, result)
+        if len(self._bodies) >= 1024:
+            self._bodies.clear()  # requests name arbitrary periods; keep this bounded
+        self._bodies[(name, period)] = (version, response.body)
+        return response
 
     # -- request handling ----------------------------------------------------------------
 
@@ -206,12 +198,9 @@ class HttpApi:
                         period = None if raw is None else int(raw)
                     except ValueError:
                         return _error(400, f"period must be an integer; got {raw!r}")
-                    result = await self._compute(
-                        ("estimate", name, period), compute_estimate, self.config, name, period
-                    )
-                    return _json(200, result)
+                    return await self._estimate(name, period)
                 if len(segments) == 5 and segments[4] == "series":
-                    return _json(200, await self._compute(("series", name), compute_series, self.config, name))
+                    return _json(200, await self.live.series(name))
             return _error(404, f"no such resource: {path}")
         except KeyError as exc:
             return _error(404, f"unknown use case {exc.args[0]!r}")
@@ -245,7 +234,7 @@ class HttpApi:
         return _json(200, body)
 
     async def _status(self) -> _Response:
-        status = dict(await self._compute(("status",), store_status, self.config))
+        status = await self.live.status()
         metrics, transport = self._live()
         status["instance"] = self.config.instance
         if metrics is not None:
@@ -267,7 +256,7 @@ class HttpApi:
         return _json(200, status)
 
     async def _use_cases(self) -> _Response:
-        status = await self._compute(("status",), store_status, self.config)
+        status = await self.live.status()
         return _json(
             200,
             [
@@ -277,7 +266,7 @@ class HttpApi:
         )
 
     async def _use_case(self, name: str) -> _Response:
-        status = await self._compute(("status",), store_status, self.config)
+        status = await self.live.status()
         if name not in status["use_cases"]:
             raise KeyError(name)
         return _json(200, {"name": name} | status["use_cases"][name])

@@ -131,6 +131,8 @@ class Ingest:
         metrics: counters to update.
         clock: the wall clock (for the period window).
         low_water: the stored low-water marks at start-up.
+        on_commit: called with each commit's result once it is acknowledged (the service
+            keeps its materialised aggregates current with it).
     """
 
     def __init__(
@@ -143,6 +145,7 @@ class Ingest:
         metrics: IngestMetrics,
         clock: Clock | None = None,
         low_water: Mapping[str, int] | None = None,
+        on_commit: Callable[[CommitResult], None] | None = None,
     ) -> None:
         self.registry = registry
         self.transport = transport
@@ -151,6 +154,7 @@ class Ingest:
         self.metrics = metrics
         self.clock = clock or SystemClock()
         self.low_water = dict(low_water or {})
+        self.on_commit = on_commit
         metrics.capacity = config.commit_max_reports
         # Collector-side randomness (the shuffle) needs no exact coins; the OS seeds it.
         self._rng = np.random.default_rng()
@@ -311,3 +315,5 @@ class Ingest:
             m.rejected["period-expired"] += result.expired
         m.last_commit = time.time()
         m.lag_seconds = time.monotonic() - commit.since
+        if self.on_commit is not None and result.keys:
+            self.on_commit(result)

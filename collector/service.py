@@ -1,4 +1,5 @@
-"""The collector service: one root task group owning transport, ingest, maintenance and HTTP.
+"""The collector service: one root task group owning transport, ingest, maintenance, the
+materialised aggregates (``collector.live``) and HTTP.
 
 Start-up fails fast: a bad config or registry raises before anything connects. Every
 long-lived task has a name and an owner (the root ``asyncio.TaskGroup``); an unexpected
@@ -26,6 +27,7 @@ from collector.config import CollectorConfig
 from collector.errors import ConfigError
 from collector.http import serve_http
 from collector.ingest import Clock, Ingest, StoreThread, SystemClock
+from collector.live import LiveAggregates
 from collector.metrics import IngestMetrics
 from collector.mqtt import MqttTransport
 from collector.store import CheckpointStore
@@ -77,6 +79,7 @@ class Service:
     metrics: IngestMetrics
     transport: MqttTransport
     ingest: Ingest
+    live: LiveAggregates
 
 
 async def _maintenance(service: Service, clock: Clock) -> None:
@@ -136,6 +139,7 @@ async def run_service(
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
     store = StoreThread(lambda: CheckpointStore(config.store.path, registry, instance=config.instance))
+    live: LiveAggregates | None = None
     try:
         low_water = await store.call(lambda s: s.low_water())
         metrics = IngestMetrics()
@@ -149,7 +153,10 @@ async def run_service(
             clock=clock,
             low_water=low_water,
         )
-        service = Service(config, registry, store, metrics, transport, ingest)
+        # Opened after the store thread has created the database and registered the use cases.
+        live = LiveAggregates(config, registry)
+        ingest.on_commit = lambda result: live.committed(result.keys)
+        service = Service(config, registry, store, metrics, transport, ingest, live)
         if http_starter is None and config.http.enabled:
             http_starter = serve_http
         log.info(
@@ -165,6 +172,7 @@ async def run_service(
             t_transport = tg.create_task(transport.run(), name="mqtt")
             t_ingest = tg.create_task(ingest.run(), name="ingest")
             t_maintenance = tg.create_task(_maintenance(service, clock), name="maintenance")
+            t_live = tg.create_task(live.run(), name="materialise")
             t_http = tg.create_task(http_starter(service), name="http") if http_starter else None
 
             async def ready() -> None:
@@ -180,8 +188,10 @@ async def run_service(
             t_ingest.cancel()
             await asyncio.wait({t_ingest})
             await transport.close()
-            for task in (t_transport, t_maintenance, t_http, t_ready):
+            for task in (t_transport, t_maintenance, t_live, t_http, t_ready):
                 if task is not None:
                     task.cancel()
     finally:
+        if live is not None:
+            await asyncio.to_thread(live.close)
         store.close()

@@ -54,6 +54,7 @@ __all__ = [
     "CommitResult",
     "FoldedReport",
     "KeyInfo",
+    "footprint",
     "use_case_fingerprint",
 ]
 
@@ -119,7 +120,7 @@ def use_case_fingerprint(use_case: UseCase) -> bytes:
     return hashlib.sha256(use_case.fingerprint + use_case.period.value.encode()).digest()[:16]
 
 
-def _footprint(obj: object, depth: int = 0) -> int:
+def footprint(obj: object, depth: int = 0) -> int:
     """Bytes of the numpy arrays an aggregate holds (nested aggregates and lists included).
 
     Cheap where ``to_plain`` is not: an empty Count Mean Sketch of the deployed size is a
@@ -130,13 +131,13 @@ def _footprint(obj: object, depth: int = 0) -> int:
     if depth > 4:
         return 0
     if isinstance(obj, list | tuple):
-        return sum(_footprint(x, depth + 1) for x in obj)
+        return sum(footprint(x, depth + 1) for x in obj)
     if isinstance(obj, dict):
-        return sum(_footprint(x, depth + 1) for x in obj.values())
+        return sum(footprint(x, depth + 1) for x in obj.values())
     attrs = getattr(obj, "__dict__", None)
     if attrs is None:
         return 0
-    return sum(_footprint(v, depth + 1) for k, v in attrs.items() if k != "mechanism")
+    return sum(footprint(v, depth + 1) for k, v in attrs.items() if k != "mechanism")
 
 
 def _pack(obj: object) -> bytes:
@@ -189,6 +190,7 @@ class CommitResult:
         expired: reports refused because their period is below the stored low-water mark
             (another collector sharing the database may have moved it).
         seconds: time the transaction took.
+        keys: the (use case, period) keys the commit added to.
     """
 
     reports: int
@@ -196,6 +198,7 @@ class CommitResult:
     duplicates: int
     expired: int
     seconds: float
+    keys: tuple[tuple[str, int], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -288,7 +291,7 @@ class CheckpointStore:
             row = self._db.execute("SELECT id FROM use_cases WHERE name = ? AND fingerprint = ?", (name, fp)).fetchone()
             if row is None:
                 continue  # read-only and never collected
-            kind = _AGGREGATE if _footprint(uc.mechanism.new_aggregate()) <= _SMALL_AGGREGATE else _RECORDS
+            kind = _AGGREGATE if footprint(uc.mechanism.new_aggregate()) <= _SMALL_AGGREGATE else _RECORDS
             rows[name] = _UseCaseRow(int(row[0]), uc, kind, uc.mechanism.empty_batch())
         return rows
 
@@ -346,7 +349,7 @@ class CheckpointStore:
             if db.in_transaction:
                 db.execute("ROLLBACK")
             raise
-        return CommitResult(len(fresh), records, duplicates, expired, time.perf_counter() - start)
+        return CommitResult(len(fresh), records, duplicates, expired, time.perf_counter() - start, tuple(groups))
 
     def _fresh(self, reports: Sequence[FoldedReport]) -> list[FoldedReport]:
         ids = [r.report_id for r in reports]
@@ -425,25 +428,92 @@ class CheckpointStore:
         Raises:
             KeyError: the use case is not in the registry.
         """
+        agg, info, _seq = self.aggregate_at(use_case, period)
+        return agg, info
+
+    def aggregate_at(self, use_case: str, period: int) -> tuple[Aggregate, KeyInfo, int]:
+        """:meth:`aggregate`, with the sequence number it is current to (for :meth:`catch_up`).
+
+        Raises:
+            KeyError: the use case is not in the registry.
+        """
         row = self._use_cases.get(use_case)
         if row is None:
             if use_case in self.registry.use_cases:
-                return self.registry.use_cases[use_case].mechanism.new_aggregate(), KeyInfo(use_case, period, 0, 0)
+                empty = self.registry.use_cases[use_case].mechanism.new_aggregate()
+                return empty, KeyInfo(use_case, period, 0, 0), self.last_seq()
             raise KeyError(use_case)
         db = self._db
         db.execute("BEGIN")  # one snapshot for base and segments
         try:
+            seq = self.last_seq()
             agg, reports, records = self._base(row, period)
             for kind, n_rep, n_rec, blob in db.execute(
-                "SELECT kind, reports, records, data FROM segments WHERE uc = ? AND period = ? ORDER BY seq",
-                (row.id, period),
+                "SELECT kind, reports, records, data FROM segments WHERE uc = ? AND period = ? AND seq <= ? "
+                "ORDER BY seq",
+                (row.id, period, seq),
             ):
                 agg = self._fold(row, agg, kind, blob)
                 reports += int(n_rep)
                 records += int(n_rec)
         finally:
             db.execute("COMMIT")
-        return agg, KeyInfo(use_case, period, reports, records)
+        return agg, KeyInfo(use_case, period, reports, records), seq
+
+    def catch_up(self, aggregate: Aggregate, info: KeyInfo, seq: int) -> tuple[Aggregate, KeyInfo, int] | None:
+        """Fold into ``aggregate`` (current to ``seq``) the segments committed since.
+
+        Only the new segments are read, so keeping an aggregate current costs what was added,
+        not the whole key. ``aggregate`` may be changed in place; the caller keeps the returned
+        one. Any collector sharing the database may have committed them.
+
+        Returns:
+            The aggregate, its totals and the new sequence number; None when a compaction has
+            folded segments after ``seq`` into the base, so the key must be read afresh with
+            :meth:`aggregate_at` (rare: a compaction rewrites the base at most about once per
+            quarter of its size).
+
+        Raises:
+            KeyError: the use case is not in the registry.
+        """
+        row = self._use_cases.get(info.use_case)
+        if row is None:
+            if info.use_case in self.registry.use_cases:
+                return (aggregate, info, self.last_seq()) if info.reports == 0 else None
+            raise KeyError(info.use_case)
+        db = self._db
+        db.execute("BEGIN")
+        try:
+            last = self.last_seq()
+            if last == seq:
+                return aggregate, info, seq
+            # Every report is in exactly one place (the base or one segment), so the reports
+            # in the base and in the segments up to ``seq`` add up to what the caller holds
+            # unless a compaction moved later segments into the base.
+            held = db.execute(
+                "SELECT coalesce((SELECT reports FROM aggregates WHERE uc = ?1 AND period = ?2), 0) + "
+                "coalesce((SELECT sum(reports) FROM segments WHERE uc = ?1 AND period = ?2 AND seq <= ?3), 0)",
+                (row.id, info.period, seq),
+            ).fetchone()[0]
+            if int(held) != info.reports:
+                return None
+            reports, records = info.reports, info.records
+            for kind, n_rep, n_rec, blob in db.execute(
+                "SELECT kind, reports, records, data FROM segments WHERE uc = ? AND period = ? AND seq > ? "
+                "AND seq <= ? ORDER BY seq",
+                (row.id, info.period, seq, last),
+            ):
+                aggregate = self._fold(row, aggregate, kind, blob)
+                reports += int(n_rep)
+                records += int(n_rec)
+        finally:
+            db.execute("COMMIT")
+        return aggregate, KeyInfo(info.use_case, info.period, reports, records), last
+
+    def last_seq(self) -> int:
+        """The sequence number of the latest segment ever committed (0 before the first)."""
+        row = self._db.execute("SELECT seq FROM sqlite_sequence WHERE name = 'segments'").fetchone()
+        return int(row[0]) if row else 0
 
     def totals(self, use_case: str | None = None) -> list[KeyInfo]:
         """Every (use case, period) with data, with its report and record totals, oldest first."""

@@ -1,0 +1,359 @@
+"""Materialised aggregates: what the HTTP API reads instead of re-reading the store.
+
+The store keeps each (use case, period) aggregate as a base plus the segments that commits
+added (``collector.store``); reading one decompresses the base and folds every segment. For
+the deployed Count Mean Sketch (k = 65,536, m = 1,024) that is a 256 MiB table per read, so
+the running service keeps the aggregates people read in memory and keeps them current:
+
+* After each commit, ingest names the keys it added to (:meth:`LiveAggregates.committed`). A
+  background task folds into each resident aggregate only the segments committed since it
+  was last current (:meth:`CheckpointStore.catch_up`), and materialises a key it does not
+  hold yet (a new period) once. It reads the new segments back rather than folding the
+  commit's batches from ingest's memory: that keeps the view exact when several collectors
+  share one database (every member's commits are folded, whoever serves the request), and
+  costs no more than what was added - one commit's records.
+* A request checks that its key is current (one query on the segment sequence; normally the
+  background task has already caught up), then computes the estimate from memory with
+  :func:`collector.estimation.estimate_aggregate` and keeps it with the aggregate's version
+  (which changes with every commit that adds to the key). A repeated request for an
+  unchanged aggregate reuses it.
+
+Memory is bounded: resident aggregates are kept least recently used first out, up to
+``estimation.memory_mib`` MiB of array memory (their numpy arrays, caches included, measured
+as the store measures them). An aggregate larger than the whole bound is read for the
+request and not kept, as the CLI does.
+
+Threads, not processes: one thread owns the read-only SQLite connection and does every read
+and fold; estimates run in ``estimation.workers`` other threads. Worker processes would need
+each aggregate copied to them (what they did before: each re-read it from SQLite), while the
+heavy parts of an estimate - numpy gathers and sums over the sketch, the Lasso's BLAS - release
+the GIL, so a thread keeps them off the event loop just as well. Each resident aggregate has
+a lock: a fold waits for an estimate reading it, and the other way round.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import concurrent.futures
+import dataclasses
+import functools
+import logging
+import threading
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from collector.config import CollectorConfig
+from collector.errors import StoreError
+from collector.estimation import default_period, estimate_aggregate, series_of, status_of
+from collector.store import CheckpointStore, KeyInfo, footprint
+from protocol.registry import Registry, UseCase
+
+__all__ = ["Key", "LiveAggregates", "LiveStatistics"]
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+Key = tuple[str, int]
+"""A (use case, period) pair."""
+
+_MIN_BYTES = 4096  # what an entry is charged at least (its Python objects, for tiny aggregates)
+
+
+@dataclass
+class _Entry:
+    aggregate: Any
+    info: KeyInfo
+    seq: int
+    version: int
+    nbytes: int
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    estimate: tuple[int, dict[str, Any]] | None = None
+    measured: int = 0  # footprint after the last estimate (caches an estimate may add)
+
+
+@dataclass(frozen=True, slots=True)
+class LiveStatistics:
+    """A snapshot of the materialised aggregates.
+
+    Attributes:
+        resident: aggregates held.
+        bytes: their array memory.
+        bound: the most array memory held.
+        loads: aggregates read whole from the store (first use, eviction, after a compaction).
+        catch_ups: times new segments were folded into a resident aggregate.
+        evictions: aggregates dropped to stay under the bound.
+        estimates: estimates computed.
+        reused: requests answered with an estimate already computed for the same version.
+    """
+
+    resident: int
+    bytes: int
+    bound: int
+    loads: int
+    catch_ups: int
+    evictions: int
+    estimates: int
+    reused: int
+
+
+class LiveAggregates:
+    """The (use case, period) aggregates of one store, materialised and kept current.
+
+    Args:
+        config: the collector configuration (store path, estimation settings).
+        registry: the registry in force.
+        memory_bytes: the bound on resident array memory (default ``estimation.memory_mib``).
+    """
+
+    def __init__(self, config: CollectorConfig, registry: Registry, *, memory_bytes: int | None = None) -> None:
+        self.config = config
+        self.registry = registry
+        self.bound = config.estimation.memory_mib << 20 if memory_bytes is None else memory_bytes
+        self._io = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="aggregates")
+        self._cpu = concurrent.futures.ThreadPoolExecutor(
+            max_workers=max(config.estimation.workers, 1), thread_name_prefix="estimate"
+        )
+        # Everything below is touched only on the aggregates thread (the _io executor) ...
+        self._store: CheckpointStore | None = None
+        self._opened_at = -1
+        self._entries: collections.OrderedDict[Key, _Entry] = collections.OrderedDict()
+        self._bytes = 0
+        self._version = 0
+        self._totals: tuple[int, list[KeyInfo]] | None = None
+        self._sizes: dict[str, int] = {}
+        self._loads = self._catch_ups = self._evictions = 0
+        # ... except these counters, bumped on the estimate threads under the entry's lock,
+        self._estimates = self._reused = 0
+        # and these, on the event loop.
+        self._dirty: set[Key] = set()
+        self._wake = asyncio.Event()
+
+    # -- the event-loop side --------------------------------------------------------------
+
+    async def _on(self, executor: concurrent.futures.Executor, fn: Callable[..., T], *args: Any) -> T:
+        return await asyncio.get_running_loop().run_in_executor(executor, functools.partial(fn, *args))
+
+    async def estimate(self, use_case: str, period: int | None = None) -> tuple[tuple[str, int, int], dict[str, Any]]:
+        """The estimate of ``use_case`` for ``period`` (default :func:`~collector.estimation.default_period`).
+
+        Returns:
+            ``(use case, period, version)`` - equal for two calls exactly when the result is
+            the same computation - and the JSON-ready result of ``estimate_aggregate``.
+
+        Raises:
+            KeyError: the use case is not in the registry.
+            StoreError: the checkpoint database cannot be read.
+        """
+        uc = self.registry.use_cases[use_case]
+        key, entry = await self._on(self._io, self._io_resolve, uc, period)
+        version, result = await self._on(self._cpu, self._compute, uc, entry)
+        return (key[0], key[1], version), result
+
+    async def series(self, use_case: str, *, limit: int = 120) -> dict[str, Any]:
+        """:func:`~collector.estimation.series_of` the latest ``limit`` periods with data.
+
+        Raises:
+            KeyError: the use case is not in the registry.
+        """
+        uc = self.registry.use_cases[use_case]
+        return await self._on(self._io, self._io_series, uc, limit)
+
+    async def status(self) -> dict[str, Any]:
+        """:func:`~collector.estimation.status_of` the store, with :meth:`statistics` under ``materialised``."""
+        return await self._on(self._io, self._io_status)
+
+    def committed(self, keys: Iterable[Key]) -> None:
+        """Note that a commit added to ``keys``; :meth:`run` folds it in."""
+        self._dirty.update(keys)
+        self._wake.set()
+
+    async def run(self) -> None:
+        """Fold commits into the resident aggregates as :meth:`committed` reports them, until cancelled.
+
+        A store that cannot be read is logged and retried at the next commit: requests read
+        the store themselves and report the error, so the view is never served stale silently.
+        """
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            keys, self._dirty = self._dirty, set()
+            try:
+                await self._on(self._io, self._io_fold, sorted(keys))
+            except StoreError as exc:
+                log.warning("materialised aggregates not updated: %s", exc)
+
+    def statistics(self) -> LiveStatistics:
+        """A snapshot of the counters (approximate while the aggregates thread works)."""
+        return LiveStatistics(
+            resident=len(self._entries),
+            bytes=self._bytes,
+            bound=self.bound,
+            loads=self._loads,
+            catch_ups=self._catch_ups,
+            evictions=self._evictions,
+            estimates=self._estimates,
+            reused=self._reused,
+        )
+
+    def close(self) -> None:
+        """Stop the threads (waiting for the running task) and close the database."""
+        self._cpu.shutdown(wait=True, cancel_futures=True)
+        self._io.shutdown(wait=True, cancel_futures=True)
+        if self._store is not None:
+            self._store.close()
+            self._store = None
+        self._entries.clear()
+        self._bytes = 0
+
+    # -- the estimate threads ---------------------------------------------------------------
+
+    def _compute(self, uc: UseCase, entry: _Entry) -> tuple[int, dict[str, Any]]:
+        with entry.lock:
+            if entry.estimate is not None and entry.estimate[0] == entry.version:
+                self._reused += 1
+                return entry.estimate
+            estimation = self.config.estimation
+            result = estimate_aggregate(
+                uc,
+                entry.aggregate,
+                entry.info,
+                confidence=estimation.confidence,
+                registry_dir=self.config.registry.parent,
+                sfp_alphabet=estimation.sfp_alphabet,
+            )
+            entry.estimate = (entry.version, result)
+            # An estimate may keep a transform with the aggregate (HCMS keeps its Hadamard
+            # rows): charge it at the next accounting.
+            entry.measured = footprint(entry.aggregate)
+            self._estimates += 1
+            return entry.estimate
+
+    # -- the aggregates thread --------------------------------------------------------------
+
+    def _io_db(self, use_case: str | None = None) -> CheckpointStore:
+        store = self._store
+        # A read-only connection knows the use cases collected when it opened; reopen (once
+        # per new commit) in case this one has been collected since.
+        if (
+            store is not None
+            and use_case is not None
+            and use_case not in store.use_case_names()
+            and store.last_seq() != self._opened_at
+        ):
+            store.close()
+            self._store = store = None
+        if store is None:
+            store = self._store = CheckpointStore(self.config.store.path, self.registry, readonly=True)
+            self._opened_at = store.last_seq()
+        return store
+
+    def _io_totals(self, use_case: str | None = None) -> list[KeyInfo]:
+        store = self._io_db(use_case)
+        last = store.last_seq()
+        if self._totals is None or self._totals[0] != last:
+            self._totals = (last, store.totals())
+        return [i for i in self._totals[1] if use_case is None or i.use_case == use_case]
+
+    def _io_resolve(self, uc: UseCase, period: int | None) -> tuple[Key, _Entry]:
+        if period is None:
+            period = default_period(uc, self._io_totals(uc.name))
+        key = (uc.name, period)
+        return key, self._io_sync(key)
+
+    def _next_version(self) -> int:
+        self._version += 1
+        return self._version
+
+    def _io_sync(self, key: Key) -> _Entry:
+        """The key's entry, current to the latest commit the store holds."""
+        store = self._io_db(key[0])
+        entry = self._entries.get(key)
+        if entry is not None:
+            self._entries.move_to_end(key)
+            self._account(key, entry)
+            if entry.seq == store.last_seq():
+                return entry
+            with entry.lock:
+                try:
+                    caught = store.catch_up(entry.aggregate, entry.info, entry.seq)
+                except BaseException:
+                    self._drop(key)  # it may be half folded
+                    raise
+                if caught is not None:
+                    entry.aggregate, info, entry.seq = caught
+                    if info != entry.info:
+                        entry.info = info
+                        entry.version = self._next_version()
+                        self._catch_ups += 1
+                    entry.measured = footprint(entry.aggregate)  # a fold may widen the counters
+            if caught is not None:
+                self._account(key, entry)
+                return entry
+            self._drop(key)
+        aggregate, info, seq = store.aggregate_at(*key)
+        self._loads += 1
+        size = max(footprint(aggregate), _MIN_BYTES)
+        entry = _Entry(aggregate=aggregate, info=info, seq=seq, version=self._next_version(), nbytes=size)
+        if size <= self.bound:
+            self._entries[key] = entry
+            self._bytes += size
+            self._evict(keep=key)
+        return entry
+
+    def _account(self, key: Key, entry: _Entry) -> None:
+        size = max(entry.nbytes, entry.measured, _MIN_BYTES)
+        if size != entry.nbytes:
+            self._bytes += size - entry.nbytes
+            entry.nbytes = size
+        self._evict(keep=key)
+
+    def _evict(self, *, keep: Key) -> None:
+        while self._bytes > self.bound and self._entries:
+            oldest = next(iter(self._entries))
+            if oldest == keep and len(self._entries) == 1:
+                self._drop(oldest)  # grew past the whole bound on its own
+                break
+            if oldest == keep:
+                self._entries.move_to_end(oldest)
+                continue
+            self._drop(oldest)
+            self._evictions += 1
+
+    def _drop(self, key: Key) -> None:
+        entry = self._entries.pop(key, None)
+        if entry is not None:
+            self._bytes -= entry.nbytes
+
+    def _io_fold(self, keys: Iterable[Key]) -> None:
+        for key in keys:
+            if key[0] not in self.registry.use_cases:
+                continue
+            if key not in self._entries and self._size_of(key[0]) > self.bound:
+                continue  # never kept: reading it now would be wasted
+            self._io_sync(key)
+
+    def _size_of(self, use_case: str) -> int:
+        size = self._sizes.get(use_case)
+        if size is None:
+            size = self._sizes[use_case] = footprint(self.registry.use_cases[use_case].mechanism.new_aggregate())
+        return size
+
+    def _io_series(self, uc: UseCase, limit: int) -> dict[str, Any]:
+        infos = self._io_totals(uc.name)[-limit:]
+        # Only proportions and means are evaluated per period; their aggregates are tiny, and
+        # only this thread folds, so reading them here without the lock is safe.
+        confidence = self.config.estimation.confidence
+        return series_of(uc, infos, lambda period: self._io_sync((uc.name, period)).aggregate, confidence=confidence)
+
+    def _io_status(self) -> dict[str, Any]:
+        totals = self._io_totals()
+        store = self._io_db()
+        counters = store.counters()
+        instances = {instance: store.counters(instance) for instance in store.instances()}
+        status = status_of(self.registry, totals, counters, instances, store_path=self.config.store.path)
+        stats = self.statistics()
+        status["materialised"] = dataclasses.asdict(stats)
+        return status
