@@ -657,6 +657,10 @@ class CMSAggregate:
         self._row_counts: npt.NDArray[np.int64] = np.zeros(k, dtype=np.int64) if row_counts is None else row_counts
         self._n = int(self._row_counts.sum())
         self._second_moment: float | None = None
+        # Σ_ℓ (ones[j, ℓ] - n_j q)**2 per row j, once second_moment() has needed it: an add
+        # then refreshes only the rows it touched, so a collector that keeps its sketch in
+        # memory answers the next query without another pass over all k x m counters.
+        self._row_squares: npt.NDArray[np.float64] | None = None
 
     @property
     def n(self) -> int:
@@ -727,6 +731,8 @@ class CMSAggregate:
         self._row_counts[rows] = counts
         self._n += n
         self._second_moment = None
+        if self._row_squares is not None:
+            self._row_squares[rows] = self._squares(rows)
 
     def merge(self, other: Self) -> Self:
         """The aggregate of both inputs' reports."""
@@ -788,18 +794,25 @@ class CMSAggregate:
         if n == 0:
             return 0.0
         c = mech.c_epsilon
-        q = 1.0 - mech.keep_probability
         nj = self._row_counts.astype(np.float64)
-        total = 0.0
-        block = max(1, (1 << 22) // m)
-        for start in range(0, k, block):
-            debiased = self._ones[start : start + block].astype(np.float64)
-            debiased -= (nj[start : start + block] * q)[:, None]
-            total += float(np.einsum("ij,ij->", debiased, debiased))
+        if self._row_squares is None:
+            block = max(1, (1 << 22) // m)
+            self._row_squares = np.concatenate(
+                [self._squares(np.arange(start, min(start + block, k))) for start in range(0, k, block)]
+            )
+        total = float(self._row_squares.sum())
         row_sq = c * c * total - m * n * mech.coin_variance - float(np.dot(nj, nj)) / m
         f2 = k * row_sq / (1 - 1 / m) - (k - 1) * n
         self._second_moment = float(min(max(f2, float(n)), float(n) * n))
         return self._second_moment
+
+    def _squares(self, rows: npt.NDArray[np.intp] | npt.NDArray[np.int64]) -> npt.NDArray[np.float64]:
+        """``Σ_ℓ (ones[j, ℓ] - n_j q)**2`` for each row ``j`` of ``rows`` (one row at a time the same way)."""
+        q = 1.0 - self.mechanism.keep_probability
+        debiased = self._ones[rows].astype(np.float64)
+        debiased -= (self._row_counts[rows].astype(np.float64) * q)[:, None]
+        squares: npt.NDArray[np.float64] = np.einsum("ij,ij->i", debiased, debiased)
+        return squares
 
     def estimate(self, candidates: Sequence[str | bytes], *, workers: int | None = None) -> VectorEstimate:
         """Estimated counts of ``candidates`` (003 Alg. 4) with standard errors.
