@@ -4,16 +4,23 @@
 It reads the JSON API (relative URLs, so it works behind a path prefix) and draws, per use
 case: the mean or proportion per period over time with its confidence band; the histogram
 with error bars (confidence intervals) and the consistent (projected) histogram; the table
-of discovered strings with counts, standard errors, intervals and p-values; reports per
-period; and why an estimate is withheld when it is. ``body[data-ready]`` turns to ``1``
+of discovered strings with counts, standard errors, intervals and p-values (the first 50
+rows, or ``?rows=N``, with how many more are hidden and a button showing them all); reports
+per period; and why an estimate is withheld when it is. Every number goes through one
+formatter (``collector.numbers``, the CLI's too); axes have round ticks that include zero,
+titles, and labels spaced so they neither overlap nor leave the chart. The ε on each card is
+the one charged per report (``epsilon_report``), with the registry's declared bound if looser. ``body[data-ready]`` turns to ``1``
 once everything is drawn (``error`` on failure), for headless checks.
 """
 
 from __future__ import annotations
 
+from collector.numbers import FORMAT_JS
+
 __all__ = ["DASHBOARD_HTML"]
 
-DASHBOARD_HTML = r"""<!doctype html>
+DASHBOARD_HTML = (
+    r"""<!doctype html>
 <html lang="en">
 <head>
 <meta charset="utf-8">
@@ -42,6 +49,9 @@ DASHBOARD_HTML = r"""<!doctype html>
   svg.reports { margin-top: 10px; }
   svg text { font-size: 11px; fill: var(--muted); }
   svg .title { fill: var(--fg); font-size: 12px; }
+  svg .axis-title { fill: var(--fg); }
+  .hidden-rows { color: var(--muted); font-size: 12px; margin-top: 6px; }
+  .hidden-rows button { font: inherit; margin-left: 6px; }
   .error { color: #b42318; padding: 16px 24px; white-space: pre-wrap; }
   .rejects { font-size: 12px; color: #d0d5dd; }
 </style>
@@ -57,13 +67,9 @@ DASHBOARD_HTML = r"""<!doctype html>
 "use strict";
 const NS = "http://www.w3.org/2000/svg";
 
-function fmt(x, digits) {
-  if (x === null || x === undefined || Number.isNaN(x)) return "n/a";
-  const a = Math.abs(x);
-  if (a !== 0 && (a >= 1e6 || a < 1e-3)) return x.toExponential(2);
-  return Number(x).toPrecision(digits || 4).replace(/\.?0+$/, "");
-}
-
+"""
+    + FORMAT_JS
+    + r"""
 function el(tag, attrs, ...children) {
   const node = document.createElement(tag);
   for (const [k, v] of Object.entries(attrs || {})) node.setAttribute(k, v);
@@ -89,36 +95,59 @@ function scale(d0, d1, r0, r1) {
   return v => r0 + (v - d0) / span * (r1 - r0);
 }
 
-function niceRange(lo, hi) {
-  if (!(isFinite(lo) && isFinite(hi))) return [0, 1];
-  if (lo === hi) { lo -= Math.abs(lo) * 0.1 + 1e-9; hi += Math.abs(hi) * 0.1 + 1e-9; }
-  const pad = (hi - lo) * 0.08;
-  return [lo - pad, hi + pad];
+// Approximate width of an 11px label: enough to keep labels apart and inside the chart.
+const textWidth = s => 6.6 * String(s).length;
+
+// Ticks at multiples of a 1-2-2.5-5 step covering [lo, hi]: round labels, and zero among them
+// whenever the range spans it.
+function ticks(lo, hi, count) {
+  if (!(isFinite(lo) && isFinite(hi))) { lo = 0; hi = 1; }
+  if (lo === hi) { const d = Math.abs(lo) * 0.1 || 1; lo -= d; hi += d; }
+  const raw = (hi - lo) / Math.max(count, 1), mag = Math.pow(10, Math.floor(Math.log10(raw)));
+  const step = [1, 2, 2.5, 5, 10].map(f => f * mag).find(v => v >= raw * (1 - 1e-9));
+  const first = Math.floor(lo / step + 1e-9), last = Math.ceil(hi / step - 1e-9);
+  const out = [];
+  for (let i = first; i <= last; i++) out.push(i === 0 ? 0 : i * step);
+  return out;
 }
 
-function yAxis(g, y, lo, hi, x0, x1) {
-  for (let i = 0; i <= 4; i++) {
-    const v = lo + (hi - lo) * i / 4;
-    g.append(sv("line", {x1: x0, x2: x1, y1: y(v), y2: y(v), stroke: "#eaecf0"}));
-    g.append(sv("text", {x: x0 - 6, y: y(v) + 4, "text-anchor": "end"}, fmt(v, 3)));
+// A left axis: grid lines, labels that fit the margin, the zero line, and the axis title.
+function yAxis(g, y, values, x0, x1, title, top, bottom) {
+  for (const v of values) {
+    g.append(sv("line", {x1: x0, x2: x1, y1: y(v), y2: y(v), stroke: v === 0 ? "#98a2b3" : "#eaecf0"}));
+    g.append(sv("text", {x: x0 - 6, y: y(v) + 4, "text-anchor": "end", class: "tick"}, fmt(v)));
   }
+  const mid = (top + bottom) / 2;
+  g.append(sv("text", {x: 12, y: mid, transform: `rotate(-90 12 ${mid})`, "text-anchor": "middle", class: "axis-title"}, title));
+}
+
+// The left margin that holds the widest tick label and the rotated axis title.
+const leftMargin = values => Math.max(48, 30 + Math.max(...values.map(v => textWidth(fmt(v)))));
+
+// Indices of labels of width `width` placed every `slot` pixels that do not overlap.
+function spaced(count, slot, width) {
+  const every = Math.max(1, Math.ceil((width + 8) / Math.max(slot, 1e-9)));
+  const out = [];
+  for (let i = 0; i < count; i += every) out.push(i);
+  if (out[out.length - 1] !== count - 1 && (count - 1 - out[out.length - 1]) * slot >= width + 8) out.push(count - 1);
+  return out;
 }
 
 // Mean or proportion per period: line, points, confidence band.
 function seriesChart(series, label) {
   const pts = series.points.filter(p => p.value !== undefined && p.value !== null);
-  const W = 540, H = 220, L = 60, R = 12, T = 22, B = 34;
+  const W = 540, H = 240, R = 40, T = 22, B = 44;
   const svg = sv("svg", {width: W, height: H, viewBox: `0 0 ${W} ${H}`, class: "chart series", "data-points": pts.length});
-  svg.append(sv("text", {x: L, y: 14, class: "title"}, `${label} per period (band: ${Math.round(series.confidence * 100)}% CI)`));
   if (pts.length === 0) {
     svg.append(sv("text", {x: W / 2, y: H / 2, "text-anchor": "middle"}, "no released periods yet"));
     return svg;
   }
-  const los = pts.map(p => p.ci[0]), his = pts.map(p => p.ci[1]);
-  const [lo, hi] = niceRange(Math.min(...los), Math.max(...his));
-  const x = scale(0, Math.max(pts.length - 1, 1), L + 10, W - R - 10), y = scale(lo, hi, H - B, T);
+  const ys = ticks(Math.min(...pts.map(p => p.ci[0])), Math.max(...pts.map(p => p.ci[1])), 4);
+  const L = leftMargin(ys);
+  svg.append(sv("text", {x: L, y: 14, class: "title"}, `${label} per period (band: ${fmt(series.confidence * 100)}% CI)`));
+  const x = scale(0, Math.max(pts.length - 1, 1), L + 10, W - R), y = scale(ys[0], ys[ys.length - 1], H - B, T);
   const g = sv("g");
-  yAxis(g, y, lo, hi, L, W - R);
+  yAxis(g, y, ys, L, W - R + 10, label, T, H - B);
   const upper = pts.map((p, i) => `${x(i)},${y(p.ci[1])}`);
   const lower = pts.map((p, i) => `${x(i)},${y(p.ci[0])}`).reverse();
   if (pts.length > 1) g.append(sv("polygon", {points: upper.concat(lower).join(" "), fill: "var(--band)", class: "ci-band"}));
@@ -128,14 +157,14 @@ function seriesChart(series, label) {
   g.append(sv("polyline", {points: pts.map((p, i) => `${x(i)},${y(p.value)}`).join(" "), fill: "none", stroke: "var(--accent)", "stroke-width": 2}));
   pts.forEach((p, i) => {
     const c = sv("circle", {cx: x(i), cy: y(p.value), r: 3.5, fill: "var(--accent)", class: "point"});
-    c.append(sv("title", {}, `${p.period_start}: ${fmt(p.value)} ± ${fmt(p.standard_error)} (SE), ${p.reports} reports`));
+    c.append(sv("title", {}, `${p.period_start}: ${fmt(p.value)} ± ${fmt(p.standard_error)} (SE), ${fmt(p.reports)} reports`));
     g.append(c);
   });
-  const every = Math.max(1, Math.ceil(pts.length / 6));
-  pts.forEach((p, i) => {
-    if (i % every === 0 || i === pts.length - 1)
-      g.append(sv("text", {x: x(i), y: H - B + 16, "text-anchor": "middle"}, p.period_start.slice(5, 16).replace("T", " ")));
-  });
+  const stamp = p => p.period_start.slice(5, 16).replace("T", " ");
+  const slot = pts.length > 1 ? x(1) - x(0) : W;
+  for (const i of spaced(pts.length, slot, textWidth("00-00 00:00")))
+    g.append(sv("text", {x: x(i), y: H - B + 16, "text-anchor": "middle", class: "tick"}, stamp(pts[i])));
+  g.append(sv("text", {x: (L + W - R) / 2, y: H - 6, "text-anchor": "middle", class: "axis-title"}, "period start (UTC, month-day hour:minute)"));
   svg.append(g);
   return svg;
 }
@@ -143,81 +172,110 @@ function seriesChart(series, label) {
 // Histogram: bars (estimate), error bars (CI), diamonds (consistent histogram).
 function histogramChart(est, confidence) {
   const b = est.buckets;
-  const W = 540, H = 240, L = 60, R = 12, T = 22, B = 46;
+  const W = 540, H = 260, R = 28, T = 22, B = 46;
   const svg = sv("svg", {width: W, height: H, viewBox: `0 0 ${W} ${H}`, class: "chart histogram", "data-bars": b.length});
-  svg.append(sv("text", {x: L, y: 14, class: "title"}, `share of devices per bucket (error bars: ${Math.round(confidence * 100)}% CI; ◆ consistent)`));
   const vals = b.flatMap(v => [v.ci[0], v.ci[1], v.consistent, 0]).filter(v => v !== null);
-  const [lo, hi] = niceRange(Math.min(...vals), Math.max(...vals));
-  const y = scale(lo, hi, H - B, T);
+  const ys = ticks(Math.min(...vals), Math.max(...vals), 4);
+  const L = leftMargin(ys);
+  svg.append(sv("text", {x: L, y: 14, class: "title"}, `share of devices per bucket (error bars: ${fmt(confidence * 100)}% CI; ◆ consistent)`));
+  const y = scale(ys[0], ys[ys.length - 1], H - B, T);
   const slot = (W - L - R) / b.length;
   const g = sv("g");
-  yAxis(g, y, lo, hi, L, W - R);
+  yAxis(g, y, ys, L, W - R, "share of devices", T, H - B);
   b.forEach((v, i) => {
     const x0 = L + i * slot + slot * 0.15, w = slot * 0.7, cx = x0 + w / 2;
     const top = y(Math.max(v.value, 0)), base = y(Math.min(v.value, 0));
     const bar = sv("rect", {x: x0, y: Math.min(top, base), width: w, height: Math.max(Math.abs(base - top), 0.5), fill: "var(--bar)", class: "bar"});
-    bar.append(sv("title", {}, `[${fmt(v.low)}, ${fmt(v.high)}): ${fmt(v.value)} ± ${fmt(v.standard_error)} (SE)`));
+    bar.append(sv("title", {}, `[${edge(v.low)}, ${edge(v.high)}): ${fmt(v.value)} ± ${fmt(v.standard_error)} (SE)`));
     g.append(bar);
     if (v.ci[0] !== null && v.ci[1] !== null) {
       g.append(sv("line", {x1: cx, x2: cx, y1: y(v.ci[0]), y2: y(v.ci[1]), stroke: "#101828", "stroke-width": 1.3, class: "error-bar"}));
       for (const end of v.ci) g.append(sv("line", {x1: cx - w * 0.2, x2: cx + w * 0.2, y1: y(end), y2: y(end), stroke: "#101828", "stroke-width": 1.3}));
     }
     if (v.consistent !== null) g.append(sv("path", {d: `M${cx},${y(v.consistent) - 4} l4,4 l-4,4 l-4,-4 z`, fill: "#f79009", class: "consistent"}));
-    if (b.length <= 16 || i % Math.ceil(b.length / 16) === 0)
-      g.append(sv("text", {x: cx, y: H - B + 14, "text-anchor": "middle"}, fmt(v.low, 3)));
   });
-  g.append(sv("line", {x1: L, x2: W - R, y1: y(0), y2: y(0), stroke: "#98a2b3"}));
-  g.append(sv("text", {x: (L + W - R) / 2, y: H - 8, "text-anchor": "middle"}, "bucket (lower edge)"));
+  // Labels on the bucket edges (every one that fits), the last edge included when it fits.
+  const edges = b.map(v => v.low).concat([b[b.length - 1].high]);
+  const widest = Math.max(...edges.map(e => textWidth(edge(e))));
+  for (const i of spaced(edges.length, slot, widest)) {
+    g.append(sv("line", {x1: L + i * slot, x2: L + i * slot, y1: H - B, y2: H - B + 4, stroke: "#98a2b3"}));
+    g.append(sv("text", {x: L + i * slot, y: H - B + 16, "text-anchor": "middle", class: "tick"}, edge(edges[i])));
+  }
+  g.append(sv("text", {x: (L + W - R) / 2, y: H - 6, "text-anchor": "middle", class: "axis-title"}, "value (bucket edges)"));
   svg.append(g);
   return svg;
 }
 
+const edge = v => v === null ? "∞" : fmt(v, 6);
+
 function reportsChart(series) {
   const pts = series.points;
-  const W = 540, H = 70, L = 60, R = 12, T = 16, B = 8;
-  const svg = sv("svg", {width: W, height: H, viewBox: `0 0 ${W} ${H}`, class: "chart reports"});
-  svg.append(sv("text", {x: L, y: 11, class: "title"}, "reports per period"));
   const max = Math.max(1, ...pts.map(p => p.reports));
+  const W = 540, H = 84, R = 12, T = 18, B = 8, L = leftMargin([0, max]);
+  const svg = sv("svg", {width: W, height: H, viewBox: `0 0 ${W} ${H}`, class: "chart reports"});
+  svg.append(sv("text", {x: L, y: 12, class: "title"}, "reports per period (amber: below min_reports, not released)"));
   const slot = (W - L - R) / Math.max(pts.length, 1);
   pts.forEach((p, i) => {
     const h = (H - T - B) * p.reports / max;
     const r = sv("rect", {x: L + i * slot + 1, y: H - B - h, width: Math.max(slot - 2, 1), height: h, fill: p.released ? "#98a2b3" : "#fdb022"});
-    r.append(sv("title", {}, `${p.period_start}: ${p.reports} reports${p.released ? "" : " (below min_reports)"}`));
+    r.append(sv("title", {}, `${p.period_start}: ${fmt(p.reports)} reports${p.released ? "" : " (below min_reports)"}`));
     svg.append(r);
   });
-  svg.append(sv("text", {x: L - 6, y: T + 8, "text-anchor": "end"}, String(max)));
+  svg.append(sv("line", {x1: L, x2: W - R, y1: H - B, y2: H - B, stroke: "#98a2b3"}));
+  svg.append(sv("text", {x: L - 6, y: T + 8, "text-anchor": "end", class: "tick"}, fmt(max)));
+  svg.append(sv("text", {x: L - 6, y: H - B, "text-anchor": "end", class: "tick"}, "0"));
   return svg;
 }
 
 function correctionText(e) {
   // pfer's level counts false strings; the other corrections' is a rate (stats.py).
   if (!e.correction) return "";
-  if (e.correction === "pfer") return ` · pfer: at most ${e.alpha} false strings expected`;
-  return ` · ${e.correction} at α = ${e.alpha}`;
+  if (e.correction === "pfer") return ` · pfer: at most ${fmt(e.alpha)} false strings expected`;
+  return ` · ${e.correction} at α = ${fmt(e.alpha)}`;
 }
 
+// Rows shown before "show all" (?rows=N changes it).
+const ROW_LIMIT = Math.max(1, parseInt(new URLSearchParams(location.search).get("rows"), 10) || 50);
+
 function stringsTable(est, confidence) {
-  const hasP = est.items.some(i => i.p_value !== undefined);
+  const items = est.items;
+  const hasP = items.some(i => i.p_value !== undefined);
   const head = el("tr", {}, el("th", {}, "value"), el("th", {}, "count"), el("th", {}, "SE"),
-                  el("th", {}, `${Math.round(confidence * 100)}% CI`));
+                  el("th", {}, `${fmt(confidence * 100)}% CI`));
   if (hasP) head.append(el("th", {}, "p-value"));
   const table = el("table", {class: "strings"}, el("thead", {}, head));
   const body = el("tbody");
-  for (const it of est.items.slice(0, 50)) {
-    const row = el("tr", {}, el("td", {}, it.value), el("td", {}, fmt(it.count)), el("td", {}, fmt(it.standard_error)),
-                   el("td", {}, `${fmt(it.ci[0])} … ${fmt(it.ci[1])}`));
-    if (hasP) row.append(el("td", {}, fmt(it.p_value, 2)));
-    body.append(row);
-  }
+  const fill = rows => {
+    body.textContent = "";
+    for (const it of rows) {
+      const row = el("tr", {}, el("td", {}, it.value), el("td", {}, fmt(it.count)), el("td", {}, fmt(it.standard_error)),
+                     el("td", {}, `${fmt(it.ci[0])} … ${fmt(it.ci[1])}`));
+      if (hasP) row.append(el("td", {}, fmt(it.p_value, 2)));
+      body.append(row);
+    }
+  };
+  fill(items.slice(0, ROW_LIMIT));
   table.append(body);
-  return table;
+  const box = el("div", {}, table);
+  if (items.length > ROW_LIMIT) {
+    const note = el("div", {class: "hidden-rows"},
+                    `${fmt(items.length - ROW_LIMIT)} more rows hidden (showing the ${fmt(ROW_LIMIT)} largest of ${fmt(items.length)}) `);
+    const button = el("button", {type: "button", class: "show-all"}, `show all ${fmt(items.length)}`);
+    button.addEventListener("click", () => { fill(items); note.remove(); });
+    note.append(button);
+    box.append(note);
+  }
+  return box;
 }
 
 function card(name, uc) {
   const c = el("section", {class: "card", id: "uc-" + name, "data-kind": uc.kind});
   c.append(el("h2", {}, name));
-  c.append(el("div", {class: "sub"}, `${uc.mechanism} · ε ${uc.epsilon} · period ${uc.period} · min ${uc.min_reports} reports` +
-                                       (uc.release_threshold ? ` · threshold ${uc.release_threshold}` : "") +
+  // The ε a device is charged per report (the mechanism's exact figure), and the registry's
+  // declared bound when that is looser.
+  const declared = uc.epsilon > uc.epsilon_report * (1 + 1e-9) ? ` (declared ≤ ${fmt(uc.epsilon)})` : "";
+  c.append(el("div", {class: "sub"}, `${uc.mechanism} · ε ${fmt(uc.epsilon_report)} per report${declared} · period ${uc.period} · min ${fmt(uc.min_reports)} reports` +
+                                       (uc.release_threshold ? ` · threshold ${fmt(uc.release_threshold)}` : "") +
                                        (uc.description ? ` — ${uc.description}` : "")));
   return c;
 }
@@ -228,21 +286,22 @@ async function renderUseCase(name, uc) {
   if (uc.periods.length === 0) { c.append(el("div", {class: "withheld"}, "no reports yet")); return; }
   const base = `api/v1/use-cases/${encodeURIComponent(name)}`;
   const [est, series] = await Promise.all([getJSON(base + "/estimate"), getJSON(base + "/series")]);
-  c.append(el("div", {class: "sub"}, `latest period ${est.period_start} … ${est.period_end}: ${est.reports} reports, ${est.records} records`));
+  c.append(el("div", {class: "sub"}, `latest period ${est.period_start} … ${est.period_end}: ${fmt(est.reports)} reports, ${fmt(est.records)} records`));
   if (!est.released) {
     c.append(el("div", {class: "withheld"}, "not released: " + est.withheld_reason));
   } else if (est.kind === "proportion" || est.kind === "mean") {
     const e = est.estimate;
     const h = el("div", {class: "headline"}, `${fmt(e.value)} `);
-    h.append(el("small", {}, `± ${fmt(e.standard_error)} (SE) · ${Math.round(est.confidence * 100)}% CI ${fmt(e.ci[0])} … ${fmt(e.ci[1])}`));
+    h.append(el("small", {}, `± ${fmt(e.standard_error)} (SE) · ${fmt(est.confidence * 100)}% CI ${fmt(e.ci[0])} … ${fmt(e.ci[1])}` +
+                             (e.range ? ` · range ${fmt(e.range[0])} … ${fmt(e.range[1])}` : "")));
     c.append(h);
-    c.append(seriesChart(series, est.kind === "mean" ? "mean" : "proportion"));
+    c.append(seriesChart(series, est.kind === "mean" ? "mean per device" : "share of devices"));
   } else if (est.kind === "histogram") {
     c.append(histogramChart(est.estimate, est.confidence));
   } else {
     const e = est.estimate;
-    const what = e.discovered ? "discovered strings" : `${e.items.length} of ${e.tested} dictionary entries`;
-    c.append(el("div", {class: "sub"}, `${what}` + (e.withheld ? ` · ${e.withheld} below the release threshold withheld` : "") +
+    const what = e.discovered ? `${fmt(e.items.length)} discovered strings` : `${fmt(e.items.length)} of ${fmt(e.tested)} dictionary entries released`;
+    c.append(el("div", {class: "sub"}, `${what}` + (e.withheld ? ` · ${fmt(e.withheld)} below the release threshold withheld` : "") +
                                          correctionText(e)));
     c.append(stringsTable(e, est.confidence));
   }
@@ -252,29 +311,57 @@ async function renderUseCase(name, uc) {
 async function render() {
   const status = await getJSON("api/v1/status");
   const counters = (status.live || {});
-  const rejected = Object.entries(counters.rejected || {}).map(([k, v]) => `${k} ${v}`).join(", ");
+  const rejected = Object.entries(counters.rejected || {}).map(([k, v]) => `${k} ${fmt(v)}`).join(", ");
   const s = document.getElementById("summary");
   s.textContent = "";
-  const kv = (k, v) => { const span = el("span", {}, k + " "); span.append(el("b", {}, String(v))); s.append(span, "  ·  "); };
+  const kv = (k, v) => {
+    if (s.childNodes.length) s.append("  ·  ");
+    const span = el("span", {class: "kv-" + k.replace(/ /g, "-")}, k + " ");
+    span.append(el("b", {}, String(v)));
+    s.append(span);
+  };
   kv("instance", status.instance);
   kv("registry", status.registry_hash.slice(0, 12));
-  kv("reports folded", status.counters.reports || 0);
+  kv("reports folded", fmt(status.counters.reports || 0));
   if (status.live) {
-    kv("messages", counters.messages);
-    kv("duplicates", counters.duplicates);
-    kv("lag", fmt(counters.aggregation_lag_seconds, 2) + " s");
-    kv("checkpoint age", counters.checkpoint_age_seconds === null ? "n/a" : fmt(counters.checkpoint_age_seconds, 2) + " s");
+    kv("messages", fmt(counters.messages));
+    kv("duplicates", fmt(counters.duplicates));
+    kv("lag", fmt(counters.aggregation_lag_seconds, 3) + " s");
+    kv("checkpoint age", fmt(counters.checkpoint_age_seconds, 3) + " s");
     kv("buffer", fmt(100 * counters.buffer_fill, 3) + " %");
   }
   if (status.transport) kv("broker", status.transport.connected ? "connected" : "disconnected");
-  if (rejected) s.append(el("span", {class: "rejects"}, "rejected: " + rejected));
+  if (rejected) s.append("  ·  ", el("span", {class: "rejects"}, "rejected: " + rejected));
   for (const [name, uc] of Object.entries(status.use_cases)) await renderUseCase(name, uc);
 }
 
-// Fresh numbers once a minute (estimates are cached server-side for a few seconds only).
+// Fresh numbers once a minute (the server recomputes an estimate only when a commit changed it).
 setTimeout(() => location.reload(), 60000);
 
-render().then(() => { document.body.dataset.ready = "1"; }, err => {
+// Labels that overlap one another or reach outside their chart, measured as drawn: the
+// headless test reads the count from body[data-layout-problems] (0 when every label is clear).
+function layoutProblems() {
+  const problems = [];
+  for (const svg of document.querySelectorAll("svg.chart")) {
+    const frame = svg.getBoundingClientRect();
+    const boxes = [...svg.querySelectorAll("text")].map(t => [t.textContent, t.getBoundingClientRect()]);
+    boxes.forEach(([label, b], i) => {
+      if (b.left < frame.left - 0.5 || b.right > frame.right + 0.5 || b.top < frame.top - 0.5 || b.bottom > frame.bottom + 0.5)
+        problems.push(`clipped: ${label}`);
+      for (const [other, c] of boxes.slice(i + 1))
+        if (b.left < c.right - 1 && c.left < b.right - 1 && b.top < c.bottom - 1 && c.top < b.bottom - 1)
+          problems.push(`overlap: ${label} / ${other}`);
+    });
+  }
+  return problems;
+}
+
+render().then(() => {
+  const problems = layoutProblems();
+  document.body.dataset.layoutProblems = String(problems.length);
+  if (problems.length) console.warn("dashboard layout:", problems.join("; "));
+  document.body.dataset.ready = "1";
+}, err => {
   const box = document.getElementById("error");
   box.hidden = false;
   box.textContent = String(err && err.stack || err);
@@ -284,3 +371,4 @@ render().then(() => { document.body.dataset.ready = "1"; }, err => {
 </body>
 </html>
 """
+)

@@ -47,6 +47,7 @@ from collector.config import CollectorConfig
 from collector.decoding.consistency import project_simplex as _project
 from collector.decoding.rappor import RapporDecoder
 from collector.errors import StoreError
+from collector.numbers import format_number
 from collector.store import CheckpointStore, KeyInfo
 from protocol.interfaces import (
     Aggregate,
@@ -475,7 +476,7 @@ def store_status(config: CollectorConfig) -> dict[str, Any]:
 
 
 def _fmt(x: float | None) -> str:
-    return "n/a" if x is None else f"{x:.6g}"
+    return format_number(x)
 
 
 def format_estimate(result: dict[str, Any]) -> str:
@@ -483,7 +484,7 @@ def format_estimate(result: dict[str, Any]) -> str:
     head = (
         f"{result['use_case']} ({result['mechanism']}), period {result['period']} "
         f"[{result['period_start']} .. {result['period_end']}): "
-        f"{result['reports']} reports, {result['records']} records"
+        f"{_fmt(result['reports'])} reports, {_fmt(result['records'])} records"
     )
     lines = [head]
     if not result["released"]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import html
 import json
 import os
 import re
@@ -17,6 +18,7 @@ import pytest
 
 from collector.config import CollectorConfig, parse_config
 from collector.http import HttpApi
+from collector.numbers import format_number
 from collector.store import CheckpointStore
 from protocol.registry import Registry
 from protocol.wire import decode_report, encode_report
@@ -147,25 +149,50 @@ async def _chromium(args: list[str], profile: Path) -> bytes:
     return out
 
 
+def _text(fragment: str) -> str:
+    """The text of an HTML fragment as a browser shows it (tags dropped, entities read, spaces collapsed)."""
+    return " ".join(html.unescape(re.sub(r"<[^>]+>", " ", fragment)).split())
+
+
+def _card(dom: str, name: str) -> str:
+    match = re.search(rf'<section class="card" id="uc-{re.escape(name)}".*?</section>', dom, re.S)
+    assert match, f"no card for {name}"
+    return match.group(0)
+
+
+def _rows(card: str) -> list[list[str]]:
+    body = re.search(r"<tbody>(.*?)</tbody>", card, re.S)
+    assert body
+    return [
+        [_text(c) for c in re.findall(r"<td>(.*?)</td>", row, re.S)]
+        for row in re.findall(r"<tr>(.*?)</tr>", body[1], re.S)
+    ]
+
+
 @pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (apt-get install chromium)")
 @run_async
 async def test_dashboard_renders_plots_in_headless_chromium(
     tmp_path: Path, registry: Registry, registry_path: Path
 ) -> None:
-    """The dashboard loads in Chromium and draws the mean series, the histogram with error bars and the strings."""
+    """The dashboard in Chromium draws every chart, and the numbers it shows are the API's, written by format_number."""
     _populate(tmp_path / "dash.sqlite3", registry, time.time())
     api = HttpApi(_config(tmp_path, registry_path))
     port = await api.start()
     serving = asyncio.create_task(api.serve())
     url = f"http://127.0.0.1:{port}/"
     try:
-        dom = (await _chromium(["--dump-dom", url], tmp_path / "profile-dom")).decode()
+        # Three rows per table, so the cut (and what it says) shows in the small test registry.
+        dom = (await _chromium(["--dump-dom", url + "?rows=3"], tmp_path / "profile-dom")).decode()
         screenshot = tmp_path / "dashboard.png"
         await _chromium([f"--screenshot={screenshot}", "--window-size=1280,3000", url], tmp_path / "profile-shot")
+        status = json.loads((await asyncio.to_thread(_get, port, "/api/v1/status"))[2])
+        emoji = json.loads((await asyncio.to_thread(_get, port, "/api/v1/use-cases/emoji/estimate"))[2])
     finally:
         serving.cancel()
         await asyncio.gather(serving, return_exceptions=True)
     assert 'data-ready="1"' in dom, dom[:3000]
+    # Measured in the page as drawn: no axis or tick label overlaps another or leaves its chart.
+    assert 'data-layout-problems="0"' in dom
     cards = dict(re.findall(r'<section class="card" id="uc-([\w.-]+)" data-kind="(\w+)"', dom))
     assert cards == {
         "domains": "frequencies",
@@ -176,19 +203,54 @@ async def test_dashboard_renders_plots_in_headless_chromium(
         "usage": "mean",
         "words": "frequencies",
     }
+    # The header, as rendered, against the status the API serves.
+    header = re.search(r'id="summary">(.*?)</span>\s*</header>', dom, re.S)
+    assert header
+    assert _text(header[1]) == (
+        f"instance dash · registry {status['registry_hash'][:12]} · "
+        f"reports folded {format_number(status['counters']['reports'])}"
+    )
+    assert status["counters"]["reports"] >= 1000  # so a formatter that drops whole-number zeros would show
+    # One table's rendered numbers against the API's estimate: the first rows, then the cut.
+    items = emoji["estimate"]["items"]
+    assert len(items) > 3
+    card = _card(dom, "emoji")
+    assert _rows(card) == [
+        [
+            i["value"],
+            format_number(i["count"]),
+            format_number(i["standard_error"]),
+            f"{format_number(i['ci'][0])} … {format_number(i['ci'][1])}",
+        ]
+        for i in items[:3]
+    ]
+    assert f"{len(items) - 3} more rows hidden (showing the 3 largest of {len(items)}) show all {len(items)}" in _text(
+        card
+    )
+    assert f"{len(items)} of {emoji['estimate']['tested']} dictionary entries released" in _text(card)
+    # The ε on every card is the one charged per report.
+    for name, uc in registry.use_cases.items():
+        assert f"ε {format_number(uc.cost)} per report" in _text(_card(dom, name))
+        assert status["use_cases"][name]["epsilon_report"] == uc.cost
     # Mean over time: one point per period, with a confidence band.
     assert re.search(r'class="chart series" data-points="4"', dom)
     assert dom.count('class="point"') >= 8  # usage and flag, 4 periods each
     assert 'class="ci-band"' in dom
-    # Histogram: 8 buckets, each with an error bar and a consistent marker.
+    # Histogram: 8 buckets, each with an error bar and a consistent marker; zero labelled on
+    # the value axis; the bucket edges labelled from the low edge to the high one.
     assert 'class="chart histogram" data-bars="8"' in dom
     assert dom.count('class="error-bar"') == 8
     assert dom.count('class="consistent"') == 8
+    hist = _card(dom, "hist")
+    ticks = [_text(t) for t in re.findall(r'<text[^>]*class="tick"[^>]*>(.*?)</text>', hist)]
+    assert "0" in ticks
+    assert "100" in ticks  # the high edge of the last bucket
+    assert "share of devices" in _text(hist)
     # Strings: tables with counts and SE; the most common emoji is found.
     assert dom.count('class="strings"') == 4
     assert ">heart<" in dom
     assert "bonferroni at α = 0.05" in dom  # RAPPOR's correction, under the home card
-    assert "not released" not in dom.split('id="uc-hist"')[0]  # nothing above hist is withheld
+    assert 'class="withheld"' not in dom.split('id="uc-hist"')[0]  # nothing above hist is withheld
     assert screenshot.stat().st_size > 20_000
     if SCREENSHOT_DIR:
         shutil.copy(screenshot, Path(SCREENSHOT_DIR) / "dashboard.png")

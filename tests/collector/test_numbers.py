@@ -1,0 +1,107 @@
+"""One way of writing numbers: the CLI's format_number and the dashboard's fmt (run in node) agree on every case."""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+import subprocess
+
+import pytest
+
+from collector.estimation import format_estimate
+from collector.numbers import FORMAT_JS, format_number
+
+NODE = shutil.which("node")
+
+# (value, digits, written): the issue's list, negatives, and the edges of each rule.
+CASES: list[tuple[float | None, int, str]] = [
+    (0, 4, "0"),
+    (-0.0, 4, "0"),
+    (1, 4, "1"),
+    (7.02, 4, "7.02"),
+    (70.2, 4, "70.2"),
+    (70.2, 3, "70.2"),
+    (100, 4, "100"),
+    (1000, 4, "1000"),
+    (1500, 4, "1500"),
+    (10955.8, 4, "10,956"),
+    (1e6, 4, "1,000,000"),
+    (1.5e-5, 4, "1.5e-5"),
+    (-1, 4, "-1"),
+    (-7.02, 4, "-7.02"),
+    (-1500, 4, "-1500"),
+    (-10955.8, 4, "-10,956"),
+    (-1.5e-5, 4, "-1.5e-5"),
+    (0.5694451960428426, 4, "0.5694"),
+    (0.001, 4, "0.001"),
+    (0.000999, 4, "9.99e-4"),
+    (0.00123456, 4, "0.001235"),
+    (0.1 + 0.2, 4, "0.3"),
+    (9.99996, 4, "10"),
+    (99999.5, 4, "100,000"),
+    (2.5, 1, "3"),
+    (-2.5, 1, "-3"),
+    (123456.789, 4, "123,457"),
+    (999_999_999_999_999.0, 4, "999,999,999,999,999"),
+    (1e15, 4, "1e15"),
+    (2.345e17, 3, "2.35e17"),
+    (9.9996e-4, 4, "1e-3"),  # the rule is chosen on the value, before rounding
+    (9.9999e-5, 3, "1e-4"),
+    (None, 4, "n/a"),
+    (math.nan, 4, "n/a"),
+    (math.inf, 4, "n/a"),
+    (-math.inf, 4, "n/a"),
+]
+
+
+def _js_literal(x: float | None) -> str:
+    if x is None:
+        return "null"
+    if math.isnan(x):
+        return "NaN"
+    if math.isinf(x):
+        return "Infinity" if x > 0 else "-Infinity"
+    return repr(float(x))
+
+
+@pytest.mark.parametrize(("value", "digits", "written"), CASES)
+def test_python_formatter(value: float | None, digits: int, written: str) -> None:
+    """format_number writes each case as the rules say."""
+    assert format_number(value, digits) == written
+
+
+@pytest.mark.skipif(NODE is None, reason="node is not installed")
+def test_dashboard_formatter_writes_the_same() -> None:
+    """The dashboard's fmt, run by node, writes every case exactly as format_number does."""
+    assert NODE is not None
+    calls = ",".join(f"fmt({_js_literal(v)}, {d})" for v, d, _ in CASES)
+    script = FORMAT_JS + f"\nconsole.log(JSON.stringify([{calls}]));\n"
+    out = subprocess.run([NODE, "-e", script], capture_output=True, text=True, timeout=60, check=True).stdout
+    assert json.loads(out) == [w for _, _, w in CASES]
+
+
+def test_the_cli_writes_numbers_the_same_way() -> None:
+    """format_estimate writes its figures with format_number (no 1e+06, no stripped whole-number zeros)."""
+    result = {
+        "use_case": "emoji",
+        "mechanism": "cms",
+        "period": 3,
+        "period_start": "a",
+        "period_end": "b",
+        "reports": 1_000_000,
+        "records": 1_500,
+        "released": True,
+        "confidence": 0.95,
+        "kind": "frequencies",
+        "estimate": {
+            "items": [{"value": "heart", "count": 10955.8, "standard_error": 70.2}],
+            "withheld": 3,
+            "threshold": 1000,
+        },
+    }
+    text = format_estimate(result)
+    assert "1,000,000 reports, 1500 records" in text
+    assert "10,956" in text
+    assert "70.2" in text
+    assert "release threshold 1000 withheld" in text
