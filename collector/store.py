@@ -228,7 +228,7 @@ class CheckpointStore:
         path: the database file (created if missing, unless ``readonly``).
         registry: the use-case registry in force.
         instance: this collector's name (its counters are kept under it).
-        readonly: open for reading only (the CLI and estimation workers).
+        readonly: open for reading only (the CLI and the materialised aggregates of ``collector.live``).
         synchronous: SQLite's ``synchronous`` setting; ``FULL`` survives power loss after an
             acknowledged commit, ``NORMAL`` only process crashes.
     """

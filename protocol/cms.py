@@ -657,10 +657,13 @@ class CMSAggregate:
         self._row_counts: npt.NDArray[np.int64] = np.zeros(k, dtype=np.int64) if row_counts is None else row_counts
         self._n = int(self._row_counts.sum())
         self._second_moment: float | None = None
-        # Σ_ℓ (ones[j, ℓ] - n_j q)**2 per row j, once second_moment() has needed it: an add
-        # then refreshes only the rows it touched, so a collector that keeps its sketch in
-        # memory answers the next query without another pass over all k x m counters.
-        self._row_squares: npt.NDArray[np.float64] | None = None
+        # Σ_ℓ (ones[j, ℓ] - n_j q)**2 per row j: zero for an empty sketch, computed by the
+        # first second_moment() for a restored one; a small add then refreshes only the rows
+        # it touched, so a collector that keeps its sketch in memory answers the next query
+        # without another pass over all k x m counters.
+        self._row_squares: npt.NDArray[np.float64] | None = (
+            np.zeros(k, dtype=np.float64) if ones is None and row_counts is None else None
+        )
 
     @property
     def n(self) -> int:
@@ -732,7 +735,10 @@ class CMSAggregate:
         self._n += n
         self._second_moment = None
         if self._row_squares is not None:
-            self._row_squares[rows] = self._squares(rows)
+            if 8 * rows.size <= k:
+                self._row_squares[rows] = self._squares(rows)
+            else:  # a batch touching most rows: one pass at the next query, not one per add
+                self._row_squares = None
 
     def merge(self, other: Self) -> Self:
         """The aggregate of both inputs' reports."""
