@@ -12,6 +12,8 @@ the service runs it. Then the HTTP API serves ``/api/v1/use-cases/emoji/estimate
   costs the estimate: about one dictionary query, ``dictionary_query_seconds``);
 * ``repeated_request_seconds``: the same request again, unchanged aggregate (the computed
   estimate is reused; the target is at most 50 ms);
+* ``load_average``: the machine's load when the requests ran (a shared machine's scheduling
+  shows in the slowest repeated request);
 * ``store_path_seconds``: for comparison, the CLI's path (``compute_estimate``), which reads
   the base and the segments from SQLite and folds them for every request, as every request
   did before.
@@ -22,6 +24,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import functools
+import os
 import statistics
 import tempfile
 import time
@@ -148,9 +151,11 @@ async def _run(records: int, commits: int, repeats: int, seed: int, work: Path) 
         "first_request_seconds": round(first, 4),
         "repeated_request_seconds": {
             "median": round(statistics.median(repeated), 4),
+            "p90": round(statistics.quantiles(repeated, n=10)[-1], 4),
             "max": round(max(repeated), 4),
             "count": len(repeated),
         },
+        "load_average": [round(x, 2) for x in os.getloadavg()],
         "dictionary_query_seconds": round(query, 4),
         "store_path_seconds": round(store_path, 2),
         "response_bytes": len(body),
