@@ -297,7 +297,9 @@ class LiveAggregates:
         self._loads += 1
         size = max(footprint(aggregate), _MIN_BYTES)
         entry = _Entry(aggregate=aggregate, info=info, seq=seq, version=self._next_version(), nbytes=size)
-        if size <= self.bound:
+        # A key without data is not kept: it is cheap to make again, and a request for an
+        # arbitrary empty period must not evict an aggregate people read.
+        if size <= self.bound and info.reports > 0:
             self._entries[key] = entry
             self._bytes += size
             self._evict(keep=key)

@@ -147,6 +147,10 @@ async def test_memory_is_bounded_least_recently_used_first_out(
         assert stats.bytes <= stats.bound
         assert stats.evictions == 2
         assert set(live._entries) == {("emoji", period - 2), ("emoji", period - 3)}
+        # A period without data is answered but not kept: it evicts nothing.
+        _, empty = await live.estimate("emoji", period + 5)
+        assert (empty["reports"], empty["released"]) == (0, False)
+        assert (live.statistics().resident, live.statistics().evictions) == (2, 2)
         tiny = LiveAggregates(config, registry, memory_bytes=size // 2)
         try:
             _, result = await tiny.estimate("emoji", period)
