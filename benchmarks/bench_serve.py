@@ -9,7 +9,8 @@ the commit added to, exactly as ingest tells them, and the maintenance compactio
 the service runs it. Then the HTTP API serves ``/api/v1/use-cases/emoji/estimate``:
 
 * ``first_request_seconds``: the first request (the aggregate is already in memory, so it
-  costs the estimate: about one dictionary query, ``dictionary_query_seconds``);
+  costs the estimate: about one dictionary query, ``dictionary_query_seconds``, three
+  queries timed on the same aggregate right after);
 * ``repeated_request_seconds``: the same request again, unchanged aggregate (the computed
   estimate is reused; the target is at most 50 ms);
 * ``load_average``: the machine's load when the requests ran (a shared machine's scheduling
@@ -130,7 +131,7 @@ async def _run(records: int, commits: int, repeats: int, seed: int, work: Path) 
         await api.close()
 
         aggregate = entry.aggregate
-        query = min(_timed(lambda: aggregate.estimate(list(words))) for _ in range(3))
+        queries = [_timed(lambda: aggregate.estimate(list(words))) for _ in range(3)]
         store_path = _timed(lambda: compute_estimate(config, USE_CASE))
         stats = live.statistics()
     finally:
@@ -156,7 +157,7 @@ async def _run(records: int, commits: int, repeats: int, seed: int, work: Path) 
             "count": len(repeated),
         },
         "load_average": [round(x, 2) for x in os.getloadavg()],
-        "dictionary_query_seconds": round(query, 4),
+        "dictionary_query_seconds": [round(q, 4) for q in queries],
         "store_path_seconds": round(store_path, 2),
         "response_bytes": len(body),
         "materialised": {
