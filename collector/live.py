@@ -48,6 +48,7 @@ from collector.config import CollectorConfig
 from collector.errors import StoreError
 from collector.estimation import default_period, estimate_aggregate, series_of, status_of
 from collector.store import CheckpointStore, KeyInfo, footprint
+from protocol.interfaces import Aggregate
 from protocol.registry import Registry, UseCase
 
 __all__ = ["Key", "LiveAggregates", "LiveStatistics"]
@@ -64,7 +65,7 @@ _MIN_BYTES = 4096  # what an entry is charged at least (its Python objects, for 
 
 @dataclass
 class _Entry:
-    aggregate: Any
+    aggregate: Aggregate
     info: KeyInfo
     seq: int
     version: int
