@@ -49,7 +49,9 @@ Schema (every section and key optional except ``registry``; defaults shown)::
     [estimation]
     workers = 1                     # processes computing estimates off the event loop
     confidence = 0.95               # level of the reported confidence intervals
-    sfp_alphabet = "abcdefghijklmnopqrstuvwxyz "   # characters SFP discovery assembles words from
+
+The characters SFP discovery assembles words from are a use-case setting
+(``collector.alphabet`` in the registry), not a collector one.
 """
 
 from __future__ import annotations
@@ -147,7 +149,6 @@ class EstimationConfig:
 
     workers: int = 1
     confidence: float = 0.95
-    sfp_alphabet: str = "abcdefghijklmnopqrstuvwxyz "
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -339,12 +340,14 @@ def _estimation(section: _Section | None) -> EstimationConfig:
     if section is None:
         return EstimationConfig()
     d = EstimationConfig()
+    if "sfp_alphabet" in section.data:
+        # An alphabet is part of what an SFP use case discovers, so it moved to the registry.
+        raise section._fail(
+            "sfp_alphabet", "moved to the registry: set collector.alphabet of each sfp use case, and remove it here"
+        )
     cfg = EstimationConfig(
         workers=section.integer("workers", d.workers, low=0, high=64),
         confidence=section.number("confidence", d.confidence, low=0.5, high=0.9999),
-        sfp_alphabet=section.string(
-            "sfp_alphabet", d.sfp_alphabet, check=lambda v: None if v else "expected the characters words are made of"
-        ),
     )
     section.finish()
     return cfg

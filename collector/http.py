@@ -11,7 +11,8 @@ Routes (all ``GET``; JSON unless stated):
                                            live ingest metrics and transport state
 ``/api/v1/use-cases``                      the use cases with their mechanism and release rules
 ``/api/v1/use-cases/{name}``               one use case and its periods with report counts
-``/api/v1/use-cases/{name}/estimate``      the estimate (``?period=P``; default the latest period)
+``/api/v1/use-cases/{name}/estimate``      the estimate (``?period=P``; default the latest period;
+                                           ``&withheld=1`` also lists withheld entries, flagged)
 ``/api/v1/use-cases/{name}/series``        per-period values (means, proportions) and report counts
 =========================================  ==========================================================
 
@@ -29,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import functools
 import json
 import logging
 import multiprocessing
@@ -206,8 +208,16 @@ class HttpApi:
                         period = None if raw is None else int(raw)
                     except ValueError:
                         return _error(400, f"period must be an integer; got {raw!r}")
+                    flag = query.get("withheld", ["0"])[0]
+                    if flag not in ("0", "1"):
+                        return _error(400, f"withheld must be 0 or 1; got {flag!r}")
+                    withheld = flag == "1"
                     result = await self._compute(
-                        ("estimate", name, period), compute_estimate, self.config, name, period
+                        ("estimate", name, period, withheld),
+                        functools.partial(compute_estimate, withheld=withheld),
+                        self.config,
+                        name,
+                        period,
                     )
                     return _json(200, result)
                 if len(segments) == 5 and segments[4] == "series":
