@@ -11,8 +11,10 @@ For every (use case, period) the truth is what the devices that reported actuall
   values; the error is ``estimate - truth`` and ``z = error / SE``;
 * histograms (dBitFlip): the share of reporting devices per bucket, compared bucket by bucket;
 * frequencies (CMS, HCMS, RAPPOR, SFP): the number of reports of each value, compared for
-  every entry the collector released (entries whose estimate falls below the release
-  threshold are withheld by the collector and cannot be compared; their number is shown).
+  every entry the collector estimated, released or withheld: the client asks for the
+  withheld entries too (``&withheld=1``), so an underestimate the release rule hides is
+  still caught. Each compared entry says whether it was released; reported values the
+  collector did not estimate at all (outside the dictionary) are counted and listed.
 
 A use case passes when every compared ``|z|`` is at most the tolerance (5 by default): with
 an unbiased estimator and a correct standard error, a normal error beyond 5 SE has
@@ -143,8 +145,9 @@ class CollectorClient:
             time.sleep(0.5)
 
     def estimate(self, use_case: str, period: int) -> dict[str, Any]:
-        """The collector's estimate of one (use case, period)."""
-        result: dict[str, Any] = self.get(f"/api/v1/use-cases/{urllib.parse.quote(use_case)}/estimate", period=period)
+        """The collector's estimate of one (use case, period), withheld entries included (flagged)."""
+        path = f"/api/v1/use-cases/{urllib.parse.quote(use_case)}/estimate"
+        result: dict[str, Any] = self.get(path, period=period, withheld=1)
         return result
 
 
@@ -159,7 +162,7 @@ def _z(error: float, se: float | None) -> float | None:
     return error / se
 
 
-def _item(key: str, estimate: float | None, truth: float, se: float | None) -> dict[str, Any]:
+def _item(key: str, estimate: float | None, truth: float, se: float | None, *, released: bool = True) -> dict[str, Any]:
     est = float("nan") if estimate is None else float(estimate)
     error = est - truth
     return {
@@ -169,6 +172,7 @@ def _item(key: str, estimate: float | None, truth: float, se: float | None) -> d
         "error": None if math.isnan(error) else error,
         "standard_error": se,
         "z": None if math.isnan(error) else _z(error, se),
+        "released": released,
     }
 
 
@@ -182,7 +186,8 @@ def compare_period(use_case: UseCase, tally: Tally, result: Mapping[str, Any]) -
 
     Returns:
         A JSON-ready row: ``estimate``, ``truth``, ``error``, ``standard_error`` and ``z`` for
-        scalar estimates; ``items`` (one per bucket or released value) and the worst one
+        scalar estimates; ``items`` (one per bucket or estimated value, each flagged
+        ``released``) and the worst one
         for vector estimates; ``max_abs_z`` either way.
     """
     kind = tally_kind(use_case)
@@ -221,20 +226,26 @@ def compare_period(use_case: UseCase, tally: Tally, result: Mapping[str, Any]) -
             # A discovery mechanism reports strings as it can find them (SFP: truncated, unpadded).
             key = discovery.reported_as(value) if discovery is not None else value
             truth_counts[key] = truth_counts.get(key, 0) + count
+        # Every entry the collector estimated, released or not (a collector that does not
+        # list withheld entries gives only the released ones).
+        entries = list(est.get("items", [])) + list(est.get("withheld_items", []))
         items = [
             _item(
                 str(it["value"]),
                 it.get("count"),
                 float(truth_counts.get(str(it["value"]), 0)),
                 it.get("standard_error"),
+                released=bool(it.get("released", True)),
             )
-            for it in est.get("items", [])
+            for it in entries
         ]
-        released = {it["key"] for it in items}
+        released = {it["key"] for it in items if it["released"]}
+        estimated = {it["key"] for it in items}
         missing = sorted(((v, c) for v, c in truth_counts.items() if v not in released), key=lambda vc: -vc[1])
         row["withheld"] = est.get("withheld")
-        row["not_released"] = [{"key": v, "truth": c} for v, c in missing[:20]]
+        row["not_released"] = [{"key": v, "truth": c, "estimated": v in estimated} for v, c in missing[:20]]
         row["not_released_count"] = len(missing)
+        row["not_estimated_count"] = sum(1 for v in truth_counts if v not in estimated)
         row["tested"] = est.get("tested")
     row["items"] = items
     zs = [abs(it["z"]) for it in items if it["z"] is not None]
@@ -348,16 +359,19 @@ def format_results(summaries: list[UseCaseSummary], registry: Registry, *, toler
                 out.append(f"  latest period {latest['period_start']}, {heading}:")
                 out.append(
                     f"    {what:24s} {'estimate':>10s} {'truth':>10s} {'error':>10s} {'SE':>9s} {'error/SE':>8s}"
+                    "  released"
                 )
                 for it in items:
+                    flag = "yes" if it.get("released", True) else "withheld"
                     out.append(
                         f"    {_short(it['key'], 24):24s} {_f(it['estimate'], 4):>10s} {_f(it['truth'], 4):>10s} "
-                        f"{_f(it['error'], 3):>10s} {_f(it['standard_error'], 3):>9s} {_f(it['z'], 2):>8s}"
+                        f"{_f(it['error'], 3):>10s} {_f(it['standard_error'], 3):>9s} {_f(it['z'], 2):>8s}  {flag}"
                     )
                 if latest.get("not_released_count"):
                     out.append(
-                        f"    ({latest['not_released_count']} reported values not released by the collector, "
-                        f"estimated below its release threshold)"
+                        f"    ({latest['not_released_count']} reported values not released by the collector; "
+                        f"{latest.get('not_estimated_count', 0)} of them outside its dictionary, the rest "
+                        "withheld by its release rule and compared above)"
                     )
         verdict = (
             f"every error within {tolerance:g} SE"

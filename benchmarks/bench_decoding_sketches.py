@@ -16,8 +16,9 @@ stderr).
   ``(k, k') = (2048, 2048)``, ``(ε, ε') = (2, 6)``): a corpus of 10^6 words, Zipf(1) over
   5,000 distinct words of 3-10 letters; Alg. 10 with ``T = 256`` over ``a-z`` and the space.
   Released: estimated count at least the threshold (5 word-oracle SEs, about 0.5% of the
-  reports) *and* significant at Bonferroni 0.05 over all assembled words
-  (:func:`collector.decoding.sketches.discover_words`). Recall is over the corpus words whose
+  reports) *and* significantly above it at Bonferroni 0.05 over all assembled words (the
+  release rule of :mod:`collector.decoding.release`, through
+  :func:`collector.decoding.sketches.discover_words`). Recall is over the corpus words whose
   true count is at least the threshold; ``absent_share`` is the share of released words that
   were never typed; ``missed_words`` lists the words above the threshold that were not
   released, with their true count and estimate (``missed_assembled``: how many of them the

@@ -3,7 +3,7 @@
 Verbs:
 
 * ``ldp-collector run`` - the service (MQTT ingest, checkpoints, HTTP API and dashboard).
-* ``ldp-collector estimate USE_CASE [--period P] [--json]`` - the estimate of one use case
+* ``ldp-collector estimate USE_CASE [--period P] [--json] [--all]`` - the estimate of one use case
   for one period (default: the latest with enough reports to be released, else the latest
   with data), read from the checkpoint database; safe
   while the service runs (SQLite WAL readers do not block the writer).
@@ -52,6 +52,11 @@ def _parser() -> argparse.ArgumentParser:
     est.add_argument("use_case")
     est.add_argument("--period", type=int, help="period index (default: the latest that can be released)")
     est.add_argument("--json", action="store_true", help="machine-readable output")
+    est.add_argument(
+        "--all",
+        action="store_true",
+        help="also list the entries of a frequency output that are withheld, each with its reason",
+    )
     status = sub.add_parser("status", help="periods with data and lifetime counters")
     status.add_argument("--json", action="store_true")
     sub.add_parser("check-config", help="decode the config and the registry, then exit")
@@ -84,8 +89,8 @@ def _run(config: CollectorConfig) -> int:
     return 0
 
 
-def _estimate(config: CollectorConfig, use_case: str, period: int | None, as_json: bool) -> int:
-    result = compute_estimate(config, use_case, period)
+def _estimate(config: CollectorConfig, use_case: str, period: int | None, as_json: bool, everything: bool) -> int:
+    result = compute_estimate(config, use_case, period, withheld=everything)
     if as_json:
         print(json.dumps(result, indent=2, sort_keys=True, allow_nan=False))
     else:
@@ -129,7 +134,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.verb == "run":
             return _run(config)
         if args.verb == "estimate":
-            return _estimate(config, args.use_case, args.period, args.json)
+            return _estimate(config, args.use_case, args.period, args.json, args.all)
         return _status(config, args.json)
     except ConfigError as exc:
         print(f"ldp-collector: {exc}", file=sys.stderr)

@@ -50,7 +50,9 @@ Schema (every section and key optional except ``registry``; defaults shown)::
     workers = 1                     # threads computing estimates off the event loop
     memory_mib = 1024               # bound on the (use case, period) aggregates kept in memory
     confidence = 0.95               # level of the reported confidence intervals
-    sfp_alphabet = "abcdefghijklmnopqrstuvwxyz "   # characters SFP discovery assembles words from
+
+The characters SFP discovery assembles words from are a use-case setting
+(``collector.alphabet`` in the registry), not a collector one.
 """
 
 from __future__ import annotations
@@ -158,7 +160,6 @@ class EstimationConfig:
     workers: int = 1
     memory_mib: int = 1024
     confidence: float = 0.95
-    sfp_alphabet: str = "abcdefghijklmnopqrstuvwxyz "
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -350,13 +351,15 @@ def _estimation(section: _Section | None) -> EstimationConfig:
     if section is None:
         return EstimationConfig()
     d = EstimationConfig()
+    if "sfp_alphabet" in section.data:
+        # An alphabet is part of what an SFP use case discovers, so it moved to the registry.
+        raise section._fail(
+            "sfp_alphabet", "moved to the registry: set collector.alphabet of each sfp use case, and remove it here"
+        )
     cfg = EstimationConfig(
         workers=section.integer("workers", d.workers, low=0, high=64),
         memory_mib=section.integer("memory_mib", d.memory_mib, low=0, high=1 << 20),
         confidence=section.number("confidence", d.confidence, low=0.5, high=0.9999),
-        sfp_alphabet=section.string(
-            "sfp_alphabet", d.sfp_alphabet, check=lambda v: None if v else "expected the characters words are made of"
-        ),
     )
     section.finish()
     return cfg

@@ -301,7 +301,7 @@ async function renderUseCase(name, uc) {
   } else {
     const e = est.estimate;
     const what = e.discovered ? `${fmt(e.items.length)} discovered strings` : `${fmt(e.items.length)} of ${fmt(e.tested)} dictionary entries released`;
-    c.append(el("div", {class: "sub"}, `${what}` + (e.withheld ? ` · ${fmt(e.withheld)} below the release threshold withheld` : "") +
+    c.append(el("div", {class: "sub"}, `${what}` + (e.withheld ? ` · ${fmt(e.withheld)} withheld (below the release threshold, or not significantly above it)` : "") +
                                          correctionText(e)));
     c.append(stringsTable(e, est.confidence));
   }

@@ -15,9 +15,16 @@ rappor         frequencies   candidates found by Lasso + least squares with p-va
 sfp            frequencies   words discovered by the puzzle (003 Alg. 10)
 =============  ============  ===================================================================
 
-Release rules (003 §3.2.2): nothing is released for a (use case, period) with fewer than
-the use case's ``min_reports`` reports; frequency entries whose estimated count is below
-``release_threshold`` are withheld (only how many were withheld is shown).
+Release rules: nothing is estimated for a (use case, period) with fewer than the use case's
+``min_reports`` reports (003 §3.2.2). A frequency entry (dictionary entry, discovered word,
+RAPPOR string or category) is released only if its estimate is at least
+``release_threshold`` and it passes the use case's one-sided test of ``count > threshold``,
+corrected over every entry tested with ``collector.correction`` at ``collector.alpha``
+(Benjamini-Hochberg at 0.05 by default: the expected share of released entries whose true
+count is below the threshold is at most 5 %); :mod:`collector.decoding.release` states the
+rule and why. Withheld entries are counted, and listed with their reason when asked
+(``withheld=True``; ``?withheld=1`` over HTTP, ``--all`` on the CLI); they are never
+presented as released.
 
 Confidence intervals are ``estimate ± z · SE`` with ``z`` the normal quantile of the
 configured level: each estimator is a sum of many independent reports' contributions.
@@ -31,6 +38,7 @@ reads the store with :func:`compute_estimate`. ``epsilon`` is the declared ε of
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import math
 import os
@@ -45,7 +53,10 @@ import numpy.typing as npt
 
 from collector.config import CollectorConfig
 from collector.decoding.consistency import project_simplex as _project
+from collector.decoding.plan import SFP_MAX_WORDS, discovery_top_t
 from collector.decoding.rappor import RapporDecoder
+from collector.decoding.release import DEFAULT_ALPHA, Release, ReleaseRule, release
+from collector.decoding.sketches import NOT_PRODUCIBLE, producible
 from collector.errors import StoreError
 from collector.numbers import format_number
 from collector.store import CheckpointStore, KeyInfo
@@ -65,6 +76,7 @@ __all__ = [
     "compute_estimate",
     "compute_series",
     "default_period",
+    "discovery_settings",
     "estimate_aggregate",
     "format_estimate",
     "load_dictionary",
@@ -76,11 +88,11 @@ __all__ = [
     "z_value",
 ]
 
-DEFAULT_SFP_ALPHABET = "abcdefghijklmnopqrstuvwxyz "
-"""Characters SFP reconstruction assembles words from (with the space that pads short words)."""
-
-SFP_TOP_T = 20
-"""Puzzle pieces kept per position in SFP reconstruction (003 Alg. 10's T)."""
+DEFAULT_SFP_ALPHABET = "abcdefghijklmnopqrstuvwxyz' "
+"""Characters SFP discovery assembles words from when a use case names none: the letters, the
+apostrophe (``it's``, ``don't``) and the space that pads short words. 28 characters give
+256 x 28**2 = 200,704 (piece, fragment) candidates per position at the deployed fragment
+length 2."""
 
 
 def z_value(confidence: float) -> float:
@@ -144,21 +156,86 @@ def _iso(seconds: int) -> str:
     return dt.datetime.fromtimestamp(seconds, dt.UTC).isoformat().replace("+00:00", "Z")
 
 
-def _frequencies(
-    names: Sequence[str], values: npt.NDArray[np.float64], ses: npt.NDArray[np.float64], *, threshold: float, z: float
-) -> dict[str, Any]:
-    order = np.argsort(-np.nan_to_num(values, nan=-np.inf), kind="stable")
-    items = []
-    withheld = 0
-    for i in order:
-        value, se = float(values[i]), float(ses[i])
-        if not math.isfinite(value) or value < threshold:
-            withheld += 1
-            continue
-        items.append(
-            {"value": names[int(i)], "count": _num(value), "standard_error": _num(se), "ci": _interval(value, se, z)}
-        )
-    return {"items": items, "withheld": withheld, "threshold": threshold, "tested": len(names)}
+def _rule(use_case: UseCase, confidence: float) -> ReleaseRule:
+    settings = use_case.collector
+    return ReleaseRule(
+        min_reports=settings.min_reports,
+        threshold=settings.release_threshold,
+        control=settings.correction,
+        alpha=settings.alpha,
+        confidence=confidence,
+    )
+
+
+def _frequencies(detail: Release, *, withheld: bool) -> dict[str, Any]:
+    """The JSON form of a frequency output: the released entries, and the withheld ones if asked."""
+    rule = detail.rule
+    out: dict[str, Any] = {
+        "items": [detail.plain_entry(i) for i in detail.order(detail.released)],
+        "withheld": detail.withheld_count,
+        "threshold": rule.threshold,
+        "tested": detail.tested,
+        "correction": rule.control,
+        "alpha": rule.alpha,
+        "test": rule.describe(),
+    }
+    if withheld:
+        out["withheld_items"] = [detail.plain_entry(i) for i in detail.order(~detail.released)]
+    return out
+
+
+def discovery_settings(use_case: UseCase, n: int) -> tuple[str, int]:
+    """The alphabet and ``T`` a discovery use case (SFP) is decoded with at ``n`` reports.
+
+    The use case's ``collector.alphabet`` and ``collector.top_t`` when given; otherwise
+    :data:`DEFAULT_SFP_ALPHABET` and the planner's ``T``
+    (:func:`collector.decoding.plan.discovery_top_t`, from the mechanism's own figures).
+    """
+    settings = use_case.collector
+    alphabet = settings.alphabet or DEFAULT_SFP_ALPHABET
+    if settings.top_t is not None:
+        return alphabet, settings.top_t
+    top_t = discovery_top_t(
+        as_discovery(use_case.mechanism),
+        n=n,
+        alphabet_size=len(set(alphabet)),
+        release_threshold=settings.release_threshold,
+        alpha=settings.alpha if settings.correction != "pfer" else DEFAULT_ALPHA,
+        max_words=SFP_MAX_WORDS,
+    )
+    return alphabet, top_t
+
+
+def _discover(use_case: UseCase, aggregate: Aggregate, rule: ReleaseRule, *, withheld: bool) -> dict[str, Any]:
+    """003 Alg. 10 through the discovery protocol, every assembled string released by the rule."""
+    discovery = as_discovery(use_case.mechanism)
+    alphabet, top_t = discovery_settings(use_case, aggregate.n)
+    while True:
+        try:
+            found = discovery.discover(aggregate, alphabet=alphabet, top_t=top_t, threshold=-math.inf)
+            break
+        except ValueError as exc:
+            # The planner keeps the expected number of assembled words at half the cap; a
+            # period whose pieces crowd more than that (or a use case's own top_t that does)
+            # gets a smaller T, reported with the estimate, never a failure.
+            if "max_words" not in str(exc) or top_t == 1:
+                raise
+            top_t //= 2
+    words = [w.word for w in found]
+    # A device pads on the right only: a string with padding inside is no hypothesis at all.
+    eligible = [producible(w) for w in words]
+    detail = release(
+        words,
+        [w.count for w in found],
+        [w.standard_error for w in found],
+        n=aggregate.n,
+        rule=rule,
+        eligible=eligible,
+        ineligible_reason=NOT_PRODUCIBLE,
+    )
+    out = _frequencies(detail, withheld=withheld)
+    out.update(discovered=True, top_t=top_t, alphabet=alphabet)
+    return out
 
 
 def estimate_aggregate(
@@ -168,12 +245,30 @@ def estimate_aggregate(
     *,
     confidence: float = 0.95,
     registry_dir: Path | None = None,
-    sfp_alphabet: str = DEFAULT_SFP_ALPHABET,
+    sfp_alphabet: str | None = None,
+    withheld: bool = False,
+    workers: int | None = None,
 ) -> dict[str, Any]:
-    """The JSON-ready estimate of one (use case, period) aggregate, with release rules applied.
+    """The JSON-ready estimate of one (use case, period) aggregate, with the release rules applied.
 
-    Which estimate is made is the mechanism's :attr:`~protocol.interfaces.Mechanism.kind`; the
-    numbers come from the kind's protocol (:mod:`protocol.interfaces`), never from its name.
+    The one estimation path: the CLI, the HTTP API, the dashboard and
+    ``benchmarks/bench_release.py`` all read what this returns. Which estimate is made is the
+    mechanism's :attr:`~protocol.interfaces.Mechanism.kind`; the numbers come from the kind's
+    protocol (:mod:`protocol.interfaces`), never from its name. Every frequency output
+    (dictionary, categories, candidates, discovered strings) is released entry by entry by
+    :func:`collector.decoding.release.release`.
+
+    Args:
+        use_case: the use case.
+        aggregate: its aggregate for the period.
+        info: the period and its report and record counts.
+        confidence: level of the two-sided intervals.
+        registry_dir: where relative dictionary paths resolve (default: the working directory).
+        sfp_alphabet: overrides the use case's discovery alphabet (``collector.alphabet``).
+        withheld: also list the withheld entries of a frequency output
+            (``estimate.withheld_items``, each with ``released: false`` and its
+            ``withheld_reason``), so that every entry can be checked against a truth.
+        workers: unused; kept so callers written for threaded dictionary queries still work.
     """
     mech = use_case.mechanism
     name = mech.name
@@ -201,9 +296,11 @@ def estimate_aggregate(
         "withheld_reason": None,
         "estimate": None,
     }
+    # 003 §3.2.2: below min_reports nothing of the period is estimated, not even as withheld.
     if info.reports < settings.min_reports or info.reports == 0:
         result["withheld_reason"] = f"{info.reports} reports; at least {settings.min_reports} are needed before release"
         return result
+    rule = _rule(use_case, confidence)
     estimate: dict[str, Any]
     if kind.scalar:
         scalar = as_mean(mech)
@@ -244,32 +341,21 @@ def estimate_aggregate(
             result["withheld_reason"] = "no dictionary configured for this frequency oracle"
             return result
         f = as_frequencies(mech).estimate_frequencies(aggregate, list(words))
-        estimate = _frequencies(words, f.values, f.standard_errors, threshold=settings.release_threshold, z=z)
+        detail = release(words, f.values, f.standard_errors, n=aggregate.n, rule=rule)
+        estimate = _frequencies(detail, withheld=withheld)
     elif kind is EstimateKind.CATEGORIES:
+        # 004 Appendix for basic RAPPOR: a category's count is T̂_i, released by the same rule.
         oracle = as_frequencies(mech)
         names = list(oracle.fixed_categories or ())
         f = oracle.estimate_frequencies(aggregate, names)
-        estimate = _frequencies(names, f.values, f.standard_errors, threshold=settings.release_threshold, z=z)
+        detail = release(names, f.values, f.standard_errors, n=aggregate.n, rule=rule)
+        estimate = _frequencies(detail, withheld=withheld)
     elif kind is EstimateKind.CANDIDATES:
-        estimate = _candidates(use_case, aggregate, registry_dir or Path.cwd(), settings.release_threshold, z)
+        estimate = _candidates(use_case, aggregate, registry_dir or Path.cwd(), rule, withheld=withheld)
     elif kind is EstimateKind.DISCOVERY:
-        threshold = max(settings.release_threshold, 1.0)
-        found = as_discovery(mech).discover(aggregate, alphabet=sfp_alphabet, top_t=SFP_TOP_T, threshold=threshold)
-        estimate = {
-            "items": [
-                {
-                    "value": w.word,
-                    "count": _num(w.count),
-                    "standard_error": _num(w.standard_error),
-                    "ci": _interval(w.count, w.standard_error, z),
-                }
-                for w in found
-            ],
-            "withheld": None,
-            "threshold": threshold,
-            "tested": None,
-            "discovered": True,
-        }
+        if sfp_alphabet is not None:
+            use_case = dataclasses.replace(use_case, collector=dataclasses.replace(settings, alphabet=sfp_alphabet))
+        estimate = _discover(use_case, aggregate, rule, withheld=withheld)
     else:
         result["withheld_reason"] = f"no estimator for mechanism {name!r}"
         return result
@@ -284,7 +370,7 @@ def _whole(x: float) -> int | float:
 
 
 def _candidates(
-    use_case: UseCase, aggregate: Aggregate, registry_dir: Path, threshold: float, z: float
+    use_case: UseCase, aggregate: Aggregate, registry_dir: Path, rule: ReleaseRule, *, withheld: bool
 ) -> dict[str, Any]:
     if not isinstance(aggregate, RapporAggregate):
         # The joint decoder (004 §4) regresses RAPPOR's bit counts on the candidates' design
@@ -292,35 +378,34 @@ def _candidates(
         raise TypeError(f"use case {use_case.name}: no candidate decoder for a {type(aggregate).__name__}")
     words = load_dictionary(use_case, registry_dir)
     if not words:
-        return {"items": [], "withheld": 0, "threshold": threshold, "tested": 0, "note": "no candidate dictionary"}
-    # 004 §4: Lasso selection, least-squares refit, SE and p-values, the use case's correction.
-    settings = use_case.collector
-    decoder = RapporDecoder(control=settings.correction, alpha=settings.alpha, confidence=_confidence(z))
+        return {
+            "items": [],
+            "withheld": 0,
+            "threshold": rule.threshold,
+            "tested": 0,
+            "correction": rule.control,
+            "alpha": rule.alpha,
+            "test": rule.describe(),
+            "note": "no candidate dictionary",
+        }
+    # 004 §4: Lasso selection, least-squares refit, SE and p-values; then the release rule
+    # over every candidate (the decoder's own test against 0 only decides what is refit).
+    decoder = RapporDecoder(
+        control=rule.control,
+        alpha=rule.alpha if rule.alpha is not None else DEFAULT_ALPHA,
+        confidence=rule.confidence,
+    )
     decoding = decoder.decode(aggregate, list(words))
-    plain = decoding.to_plain()
-    items = []
-    withheld = 0
-    for d in plain["found"]:
-        if d["count"] is None or d["count"] < threshold:
-            withheld += 1
-            continue
-        d["ci"] = _interval(d["count"], d["standard_error"] or math.nan, z)
-        items.append(d)
-    return {
-        "items": items,
-        "withheld": withheld,
-        "threshold": threshold,
-        "tested": plain["candidates"],
-        "selected": plain["selected"],
-        "correction": plain["control"],
-        "alpha": plain["alpha"],
-        "unexplained": plain["unexplained"],
-    }
-
-
-def _confidence(z: float) -> float:
-    """The two-sided confidence level whose normal quantile is ``z``."""
-    return 1.0 - math.erfc(z / math.sqrt(2.0))
+    detail = release(decoding.candidates, decoding.counts, decoding.standard_errors, n=decoding.n, rule=rule)
+    out = _frequencies(detail, withheld=withheld)
+    out.update(
+        selected=int(decoding.selected.sum()),
+        unexplained={
+            "count": _num(decoding.unexplained.value),
+            "standard_error": _num(decoding.unexplained.standard_error),
+        },
+    )
+    return out
 
 
 @lru_cache(maxsize=4)
@@ -351,11 +436,14 @@ def default_period(use_case: UseCase, infos: Sequence[KeyInfo]) -> int:
     return (released or infos)[-1].period
 
 
-def compute_estimate(config: CollectorConfig, use_case: str, period: int | None = None) -> dict[str, Any]:
+def compute_estimate(
+    config: CollectorConfig, use_case: str, period: int | None = None, *, withheld: bool = False
+) -> dict[str, Any]:
     """The estimate of ``use_case`` for ``period``, read from the store (the CLI's path).
 
-    The default period is :func:`default_period`. The running service answers from its
-    materialised aggregates instead (``collector.live``), with the same :func:`estimate_aggregate`.
+    The default period is :func:`default_period`; ``withheld`` also lists withheld entries.
+    The running service answers from its materialised aggregates instead (``collector.live``),
+    with the same :func:`estimate_aggregate`.
 
     Raises:
         KeyError: the use case is not in the registry.
@@ -375,7 +463,7 @@ def compute_estimate(config: CollectorConfig, use_case: str, period: int | None 
         info,
         confidence=config.estimation.confidence,
         registry_dir=config.registry.parent,
-        sfp_alphabet=config.estimation.sfp_alphabet,
+        withheld=withheld,
     )
 
 
@@ -514,14 +602,20 @@ def format_estimate(result: dict[str, Any]) -> str:
             lines.append(f"  {item['value'][:40]:40s}  {count:>12s}  {se:>10s}")
         if est.get("withheld"):
             threshold = _fmt(est["threshold"])
-            lines.append(f"  ({est['withheld']} entries below the release threshold {threshold} withheld)")
-        if est.get("correction"):
-            lines.append(f"  ({est['tested']} candidates tested; {_correction_text(est['correction'], est['alpha'])})")
+            lines.append(f"  ({est['withheld']} entries withheld: below the threshold {threshold} or not significant)")
+        if est.get("correction") and est.get("alpha") is not None:
+            lines.append(f"  ({est['tested']} entries tested; {_correction_text(est['correction'], est['alpha'])})")
+        if "withheld_items" in est:
+            lines.append(f"  withheld (not released): {len(est['withheld_items'])}")
+            lines.append(f"  {'value':40s}  {'count':>12s}  {'SE':>10s}  reason")
+            for item in est["withheld_items"]:
+                count, se = _fmt(item["count"]), _fmt(item["standard_error"])
+                lines.append(f"  {item['value'][:40]:40s}  {count:>12s}  {se:>10s}  {item['withheld_reason']}")
     return "\n".join(lines)
 
 
 def _correction_text(correction: str, alpha: float) -> str:
-    # pfer's level counts false strings; the others' is a rate (collector.decoding.stats).
+    # pfer's level counts false releases; the others' is a rate (collector.decoding.stats).
     if correction == "pfer":
-        return f"pfer: at most {alpha:g} false strings expected"
+        return f"pfer: at most {alpha:g} false releases expected"
     return f"{correction} at alpha = {alpha:g}"

@@ -11,7 +11,8 @@ Routes (all ``GET``; JSON unless stated):
                                            live ingest metrics and transport state
 ``/api/v1/use-cases``                      the use cases with their mechanism and release rules
 ``/api/v1/use-cases/{name}``               one use case and its periods with report counts
-``/api/v1/use-cases/{name}/estimate``      the estimate (``?period=P``; default the latest period)
+``/api/v1/use-cases/{name}/estimate``      the estimate (``?period=P``; default the latest period;
+                                           ``&withheld=1`` also lists withheld entries, flagged)
 ``/api/v1/use-cases/{name}/series``        per-period values (means, proportions) and report counts
 =========================================  ==========================================================
 
@@ -88,7 +89,7 @@ class HttpApi:
         self._owns_live = live is None
         self.live = live or LiveAggregates(config, registry_of(config))
         # The encoded estimate per request, with the version it was computed for.
-        self._bodies: dict[tuple[str, int | None], tuple[tuple[str, int, int], bytes]] = {}
+        self._bodies: dict[tuple[str, int | None, bool], tuple[tuple[str, int, int], bytes]] = {}
         self._server: asyncio.Server | None = None
 
     @property
@@ -124,15 +125,15 @@ class HttpApi:
         if self._owns_live:
             await asyncio.to_thread(self.live.close)
 
-    async def _estimate(self, name: str, period: int | None) -> _Response:
-        version, result = await self.live.estimate(name, period)
-        cached = self._bodies.get((name, period))
+    async def _estimate(self, name: str, period: int | None, *, withheld: bool) -> _Response:
+        version, result = await self.live.estimate(name, period, withheld=withheld)
+        cached = self._bodies.get((name, period, withheld))
         if cached is not None and cached[0] == version:
             return _Response(200, cached[1])
         response = _json(200, result)
         if len(self._bodies) >= 1024:
             self._bodies.clear()  # requests name arbitrary periods; keep this bounded
-        self._bodies[(name, period)] = (version, response.body)
+        self._bodies[(name, period, withheld)] = (version, response.body)
         return response
 
     # -- request handling ----------------------------------------------------------------
@@ -198,7 +199,10 @@ class HttpApi:
                         period = None if raw is None else int(raw)
                     except ValueError:
                         return _error(400, f"period must be an integer; got {raw!r}")
-                    return await self._estimate(name, period)
+                    flag = query.get("withheld", ["0"])[0]
+                    if flag not in ("0", "1"):
+                        return _error(400, f"withheld must be 0 or 1; got {flag!r}")
+                    return await self._estimate(name, period, withheld=flag == "1")
                 if len(segments) == 5 and segments[4] == "series":
                     return _json(200, await self.live.series(name))
             return _error(404, f"no such resource: {path}")

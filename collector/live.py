@@ -71,7 +71,8 @@ class _Entry:
     version: int
     nbytes: int
     lock: threading.Lock = field(default_factory=threading.Lock)
-    estimate: tuple[int, dict[str, Any]] | None = None
+    # The latest estimate per ``withheld`` flag, with the version it was computed at.
+    estimates: dict[bool, tuple[int, dict[str, Any]]] = field(default_factory=dict)
     measured: int = 0  # footprint after the last estimate (caches an estimate may add)
 
 
@@ -137,8 +138,12 @@ class LiveAggregates:
     async def _on(self, executor: concurrent.futures.Executor, fn: Callable[..., T], *args: Any) -> T:
         return await asyncio.get_running_loop().run_in_executor(executor, functools.partial(fn, *args))
 
-    async def estimate(self, use_case: str, period: int | None = None) -> tuple[tuple[str, int, int], dict[str, Any]]:
+    async def estimate(
+        self, use_case: str, period: int | None = None, *, withheld: bool = False
+    ) -> tuple[tuple[str, int, int], dict[str, Any]]:
         """The estimate of ``use_case`` for ``period`` (default :func:`~collector.estimation.default_period`).
+
+        ``withheld`` also lists the entries that are not released, flagged (the API's ``?withheld=1``).
 
         Returns:
             ``(use case, period, version)`` - equal for two calls exactly when the result is
@@ -150,7 +155,7 @@ class LiveAggregates:
         """
         uc = self.registry.use_cases[use_case]
         key, entry = await self._on(self._io, self._io_resolve, uc, period)
-        version, result = await self._on(self._cpu, self._compute, uc, entry)
+        version, result = await self._on(self._cpu, self._compute, uc, entry, withheld)
         return (key[0], key[1], version), result
 
     async def series(self, use_case: str, *, limit: int = 120) -> dict[str, Any]:
@@ -211,26 +216,26 @@ class LiveAggregates:
 
     # -- the estimate threads ---------------------------------------------------------------
 
-    def _compute(self, uc: UseCase, entry: _Entry) -> tuple[int, dict[str, Any]]:
+    def _compute(self, uc: UseCase, entry: _Entry, withheld: bool) -> tuple[int, dict[str, Any]]:
         with entry.lock:
-            if entry.estimate is not None and entry.estimate[0] == entry.version:
+            cached = entry.estimates.get(withheld)
+            if cached is not None and cached[0] == entry.version:
                 self._reused += 1
-                return entry.estimate
-            estimation = self.config.estimation
+                return cached
             result = estimate_aggregate(
                 uc,
                 entry.aggregate,
                 entry.info,
-                confidence=estimation.confidence,
+                confidence=self.config.estimation.confidence,
                 registry_dir=self.config.registry.parent,
-                sfp_alphabet=estimation.sfp_alphabet,
+                withheld=withheld,
             )
-            entry.estimate = (entry.version, result)
+            entry.estimates[withheld] = (entry.version, result)
             # An estimate may keep a transform with the aggregate (HCMS keeps its Hadamard
             # rows): charge it at the next accounting.
             entry.measured = footprint(entry.aggregate)
             self._estimates += 1
-            return entry.estimate
+            return entry.estimates[withheld]
 
     # -- the aggregates thread --------------------------------------------------------------
 

@@ -26,8 +26,10 @@ Schema (``docs/wire-format.md`` has the full table)::
     min_reports = 1000                    # no estimate is released from fewer reports
     release_threshold = 0                 # optional: counts below it are withheld (003 §3.2.2 T)
     dictionary = "dictionaries/emoji.txt" # optional: cms / hcms dictionary, RAPPOR candidates
-    correction = "bonferroni"             # optional, RAPPOR: bonferroni, bh, storey or pfer (004 §4)
-    alpha = 0.05                          # optional, RAPPOR: its level (pfer: false positives expected)
+    correction = "bh"                     # optional, cms/hcms/sfp/rappor: bh, bonferroni, storey or pfer
+    alpha = 0.05                          # optional: its level (pfer: false positives expected)
+    alphabet = "abcdefghijklmnopqrstuvwxyz' "  # optional, sfp: characters words are assembled from
+    top_t = 400                           # optional, sfp: pieces kept per position (003 Alg. 10 T)
 
 **Declared ε and the cost charged.** ``epsilon`` is the most one report of the use case may
 cost. For the mechanisms whose ε is a single constructor parameter (``rr``,
@@ -173,18 +175,29 @@ class CollectorSettings:
             0 releases everything.
         dictionary: path of the dictionary (CMS, HCMS) or candidate strings (RAPPOR), one per line,
             relative to the registry file's directory; ``None`` if none is configured.
-        correction: RAPPOR's multiple-testing correction over the candidates (004 §4 names
-            Bonferroni and Benjamini-Hochberg; ``collector.decoding.stats`` has all four).
+        correction: the multiple-testing correction of the release test of every frequency
+            output (CMS, HCMS, SFP, RAPPOR; ``collector.decoding.release``): each entry is tested
+            one-sided against ``release_threshold`` and the correction runs over all entries
+            tested (004 §4 names Bonferroni and Benjamini-Hochberg; ``collector.decoding.stats``
+            has all four). The default, Benjamini-Hochberg at 0.05, bounds the expected share of
+            released entries whose true count is below the threshold by 5 % at any number of
+            reports (DESIGN invariant 9).
         alpha: its level: the family-wise error (``bonferroni``), the false-discovery rate
             (``bh``, ``storey``), both in (0, 1); the expected number of false positives
             (``pfer``), any positive number.
+        alphabet: SFP only: the characters discovered words are assembled from (the space
+            pads short words); ``None``: the collector's default.
+        top_t: SFP only: ``T``, the (puzzle piece, fragment) pairs kept per position in
+            discovery (003 Alg. 10 step 10); ``None``: derived by the collector's planner.
     """
 
     min_reports: int
     release_threshold: float = 0.0
     dictionary: str | None = None
-    correction: str = "bonferroni"
+    correction: str = "bh"
     alpha: float = 0.05
+    alphabet: str | None = None
+    top_t: int | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -281,11 +294,14 @@ _USE_CASE_KEYS: Final = frozenset(
         "description",
     }
 )
-_COLLECTOR_KEYS: Final = frozenset({"min_reports", "release_threshold", "dictionary", "correction", "alpha"})
+_COLLECTOR_KEYS: Final = frozenset(
+    {"min_reports", "release_threshold", "dictionary", "correction", "alpha", "alphabet", "top_t"}
+)
 CORRECTIONS: Final = ("bonferroni", "bh", "storey", "pfer")
-"""The multiple-testing corrections a RAPPOR use case may name (``collector.decoding.stats``)."""
-# Kinds of estimate that test candidates and so take ``correction`` and ``alpha``.
-_TESTED_KINDS: Final = frozenset({EstimateKind.CANDIDATES, EstimateKind.CATEGORIES})
+"""The multiple-testing corrections a frequency use case may name (``collector.decoding.stats``)."""
+_TOP_T_MAX: Final = 1 << 20
+_FRAGMENT_CANDIDATES_MAX: Final = 1 << 24
+"""Most (puzzle piece, fragment) pairs per position an alphabet may give (``protocol.sfp``)."""
 
 
 # --- parsing -----------------------------------------------------------------------------
@@ -529,7 +545,8 @@ def _parse_use_case(r: _Reader, name: str, salt: bytes | None) -> UseCase:
         dictionary = col.string("dictionary")
         if not dictionary:
             raise col.error("dictionary", "bad-value", "an empty path; give the dictionary file or remove the key")
-    correction, alpha = _correction(col, mech_name, tested=mechanism.kind in _TESTED_KINDS)
+    correction, alpha = _correction(col, mech_name, tested=mechanism.kind.result == "frequencies")
+    alphabet, top_t = _discovery(col, mech_name, mechanism)
 
     return UseCase(
         name=name,
@@ -545,17 +562,28 @@ def _parse_use_case(r: _Reader, name: str, salt: bytes | None) -> UseCase:
             dictionary=dictionary,
             correction=correction,
             alpha=alpha,
+            alphabet=alphabet,
+            top_t=top_t,
         ),
         description=description,
     )
 
 
 def _correction(col: _Reader, mech_name: str, *, tested: bool) -> tuple[str, float]:
-    """RAPPOR's ``correction`` and ``alpha`` (defaults: Bonferroni at 0.05, 004 §4)."""
+    """The release test's ``correction`` and ``alpha`` (defaults: Benjamini-Hochberg at 0.05).
+
+    Every frequency output (a dictionary, categories, candidates or discovered strings) is
+    released entry by entry under a test, so every mechanism of those kinds takes them.
+    """
     default = CollectorSettings(min_reports=0)
     for key in ("correction", "alpha"):
         if col.has(key) and not tested:
-            raise col.error(key, "unknown-key", f"{mech_name} has no candidate tests; only rappor takes {key}")
+            raise col.error(
+                key,
+                "unknown-key",
+                f"{mech_name} releases no counted entries; only frequency mechanisms (such as cms, hcms, sfp "
+                f"and rappor) take {key}",
+            )
     correction = col.string("correction") if col.has("correction") else default.correction
     if correction not in CORRECTIONS:
         raise col.error("correction", "bad-value", f"expected one of {', '.join(CORRECTIONS)}; got {correction!r}")
@@ -567,6 +595,33 @@ def _correction(col: _Reader, mech_name: str, *, tested: bool) -> tuple[str, flo
     if alpha >= 1.0:
         raise col.error("alpha", "out-of-range", f"must lie in (0, 1) for {correction}; got {alpha!r}")
     return correction, alpha
+
+
+def _discovery(col: _Reader, mech_name: str, mechanism: Mechanism) -> tuple[str | None, int | None]:
+    """A discovery mechanism's ``alphabet`` and ``top_t`` (``None`` when not given: the collector's defaults)."""
+    for key in ("alphabet", "top_t"):
+        if col.has(key) and mechanism.kind is not EstimateKind.DISCOVERY:
+            raise col.error(
+                key, "unknown-key", f"{mech_name} discovers no strings; only discovery mechanisms (sfp) take {key}"
+            )
+    alphabet: str | None = None
+    if col.has("alphabet"):
+        alphabet = col.string("alphabet")
+        symbols = len(set(alphabet))
+        if not alphabet.strip(" "):
+            raise col.error("alphabet", "bad-value", "give the characters words are made of (and the space)")
+        # SFP's fragment candidates per position (003 Alg. 10 step 8): 256 pieces x |alphabet|^l.
+        fragment_length = mechanism.fragment_length if isinstance(mechanism, sfp.SequenceFragmentPuzzle) else 1
+        pairs = sfp.PUZZLE_PIECES * symbols**fragment_length
+        if pairs > _FRAGMENT_CANDIDATES_MAX:
+            raise col.error(
+                "alphabet",
+                "out-of-range",
+                f"{symbols} characters give {pairs} fragment candidates per position, more than "
+                f"{_FRAGMENT_CANDIDATES_MAX}; use fewer characters or a shorter fragment_length",
+            )
+    top_t = col.integer("top_t", low=1, high=_TOP_T_MAX) if col.has("top_t") else None
+    return alphabet, top_t
 
 
 # --- canonical hash ------------------------------------------------------------------------

@@ -646,14 +646,15 @@ def reconstruct(
             by_piece.setdefault(piece, []).append(fragments[fragment])
         per_position.append(by_piece)
     # Steps 11-14: for each puzzle piece, the Cartesian product of its fragments across positions.
+    # The products' sizes are known before any is built: refuse at once rather than after
+    # assembling (and hashing) up to max_words strings.
+    pieces = [[by_piece.get(piece, []) for by_piece in per_position] for piece in range(PUZZLE_PIECES)]
+    if sum(math.prod(len(x) for x in lists) for lists in pieces) > max_words:
+        raise ValueError(f"more than max_words={max_words} assembled words; lower top_t")
     words: list[str] = []
-    for piece in range(PUZZLE_PIECES):
-        lists = [by_piece.get(piece, []) for by_piece in per_position]
+    for piece, lists in enumerate(pieces):
         if not all(lists):
             continue
-        size = math.prod(len(x) for x in lists)
-        if len(words) + size > max_words:
-            raise ValueError(f"more than max_words={max_words} assembled words; lower top_t")
         for parts in itertools.product(*lists):
             word = "".join(parts)
             if not check_puzzle or mech.puzzle_piece(word) == piece:

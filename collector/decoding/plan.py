@@ -24,7 +24,8 @@ simulated):
   searches powers of two for ``k`` and prints the cheapest choices.
 * ``sfp``: the word sketch is a CMS over ``n`` reports and each fragment sketch a CMS over
   the ``n / positions`` reports that chose its position (003 §4.3); ``ε + ε'`` per report
-  (003 Thm 4.5).
+  (003 Thm 4.5). :func:`sfp_top_t` chooses Alg. 10's ``T`` (pieces kept per position): the
+  collector's default when a use case sets no ``collector.top_t``.
 * ``rappor`` (004 §3, §4, Appendix): ``ε∞ = 2h ln((1 - f/2)/(f/2))`` (Thm 1),
   ``ε1 = h ln(q*(1-p*)/(p*(1-q*)))`` (Thm 2); under ``H0`` a bit count has
   ``sd(T̂) = sqrt(p*(1-p*) N)/(q* - p*)`` (Appendix); Bonferroni over ``M`` tests gives
@@ -65,10 +66,11 @@ from protocol.cms import CountMeanSketch
 from protocol.dbitflip import DBitFlip
 from protocol.errors import ParameterError
 from protocol.hcms import HadamardCountMeanSketch
+from protocol.interfaces import DiscoveryMechanism
 from protocol.randomized_response import RandomizedResponse
 from protocol.registry import RegistryError, UseCase, parse_registry
 
-__all__ = ["MECHANISMS", "PlanError", "build_parser", "main", "plan", "plan_use_case"]
+__all__ = ["MECHANISMS", "PlanError", "build_parser", "discovery_top_t", "main", "plan", "plan_use_case", "sfp_top_t"]
 
 MECHANISMS: tuple[str, ...] = ("rr", "one-bit-mean", "dbitflip", "cms", "hcms", "sfp", "rappor")
 
@@ -386,6 +388,164 @@ def _plan_sketch(a: argparse.Namespace, kind: str) -> Result:
 # ------------------------------------------------------------------------ sfp
 
 
+SFP_MAX_WORDS = 2_000_000
+"""Most words one discovery assembles (``protocol.sfp.reconstruct``'s ``max_words``)."""
+
+
+def _touchard(order: int, lam: float) -> float:
+    """``E[X^order]`` for ``X ~ Poisson(lam)``: ``Σ_j S(order, j) lam^j`` (Stirling numbers of the 2nd kind)."""
+    row = [1]  # S(0, 0)
+    for i in range(1, order + 1):
+        row = [0] + [j * (row[j] if j < len(row) else 0) + row[j - 1] for j in range(1, i + 1)]
+    return math.fsum(float(coef) * lam**j for j, coef in enumerate(row))
+
+
+def _sfp_errors(
+    *, eps: float, eps_f: float, k: int, m: int, kf: int, mf: int, n: float, positions: int, share: float
+) -> tuple[float, float]:
+    word_se = math.sqrt(_sketch_variance("cms", eps=eps, k=k, m=m, n=n, top_share=share))
+    frag_se = math.sqrt(_sketch_variance("cms", eps=eps_f, k=kf, m=mf, n=n / positions, top_share=share))
+    return word_se, frag_se
+
+
+def _smallest_word(
+    *, word_se: float, frag_se: float, positions: int, pairs: int, alpha: float, assembled: float
+) -> float:
+    z_word = normal_quantile(1 - alpha / max(assembled, 1.0))
+    z_frag = normal_quantile(1 - 1 / pairs)  # a fragment must beat the largest of the null pairs
+    return max(z_word * word_se, positions * z_frag * frag_se)
+
+
+def sfp_top_t(
+    *,
+    epsilon: float,
+    epsilon_fragment: float,
+    k: int,
+    m: int,
+    k_fragment: int,
+    m_fragment: int,
+    length: int,
+    fragment_length: int,
+    n: int,
+    alphabet_size: int,
+    release_threshold: float = 0.0,
+    alpha: float = 0.05,
+    assembled: float = 1e4,
+    top_share: float = 0.1,
+    max_words: int = SFP_MAX_WORDS,
+) -> int:
+    """003 Alg. 10's ``T``: enough pieces per position to find every word that can be released, at a bounded cost.
+
+    *Enough.* A word can be released only if its count is at least
+    ``c_min = max(release_threshold, smallest word found)`` (the smallest word found is the
+    larger of the word test's and the fragment test's detection floor, as printed by
+    ``plan sfp``), and at most ``n / c_min`` distinct words have that many reports. Each holds
+    one (piece, fragment) pair per position; its fragment count is near ``c_min / positions``,
+    above every null pair (that is the fragment floor). Words just below ``c_min`` compete for
+    the same places through their noise, so ``T`` keeps twice as many: ``2 n / c_min``.
+
+    *Bounded.* The words assembled are ``Σ_w Π_ℓ X_wℓ`` over the 256 puzzle pieces ``w``,
+    ``X_wℓ`` the pairs of piece ``w`` kept at position ``ℓ``. The kept pairs' pieces are
+    uniform (the piece is a hash), so ``X_wℓ`` is about Poisson with mean ``T / 256``, and a
+    piece's words appear at every position together, so the expected number assembled is
+    ``256 E[X^positions]`` (the Touchard polynomial). ``T`` is capped where that reaches half
+    of ``max_words``, the other half left for the fluctuation of the largest pieces.
+
+    Returns:
+        ``T`` (at least 1).
+    """
+    positions = length // fragment_length
+    if n <= 0:
+        return 1
+    word_se, frag_se = _sfp_errors(
+        eps=epsilon,
+        eps_f=epsilon_fragment,
+        k=k,
+        m=m,
+        kf=k_fragment,
+        mf=m_fragment,
+        n=float(n),
+        positions=positions,
+        share=top_share,
+    )
+    return _top_t(
+        word_se=word_se,
+        frag_se=frag_se,
+        positions=positions,
+        pairs=256 * int(alphabet_size**fragment_length),
+        n=n,
+        release_threshold=release_threshold,
+        alpha=alpha,
+        assembled=assembled,
+        max_words=max_words,
+    )
+
+
+def discovery_top_t(
+    mechanism: DiscoveryMechanism,
+    *,
+    n: int,
+    alphabet_size: int,
+    release_threshold: float = 0.0,
+    alpha: float = 0.05,
+    assembled: float = 1e4,
+    max_words: int = SFP_MAX_WORDS,
+) -> int:
+    """:func:`sfp_top_t` for a configured discovery mechanism, from its own planner figures.
+
+    The word and fragment standard errors and the number of positions are the mechanism's
+    :meth:`~protocol.interfaces.Mechanism.plan` figures (``standard_error``,
+    ``fragment_standard_error``, ``positions``; the same 003 Thm 4.2 bounds with
+    ``Σf² <= 0.1 n²``); a fragment is ``longest / positions`` characters. A mechanism whose
+    figures name no fragments gets ``T = 2 n / max(release_threshold, 1)``, capped as above.
+    """
+    if n <= 0:
+        return 1
+    figures = mechanism.plan(float(n))
+    positions = max(1, int(figures.figures.get("positions", 1)))
+    fragment_length = max(1, mechanism.longest // positions)
+    return _top_t(
+        word_se=figures.standard_error,
+        frag_se=float(figures.figures.get("fragment_standard_error", 0.0)),
+        positions=positions,
+        pairs=256 * int(alphabet_size**fragment_length),
+        n=n,
+        release_threshold=release_threshold,
+        alpha=alpha,
+        assembled=assembled,
+        max_words=max_words,
+    )
+
+
+def _top_t(
+    *,
+    word_se: float,
+    frag_se: float,
+    positions: int,
+    pairs: int,
+    n: int,
+    release_threshold: float,
+    alpha: float,
+    assembled: float,
+    max_words: int,
+) -> int:
+    floor = _smallest_word(
+        word_se=word_se, frag_se=frag_se, positions=positions, pairs=pairs, alpha=alpha, assembled=assembled
+    )
+    c_min = max(float(release_threshold), floor, 1.0)
+    needed = math.ceil(2 * n / c_min)
+    lo, hi = 1, max(1, min(needed, pairs))
+    if 256 * _touchard(positions, hi / 256) <= max_words / 2:
+        return hi
+    while lo < hi:  # the assembled count grows with T: the largest T within budget
+        mid = (lo + hi + 1) // 2
+        if 256 * _touchard(positions, mid / 256) <= max_words / 2:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
 def _plan_sfp(a: argparse.Namespace) -> Result:
     eps = _need(a.epsilon, "epsilon")
     eps_f = _need(a.epsilon_fragment, "epsilon_fragment")
@@ -398,12 +558,24 @@ def _plan_sfp(a: argparse.Namespace) -> Result:
     positions = length // fl
     share = float(a.top_share)
     alpha = float(a.alpha)
-    per_position = n / positions
-    word_se = math.sqrt(_sketch_variance("cms", eps=eps, k=k, m=m, n=n, top_share=share))
-    frag_se = math.sqrt(_sketch_variance("cms", eps=eps_f, k=kf, m=mf, n=per_position, top_share=share))
+    word_se, frag_se = _sfp_errors(eps=eps, eps_f=eps_f, k=k, m=m, kf=kf, mf=mf, n=n, positions=positions, share=share)
     pairs = 256 * int(a.alphabet_size) ** fl
-    z_word = normal_quantile(1 - alpha / max(int(a.assembled), 1))
-    z_frag = normal_quantile(1 - 1 / pairs)  # a fragment must beat the largest of the null pairs
+    top_t = sfp_top_t(
+        epsilon=eps,
+        epsilon_fragment=eps_f,
+        k=k,
+        m=m,
+        k_fragment=kf,
+        m_fragment=mf,
+        length=length,
+        fragment_length=fl,
+        n=int(n),
+        alphabet_size=int(a.alphabet_size),
+        release_threshold=float(a.release_threshold),
+        alpha=alpha,
+        assembled=float(max(int(a.assembled), 1)),
+        top_share=share,
+    )
     return {
         "mechanism": "sfp",
         "epsilon": eps,
@@ -414,13 +586,23 @@ def _plan_sfp(a: argparse.Namespace) -> Result:
         "word_standard_error": word_se,
         "fragment_standard_error": frag_se,
         "fragment_pairs_per_position": pairs,
-        "smallest_word_found": max(z_word * word_se, positions * z_frag * frag_se),
+        "smallest_word_found": _smallest_word(
+            word_se=word_se,
+            frag_se=frag_se,
+            positions=positions,
+            pairs=pairs,
+            alpha=alpha,
+            assembled=float(max(int(a.assembled), 1)),
+        ),
+        "top_t": top_t,
         "bandwidth_bits": math.log2(positions) + math.log2(kf) + mf + math.log2(k) + m,
         "formulas": [
             "003 Thm 4.5: eps + eps' per report",
             "word: 003 Thm 4.2 over n reports; fragment: 003 Thm 4.2 over n/positions reports",
             "smallest word found ~ max(z_word SE_word, positions z_frag SE_frag), "
             "z_word = Phi^-1(1 - alpha/assembled), z_frag = Phi^-1(1 - 1/(256 |alphabet|^l))",
+            "top_t = min(2 n / max(release threshold, smallest word found), the largest T with "
+            "256 E[Poisson(T/256)^positions] <= max_words / 2) (003 Alg. 10's T)",
         ],
     }
 
@@ -676,7 +858,12 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--m-fragment", type=int, default=1024)
     sp.add_argument("--length", type=int, default=10, help="characters per word (10)")
     sp.add_argument("--fragment-length", type=int, default=2, help="characters per fragment (2)")
-    sp.add_argument("--alphabet-size", type=int, default=27, help="symbols words are made of (27: a-z and space)")
+    sp.add_argument(
+        "--alphabet-size", type=int, default=28, help="symbols words are made of (28: a-z, apostrophe and space)"
+    )
+    sp.add_argument(
+        "--release-threshold", type=_count, default=0.0, help="the use case's release threshold (for top_t)"
+    )
     sp.add_argument("--assembled", type=_count, default=1e4, help="words the puzzle assembles (tests corrected for)")
     sp.add_argument("--alpha", type=_probability, default=0.05, help="Bonferroni level over the assembled words")
     sp.add_argument("--top-share", type=_probability, default=0.1, help="share of the most frequent word")

@@ -99,6 +99,7 @@ import numpy.typing as npt
 
 from collector.decoding.consistency import ConsistentEstimate, make_consistent
 from collector.decoding.plain import ValueEstimate, finite
+from collector.decoding.release import Release, ReleaseRule, release
 from collector.decoding.stats import check_level, normal_quantile, normal_sf, reject, z_interval
 from protocol.estimate import Estimate, VectorEstimate
 from protocol.rappor import BitEstimates, Rappor, RapporAggregate
@@ -252,9 +253,10 @@ class CategoryDecoding:
     Attributes:
         categories: the category strings (bit ``i`` is category ``i``).
         estimate: counts with standard errors (``Σ_j t_ij``).
-        z: test statistics; ``p_values``: one-sided p-values of ``count > 0``.
-        detected: passed the multiple-testing correction.
+        z: test statistics ``(count - max(T, 0)) / SE``; ``p_values``: their one-sided p-values.
+        detected: released by the rule (threshold and corrected test).
         consistent: the counts projected to be non-negative and sum to ``n``, when asked for.
+        detail: every category with the rule's verdict (:mod:`collector.decoding.release`).
     """
 
     categories: tuple[str, ...]
@@ -265,6 +267,7 @@ class CategoryDecoding:
     control: str
     alpha: float
     consistent: ConsistentEstimate | None
+    detail: Release
 
 
 def decode_categories(
@@ -273,27 +276,37 @@ def decode_categories(
     alpha: float = 0.05,
     control: str = "bonferroni",
     consistent: bool = False,
+    rule: ReleaseRule | None = None,
 ) -> CategoryDecoding:
-    """Decode basic (one-time) RAPPOR directly: category counts, tests, optional consistency.
+    """Decode basic (one-time) RAPPOR directly: category counts, the release rule, optional consistency.
+
+    Args:
+        aggregate: the reports.
+        alpha: level of the test of ``count > 0`` when no ``rule`` is given.
+        control: its correction.
+        consistent: also project the counts onto non-negative values summing to ``n``.
+        rule: the use case's release rule (threshold, test, ``min_reports``); it overrides
+            ``alpha`` and ``control``.
 
     Raises:
         ParameterError: for the Bloom-filter variants (use :class:`RapporDecoder`).
     """
+    if rule is None:
+        rule = ReleaseRule(threshold=0.0, alpha=alpha, control=control)
     est = aggregate.estimate_categories()
-    with np.errstate(divide="ignore", invalid="ignore"):
-        z = np.where(est.standard_errors > 0, est.values / est.standard_errors, np.nan)
-    p = normal_sf(z)
-    detected = reject(p, alpha=alpha, control=control)
+    names = aggregate.mechanism.categories or tuple(str(i) for i in range(len(est)))
+    detail = release(names, est.values, est.standard_errors, n=aggregate.n, rule=rule)
     cons = make_consistent(est, total=float(aggregate.n)) if consistent else None
     return CategoryDecoding(
         categories=aggregate.mechanism.categories,
         estimate=est,
-        z=z,
-        p_values=p,
-        detected=detected,
-        control=control,
-        alpha=alpha,
+        z=detail.z,
+        p_values=detail.p_values,
+        detected=detail.released,
+        control=rule.control,
+        alpha=rule.alpha if rule.alpha is not None else math.nan,
         consistent=cons,
+        detail=detail,
     )
 
 

@@ -5,22 +5,21 @@ dictionary (hundreds of thousands of entries at the deployed sizes, 003 §6.3-6.
 :meth:`CMSAggregate.estimate_fingerprints` / :meth:`HCMSAggregate.estimate_fingerprints`
 (003 Alg. 4, gathered over the whole dictionary in blocks, so memory stays bounded), each
 with the standard error of 003 Thm 4.2 / 4.4 (the exact variance before the bound, with
-plug-ins; see :mod:`protocol.cms` and :mod:`protocol.hcms`). An entry is *released* when
-
-* its estimated count is at least ``threshold`` (003 §3.2.2: the published histograms keep
-  only the entries above a threshold), and
-* if ``alpha`` is given, it passes the multiple-testing correction (one-sided
-  ``count > 0``, over the whole dictionary; :mod:`collector.decoding.stats`).
-
-The others are withheld and only their number is reported. The top-N list is the
-released entries by decreasing count. Every released number comes with its SE and a
+plug-ins; see :mod:`protocol.cms` and :mod:`protocol.hcms`). An entry is *released* by the
+one rule of :mod:`collector.decoding.release`: its estimated count is at least ``threshold``
+(003 §3.2.2) and, if ``alpha`` is given, it passes the one-sided test of
+``count > max(threshold, 0)`` corrected over the whole dictionary. Every entry's estimate
+and verdict is kept (:attr:`FrequencyRelease.detail`). The top-N list is the released
+entries by decreasing count. Every released number comes with its SE and a
 normal confidence interval (the estimate is a sum over ``n`` independent reports).
 
 **Word discovery.** :func:`discover_words` runs 003 Alg. 10 (:func:`protocol.sfp.reconstruct`:
 the top ``T`` (puzzle piece, fragment) pairs per position, their Cartesian products per
 piece, the word oracle on the assembled dictionary) and releases the assembled words by the
 same rule, the correction running over every word the puzzle assembled (the dictionary
-Alg. 10 step 15 queries). Each word carries the word sketch's CMS standard error.
+Alg. 10 step 15 queries) that a padded word can be: a string with padding inside it
+(:func:`producible`) is withheld untested. Each word carries the word sketch's CMS
+standard error.
 """
 
 from __future__ import annotations
@@ -31,17 +30,22 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import numpy.typing as npt
 
 from collector.decoding.plain import ValueEstimate, finite
-from collector.decoding.stats import check_control, check_level, normal_sf, reject, z_interval
+from collector.decoding.release import Release, ReleaseRule, release
 from protocol.cms import CMSAggregate, as_value_bytes
 from protocol.hcms import HCMSAggregate
 from protocol.sfp import SFPAggregate, reconstruct
 
-__all__ = ["FrequencyEntry", "FrequencyRelease", "discover_words", "query_dictionary"]
-
-Array = npt.NDArray[np.float64]
+__all__ = [
+    "NOT_PRODUCIBLE",
+    "PADDING",
+    "FrequencyEntry",
+    "FrequencyRelease",
+    "discover_words",
+    "producible",
+    "query_dictionary",
+]
 
 _BLOCK = 1 << 16
 """Dictionary entries fingerprinted and gathered per step."""
@@ -57,14 +61,17 @@ class FrequencyRelease:
 
     Attributes:
         entries: the released values, largest count first (at most ``top_n``).
-        tested: the number of values estimated (dictionary size, or words assembled).
+        tested: the number of values in the correction (dictionary size, or the words
+            assembled that a padded word can be).
         released: how many passed the release rule (before the ``top_n`` cut).
-        withheld: ``tested - released``.
+        withheld: values estimated but not released.
         n: number of reports.
         threshold: the count threshold of the release rule.
         alpha: level of the correction, or ``None`` when no test was applied.
-        control: the correction (``"bonferroni"``, ``"bh"``, ``"storey"``) or ``None``.
+        control: the correction (``"bonferroni"``, ``"bh"``, ``"storey"``, ``"pfer"``) or ``None``.
         confidence: level of the intervals.
+        detail: every value estimated, with the rule's verdict and reasons
+            (:class:`collector.decoding.release.Release`).
     """
 
     entries: list[FrequencyEntry]
@@ -76,6 +83,7 @@ class FrequencyRelease:
     alpha: float | None
     control: str | None
     confidence: float
+    detail: Release
 
     def to_plain(self) -> dict[str, Any]:
         """JSON-ready form."""
@@ -92,74 +100,35 @@ class FrequencyRelease:
         }
 
 
-@dataclass(frozen=True, kw_only=True)
-class _Rule:
-    """The release rule of one query or discovery.
-
-    Checked on construction, which the public functions do first, so a bad rule fails
-    before the dictionary gather or the puzzle reconstruction is paid for.
-
-    Attributes:
-        threshold: the smallest estimated count released (003 §3.2.2).
-        alpha: level of the correction, or ``None`` for the count threshold only.
-        control: the correction (checked even when ``alpha`` is ``None``).
-        top_n: release at most this many values, or ``None``.
-        confidence: level of the intervals.
-    """
-
-    threshold: float
-    alpha: float | None
-    control: str
-    top_n: int | None
-    confidence: float
-
-    def __post_init__(self) -> None:
-        if self.alpha is None:
-            check_control(self.control)
-        else:
-            check_level(self.alpha, self.control)
-        top_n = self.top_n
-        if top_n is not None and (isinstance(top_n, bool) or not isinstance(top_n, int) or top_n < 0):
-            raise ValueError(f"top_n must be a non-negative integer or None; got {top_n!r}")
-        z_interval(self.confidence)
+def _rule(
+    *, threshold: float, alpha: float | None, control: str, top_n: int | None, confidence: float, min_reports: int = 0
+) -> ReleaseRule:
+    """The release rule of one query or discovery, checked before any work is paid for."""
+    if top_n is not None and (isinstance(top_n, bool) or not isinstance(top_n, int) or top_n < 0):
+        raise ValueError(f"top_n must be a non-negative integer or None; got {top_n!r}")
+    return ReleaseRule(
+        min_reports=min_reports, threshold=threshold, alpha=alpha, control=control, confidence=confidence
+    )
 
 
-def _release(values: Sequence[str | bytes], counts: Array, ses: Array, *, n: int, rule: _Rule) -> FrequencyRelease:
-    zc = z_interval(rule.confidence)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        z = np.where(ses > 0, counts / ses, np.where(counts > 0, np.inf, 0.0))
-    z = np.nan_to_num(z, nan=0.0)
-    p = normal_sf(z)
-    keep = np.nan_to_num(counts, nan=-np.inf) >= rule.threshold
-    if rule.alpha is not None:
-        keep &= reject(p, alpha=rule.alpha, control=rule.control)
-    idx = np.flatnonzero(keep)
-    idx = idx[np.argsort(-counts[idx], kind="stable")]
-    released = int(idx.size)
-    if rule.top_n is not None:
-        idx = idx[: rule.top_n]
-    entries = [
-        FrequencyEntry(
-            value=values[i],
-            count=float(counts[i]),
-            standard_error=float(ses[i]),
-            low=float(counts[i] - zc * ses[i]),
-            high=float(counts[i] + zc * ses[i]),
-            z=float(z[i]),
-            p_value=float(p[i]),
-        )
-        for i in idx.tolist()
-    ]
+def _frequency_release(detail: Release, *, top_n: int | None) -> FrequencyRelease:
+    idx = detail.order(detail.released)
+    released = len(idx)
+    if top_n is not None:
+        idx = idx[:top_n]
+    entries = [FrequencyEntry(**vars(detail.entry(i))) for i in idx]
+    rule = detail.rule
     return FrequencyRelease(
         entries=entries,
-        tested=len(values),
+        tested=detail.tested,
         released=released,
-        withheld=len(values) - released,
-        n=n,
+        withheld=len(detail.values) - released,
+        n=detail.n,
         threshold=rule.threshold,
         alpha=rule.alpha,
         control=rule.control if rule.alpha is not None else None,
         confidence=rule.confidence,
+        detail=detail,
     )
 
 
@@ -172,6 +141,7 @@ def query_dictionary(
     control: str = "bonferroni",
     top_n: int | None = None,
     confidence: float = 0.95,
+    min_reports: int = 0,
     workers: int | None = None,
 ) -> FrequencyRelease:
     """Estimate every dictionary entry (003 Alg. 4) and release those that pass the rule.
@@ -179,17 +149,21 @@ def query_dictionary(
     Args:
         aggregate: a CMS or HCMS aggregate.
         dictionary: the entries to query (``str`` or ``bytes``).
-        threshold: the smallest estimated count released (003 §3.2.2).
-        alpha: if given, also require significance at this level under ``control``.
-        control: ``"bonferroni"``, ``"bh"`` or ``"storey"``, over the whole dictionary.
+        threshold: the smallest estimated count released (003 §3.2.2), and the null of the test.
+        alpha: if given, also require the one-sided test of ``count > max(threshold, 0)`` at
+            this level under ``control`` (:mod:`collector.decoding.release`).
+        control: ``"bonferroni"``, ``"bh"``, ``"storey"`` or ``"pfer"``, over the whole dictionary.
         top_n: release at most this many entries (the largest).
         confidence: level of the intervals.
+        min_reports: release nothing from fewer reports.
         workers: threads for the gather (default: all CPUs).
 
     Raises:
         InputError: if an entry is neither ``str`` nor ``bytes``.
     """
-    rule = _Rule(threshold=threshold, alpha=alpha, control=control, top_n=top_n, confidence=confidence)
+    rule = _rule(
+        threshold=threshold, alpha=alpha, control=control, top_n=top_n, confidence=confidence, min_reports=min_reports
+    )
     size = len(dictionary)
     counts = np.empty(size)
     ses = np.empty(size)
@@ -199,7 +173,26 @@ def query_dictionary(
         est = aggregate.estimate_fingerprints(family.fingerprints(block), workers=workers)
         counts[start : start + len(block)] = est.values
         ses[start : start + len(block)] = est.standard_errors
-    return _release(dictionary, counts, ses, n=aggregate.n, rule=rule)
+    detail = release(dictionary, counts, ses, n=aggregate.n, rule=rule)
+    return _frequency_release(detail, top_n=top_n)
+
+
+PADDING = " "
+"""The character SFP pads short words with (:meth:`SequenceFragmentPuzzle.pad`)."""
+
+NOT_PRODUCIBLE = "padding inside the word: the puzzle cannot have produced it from a padded word"
+"""Why a string with padding inside it is withheld."""
+
+
+def producible(word: str) -> bool:
+    """Whether ``word`` (trailing padding removed) can be a padded word a device reported.
+
+    A device pads a word on the right only (003 §4.3), so the padding character occurs only
+    as a trailing run; the word itself is non-empty and free of it. An assembled string with
+    padding inside it (``"  cdvlhe m"``) is fragments of different words glued together by the
+    puzzle, never a word anybody typed.
+    """
+    return bool(word) and PADDING not in word
 
 
 def discover_words(
@@ -212,24 +205,31 @@ def discover_words(
     control: str = "bonferroni",
     top_n: int | None = None,
     confidence: float = 0.95,
+    min_reports: int = 0,
     max_words: int = 2_000_000,
     workers: int | None = None,
 ) -> FrequencyRelease:
     """Discover frequent unknown words (003 Alg. 10) and release those that pass the rule.
 
+    Words with padding inside them (:func:`producible`) are withheld and left out of the
+    correction: they are not hypotheses at all.
+
     Args:
         aggregate: the SFP reports.
         alphabet: the characters words are made of (include the space that pads short words).
         top_t: ``T``, (puzzle piece, fragment) pairs kept per position (003 Alg. 10 step 10).
-        threshold: the smallest estimated word count released.
+        threshold: the smallest estimated word count released, and the null of the test.
         alpha: significance level over all assembled words (``None``: count threshold only).
-        control: ``"bonferroni"``, ``"bh"`` or ``"storey"``.
+        control: ``"bonferroni"``, ``"bh"``, ``"storey"`` or ``"pfer"``.
         top_n: release at most this many words.
         confidence: level of the intervals.
+        min_reports: release nothing from fewer reports.
         max_words: refuse to score more assembled words than this (``ValueError``).
         workers: threads for the dictionary queries.
     """
-    rule = _Rule(threshold=threshold, alpha=alpha, control=control, top_n=top_n, confidence=confidence)
+    rule = _rule(
+        threshold=threshold, alpha=alpha, control=control, top_n=top_n, confidence=confidence, min_reports=min_reports
+    )
     found = reconstruct(
         aggregate,
         alphabet=alphabet,
@@ -241,4 +241,6 @@ def discover_words(
     words = [w.word for w in found]
     counts = np.array([w.count for w in found], dtype=np.float64)
     ses = np.array([w.standard_error for w in found], dtype=np.float64)
-    return _release(words, counts, ses, n=aggregate.n, rule=rule)
+    eligible = np.array([producible(w) for w in words], dtype=np.bool_)
+    detail = release(words, counts, ses, n=aggregate.n, rule=rule, eligible=eligible, ineligible_reason=NOT_PRODUCIBLE)
+    return _frequency_release(detail, top_n=top_n)

@@ -54,6 +54,7 @@ def test_defaults_and_shared_subscription_filter() -> None:
         ({"registry": "r", "ingest": {"commit_interval_s": 0}}, "ingest.commit_interval_s", "(0, 60]"),
         ({"registry": "r", "ingest": {"retention_periods": 0}}, "ingest.retention_periods", "[1, 100000]"),
         ({"registry": "r", "estimation": {"confidence": 2}}, "estimation.confidence", "[0.5, 0.9999]"),
+        ({"registry": "r", "estimation": {"sfp_alphabet": "ab "}}, "estimation.sfp_alphabet", "collector.alphabet"),
         ({"registry": "r", "http": 3}, "http", "expected a table"),
         ({"registry": "r", "extra": 1}, "extra", "unknown key"),
     ],
@@ -140,6 +141,13 @@ def test_estimate_prints_text_and_json(
     assert data["released"]
     assert data["kind"] == "frequencies"
     assert all({"count", "standard_error", "ci"} <= set(i) for i in data["estimate"]["items"])
+    assert "withheld_items" not in data["estimate"]
+    assert main(["--config", cfg, "estimate", "emoji", "--json", "--all"]) == 0
+    full = json.loads(capsys.readouterr().out)["estimate"]
+    assert len(full["items"]) + len(full["withheld_items"]) == full["tested"]
+    assert all(i["released"] is False and i["withheld_reason"] for i in full["withheld_items"])
+    assert main(["--config", cfg, "estimate", "emoji", "--all"]) == 0
+    assert "withheld (not released)" in capsys.readouterr().out
     period = current_period(registry, "usage") - 1
     assert main(["--config", cfg, "estimate", "usage", "--period", str(period)]) == 3
     assert "not released" in capsys.readouterr().out

@@ -97,7 +97,15 @@ async def test_api_routes_answer_with_estimates_and_errors(
         assert items
         assert {i["value"] for i in items} <= set(EMOJI)
         assert all(i["count"] >= 5 for i in items)  # release_threshold = 5
-        assert ok_json(*await get("/api/v1/use-cases/home/estimate"))["estimate"]["correction"] == "bonferroni"
+        assert ok_json(*await get("/api/v1/use-cases/home/estimate"))["estimate"]["correction"] == "bh"
+        # withheld=1 lists every other dictionary entry too, flagged and with its reason.
+        full = ok_json(*await get("/api/v1/use-cases/emoji/estimate?withheld=1"))["estimate"]
+        assert [i["value"] for i in full["items"]] == [i["value"] for i in items]
+        assert all(i["released"] for i in full["items"])
+        assert len(full["withheld_items"]) == full["withheld"] == len(EMOJI) - len(items)
+        assert all(not i["released"] and i["withheld_reason"] for i in full["withheld_items"])
+        assert {i["value"] for i in full["items"] + full["withheld_items"]} == set(EMOJI)
+        assert (await get("/api/v1/use-cases/emoji/estimate?withheld=yes"))[0] == 400
         hist_period = current_period(registry, "hist", time.time()) - 1
         assert not ok_json(*await get(f"/api/v1/use-cases/hist/estimate?period={hist_period}"))["released"]
         assert (await get("/api/v1/use-cases/nope/estimate"))[0] == 404
@@ -221,6 +229,8 @@ async def test_dashboard_renders_plots_in_headless_chromium(
             format_number(i["count"]),
             format_number(i["standard_error"]),
             f"{format_number(i['ci'][0])} … {format_number(i['ci'][1])}",
+            # The release test's p-value (against the release threshold), two significant digits.
+            format_number(i["p_value"], 2),
         ]
         for i in items[:3]
     ]
@@ -249,7 +259,7 @@ async def test_dashboard_renders_plots_in_headless_chromium(
     # Strings: tables with counts and SE; the most common emoji is found.
     assert dom.count('class="strings"') == 4
     assert ">heart<" in dom
-    assert "bonferroni at α = 0.05" in dom  # RAPPOR's correction, under the home card
+    assert "bh at α = 0.05" in dom  # the default correction, under the frequency cards
     assert 'class="withheld"' not in dom.split('id="uc-hist"')[0]  # nothing above hist is withheld
     assert screenshot.stat().st_size > 20_000
     if SCREENSHOT_DIR:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -14,10 +15,11 @@ from hypothesis import strategies as st
 from collector.decoding.rappor import RapporDecoder
 from collector.estimation import estimate_aggregate, format_estimate, project_simplex, z_value
 from collector.store import KeyInfo
+from protocol.cms import CountMeanSketch
 from protocol.interfaces import Aggregate
 from protocol.randomness import SeededRandom
 from protocol.rappor import Rappor
-from protocol.registry import Registry
+from protocol.registry import Registry, parse_registry
 from tests.collector.support import EMOJI, privatized_reports
 
 
@@ -115,11 +117,83 @@ def test_rappor_estimate_uses_the_use_cases_correction(registry: Registry, regis
     uc = registry.use_cases["home"]
     agg, info = _fold(registry, "home", 400, seed=4)
     default = estimate_aggregate(uc, agg, info, registry_dir=registry_path.parent)["estimate"]
-    assert (default["correction"], default["alpha"]) == ("bonferroni", 0.05)
+    assert (default["correction"], default["alpha"]) == ("bh", 0.05)
     pfer = replace(uc, collector=replace(uc.collector, correction="pfer", alpha=2.0))
     result = estimate_aggregate(pfer, agg, info, registry_dir=registry_path.parent)
     chosen = result["estimate"]
     assert (chosen["correction"], chosen["alpha"]) == ("pfer", 2.0)
-    assert f"({chosen['tested']} candidates tested; pfer: at most 2 false strings expected)" in format_estimate(result)
+    assert f"({chosen['tested']} entries tested; pfer: at most 2 false releases expected)" in format_estimate(result)
     # pfer at 2 rejects at least what Bonferroni at 0.05 does (same p-values, a higher threshold).
     assert {d["value"] for d in default["items"]} <= {d["value"] for d in chosen["items"]}
+
+
+def test_estimate_aggregate_releases_cms_entries_by_the_tested_rule(tmp_path: Path) -> None:
+    """Through estimate_aggregate a real CMS keeps false releases within 5 %; the count threshold alone does not.
+
+    2,000 strings, Zipf(1.1), 2 x 10^5 reports, T = 500 (2.5 SE): the count threshold alone
+    releases many entries far below T; the default rule's false share stays within the
+    binomial SE of 5 %. Every entry is listed (released or withheld), each with its SE.
+    """
+    strings = [f"s{i}.example" for i in range(2_000)]
+    (tmp_path / "dict.txt").write_text("\n".join(strings) + "\n", encoding="utf-8")
+    gen = np.random.default_rng(11)
+    weights = np.arange(1, len(strings) + 1, dtype=np.float64) ** -1.1
+    counts = gen.multinomial(200_000, weights / weights.sum())
+    order = np.repeat(np.arange(len(strings)), counts)
+    gen.shuffle(order)
+    mech = CountMeanSketch(epsilon=4.0, k=256, m=1024, seed=b"release-rule-cms-test-seed")
+    agg = mech.new_aggregate()
+    agg.add(mech.privatize_many([strings[i] for i in order.tolist()], SeededRandom(11)))
+    uc = parse_registry(
+        b"""
+format = 1
+[use_cases.tags]
+mechanism = "cms"
+epsilon = 4
+period = "1d"
+daily_limit = 1
+lifetime_epsilon = 100
+seed = "72656c656173652d72756c652d636d732d746573742d73656564"
+parameters = { k = 256, m = 1024 }
+[use_cases.tags.collector]
+min_reports = 1000
+release_threshold = 500
+dictionary = "dict.txt"
+""",
+        source="test",
+    ).use_cases["tags"]
+    assert uc.mechanism == mech
+    est = estimate_aggregate(uc, agg, KeyInfo("tags", 0, 200_000, 200_000), registry_dir=tmp_path, withheld=True)[
+        "estimate"
+    ]
+    truth = dict(zip(strings, counts.tolist(), strict=True))
+    released = [i["value"] for i in est["items"]]
+    assert len(released) + len(est["withheld_items"]) == len(strings)
+    assert len(released) >= 10
+    false = sum(1 for v in released if truth[v] < 500)
+    assert false / len(released) <= 0.05 + 3 * math.sqrt(0.05 * 0.95 / len(released))
+    everything = est["items"] + est["withheld_items"]
+    naive = [i["value"] for i in everything if i["count"] >= 500]
+    assert sum(1 for v in naive if truth[v] < 500) / len(naive) > 0.2
+
+
+def test_sfp_release_keeps_apostrophes_and_survives_a_too_large_t(registry: Registry) -> None:
+    """The default alphabet finds "it's" and "don't"; a T that would assemble too many words is halved, not fatal."""
+    uc = registry.use_cases["words"]
+    mech: Any = uc.mechanism
+    truth = {"it's": 3_000, "don't": 2_000, "yeet": 1_500}
+    values = [w for w, c in truth.items() for _ in range(c)]
+    np.random.default_rng(8).shuffle(values)
+    agg = mech.new_aggregate()
+    agg.add(mech.privatize_many(values, SeededRandom(8)))
+    info = KeyInfo("words", 0, len(values), len(values))
+    est = estimate_aggregate(uc, agg, info, withheld=True)["estimate"]
+    assert est["alphabet"] == "abcdefghijklmnopqrstuvwxyz' "
+    assert {i["value"] for i in est["items"]} == set(truth)
+    assert all(" " not in i["value"] for i in est["items"])
+    # Every one of the 256 x 10^2 pairs per position kept would assemble about 256 x 100^3
+    # words, far beyond the 2 x 10^6 the puzzle scores: T is halved until it fits.
+    crowded = replace(uc, collector=replace(uc.collector, top_t=1 << 20, alphabet="dinostey' "))
+    small = estimate_aggregate(crowded, agg, info)["estimate"]
+    assert small["top_t"] < 25_600
+    assert set(truth) <= {i["value"] for i in small["items"]}

@@ -84,6 +84,27 @@ def test_frequencies_compare_released_values_and_list_the_rest(registry: Registr
     assert {d["key"] for d in row["not_released"]} == {"b", "c"}
 
 
+def test_frequencies_compare_withheld_entries_too(registry: Registry) -> None:
+    """Entries the collector withheld (listed with withheld=1) are compared with the truth like released ones."""
+    tally = Tally(n=5, counts={"a": 3, "b": 1, "c": 1})
+    estimate = {
+        "items": [{"value": "a", "count": 4.0, "standard_error": 2.0, "released": True}],
+        "withheld_items": [
+            {"value": "b", "count": -9.0, "standard_error": 2.0, "released": False, "withheld_reason": "below"},
+            {"value": "z", "count": 1.0, "standard_error": 2.0, "released": False, "withheld_reason": "test"},
+        ],
+        "withheld": 2,
+        "tested": 3,
+    }
+    row = compare_period(registry.use_cases["emoji"], tally, _result("frequencies", estimate))
+    got = [(it["key"], it["truth"], it["z"], it["released"]) for it in row["items"]]
+    assert got == [("a", 3.0, 0.5, True), ("b", 1.0, -5.0, False), ("z", 0.0, 0.5, False)]
+    assert row["max_abs_z"] == 5.0
+    assert row["worst"]["key"] == "b"
+    assert row["not_released_count"] == 2
+    assert row["not_estimated_count"] == 1
+
+
 def test_unreleased_period_is_not_compared(registry: Registry) -> None:
     """A period the collector does not release carries its reason and no comparison."""
     uc = registry.use_cases["dark-mode-enabled"]

@@ -470,15 +470,17 @@ def test_buckets_table_becomes_a_bucketing_object() -> None:
 
 
 def test_rappor_correction_defaults_and_choices() -> None:
-    """RAPPOR's correction defaults to Bonferroni at 0.05 (004 §4); pfer takes a count above 1."""
+    """The release test defaults to Benjamini-Hochberg at 0.05 (the FDR bound); pfer takes a count above 1."""
     settings = load().use_cases["homepage"].collector
-    assert (settings.correction, settings.alpha) == ("bonferroni", 0.05)
+    assert (settings.correction, settings.alpha) == ("bh", 0.05)
     text = replace('dictionary = "candidates.txt"', 'dictionary = "candidates.txt"\ncorrection = "pfer"\nalpha = 3')
     settings = load(text).use_cases["homepage"].collector
     assert (settings.correction, settings.alpha) == ("pfer", 3.0)
-    bh = load(replace('dictionary = "candidates.txt"', 'dictionary = "candidates.txt"\ncorrection = "bh"'))
-    assert bh.use_cases["homepage"].collector.correction == "bh"
-    assert bh.hash != load().hash
+    bonferroni = load(
+        replace('dictionary = "candidates.txt"', 'dictionary = "candidates.txt"\ncorrection = "bonferroni"')
+    )
+    assert bonferroni.use_cases["homepage"].collector.correction == "bonferroni"
+    assert bonferroni.hash != load().hash
 
 
 @pytest.mark.parametrize(
@@ -487,8 +489,8 @@ def test_rappor_correction_defaults_and_choices() -> None:
         ('correction = "holm"', "bad-value", "collector.correction", "bonferroni, bh, storey, pfer"),
         ("correction = 1", "bad-type", "collector.correction", "expected"),
         ("alpha = 1.5", "out-of-range", "collector.alpha", "<= 1"),
-        ("alpha = 1", "out-of-range", "collector.alpha", "(0, 1) for bonferroni"),
-        ('correction = "bh"\nalpha = 0', "out-of-range", "collector.alpha", "> 0"),
+        ("alpha = 1", "out-of-range", "collector.alpha", "(0, 1) for bh"),
+        ('correction = "bonferroni"\nalpha = 0', "out-of-range", "collector.alpha", "> 0"),
         ('correction = "pfer"\nalpha = -2', "out-of-range", "collector.alpha", "> 0"),
     ],
 )
@@ -499,13 +501,104 @@ def test_rappor_correction_errors(extra: str, kind: str, field: str, message: st
     assert message in str(err)
 
 
+SKETCHES = (
+    BASE
+    + """
+[use_cases.emoji]
+mechanism = "cms"
+epsilon = 4
+period = "1d"
+daily_limit = 1
+lifetime_epsilon = 100
+parameters = { k = 16, m = 64 }
+[use_cases.emoji.collector]
+min_reports = 10
+dictionary = "emoji.txt"
+
+[use_cases.domains]
+mechanism = "hcms"
+epsilon = 4
+period = "1d"
+daily_limit = 1
+lifetime_epsilon = 100
+parameters = { k = 16, m = 64 }
+[use_cases.domains.collector]
+min_reports = 10
+dictionary = "domains.txt"
+
+[use_cases.words]
+mechanism = "sfp"
+epsilon = 8
+period = "1d"
+daily_limit = 1
+lifetime_epsilon = 100
+parameters = { epsilon = 2, epsilon_fragment = 6, k = 16, m = 64, k_fragment = 16, m_fragment = 64 }
+[use_cases.words.collector]
+min_reports = 10
+"""
+)
+
+
+@pytest.mark.parametrize("use_case", ["emoji", "domains", "words"])
+def test_every_frequency_mechanism_takes_a_correction(use_case: str) -> None:
+    """cms, hcms and sfp take correction and alpha like RAPPOR; the default is BH at 0.05; they change the hash."""
+    head = f"[use_cases.{use_case}.collector]\nmin_reports = 10"
+    assert load(SKETCHES).use_cases[use_case].collector.correction == "bh"
+    text = replace(head, f'{head}\ncorrection = "storey"\nalpha = 0.1', SKETCHES)
+    settings = load(text).use_cases[use_case].collector
+    assert (settings.correction, settings.alpha) == ("storey", 0.1)
+    assert load(text).hash != load(SKETCHES).hash
+    pfer = load(replace(head, f'{head}\ncorrection = "pfer"\nalpha = 4', SKETCHES)).use_cases[use_case].collector
+    assert (pfer.correction, pfer.alpha) == ("pfer", 4.0)
+
+
+@pytest.mark.parametrize(
+    ("use_case", "extra", "kind", "field"),
+    [
+        ("emoji", 'correction = "holm"', "bad-value", "collector.correction"),
+        ("domains", "alpha = 1", "out-of-range", "collector.alpha"),
+        ("words", "alpha = -0.1", "out-of-range", "collector.alpha"),
+        ("words", 'correction = "fdr"', "bad-value", "collector.correction"),
+        ("words", "top_t = 0", "out-of-range", "collector.top_t"),
+        ("words", 'top_t = "many"', "bad-type", "collector.top_t"),
+        ("words", 'alphabet = ""', "bad-value", "collector.alphabet"),
+        ("words", "alphabet = 5", "bad-type", "collector.alphabet"),
+        ("emoji", 'alphabet = "abc "', "unknown-key", "collector.alphabet"),
+        ("domains", "top_t = 10", "unknown-key", "collector.top_t"),
+    ],
+)
+def test_frequency_setting_errors_name_the_field(use_case: str, extra: str, kind: str, field: str) -> None:
+    """A bad release or discovery setting of cms, hcms or sfp names the file, the use case and the field."""
+    head = f"[use_cases.{use_case}.collector]\nmin_reports = 10"
+    expect(replace(head, f"{head}\n{extra}", SKETCHES), kind=kind, use_case=use_case, field=field)
+
+
+def test_sfp_alphabet_and_top_t() -> None:
+    """SFP takes its alphabet and T per use case; an alphabet too large for the fragment candidates is refused."""
+    head = "[use_cases.words.collector]\nmin_reports = 10"
+    settings = load(SKETCHES).use_cases["words"].collector
+    assert (settings.alphabet, settings.top_t) == (None, None)
+    text = replace(head, f'{head}\nalphabet = "abc\' "\ntop_t = 300', SKETCHES)
+    settings = load(text).use_cases["words"].collector
+    assert (settings.alphabet, settings.top_t) == ("abc' ", 300)
+    huge = "".join(chr(0x4E00 + i) for i in range(300))
+    err = expect(
+        replace(head, f'{head}\nalphabet = "{huge}"', SKETCHES),
+        kind="out-of-range",
+        use_case="words",
+        field="collector.alphabet",
+    )
+    assert "fragment candidates" in str(err)
+
+
 @pytest.mark.parametrize("key", ['correction = "bh"', "alpha = 0.1"])
-def test_correction_only_for_rappor(key: str) -> None:
-    """Only RAPPOR tests candidates: the keys are refused elsewhere."""
+def test_correction_only_for_frequency_mechanisms(key: str) -> None:
+    """Only frequency outputs are tested entry by entry: the keys are refused for a proportion."""
     text = replace(
         "[use_cases.flag.collector]\nmin_reports = 10", f"[use_cases.flag.collector]\nmin_reports = 10\n{key}"
     )
-    expect(text, kind="unknown-key", use_case="flag", field="collector." + key.split(" ", maxsplit=1)[0])
+    err = expect(text, kind="unknown-key", use_case="flag", field="collector." + key.split(" ", maxsplit=1)[0])
+    assert "only frequency mechanisms" in str(err)
 
 
 def test_corrections_are_the_decoders() -> None:

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 
 import pytest
 
-from collector.decoding.plan import PlanError, main, plan
+from collector.decoding.plan import PlanError, main, plan, sfp_top_t
 from collector.decoding.stats import normal_quantile
 from protocol.cms import CountMeanSketch
 from protocol.hcms import HadamardCountMeanSketch
@@ -106,6 +107,40 @@ def test_sfp_sums_the_epsilons() -> None:
     assert out["epsilon_report"] == 8.0
     mech = CountMeanSketch(epsilon=2.0, k=2048, m=1024, seed=SEED)
     assert out["word_standard_error"] == pytest.approx(math.sqrt(mech.variance_bound(n=1e6, sum_sq=0.1 * 1e12)))
+
+
+deployed_top_t = functools.partial(
+    sfp_top_t,
+    epsilon=2.0,
+    epsilon_fragment=6.0,
+    k=2048,
+    m=1024,
+    k_fragment=2048,
+    m_fragment=1024,
+    length=10,
+    fragment_length=2,
+    alphabet_size=28,
+)
+"""003 §6.1's New Words parameters, the default alphabet (a-z, apostrophe, space)."""
+
+
+def test_sfp_top_t_covers_the_releasable_words_within_the_cost() -> None:
+    """T keeps twice the words that can reach the smallest releasable count, capped at half the assembly budget."""
+    out = plan(["sfp", "--n", "1e6", "--release-threshold", "1000"])
+    t = deployed_top_t(n=10**6, release_threshold=1000.0)
+    assert out["top_t"] == t == math.ceil(2e6 / max(1000.0, out["smallest_word_found"]))
+    # A higher threshold leaves fewer words that can be released, so fewer pieces are needed.
+    assert deployed_top_t(n=10**6, release_threshold=20_000.0) == math.ceil(2e6 / 20_000)
+    # With a small budget T is capped where 256 E[Poisson(T/256)^5] reaches half of it.
+    capped = deployed_top_t(n=10**6, release_threshold=1000.0, max_words=20_000)
+    assert capped < t
+
+    def assembled(top_t: int) -> float:
+        lam = top_t / 256  # E[X^5] of a Poisson (Touchard polynomial, Stirling numbers S(5, j))
+        return 256 * (lam**5 + 10 * lam**4 + 25 * lam**3 + 15 * lam**2 + lam)
+
+    assert assembled(capped) <= 10_000 < assembled(capped + 1)
+    assert deployed_top_t(n=0) == 1
 
 
 def test_unreachable_target_is_a_plan_error() -> None:

@@ -1,0 +1,267 @@
+"""The release rule of every frequency output: which counted entries a person may read.
+
+Every frequency output (CMS and HCMS dictionary entries, SFP discovered words, RAPPOR
+candidate strings and the category counts of basic RAPPOR) is a list of entries, each with
+an unbiased estimated count ``Ĉ`` and its standard error ``SE`` (a sum over many independent
+reports, so ``Ĉ`` is normal to a good approximation). :func:`release` decides, for all of them
+in the same way, which are *released*. An entry is released only when
+
+1. the period has at least ``min_reports`` reports (003 §3.2.2; checked for the whole
+   period: below it no entry is even estimated, see ``collector.estimation``);
+2. its estimate is at least the release threshold ``T`` (003 §3.2.2: only entries above a
+   threshold are published); and
+3. it passes the use case's test: the one-sided test of ``H0: C <= T`` against
+   ``H1: C > T``, with ``z = (Ĉ - T) / SE`` and ``p = Pr[Z >= z]``, corrected for the number
+   of entries tested with the use case's ``collector.correction`` at ``collector.alpha``
+   (:func:`collector.decoding.stats.reject`). ``T`` below 0 tests against 0: no count is
+   negative.
+
+**Why the test is against ``T`` and not only against 0.** A count threshold alone is a fixed
+number while the standard error grows as ``sqrt(n)``: at the deployed ``T = 1000`` and
+``n = 10^6`` a CMS entry's SE is about 430 and an HCMS entry's about 1,040, so the thousands
+of entries whose true count is far below ``T`` each cross it with probability
+``Pr[Z >= T / SE]`` (1 % for CMS, 17 % for HCMS), and most of what was released was false
+(in ``benchmarks/bench_release.py``, Zipf(1.1) over 20,000 strings, 25-26 % of the CMS and
+2.0-2.3 % of the HCMS releases had a true count of at least ``T``; the test brings both to
+1.00). A test of ``C > 0`` does not help: an entry with a true count of 500 is present.
+What a reader of a release assumes is ``C >= T``, so that is the alternative tested.
+
+**The default: Benjamini-Hochberg at 0.05.** What a release promises (DESIGN invariant 9) is
+that the share of released entries whose true count is below ``T`` is at most 5 %, at any
+number of reports. That share is the false discovery proportion of the tests above, and BH
+(Benjamini and Hochberg, 1995) bounds its expectation, the false discovery rate, by
+``α M0 / M <= α`` for independent or positively dependent p-values, whatever ``n``, the
+number of entries or how many are present. Entries with a true count strictly below ``T``
+have p-values stochastically larger than uniform, which only lowers the rate. Bonferroni
+(``collector.correction = "bonferroni"``) bounds the chance of even one false release, and
+with it the share, but loses recall as the dictionary grows (its level is ``α / M``); BH's
+level grows with the number of entries that are clearly present, which is why it is the
+default. ``"storey"`` (adaptive BH) keeps the same bound with more power when many entries
+are present; ``"pfer"`` bounds the expected *number* of false releases instead.
+
+The estimate, SE, ``z`` and ``p`` of every entry are kept, released or not, with the reason an
+entry was withheld, so an operator (``/estimate?withheld=1``) or the fleet simulator can
+compare every entry with the truth; withheld entries are never presented as released.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from collector.decoding.plain import ValueEstimate, finite
+from collector.decoding.stats import check_control, check_level, normal_sf, reject, z_interval
+
+__all__ = [
+    "DEFAULT_ALPHA",
+    "DEFAULT_CONTROL",
+    "Release",
+    "ReleaseRule",
+    "release",
+]
+
+Array = npt.NDArray[np.float64]
+BoolArray = npt.NDArray[np.bool_]
+
+DEFAULT_CONTROL = "bh"
+"""The correction when a registry names none: Benjamini-Hochberg (see the module docstring)."""
+DEFAULT_ALPHA = 0.05
+"""Its level: the expected share of false releases is at most 5 %."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReleaseRule:
+    """The release rule of one use case.
+
+    Attributes:
+        min_reports: no entry is released from a period with fewer reports.
+        threshold: ``T``: the smallest estimated count released, and the null of the test.
+        control: the multiple-testing correction (``collector.decoding.stats``).
+        alpha: its level; ``None`` applies the count threshold only (for comparisons in
+            benchmarks; a registry cannot ask for it).
+        confidence: level of the two-sided intervals reported with each entry.
+    """
+
+    min_reports: int = 0
+    threshold: float = 0.0
+    control: str = DEFAULT_CONTROL
+    alpha: float | None = DEFAULT_ALPHA
+    confidence: float = 0.95
+
+    def __post_init__(self) -> None:
+        if isinstance(self.min_reports, bool) or not isinstance(self.min_reports, int) or self.min_reports < 0:
+            raise ValueError(f"min_reports must be a non-negative integer; got {self.min_reports!r}")
+        if (
+            isinstance(self.threshold, bool)
+            or not isinstance(self.threshold, int | float)
+            or math.isnan(self.threshold)
+        ):
+            raise ValueError(f"threshold must be a number; got {self.threshold!r}")
+        if self.alpha is None:
+            check_control(self.control)
+        else:
+            check_level(self.alpha, self.control)
+        z_interval(self.confidence)
+
+    @property
+    def null(self) -> float:
+        """The count the test is against: ``max(T, 0)`` (no count is negative)."""
+        return max(float(self.threshold), 0.0)
+
+    def describe(self) -> str:
+        """The test in words, for withheld entries' reasons and the CLI."""
+        if self.alpha is None:
+            return "count threshold only"
+        if self.control == "pfer":
+            return f"one-sided test of count > {self.null:g}, pfer: at most {self.alpha:g} false releases expected"
+        return f"one-sided test of count > {self.null:g}, {self.control} at alpha = {self.alpha:g}"
+
+
+@dataclass(frozen=True, eq=False)
+class Release:
+    """Every entry of one frequency output, with the verdict of the rule.
+
+    Attributes:
+        values: the entries (dictionary entries, words, candidates, categories), as given.
+        counts: estimated counts.
+        standard_errors: their standard errors.
+        z: ``(count - max(T, 0)) / SE``.
+        p_values: one-sided p-values of ``count > max(T, 0)``.
+        released: which entries are released.
+        reasons: why each entry is withheld (``None`` for the released ones).
+        tested: how many entries entered the correction.
+        n: number of reports.
+        rule: the rule applied.
+    """
+
+    values: tuple[str | bytes, ...]
+    counts: Array
+    standard_errors: Array
+    z: Array
+    p_values: Array
+    released: BoolArray
+    reasons: tuple[str | None, ...]
+    tested: int
+    n: int
+    rule: ReleaseRule
+
+    @property
+    def released_count(self) -> int:
+        """How many entries are released."""
+        return int(self.released.sum())
+
+    @property
+    def withheld_count(self) -> int:
+        """How many entries are withheld."""
+        return len(self.values) - self.released_count
+
+    def entry(self, i: int) -> ValueEstimate:
+        """Entry ``i`` with its interval and test."""
+        zc = z_interval(self.rule.confidence)
+        c, se = float(self.counts[i]), float(self.standard_errors[i])
+        return ValueEstimate(
+            value=self.values[i],
+            count=c,
+            standard_error=se,
+            low=c - zc * se,
+            high=c + zc * se,
+            z=float(self.z[i]),
+            p_value=float(self.p_values[i]),
+        )
+
+    def order(self, which: BoolArray) -> list[int]:
+        """Indices of the entries where ``which`` holds, largest estimate first (NaN last)."""
+        idx = np.flatnonzero(which)
+        key = np.nan_to_num(self.counts[idx], nan=-np.inf)
+        return [int(i) for i in idx[np.argsort(-key, kind="stable")]]
+
+    def plain_entry(self, i: int) -> dict[str, object]:
+        """JSON-ready entry ``i``: value, count, SE, interval, test, and whether it is released."""
+        e = self.entry(i)
+        out: dict[str, object] = {
+            "value": e.value if isinstance(e.value, str) else e.value.hex(),
+            "count": finite(e.count),
+            "standard_error": finite(e.standard_error),
+            "ci": [finite(e.low), finite(e.high)],
+            "z": finite(e.z),
+            "p_value": finite(e.p_value),
+            "released": bool(self.released[i]),
+        }
+        if not self.released[i]:
+            out["withheld_reason"] = self.reasons[i]
+        return out
+
+
+def release(
+    values: Sequence[str | bytes],
+    counts: npt.ArrayLike,
+    standard_errors: npt.ArrayLike,
+    *,
+    n: int,
+    rule: ReleaseRule,
+    eligible: npt.ArrayLike | None = None,
+    ineligible_reason: str = "not a value the mechanism can have reported",
+) -> Release:
+    """Apply ``rule`` to every entry (see the module docstring).
+
+    Args:
+        values: the entries.
+        counts: their estimated counts.
+        standard_errors: their standard errors.
+        n: the number of reports of the period.
+        rule: the use case's rule.
+        eligible: entries that are hypotheses at all (default: all). An ineligible entry
+            (an SFP word the puzzle cannot have produced from a padded word) is withheld
+            with ``ineligible_reason`` and not counted in the correction.
+        ineligible_reason: why ineligible entries are withheld.
+    """
+    size = len(values)
+    c = np.asarray(counts, dtype=np.float64).reshape(size)
+    se = np.asarray(standard_errors, dtype=np.float64).reshape(size)
+    ok = np.ones(size, dtype=np.bool_) if eligible is None else np.asarray(eligible, dtype=np.bool_).reshape(size)
+    null = rule.null
+    diff = c - null
+    with np.errstate(divide="ignore", invalid="ignore"):
+        # A zero SE (no noise at all) decides by the sign; NaN estimates never pass.
+        z = np.where(se > 0, diff / se, np.sign(diff) * np.inf)
+    z = np.where(np.isnan(c) | np.isnan(se), -np.inf, z)
+    z = np.where(np.isnan(z), 0.0, z)
+    p = normal_sf(z)
+    above = np.nan_to_num(c, nan=-np.inf) >= rule.threshold
+    enough = n >= rule.min_reports and n > 0
+    passed = np.zeros(size, dtype=np.bool_)
+    tested = int(ok.sum())
+    if rule.alpha is None:
+        passed[:] = True
+    elif tested:
+        passed[ok] = reject(p[ok], alpha=rule.alpha, control=rule.control)
+    keep = ok & above & passed & enough
+    reasons: list[str | None] = []
+    test_text = rule.describe()
+    for i in range(size):
+        if keep[i]:
+            reasons.append(None)
+        elif not enough:
+            reasons.append(f"{n} reports; at least {rule.min_reports} are needed before release")
+        elif not ok[i]:
+            reasons.append(ineligible_reason)
+        elif not above[i]:
+            reasons.append(f"estimate below the release threshold {rule.threshold:g}")
+        else:
+            reasons.append(f"not significant over {tested} entries ({test_text})")
+    return Release(
+        values=tuple(values),
+        counts=c,
+        standard_errors=se,
+        z=z,
+        p_values=p,
+        released=keep,
+        reasons=tuple(reasons),
+        tested=tested,
+        n=n,
+        rule=rule,
+    )
