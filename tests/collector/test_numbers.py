@@ -104,4 +104,4 @@ def test_the_cli_writes_numbers_the_same_way() -> None:
     assert "1,000,000 reports, 1500 records" in text
     assert "10,956" in text
     assert "70.2" in text
-    assert "release threshold 1000 withheld" in text
+    assert "3 entries withheld: below the threshold 1000 or not significant" in text
