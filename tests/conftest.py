@@ -7,10 +7,19 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 from protocol.randomness import SeededRandom
 from tests.support.broker import Broker, running_broker
 from tests.support.postgres import PostgresServer, running_postgres
+
+# Property tests are deterministic too: examples come from a fixed seed per test (derandomize),
+# and nothing depends on how fast this machine runs them (no per-example deadline, no health
+# check that measures generation time).
+settings.register_profile(
+    "ldp", derandomize=True, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow]
+)
+settings.load_profile("ldp")
 
 
 @pytest.fixture

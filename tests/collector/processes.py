@@ -82,12 +82,12 @@ class CollectorProcess:
         self._sock.bind(self._address)
         self.starts = 0
 
-    def start(self, *, ready_timeout: float = 30.0) -> None:
+    def start(self, *, ready_timeout: float = 120.0) -> None:
         """Start the collector and wait for READY=1."""
         self.launch()
         self.wait_ready(ready_timeout)
 
-    def wait_ready(self, timeout: float = 30.0) -> None:
+    def wait_ready(self, timeout: float = 120.0) -> None:
         """Wait for READY=1 from the process started by :meth:`launch`."""
         self._wait_for(b"READY=1", timeout)
 
@@ -175,7 +175,12 @@ def wait_committed(store_path: Path, registry: Registry, reports: int, *, timeou
 
 
 class BackgroundPublishers:
-    """Several MQTT clients publishing QoS 1 streams from a background thread, rate-limited."""
+    """Several MQTT clients publishing QoS 1 streams from a background thread, rate-limited.
+
+    ``allow(n)`` gates the stream by count: the publishers hold back whatever would take the total
+    past ``n`` (until the next ``allow``), so a test can interrupt the collector or the broker at a
+    known point of the stream however fast or slow the machine is. Without a gate everything goes.
+    """
 
     def __init__(
         self,
@@ -194,8 +199,14 @@ class BackgroundPublishers:
         self.error: BaseException | None = None
         self.published = 0
         self.resent = 0
+        self.allowed: int | None = None
+        self._reserved = 0
         self.done = threading.Event()
         self._thread = threading.Thread(target=self._main, name="publishers", daemon=True)
+
+    def allow(self, count: int | None) -> None:
+        """Let the publishers send up to ``count`` messages in all (None: no limit)."""
+        self.allowed = count
 
     def start(self) -> None:
         """Start publishing."""
@@ -212,14 +223,20 @@ class BackgroundPublishers:
     async def _one(self, index: int, stream: Sequence[tuple[str, bytes]]) -> None:
         publisher = MqttPublisher(self.host, self.port, client_id=f"device-gw-{index}", window=1000)
         per_client = self.rate / len(self.streams) if self.rate else None
-        start = time.monotonic()
+        start, sent = time.monotonic(), 0
         for i in range(0, len(stream), self.chunk):
             part = stream[i : i + self.chunk]
+            if self.allowed is not None and self._reserved + len(part) > self.allowed:
+                while self.allowed is not None and self._reserved + len(part) > self.allowed:
+                    await asyncio.sleep(0.01)  # polling the gate that the test thread moves
+                start, sent = time.monotonic(), 0  # the rate counts from the gate's opening, no burst
+            self._reserved += len(part)
             stats = await publisher.publish_all(part, deadline_s=300)
             self.published += len(part)
             self.resent += stats.resent
+            sent += len(part)
             if per_client:
-                ahead = (i + len(part)) / per_client - (time.monotonic() - start)
+                ahead = sent / per_client - (time.monotonic() - start)
                 if ahead > 0:
                     await asyncio.sleep(ahead)
 

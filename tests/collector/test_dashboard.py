@@ -70,7 +70,8 @@ async def test_api_routes_answer_with_estimates_and_errors(
     tmp_path: Path, registry: Registry, registry_path: Path
 ) -> None:
     """Every route answers; estimates carry SE and CI; bad input gives 400/404/405, never a crash."""
-    _populate(tmp_path / "dash.sqlite3", registry, time.time(), periods=2, per_period=300)
+    now = time.time()  # one instant for the data and the period asked about (a period may close meanwhile)
+    _populate(tmp_path / "dash.sqlite3", registry, now, periods=2, per_period=300)
     api = HttpApi(_config(tmp_path, registry_path, workers=1))
     port = await api.start()
     serving = asyncio.create_task(api.serve())
@@ -106,7 +107,7 @@ async def test_api_routes_answer_with_estimates_and_errors(
         assert all(not i["released"] and i["withheld_reason"] for i in full["withheld_items"])
         assert {i["value"] for i in full["items"] + full["withheld_items"]} == set(EMOJI)
         assert (await get("/api/v1/use-cases/emoji/estimate?withheld=yes"))[0] == 400
-        hist_period = current_period(registry, "hist", time.time()) - 1
+        hist_period = current_period(registry, "hist", now) - 1
         assert not ok_json(*await get(f"/api/v1/use-cases/hist/estimate?period={hist_period}"))["released"]
         assert (await get("/api/v1/use-cases/nope/estimate"))[0] == 404
         assert (await get("/api/v1/use-cases/usage/estimate?period=x"))[0] == 400

@@ -29,7 +29,7 @@ from tests.collector.support import (
 )
 
 
-async def _until(predicate: Callable[[], bool], timeout: float = 20.0) -> None:
+async def _until(predicate: Callable[[], bool], timeout: float = 120.0) -> None:
     deadline = time.monotonic() + timeout
     while not predicate():
         if time.monotonic() > deadline:

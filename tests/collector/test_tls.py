@@ -93,14 +93,14 @@ async def test_tls_with_password_subscribes_and_a_wrong_password_is_fatal(tmp_pa
         transport = MqttTransport(replace(base, password_file=good))
         runner = asyncio.create_task(transport.run())
         try:
-            await asyncio.wait_for(transport.wait_subscribed(), 15)
+            await asyncio.wait_for(transport.wait_subscribed(), 60)
             assert transport.statistics().connected
         finally:
             await transport.close()
-            await asyncio.wait_for(runner, 5)
+            await asyncio.wait_for(runner, 60)
         refused = MqttTransport(replace(base, password_file=bad, client_id="tls-2"))
         with pytest.raises(TransportError, match=r"not authorized|bad user name or password"):
-            await asyncio.wait_for(refused.run(), 15)
+            await asyncio.wait_for(refused.run(), 60)
         # A client that does not trust the broker's CA never gets as far as MQTT.
         untrusting = replace(base, tls=TlsConfig())
         with pytest.raises(ssl.SSLCertVerificationError):

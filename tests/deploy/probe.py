@@ -28,7 +28,7 @@ from paho.mqtt.properties import Properties
 
 __all__ = ["DEADLINE", "V5", "V311", "ConnectResult", "Probe", "tls_context"]
 
-DEADLINE = 10.0
+DEADLINE = 60.0  # a hang guard: every wait ends on the event it waits for
 V311 = 4  # paho's protocol numbers: MQTT 3.1.1 (the agent's) and MQTT 5 (the collector's)
 V5 = 5
 

@@ -199,7 +199,7 @@ class SecureBroker:
         )
         self.config_path.write_text(config, encoding="utf-8")
 
-    def start(self, timeout: float = 10.0) -> None:
+    def start(self, timeout: float = 60.0) -> None:
         """Start mosquitto and wait, with a deadline, until both listeners accept connections."""
         binary = find_mosquitto()
         if binary is None:

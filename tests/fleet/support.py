@@ -178,7 +178,7 @@ def running_stack(directory: Path, *, tls: bool) -> Iterator[Stack]:
     broker = subprocess.Popen([binary, "-c", str(config)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     collector: subprocess.Popen[bytes] | None = None
     try:
-        _wait(lambda: _listening(port), 15, "mosquitto", broker_log)
+        _wait(lambda: _listening(port), 120, "mosquitto", broker_log)
         http_port = free_port()
         collector_dir = directory / "collector"
         collector_dir.mkdir()
@@ -197,7 +197,7 @@ def running_stack(directory: Path, *, tls: bool) -> Iterator[Stack]:
             with urllib.request.urlopen(url + "/healthz", timeout=2) as r:
                 return bool(json.load(r).get("connected"))
 
-        _wait(connected, 60, "the collector", log)
+        _wait(connected, 120, "the collector", log)
         yield Stack(port, url, ca_file, devices_password, directory)
     finally:
         if collector is not None:

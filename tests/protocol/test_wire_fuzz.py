@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import math
 import random
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -320,7 +319,6 @@ def _describe(exc: BaseException, data: object, how: str) -> str:
 def test_hostile_messages_never_escape_or_break_the_schema() -> None:
     """120,000 mutated and random messages: only MalformedReportError, and every accepted batch is valid."""
     rng = random.Random(SEED)
-    start = time.perf_counter()
     reasons: dict[str, int] = {}
     accepted = 0
     escapes: list[str] = []
@@ -344,7 +342,6 @@ def test_hostile_messages_never_escape_or_break_the_schema() -> None:
         except AssertionError as exc:
             if len(broken) < 10:
                 broken.append(_describe(exc, data, mutate.__name__))
-    elapsed = time.perf_counter() - start
     assert not escapes, "decode_report raised a foreign exception:\n" + "\n".join(escapes)
     assert set(reasons) <= REASONS, sorted(set(reasons) - REASONS)
     assert not broken, "an accepted message broke the record schema:\n" + "\n".join(broken)
@@ -368,7 +365,6 @@ def test_hostile_messages_never_escape_or_break_the_schema() -> None:
     }
     assert expected <= set(reasons), sorted(expected - set(reasons))
     assert accepted > 0
-    assert elapsed < 60, elapsed
 
 
 def test_reports_from_another_registry_are_refused() -> None:

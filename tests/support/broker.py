@@ -85,7 +85,7 @@ class Broker:
         ]
         self.config_path.write_text("\n".join(lines) + "\n", encoding="utf-8")
 
-    def start(self, timeout: float = 10.0) -> None:
+    def start(self, timeout: float = 60.0) -> None:
         """Start the broker and wait until it accepts connections."""
         binary = find_mosquitto()
         if binary is None:
