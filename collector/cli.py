@@ -8,34 +8,42 @@ Verbs:
   with data), read from the checkpoint database; safe
   while the service runs (SQLite WAL readers do not block the writer).
 * ``ldp-collector status [--json]`` - periods, report counts and lifetime counters.
-* ``ldp-collector check-config`` - decode the config and the registry, then exit.
+* ``ldp-collector check-config`` - decode the config and the registry, and check every file
+  they name (TLS CA, certificate and key, password file, dictionaries, the store's directory):
+  each must exist, be readable and parse; a problem names the file and the field.
 
 The config file is ``--config PATH``, else ``$LDP_COLLECTOR_CONFIG``, else
-``/etc/ldp-collector/collector.toml``. Exit status: 0 success, 1 runtime failure, 2 bad
-config or usage, 3 nothing to estimate yet (no data, or below the release threshold).
+``/etc/ldp-collector/collector.toml``. Exit statuses are the table of
+:mod:`protocol.exit_status`, shared with ``ldp-agent`` and ``ldp-fleet``: 0 success, 1 runtime
+failure, 2 bad config or usage, 7 nothing to estimate yet (no data, or below the release
+threshold).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import importlib.metadata
 import json
 import logging
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from collector.config import CollectorConfig, load_config
-from collector.errors import CollectorError, ConfigError
-from collector.estimation import compute_estimate, format_estimate, store_status
+from collector.config import CollectorConfig, check_files, load_config
+from collector.errors import CollectorError, ConfigError, StoreError
+from collector.estimation import compute_estimate, format_estimate, load_dictionary, store_status
 from collector.service import load_registry, run_service
+from protocol.exit_status import HELP as EXIT_HELP
+from protocol.exit_status import ExitStatus
 
-__all__ = ["main"]
+__all__ = ["check_config", "main"]
 
 DEFAULT_CONFIG = "/etc/ldp-collector/collector.toml"
-EXIT_RUNTIME, EXIT_CONFIG, EXIT_NOTHING = 1, 2, 3
+EXIT_RUNTIME, EXIT_CONFIG, EXIT_NOTHING = ExitStatus.ERROR, ExitStatus.CONFIG, ExitStatus.NOT_RELEASED
 
 
 def _config_path(arg: str | None) -> Path:
@@ -43,7 +51,13 @@ def _config_path(arg: str | None) -> Path:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="ldp-collector", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="ldp-collector",
+        description=__doc__.split("\n\n")[0],
+        epilog=EXIT_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     parser.add_argument("--config", help=f"collector config file (default: $LDP_COLLECTOR_CONFIG or {DEFAULT_CONFIG})")
     parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     sub = parser.add_subparsers(dest="verb", required=True)
@@ -59,13 +73,64 @@ def _parser() -> argparse.ArgumentParser:
     )
     status = sub.add_parser("status", help="periods with data and lifetime counters")
     status.add_argument("--json", action="store_true")
-    sub.add_parser("check-config", help="decode the config and the registry, then exit")
+    sub.add_parser("check-config", help="decode the config and the registry and check every file they name")
     sub.add_parser(
         "plan",
         help="choose mechanism parameters for an ε, n and target error (needs no config; see 'plan --help')",
         add_help=False,
     )
     return parser
+
+
+def _version() -> str:
+    try:
+        return importlib.metadata.version("ldp-telemetry")
+    except importlib.metadata.PackageNotFoundError:
+        return "(not installed)"
+
+
+def check_config(config: CollectorConfig) -> list[str]:
+    """Check the registry and every file the config and the registry name; one line per file.
+
+    Raises:
+        ConfigError: naming the file and the field of the first problem.
+    """
+    if not os.access(config.registry, os.R_OK):
+        try:
+            config.registry.read_bytes()  # for the reason (missing, permission denied, a directory)
+        except OSError as exc:
+            raise ConfigError(config.source, "registry", f"cannot read {config.registry}: {exc.strerror}") from exc
+    registry = load_registry(config.registry)
+    lines = [f"registry: {config.registry}: {len(registry.use_cases)} use cases ({registry.hash_hex})"]
+    lines += check_files(config)
+    for name, use_case in registry.use_cases.items():
+        field = f"use_cases.{name}.collector.dictionary"
+        if use_case.collector.dictionary is None:
+            continue
+        path = config.registry.parent / use_case.collector.dictionary
+        try:
+            words = load_dictionary(use_case, config.registry.parent) or ()
+        except StoreError as exc:
+            cause = exc.__cause__
+            problem = getattr(cause, "strerror", None) or str(cause or exc)
+            raise ConfigError(str(config.registry), field, f"cannot read the dictionary {path}: {problem}") from exc
+        if not words:
+            raise ConfigError(str(config.registry), field, f"the dictionary {path} has no entries")
+        lines.append(f"{field}: {path}: {len(words)} entries")
+    return lines
+
+
+def _quiet_on_closed_pipe(run: Callable[[], int]) -> int:
+    """Run a verb; if the reader of stdout went away (``| head -1``), end quietly with status 0."""
+    try:
+        status = run()
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # Python would report the failed flush at exit again: point stdout at /dev/null first.
+        with contextlib.suppress(OSError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return ExitStatus.OK
+    return status
 
 
 def _leaves(exc: BaseException) -> list[BaseException]:
@@ -116,6 +181,10 @@ def _status(config: CollectorConfig, as_json: bool) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``ldp-collector`` console script."""
+    return _quiet_on_closed_pipe(lambda: _main(argv))
+
+
+def _main(argv: Sequence[str] | None) -> int:
     words = list(sys.argv[1:] if argv is None else argv)
     if words and words[0] == "plan":
         # The planner has its own parser (collector/decoding/plan.py) and needs no config.
@@ -127,11 +196,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         config = load_config(_config_path(args.config))
         if args.verb == "check-config":
-            registry = load_registry(config.registry)
-            count = len(registry.use_cases)
-            print(f"{config.source}: ok; registry {config.registry} ({registry.hash_hex}), {count} use cases")
+            for line in check_config(config):
+                print(f"  {line}")
+            print(f"{config.source}: ok; every file it names exists, is readable and parses")
             return 0
         if args.verb == "run":
+            check_config(config)  # fail fast, naming the file, rather than at the first estimate
             return _run(config)
         if args.verb == "estimate":
             return _estimate(config, args.use_case, args.period, args.json, args.all)

@@ -58,11 +58,16 @@ The characters SFP discovery assembles words from are a use-case setting
 from __future__ import annotations
 
 import math
+import os
+import ssl
 import tomllib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
+
+from cryptography import x509
+from cryptography.hazmat.primitives import serialization
 
 from collector.errors import ConfigError
 
@@ -74,8 +79,11 @@ __all__ = [
     "MqttConfig",
     "StoreConfig",
     "TlsConfig",
+    "check_files",
     "load_config",
     "parse_config",
+    "read_password",
+    "tls_context",
 ]
 
 T = TypeVar("T")
@@ -88,6 +96,8 @@ class TlsConfig:
     ca_file: Path | None = None
     cert_file: Path | None = None
     key_file: Path | None = None
+    source: str = "<string>"
+    """The config file these paths come from (for error messages; not a key of the file)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -109,6 +119,8 @@ class MqttConfig:
     reconnect_min_s: float = 0.05
     reconnect_max_s: float = 5.0
     tls: TlsConfig | None = None
+    source: str = "<string>"
+    """The config file (for error messages; not a key of the file)."""
 
     @property
     def topic_filter(self) -> str:
@@ -282,7 +294,10 @@ def _mqtt(section: _Section | None) -> MqttConfig:
             ca_file=tls_section.path("ca_file", None),
             cert_file=tls_section.path("cert_file", None),
             key_file=tls_section.path("key_file", None),
+            source=section.source,
         )
+        if tls.key_file is not None and tls.cert_file is None:
+            raise ConfigError(section.source, "mqtt.tls.key_file", "a key_file needs the cert_file it belongs to")
         tls_section.finish()
     low = section.number("reconnect_min_s", d.reconnect_min_s, low=0.001, high=60.0)
     cfg = MqttConfig(
@@ -301,6 +316,7 @@ def _mqtt(section: _Section | None) -> MqttConfig:
         reconnect_min_s=low,
         reconnect_max_s=section.number("reconnect_max_s", d.reconnect_max_s, low=low, high=3600.0),
         tls=tls,
+        source=section.source,
     )
     if cfg.shared_group is not None and (problem := _group_problem(cfg.shared_group)):
         raise ConfigError(section.source, section.prefix + "shared_group", problem)
@@ -396,6 +412,113 @@ def parse_config(data: Mapping[str, Any], *, source: str = "<string>", base: Pat
     )
     root.finish()
     return cfg
+
+
+def _readable(source: str, field: str, path: Path) -> bytes:
+    """The bytes of a file the config names, or a ConfigError naming the config, the field and the file."""
+    try:
+        return path.read_bytes()
+    except OSError as exc:
+        raise ConfigError(source, field, f"cannot read {path}: {exc.strerror or exc}") from exc
+
+
+def tls_context(tls: TlsConfig) -> ssl.SSLContext:
+    """The TLS context of the broker connection, built from the files ``[mqtt.tls]`` names.
+
+    Called at start-up and again at every reconnect, so a file that is gone or broken later
+    stops the collector with the same message instead of a retry loop that names no file.
+
+    Raises:
+        ConfigError: naming the config file, the field (``mqtt.tls.ca_file``, ...) and the file.
+    """
+    prefix = "mqtt.tls."
+    try:
+        ctx = ssl.create_default_context()
+    except ssl.SSLError as exc:  # the system trust store itself
+        raise ConfigError(tls.source, prefix + "ca_file", f"cannot load the system trust store: {exc}") from exc
+    if tls.ca_file is not None:
+        _readable(tls.source, prefix + "ca_file", tls.ca_file)
+        try:
+            ctx.load_verify_locations(cafile=str(tls.ca_file))
+        except (ssl.SSLError, OSError) as exc:
+            raise ConfigError(
+                tls.source, prefix + "ca_file", f"{tls.ca_file} holds no PEM CA certificate: {exc}"
+            ) from exc
+    if tls.cert_file is not None:
+        # Each file parsed on its own first, so a problem names the file that has it.
+        cert = _readable(tls.source, prefix + "cert_file", tls.cert_file)
+        try:
+            x509.load_pem_x509_certificate(cert)
+        except ValueError as exc:
+            raise ConfigError(tls.source, prefix + "cert_file", f"{tls.cert_file} is not a PEM certificate") from exc
+        if tls.key_file is not None:
+            key = _readable(tls.source, prefix + "key_file", tls.key_file)
+            try:
+                serialization.load_pem_private_key(key, None)
+            except (ValueError, TypeError) as exc:
+                raise ConfigError(
+                    tls.source, prefix + "key_file", f"{tls.key_file} is not an unencrypted PEM private key"
+                ) from exc
+        try:
+            ctx.load_cert_chain(str(tls.cert_file), str(tls.key_file) if tls.key_file else None)
+        except (ssl.SSLError, OSError) as exc:
+            field, what = ("key_file", f"{tls.key_file} is not the private key of {tls.cert_file}")
+            if tls.key_file is None:
+                field, what = ("cert_file", f"{tls.cert_file} holds no private key (give key_file)")
+            raise ConfigError(tls.source, prefix + field, f"{what}: {exc}") from exc
+    return ctx
+
+
+def read_password(mqtt: MqttConfig) -> bytes | None:
+    """The broker password (``mqtt.password_file`` without its line end), or None without one.
+
+    Raises:
+        ConfigError: the file cannot be read or holds no password.
+    """
+    if mqtt.password_file is None:
+        return None
+    password = _readable(mqtt.source, "mqtt.password_file", mqtt.password_file).rstrip(b"\r\n")
+    if not password:
+        raise ConfigError(mqtt.source, "mqtt.password_file", f"{mqtt.password_file} is empty")
+    return password
+
+
+def check_files(config: CollectorConfig) -> list[str]:
+    """Check every file the config names, apart from the registry and its dictionaries.
+
+    Each must exist, be readable and parse: the TLS CA, client certificate and key, the
+    password file; the store's directory must exist or be creatable. (The registry and the
+    dictionaries it names are checked by ``collector.service.check_registry_files``.)
+
+    Returns:
+        One line per file checked, saying what it holds.
+
+    Raises:
+        ConfigError: naming the config file, the field and the file.
+    """
+    lines: list[str] = []
+    tls = config.mqtt.tls
+    if tls is not None:
+        tls_context(tls)
+        lines.append(f"mqtt.tls.ca_file: {tls.ca_file or 'the system trust store'}: CA certificates load")
+        if tls.cert_file is not None:
+            lines.append(f"mqtt.tls.cert_file: {tls.cert_file}: the client certificate loads")
+        if tls.key_file is not None:
+            lines.append(f"mqtt.tls.key_file: {tls.key_file}: the certificate's private key loads")
+    if read_password(config.mqtt) is not None:
+        lines.append(f"mqtt.password_file: {config.mqtt.password_file}: a password")
+    directory = config.store.path.parent
+    existing = next((d for d in (directory, *directory.parents) if d.exists()), None)
+    if existing is None or not existing.is_dir():
+        problem = f"{existing} is not a directory; {config.store.path} cannot be made"
+        raise ConfigError(config.source, "store.path", problem)
+    if config.store.path.exists():
+        if not os.access(config.store.path, os.R_OK | os.W_OK):
+            raise ConfigError(config.source, "store.path", f"{config.store.path} is not readable and writable")
+        lines.append(f"store.path: {config.store.path}: exists")
+    else:
+        lines.append(f"store.path: {config.store.path}: will be created")
+    return lines
 
 
 def load_config(path: str | Path) -> CollectorConfig:

@@ -27,7 +27,9 @@ Guarantees:
   payload; topic, properties and flags are discarded here.
 * **Reconnect outside the session** with capped, fully jittered exponential backoff; a
   refusal that retrying cannot fix (bad credentials, subscription not granted at QoS 1)
-  raises :class:`~collector.errors.TransportError` and ends the service.
+  raises :class:`~collector.errors.TransportError` and ends the service; so does a TLS file
+  that is gone or broken at a reconnect (a :class:`~collector.errors.ConfigError` naming the
+  field and the file).
 
 :class:`MqttPublisher` is the other half, used by tests, benchmarks and load generation: it
 pipelines QoS 1 publishes within a window and resends unacknowledged ones after a
@@ -47,7 +49,7 @@ import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
-from collector.config import MqttConfig
+from collector.config import MqttConfig, read_password, tls_context
 from collector.errors import TransportError
 from collector.transport import NO_ACK, Delivery, TransportStatistics
 from protocol.receipts import Receipt, encode_receipts
@@ -229,12 +231,9 @@ def split_packets(buf: bytes) -> tuple[list[tuple[int, bytes]], bytes]:
 
 
 def _tls_context(config: MqttConfig) -> ssl.SSLContext | None:
-    if config.tls is None:
-        return None
-    ctx = ssl.create_default_context(cafile=str(config.tls.ca_file) if config.tls.ca_file else None)
-    if config.tls.cert_file is not None:
-        ctx.load_cert_chain(str(config.tls.cert_file), str(config.tls.key_file) if config.tls.key_file else None)
-    return ctx
+    # Built again at every connect: a CA file that vanished since start-up raises the
+    # ConfigError naming it (which ends the service) rather than an OSError retried forever.
+    return None if config.tls is None else tls_context(config.tls)
 
 
 # MQTT 5 property identifiers (§2.2.2.2) and the shape of their values, for CONNACK.
@@ -348,12 +347,7 @@ class MqttTransport:
 
     def __init__(self, config: MqttConfig) -> None:
         self.config = config
-        self._password: bytes | None = None
-        if config.password_file is not None:
-            try:
-                self._password = config.password_file.read_bytes().rstrip(b"\r\n")
-            except OSError as exc:
-                raise TransportError(f"cannot read mqtt.password_file {config.password_file}: {exc}") from exc
+        self._password = read_password(config)
         self._buffer: collections.deque[Delivery] = collections.deque()
         self._buffered_bytes = 0
         self._ready = asyncio.Event()

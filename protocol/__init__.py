@@ -14,6 +14,7 @@ __all__ = [
     "dbitflip",
     "errors",
     "estimate",
+    "exit_status",
     "hashing",
     "hcms",
     "interfaces",

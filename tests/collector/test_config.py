@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -12,9 +15,11 @@ from collector.cli import main
 from collector.config import CollectorConfig, load_config, parse_config
 from collector.errors import ConfigError
 from collector.store import CheckpointStore
+from protocol.exit_status import ExitStatus
 from protocol.registry import Registry
 from protocol.wire import decode_report, encode_report
 from tests.collector.support import current_period, privatized_reports
+from tests.collector.test_tls import _make_pki
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -92,7 +97,9 @@ def test_check_config_accepts_a_good_config_and_names_a_bad_field(
     """`check-config` exits 0 for a good config; 2, naming file and field, for a bad one or a bad registry."""
     good = _write(tmp_path, registry_path)
     assert main(["--config", str(good), "check-config"]) == 0
-    assert "ok; registry" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "ok; every file it names exists, is readable and parses" in out
+    assert "use_cases.emoji.collector.dictionary" in out
     bad = _write(tmp_path, registry_path, "[mqtt]\nport = 70000\n")
     assert main(["--config", str(bad), "check-config"]) == 2
     assert f"{bad}: mqtt.port: expected an integer in [1, 65535]" in capsys.readouterr().err
@@ -106,12 +113,85 @@ def test_check_config_accepts_a_good_config_and_names_a_bad_field(
     assert "use_cases.usage.parameters.m" in err
 
 
+def _with_files(tmp_path: Path, registry_path: Path) -> tuple[Path, dict[str, Path]]:
+    """A config naming every kind of file: TLS CA, client certificate and key, password, registry, dictionary."""
+    ca, cert, key = _make_pki(tmp_path / "pki")
+    password = tmp_path / "password"
+    password.write_text("s3cret\n", encoding="utf-8")
+    extra = (
+        f'[mqtt]\nusername = "collector"\npassword_file = "{password}"\n'
+        f'[mqtt.tls]\nca_file = "{ca}"\ncert_file = "{cert}"\nkey_file = "{key}"\n'
+    )
+    files = {
+        "mqtt.tls.ca_file": ca,
+        "mqtt.tls.cert_file": cert,
+        "mqtt.tls.key_file": key,
+        "mqtt.password_file": password,
+        "registry": registry_path,
+        "use_cases.emoji.collector.dictionary": registry_path.parent / "emoji.txt",
+    }
+    return _write(tmp_path, registry_path, extra), files
+
+
+@pytest.mark.parametrize(
+    "field",
+    [
+        "mqtt.tls.ca_file",
+        "mqtt.tls.cert_file",
+        "mqtt.tls.key_file",
+        "mqtt.password_file",
+        "registry",
+        "use_cases.emoji.collector.dictionary",
+    ],
+)
+def test_check_config_names_each_missing_file_and_its_field(
+    tmp_path: Path, registry_path: Path, capsys: pytest.CaptureFixture[str], field: str
+) -> None:
+    """With each file the config or the registry names missing in turn, check-config exits 2 naming it and its field."""
+    config, files = _with_files(tmp_path, registry_path)
+    assert main(["--config", str(config), "check-config"]) == 0, capsys.readouterr().err
+    out = capsys.readouterr().out
+    assert all(f"{name}: {path}" in out for name, path in files.items() if name != "registry")
+    files[field].unlink()
+    assert main(["--config", str(config), "check-config"]) == ExitStatus.CONFIG
+    err = capsys.readouterr().err
+    assert f"{field}: " in err
+    assert str(files[field].name) in err
+    assert "No such file or directory" in err
+    # `run` makes the same checks before it connects anywhere.
+    assert main(["--config", str(config), "run"]) == ExitStatus.CONFIG
+    assert f"{field}: " in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        ("mqtt.tls.ca_file", "not a certificate\n", "holds no PEM CA certificate"),
+        ("mqtt.tls.cert_file", "not a certificate\n", "is not a PEM certificate"),
+        ("mqtt.tls.key_file", "-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----\n", "private key"),
+        ("mqtt.password_file", "\n", "is empty"),
+        ("use_cases.emoji.collector.dictionary", "# only a comment\n", "has no entries"),
+    ],
+)
+def test_check_config_names_a_file_that_does_not_parse(
+    tmp_path: Path, registry_path: Path, capsys: pytest.CaptureFixture[str], case: tuple[str, str, str]
+) -> None:
+    """A file that is there but holds the wrong thing is named with its field and what it should hold."""
+    field, content, words = case
+    config, files = _with_files(tmp_path, registry_path)
+    files[field].write_text(content, encoding="utf-8")
+    assert main(["--config", str(config), "check-config"]) == ExitStatus.CONFIG
+    err = capsys.readouterr().err
+    assert f"{field}: " in err
+    assert words in err
+
+
 def test_run_stops_at_start_up_on_a_bad_registry(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """`run` with an unreadable registry exits 2 before connecting anywhere."""
     path = tmp_path / "c.toml"
     path.write_text(f'registry = "{tmp_path / "nope.toml"}"\n', encoding="utf-8")
     assert main(["--config", str(path), "run"]) == 2
-    assert "cannot read the registry" in capsys.readouterr().err
+    assert f"registry: cannot read {tmp_path / 'nope.toml'}" in capsys.readouterr().err
 
 
 def _populated(tmp_path: Path, registry: Registry, registry_path: Path) -> CollectorConfig:
@@ -149,10 +229,45 @@ def test_estimate_prints_text_and_json(
     assert main(["--config", cfg, "estimate", "emoji", "--all"]) == 0
     assert "withheld (not released)" in capsys.readouterr().out
     period = current_period(registry, "usage") - 1
-    assert main(["--config", cfg, "estimate", "usage", "--period", str(period)]) == 3
+    assert main(["--config", cfg, "estimate", "usage", "--period", str(period)]) == ExitStatus.NOT_RELEASED
     assert "not released" in capsys.readouterr().out
     assert main(["--config", cfg, "estimate", "nope"]) == 2
     assert main(["--config", cfg, "status", "--json"]) == 0
     status = json.loads(capsys.readouterr().out)
     assert status["counters"]["reports"] == 400
     assert config.store.path.exists()
+
+
+def _closed_pipe_run(*args: str) -> subprocess.CompletedProcess[bytes]:
+    """Run a tool with stdout a pipe whose reader is already gone (as after ``| head -1`` has read its line)."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        return subprocess.run(
+            [sys.executable, *args], stdout=write_end, stderr=subprocess.PIPE, cwd=ROOT, timeout=120, check=False
+        )
+    finally:
+        os.close(write_end)
+
+
+def test_a_closed_pipe_ends_quietly(
+    tmp_path: Path, registry: Registry, registry_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`estimate --json | head -1` and `plan | head -1`: no BrokenPipeError traceback, status 0."""
+    _populated(tmp_path, registry, registry_path)
+    cfg = str(tmp_path / "collector.toml")
+    for args in (
+        ("-m", "collector", "--config", cfg, "estimate", "emoji", "--json"),
+        ("-m", "collector", "plan", "cms", "--epsilon", "4", "--n", "1000000", "--k", "65536", "--m", "1024"),
+    ):
+        done = _closed_pipe_run(*args)
+        assert done.stderr == b"", done.stderr.decode()
+        assert done.returncode == 0
+
+
+def test_version(capsys: pytest.CaptureFixture[str]) -> None:
+    """`ldp-collector --version` prints the package version."""
+    with pytest.raises(SystemExit) as info:
+        main(["--version"])
+    assert info.value.code == 0
+    assert capsys.readouterr().out.startswith("ldp-collector 0.")

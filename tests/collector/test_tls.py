@@ -18,7 +18,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from collector.config import MqttConfig, TlsConfig
-from collector.errors import TransportError
+from collector.errors import ConfigError, TransportError
 from collector.mqtt import MqttTransport, _tls_context
 from tests.collector.support import run_async
 from tests.support.broker import free_port, running_broker
@@ -105,3 +105,35 @@ async def test_tls_with_password_subscribes_and_a_wrong_password_is_fatal(tmp_pa
         untrusting = replace(base, tls=TlsConfig())
         with pytest.raises(ssl.SSLCertVerificationError):
             await asyncio.open_connection(broker.host, tls_port, ssl=_tls_context(untrusting))
+
+
+@run_async
+async def test_a_ca_file_gone_at_a_reconnect_stops_the_transport_naming_it(tmp_path: Path) -> None:
+    """The CA file deleted while connected: the next reconnect ends run() with the field and the file, no retry loop."""
+    ca, cert, key = _make_pki(tmp_path / "pki")
+    tls_port = free_port()
+    extra = f"allow_anonymous true\nlistener {tls_port} 127.0.0.1\ncafile {ca}\ncertfile {cert}\nkeyfile {key}\n"
+    with running_broker(tmp_path / "broker", extra_config=extra) as broker:
+        config = MqttConfig(
+            host=broker.host,
+            port=tls_port,
+            client_id="tls-gone",
+            tls=TlsConfig(ca_file=ca, source="collector.toml"),
+            reconnect_min_s=0.01,
+        )
+        transport = MqttTransport(config)
+        runner = asyncio.create_task(transport.run())
+        try:
+            await asyncio.wait_for(transport.wait_subscribed(), 60)
+            ca.unlink()
+            writer = transport._writer
+            assert writer is not None
+            writer.transport.abort()  # the connection drops; the transport reconnects
+            with pytest.raises(ConfigError) as caught:
+                await asyncio.wait_for(runner, 60)
+        finally:
+            await transport.close()
+    message = str(caught.value)
+    assert message.startswith("collector.toml: mqtt.tls.ca_file: cannot read ")
+    assert str(ca) in message
+    assert "No such file or directory" in message
