@@ -9,6 +9,12 @@ Requests (one per connection, at most 64 KiB)::
     {"op": "status"}
     {"op": "ledger"}
 
+A ``record`` reply says what happened: ``outcome`` (``recorded``, ``duplicate``, ``dropped``);
+``counter`` (true: the value joined the period's running total, sent once when the period
+ends); ``offered`` (values recorded this period, for event-level use cases), ``limit`` (the
+daily record limit) and ``over_limit`` (how many of them the limit drops); ``note`` (a counter
+value beyond its mechanism's range, and the clamping that applies).
+
 Replies are ``{"ok": true, ...}`` or ``{"ok": false, "error": <kind>, "message": <text>}`` with
 kind one of ``bad-request``, ``value-refused``, ``consent-required``, ``use-case-stopped``,
 ``state-unreadable``, ``busy``. The same dispatcher serves the CLI when no daemon runs, so
@@ -99,7 +105,15 @@ def handle_request(agent: Agent, request: object, *, on_change: Callable[[], Non
             else:
                 return _error("bad-request", 'record needs "value" or "text"')
             outcome = agent.record(name, value, key=key)
-            return {"ok": True, "outcome": outcome.outcome}
+            return {
+                "ok": True,
+                "outcome": outcome.outcome,
+                "counter": outcome.counter,
+                "offered": outcome.offered,
+                "limit": outcome.limit,
+                "over_limit": outcome.over_limit,
+                "note": outcome.note,
+            }
         if op == "consent":
             action = request.get("action")
             if action == "grant":

@@ -9,17 +9,19 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import datetime as dt
+import importlib.metadata
 import json
 import logging
 import os
 import socket
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from agent.config import AgentConfig, load_config
+from agent.config import ActiveSecondsProbe, AgentConfig, load_config, read_password, tls_context
 from agent.errors import (
     AgentBusyError,
     ConfigError,
@@ -29,20 +31,23 @@ from agent.errors import (
     UseCaseStoppedError,
     ValueRefusedError,
 )
+from protocol.exit_status import HELP as EXIT_HELP
+from protocol.exit_status import ExitStatus
 
-__all__ = ["EXIT_CODES", "call", "main"]
+__all__ = ["EXIT_CODES", "call", "check_config", "main", "quiet_on_closed_pipe", "version"]
 
 DEFAULT_CONFIG = Path("/etc/ldp-agent/agent.toml")
 CONFIG_ENV = "LDP_AGENT_CONFIG"
 
-EXIT_CODES = {
-    "ok": 0,
-    "error": 1,
-    "config": 2,
-    "value-refused": 3,
-    "consent-required": 4,
-    "use-case-stopped": 5,
-    "state-unreadable": 6,
+# The API's error kinds -> the exit statuses shared by the three tools (protocol/exit_status.py).
+EXIT_CODES: dict[str, int] = {
+    "ok": ExitStatus.OK,
+    "error": ExitStatus.ERROR,
+    "config": ExitStatus.CONFIG,
+    "value-refused": ExitStatus.REFUSED,
+    "consent-required": ExitStatus.NO_CONSENT,
+    "use-case-stopped": ExitStatus.STOPPED,
+    "state-unreadable": ExitStatus.STATE_UNREADABLE,
 }
 
 _DESCRIPTION = """\
@@ -56,15 +61,19 @@ deletes everything the agent keeps. `ledger` shows exactly what left the device.
 _EPILOG = """\
 verbs:
   run                      run the daemon (under systemd: Type=notify, watchdog)
+  check-config             decode the config, the registry and every file they name, then exit
   record USE_CASE VALUE    record one value (counters take numbers, rr takes 0/1/true/false,
-                           the others text); --key names the counter (e.g. the application)
+                           the others text); --key names the counter (e.g. the application).
+                           A counter takes increments in [0, 2**53]; a period total beyond the
+                           mechanism's range is clamped (1BitMean to m, dBitFlip into its last
+                           bucket), and record says so
   consent grant|revoke|show
   ledger                   the privatized reports that left the device, with the ε spent
   status                   consent, use cases, next cycle, outbox size, ε spent
 
-exit status: 0 ok, 1 error, 2 bad config/registry/policy, 3 value refused, 4 no consent,
-             5 use case stopped, 6 state unreadable
 config: --config, else $LDP_AGENT_CONFIG, else /etc/ldp-agent/agent.toml
+
+{exit_help}
 """
 
 
@@ -72,12 +81,20 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="ldp-agent",
         description=_DESCRIPTION,
-        epilog=_EPILOG,
+        epilog=_EPILOG.format(exit_help=EXIT_HELP),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    p.add_argument("--version", action="version", version=f"%(prog)s {version()}")
     p.add_argument("--config", type=Path, help="the agent's TOML config file")
     sub = p.add_subparsers(dest="verb", required=True, metavar="VERB")
     sub.add_parser("run", help="run the daemon", description="Run the agent daemon in the foreground.")
+    sub.add_parser(
+        "check-config",
+        help="check the config and every file it names",
+        description="Decode the config and the registry (held against the local policy) and check every file "
+        "they name: TLS CA, client certificate and key, password file, state key, probe files. Each must exist, "
+        "be readable and parse; a problem names the file and the field.",
+    )
     rec = sub.add_parser(
         "record",
         help="record a value",
@@ -185,6 +202,28 @@ def _print_ledger(entries: list[dict[str, Any]]) -> None:
         print(f"    {json.dumps(e['records'])}")
 
 
+def _print_record(use_case: str, reply: dict[str, Any]) -> None:
+    """Say what happened to a recorded value: kept for the period, sampled by the limit, or not added."""
+    outcome = reply.get("outcome")
+    if outcome == "duplicate":
+        print(f"{use_case}: not added: this string is already recorded this period (one record per string)")
+    elif outcome == "dropped":
+        print(f"{use_case}: dropped: too many distinct strings this period", file=sys.stderr)
+    elif reply.get("counter"):
+        print(f"{use_case}: recorded: added to this period's total, privatized and sent once when the period ends")
+    else:
+        offered, limit, over = int(reply.get("offered", 0)), int(reply.get("limit", 0)), int(reply.get("over_limit", 0))
+        if over:
+            print(
+                f"{use_case}: recorded, over the daily limit: {offered} values this period, {limit} will be sent "
+                f"(a uniformly random {limit} of them), {over} dropped"
+            )
+        else:
+            print(f"{use_case}: recorded: {offered} of at most {limit} values this period (the daily limit)")
+    if reply.get("note"):
+        print(f"{use_case}: {reply['note']}")
+
+
 def _client(cfg: AgentConfig, args: argparse.Namespace) -> int:
     if args.verb == "record":
         request: dict[str, Any] = {"op": "record", "use_case": args.use_case, "text": args.value}
@@ -201,8 +240,7 @@ def _client(cfg: AgentConfig, args: argparse.Namespace) -> int:
         return EXIT_CODES.get(kind, 1)
     as_json = getattr(args, "json", False)
     if args.verb == "record":
-        if reply["outcome"] != "recorded":
-            print(f"ldp-agent: value {reply['outcome']}", file=sys.stderr)
+        _print_record(args.use_case, reply)
     elif args.verb == "consent":
         if as_json:
             print(json.dumps(reply))
@@ -224,16 +262,113 @@ def _client(cfg: AgentConfig, args: argparse.Namespace) -> int:
     return 0
 
 
+def version() -> str:
+    """The installed package's version."""
+    try:
+        return importlib.metadata.version("ldp-telemetry")
+    except importlib.metadata.PackageNotFoundError:
+        return "(not installed)"
+
+
+def quiet_on_closed_pipe(run: Callable[[], int]) -> int:
+    """Run a command; if the reader of stdout went away (``| head -1``), end quietly with status 0."""
+    try:
+        status = run()
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # Python would report the failed flush at exit again: point stdout at /dev/null first.
+        with contextlib.suppress(OSError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return ExitStatus.OK
+    return status
+
+
+def check_config(cfg: AgentConfig, environ: dict[str, str] | None = None) -> list[str]:
+    """Check the registry and every file the config names; one line per file.
+
+    Raises:
+        ConfigError: naming the file and the field (the registry's own errors name the registry).
+        PolicyError: the registry asks for more than the local policy allows.
+    """
+    from agent.daemon import check_probes, load_registry  # noqa: PLC0415
+    from agent.sealed import load_key  # noqa: PLC0415
+
+    env = dict(os.environ) if environ is None else environ
+    source = str(cfg.source or "<config>")
+    registry = load_registry(cfg)
+    check_probes(cfg, registry)
+    lines = [f"registry.path: {cfg.registry.path}: {len(registry.use_cases)} use cases ({registry.hash_hex})"]
+    b = cfg.broker
+    if tls_context(b) is not None:
+        lines.append(f"broker.ca_file: {b.ca_file or 'the system trust store'}: CA certificates load")
+        if b.cert_file is not None:
+            lines.append(f"broker.cert_file: {b.cert_file}: the client certificate loads")
+            lines.append(f"broker.key_file: {b.key_file}: its private key loads")
+    if read_password(b) is not None:
+        lines.append(f"broker.password_file: {b.password_file}: a password")
+    st = cfg.state
+    if st.key_credential is not None and not env.get("CREDENTIALS_DIRECTORY"):
+        lines.append(f"state.key_credential: {st.key_credential}: given by systemd at start (not checked here)")
+    elif st.key_file is not None and st.create_key and not st.key_file.exists():
+        lines.append(f"state.key_file: {st.key_file}: missing; created at start (create_key = true)")
+    else:
+        field = "state.key_credential" if st.key_credential is not None else "state.key_file"
+        try:
+            load_key(key_file=st.key_file, key_credential=st.key_credential, environ=env)
+        except KeyUnavailableError as e:
+            raise ConfigError(source, field, str(e)) from None
+        lines.append(f"{field}: {st.key_credential or st.key_file}: a 32-byte key, readable by this user only")
+    for field, path in (("state.directory", st.directory), ("api.socket", cfg.api.socket.parent)):
+        existing = next((d for d in (path, *path.parents) if d.exists()), None)
+        if existing is None or not existing.is_dir():
+            raise ConfigError(source, field, f"{existing} is not a directory; {path} cannot be made")
+    for i, probe in enumerate(cfg.probes):
+        if isinstance(probe, ActiveSecondsProbe) and probe.path is not None:
+            if probe.path.exists():
+                import tomllib  # noqa: PLC0415
+
+                try:
+                    tomllib.loads(_readable_text(source, f"probes[{i}].path", probe.path))
+                except tomllib.TOMLDecodeError as e:
+                    raise ConfigError(source, f"probes[{i}].path", f"{probe.path} is not TOML: {e}") from None
+                lines.append(f"probes[{i}].path: {probe.path}: a TOML table of counters")
+            else:
+                lines.append(f"probes[{i}].path: {probe.path}: not there yet (its usage tracker writes it)")
+    return lines
+
+
+def _readable_text(source: str, field: str, path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigError(source, field, f"cannot read {path}: {getattr(e, 'strerror', None) or e}") from None
+
+
 def _run(cfg: AgentConfig) -> int:
     from agent.clock import clock_from_env  # noqa: PLC0415
     from agent.daemon import run_daemon  # noqa: PLC0415
 
-    asyncio.run(run_daemon(cfg, clock=clock_from_env()))
-    return 0
+    check_config(cfg)  # fail fast at start-up, naming the file and the field
+    try:
+        asyncio.run(run_daemon(cfg, clock=clock_from_env()))
+    except BaseExceptionGroup as group:
+        # A file the config names went away at run time (the CA at a reconnect): the task that
+        # met it ended the daemon with the ConfigError naming it; say that, not a traceback.
+        config_errors, rest = group.split(ConfigError)
+        if rest is not None or config_errors is None:
+            raise
+        for leaf in config_errors.exceptions:
+            print(f"ldp-agent: {leaf}", file=sys.stderr)
+        return ExitStatus.CONFIG
+    return ExitStatus.OK
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """The ``ldp-agent`` console script."""
+    return quiet_on_closed_pipe(lambda: _main(argv))
+
+
+def _main(argv: Sequence[str] | None) -> int:
     args = _parser().parse_args(argv)
     path = args.config or Path(os.environ.get(CONFIG_ENV) or DEFAULT_CONFIG)
     try:
@@ -244,6 +379,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     _setup_logging(cfg.log.level if args.verb == "run" else "warning")
     try:
         return _dispatch(cfg, args)
+    except BrokenPipeError:
+        raise  # the reader of stdout went away: quiet_on_closed_pipe ends it
     except Exception:
         # Unexpected: log the traceback and exit non-zero, so systemd restarts the service.
         logging.getLogger("ldp_agent").exception("the agent failed")
@@ -252,6 +389,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _dispatch(cfg: AgentConfig, args: argparse.Namespace) -> int:
     try:
+        if args.verb == "check-config":
+            for line in check_config(cfg):
+                print(f"  {line}")
+            print(f"{cfg.source}: ok; every file it names exists, is readable and parses")
+            return ExitStatus.OK
         return _run(cfg) if args.verb == "run" else _client(cfg, args)
     except (ConfigError, PolicyError) as e:
         print(f"ldp-agent: {e}", file=sys.stderr)

@@ -9,6 +9,7 @@ the dotted field (``broker.port``, ``probes[1].use_case``); nothing falls back s
 from __future__ import annotations
 
 import math
+import ssl
 import tomllib
 import types
 import typing
@@ -35,6 +36,8 @@ __all__ = [
     "UptimeProbe",
     "load_config",
     "parse_config",
+    "read_password",
+    "tls_context",
 ]
 
 
@@ -85,6 +88,9 @@ class BrokerConfig:
     backoff_initial: float = 1.0
     backoff_max: float = 300.0
     topic_prefix: str = "ldp/v1/reports"
+
+    source: str = field(default="<config>", metadata={"internal": True})
+    """The config file (for error messages; not a key of the file)."""
 
     def __post_init__(self) -> None:
         if not self.host:
@@ -447,4 +453,64 @@ def load_config(path: Path) -> AgentConfig:
     except (OSError, UnicodeDecodeError) as e:
         raise ConfigError(str(path), "", f"cannot read: {e}") from None
     cfg = parse_config(text, path=str(path), base=path.resolve().parent)
-    return replace(cfg, source=path)
+    return replace(cfg, source=path, broker=replace(cfg.broker, source=str(path)))
+
+
+def _readable(source: str, field_name: str, path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except OSError as e:
+        raise ConfigError(source, field_name, f"cannot read {path}: {e.strerror or e}") from None
+
+
+def tls_context(broker: BrokerConfig) -> ssl.SSLContext | None:
+    """The TLS context of the broker connection, from the files ``[broker]`` names (None without TLS).
+
+    Built at every connection, so a file gone or broken since start-up stops the agent with
+    the same message ``check-config`` gives, not a retry loop naming no file.
+
+    Raises:
+        ConfigError: naming the config file, the field (``broker.ca_file``, ...) and the file.
+    """
+    if not broker.tls:
+        return None
+    src = broker.source
+    if broker.ca_file is not None:
+        _readable(src, "broker.ca_file", broker.ca_file)
+    try:
+        # With a ca_file, only that CA is trusted (not the system store as well).
+        ctx = ssl.create_default_context(cafile=str(broker.ca_file) if broker.ca_file else None)
+    except (ssl.SSLError, OSError) as e:
+        raise ConfigError(src, "broker.ca_file", f"{broker.ca_file} holds no PEM CA certificate: {e}") from None
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    if broker.cert_file is not None and broker.key_file is not None:
+        cert = _readable(src, "broker.cert_file", broker.cert_file)
+        key = _readable(src, "broker.key_file", broker.key_file)
+        if b"-----BEGIN CERTIFICATE-----" not in cert:
+            raise ConfigError(src, "broker.cert_file", f"{broker.cert_file} is not a PEM certificate")
+        if b"PRIVATE KEY-----" not in key:
+            raise ConfigError(src, "broker.key_file", f"{broker.key_file} is not a PEM private key")
+        try:
+            ctx.load_cert_chain(certfile=str(broker.cert_file), keyfile=str(broker.key_file))
+        except (ssl.SSLError, OSError) as e:
+            problem = f"{broker.key_file} is not a usable private key of {broker.cert_file}: {e}"
+            raise ConfigError(src, "broker.key_file", problem) from None
+    return ctx
+
+
+def read_password(broker: BrokerConfig) -> str | None:
+    """The broker password (the first line of ``password_file``), or None without one.
+
+    Raises:
+        ConfigError: the file cannot be read, is not UTF-8, or its first line is empty.
+    """
+    if broker.password_file is None:
+        return None
+    data = _readable(broker.source, "broker.password_file", broker.password_file)
+    try:
+        lines = data.decode("utf-8").splitlines()
+    except UnicodeDecodeError:
+        raise ConfigError(broker.source, "broker.password_file", f"{broker.password_file} is not UTF-8") from None
+    if not lines or not lines[0]:
+        raise ConfigError(broker.source, "broker.password_file", f"{broker.password_file}: the first line is empty")
+    return lines[0]

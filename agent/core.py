@@ -49,6 +49,7 @@ from agent.usecases import (
     Kind,
     check_counter_value,
     check_value,
+    clamp_note,
     counter_input,
     fingerprint,
     kind_of,
@@ -103,10 +104,31 @@ def reservoir_offer(pending: PendingRecords, record: Any, capacity: int, rng: Ra
 class RecordOutcome:
     """What happened to a recorded value: ``recorded``, or ``duplicate`` (a string already
     recorded this period: its report is already pending), or ``dropped`` (too many distinct
-    strings this period)."""
+    strings this period).
+
+    Attributes:
+        use_case: the use case's name.
+        outcome: ``recorded``, ``duplicate`` or ``dropped``.
+        counter: a counter use case: the value went into the period's running total, which is
+            privatized and sent once when the period ends.
+        offered: event-level use cases: values recorded in this period so far (this one included).
+        limit: the use case's daily record limit, the most records of the period that are sent;
+            beyond it a uniformly random ``limit`` of the ``offered`` are kept (003 §3.2.1).
+        note: for a counter value beyond its mechanism's range, what the clamping rule does
+            (:func:`agent.usecases.clamp_note`); empty otherwise.
+    """
 
     use_case: str
     outcome: str
+    counter: bool = False
+    offered: int = 0
+    limit: int = 0
+    note: str = ""
+
+    @property
+    def over_limit(self) -> int:
+        """How many of this period's values the daily limit drops (0 while within it)."""
+        return max(0, self.offered - self.limit) if not self.counter else 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -381,7 +403,21 @@ class Agent:
                     f"use case {name!r} has spent its lifetime ε cap ({budget.epsilon_cap:g}) and no longer records"
                 )
             for value, key in values:
-                outcomes.append(RecordOutcome(name, self._record_into(slot, doc, value, key)))
+                outcome = self._record_into(slot, doc, value, key)
+                pending = doc.pending.get(self._period_for_record(slot, doc))
+                note = ""
+                if slot.kind is Kind.COUNTER:
+                    note = clamp_note(slot.use_case, check_counter_value(slot.use_case, value)) or ""
+                outcomes.append(
+                    RecordOutcome(
+                        name,
+                        outcome,
+                        counter=slot.kind is Kind.COUNTER,
+                        offered=pending.offered if pending is not None else 0,
+                        limit=slot.use_case.daily_limit,
+                        note=note,
+                    )
+                )
             self._write_slot(slot, doc)
         return outcomes
 

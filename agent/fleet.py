@@ -31,8 +31,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
-from agent.config import BrokerConfig, PolicyConfig
-from agent.errors import AgentError, PolicyError, TransportError
+from agent.config import BrokerConfig, PolicyConfig, read_password, tls_context
+from agent.errors import AgentError, ConfigError, PolicyError, TransportError
 from agent.fleet_report import (
     CollectorClient,
     CollectorUnavailableError,
@@ -264,6 +264,11 @@ def build_plan(args: argparse.Namespace) -> tuple[FleetPlan, Registry]:
             keepalive=30,
             publish_timeout=30.0,
         )
+        # Every file the options name is read now, so a missing CA says so before anything runs.
+        tls_context(broker)
+        read_password(broker)
+    except ConfigError as e:
+        raise FleetError(f"--{e.field.rpartition('.')[2].replace('_', '-')}: {e.problem}") from None
     except ValueError as e:
         raise FleetError(f"broker settings: {e}") from None
     plan = FleetPlan(

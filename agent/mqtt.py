@@ -21,12 +21,11 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import ssl
 from collections.abc import AsyncIterator
 
 import aiomqtt
 
-from agent.config import BrokerConfig
+from agent.config import BrokerConfig, read_password, tls_context
 from agent.errors import TransportError
 from agent.transport import Connection
 from protocol.randomness import RandomSource
@@ -40,25 +39,6 @@ def random_client_id(rng: RandomSource) -> str:
     """A fresh 88-bit client identifier (22 hex digits: within MQTT 3.1.1's 23-character limit)."""
     words = rng.words(2)
     return f"{int(words[0]):016x}{int(words[1]) >> 40:06x}"
-
-
-def _tls_context(cfg: BrokerConfig) -> ssl.SSLContext | None:
-    if not cfg.tls:
-        return None
-    ctx = ssl.create_default_context(cafile=str(cfg.ca_file) if cfg.ca_file else None)
-    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
-    if cfg.cert_file is not None and cfg.key_file is not None:
-        ctx.load_cert_chain(certfile=str(cfg.cert_file), keyfile=str(cfg.key_file))
-    return ctx
-
-
-def _password(cfg: BrokerConfig) -> str | None:
-    if cfg.password_file is None:
-        return None
-    try:
-        return cfg.password_file.read_text(encoding="utf-8").splitlines()[0]
-    except (OSError, IndexError, UnicodeDecodeError) as e:
-        raise TransportError(f"cannot read broker password file {cfg.password_file}: {e}") from None
 
 
 class _MqttConnection:
@@ -89,16 +69,15 @@ class MqttTransport:
     async def connect(self) -> AsyncIterator[Connection]:
         """Connect with a fresh identity; the connection closes when the block ends."""
         cfg = self._cfg
-        try:
-            tls = _tls_context(cfg)
-        except (OSError, ssl.SSLError) as e:
-            raise TransportError(f"cannot set up TLS: {e}") from None
+        # A CA, key or password file gone since start-up is the operator's to fix: ConfigError
+        # (naming the field and the file) ends the daemon instead of a retry loop.
+        tls = tls_context(cfg)
         client = aiomqtt.Client(
             cfg.host,
             cfg.port,
             identifier=random_client_id(self._rng),
             username=cfg.username,
-            password=_password(cfg),
+            password=read_password(cfg),
             tls_context=tls,
             keepalive=cfg.keepalive,
             clean_session=True,

@@ -21,10 +21,12 @@ privatized as are the mechanism's too (:meth:`~protocol.interfaces.Mechanism.che
 
 from __future__ import annotations
 
+import math
+
 from agent.errors import ValueRefusedError
 from protocol.checks import MAX_COUNTER
 from protocol.errors import InputError
-from protocol.interfaces import Privatization, RecordValue
+from protocol.interfaces import HistogramMechanism, Privatization, RecordValue
 from protocol.registry import UseCase
 
 __all__ = [
@@ -32,6 +34,7 @@ __all__ = [
     "Kind",
     "check_counter_value",
     "check_value",
+    "clamp_note",
     "coerce_text",
     "counter_input",
     "fingerprint",
@@ -86,6 +89,13 @@ def check_value(use_case: UseCase, value: object) -> RecordValue:
 def check_counter_value(use_case: UseCase, value: object) -> int | float:
     """Validate one recorded increment of a counter use case.
 
+    Every counter use case takes increments in ``[0, 2**53]`` (1BitMean integers, dBitFlip any
+    finite number; :mod:`protocol.checks`) and follows one rule beyond its mechanism's range:
+    **the period's total is clamped** into it when the period is privatized (1BitMean to ``m``
+    by ``counter_input``, as 000 §1.1 bounds counters by ``m``; dBitFlip into its last bucket,
+    the published bucketing of :mod:`protocol.buckets`). :func:`clamp_note` says when a value
+    reaches beyond the range.
+
     Raises:
         ValueRefusedError: naming the use case, what was expected and what was found.
     """
@@ -93,6 +103,26 @@ def check_counter_value(use_case: UseCase, value: object) -> int | float:
     if isinstance(checked, str | bytes):
         raise ValueRefusedError(f"use case {use_case.name!r} ({use_case.mechanism.name}) is not a counter")
     return checked
+
+
+def clamp_note(use_case: UseCase, value: int | float) -> str | None:
+    """What the clamping rule of :func:`check_counter_value` does to ``value``, or None within the range."""
+    mech = use_case.mechanism
+    clipped = mech.counter_input(value)
+    if clipped != value:
+        return f"{value!r} is above the range {_range(mech.value_range)}: the period's total is clamped to {clipped!r}"
+    if isinstance(mech, HistogramMechanism):
+        edges = mech.bucket_edges
+        if math.isfinite(edges[-1]) and value >= edges[-1]:
+            return (
+                f"{value!r} is beyond the last bucket [{edges[-2]:g}, {edges[-1]:g}): "
+                "the period's total is counted in the last bucket"
+            )
+    return None
+
+
+def _range(bounds: tuple[float, float] | None) -> str:
+    return "of the mechanism" if bounds is None else f"[{bounds[0]:g}, {bounds[1]:g}]"
 
 
 def counter_input(use_case: UseCase, total: int | float) -> RecordValue:

@@ -162,11 +162,16 @@ MAX_COUNTER = float(1 << 53)
 
 
 def count_value(value: object, m: int) -> int:
-    """An integer count in ``[0, m]`` (1BitMean's input, 000 §2.1)."""
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise InputError(f"counts integers in [0, {m}]; got {value!r}")
-    if not 0 <= value <= m:
-        raise InputError(f"counts integers in [0, {m}]; got {value}")
+    """A recorded increment of a count (1BitMean's input, 000 §2.1): an integer in ``[0, 2**53]``.
+
+    An increment above ``m`` is taken: the period's total is clipped to ``m`` when it is
+    privatized (``counter_input``), the one rule every counter follows beyond its range.
+    """
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise InputError(f"counts integers; got {value!r}")
+    _in_counter_range(value)
+    if not isinstance(value, int):
+        raise InputError(f"counts integers; got {value!r}")
     return value
 
 
@@ -174,23 +179,28 @@ def number_value(value: object) -> int | float:
     """A finite non-negative number up to ``2**53`` (a counter that is bucketed, 000 §2.2)."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise InputError(f"counts numbers; got {value!r}")
+    return _in_counter_range(value)
+
+
+def _in_counter_range(value: int | float) -> int | float:
     if not math.isfinite(value) or value < 0 or value > MAX_COUNTER:
-        raise InputError(f"takes a finite number in [0, 2**53]; got {value!r}")
+        raise InputError(f"takes counter increments: {value!r} is out of range [0, 2**53]")
     return value
 
 
 def parse_number(text: str, *, integer: bool) -> int | float:
-    """A number typed on a command line (an integer only, if ``integer``)."""
+    """A number typed on a command line (an integer only, if ``integer``: ``1e3`` is 1000)."""
     try:
         return int(text)
     except ValueError:
         pass
-    if not integer:
-        try:
-            return float(text)
-        except ValueError:
-            pass
-    raise InputError(f"counts numbers; got {text!r}")
+    try:
+        number = float(text)
+    except ValueError:
+        raise InputError(f"counts numbers; got {text!r}") from None
+    if integer and number.is_integer() and abs(number) <= MAX_COUNTER:
+        return int(number)
+    return number  # check_value then says what is wrong with it (not an integer, out of range)
 
 
 def string_value(value: object, *, accept_bytes: bool = False) -> str | bytes:

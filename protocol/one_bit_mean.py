@@ -571,12 +571,12 @@ class OneBitMean:
         }
 
     def check_value(self, value: object) -> int:
-        """One recorded increment: an integer in ``[0, m]``."""
+        """One recorded increment: an integer in ``[0, 2**53]`` (the period's total is clipped to ``m``)."""
         return count_value(value, self.m)
 
     def parse_value(self, text: str) -> int:
         """An integer typed on a command line."""
-        return int(parse_number(text, integer=True))
+        return count_value(parse_number(text, integer=True), self.m)
 
     def counter_input(self, total: float) -> int:
         """A period's total, clipped to ``m``: 000 §1.1 assumes counters bounded by ``m``."""

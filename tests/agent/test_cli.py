@@ -16,11 +16,14 @@ from pathlib import Path
 import pytest
 
 from agent import cli
+from agent.cli import main
 from agent.clock import FakeClock
-from agent.config import load_config
+from agent.config import AgentConfig, load_config
 from agent.daemon import load_registry, open_agent, run_daemon
+from protocol.exit_status import ExitStatus
 from protocol.randomness import SeededRandom
 from tests.agent.conftest import KEY, REGISTRY
+from tests.collector.test_tls import _make_pki
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -122,9 +125,9 @@ def test_offline_verbs(tmp_path: Path) -> None:
     r = _cli(cfg, "record", "seconds", "lots")
     assert r.returncode == 3
     assert "use case 'seconds' (one-bit-mean) counts numbers; got 'lots'" in r.stderr
-    r = _cli(cfg, "record", "seconds", "99999")
+    r = _cli(cfg, "record", "seconds", "1e30")
     assert r.returncode == 3
-    assert "[0, 21600]" in r.stderr
+    assert "1e+30 is out of range [0, 2**53]" in r.stderr
     status = json.loads(_cli(cfg, "status", "--json").stdout)
     assert status["consent"] is True
     rows = {row["use_case"]: row for row in status["use_cases"]}
@@ -213,3 +216,156 @@ def test_an_unexpected_failure_ends_the_daemon_non_zero(tmp_path: Path, monkeypa
 
     monkeypatch.setattr("agent.daemon.run_daemon", failing)
     assert cli.main(["--config", str(tmp_path / "agent.toml"), "run"]) == 1
+
+
+def test_record_says_what_happened(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """record: kept for the period (counters); n of the limit; over the limit with how many; duplicates; clamping."""
+    cfg = str(_setup(tmp_path))
+    assert main(["--config", cfg, "consent", "grant"]) == 0
+    capsys.readouterr()
+    assert main(["--config", cfg, "record", "seconds", "120"]) == 0
+    assert "seconds: recorded: added to this period's total" in capsys.readouterr().out
+    # flag: daily_limit = 3; the fourth and fifth values are over it.
+    for i in range(1, 6):
+        assert main(["--config", cfg, "record", "flag", "1"]) == 0
+        out = capsys.readouterr().out
+        if i <= 3:
+            assert f"flag: recorded: {i} of at most 3 values this period (the daily limit)" in out
+        else:
+            assert f"flag: recorded, over the daily limit: {i} values this period, 3 will be sent" in out
+            assert f"{i - 3} dropped" in out
+    assert main(["--config", cfg, "record", "procs", "bash"]) == 0
+    assert "procs: recorded: 1 of at most 5" in capsys.readouterr().out
+    assert main(["--config", cfg, "record", "procs", "bash"]) == 0
+    assert "procs: not added: this string is already recorded this period" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("use_case", "value", "note"),
+    [
+        ("seconds", "99999", "99999 is above the range [0, 21600]: the period's total is clamped to 21600"),
+        ("hist", "99999999", "99999999 is beyond the last bucket [20925, 21600): the period's total is counted in"),
+    ],
+)
+def test_a_counter_value_beyond_its_range_is_clamped_and_said(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], use_case: str, value: str, note: str
+) -> None:
+    """One rule for every counter use case: recorded, the period's total clamped into the range, and record says so."""
+    cfg = str(_setup(tmp_path))
+    assert main(["--config", cfg, "consent", "grant"]) == 0
+    assert main(["--config", cfg, "record", use_case, value]) == 0
+    out = capsys.readouterr().out
+    assert f"{use_case}: recorded: added to this period's total" in out
+    assert note in out
+
+
+@pytest.mark.parametrize(
+    ("use_case", "value"), [("seconds", "-1"), ("hist", "-0.5"), ("hist", "1e300"), ("seconds", "inf")]
+)
+def test_a_counter_value_out_of_range_is_refused_with_the_range(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], use_case: str, value: str
+) -> None:
+    """Negative, infinite or beyond-2**53 increments: exit 3 and "out of range [0, 2**53]"."""
+    cfg = str(_setup(tmp_path))
+    assert main(["--config", cfg, "consent", "grant"]) == 0
+    assert main(["--config", cfg, "record", use_case, value]) == ExitStatus.REFUSED
+    assert "is out of range [0, 2**53]" in capsys.readouterr().err
+
+
+def _with_files(tmp_path: Path) -> tuple[Path, dict[str, Path]]:
+    ca, cert, key = _make_pki(tmp_path / "pki")
+    password = tmp_path / "password"
+    password.write_text("s3cret\n", encoding="utf-8")
+    cfg = _setup(tmp_path)
+    text = cfg.read_text().replace(
+        "tls = false\n",
+        f'tls = true\nca_file = "{ca}"\ncert_file = "{cert}"\nkey_file = "{key}"\n'
+        f'username = "device"\npassword_file = "{password}"\n',
+    )
+    cfg.write_text(text)
+    files = {
+        "broker.ca_file": ca,
+        "broker.cert_file": cert,
+        "broker.key_file": key,
+        "broker.password_file": password,
+        "registry.path": tmp_path / "usecases.toml",
+        "state.key_file": tmp_path / "state.key",
+    }
+    return cfg, files
+
+
+@pytest.mark.parametrize(
+    "field",
+    [
+        "broker.ca_file",
+        "broker.cert_file",
+        "broker.key_file",
+        "broker.password_file",
+        "registry.path",
+        "state.key_file",
+    ],
+)
+def test_check_config_names_each_missing_file_and_its_field(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], field: str
+) -> None:
+    """ldp-agent check-config: ok with every file; with each missing in turn, exit 2 naming the field and the file."""
+    cfg, files = _with_files(tmp_path)
+    assert main(["--config", str(cfg), "check-config"]) == 0, capsys.readouterr().err
+    out = capsys.readouterr().out
+    assert all(f"{name}: {path}" in out for name, path in files.items())
+    files[field].unlink()
+    assert main(["--config", str(cfg), "check-config"]) == ExitStatus.CONFIG
+    err = capsys.readouterr().err
+    assert f"{cfg}: {field}: " in err
+    assert str(files[field]) in err
+    assert "No such file or directory" in err
+    assert main(["--config", str(cfg), "run"]) == ExitStatus.CONFIG  # the same checks before it starts
+    assert f"{field}: " in capsys.readouterr().err
+
+
+def test_version_and_a_closed_pipe(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """--version prints the version; `status | head -1` with the reader gone ends quietly with status 0."""
+    with pytest.raises(SystemExit) as info:
+        main(["--version"])
+    assert info.value.code == 0
+    assert capsys.readouterr().out.startswith("ldp-agent 0.")
+    cfg = _setup(tmp_path)
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "agent", "--config", str(cfg), "status"],
+            stdout=write_end,
+            stderr=subprocess.PIPE,
+            cwd=ROOT,
+            timeout=120,
+            check=False,
+        )
+    finally:
+        os.close(write_end)
+    assert done.stderr == b""
+    assert done.returncode == 0
+
+
+def test_a_ca_file_gone_at_run_time_ends_the_daemon_naming_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The CA file deleted after start-up: the next connection ends `run` with status 2 naming the field and file."""
+    cfg_path, files = _with_files(tmp_path)
+    cfg = load_config(cfg_path)
+    clock = FakeClock(1_700_000_000.0)
+    agent = open_agent(cfg, load_registry(cfg), clock=clock, rng=SeededRandom(1))
+    agent.grant_consent()
+    agent.record("flag", 1)
+    clock.set(clock.time() + 86_400.0)
+    agent.collect()  # a report waits, so the publisher connects at start
+    real = run_daemon
+
+    async def after_start_up(config: AgentConfig, **kwargs: object) -> None:
+        files["broker.ca_file"].unlink()  # gone after check-config passed at start-up
+        await real(config, clock=clock)
+
+    monkeypatch.setattr("agent.daemon.run_daemon", after_start_up)
+    assert cli.main(["--config", str(cfg_path), "run"]) == ExitStatus.CONFIG
+    err = capsys.readouterr().err
+    assert f"{cfg_path}: broker.ca_file: cannot read {files['broker.ca_file']}: No such file or directory" in err
