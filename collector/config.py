@@ -432,18 +432,14 @@ def tls_context(tls: TlsConfig) -> ssl.SSLContext:
         ConfigError: naming the config file, the field (``mqtt.tls.ca_file``, ...) and the file.
     """
     prefix = "mqtt.tls."
-    try:
-        ctx = ssl.create_default_context()
-    except ssl.SSLError as exc:  # the system trust store itself
-        raise ConfigError(tls.source, prefix + "ca_file", f"cannot load the system trust store: {exc}") from exc
     if tls.ca_file is not None:
         _readable(tls.source, prefix + "ca_file", tls.ca_file)
-        try:
-            ctx.load_verify_locations(cafile=str(tls.ca_file))
-        except (ssl.SSLError, OSError) as exc:
-            raise ConfigError(
-                tls.source, prefix + "ca_file", f"{tls.ca_file} holds no PEM CA certificate: {exc}"
-            ) from exc
+    try:
+        # With a ca_file, only that CA is trusted (not the system store as well).
+        ctx = ssl.create_default_context(cafile=str(tls.ca_file) if tls.ca_file else None)
+    except (ssl.SSLError, OSError) as exc:
+        what = f"{tls.ca_file} holds no PEM CA certificate" if tls.ca_file else "cannot load the system trust store"
+        raise ConfigError(tls.source, prefix + "ca_file", f"{what}: {exc}") from exc
     if tls.cert_file is not None:
         # Each file parsed on its own first, so a problem names the file that has it.
         cert = _readable(tls.source, prefix + "cert_file", tls.cert_file)
