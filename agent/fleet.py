@@ -31,6 +31,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
+from agent.cli import quiet_on_closed_pipe, version
 from agent.config import BrokerConfig, PolicyConfig, read_password, tls_context
 from agent.errors import AgentError, ConfigError, PolicyError, TransportError
 from agent.fleet_report import (
@@ -44,13 +45,18 @@ from agent.fleet_report import (
 from agent.fleet_sim import FleetPlan, Progress, ShardResult, Tally, build_generators, run_shard, tally_kind
 from agent.fleet_values import KINDS, GeneratorError, GeneratorSpec, default_spec, load_population, parse_spec
 from agent.policy import check_registry
+from protocol.exit_status import HELP as EXIT_HELP
+from protocol.exit_status import ExitStatus
 from protocol.registry import Registry, RegistryError, UseCase, parse_registry
 
 __all__ = ["FleetError", "ProgressDisplay", "build_plan", "main", "run_fleet", "shard_ranges", "simulate"]
 
 log = logging.getLogger("ldp_fleet")
 
-EXIT_OK, EXIT_BEYOND, EXIT_USAGE, EXIT_SERVICE = 0, 1, 2, 3
+# The exit statuses shared by the three tools (protocol/exit_status.py).
+EXIT_OK, EXIT_BEYOND, EXIT_USAGE = ExitStatus.OK, ExitStatus.BEYOND_TOLERANCE, ExitStatus.CONFIG
+EXIT_SERVICE, EXIT_NOTHING_SENT = ExitStatus.UNAVAILABLE, ExitStatus.REFUSED
+DEFAULT_BROKER = "127.0.0.1:8883"  # the TLS listener of deploy/mosquitto/mosquitto.conf
 DEFAULT_REGISTRY = Path("deploy/fleet.usecases.toml")
 
 
@@ -76,11 +82,15 @@ populations (--population [USE_CASE=]FILE, CSV with a header):
                           of devices in the file
 
 examples:
-  ldp-fleet --devices 1000 --days 7 --broker 127.0.0.1:1883 --collector-url http://127.0.0.1:8650
-  ldp-fleet --use-case app-usage-seconds --population app-usage-seconds=usage.csv --json out.json ...
+  ldp-fleet --devices 1000 --days 7 --broker 127.0.0.1:8883 --ca-file ca.pem \\
+      --username devices --password-file devices.password --collector-url http://127.0.0.1:8650
+  ldp-fleet --use-case app-usage-seconds --population app-usage-seconds=usage.csv --output out.json ...
+  ldp-fleet --no-tls --broker 127.0.0.1:1883 ...   (a plain test broker)
 
 The collector must accept the simulated periods: its ingest.retention_periods must reach back
 to the start (the default start is --days days before today, 00:00 UTC).
+
+{EXIT_HELP}
 """
 
 
@@ -95,6 +105,7 @@ def _parser() -> argparse.ArgumentParser:
         epilog=_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    p.add_argument("--version", action="version", version=f"%(prog)s {version()}")
     sim = p.add_argument_group("simulation")
     sim.add_argument("--devices", type=int, help="simulated devices (default 1000, or the time series' devices)")
     sim.add_argument("--days", type=int, default=7, help="simulated days (default 7)")
@@ -140,8 +151,17 @@ def _parser() -> argparse.ArgumentParser:
         "--state-dir", type=Path, help="keep the devices' sealed state in files here (default: sealed, in memory)"
     )
     net = p.add_argument_group("broker (as an agent connects)")
-    net.add_argument("--broker", default="127.0.0.1:1883", help="HOST:PORT (default 127.0.0.1:1883)")
-    net.add_argument("--tls", action="store_true", help="connect with TLS (implied by --ca-file)")
+    net.add_argument(
+        "--broker",
+        default=DEFAULT_BROKER,
+        help=f"HOST:PORT (default {DEFAULT_BROKER}, the TLS listener of the shipped broker config)",
+    )
+    net.add_argument(
+        "--tls",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="connect with TLS (default: on, as deploy/mosquitto requires; --no-tls for a plain test broker)",
+    )
     net.add_argument("--ca-file", type=Path, help="CA certificate to verify the broker with")
     net.add_argument("--cert-file", type=Path, help="client certificate (mutual TLS)")
     net.add_argument("--key-file", type=Path, help="its private key")
@@ -156,7 +176,10 @@ def _parser() -> argparse.ArgumentParser:
         "--ingest-timeout", type=float, default=600.0, help="seconds to wait for the collector to commit (default 600)"
     )
     out.add_argument("--tolerance", type=float, default=5.0, help="pass when every |error| <= this many SE (default 5)")
-    out.add_argument("--json", type=Path, metavar="FILE", help="write every number as JSON")
+    out.add_argument(
+        "--json", action="store_true", help="print the results document as JSON on stdout instead of the table"
+    )
+    out.add_argument("--output", type=Path, metavar="FILE", help="write the results document (JSON) to FILE")
     out.add_argument("--plots", type=Path, metavar="DIR", help="write one SVG per use case here")
     out.add_argument("--quiet", action="store_true", help="no progress display")
     return p
@@ -255,7 +278,7 @@ def build_plan(args: argparse.Namespace) -> tuple[FleetPlan, Registry]:
         broker = BrokerConfig(
             host=host,
             port=port,
-            tls=bool(args.tls or args.ca_file or args.cert_file),
+            tls=bool(args.tls),
             ca_file=args.ca_file,
             cert_file=args.cert_file,
             key_file=args.key_file,
@@ -456,6 +479,7 @@ def run_fleet(args: argparse.Namespace, *, stdout: TextIO | None = None, stderr:
     except FleetError as e:
         print(f"ldp-fleet: {e}", file=stderr)
         return EXIT_USAGE
+    unused_rows = _unused_series_rows(plan, registry)
     display = ProgressDisplay(plan, args.workers, stderr, quiet=args.quiet)
     client = CollectorClient(args.collector_url) if args.collector_url else None
     start_iso = dt.datetime.fromtimestamp(plan.start, dt.UTC).isoformat().replace("+00:00", "Z")
@@ -508,7 +532,52 @@ def run_fleet(args: argparse.Namespace, *, stdout: TextIO | None = None, stderr:
         return EXIT_SERVICE
     summaries = [summarize(n, registry.use_cases[n], rows[n], args.tolerance) for n in plan.use_cases if n in rows]
     ok = bool(summaries) and all(s.ok for s in summaries)
-    if client is not None:
+    document = {
+        "ok": ok if client is not None else None,
+        "tolerance_se": args.tolerance,
+        "config": {
+            "devices": plan.devices,
+            "days": plan.days,
+            "start": start_iso,
+            "seed": plan.seed,
+            "registry": plan.registry_path,
+            "registry_hash": registry.hash_hex,
+            "workers": args.workers,
+            "generators": {n: str(s) for n, s in plan.generators.items()},
+            "populations": plan.populations,
+        },
+        "timing": {
+            "simulate_seconds": simulated,
+            "setup_seconds": result.setup_seconds,
+            "ingest_wait_seconds": ingest_seconds,
+            "reports": result.messages,
+            "retries": result.retries,
+        },
+        "unsent": result.unsent,
+        "refused": result.refused,
+        "unused_population_rows": unused_rows,
+        "use_cases": {
+            name: {
+                "mechanism": registry.use_cases[name].mechanism.name,
+                "epsilon_per_report": registry.use_cases[name].cost,
+                "period": registry.use_cases[name].period.value,
+                "truth": {
+                    str(p): _truth_json(registry.use_cases[name], t)
+                    for p, t in sorted(result.truth.get(name, {}).items())
+                },
+            }
+            | (
+                dataclasses.asdict(next(s for s in summaries if s.name == name))
+                if any(s.name == name for s in summaries)
+                else {}
+            )
+            for name in plan.use_cases
+        },
+    }
+    text = json.dumps(_finite(document), indent=1, ensure_ascii=False, allow_nan=False) + "\n"
+    if args.json:
+        stdout.write(text)
+    elif client is not None:
         print(format_results(summaries, registry, tolerance=args.tolerance), file=stdout)
         print("", file=stdout)
         verdict = (
@@ -525,60 +594,73 @@ def run_fleet(args: argparse.Namespace, *, stdout: TextIO | None = None, stderr:
                     {"top": list(truth["counts"].items())[:3]} if "counts" in truth else {}
                 )
                 print(f"{name} period {period}: {json.dumps(brief, ensure_ascii=False)}", file=stdout)
-    unsent = {k: v for k, v in result.unsent.items() if v}
-    if unsent or result.refused:
-        print(f"ldp-fleet: values recorded but not sent (limits): {unsent}; refused: {result.refused}", file=stdout)
+    # What was not sent is said, on stderr so that --json output stays one document.
+    for line in _dropped_lines(result, unused_rows):
+        print(f"ldp-fleet: {line}", file=stderr)
+    if args.output:
+        # Written before the plots, so the numbers are kept whatever happens to the pictures.
+        args.output.parent.mkdir(parents=True, exist_ok=True)
+        args.output.write_text(text, encoding="utf-8")
+        print(f"ldp-fleet: results in {args.output}", file=stderr if args.json else stdout)
     if args.plots and summaries:
         files = write_plots(summaries, args.plots)
-        print(f"ldp-fleet: {len(files)} plots in {args.plots}", file=stdout)
-    if args.json:
-        document = {
-            "ok": ok if client is not None else None,
-            "tolerance_se": args.tolerance,
-            "config": {
-                "devices": plan.devices,
-                "days": plan.days,
-                "start": start_iso,
-                "seed": plan.seed,
-                "registry": plan.registry_path,
-                "registry_hash": registry.hash_hex,
-                "workers": args.workers,
-                "generators": {n: str(s) for n, s in plan.generators.items()},
-                "populations": plan.populations,
-            },
-            "timing": {
-                "simulate_seconds": simulated,
-                "setup_seconds": result.setup_seconds,
-                "ingest_wait_seconds": ingest_seconds,
-                "reports": result.messages,
-                "retries": result.retries,
-            },
-            "unsent": result.unsent,
-            "refused": result.refused,
-            "use_cases": {
-                name: {
-                    "mechanism": registry.use_cases[name].mechanism.name,
-                    "epsilon_per_report": registry.use_cases[name].cost,
-                    "period": registry.use_cases[name].period.value,
-                    "truth": {
-                        str(p): _truth_json(registry.use_cases[name], t)
-                        for p, t in sorted(result.truth.get(name, {}).items())
-                    },
-                }
-                | (
-                    dataclasses.asdict(next(s for s in summaries if s.name == name))
-                    if any(s.name == name for s in summaries)
-                    else {}
-                )
-                for name in plan.use_cases
-            },
-        }
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(_finite(document), indent=1, ensure_ascii=False, allow_nan=False) + "\n")
-        print(f"ldp-fleet: results in {args.json}", file=stdout)
+        print(f"ldp-fleet: {len(files)} plots in {args.plots}", file=stderr if args.json else stdout)
+    if result.messages == 0:
+        refused = sum(result.refused.values())
+        why = f"every value was refused ({refused:,})" if refused else "no period of the simulated days ended"
+        print(f"ldp-fleet: nothing was sent: {why}", file=stderr)
+        return EXIT_NOTHING_SENT if refused else ExitStatus.ERROR
     if client is None:
         return EXIT_OK
     return EXIT_OK if ok else EXIT_BEYOND
+
+
+def _dropped_lines(result: ShardResult, unused_rows: dict[str, dict[str, int]]) -> list[str]:
+    """One sentence per kind of value that was not sent: refused, held back, or never used."""
+    lines = []
+    refused = {k: v for k, v in result.refused.items() if v}
+    if refused:
+        lines.append(
+            f"{sum(refused.values()):,} values refused by the agents (a value its use case does not take, or a "
+            f"stopped use case), not sent: {_per_use_case(refused)}"
+        )
+    unsent = {k: v for k, v in result.unsent.items() if v}
+    if unsent:
+        lines.append(
+            f"{sum(unsent.values()):,} values recorded but not sent (the daily record limit, the lifetime ε cap "
+            f"or outbox drops): {_per_use_case(unsent)}"
+        )
+    for name, counts in unused_rows.items():
+        parts = []
+        if counts.get("past_days"):
+            parts.append(f"{counts['past_days']:,} rows past the simulated days (--days)")
+        if counts.get("past_devices"):
+            parts.append(f"{counts['past_devices']:,} rows of devices beyond --devices")
+        if parts:
+            lines.append(f"{name}: its time series has {' and '.join(parts)}; those rows were not used")
+    return lines
+
+
+def _per_use_case(counts: dict[str, int]) -> str:
+    return ", ".join(f"{name} {n:,}" for name, n in sorted(counts.items()))
+
+
+def _unused_series_rows(plan: FleetPlan, registry: Registry) -> dict[str, dict[str, int]]:
+    """Per use case replaying a time series: its rows the plan does not reach (past --days, past --devices)."""
+    out: dict[str, dict[str, int]] = {}
+    for name, path in plan.populations.items():
+        try:
+            pop = load_population(Path(path))
+        except GeneratorError:
+            continue  # build_plan has read it already; nothing more to say here
+        if pop.series is None:
+            continue
+        periods = plan.days * 86_400 // registry.use_cases[name].period.seconds
+        past_days = sum(1 for row in pop.series[: plan.devices] for offset in row if offset >= periods)
+        past_devices = sum(len(row) for row in pop.series[plan.devices :])
+        if past_days or past_devices:
+            out[name] = {"past_days": past_days, "past_devices": past_devices}
+    return out
 
 
 def _finite(value: object) -> object:
@@ -597,7 +679,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     try:
-        return run_fleet(args)
+        return quiet_on_closed_pipe(lambda: run_fleet(args))
     except KeyboardInterrupt:
         print("\nldp-fleet: interrupted", file=sys.stderr)
         return 130

@@ -440,8 +440,9 @@ def _chart(
     """Truth as bars (or a line) and estimates as points with ``± z·SE`` error bars."""
     lows = [e - z * s for e, s in zip(estimate, se, strict=True) if e is not None and s is not None]
     highs = [e + z * s for e, s in zip(estimate, se, strict=True) if e is not None and s is not None]
-    lo = min([*truth, *lows, 0.0] if bars else [*truth, *lows])
-    hi = max([*truth, *highs])
+    # An empty chart (a period in which nothing was released) still gets an axis, [0, 1].
+    lo = min([*truth, *lows, 0.0] if bars else [*truth, *lows], default=0.0)
+    hi = max([*truth, *highs], default=1.0)
     lo, hi, ticks = _axis(lo, hi)
     plot_w, plot_h = _W - _L - _R, _H - _T - _B
     n = max(len(labels), 1)
@@ -520,7 +521,9 @@ def write_plots(summaries: list[UseCaseSummary], directory: Path, *, z: float = 
                 bars=False,
             )
         else:
-            latest = released[-1]
+            # The latest period that released entries (a frequency use case may release none in
+            # a period: every count below the threshold); the title names the period shown.
+            latest = next((r for r in reversed(released) if r["items"]), released[-1])
             items = latest["items"]
             if s.kind == "frequencies":
                 items = sorted(items, key=lambda it: -(it["truth"] or 0))[:top]

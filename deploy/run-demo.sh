@@ -206,7 +206,7 @@ status=0
     --broker "127.0.0.1:$mqtt_port" --ca-file "$work/pki/ca.pem" \
     --username devices --password-file "$work/secrets/devices.password" \
     --collector-url "http://127.0.0.1:$http_port" \
-    --json "$out/results.json" --plots "$out/plots" \
+    --output "$out/results.json" --plots "$out/plots" \
     ${fleet_args[@]+"${fleet_args[@]}"} || status=$?
 
 echo

@@ -53,6 +53,8 @@ class Stack:
         args = ["--broker", f"127.0.0.1:{self.broker_port}", "--collector-url", self.collector_url]
         if self.ca_file is not None:
             args += ["--ca-file", str(self.ca_file)]
+        else:
+            args += ["--no-tls"]
         if password and self.password_file is not None:
             args += ["--username", "devices", "--password-file", str(self.password_file)]
         return args

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 
-from agent.fleet import main, shard_ranges
+from agent.fleet import _parser, main, shard_ranges
+from agent.fleet_sim import ShardResult, Tally
+from protocol.exit_status import ExitStatus
 
 REGISTRY = Path(__file__).resolve().parents[2] / "deploy" / "fleet.usecases.toml"
 
@@ -25,6 +28,8 @@ def test_help_describes_every_flag(capsys: pytest.CaptureFixture[str]) -> None:
         "--population",
         "--seed",
         "--json",
+        "--output",
+        "--no-tls",
         "--plots",
         "--collector-url",
         "value,weight",
@@ -74,3 +79,59 @@ def test_shard_ranges_cover_every_device_once() -> None:
         ranges = shard_ranges(devices, workers)
         assert [d for r in ranges for d in r] == list(range(devices))
         assert max(len(r) for r in ranges) - min(len(r) for r in ranges) <= 1
+
+
+def _simulated(result: ShardResult) -> object:
+    """A stand-in for the simulation (no broker needed): the run's result is given."""
+    return lambda plan, **kwargs: result
+
+
+def test_nothing_sent_because_every_value_was_refused_is_not_success(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Every value refused: exit 3 (refused) with sentences saying so, not status 0 and a raw dict."""
+    monkeypatch.setattr("agent.fleet.simulate", _simulated(ShardResult(refused={"emoji": 40})))
+    status = main(["--registry", str(REGISTRY), "--use-case", "emoji", "--devices", "2", "--days", "1", "--quiet"])
+    assert status == ExitStatus.REFUSED
+    captured = capsys.readouterr()
+    assert "ldp-fleet: 40 values refused by the agents" in captured.err
+    assert "not sent: emoji 40" in captured.err
+    assert "ldp-fleet: nothing was sent: every value was refused (40)" in captured.err
+    assert "{" not in captured.out + captured.err
+
+
+def test_time_series_rows_past_the_days_are_said_and_json_goes_to_stdout(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A series longer than --days (and with more devices than --devices) is said; --json prints one document."""
+    series = tmp_path / "usage.csv"
+    rows = [f"d{d},{p},{1000 + p}" for d in range(3) for p in range(8)]  # 8 six-hour periods = 2 days
+    series.write_text("device,period,value\n" + "\n".join(rows) + "\n", encoding="utf-8")
+    truth = {"app-usage-seconds": {0: Tally(n=2, total=2000.0)}}
+    monkeypatch.setattr("agent.fleet.simulate", _simulated(ShardResult(messages=2, truth=truth)))
+    args = ["--registry", str(REGISTRY), "--use-case", "app-usage-seconds", "--population", str(series)]
+    status = main([*args, "--devices", "2", "--days", "1", "--quiet", "--json", "--output", str(tmp_path / "r.json")])
+    assert status == ExitStatus.OK
+    captured = capsys.readouterr()
+    doc = json.loads(captured.out)  # stdout is the document, and only it
+    assert doc == json.loads((tmp_path / "r.json").read_text(encoding="utf-8"))
+    assert doc["unused_population_rows"] == {"app-usage-seconds": {"past_days": 8, "past_devices": 8}}
+    assert "8 rows past the simulated days (--days) and 8 rows of devices beyond --devices" in captured.err
+
+
+def test_default_broker_is_the_shipped_tls_listener() -> None:
+    """The default --broker is the TLS port of deploy/mosquitto/mosquitto.conf, and TLS is on by default."""
+    conf = (REGISTRY.parent / "mosquitto" / "mosquitto.conf").read_text(encoding="utf-8")
+    args = _parser().parse_args([])
+    assert args.broker == "127.0.0.1:8883"
+    assert args.tls is True
+    assert "listener 8883" in conf
+    assert "\nlistener 1883" not in conf
+
+
+def test_version(capsys: pytest.CaptureFixture[str]) -> None:
+    """`ldp-fleet --version` prints the package version."""
+    with pytest.raises(SystemExit) as info:
+        main(["--version"])
+    assert info.value.code == 0
+    assert capsys.readouterr().out.startswith("ldp-fleet 0.")

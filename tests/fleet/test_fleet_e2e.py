@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from agent.fleet import main
+from protocol.exit_status import ExitStatus
 from tests.fleet.support import running_stack
 
 pytestmark = pytest.mark.slow
@@ -20,10 +21,10 @@ def test_fleet_through_tls_broker_and_acl_matches_the_truth(tmp_path: Path, caps
     """240 devices x 3 days through TLS + passwords + ACL: every estimate is within 5 SE of the truth."""
     out = tmp_path / "results.json"
     with running_stack(tmp_path / "stack", tls=True) as stack:
-        # Without the devices' password the broker refuses the fleet (exit status 3) ...
+        # Without the devices' password the broker refuses the fleet (exit status 8, unavailable) ...
         anonymous = stack.fleet_args(password=False)
         refused = main(["--registry", str(REGISTRY), "--devices", "1", "--days", "1", "--quiet", *anonymous])
-        assert refused == 3
+        assert refused == ExitStatus.UNAVAILABLE
         assert "not authori" in capsys.readouterr().err.lower()
         # ... and with it, every report arrives.
         status = main(
@@ -39,7 +40,7 @@ def test_fleet_through_tls_broker_and_acl_matches_the_truth(tmp_path: Path, caps
                 "--quiet",
                 "--ingest-timeout",
                 "120",
-                "--json",
+                "--output",
                 str(out),
                 "--plots",
                 str(tmp_path / "plots"),
@@ -89,7 +90,7 @@ def test_two_worker_processes_give_the_same_truth_as_one(tmp_path: Path) -> None
                     "--ingest-timeout",
                     "60",
                     "--quiet",
-                    "--json",
+                    "--output",
                     str(out),
                     *stack.fleet_args(),
                 ]

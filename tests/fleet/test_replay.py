@@ -58,7 +58,7 @@ def test_replayed_counters_estimate_the_csv_mean(tmp_path: Path) -> None:
                 "--quiet",
                 "--ingest-timeout",
                 "120",
-                "--json",
+                "--output",
                 str(out),
                 *stack.fleet_args(),
             ]

@@ -160,3 +160,24 @@ def test_plots_are_well_formed_svg(tmp_path: Path, registry: Registry) -> None:
         assert root.tag == "{http://www.w3.org/2000/svg}svg"
         assert root.findall(".//{http://www.w3.org/2000/svg}circle")
     assert "&lt;b&gt;&amp;" in (tmp_path / "plots" / "emoji.svg").read_text(encoding="utf-8")
+
+
+def test_plots_when_the_latest_period_released_no_entry(tmp_path: Path, registry: Registry) -> None:
+    """A frequency use case whose latest period released nothing: the plot shows the latest period that did;
+    with no entry released in any period, an empty chart; never a crash."""
+    uc = registry.use_cases["emoji"]
+    nothing = {"items": [], "withheld": 2, "tested": 2}
+    earlier = compare_period(
+        uc,
+        Tally(n=3, counts={"a": 2, "b": 1}),
+        _result("frequencies", {"items": [{"value": "a", "count": 2.5, "standard_error": 1.0}]}),
+    )
+    latest = compare_period(uc, Tally(n=3, counts={"a": 2, "b": 1}), _result("frequencies", nothing))
+    latest["period_start"] = "2024-03-02T00:00:00Z"
+    (path,) = write_plots([summarize(uc.name, uc, [earlier, latest], 5.0)], tmp_path / "one")
+    text = path.read_text(encoding="utf-8")
+    assert "period from 2024-03-01T00:00:00Z" in text
+    assert ET.fromstring(text).findall(".//{http://www.w3.org/2000/svg}circle")
+    (path,) = write_plots([summarize(uc.name, uc, [latest], 5.0)], tmp_path / "none")
+    root = ET.fromstring(path.read_text(encoding="utf-8"))
+    assert not root.findall(".//{http://www.w3.org/2000/svg}circle")
