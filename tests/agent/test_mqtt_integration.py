@@ -100,7 +100,7 @@ def subscriber(port: int, **kw: object) -> Iterator[Subscriber]:
         s.close()
 
 
-def _broker_cfg(port: int, *, publish_timeout: float = 5.0) -> BrokerConfig:
+def _broker_cfg(port: int, *, publish_timeout: float = 30.0) -> BrokerConfig:
     return BrokerConfig(host="127.0.0.1", port=port, tls=False, publish_timeout=publish_timeout)
 
 

@@ -57,7 +57,7 @@ def test_replayed_counters_estimate_the_csv_mean(tmp_path: Path) -> None:
                 "5",
                 "--quiet",
                 "--ingest-timeout",
-                "120",
+                "600",
                 "--output",
                 str(out),
                 *stack.fleet_args(),
