@@ -135,7 +135,7 @@ class PostgresServer:
                 "max_connections = 100\nshared_buffers = 64MB\n"
             )
 
-    def start(self, timeout: float = 30.0) -> None:
+    def start(self, timeout: float = 120.0) -> None:  # a hang guard only
         """Start the server and wait until it accepts TCP connections."""
         self._run("pg_ctl", "-D", str(self.data), "-l", str(self.log_path), "-w", "-t", str(int(timeout)), "start")
         _wait_listening(self.port, time.monotonic() + timeout, self.log_path)
