@@ -215,8 +215,8 @@ def _print_record(use_case: str, reply: dict[str, Any]) -> None:
         offered, limit, over = int(reply.get("offered", 0)), int(reply.get("limit", 0)), int(reply.get("over_limit", 0))
         if over:
             print(
-                f"{use_case}: recorded, over the daily limit: {offered} values this period, {limit} will be sent "
-                f"(a uniformly random {limit} of them), {over} dropped"
+                f"{use_case}: recorded, over the daily limit: {offered} values this period, at most {limit} "
+                f"will be sent (a uniformly random sample of them), {over} dropped"
             )
         else:
             print(f"{use_case}: recorded: {offered} of at most {limit} values this period (the daily limit)")

@@ -232,7 +232,7 @@ def test_record_says_what_happened(tmp_path: Path, capsys: pytest.CaptureFixture
         if i <= 3:
             assert f"flag: recorded: {i} of at most 3 values this period (the daily limit)" in out
         else:
-            assert f"flag: recorded, over the daily limit: {i} values this period, 3 will be sent" in out
+            assert f"flag: recorded, over the daily limit: {i} values this period, at most 3 will be sent" in out
             assert f"{i - 3} dropped" in out
     assert main(["--config", cfg, "record", "procs", "bash"]) == 0
     assert "procs: recorded: 1 of at most 5" in capsys.readouterr().out
