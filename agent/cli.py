@@ -271,7 +271,9 @@ def version() -> str:
 
 
 def quiet_on_closed_pipe(run: Callable[[], int]) -> int:
-    """Run a command; if the reader of stdout went away (``| head -1``), end quietly with status 0."""
+    """Run a command; if the reader of stdout went away (``| head -1``), end quietly: no traceback,
+    the command's status if it had finished (status 0 if the pipe closed while it was printing)."""
+    status: int = ExitStatus.OK  # what was printed before the reader left was the whole answer it wanted
     try:
         status = run()
         sys.stdout.flush()
@@ -279,7 +281,6 @@ def quiet_on_closed_pipe(run: Callable[[], int]) -> int:
         # Python would report the failed flush at exit again: point stdout at /dev/null first.
         with contextlib.suppress(OSError):
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return ExitStatus.OK
     return status
 
 

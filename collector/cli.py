@@ -121,7 +121,9 @@ def check_config(config: CollectorConfig) -> list[str]:
 
 
 def _quiet_on_closed_pipe(run: Callable[[], int]) -> int:
-    """Run a verb; if the reader of stdout went away (``| head -1``), end quietly with status 0."""
+    """Run a verb; if the reader of stdout went away (``| head -1``), end quietly: no traceback,
+    the verb's status if it had finished (status 0 if the pipe closed while it was printing)."""
+    status: int = ExitStatus.OK  # what was printed before the reader left was the whole answer it wanted
     try:
         status = run()
         sys.stdout.flush()
@@ -129,7 +131,6 @@ def _quiet_on_closed_pipe(run: Callable[[], int]) -> int:
         # Python would report the failed flush at exit again: point stdout at /dev/null first.
         with contextlib.suppress(OSError):
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return ExitStatus.OK
     return status
 
 
