@@ -7,10 +7,8 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -24,6 +22,7 @@ from protocol.exit_status import ExitStatus
 from protocol.randomness import SeededRandom
 from tests.agent.conftest import KEY, REGISTRY
 from tests.collector.test_tls import _make_pki
+from tests.support.notify import NotifyListener
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -140,54 +139,41 @@ def test_offline_verbs(tmp_path: Path) -> None:
     assert list((tmp_path / "state").glob("*.sealed")) == []
 
 
-def _receive(sock: socket.socket, wanted: str, deadline: float) -> list[str]:
-    got: list[str] = []
-    while time.monotonic() < deadline:
-        try:
-            data = sock.recv(4096).decode()
-        except TimeoutError:
-            continue
-        got.extend(data.split("\n"))
-        if wanted in got:
-            return got
-    raise AssertionError(f"never received {wanted}; got {got}")
-
-
 def test_daemon_under_systemd_serves_and_stops_cleanly(tmp_path: Path) -> None:
     """READY=1 and WATCHDOG=1 reach $NOTIFY_SOCKET, the socket API serves, SIGTERM exits 0 with STOPPING=1."""
     cfg = _setup(tmp_path)
-    notify_path = tmp_path / "notify"
-    env = dict(os.environ, NOTIFY_SOCKET=str(notify_path), WATCHDOG_USEC="200000")
+    notify = NotifyListener(str(tmp_path / "notify"))  # read continuously, as systemd does
+    env = dict(os.environ, NOTIFY_SOCKET=notify.address, WATCHDOG_USEC="200000")
     env.pop("LDP_AGENT_TEST_CLOCK", None)
     assert _cli(cfg, "consent", "grant").returncode == 0
-    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as notify:
-        notify.bind(str(notify_path))
-        notify.settimeout(0.2)
-        log = (tmp_path / "agent.log").open("wb")
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "agent", "--config", str(cfg), "run"], cwd=ROOT, env=env, stdout=log, stderr=log
-        )
-        try:
-            deadline = time.monotonic() + 120  # a hang guard only
-            _receive(notify, "READY=1", deadline)
-            _receive(notify, "WATCHDOG=1", deadline)
-            no_notify = {k: v for k, v in env.items() if k != "NOTIFY_SOCKET"}
-            assert _cli(cfg, "record", "words", "hello", env=no_notify).returncode == 0
-            r = _cli(cfg, "record", "flag", "maybe", env=no_notify)
-            assert r.returncode == 3
-            assert "(rr) takes 0/1 or true/false" in r.stderr
-            status = json.loads(_cli(cfg, "status", "--json", env=no_notify).stdout)
-            assert status["pid"] == proc.pid  # answered by the daemon, over the socket
-            assert status["next_cycle"] is not None
-            assert 0 <= status["next_cycle"] % 21_600 < 1_800
-            proc.send_signal(signal.SIGTERM)
-            _receive(notify, "STOPPING=1", deadline)
-            assert proc.wait(timeout=30) == 0
-        finally:
-            with contextlib.suppress(ProcessLookupError):
-                proc.kill()
-            proc.wait()
-            log.close()
+    log = (tmp_path / "agent.log").open("wb")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "agent", "--config", str(cfg), "run"], cwd=ROOT, env=env, stdout=log, stderr=log
+    )
+    try:
+        alive = lambda: proc.poll() is None  # noqa: E731
+        notify.wait_for("READY=1", timeout=120, alive=alive, what="the agent")
+        notify.wait_for("WATCHDOG=1", timeout=120, alive=alive, what="the agent")
+        no_notify = {k: v for k, v in env.items() if k != "NOTIFY_SOCKET"}
+        assert _cli(cfg, "record", "words", "hello", env=no_notify).returncode == 0
+        r = _cli(cfg, "record", "flag", "maybe", env=no_notify)
+        assert r.returncode == 3
+        assert "(rr) takes 0/1 or true/false" in r.stderr
+        r = _cli(cfg, "status", "--json", env=no_notify)
+        assert r.returncode == 0, r.stderr
+        status = json.loads(r.stdout)
+        assert status["pid"] == proc.pid  # answered by the daemon, over the socket
+        assert status["next_cycle"] is not None
+        assert 0 <= status["next_cycle"] % 21_600 < 1_800
+        proc.send_signal(signal.SIGTERM)
+        notify.wait_for("STOPPING=1", timeout=120, what="the agent")
+        assert proc.wait(timeout=60) == 0
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            proc.kill()
+        proc.wait()
+        log.close()
+        notify.close()
     assert not (tmp_path / "agent.sock").exists()
 
 

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-import secrets
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -18,6 +16,7 @@ from typing import Any
 from collector.mqtt import MqttPublisher
 from collector.store import CheckpointStore
 from protocol.registry import Registry
+from tests.support.notify import NotifyListener
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -77,9 +76,8 @@ class CollectorProcess:
         self.config = config
         self.log = log
         self.process: subprocess.Popen[bytes] | None = None
-        self._address = f"\0ldp-test-{secrets.token_hex(8)}"
-        self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-        self._sock.bind(self._address)
+        self._notify = NotifyListener()  # read continuously, as systemd does
+        self._since = 0
         self.starts = 0
 
     def start(self, *, ready_timeout: float = 120.0) -> None:
@@ -93,7 +91,8 @@ class CollectorProcess:
 
     def launch(self) -> None:
         """Start the collector without waiting for it."""
-        env = dict(os.environ, NOTIFY_SOCKET="@" + self._address[1:], PYTHONPATH=str(ROOT))
+        env = dict(os.environ, NOTIFY_SOCKET=self._notify.address, PYTHONPATH=str(ROOT))
+        self._since = self._notify.mark()  # this instance's messages come after the earlier ones
         with self.log.open("ab") as out:
             self.process = subprocess.Popen(
                 [sys.executable, "-m", "collector", "--config", str(self.config), "run"],
@@ -105,21 +104,15 @@ class CollectorProcess:
         self.starts += 1
 
     def _wait_for(self, message: bytes, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        while True:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise TimeoutError(f"collector did not send {message!r}; see {self.log}")
-            assert self.process is not None
-            if self.process.poll() is not None:
-                raise RuntimeError(f"collector exited with {self.process.returncode}; see {self.log}")
-            self._sock.settimeout(min(remaining, 0.5))
-            try:
-                data = self._sock.recv(4096)
-            except TimeoutError:
-                continue
-            if message in data.split(b"\n"):
-                return
+        process = self.process
+        assert process is not None
+        self._notify.wait_for(
+            message.decode(),
+            since=self._since,
+            timeout=timeout,
+            alive=lambda: process.poll() is None,
+            what=f"the collector (see {self.log})",
+        )
 
     @property
     def pid(self) -> int:
@@ -148,7 +141,7 @@ class CollectorProcess:
         if self.process is not None and self.process.poll() is None:
             self.process.kill()
             self.process.wait(timeout=10)
-        self._sock.close()
+        self._notify.close()
 
 
 def committed(store_path: Path, registry: Registry) -> dict[str, int]:
