@@ -102,6 +102,16 @@ def check_config(config: CollectorConfig) -> list[str]:
             raise ConfigError(config.source, "registry", f"cannot read {config.registry}: {exc.strerror}") from exc
     registry = load_registry(config.registry)
     lines = [f"registry: {config.registry}: {len(registry.use_cases)} use cases ({registry.hash_hex})"]
+    tls = config.mqtt.tls
+    if tls is not None:
+        from collector.mqtt import tls_context  # noqa: PLC0415 - the MQTT adapter, only for its TLS files
+
+        tls_context(tls)
+        lines.append(f"mqtt.tls.ca_file: {tls.ca_file or 'the system trust store'}: CA certificates load")
+        if tls.cert_file is not None:
+            lines.append(f"mqtt.tls.cert_file: {tls.cert_file}: the client certificate loads")
+        if tls.key_file is not None:
+            lines.append(f"mqtt.tls.key_file: {tls.key_file}: the certificate's private key loads")
     lines += check_files(config)
     for name, use_case in registry.use_cases.items():
         field = f"use_cases.{name}.collector.dictionary"

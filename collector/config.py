@@ -59,15 +59,11 @@ from __future__ import annotations
 
 import math
 import os
-import ssl
 import tomllib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
-
-from cryptography import x509
-from cryptography.hazmat.primitives import serialization
 
 from collector.errors import ConfigError
 
@@ -83,7 +79,7 @@ __all__ = [
     "load_config",
     "parse_config",
     "read_password",
-    "tls_context",
+    "readable",
 ]
 
 T = TypeVar("T")
@@ -414,55 +410,12 @@ def parse_config(data: Mapping[str, Any], *, source: str = "<string>", base: Pat
     return cfg
 
 
-def _readable(source: str, field: str, path: Path) -> bytes:
+def readable(source: str, field: str, path: Path) -> bytes:
     """The bytes of a file the config names, or a ConfigError naming the config, the field and the file."""
     try:
         return path.read_bytes()
     except OSError as exc:
         raise ConfigError(source, field, f"cannot read {path}: {exc.strerror or exc}") from exc
-
-
-def tls_context(tls: TlsConfig) -> ssl.SSLContext:
-    """The TLS context of the broker connection, built from the files ``[mqtt.tls]`` names.
-
-    Called at start-up and again at every reconnect, so a file that is gone or broken later
-    stops the collector with the same message instead of a retry loop that names no file.
-
-    Raises:
-        ConfigError: naming the config file, the field (``mqtt.tls.ca_file``, ...) and the file.
-    """
-    prefix = "mqtt.tls."
-    if tls.ca_file is not None:
-        _readable(tls.source, prefix + "ca_file", tls.ca_file)
-    try:
-        # With a ca_file, only that CA is trusted (not the system store as well).
-        ctx = ssl.create_default_context(cafile=str(tls.ca_file) if tls.ca_file else None)
-    except (ssl.SSLError, OSError) as exc:
-        what = f"{tls.ca_file} holds no PEM CA certificate" if tls.ca_file else "cannot load the system trust store"
-        raise ConfigError(tls.source, prefix + "ca_file", f"{what}: {exc}") from exc
-    if tls.cert_file is not None:
-        # Each file parsed on its own first, so a problem names the file that has it.
-        cert = _readable(tls.source, prefix + "cert_file", tls.cert_file)
-        try:
-            x509.load_pem_x509_certificate(cert)
-        except ValueError as exc:
-            raise ConfigError(tls.source, prefix + "cert_file", f"{tls.cert_file} is not a PEM certificate") from exc
-        if tls.key_file is not None:
-            key = _readable(tls.source, prefix + "key_file", tls.key_file)
-            try:
-                serialization.load_pem_private_key(key, None)
-            except (ValueError, TypeError) as exc:
-                raise ConfigError(
-                    tls.source, prefix + "key_file", f"{tls.key_file} is not an unencrypted PEM private key"
-                ) from exc
-        try:
-            ctx.load_cert_chain(str(tls.cert_file), str(tls.key_file) if tls.key_file else None)
-        except (ssl.SSLError, OSError) as exc:
-            field, what = ("key_file", f"{tls.key_file} is not the private key of {tls.cert_file}")
-            if tls.key_file is None:
-                field, what = ("cert_file", f"{tls.cert_file} holds no private key (give key_file)")
-            raise ConfigError(tls.source, prefix + field, f"{what}: {exc}") from exc
-    return ctx
 
 
 def read_password(mqtt: MqttConfig) -> bytes | None:
@@ -473,18 +426,18 @@ def read_password(mqtt: MqttConfig) -> bytes | None:
     """
     if mqtt.password_file is None:
         return None
-    password = _readable(mqtt.source, "mqtt.password_file", mqtt.password_file).rstrip(b"\r\n")
+    password = readable(mqtt.source, "mqtt.password_file", mqtt.password_file).rstrip(b"\r\n")
     if not password:
         raise ConfigError(mqtt.source, "mqtt.password_file", f"{mqtt.password_file} is empty")
     return password
 
 
 def check_files(config: CollectorConfig) -> list[str]:
-    """Check every file the config names, apart from the registry and its dictionaries.
+    """Check the files the config names that need no MQTT or registry code (password, store).
 
-    Each must exist, be readable and parse: the TLS CA, client certificate and key, the
-    password file; the store's directory must exist or be creatable. (The registry and the
-    dictionaries it names are checked by ``collector.service.check_registry_files``.)
+    Each must exist, be readable and parse: the password file; the store's directory must
+    exist or be creatable. (The TLS files are checked by :func:`collector.mqtt.tls_context`,
+    the registry and its dictionaries by ``ldp-collector check-config``.)
 
     Returns:
         One line per file checked, saying what it holds.
@@ -493,14 +446,6 @@ def check_files(config: CollectorConfig) -> list[str]:
         ConfigError: naming the config file, the field and the file.
     """
     lines: list[str] = []
-    tls = config.mqtt.tls
-    if tls is not None:
-        tls_context(tls)
-        lines.append(f"mqtt.tls.ca_file: {tls.ca_file or 'the system trust store'}: CA certificates load")
-        if tls.cert_file is not None:
-            lines.append(f"mqtt.tls.cert_file: {tls.cert_file}: the client certificate loads")
-        if tls.key_file is not None:
-            lines.append(f"mqtt.tls.key_file: {tls.key_file}: the certificate's private key loads")
     if read_password(config.mqtt) is not None:
         lines.append(f"mqtt.password_file: {config.mqtt.password_file}: a password")
     directory = config.store.path.parent
