@@ -158,7 +158,10 @@ class Agent:
         sealer: encrypts and decrypts the files.
         clock: the wall clock.
         rng: device randomness (the OS CSPRNG; seeded only in tests and simulations).
-        topic_prefix: reports go to ``<topic_prefix>/<use_case>``.
+        topic_prefix: reports go to ``<topic_prefix>/<device_identity>/<use_case>``.
+        device_identity: the identity the broker authenticates this device as (its user name
+            or certificate CN; the ACL admits no other); None for an anonymous test broker,
+            whose topics are ``<topic_prefix>/<use_case>``.
         outbox_max_reports: most reports waiting; the oldest are dropped beyond it.
         outbox_max_age_days: reports waiting longer are dropped.
         ledger_retention_days: ledger entries older than this are pruned.
@@ -173,6 +176,7 @@ class Agent:
         clock: Clock,
         rng: RandomSource,
         topic_prefix: str = "ldp/v1/reports",
+        device_identity: str | None = None,
         outbox_max_reports: int = 10_000,
         outbox_max_age_days: int = 14,
         ledger_retention_days: int = 30,
@@ -183,6 +187,7 @@ class Agent:
         self.clock = clock
         self.rng = rng
         self.topic_prefix = topic_prefix
+        self.device_identity = device_identity
         self.outbox_max_reports = outbox_max_reports
         self.outbox_max_age = outbox_max_age_days * 86_400.0
         self.ledger_retention = ledger_retention_days * 86_400.0
@@ -691,6 +696,8 @@ class Agent:
 
     def topic(self, use_case: str) -> str:
         """The MQTT topic of a use case's reports."""
+        if self.device_identity:
+            return f"{self.topic_prefix}/{self.device_identity}/{use_case}"
         return f"{self.topic_prefix}/{use_case}"
 
     def outbox(self) -> list[Pending]:
