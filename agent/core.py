@@ -391,28 +391,41 @@ class Agent:
             return Budget(daily_limit=uc.daily_limit, epsilon_cap=uc.lifetime_epsilon)
         return Budget.from_plain(doc.budget, daily_limit=uc.daily_limit, epsilon_cap=uc.lifetime_epsilon)
 
-    def _write_slot(self, slot: _Slot, doc: UseCaseDoc) -> None:
-        name = slot.use_case.name
-        if slot.doc is not None and not _extends(slot.doc.permanent, doc.permanent):
-            # A bug, never a runtime condition: permanent randomness is append-only.
-            raise RuntimeError(f"use case {name}: permanent state would change; refusing to write")
+    def _write_slots(self, writes: Sequence[tuple[_Slot, UseCaseDoc]]) -> None:
+        """Write use-case documents, then the manifest once, then adopt them in memory.
+
+        Files first, manifest second: a crash between leaves each written file exactly one
+        generation ahead of the manifest (each use case is written once per call), which the
+        loader accepts once (see agent.state); the reverse order would leave a file behind its
+        manifest, indistinguishable from a rollback. One manifest write per step (a collection
+        cycle writes every use case) keeps the cost at one extra fsync'd rename per step.
+        """
+        if not writes:
+            return
         manifest = self._manifest
         if manifest is None:
-            raise RuntimeError(f"use case {name}: no state manifest; refusing to write")
-        entry = manifest.entries.get(name)
-        spent = self._epsilon_total(slot, doc)
-        if entry is not None and spent + EPSILON_SLACK < entry.epsilon_total:
-            raise RuntimeError(f"use case {name}: ε spent would go down; refusing to write")
-        # File first, manifest second: a crash between leaves the file one generation ahead,
-        # which the loader accepts once (see agent.state); the reverse order would leave a file
-        # behind its manifest, indistinguishable from a rollback.
-        doc.device = manifest.device
-        doc.generation = (0 if entry is None else entry.generation) + 1
-        self._sealer.write(slot.path, f"usecase:{name}", USE_CASE_VERSION, doc.to_plain())
-        updated = manifest.with_entry(name, ManifestEntry(doc.generation, spent))
+            raise RuntimeError("no state manifest; refusing to write")
+        names = [slot.use_case.name for slot, _ in writes]
+        if len(set(names)) != len(names):
+            raise RuntimeError(f"use cases written twice in one step: {names}")
+        updated = manifest
+        for slot, doc in writes:
+            name = slot.use_case.name
+            if slot.doc is not None and not _extends(slot.doc.permanent, doc.permanent):
+                # A bug, never a runtime condition: permanent randomness is append-only.
+                raise RuntimeError(f"use case {name}: permanent state would change; refusing to write")
+            entry = manifest.entries.get(name)
+            spent = self._epsilon_total(slot, doc)
+            if entry is not None and spent + EPSILON_SLACK < entry.epsilon_total:
+                raise RuntimeError(f"use case {name}: ε spent would go down; refusing to write")
+            doc.device = manifest.device
+            doc.generation = (0 if entry is None else entry.generation) + 1
+            self._sealer.write(slot.path, f"usecase:{name}", USE_CASE_VERSION, doc.to_plain())
+            updated = updated.with_entry(name, ManifestEntry(doc.generation, spent))
         self._write_manifest(updated)
         self._manifest = updated
-        slot.doc = doc
+        for slot, doc in writes:
+            slot.doc = doc
 
     def _write_ledger(self, ledger: LedgerDoc) -> None:
         self._sealer.write(self._path("ledger" + _SUFFIX), "ledger", LEDGER_VERSION, ledger.to_plain())
@@ -517,17 +530,20 @@ class Agent:
             self._check_value(slot, value, key)
             by_slot.setdefault(name, []).append((value, key))
         outcomes: list[RecordOutcome] = []
+        writes: list[tuple[_Slot, UseCaseDoc]] = []
         for name, values in by_slot.items():
             slot = self._slots[name]
             doc = copy.deepcopy(slot.doc) if slot.doc is not None else self._new_doc(slot.use_case)
             budget = self._budget(slot, doc)
             if budget.exhausted(slot.use_case.cost):
+                self._write_slots(writes)  # what was recorded before this use case is kept
                 raise UseCaseStoppedError(
                     f"use case {name!r} has spent its lifetime ε cap ({budget.epsilon_cap:g}) and no longer records"
                 )
             for value, key in values:
                 outcomes.append(RecordOutcome(name, self._record_into(slot, doc, value, key)))
-            self._write_slot(slot, doc)
+            writes.append((slot, doc))
+        self._write_slots(writes)
         return outcomes
 
     def _check_value(self, slot: _Slot, value: object, key: str | None) -> None:
@@ -594,6 +610,7 @@ class Agent:
         reports = records = unsent = 0
         spent = 0.0
         now = self.clock.time()
+        writes: list[tuple[_Slot, UseCaseDoc]] = []
         for slot in self._slots.values():
             if slot.broken or slot.doc is None:
                 continue
@@ -604,8 +621,9 @@ class Agent:
                 slot.doc.budget,
                 len(slot.doc.outbox),
             ) or doc.dropped_reports != slot.doc.dropped_reports:
-                self._write_slot(slot, doc)
+                writes.append((slot, doc))
             reports, records, unsent, spent = reports + r, records + n, unsent + u, spent + e
+        self._write_slots(writes)
         return CycleSummary(reports=reports, records=records, unsent=unsent, epsilon=spent)
 
     def _collect_one(self, slot: _Slot, doc: UseCaseDoc, now: float) -> tuple[int, int, int, float]:
@@ -751,13 +769,15 @@ class Agent:
         done: dict[str, set[bytes]] = {}
         for p in acked:
             done.setdefault(p.use_case, set()).add(p.entry.report_id)
+        writes: list[tuple[_Slot, UseCaseDoc]] = []
         for name, ids in done.items():
             slot = self._slots.get(name)
-            if slot is None or slot.doc is None:
+            if slot is None or slot.doc is None or slot.broken:
                 continue
             doc = copy.deepcopy(slot.doc)
             doc.outbox = [e for e in doc.outbox if e.report_id not in ids]
-            self._write_slot(slot, doc)
+            writes.append((slot, doc))
+        self._write_slots(writes)
 
     def ledger(self) -> list[LedgerEntry]:
         """What left the device, oldest first.

@@ -12,10 +12,11 @@ file was sealed under this device's key for this purpose, not that it is the *la
 an older copy, or a deleted file that the agent would recreate with fresh randomness, pass
 authentication. So every use-case file carries the device's random identity and a
 generation number that grows by one on each write, and the manifest records, per use case,
-the generation last written (and the lifetime ε charged by then). A write goes: use-case file
-with generation ``g + 1``, then the manifest with ``g + 1``; each is an atomic rename. A
-crash between the two leaves file ``g + 1`` and manifest ``g``: the loader accepts exactly
-that one step ahead and at once writes the manifest forward, so the next load demands
+the generation last written (and the lifetime ε charged by then). A step (a recording, a
+collection cycle, an acknowledgement) writes each use-case file it changes with generation
+``g + 1``, then the manifest once with the new generations; each is an atomic rename. A crash
+in between leaves some files at ``g + 1`` and the manifest at ``g``: the loader accepts a file
+exactly one step ahead and at once writes the manifest forward, so the next load demands
 ``g + 1``. Anything else (file missing while the manifest lists it, generation behind the
 manifest, another device's identity) stops that use case and names the file.
 
