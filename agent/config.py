@@ -72,7 +72,8 @@ class BrokerConfig:
         publish_timeout: seconds to wait for the broker's PUBACK before giving up on a try.
         backoff_initial: first reconnect delay in seconds.
         backoff_max: cap of the (jittered, exponential) reconnect delay in seconds.
-        topic_prefix: reports go to ``<topic_prefix>/<use_case>``.
+        topic_prefix: reports go to ``<topic_prefix>/<identity>/<use_case>``, the identity
+            being ``username`` or the certificate's common name (agent.identity).
     """
 
     host: str

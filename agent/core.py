@@ -35,12 +35,16 @@ from agent.sealed import Sealer, fsync_directory
 from agent.state import (
     AGENT_VERSION,
     CONSENT_VERSION,
+    DEVICE_ID_BYTES,
     LEDGER_VERSION,
+    MANIFEST_VERSION,
     USE_CASE_VERSION,
     AgentDoc,
     ConsentDoc,
     LedgerDoc,
     LedgerEntry,
+    ManifestDoc,
+    ManifestEntry,
     OutboxEntry,
     PendingRecords,
     UseCaseDoc,
@@ -71,6 +75,7 @@ _COUNTER_PERSON = b"ldp-counter-key"
 _STRING_PERSON = b"ldp-string-seen"
 _FILE_PREFIX = "uc-"
 _SUFFIX = ".sealed"
+_MANIFEST = "manifest" + _SUFFIX
 
 
 def _keyed_hash(key: bytes, data: bytes, person: bytes) -> bytes:
@@ -175,7 +180,10 @@ class Agent:
         sealer: encrypts and decrypts the files.
         clock: the wall clock.
         rng: device randomness (the OS CSPRNG; seeded only in tests and simulations).
-        topic_prefix: reports go to ``<topic_prefix>/<use_case>``.
+        topic_prefix: reports go to ``<topic_prefix>/<device_identity>/<use_case>``.
+        device_identity: the identity the broker authenticates this device as (its user name
+            or certificate CN; the ACL admits no other); None for an anonymous test broker,
+            whose topics are ``<topic_prefix>/<use_case>``.
         outbox_max_reports: most reports waiting; the oldest are dropped beyond it.
         outbox_max_age_days: reports waiting longer are dropped.
         ledger_retention_days: ledger entries older than this are pruned.
@@ -190,6 +198,7 @@ class Agent:
         clock: Clock,
         rng: RandomSource,
         topic_prefix: str = "ldp/v1/reports",
+        device_identity: str | None = None,
         outbox_max_reports: int = 10_000,
         outbox_max_age_days: int = 14,
         ledger_retention_days: int = 30,
@@ -200,6 +209,7 @@ class Agent:
         self.clock = clock
         self.rng = rng
         self.topic_prefix = topic_prefix
+        self.device_identity = device_identity
         self.outbox_max_reports = outbox_max_reports
         self.outbox_max_age = outbox_max_age_days * 86_400.0
         self.ledger_retention = ledger_retention_days * 86_400.0
@@ -209,6 +219,8 @@ class Agent:
         self._slots: dict[str, _Slot] = {}
         self._ledger: LedgerDoc | None = None
         self.ledger_broken: str | None = None
+        self._manifest: ManifestDoc | None = None
+        self._manifest_on_disk: ManifestDoc | None = None
         self._load()
 
     # ------------------------------------------------------------------ files
@@ -226,6 +238,7 @@ class Agent:
         self._slots = {}
         self._ledger = None
         self.ledger_broken = None
+        self._manifest = None
         try:
             raw = self._sealer.read(self._path("consent" + _SUFFIX), "consent", CONSENT_VERSION)
             self._consent = None if raw is None else ConsentDoc.from_plain(raw)
@@ -234,8 +247,25 @@ class Agent:
             self._consent = None
         if self._consent is None:
             return
-        for name, use_case in self.registry.use_cases.items():
-            self._slots[name] = self._load_slot(use_case)
+        manifest, created, broken = self._read_manifest()
+        loaded = {name: self._load_slot(uc) for name, uc in self.registry.use_cases.items()}
+        if manifest is not None and broken is None:
+            manifest, broken = self._check_generations(manifest, loaded, created=created)
+        if broken is not None:
+            # Without a trustworthy manifest no file can be shown fresh: every use case stops.
+            log.error("%s", broken)
+            for slot in loaded.values():
+                slot.broken = slot.broken or broken
+                slot.doc = None
+        else:
+            assert manifest is not None
+            if manifest != self._manifest_on_disk:
+                self._write_manifest(manifest)
+            self._manifest = manifest
+        for name, slot in loaded.items():
+            if slot.broken:
+                log.error("use case %s stopped: %s", name, slot.broken)
+            self._slots[name] = slot
         try:
             raw = self._sealer.read(self._path("ledger" + _SUFFIX), "ledger", LEDGER_VERSION)
             self._ledger = LedgerDoc() if raw is None else LedgerDoc.from_plain(raw)
@@ -254,9 +284,9 @@ class Agent:
             for data in doc.permanent.values():
                 load_permanent_state(use_case, data)  # validates the saved permanent state
         except StateUnreadableError as e:
-            slot.broken = f"state unreadable: {e.reason}"
+            slot.broken = f"state unreadable: {e.reason} ({slot.path})"
         except (ValueError, StateError) as e:
-            slot.broken = f"state does not parse: {e}"
+            slot.broken = f"state does not parse: {e} ({slot.path})"
         else:
             if doc.fingerprint != fingerprint(use_case):
                 if doc.permanent:
@@ -267,11 +297,107 @@ class Agent:
                     )
                 else:
                     log.warning("use case %s: parameters changed; its unsent records are discarded", use_case.name)
-                    doc = self._new_doc(use_case, budget=doc.budget, last_closed=doc.last_closed)
+                    fresh = self._new_doc(use_case, budget=doc.budget, last_closed=doc.last_closed)
+                    # The file on disk is still the old one: its identity and generation are what the
+                    # manifest check compares.
+                    fresh.device, fresh.generation = doc.device, doc.generation
+                    doc = fresh
             slot.doc = doc
-        if slot.broken:
-            log.error("use case %s stopped: %s", use_case.name, slot.broken)
         return slot
+
+    def _read_manifest(self) -> tuple[ManifestDoc | None, bool, str | None]:
+        """The manifest, whether it was just created, and why the whole state is suspect (or None)."""
+        path = self._path(_MANIFEST)
+        self._manifest_on_disk = None
+        try:
+            raw = self._sealer.read(path, "manifest", MANIFEST_VERSION)
+            if raw is not None:
+                self._manifest_on_disk = ManifestDoc.from_plain(raw)
+                return self._manifest_on_disk, False, None
+        except StateUnreadableError as e:
+            return None, False, f"the state manifest {path} is unreadable ({e.reason}); no use case can be shown fresh"
+        except ValueError as e:
+            return None, False, f"the state manifest {path} does not parse ({e}); no use case can be shown fresh"
+        # No manifest: a new state directory, one written before manifests existed, or a crash
+        # between granting consent and writing it. _check_generations refuses files that name one.
+        device = self.rng.words(2).astype("<u8").tobytes()[:DEVICE_ID_BYTES]
+        return ManifestDoc(device=device), True, None
+
+    def _check_generations(
+        self, manifest: ManifestDoc, slots: dict[str, _Slot], *, created: bool
+    ) -> tuple[ManifestDoc, str | None]:
+        """Compare each use-case file with the manifest (DESIGN invariant 2).
+
+        Marks the slots whose file is missing, older or another device's; moves the manifest one
+        step forward for a file written just before a crash. Returns the manifest to keep and,
+        when the manifest itself is missing while files were written under one, the reason every
+        use case stops.
+        """
+        path = self._path(_MANIFEST)
+        for name, slot in slots.items():
+            doc = slot.doc
+            if created and doc is not None and doc.device is not None:
+                return manifest, (
+                    f"the state manifest {path} is missing but {slot.path} was written under one (generation "
+                    f"{doc.generation}): the manifest was deleted or the state directory partly restored. Every use "
+                    "case stops rather than redraw permanent randomness; revoke and grant consent to start over"
+                )
+            entry = manifest.entries.get(name)
+            if slot.broken:
+                continue
+            if doc is None:
+                if entry is not None:
+                    slot.broken = (
+                        f"state file {slot.path} is missing; the manifest expects generation {entry.generation}. "
+                        "Its permanent randomness and ε spent are not redrawn or reset"
+                    )
+                continue
+            if doc.device is None:
+                # Written before manifests existed: adopt it once, as generation 0.
+                if entry is None:
+                    manifest = manifest.with_entry(name, ManifestEntry(0, self._epsilon_total(slot, doc)))
+                else:
+                    slot.broken = (
+                        f"state file {slot.path} is an older copy (no generation; the manifest expects "
+                        f"generation {entry.generation})"
+                    )
+                continue
+            if doc.device != manifest.device:
+                slot.broken = (
+                    f"state file {slot.path} belongs to another device's state (device {doc.device.hex()}, this "
+                    f"device is {manifest.device.hex()}): it was copied in"
+                )
+                continue
+            expected = 0 if entry is None else entry.generation
+            spent = self._epsilon_total(slot, doc)
+            floor = 0.0 if entry is None else entry.epsilon_total
+            if doc.generation < expected:
+                slot.broken = (
+                    f"state file {slot.path} is an older copy (generation {doc.generation}; the manifest expects "
+                    f"{expected}): it was rolled back"
+                )
+            elif doc.generation > expected + 1:
+                slot.broken = (
+                    f"state file {slot.path} is ahead of the manifest (generation {doc.generation}; the manifest "
+                    f"has {expected}): the manifest {path} was rolled back"
+                )
+            elif spent + EPSILON_SLACK < floor:
+                slot.broken = (
+                    f"state file {slot.path} has spent ε {spent:g}, less than the {floor:g} the manifest recorded"
+                )
+            elif doc.generation == expected + 1:
+                # The write of the file landed and the manifest's did not (a crash between the two
+                # renames). Accepted exactly once: the manifest moves forward before anything else.
+                log.warning("use case %s: completing a state write interrupted by a crash (%s)", name, slot.path)
+                manifest = manifest.with_entry(name, ManifestEntry(doc.generation, spent))
+        return manifest, None
+
+    def _epsilon_total(self, slot: _Slot, doc: UseCaseDoc) -> float:
+        return float(self._budget(slot, doc).epsilon_total)
+
+    def _write_manifest(self, manifest: ManifestDoc) -> None:
+        self._sealer.write(self._path(_MANIFEST), "manifest", MANIFEST_VERSION, manifest.to_plain())
+        self._manifest_on_disk = manifest
 
     def _new_doc(self, use_case: UseCase, *, budget: dict[str, Any] | None = None, last_closed: int = -1) -> UseCaseDoc:
         return UseCaseDoc(
@@ -287,12 +413,41 @@ class Agent:
             return Budget(daily_limit=uc.daily_limit, epsilon_cap=uc.lifetime_epsilon)
         return Budget.from_plain(doc.budget, daily_limit=uc.daily_limit, epsilon_cap=uc.lifetime_epsilon)
 
-    def _write_slot(self, slot: _Slot, doc: UseCaseDoc) -> None:
-        if slot.doc is not None and not _extends(slot.doc.permanent, doc.permanent):
-            # A bug, never a runtime condition: permanent randomness is append-only.
-            raise RuntimeError(f"use case {slot.use_case.name}: permanent state would change; refusing to write")
-        self._sealer.write(slot.path, f"usecase:{slot.use_case.name}", USE_CASE_VERSION, doc.to_plain())
-        slot.doc = doc
+    def _write_slots(self, writes: Sequence[tuple[_Slot, UseCaseDoc]]) -> None:
+        """Write use-case documents, then the manifest once, then adopt them in memory.
+
+        Files first, manifest second: a crash between leaves each written file exactly one
+        generation ahead of the manifest (each use case is written once per call), which the
+        loader accepts once (see agent.state); the reverse order would leave a file behind its
+        manifest, indistinguishable from a rollback. One manifest write per step (a collection
+        cycle writes every use case) keeps the cost at one extra fsync'd rename per step.
+        """
+        if not writes:
+            return
+        manifest = self._manifest
+        if manifest is None:
+            raise RuntimeError("no state manifest; refusing to write")
+        names = [slot.use_case.name for slot, _ in writes]
+        if len(set(names)) != len(names):
+            raise RuntimeError(f"use cases written twice in one step: {names}")
+        updated = manifest
+        for slot, doc in writes:
+            name = slot.use_case.name
+            if slot.doc is not None and not _extends(slot.doc.permanent, doc.permanent):
+                # A bug, never a runtime condition: permanent randomness is append-only.
+                raise RuntimeError(f"use case {name}: permanent state would change; refusing to write")
+            entry = manifest.entries.get(name)
+            spent = self._epsilon_total(slot, doc)
+            if entry is not None and spent + EPSILON_SLACK < entry.epsilon_total:
+                raise RuntimeError(f"use case {name}: ε spent would go down; refusing to write")
+            doc.device = manifest.device
+            doc.generation = (0 if entry is None else entry.generation) + 1
+            self._sealer.write(slot.path, f"usecase:{name}", USE_CASE_VERSION, doc.to_plain())
+            updated = updated.with_entry(name, ManifestEntry(doc.generation, spent))
+        self._write_manifest(updated)
+        self._manifest = updated
+        for slot, doc in writes:
+            slot.doc = doc
 
     def _write_ledger(self, ledger: LedgerDoc) -> None:
         self._sealer.write(self._path("ledger" + _SUFFIX), "ledger", LEDGER_VERSION, ledger.to_plain())
@@ -328,15 +483,18 @@ class Agent:
         """
         removed = 0
         consent_path = self._path("consent" + _SUFFIX)
-        # Consent goes first: a crash half-way leaves an agent that is opted out.
+        # Consent goes first: a crash half-way leaves an agent that is opted out. The manifest goes
+        # last, so a half-finished revocation never leaves use-case files without their manifest.
         if consent_path.exists():
             consent_path.unlink()
             removed += 1
             fsync_directory(self.state_dir)
-        for p in sorted(self.state_dir.iterdir()):
+        for p in sorted(self.state_dir.iterdir(), key=lambda p: (p.name == _MANIFEST, p.name)):
             if p.is_file() and (p.name.endswith(_SUFFIX) or p.name.endswith(".tmp")):
                 p.unlink()
                 removed += 1
+                if p.name == _MANIFEST:
+                    fsync_directory(self.state_dir)
         fsync_directory(self.state_dir)
         self._load()
         log.info("consent revoked; %d state files deleted", removed)
@@ -394,11 +552,13 @@ class Agent:
             self._check_value(slot, value, key)
             by_slot.setdefault(name, []).append((value, key))
         outcomes: list[RecordOutcome] = []
+        writes: list[tuple[_Slot, UseCaseDoc]] = []
         for name, values in by_slot.items():
             slot = self._slots[name]
             doc = copy.deepcopy(slot.doc) if slot.doc is not None else self._new_doc(slot.use_case)
             budget = self._budget(slot, doc)
             if budget.exhausted(slot.use_case.cost):
+                self._write_slots(writes)  # what was recorded before this use case is kept
                 raise UseCaseStoppedError(
                     f"use case {name!r} has spent its lifetime ε cap ({budget.epsilon_cap:g}) and no longer records"
                 )
@@ -418,7 +578,8 @@ class Agent:
                         note=note,
                     )
                 )
-            self._write_slot(slot, doc)
+            writes.append((slot, doc))
+        self._write_slots(writes)
         return outcomes
 
     def _check_value(self, slot: _Slot, value: object, key: str | None) -> None:
@@ -485,6 +646,7 @@ class Agent:
         reports = records = unsent = 0
         spent = 0.0
         now = self.clock.time()
+        writes: list[tuple[_Slot, UseCaseDoc]] = []
         for slot in self._slots.values():
             if slot.broken or slot.doc is None:
                 continue
@@ -495,8 +657,9 @@ class Agent:
                 slot.doc.budget,
                 len(slot.doc.outbox),
             ) or doc.dropped_reports != slot.doc.dropped_reports:
-                self._write_slot(slot, doc)
+                writes.append((slot, doc))
             reports, records, unsent, spent = reports + r, records + n, unsent + u, spent + e
+        self._write_slots(writes)
         return CycleSummary(reports=reports, records=records, unsent=unsent, epsilon=spent)
 
     def _collect_one(self, slot: _Slot, doc: UseCaseDoc, now: float) -> tuple[int, int, int, float]:
@@ -587,6 +750,8 @@ class Agent:
 
     def topic(self, use_case: str) -> str:
         """The MQTT topic of a use case's reports."""
+        if self.device_identity:
+            return f"{self.topic_prefix}/{self.device_identity}/{use_case}"
         return f"{self.topic_prefix}/{use_case}"
 
     def outbox(self) -> list[Pending]:
@@ -640,13 +805,15 @@ class Agent:
         done: dict[str, set[bytes]] = {}
         for p in acked:
             done.setdefault(p.use_case, set()).add(p.entry.report_id)
+        writes: list[tuple[_Slot, UseCaseDoc]] = []
         for name, ids in done.items():
             slot = self._slots.get(name)
-            if slot is None or slot.doc is None:
+            if slot is None or slot.doc is None or slot.broken:
                 continue
             doc = copy.deepcopy(slot.doc)
             doc.outbox = [e for e in doc.outbox if e.report_id not in ids]
-            self._write_slot(slot, doc)
+            writes.append((slot, doc))
+        self._write_slots(writes)
 
     def ledger(self) -> list[LedgerEntry]:
         """What left the device, oldest first.
@@ -696,6 +863,10 @@ class Agent:
                 continue
             if slot.broken:
                 row["state"] = f"stopped: {slot.broken}"
+                entry = None if self._manifest is None else self._manifest.entries.get(name)
+                if entry is not None:
+                    # What the manifest recorded: a stopped use case's ε spent is still shown, never lower.
+                    row["epsilon_total"] = entry.epsilon_total
                 out.append(row)
                 continue
             doc = slot.doc

@@ -34,6 +34,7 @@ from agent.errors import (
     UseCaseStoppedError,
     ValueRefusedError,
 )
+from agent.identity import device_identity
 from agent.policy import check_registry
 from agent.probes import Probe, Sample, build_probes
 from agent.publisher import Backoff, Publisher
@@ -130,6 +131,7 @@ def open_agent(
         clock=clock,
         rng=rng,
         topic_prefix=cfg.broker.topic_prefix,
+        device_identity=device_identity(cfg.broker, source=str(cfg.source or "<config>")),
         outbox_max_reports=st.outbox_max_reports,
         outbox_max_age_days=st.outbox_max_age_days,
         ledger_retention_days=st.ledger_retention_days,

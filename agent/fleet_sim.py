@@ -15,7 +15,11 @@ the ones a real device runs. Only three things differ from a device:
 * **State storage and connections.** Sealed state stays in memory (:class:`MemorySealer`,
   still AES-GCM sealed, just not fsynced to disk thousands of times a second) unless a state
   directory is asked for, and the devices share a small pool of MQTT connections
-  (:class:`ConnectionPool`) instead of each opening its own TLS session per cycle.
+  (:class:`ConnectionPool`) instead of each opening its own TLS session per cycle. The pool
+  authenticates as the simulator's own broker user (``fleet-sim`` in the demo), and each
+  device publishes under its own sub-identity, ``<prefix>/<user>/<device number>/<use case>``:
+  the collector gives every simulated device its own allowance, and the broker's ACL
+  (``deploy/mosquitto/acl.fleet-sim``) still checks that only the simulator's user writes there.
 
 The truth is kept exactly: a device's value for a (use case, period) is tallied when the
 broker acknowledges the report that carries it, so values a device recorded but never sent
@@ -45,6 +49,7 @@ from agent.core import Agent
 from agent.daemon import Daemon
 from agent.errors import TransportError, UseCaseStoppedError, ValueRefusedError
 from agent.fleet_values import GeneratorSpec, Population, ValueGenerator, build_generator, load_population
+from agent.identity import device_identity
 from agent.schedule import next_cycle_after
 from agent.sealed import Sealer
 from agent.transport import Connection, Transport
@@ -431,7 +436,14 @@ class _Device:
         key = rng.words(4).astype("<u8").tobytes()
         state_dir = root / f"device-{number:07d}"
         sealer = Sealer(key) if plan.state_dir is not None else MemorySealer(key)
-        self.agent = Agent(registry=registry, state_dir=state_dir, sealer=sealer, clock=clock, rng=rng)
+        self.agent = Agent(
+            registry=registry,
+            state_dir=state_dir,
+            sealer=sealer,
+            clock=clock,
+            rng=rng,
+            device_identity=shard.identity(number),
+        )
         self.agent.grant_consent()
         transport = _DeviceTransport(shard.pool, self._acked)
         self.daemon = Daemon(
@@ -454,6 +466,11 @@ class _Shard:
         self.pool = pool
         self.result = ShardResult()
         self.kinds = {name: tally_kind(registry.use_cases[name]) for name in plan.use_cases}
+        self._identity = None if plan.broker is None else device_identity(plan.broker, source="ldp-fleet")
+
+    def identity(self, number: int) -> str | None:
+        """The sub-identity device ``number`` publishes under (None for an anonymous broker)."""
+        return None if self._identity is None else f"{self._identity}/{number:07d}"
 
     def acknowledged(self, device: _Device, use_case: str, period: int, records: int) -> None:
         res = self.result

@@ -5,7 +5,20 @@ together, so one atomic write keeps it consistent: the permanent randomness, the
 periods, the accounting and the use case's outbox. A report is charged and enters the
 outbox in the same write, so a crash can never leave a report sent but uncharged, or
 charged twice. Other files: ``ledger.sealed`` (what left the device), ``agent.sealed`` (the
-schedule) and ``consent.sealed``.
+schedule), ``consent.sealed`` and ``manifest.sealed``.
+
+The manifest makes the use-case files tamper-evident (DESIGN invariant 2). AES-GCM proves a
+file was sealed under this device's key for this purpose, not that it is the *latest* one:
+an older copy, or a deleted file that the agent would recreate with fresh randomness, pass
+authentication. So every use-case file carries the device's random identity and a
+generation number that grows by one on each write, and the manifest records, per use case,
+the generation last written (and the lifetime ε charged by then). A step (a recording, a
+collection cycle, an acknowledgement) writes each use-case file it changes with generation
+``g + 1``, then the manifest once with the new generations; each is an atomic rename. A crash
+in between leaves some files at ``g + 1`` and the manifest at ``g``: the loader accepts a file
+exactly one step ahead and at once writes the manifest forward, so the next load demands
+``g + 1``. Anything else (file missing while the manifest lists it, generation behind the
+manifest, another device's identity) stops that use case and names the file.
 
 What may be in a use-case file (DESIGN invariant 1):
 
@@ -28,12 +41,16 @@ from typing import Any
 __all__ = [
     "AGENT_VERSION",
     "CONSENT_VERSION",
+    "DEVICE_ID_BYTES",
     "LEDGER_VERSION",
+    "MANIFEST_VERSION",
     "USE_CASE_VERSION",
     "AgentDoc",
     "ConsentDoc",
     "LedgerDoc",
     "LedgerEntry",
+    "ManifestDoc",
+    "ManifestEntry",
     "OutboxEntry",
     "PendingRecords",
     "UseCaseDoc",
@@ -43,6 +60,8 @@ USE_CASE_VERSION = 1
 LEDGER_VERSION = 1
 AGENT_VERSION = 1
 CONSENT_VERSION = 1
+MANIFEST_VERSION = 1
+DEVICE_ID_BYTES = 16
 
 
 def _need(data: object, key: str, kind: type | tuple[type, ...], where: str) -> Any:
@@ -169,6 +188,9 @@ class UseCaseDoc:
         outbox: reports waiting for acknowledgement, oldest first.
         dropped_reports: reports dropped from the outbox (overflow or age).
         unsent_records: records not sent because of the daily limit or the ε cap.
+        device: the identity of the device whose manifest this file belongs to (None in a
+            file written before manifests existed).
+        generation: the file's write counter, checked against the manifest (0 in such a file).
     """
 
     fingerprint: bytes
@@ -181,6 +203,8 @@ class UseCaseDoc:
     outbox: list[OutboxEntry] = field(default_factory=list)
     dropped_reports: int = 0
     unsent_records: int = 0
+    device: bytes | None = None
+    generation: int = 0
 
     def to_plain(self) -> dict[str, Any]:
         """Plain data."""
@@ -195,6 +219,8 @@ class UseCaseDoc:
             "outbox": [e.to_plain() for e in self.outbox],
             "dropped_reports": self.dropped_reports,
             "unsent_records": self.unsent_records,
+            "device": self.device,
+            "generation": self.generation,
         }
 
     @classmethod
@@ -228,6 +254,16 @@ class UseCaseDoc:
         hash_key = _need(data, "hash_key", bytes, w)
         if len(hash_key) != 32:
             raise ValueError(f"{w}.hash_key: expected 32 bytes")
+        # Files written before manifests existed have neither field (schema evolution: new fields
+        # last, with defaults); the manifest check treats them as generation 0 of no device.
+        device: bytes | None = None
+        generation = 0
+        assert isinstance(data, dict)
+        if "device" in data or "generation" in data:
+            device = _need(data, "device", bytes, w)
+            if len(device) != DEVICE_ID_BYTES:
+                raise ValueError(f"{w}.device: expected {DEVICE_ID_BYTES} bytes")
+            generation = int(_number(_need(data, "generation", int, w), f"{w}.generation"))
         return cls(
             fingerprint=_need(data, "fingerprint", bytes, w),
             hash_key=hash_key,
@@ -241,6 +277,8 @@ class UseCaseDoc:
             ],
             dropped_reports=_need(data, "dropped_reports", int, w),
             unsent_records=_need(data, "unsent_records", int, w),
+            device=device,
+            generation=generation,
         )
 
 
@@ -363,3 +401,61 @@ class ConsentDoc:
     def from_plain(cls, data: object) -> ConsentDoc:
         """Restore from :meth:`to_plain`."""
         return cls(granted_at=float(_need(data, "granted_at", float, "consent")))
+
+
+@dataclass(frozen=True)
+class ManifestEntry:
+    """What the manifest remembers of one use case's file.
+
+    Attributes:
+        generation: the generation of the file last written.
+        epsilon_total: lifetime ε the use case had charged by then (shown even if it stops).
+    """
+
+    generation: int
+    epsilon_total: float
+
+
+@dataclass(frozen=True)
+class ManifestDoc:
+    """The device's identity and the generation of every use-case file (sealed as ``manifest``).
+
+    Attributes:
+        device: 16 random bytes naming this state directory's device (never leaves it).
+        entries: use-case name -> its entry.
+    """
+
+    device: bytes
+    entries: dict[str, ManifestEntry] = field(default_factory=dict)
+
+    def with_entry(self, name: str, entry: ManifestEntry) -> ManifestDoc:
+        """A copy with ``name``'s entry replaced."""
+        return ManifestDoc(self.device, {**self.entries, name: entry})
+
+    def to_plain(self) -> dict[str, Any]:
+        """Plain data."""
+        return {
+            "device": self.device,
+            "entries": {
+                n: {"generation": e.generation, "epsilon_total": e.epsilon_total} for n, e in self.entries.items()
+            },
+        }
+
+    @classmethod
+    def from_plain(cls, data: object) -> ManifestDoc:
+        """Restore from :meth:`to_plain` (ValueError naming the malformed part)."""
+        device = _need(data, "device", bytes, "manifest")
+        if len(device) != DEVICE_ID_BYTES:
+            raise ValueError(f"manifest.device: expected {DEVICE_ID_BYTES} bytes")
+        entries: dict[str, ManifestEntry] = {}
+        for name, raw in _need(data, "entries", dict, "manifest").items():
+            where = f"manifest.entries[{name!r}]"
+            if not isinstance(name, str):
+                raise ValueError("manifest.entries: keys are use-case names")
+            generation = _need(raw, "generation", int, where)
+            spent = _need(raw, "epsilon_total", (int, float), where)
+            entries[name] = ManifestEntry(
+                generation=int(_number(generation, f"{where}.generation")),
+                epsilon_total=float(_number(spent, f"{where}.epsilon_total")),
+            )
+        return cls(device=device, entries=entries)

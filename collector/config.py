@@ -36,6 +36,7 @@ Schema (every section and key optional except ``registry``; defaults shown)::
     commit_interval_s = 0.25
     retention_periods = 28          # report ids are remembered, and periods accepted, this far back
     future_periods = 1              # periods ahead of the clock still accepted (device clock skew)
+    require_device_identity = false # refuse reports whose topic carries no device identity
 
     [store]
     path = "collector.sqlite3"
@@ -133,6 +134,10 @@ class IngestConfig:
     commit_interval_s: float = 0.25
     retention_periods: int = 28
     future_periods: int = 1
+    require_device_identity: bool = False
+    """Refuse (``no-identity``) reports whose topic has no device level. Reports that carry
+    one are held to the per-device allowance either way (docs/device-identity.md); a broker
+    whose ACL admits only ``<prefix>/%u/<use_case>`` makes every report carry one."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -330,6 +335,7 @@ def _ingest(section: _Section | None) -> IngestConfig:
         commit_interval_s=section.number("commit_interval_s", d.commit_interval_s, low=0.0, high=60.0, open_low=True),
         retention_periods=section.integer("retention_periods", d.retention_periods, low=1, high=100000),
         future_periods=section.integer("future_periods", d.future_periods, low=0, high=100),
+        require_device_identity=section.boolean("require_device_identity", d.require_device_identity),
     )
     section.finish()
     return cfg

@@ -2,7 +2,10 @@
 
 The path of one message (003 §3.2.2 "Ingestion and Aggregation", made streaming):
 
-1. The transport hands over the payload only (topic, client id and arrival time are gone).
+1. The transport hands over the payload and the sender's identity from the topic (client id,
+   arrival time and the rest of the topic are gone). The identity is kept next to the report
+   only until its commit, where the store checks the per-device allowance under a keyed hash
+   (docs/device-identity.md); it is never logged.
 2. ``protocol.wire.decode_report`` decodes it strictly against the registry; a malformed,
    oversize or foreign message is counted under its reason and acknowledged, never raised.
 3. A report whose period lies outside the retention window (``period-expired``) or too far
@@ -159,6 +162,7 @@ class Ingest:
         # Collector-side randomness (the shuffle) needs no exact coins; the OS seeds it.
         self._rng = np.random.default_rng()
         self._reports: list[DecodedReport] = []
+        self._senders: list[bytes] = []
         self._tokens: list[int] = []
         self._counters: Counter[str] = Counter()
         self._ids: set[bytes] = set()
@@ -240,12 +244,18 @@ class Ingest:
         max_size = self.config.max_report_bytes
         windows = self._windows
         reports = self._reports
+        senders = self._senders
         tokens = self._tokens
         counters = self._counters
         ids = self._ids
         rejected = self.metrics.rejected
+        require_identity = self.config.require_device_identity
         for d in deliveries:
             tokens.append(d.token)
+            if require_identity and not d.sender:
+                counters["rejected:no-identity"] += 1
+                rejected["no-identity"] += 1
+                continue
             try:
                 report = decode_report(d.payload, registry, max_size=max_size)
             except MalformedReportError as exc:
@@ -275,6 +285,7 @@ class Ingest:
                 continue
             ids.add(report.report_id)
             reports.append(report)
+            senders.append(d.sender)
         counters["messages"] += len(deliveries)
         self.metrics.messages += len(deliveries)
         self.metrics.pending = len(tokens)
@@ -289,14 +300,16 @@ class Ingest:
         # case" - the store concatenates records in this order.
         order = self._rng.permutation(len(reports))
         shuffled = [reports[i] for i in order]
+        senders = [self._senders[i] for i in order]
         counters = self._counters
         self._inflight = _Commit(
-            future=self.store.submit(lambda s: s.commit(shuffled, counters)),
+            future=self.store.submit(lambda s: s.commit(shuffled, counters, senders)),
             tokens=self._tokens,
             counters=counters,
             since=self._since,
         )
         self._reports, self._tokens, self._counters, self._ids = [], [], Counter(), set()
+        self._senders = []
         self._since = 0.0
         self.metrics.pending = 0
         self.metrics.pending_since = 0.0
@@ -313,6 +326,8 @@ class Ingest:
         m.duplicates += result.duplicates
         if result.expired:
             m.rejected["period-expired"] += result.expired
+        if result.over_allowance:
+            m.rejected["over-allowance"] += result.over_allowance
         m.last_commit = time.time()
         m.lag_seconds = time.monotonic() - commit.since
         if self.on_commit is not None and result.keys:

@@ -24,7 +24,9 @@ Guarantees:
   §4.9), and the reader stops reading the socket while ``buffer_bytes`` of payload wait
   for ingest, so TCP pushes back. QoS 0 messages beyond the buffer are dropped and counted.
 * **Metadata stripped**: a :class:`~collector.transport.Delivery` carries only the
-  payload; topic, properties and flags are discarded here.
+  payload and the sender's identity (the topic levels between the subscription's prefix and
+  the use case, which the broker's ACL ties to the authenticated user); the rest of the
+  topic, properties and flags are discarded here.
 * **Reconnect outside the session** with capped, fully jittered exponential backoff; a
   refusal that retrying cannot fix (bad credentials, subscription not granted at QoS 1)
   raises :class:`~collector.errors.TransportError` and ends the service; so does a TLS file
@@ -394,6 +396,9 @@ class MqttTransport:
 
     def __init__(self, config: MqttConfig) -> None:
         self.config = config
+        # "ldp/v1/reports/#" -> b"ldp/v1/reports/": what comes after it, up to the last level
+        # (the use case), is the sender's identity.
+        self._prefix = config.topic[:-1].encode() if config.topic.endswith("/#") else None
         self._password = read_password(config)
         self._buffer: collections.deque[Delivery] = collections.deque()
         self._buffered_bytes = 0
@@ -682,6 +687,7 @@ class MqttTransport:
         :class:`MqttProtocolError` (never ``IndexError``), and :meth:`run` reconnects.
         """
         out = self._buffer
+        prefix = self._prefix
         gen = self._generation << 16
         cap = self.config.receive_maximum
         max_packet = self.config.max_packet_bytes
@@ -751,13 +757,14 @@ class MqttTransport:
                             reply_to, correlation = topic, data
                     else:
                         i += 1
+                    sender = self._sender(buf[start + 2 : start + 2 + topic_len]) if prefix is not None else b""
                     received += 1
                     if token == NO_ACK and len(out) >= cap:
                         self._dropped += 1
                     else:
                         payload = buf[i:end]
                         nbytes += end - i
-                        out.append(Delivery(payload, token, reply_to, correlation))
+                        out.append(Delivery(payload, token, reply_to, correlation, sender))
                 elif kind == SUBACK:
                     self._handle_suback(buf[start:end])
                 elif kind == PINGRESP:
@@ -777,6 +784,15 @@ class MqttTransport:
                 self._buffered_bytes += nbytes
                 self._ready.set()
         return buf[pos:] if pos else buf
+
+    def _sender(self, topic: bytes) -> bytes:
+        """The identity levels of ``<prefix><identity>/<use_case>``; empty when there are none."""
+        prefix = self._prefix
+        assert prefix is not None
+        if not topic.startswith(prefix):
+            return b""
+        identity, _, _ = topic[len(prefix) :].rpartition(b"/")
+        return identity
 
     def _handle_suback(self, body: bytes) -> None:
         if len(body) < 3:

@@ -16,6 +16,17 @@ same write transaction (``BEGIN IMMEDIATE`` holds SQLite's write lock), so sever
 processes sharing one database file (an MQTT shared-subscription group on one host) never
 fold the same report twice either, even when a device's retry reaches a different member.
 
+**Per-device allowance**: a report that arrived under a device identity (the topic level the
+broker's ACL ties to the authenticated user) is folded only while that identity has sent
+fewer than :func:`report_allowance` reports for its (use case, period); the rest are counted
+as ``rejected:over-allowance``. The identity itself is never stored: it is replaced by a
+keyed BLAKE2b tag under a random key drawn per (use case, period), and the count is kept per
+tag in the same transaction as the fold, so a redelivery after a crash is judged as before.
+When a period leaves the accepted window, :meth:`CheckpointStore.prune` deletes its key and
+its tags (with SQLite's ``secure_delete`` on, so the freed cells are zeroed, and a WAL
+checkpoint after), which leaves nothing that links a report or a count to a device
+(docs/device-identity.md).
+
 **Compaction** folds a key's segments into its **base** aggregate, in one transaction, when
 they are numerous or large relative to the base; reading an aggregate is base + segments.
 **Pruning** forgets report ids of periods the collector no longer accepts; the lowest
@@ -30,6 +41,7 @@ new aggregates and the old ones stay readable, never mixed.
 from __future__ import annotations
 
 import hashlib
+import secrets
 import sqlite3
 import time
 import zlib
@@ -55,6 +67,7 @@ __all__ = [
     "FoldedReport",
     "KeyInfo",
     "footprint",
+    "report_allowance",
     "use_case_fingerprint",
 ]
 
@@ -95,6 +108,19 @@ CREATE TABLE IF NOT EXISTS seen (
     period INTEGER NOT NULL
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS seen_period ON seen (uc, period);
+CREATE TABLE IF NOT EXISTS allowance_keys (
+    uc INTEGER NOT NULL,
+    period INTEGER NOT NULL,
+    key BLOB NOT NULL,
+    PRIMARY KEY (uc, period)
+);
+CREATE TABLE IF NOT EXISTS allowance (
+    uc INTEGER NOT NULL,
+    period INTEGER NOT NULL,
+    tag BLOB NOT NULL,
+    reports INTEGER NOT NULL,
+    PRIMARY KEY (uc, period, tag)
+) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS counters (
     instance TEXT NOT NULL,
     name TEXT NOT NULL,
@@ -110,6 +136,20 @@ _AGGREGATE, _RECORDS, _LIST = "a", "r", "l"
 _SMALL_AGGREGATE = 64 * 1024
 _IN_CHUNK = 500  # SQLite host parameters per "IN (...)" query
 _BIG_SEGMENTS = 256 << 20
+_TAG_PERSON = b"ldp-allowance"
+
+
+def report_allowance(use_case: UseCase) -> int:
+    """Reports one device may contribute to one (use case, period): 1.
+
+    An agent closes each period of a use case once and stages one report for it, carrying at
+    most ``daily_limit`` records (the decoder refuses more), whatever the period's length; a
+    retry resends the same bytes and report id, which the report-id table absorbs before the
+    allowance is consulted. So one report per period is what an honest device sends, and a
+    device that sends more gains nothing (RAPPOR §6: bound each client's contribution).
+    """
+    del use_case  # the same for every mechanism and period length; kept for a per-use-case rule
+    return 1
 
 
 def use_case_fingerprint(use_case: UseCase) -> bytes:
@@ -191,6 +231,7 @@ class CommitResult:
             (another collector sharing the database may have moved it).
         seconds: time the transaction took.
         keys: the (use case, period) keys the commit added to.
+        over_allowance: reports refused because their device had used its allowance.
     """
 
     reports: int
@@ -199,6 +240,7 @@ class CommitResult:
     expired: int
     seconds: float
     keys: tuple[tuple[str, int], ...] = ()
+    over_allowance: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -260,6 +302,11 @@ class CheckpointStore:
                 if str(mode).lower() != "wal":
                     raise StoreError(f"{self.path}: cannot switch the database to WAL mode (got {mode})")
                 self._db.execute(f"PRAGMA synchronous={synchronous}")
+                # Deleted content is overwritten with zeros, freed pages included: a pruned
+                # allowance key or tag must not linger in free space ("FAST", which skips freed
+                # pages, left whole leaf pages of tags behind). The cost is the zeroing writes when
+                # compaction deletes segments.
+                self._db.execute("PRAGMA secure_delete=ON")
                 self._db.executescript(_SCHEMA)
             self._db.execute("PRAGMA busy_timeout=30000")
             self._check_schema()
@@ -301,20 +348,35 @@ class CheckpointStore:
 
     # -- commit ------------------------------------------------------------------------
 
-    def commit(self, reports: Sequence[FoldedReport], counters: Mapping[str, int]) -> CommitResult:
+    def commit(
+        self, reports: Sequence[FoldedReport], counters: Mapping[str, int], senders: Sequence[bytes] | None = None
+    ) -> CommitResult:
         """Fold ``reports`` (already shuffled) and add ``counters``, in one transaction.
 
         Reports whose id is already in the database (or repeated within ``reports``) are not
-        folded; they are counted in ``duplicates``.
+        folded; they are counted in ``duplicates``. ``senders`` (parallel to ``reports``; empty
+        bytes for none) are the device identities the reports arrived under: a report beyond
+        its device's :func:`report_allowance` is not folded and is counted in
+        ``over_allowance``. Identities are used here and never stored.
         """
         start = time.perf_counter()
         db = self._db
+        sender_of: dict[bytes, bytes] = {}
+        if senders is not None:
+            if len(senders) != len(reports):
+                raise ValueError(f"{len(senders)} senders for {len(reports)} reports")
+            for r, sender in zip(reports, senders, strict=True):
+                if sender:
+                    sender_of.setdefault(r.report_id, sender)
         db.execute("BEGIN IMMEDIATE")
         try:
             lows = dict(db.execute("SELECT id, low_water FROM use_cases").fetchall())
             current = [r for r in reports if r.period >= lows[self._use_cases[r.use_case.name].id]]
             expired = len(reports) - len(current)
             fresh = self._fresh(current)
+            over = 0
+            if sender_of:
+                fresh, over = self._within_allowance(fresh, sender_of)
             groups: dict[tuple[str, int], list[FoldedReport]] = defaultdict(list)
             for r in fresh:
                 groups[(r.use_case.name, r.period)].append(r)
@@ -331,12 +393,14 @@ class CheckpointStore:
                 "INSERT INTO seen (rid, uc, period) VALUES (?, ?, ?)",
                 [(r.report_id, self._use_cases[r.use_case.name].id, r.period) for r in fresh],
             )
-            duplicates = len(current) - len(fresh)
+            duplicates = len(current) - len(fresh) - over
             all_counters = dict(counters)
             if expired:
                 all_counters["rejected:period-expired"] = all_counters.get("rejected:period-expired", 0) + expired
             if duplicates:
                 all_counters["duplicates"] = all_counters.get("duplicates", 0) + duplicates
+            if over:
+                all_counters["rejected:over-allowance"] = all_counters.get("rejected:over-allowance", 0) + over
             all_counters["reports"] = all_counters.get("reports", 0) + len(fresh)
             all_counters["records"] = all_counters.get("records", 0) + records
             db.executemany(
@@ -349,7 +413,56 @@ class CheckpointStore:
             if db.in_transaction:
                 db.execute("ROLLBACK")
             raise
-        return CommitResult(len(fresh), records, duplicates, expired, time.perf_counter() - start, tuple(groups))
+        return CommitResult(len(fresh), records, duplicates, expired, time.perf_counter() - start, tuple(groups), over)
+
+    def _within_allowance(
+        self, fresh: Sequence[FoldedReport], sender_of: Mapping[bytes, bytes]
+    ) -> tuple[list[FoldedReport], int]:
+        """The reports within their device's allowance, and how many were beyond it (inside the transaction)."""
+        db = self._db
+        keys: dict[tuple[int, int], bytes] = {}
+        counts: dict[tuple[int, int, bytes], int] = {}
+        touched: set[tuple[int, int, bytes]] = set()
+        kept: list[FoldedReport] = []
+        over = 0
+        for r in fresh:
+            sender = sender_of.get(r.report_id)
+            if sender is None:
+                kept.append(r)
+                continue
+            uc = self._use_cases[r.use_case.name].id
+            key = keys.get((uc, r.period))
+            if key is None:
+                # One random key per (use case, period), drawn when the period's first identified
+                # report arrives and deleted with the period (prune): the tags are unlinkable across
+                # periods, and once the key is gone, to anyone.
+                db.execute(
+                    "INSERT OR IGNORE INTO allowance_keys (uc, period, key) VALUES (?, ?, ?)",
+                    (uc, r.period, secrets.token_bytes(32)),
+                )
+                row = db.execute("SELECT key FROM allowance_keys WHERE uc = ? AND period = ?", (uc, r.period))
+                key = keys[(uc, r.period)] = bytes(row.fetchone()[0])
+            tag = hashlib.blake2b(sender, key=key, digest_size=16, person=_TAG_PERSON).digest()
+            slot = (uc, r.period, tag)
+            used = counts.get(slot)
+            if used is None:
+                found = db.execute(
+                    "SELECT reports FROM allowance WHERE uc = ? AND period = ? AND tag = ?", slot
+                ).fetchone()
+                used = 0 if found is None else int(found[0])
+            if used >= report_allowance(r.use_case):
+                counts[slot] = used
+                over += 1
+                continue
+            counts[slot] = used + 1
+            touched.add(slot)
+            kept.append(r)
+        db.executemany(
+            "INSERT INTO allowance (uc, period, tag, reports) VALUES (?, ?, ?, ?) "
+            "ON CONFLICT (uc, period, tag) DO UPDATE SET reports = excluded.reports",
+            [(*slot, counts[slot]) for slot in touched],
+        )
+        return kept, over
 
     def _fresh(self, reports: Sequence[FoldedReport]) -> list[FoldedReport]:
         ids = [r.report_id for r in reports]
@@ -571,7 +684,7 @@ class CheckpointStore:
         Returns:
             The number of report ids forgotten.
         """
-        removed = 0
+        removed = forgotten = 0
         db = self._db
         db.execute("BEGIN IMMEDIATE")
         try:
@@ -585,11 +698,24 @@ class CheckpointStore:
                     (row.id, row.id),
                 )
                 removed += cur.rowcount
+                # The period is closed to reports: its allowance key and tags go (zeroed in place,
+                # secure_delete), and with the key any link from a tag to a device.
+                for table in ("allowance", "allowance_keys"):
+                    cur = db.execute(
+                        f"DELETE FROM {table} WHERE uc = ? AND period < (SELECT low_water FROM use_cases WHERE id = ?)",
+                        (row.id, row.id),
+                    )
+                    forgotten += cur.rowcount
             db.execute("COMMIT")
         except BaseException:
             if db.in_transaction:
                 db.execute("ROLLBACK")
             raise
+        if forgotten:
+            # The WAL still holds earlier images of those pages: copy the zeroed pages into the
+            # database and empty the log. Best effort: a reader that is open keeps the log,
+            # and the next prune tries again.
+            db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
         return removed
 
     def compaction_candidates(self, compact_after: int) -> list[tuple[str, int]]:

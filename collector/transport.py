@@ -1,9 +1,12 @@
 """The seam between ingest and the message broker.
 
-Ingest sees only :class:`Delivery` objects: the payload bytes and an opaque acknowledgement
-token. Topic, client id, packet flags and arrival time are dropped by the adapter before a
-delivery exists (003 §3.2.2: "the batch process removes metadata"), so nothing downstream
-can link a report to a connection or a moment.
+Ingest sees only :class:`Delivery` objects: the payload bytes, an opaque acknowledgement
+token and the sender's identity from the topic. Client id, packet flags and arrival time are
+dropped by the adapter before a delivery exists (003 §3.2.2: "the batch process removes
+metadata"), so nothing downstream can link a report to a connection or a moment. The
+sender's identity goes no further than the per-device allowance: the store replaces it by
+a keyed hash under a per-period key and forgets both when the period closes
+(docs/device-identity.md).
 
 A token is acknowledged with :meth:`Transport.ack` only after the report's contribution and
 its report id are committed; an unacknowledged QoS 1 message is redelivered by the broker
@@ -31,7 +34,7 @@ NO_ACK = -1
 
 @dataclass(frozen=True, slots=True)
 class Delivery:
-    """One received message, reduced to its payload.
+    """One received message, reduced to its payload and its sender.
 
     Attributes:
         payload: the message body, exactly as published.
@@ -39,12 +42,15 @@ class Delivery:
         reply_to: the MQTT 5 Response Topic, when the device asked for a commit receipt
             (``protocol.receipts``); held in memory until the receipt is sent, never stored.
         correlation: the Correlation Data to echo in the receipt (the report id).
+        sender: the device identity the broker authenticated, from the topic
+            (``<prefix>/<identity>/<use_case>``); empty when the topic has none.
     """
 
     payload: bytes
     token: int
     reply_to: bytes | None = None
     correlation: bytes | None = None
+    sender: bytes = b""
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,6 +123,7 @@ class MemoryTransport:
         self.capacity = capacity
         self._queue: collections.deque[Delivery] = collections.deque()
         self._unacked: dict[int, bytes] = {}
+        self._senders: dict[int, bytes] = {}
         self._generation = 0
         self._next = 0
         self._ready = asyncio.Event()
@@ -127,26 +134,34 @@ class MemoryTransport:
         self._requests: dict[int, tuple[bytes | None, bytes | None]] = {}
         self.receipts: list[tuple[bytes, Receipt]] = []
 
-    def push(self, payload: bytes, *, reply_to: bytes | None = None, correlation: bytes | None = None) -> None:
-        """Deliver ``payload`` as a QoS 1 message (with a receipt request when ``reply_to`` is given)."""
+    def push(
+        self, payload: bytes, sender: bytes = b"", *, reply_to: bytes | None = None, correlation: bytes | None = None
+    ) -> None:
+        """Deliver ``payload`` as a QoS 1 message from device ``sender`` (with a receipt request
+        when ``reply_to`` is given)."""
         self._next += 1
         token = (self._generation << 32) | self._next
         self._unacked[token] = payload
         self._requests[token] = (reply_to, correlation)
-        self._queue.append(Delivery(payload, token, reply_to, correlation))
+        self._senders[token] = sender
+        self._queue.append(Delivery(payload, token, reply_to, correlation, sender))
         self._received += 1
         self._ready.set()
 
     def reconnect(self) -> None:
         """Drop the connection and redeliver every unacknowledged message on a new one."""
-        pending = [(payload, self._requests.get(token, (None, None))) for token, payload in self._unacked.items()]
+        pending = [
+            (payload, self._senders.get(token, b""), self._requests.get(token, (None, None)))
+            for token, payload in self._unacked.items()
+        ]
         self._unacked.clear()
         self._requests.clear()
+        self._senders.clear()
         self._queue.clear()
         self._generation += 1
         self._connects += 1
-        for payload, (reply_to, correlation) in pending:
-            self.push(payload, reply_to=reply_to, correlation=correlation)
+        for payload, sender, (reply_to, correlation) in pending:
+            self.push(payload, sender, reply_to=reply_to, correlation=correlation)
 
     async def receive(self, max_count: int) -> list[Delivery]:
         """Wait for at least one delivery; return up to ``max_count``."""
@@ -166,6 +181,7 @@ class MemoryTransport:
                 continue
             payload = self._unacked.pop(token, None)
             self._requests.pop(token, None)
+            self._senders.pop(token, None)
             if payload is not None:
                 self.acked.append(payload)
 

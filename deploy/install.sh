@@ -12,8 +12,12 @@
 #   --passwd FILE      the broker's password file (deploy/make-broker-users.sh).
 #                      Default DIR/passwd of --pki.
 #   --secrets DIR      the clients' passwords (deploy/make-broker-users.sh): the collector
-#                      installs collector.password, the agent devices.password.
+#                      installs collector.password, the agent <--device>.password.
 #                      Default /root/ldp-secrets.
+#   --device NAME      the agent's broker user, its identity: it may publish only under
+#                      ldp/v1/reports/NAME/ (docs/device-identity.md). Written into a newly
+#                      installed agent.toml as broker.username. Give every device its own
+#                      (make-broker-users.sh --user NAME). Default devices.
 #   --broker-host NAME the broker's host name, written into a newly installed config
 #                      (it must be a name in the broker's certificate). Default localhost.
 #   --registry FILE    the use-case registry (default deploy/usecases.example.toml); the
@@ -54,6 +58,7 @@ pki=/root/ldp-pki
 passwd=""
 secrets=/root/ldp-secrets
 broker_host=localhost
+device=devices
 registry="$deploy/usecases.example.toml"
 dictionaries=""
 package="$checkout"
@@ -66,6 +71,7 @@ while [ $# -gt 0 ]; do
         --passwd) [ $# -ge 2 ] || usage; passwd="$2"; shift 2 ;;
         --secrets) [ $# -ge 2 ] || usage; secrets="$2"; shift 2 ;;
         --broker-host) [ $# -ge 2 ] || usage; broker_host="$2"; shift 2 ;;
+        --device) [ $# -ge 2 ] || usage; device="$2"; shift 2 ;;
         --registry) [ $# -ge 2 ] || usage; registry="$2"; shift 2 ;;
         --dictionaries) [ $# -ge 2 ] || usage; dictionaries="$2"; shift 2 ;;
         --package) [ $# -ge 2 ] || usage; package="$2"; shift 2 ;;
@@ -79,6 +85,8 @@ done
 case "$role" in broker | collector | agent) ;; *) usage ;; esac
 [ -n "$passwd" ] || passwd="$pki/passwd"
 [[ "$broker_host" =~ ^[A-Za-z0-9.:-]+$ ]] || die "--broker-host '$broker_host' is not a host name or address"
+# The name is one topic level of the broker's ACL (pattern ldp/v1/reports/%u/+).
+[[ "$device" =~ ^[A-Za-z0-9][A-Za-z0-9._-]*$ ]] || die "--device '$device' must match [A-Za-z0-9][A-Za-z0-9._-]*"
 [ "$(id -u)" -eq 0 ] || die "run as root: the $role role installs system files and a service"
 
 need_file() { # need_file PATH WHAT
@@ -224,7 +232,7 @@ role_collector() {
 
 role_agent() {
     need_file "$pki/ca.pem" "the CA certificate"
-    need_file "$secrets/devices.password" "the devices' broker password"
+    need_file "$secrets/$device.password" "the broker password of device $device"
     command -v systemd-creds >/dev/null 2>&1 || die "systemd-creds is missing: the agent's state key needs systemd 250 or later"
     install_package
     # A static system user: the API socket's group (ldp-agent) is how applications get to
@@ -236,10 +244,10 @@ role_agent() {
     fi
     install -d -m 0755 /etc/ldp-agent
     install_config "$deploy/agent.example.toml" /etc/ldp-agent/agent.toml \
-        "/^\[broker\]/,/^\[/s/^host = .*/host = \"$broker_host\"/"
+        "/^\[broker\]/,/^\[/{s/^host = .*/host = \"$broker_host\"/;s/^username = .*/username = \"$device\"/}"
     install_registry /etc/ldp-agent 0
     install -m 0644 "$pki/ca.pem" /etc/ldp-agent/ca.pem
-    install -m 0600 "$secrets/devices.password" /etc/ldp-agent/broker-password
+    install -m 0600 "$secrets/$device.password" /etc/ldp-agent/broker-password
     # The state key: 32 bytes from the CSPRNG straight into an encrypted credential (bound
     # to this host's credential secret, or its TPM), never on disk in the clear. An existing
     # one is kept: a new key would make the sealed state unreadable.

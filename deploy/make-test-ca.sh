@@ -10,7 +10,9 @@
 #                       localhost, 127.0.0.1 and ::1 are always included.
 #   --client NAME       make a client certificate whose common name is NAME (repeatable;
 #                       default: "devices" and "collector"). On the broker's mTLS listener
-#                       the common name is the user name the ACL sees.
+#                       the common name is the user name the ACL sees: a device certificate
+#                       (--client dev-0001) may publish only under ldp/v1/reports/dev-0001/
+#                       (docs/device-identity.md says how a fleet enrols its devices).
 #   --days N            validity of new leaf certificates (default 825; the CA gets 3650).
 #   --new-ca            replace an existing CA (and reissue the broker's and the named clients'
 #                       certificates under the new one).

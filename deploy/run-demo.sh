@@ -137,14 +137,17 @@ wait_for() { # wait_for SECONDS PYTHON-CONDITION WHAT
 # --- certificates and broker users (the deploy scripts of docs/deploy.md) -----------------
 say "making a test CA and broker users in $work"
 deploy/make-test-ca.sh "$work/pki" >/dev/null
-deploy/make-broker-users.sh "$work/broker/passwd" "$work/secrets" >/dev/null
+# The collector, and the fleet simulator's own user: it publishes each simulated device under
+# ldp/v1/reports/fleet-sim/<device>/ (deploy/mosquitto/acl.fleet-sim), so the broker's ACL and the
+# collector's per-device allowance hold for every simulated device.
+deploy/make-broker-users.sh --user collector --user fleet-sim "$work/broker/passwd" "$work/secrets" >/dev/null
 
 # --- the broker: deploy/mosquitto/mosquitto.conf with its paths and ports moved here -----
 mqtt_port="$(free_port)"
 mtls_port="$(free_port)"
 http_port="$(free_port)"
 mkdir -p "$work/broker/data"
-cp deploy/mosquitto/acl "$work/broker/acl"
+cat deploy/mosquitto/acl deploy/mosquitto/acl.fleet-sim >"$work/broker/acl"
 cp "$work/pki/ca.pem" "$work/pki/broker.pem" "$work/pki/broker.key" "$work/broker/"
 sed -e "s|^listener 8883\$|listener $mqtt_port 127.0.0.1|" \
     -e "s|^listener 8884\$|listener $mtls_port 127.0.0.1|" \
@@ -180,6 +183,7 @@ ca_file = "$work/pki/ca.pem"
 
 [ingest]
 retention_periods = $retention
+require_device_identity = true
 
 [store]
 path = "$work/collector/collector.sqlite3"
@@ -204,7 +208,7 @@ status=0
     --registry deploy/fleet.usecases.toml \
     --devices "$devices" --days "$days" --seed "$seed" --workers "$workers" \
     --broker "127.0.0.1:$mqtt_port" --ca-file "$work/pki/ca.pem" \
-    --username devices --password-file "$work/secrets/devices.password" \
+    --username fleet-sim --password-file "$work/secrets/fleet-sim.password" \
     --collector-url "http://127.0.0.1:$http_port" \
     --output "$out/results.json" --plots "$out/plots" \
     ${fleet_args[@]+"${fleet_args[@]}"} || status=$?

@@ -215,10 +215,13 @@ async def test_hostile_messages_are_counted_by_reason_and_valid_ones_all_folded(
     config = load_config(write_config(tmp_path, registry=registry_path, host=mosquitto.host, port=mosquitto.port))
     period = current_period(registry, "flag")
     valid = [("ldp/v1/reports/flag", p) for p in bit_reports(registry, "flag", 3000, period=period, seed=21)]
-    # Device parts in the topic are dropped with the rest of the metadata; the payload counts.
+    # Each of these comes from its own device identity (within its allowance); the identity
+    # goes no further than the allowance, the payload counts.
     valid += [
-        ("ldp/v1/reports/usage/device-1234", p)
-        for p in bit_reports(registry, "usage", 50, period=current_period(registry, "usage"), seed=22, records=20)
+        (f"ldp/v1/reports/device-{i}/usage", p)
+        for i, p in enumerate(
+            bit_reports(registry, "usage", 50, period=current_period(registry, "usage"), seed=22, records=20)
+        )
     ]
     bad, expected = _hostile(registry, other)
     replays = [valid[i] for i in range(0, 3000, 30)]

@@ -153,21 +153,30 @@ async def test_acks_of_a_dropped_connection_are_discarded_and_messages_redeliver
 
 @run_async
 async def test_qos0_messages_need_no_ack_and_topics_are_dropped(mosquitto: Broker) -> None:
-    """A QoS 0 publish arrives with the NO_ACK token; deliveries carry the payload only."""
+    """A QoS 0 publish arrives with the NO_ACK token; deliveries carry the payload and the sender's identity only."""
     config = MqttConfig(host=mosquitto.host, port=mosquitto.port, client_id="q0")
     transport = MqttTransport(config)
     runner = asyncio.create_task(transport.run())
     try:
         await asyncio.wait_for(transport.wait_subscribed(), 60)
         await MqttPublisher(mosquitto.host, mosquitto.port, client_id="pub").publish_all(
-            [("ldp/v1/reports/x/device-42", b"payload")], qos=0
+            [
+                ("ldp/v1/reports/device-42/x", b"payload"),
+                ("ldp/v1/reports/fleet-sim/7/x", b"sim"),
+                ("ldp/v1/reports/x", b"none"),
+            ],
+            qos=0,
         )
-        (delivery,) = await _collect(transport, 1, ack=False)
-        assert delivery == Delivery(b"payload", NO_ACK)
-        # Topic, client id and flags are gone; a receipt request (reply_to, correlation) stays
-        # only until the receipt is sent.
-        assert set(Delivery.__slots__) == {"payload", "token", "reply_to", "correlation"}
-        assert (delivery.reply_to, delivery.correlation) == (None, None)
+        deliveries = await _collect(transport, 3, ack=False)
+        assert deliveries == [
+            Delivery(b"payload", NO_ACK, sender=b"device-42"),
+            Delivery(b"sim", NO_ACK, sender=b"fleet-sim/7"),
+            Delivery(b"none", NO_ACK, sender=b""),
+        ]
+        # The rest of the topic, client id and flags are gone; a receipt request (reply_to,
+        # correlation) stays only until the receipt is sent, the sender only until the commit.
+        assert set(Delivery.__slots__) == {"payload", "token", "reply_to", "correlation", "sender"}
+        assert all((d.reply_to, d.correlation) == (None, None) for d in deliveries)
     finally:
         await transport.close()
         await asyncio.wait_for(runner, 60)

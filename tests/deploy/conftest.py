@@ -14,14 +14,16 @@ import pytest
 from tests.deploy.probe import V5, V311, Probe, tls_context
 from tests.deploy.secure_broker import SecureBroker, make_pki, make_users, running_secure_broker
 
-BROKER_USERS = ("devices", "collector", "observer")
+BROKER_USERS = ("devices", "collector", "observer", "dev-a", "dev-b", "fleet-sim")
+DEVICE_CERTS = ("devices", "collector", "dev-a", "dev-b")
+"""Client certificates the test CA issues (a device's common name is its identity)."""
 _topics = itertools.count()
 
 
 @pytest.fixture(scope="session")
 def pki(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """CA, broker and client certificates made by deploy/make-test-ca.sh."""
-    return make_pki(tmp_path_factory.mktemp("pki"))
+    return make_pki(tmp_path_factory.mktemp("pki"), *(a for name in DEVICE_CERTS for a in ("--client", name)))
 
 
 @dataclass(frozen=True)
@@ -34,7 +36,7 @@ class BrokerUsers:
 
 @pytest.fixture(scope="session")
 def broker_users(tmp_path_factory: pytest.TempPathFactory) -> BrokerUsers:
-    """Users devices, collector and (tests only) observer."""
+    """Users devices, dev-a, dev-b (devices), collector, fleet-sim and (tests only) observer."""
     base = tmp_path_factory.mktemp("broker-users")
     passwords = make_users(base / "passwd", base / "secrets", BROKER_USERS)
     return BrokerUsers(passwd=base / "passwd", passwords=passwords)
@@ -119,8 +121,9 @@ def clients(secure_broker: SecureBroker) -> Iterator[Clients]:
 
 @pytest.fixture
 def report_topic() -> str:
-    """A report topic no other test publishes to (``ldp/v1/reports/<unique use case>``)."""
-    return f"ldp/v1/reports/deploy-test-{next(_topics)}"
+    """A report topic of the device ``devices`` no other test publishes to
+    (``ldp/v1/reports/devices/<unique use case>``: a device publishes under its own identity)."""
+    return f"ldp/v1/reports/devices/deploy-test-{next(_topics)}"
 
 
-__all__ = ["BROKER_USERS", "V5", "V311", "BrokerUsers", "Clients"]
+__all__ = ["BROKER_USERS", "DEVICE_CERTS", "V5", "V311", "BrokerUsers", "Clients"]

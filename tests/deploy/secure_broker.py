@@ -12,6 +12,8 @@ The certificates and the password file come from ``deploy/make-test-ca.sh`` and
 ``deploy/make-broker-users.sh``, run as a deployer would run them. For the tests only, the
 ACL gets one extra user, ``observer``, allowed to read every topic (``#``): with it a test
 can prove a message was not delivered anywhere, not merely that one collector did not see it.
+The fleet simulator's lines (``deploy/mosquitto/acl.fleet-sim``) are appended as
+``deploy/run-demo.sh`` appends them.
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ REPO = Path(__file__).resolve().parents[2]
 DEPLOY = REPO / "deploy"
 PRODUCTION_CONF = DEPLOY / "mosquitto" / "mosquitto.conf"
 PRODUCTION_ACL = DEPLOY / "mosquitto" / "acl"
+FLEET_SIM_ACL = DEPLOY / "mosquitto" / "acl.fleet-sim"
 TLS_PORT = 8883  # the production listeners this module knows how to move
 MTLS_PORT = 8884
 
@@ -189,7 +192,8 @@ class SecureBroker:
             (etc / name).chmod(0o600)
         (etc / "passwd").write_bytes(passwd.read_bytes())
         (etc / "passwd").chmod(0o600)
-        (etc / "acl").write_text(PRODUCTION_ACL.read_text(encoding="utf-8") + OBSERVER_ACL, encoding="utf-8")
+        acl = PRODUCTION_ACL.read_text(encoding="utf-8") + FLEET_SIM_ACL.read_text(encoding="utf-8") + OBSERVER_ACL
+        (etc / "acl").write_text(acl, encoding="utf-8")
         (etc / "acl").chmod(0o600)
         config = rewrite_config(
             PRODUCTION_CONF.read_text(encoding="utf-8"),

@@ -81,6 +81,8 @@ def test_device_publishes_only_to_report_topics(clients: Clients, report_topic: 
     forbidden = [
         "ldp/v1/reports",  # the parent level: matched by the collectors' ldp/v1/reports/#
         f"{report_topic}/deeper",  # one level too deep: also under ldp/v1/reports/#
+        "ldp/v1/reports/deploy-x",  # no identity level (the layout before per-device identities)
+        "ldp/v1/reports/dev-a/deploy-x",  # another device's identity
         "ldp/v1/commands/all-devices",
         "ldp/v2/reports/x",
         "other",

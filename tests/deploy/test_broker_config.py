@@ -52,7 +52,7 @@ def test_collector_backlog_beyond_default_limit_survives_restart(
     tmp_path: Path, pki: Path, broker_users: BrokerUsers
 ) -> None:
     """1,500 reports (Mosquitto's default queue holds 1,000) queued for an offline collector survive a restart."""
-    topic = "ldp/v1/reports/backlog"
+    topic = "ldp/v1/reports/devices/backlog"
     payloads = [b"report %05d" % i for i in range(1500)]
     with running_secure_broker(
         tmp_path / "broker", pki=pki, passwd=broker_users.passwd, passwords=broker_users.passwords

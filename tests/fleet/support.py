@@ -37,7 +37,7 @@ class Stack:
         broker_port: the broker's loopback port (TLS when ``ca_file`` is set).
         collector_url: the collector's HTTP API.
         ca_file: the CA that signed the broker's certificate (None: plain MQTT).
-        password_file: the devices user's password (None: anonymous).
+        password_file: the fleet simulator's password (user ``fleet-sim``; None: anonymous).
         directory: where logs and state live.
     """
 
@@ -48,15 +48,15 @@ class Stack:
     directory: Path
 
     def fleet_args(self, *, password: bool = True) -> list[str]:
-        """The ldp-fleet arguments that reach this broker and collector as a device would
-        (``password=False``: without the devices' user and password)."""
+        """The ldp-fleet arguments that reach this broker and collector as the simulator's own user,
+        each device under its sub-identity (``password=False``: without a user and password)."""
         args = ["--broker", f"127.0.0.1:{self.broker_port}", "--collector-url", self.collector_url]
         if self.ca_file is not None:
             args += ["--ca-file", str(self.ca_file)]
         else:
             args += ["--no-tls"]
         if password and self.password_file is not None:
-            args += ["--username", "devices", "--password-file", str(self.password_file)]
+            args += ["--username", "fleet-sim", "--password-file", str(self.password_file)]
         return args
 
 
@@ -117,6 +117,7 @@ reconnect_max_s = 0.5
 [ingest]
 commit_interval_s = 0.05
 retention_periods = 400
+require_device_identity = {"true" if tls is not None else "false"}
 
 [store]
 path = "{directory / "collector.sqlite3"}"
@@ -158,16 +159,24 @@ def running_stack(directory: Path, *, tls: bool) -> Iterator[Stack]:
         pki, secrets = directory / "pki", directory / "secrets"
         subprocess.run([str(DEPLOY / "make-test-ca.sh"), str(pki)], check=True, capture_output=True, timeout=60)
         subprocess.run(
-            [str(DEPLOY / "make-broker-users.sh"), str(broker_dir / "passwd"), str(secrets)],
+            [
+                str(DEPLOY / "make-broker-users.sh"),
+                *("--user", "collector", "--user", "fleet-sim"),
+                str(broker_dir / "passwd"),
+                str(secrets),
+            ],
             check=True,
             capture_output=True,
             timeout=60,
         )
         for name in ("ca.pem", "broker.pem", "broker.key"):
             shutil.copy(pki / name, broker_dir / name)
-        shutil.copy(DEPLOY / "mosquitto" / "acl", broker_dir / "acl")
+        # The production ACL plus the simulator's sub-identities, as deploy/run-demo.sh builds it.
+        acl = (DEPLOY / "mosquitto" / "acl").read_text(encoding="utf-8")
+        acl += (DEPLOY / "mosquitto" / "acl.fleet-sim").read_text(encoding="utf-8")
+        (broker_dir / "acl").write_text(acl, encoding="utf-8")
         config = deploy_broker_config(broker_dir, port=port, mtls_port=free_port())
-        ca_file, devices_password = pki / "ca.pem", secrets / "devices.password"
+        ca_file, devices_password = pki / "ca.pem", secrets / "fleet-sim.password"
         tls_pair = (ca_file, secrets / "collector.password")
     else:
         config = broker_dir / "mosquitto.conf"

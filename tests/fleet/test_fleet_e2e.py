@@ -18,10 +18,11 @@ REGISTRY = Path(__file__).resolve().parents[2] / "deploy" / "fleet.usecases.toml
 
 
 def test_fleet_through_tls_broker_and_acl_matches_the_truth(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """240 devices x 3 days through TLS + passwords + ACL: every estimate is within 5 SE of the truth."""
+    """240 devices x 3 days through TLS + passwords + ACL, each under its own identity and allowance: every
+    report is folded and every estimate is within 5 SE of the truth."""
     out = tmp_path / "results.json"
     with running_stack(tmp_path / "stack", tls=True) as stack:
-        # Without the devices' password the broker refuses the fleet (exit status 8, unavailable) ...
+        # Without the simulator's password the broker refuses the fleet (exit status 8, unavailable) ...
         anonymous = stack.fleet_args(password=False)
         refused = main(["--registry", str(REGISTRY), "--devices", "1", "--days", "1", "--quiet", *anonymous])
         assert refused == ExitStatus.UNAVAILABLE
