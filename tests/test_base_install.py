@@ -4,6 +4,7 @@ environment runs the agent and imports none of the server's, simulator's or test
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 import venv
@@ -25,9 +26,16 @@ def test_the_base_install_runs_the_agent_without_server_libraries(tmp_path: Path
     env_dir = tmp_path / "venv"
     venv.EnvBuilder(with_pip=True).create(env_dir)
     python = env_dir / "bin" / "python"
-    # A non-editable install from this checkout, as a device would get it; dependencies from the index.
+    # A copy of the source, so the build leaves nothing in the checkout (setuptools writes build/).
+    source = tmp_path / "src"
+    source.mkdir()
+    for name in ("pyproject.toml", "README.md", "LICENSE"):
+        shutil.copy(ROOT / name, source / name)
+    for package in ("protocol", "agent", "collector"):
+        shutil.copytree(ROOT / package, source / package, ignore=shutil.ignore_patterns("__pycache__"))
+    # A non-editable install, as a device would get it; dependencies from the index.
     subprocess.run(
-        [str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check", str(ROOT)],
+        [str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check", str(source)],
         check=True,
         timeout=900,
         cwd=tmp_path,
