@@ -33,7 +33,7 @@ from collector.mqtt import MqttTransport
 from collector.store import CheckpointStore
 from protocol.registry import Registry, RegistryError, parse_registry
 
-__all__ = ["MAINTENANCE_INTERVAL_S", "Service", "load_registry", "run_service"]
+__all__ = ["MAINTENANCE_INTERVAL_S", "Service", "check_size_caps", "load_registry", "run_service"]
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +56,36 @@ def load_registry(path: Path) -> Registry:
     except RegistryError as exc:
         field = ".".join(p for p in (f"use_cases.{exc.use_case}" if exc.use_case else "", exc.field) if p)
         raise ConfigError(str(path), field, exc.problem) from exc
+
+
+MQTT_FRAMING_BYTES = 1024
+"""Room a PUBLISH packet needs beyond its payload: fixed header, topic
+(``ldp/v1/reports/<name of up to 64 characters>``), packet id and MQTT 5 properties."""
+
+
+def check_size_caps(config: CollectorConfig, registry: Registry) -> None:
+    """Refuse a configuration that would reject reports the registry allows.
+
+    Raises:
+        ConfigError: naming the config field, the use case and the figures.
+    """
+    largest = max(registry.use_cases.values(), key=lambda uc: uc.max_report_bytes)
+    need = largest.max_report_bytes
+    if config.ingest.max_report_bytes < need:
+        raise ConfigError(
+            config.source,
+            "ingest.max_report_bytes",
+            f"{config.ingest.max_report_bytes:,} is below the {need:,} bytes of use case {largest.name!r}'s "
+            f"largest report in {registry.source}; raise it to at least {need:,}",
+        )
+    if config.mqtt.max_packet_bytes < config.ingest.max_report_bytes + MQTT_FRAMING_BYTES:
+        raise ConfigError(
+            config.source,
+            "mqtt.max_packet_bytes",
+            f"{config.mqtt.max_packet_bytes:,} cannot carry a {config.ingest.max_report_bytes:,}-byte report "
+            f"(ingest.max_report_bytes) and its MQTT framing; raise it to at least "
+            f"{config.ingest.max_report_bytes + MQTT_FRAMING_BYTES:,}",
+        )
 
 
 def _sd_notify(message: str) -> None:
@@ -133,6 +163,7 @@ async def run_service(
     """
     clock = clock or SystemClock()
     registry = load_registry(config.registry)
+    check_size_caps(config, registry)
     loop = asyncio.get_running_loop()
     if stop is None:
         stop = asyncio.Event()
