@@ -37,6 +37,8 @@ class IngestMetrics:
         capacity: the shuffle buffer's bound (``ingest.commit_max_reports``).
         compactions: segment folds into base aggregates.
         pruned: report ids forgotten after their period left the retention window.
+        sd_notify_dropped: notifications to systemd dropped because they could not be sent
+            without blocking (``collector.systemd``).
     """
 
     messages: int = 0
@@ -53,6 +55,7 @@ class IngestMetrics:
     capacity: int = 1
     compactions: int = 0
     pruned: int = 0
+    sd_notify_dropped: int = 0
     started: float = field(default_factory=time.time)
 
     def snapshot(self, now: float | None = None) -> dict[str, object]:
@@ -144,6 +147,12 @@ def render_prometheus(
         "ldp_collector_compactions_total", "counter", "Segment folds into base aggregates.", [("", metrics.compactions)]
     )
     metric("ldp_collector_pruned_ids_total", "counter", "Report ids forgotten after retention.", [("", metrics.pruned)])
+    metric(
+        "ldp_collector_sd_notify_dropped_total",
+        "counter",
+        "Notifications to systemd dropped rather than block the event loop.",
+        [("", metrics.sd_notify_dropped)],
+    )
     if transport is not None:
         metric(
             "ldp_collector_broker_connected",

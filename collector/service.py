@@ -12,12 +12,9 @@ DISCONNECT (the session, and messages queued while we are down, stay on the brok
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import logging
-import os
 import signal
-import socket
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +28,7 @@ from collector.live import LiveAggregates
 from collector.metrics import IngestMetrics
 from collector.mqtt import MqttTransport
 from collector.store import CheckpointStore
+from collector.systemd import Notifier
 from protocol.registry import Registry, RegistryError, parse_registry
 
 __all__ = ["MAINTENANCE_INTERVAL_S", "Service", "check_size_caps", "load_registry", "run_service"]
@@ -88,17 +86,6 @@ def check_size_caps(config: CollectorConfig, registry: Registry) -> None:
         )
 
 
-def _sd_notify(message: str) -> None:
-    """Tell systemd (Type=notify) about our state; a no-op outside systemd."""
-    address = os.environ.get("NOTIFY_SOCKET")
-    if not address:
-        return
-    if address.startswith("@"):
-        address = "\0" + address[1:]
-    with contextlib.suppress(OSError), socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
-        sock.sendto(message.encode(), address)
-
-
 @dataclass
 class Service:
     """The running parts, for the HTTP layer and tests."""
@@ -110,6 +97,7 @@ class Service:
     transport: MqttTransport
     ingest: Ingest
     live: LiveAggregates
+    notifier: Notifier
 
 
 async def _maintenance(service: Service, clock: Clock) -> None:
@@ -134,8 +122,20 @@ async def _maintenance(service: Service, clock: Clock) -> None:
             )
             if folded:
                 service.metrics.compactions += 1
-        _sd_notify("WATCHDOG=1")
         await asyncio.sleep(MAINTENANCE_INTERVAL_S)
+
+
+async def _watchdog(notifier: Notifier, metrics: IngestMetrics) -> None:
+    """``WATCHDOG=1`` at half ``$WATCHDOG_USEC`` while the event loop runs.
+
+    Its own task, not part of maintenance: a store that is failing (and being retried with
+    backoff) must not let systemd kill a collector that is up and reporting itself
+    unhealthy, which would turn a full disk into a restart loop.
+    """
+    while True:
+        notifier.notify("WATCHDOG=1")
+        metrics.sd_notify_dropped = notifier.dropped
+        await asyncio.sleep(notifier.watchdog_interval)
 
 
 async def run_service(
@@ -169,6 +169,7 @@ async def run_service(
         stop = asyncio.Event()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
+    notifier: Notifier | None = None
     store = StoreThread(lambda: CheckpointStore(config.store.path, registry, instance=config.instance))
     live: LiveAggregates | None = None
     try:
@@ -187,7 +188,8 @@ async def run_service(
         # Opened after the store thread has created the database and registered the use cases.
         live = LiveAggregates(config, registry)
         ingest.on_commit = lambda result: live.committed(result.keys)
-        service = Service(config, registry, store, metrics, transport, ingest, live)
+        notifier = Notifier()
+        service = Service(config, registry, store, metrics, transport, ingest, live, notifier)
         if http_starter is None and config.http.enabled:
             http_starter = serve_http
         log.info(
@@ -204,25 +206,28 @@ async def run_service(
             t_ingest = tg.create_task(ingest.run(), name="ingest")
             t_maintenance = tg.create_task(_maintenance(service, clock), name="maintenance")
             t_live = tg.create_task(live.run(), name="materialise")
+            t_watchdog = tg.create_task(_watchdog(notifier, metrics), name="watchdog") if notifier.enabled else None
             t_http = tg.create_task(http_starter(service), name="http") if http_starter else None
 
             async def ready() -> None:
                 await transport.wait_subscribed()
                 if on_ready is not None:
                     on_ready(service)
-                _sd_notify("READY=1")
+                notifier.notify("READY=1")
 
             t_ready = tg.create_task(ready(), name="ready")
             await stop.wait()
-            _sd_notify("STOPPING=1")
+            notifier.notify("STOPPING=1")
             log.info("stopping: committing buffered reports")
             t_ingest.cancel()
             await asyncio.wait({t_ingest})
             await transport.close()
-            for task in (t_transport, t_maintenance, t_live, t_http, t_ready):
+            for task in (t_transport, t_maintenance, t_live, t_watchdog, t_http, t_ready):
                 if task is not None:
                     task.cancel()
     finally:
         if live is not None:
             await asyncio.to_thread(live.close)
         store.close()
+        if notifier is not None:
+            notifier.close()
