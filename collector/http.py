@@ -53,7 +53,15 @@ log = logging.getLogger(__name__)
 
 _HEAD_LIMIT = 16 * 1024
 _READ_TIMEOUT = 10.0
-_REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed", 500: "Internal Server Error"}
+_REASONS = {
+    200: "OK",
+    400: "Bad Request",
+    404: "Not Found",
+    405: "Method Not Allowed",
+    431: "Request Header Fields Too Large",
+    500: "Internal Server Error",
+    503: "Service Unavailable",
+}
 
 
 @dataclass(frozen=True)
@@ -235,6 +243,10 @@ class HttpApi:
         if metrics is not None and transport is not None:
             snap = metrics.snapshot()
             body.update(connected=transport.connected, checkpoint_age_seconds=snap["checkpoint_age_seconds"])
+        if metrics is not None and metrics.store_error:
+            # Up, but not counting: reports wait at the broker until the store takes commits again.
+            body.update(status="unhealthy", cause=metrics.store_error, detail=metrics.store_error_detail)
+            return _json(503, body)
         return _json(200, body)
 
     async def _status(self) -> _Response:

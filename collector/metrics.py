@@ -37,6 +37,10 @@ class IngestMetrics:
         capacity: the shuffle buffer's bound (``ingest.commit_max_reports``).
         compactions: segment folds into base aggregates.
         pruned: report ids forgotten after their period left the retention window.
+        store_error: the cause (``disk-full``, ``locked``, ...) while the checkpoint store cannot
+            take commits, ``""`` while it can.
+        store_error_detail: its message, naming the database file.
+        store_failures: failed commit attempts, by cause.
         sd_notify_dropped: notifications to systemd dropped because they could not be sent
             without blocking (``collector.systemd``).
     """
@@ -56,6 +60,9 @@ class IngestMetrics:
     compactions: int = 0
     pruned: int = 0
     sd_notify_dropped: int = 0
+    store_error: str = ""
+    store_error_detail: str = ""
+    store_failures: Counter[str] = field(default_factory=Counter)
     started: float = field(default_factory=time.time)
 
     def snapshot(self, now: float | None = None) -> dict[str, object]:
@@ -74,6 +81,9 @@ class IngestMetrics:
             "buffer_fill": round(self.pending / self.capacity, 6),
             "compactions": self.compactions,
             "pruned": self.pruned,
+            "store_available": not self.store_error,
+            "store_error": self.store_error_detail or None,
+            "store_failures": dict(sorted(self.store_failures.items())),
             "uptime_seconds": round(now - self.started, 3),
         }
 
@@ -147,6 +157,18 @@ def render_prometheus(
         "ldp_collector_compactions_total", "counter", "Segment folds into base aggregates.", [("", metrics.compactions)]
     )
     metric("ldp_collector_pruned_ids_total", "counter", "Report ids forgotten after retention.", [("", metrics.pruned)])
+    metric(
+        "ldp_collector_store_available",
+        "gauge",
+        "1 while the checkpoint store takes commits; 0 while ingest waits for it (see store failures).",
+        [("", int(not metrics.store_error))],
+    )
+    metric(
+        "ldp_collector_store_failures_total",
+        "counter",
+        "Commit attempts the checkpoint store could not take, by cause.",
+        [(f'{{cause="{_escape(c)}"}}', v) for c, v in sorted(metrics.store_failures.items())],
+    )
     metric(
         "ldp_collector_sd_notify_dropped_total",
         "counter",

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from collector.config import CollectorConfig
-from collector.errors import ConfigError
+from collector.errors import ConfigError, StoreUnavailable
 from collector.http import serve_http
 from collector.ingest import Clock, Ingest, StoreThread, SystemClock
 from collector.live import LiveAggregates
@@ -102,27 +102,35 @@ class Service:
 
 async def _maintenance(service: Service, clock: Clock) -> None:
     """Retention (low-water marks, report-id pruning) and compaction, periodically."""
-    cfg = service.config
     while True:
-        now = clock.time()
-        marks = {
-            name: max(uc.period.index_at(now) - cfg.ingest.retention_periods + 1, 0)
-            for name, uc in service.registry.use_cases.items()
-        }
-        # Raise the marks in ingest first: from now on it refuses those periods, so the ids
-        # pruned next can never be needed again.
-        service.ingest.raise_low_water(marks)
-        service.metrics.pruned += await service.store.call(functools.partial(CheckpointStore.prune, low_water=marks))
-        keys = await service.store.call(
-            functools.partial(CheckpointStore.compaction_candidates, compact_after=cfg.store.compact_after)
-        )
-        for use_case, period in keys:
-            folded = await service.store.call(
-                functools.partial(CheckpointStore.compact, use_case=use_case, period=period)
-            )
-            if folded:
-                service.metrics.compactions += 1
+        try:
+            await _maintain(service, clock)
+        except StoreUnavailable as exc:
+            # Ingest reports the store's state (healthz, metrics, log); pruning and compaction
+            # simply wait for the next round.
+            log.debug("maintenance skipped: %s", exc)
         await asyncio.sleep(MAINTENANCE_INTERVAL_S)
+
+
+async def _maintain(service: Service, clock: Clock) -> None:
+    """One round of retention and compaction."""
+    cfg = service.config
+    now = clock.time()
+    marks = {
+        name: max(uc.period.index_at(now) - cfg.ingest.retention_periods + 1, 0)
+        for name, uc in service.registry.use_cases.items()
+    }
+    # Raise the marks in ingest first: from now on it refuses those periods, so the ids
+    # pruned next can never be needed again.
+    service.ingest.raise_low_water(marks)
+    service.metrics.pruned += await service.store.call(functools.partial(CheckpointStore.prune, low_water=marks))
+    keys = await service.store.call(
+        functools.partial(CheckpointStore.compaction_candidates, compact_after=cfg.store.compact_after)
+    )
+    for use_case, period in keys:
+        folded = await service.store.call(functools.partial(CheckpointStore.compact, use_case=use_case, period=period))
+        if folded:
+            service.metrics.compactions += 1
 
 
 async def _watchdog(notifier: Notifier, metrics: IngestMetrics) -> None:

@@ -40,13 +40,15 @@ new aggregates and the old ones stay readable, never mixed.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import os
 import secrets
 import sqlite3
 import time
 import zlib
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -54,7 +56,7 @@ from typing import Any, Protocol
 import msgpack
 import numpy as np
 
-from collector.errors import StoreError
+from collector.errors import StoreError, StoreUnavailable
 from collector.folding import batch_from_plain, batch_to_plain, concat_batches
 from protocol.errors import StateError
 from protocol.interfaces import Aggregate, Batch
@@ -151,6 +153,30 @@ def report_allowance(use_case: UseCase) -> int:
     del use_case  # the same for every mechanism and period length; kept for a per-use-case rule
     return 1
 
+# SQLite's primary result codes of failures that can pass (sqlite3.h), and what they mean to
+# an operator. Anything else (SQLITE_CORRUPT, SQLITE_NOTADB, a schema problem) is a StoreError
+# that stops the collector.
+_TRANSIENT: dict[int, tuple[str, str]] = {
+    13: ("disk-full", "the disk is full (SQLITE_FULL); free space on its file system"),
+    5: ("locked", "the database is locked by another process (SQLITE_BUSY)"),
+    6: ("locked", "a table is locked (SQLITE_LOCKED)"),
+    8: ("read-only", "the database is read-only (SQLITE_READONLY); check its permissions and mount"),
+    10: ("io-error", "an I/O error occurred (SQLITE_IOERR); check the disk"),
+    14: ("cannot-open", "the database file cannot be opened (SQLITE_CANTOPEN)"),
+}
+
+
+def _transient(path: Path, exc: sqlite3.Error) -> StoreUnavailable | None:
+    """The StoreUnavailable for a SQLite failure that can pass, or None for one that cannot."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    if code is None:
+        return None
+    known = _TRANSIENT.get(code & 0xFF)
+    if known is None:
+        return None
+    cause, text = known
+    return StoreUnavailable(cause, str(path), f"{text}: {exc}")
+
 
 def use_case_fingerprint(use_case: UseCase) -> bytes:
     """16 bytes that change whenever the meaning of the use case's aggregate changes.
@@ -193,6 +219,14 @@ def _unpack(blob: bytes) -> Any:
         return msgpack.unpackb(raw, raw=False, strict_map_key=False)
     except (zlib.error, ValueError, msgpack.UnpackException) as exc:
         raise StoreError(f"a checkpoint blob cannot be read ({exc}); the database is damaged") from exc
+
+
+def _rollback(db: sqlite3.Connection) -> None:
+    """Roll back if a transaction is open; SQLite may already have rolled it back itself
+    (after SQLITE_FULL or an I/O error), and a failing ROLLBACK must not hide the cause."""
+    if db.in_transaction:
+        with contextlib.suppress(sqlite3.Error):
+            db.execute("ROLLBACK")
 
 
 class FoldedReport(Protocol):
@@ -308,6 +342,7 @@ class CheckpointStore:
                 # compaction deletes segments.
                 self._db.execute("PRAGMA secure_delete=ON")
                 self._db.executescript(_SCHEMA)
+            self._identity = self._file_identity()
             self._db.execute("PRAGMA busy_timeout=30000")
             self._check_schema()
             self._use_cases = self._register_use_cases()
@@ -346,6 +381,27 @@ class CheckpointStore:
         """Close the database connection."""
         self._db.close()
 
+    def _file_identity(self) -> tuple[int, int] | None:
+        try:
+            st = os.stat(self.path)
+        except FileNotFoundError:
+            return None
+        return st.st_dev, st.st_ino
+
+    def check_file(self) -> None:
+        """Raise StoreUnavailable if the database file was removed or replaced since it was opened.
+
+        SQLite goes on writing to an unlinked file without an error: every commit after
+        that would be acknowledged and then lost with the file.
+        """
+        if not self.readonly and self._file_identity() != self._identity:
+            raise StoreUnavailable(
+                "vanished",
+                str(self.path),
+                "the database file was removed or replaced while the collector had it open; "
+                "restore it (or move the replacement away) and the collector resumes, or restart it",
+            )
+
     # -- commit ------------------------------------------------------------------------
 
     def commit(
@@ -359,6 +415,24 @@ class CheckpointStore:
         its device's :func:`report_allowance` is not folded and is counted in
         ``over_allowance``. Identities are used here and never stored.
         """
+        with self._failures():
+            return self._commit(reports, counters, senders)
+
+    @contextlib.contextmanager
+    def _failures(self) -> Iterator[None]:
+        """Map SQLite failures of a write to StoreUnavailable (can pass) or StoreError (cannot)."""
+        try:
+            yield
+        except sqlite3.Error as exc:
+            transient = _transient(self.path, exc)
+            if transient is None:
+                raise StoreError(f"{self.path}: {exc}") from exc
+            raise transient from exc
+
+    def _commit(
+        self, reports: Sequence[FoldedReport], counters: Mapping[str, int], senders: Sequence[bytes] | None
+    ) -> CommitResult:
+        self.check_file()
         start = time.perf_counter()
         db = self._db
         sender_of: dict[bytes, bytes] = {}
@@ -410,8 +484,7 @@ class CheckpointStore:
             )
             db.execute("COMMIT")
         except BaseException:
-            if db.in_transaction:
-                db.execute("ROLLBACK")
+            _rollback(db)
             raise
         return CommitResult(len(fresh), records, duplicates, expired, time.perf_counter() - start, tuple(groups), over)
 
@@ -684,6 +757,11 @@ class CheckpointStore:
         Returns:
             The number of report ids forgotten.
         """
+        with self._failures():
+            return self._prune(low_water)
+
+    def _prune(self, low_water: Mapping[str, int]) -> int:
+        self.check_file()
         removed = forgotten = 0
         db = self._db
         db.execute("BEGIN IMMEDIATE")
@@ -708,8 +786,7 @@ class CheckpointStore:
                     forgotten += cur.rowcount
             db.execute("COMMIT")
         except BaseException:
-            if db.in_transaction:
-                db.execute("ROLLBACK")
+            _rollback(db)
             raise
         if forgotten:
             # The WAL still holds earlier images of those pages: copy the zeroed pages into the
@@ -742,6 +819,11 @@ class CheckpointStore:
 
     def compact(self, use_case: str, period: int) -> int:
         """Fold the key's segments into its base, in one transaction; return segments folded."""
+        with self._failures():
+            return self._compact(use_case, period)
+
+    def _compact(self, use_case: str, period: int) -> int:
+        self.check_file()
         row = self._use_cases[use_case]
         db = self._db
         db.execute("BEGIN IMMEDIATE")
@@ -752,7 +834,7 @@ class CheckpointStore:
                 (row.id, period),
             ).fetchall()
             if not segs:
-                db.execute("ROLLBACK")
+                _rollback(db)
                 return 0
             for _seq, kind, n_rep, n_rec, blob in segs:
                 agg = self._fold(row, agg, kind, blob)
@@ -773,8 +855,7 @@ class CheckpointStore:
             )
             db.execute("COMMIT")
         except BaseException:
-            if db.in_transaction:
-                db.execute("ROLLBACK")
+            _rollback(db)
             raise
         return len(segs)
 
