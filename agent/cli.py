@@ -28,6 +28,7 @@ from agent.errors import (
     KeyUnavailableError,
     PolicyError,
     StateUnreadableError,
+    StateWriteError,
     UseCaseStoppedError,
     ValueRefusedError,
 )
@@ -408,6 +409,9 @@ def _dispatch(cfg: AgentConfig, args: argparse.Namespace) -> int:
     except (StateUnreadableError, KeyUnavailableError) as e:
         print(f"ldp-agent: {e}", file=sys.stderr)
         return EXIT_CODES["state-unreadable"]
+    except StateWriteError as e:
+        print(f"ldp-agent: {e}", file=sys.stderr)
+        return EXIT_CODES["error"]
     except AgentBusyError as e:
         print(f"ldp-agent: {e}", file=sys.stderr)
         return EXIT_CODES["error"]
