@@ -282,6 +282,7 @@ class HttpApi:
                 "dropped": transport.dropped,
                 "protocol_errors": transport.protocol_errors,
                 "over_receive_maximum": transport.over_receive_maximum,
+                "broker": dict(transport.broker),
             }
         return _json(200, status)
 

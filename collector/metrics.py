@@ -93,6 +93,29 @@ class IngestMetrics:
         return max(self.lag_seconds, waiting)
 
 
+_BROKER_METRICS: tuple[tuple[str, str, str, str], ...] = (
+    (
+        "$SYS/broker/publish/messages/dropped",
+        "ldp_broker_messages_dropped_total",
+        "counter",
+        "Messages the broker dropped (full client queues) since it started ($SYS).",
+    ),
+    (
+        "$SYS/broker/store/messages/count",
+        "ldp_broker_stored_messages",
+        "gauge",
+        "Messages the broker holds: queued for clients, retained, in flight ($SYS).",
+    ),
+    (
+        "$SYS/broker/store/messages/bytes",
+        "ldp_broker_stored_bytes",
+        "gauge",
+        "Payload bytes the broker holds ($SYS).",
+    ),
+    ("$SYS/broker/clients/connected", "ldp_broker_clients_connected", "gauge", "Clients connected ($SYS)."),
+)
+
+
 def _escape(value: str) -> str:
     return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
 
@@ -225,6 +248,12 @@ def render_prometheus(
             "QoS 1 messages the broker sent beyond our Receive Maximum.",
             [("", transport.over_receive_maximum)],
         )
+    if transport is not None and transport.broker:
+        # The broker's own counters ($SYS/broker/..., see collector.mqtt.BROKER_COUNTERS): a
+        # growing dropped count means reports were lost at the broker (full queues).
+        for topic, name, kind, help_text in _BROKER_METRICS:
+            if topic in transport.broker:
+                metric(name, kind, help_text, [("", transport.broker[topic])])
     for name, value in sorted((extra or {}).items()):
         metric(name, "gauge", name.replace("_", " "), [("", value)])
     lines.append(f'ldp_collector_info{{instance="{_escape(instance)}"}} 1')

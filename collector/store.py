@@ -165,6 +165,7 @@ def report_allowance(use_case: UseCase) -> int:
     del use_case  # the same for every mechanism and period length; kept for a per-use-case rule
     return 1
 
+
 # SQLite's primary result codes of failures that can pass (sqlite3.h), and what they mean to
 # an operator. Anything else (SQLITE_CORRUPT, SQLITE_NOTADB, a schema problem) is a StoreError
 # that stops the collector.
