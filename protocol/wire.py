@@ -325,6 +325,68 @@ actual fault (an unknown key, a float version) by the full decode, and few enoug
 only a few dozen msgpack objects to the work a hostile message can cause."""
 
 
+_INT_WIDTH: Final = {0xCC: 1, 0xCD: 2, 0xCE: 4, 0xCF: 8}
+
+
+def _encoder_layout(data: bytes) -> tuple[str, int] | None:
+    """The use case and declared record count of a message laid out exactly as
+    :func:`encode_report` writes it (``{v, u, h, p, i, r}`` in that order, 16-byte bins), read
+    by hand: about a third of the cost of a general header scan, and every honest report
+    takes this path. ``None`` for any other layout (the general scan then reads it)."""
+    try:
+        if data[0] != 0x86 or data[1:3] != b"\xa1v" or data[3] > 0x7F or data[4:6] != b"\xa1u":
+            return None
+        pos = 6
+        head = data[pos]
+        if 0xA0 <= head <= 0xBF:
+            length, pos = head & 0x1F, pos + 1
+        elif head == 0xD9:
+            length, pos = data[pos + 1], pos + 2
+        else:
+            return None
+        name = data[pos : pos + length].decode("utf-8")
+        pos += length
+        if data[pos : pos + 4] != b"\xa1h\xc4\x10":
+            return None
+        pos += 4 + HASH_SIZE
+        if data[pos : pos + 2] != b"\xa1p":
+            return None
+        head = data[pos + 2]
+        pos += 3 + (0 if head <= 0x7F else _INT_WIDTH[head])
+        if data[pos : pos + 4] != b"\xa1i\xc4\x10":
+            return None
+        pos += 4 + REPORT_ID_SIZE
+        if data[pos : pos + 2] != b"\xa1r":
+            return None
+        head = data[pos + 2]
+        if 0x90 <= head <= 0x9F:
+            count = head & 0x0F
+        elif head == 0xDC:
+            count = int.from_bytes(data[pos + 3 : pos + 5], "big")
+        elif head == 0xDD:
+            count = int.from_bytes(data[pos + 3 : pos + 7], "big")
+        else:
+            return None
+    except (IndexError, KeyError, UnicodeDecodeError):
+        return None
+    return name, count
+
+
+def _check_bounds(data: bytes, use_case: UseCase, count: int) -> None:
+    """``oversize`` or ``too-many-records`` for a message over its use case's bounds."""
+    if len(data) > use_case.max_report_bytes + _SIZE_SLACK:
+        raise MalformedReportError(
+            "oversize",
+            "",
+            f"{len(data)} bytes exceed the {use_case.max_report_bytes} bytes of the largest "
+            f"report of use case {use_case.name!r}",
+        )
+    if count > use_case.daily_limit:
+        raise MalformedReportError(
+            "too-many-records", "records", f"{count} records declared; the limit is {use_case.daily_limit}"
+        )
+
+
 def _check_headers(data: bytes, registry: Registry) -> None:
     """Refuse, from the msgpack headers alone, a report bigger than its use case allows.
 
@@ -338,6 +400,12 @@ def _check_headers(data: bytes, registry: Registry) -> None:
     does not understand is left to the full decode, which names the fault; a report that
     passes the full decode always passes here.
     """
+    fast = _encoder_layout(data)
+    if fast is not None:
+        known = registry.use_cases.get(fast[0])
+        if known is not None:
+            _check_bounds(data, known, fast[1])
+        return
     unpacker = msgpack.Unpacker(
         raw=False,
         max_buffer_size=len(data),
@@ -356,13 +424,8 @@ def _check_headers(data: bytes, registry: Registry) -> None:
             if key == _K_USE_CASE:
                 name = unpacker.unpack()
                 use_case = registry.use_cases.get(name) if type(name) is str else None
-                if use_case is not None and len(data) > use_case.max_report_bytes + _SIZE_SLACK:
-                    raise MalformedReportError(
-                        "oversize",
-                        "",
-                        f"{len(data)} bytes exceed the {use_case.max_report_bytes} bytes of the largest "
-                        f"report of use case {name!r}",
-                    )
+                if use_case is not None:
+                    _check_bounds(data, use_case, 0)
             elif key == _K_RECORDS:
                 count = unpacker.read_array_header()
                 limit = (

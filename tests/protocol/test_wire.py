@@ -279,7 +279,9 @@ def test_roundtrip_gives_back_the_same_report(case: Case, data: st.DataObject) -
     mech: Any = uc.mechanism  # the typed half: batch() takes this mechanism's own records
     assert_same_batch(decoded.batch, mech.batch(records))
     case.check(uc.mechanism, decoded.batch)
-    assert len(encode_report(report)) <= uc.max_report_bytes
+    encoded = encode_report(report)
+    assert len(encoded) <= uc.max_report_bytes
+    assert wire._encoder_layout(encoded) == (uc.name, len(records))  # honest reports take the fast header path
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.mechanism)
