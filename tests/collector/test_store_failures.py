@@ -56,19 +56,17 @@ def _fill(directory: Path) -> Path:
     filler = directory / "filler"
     chunk = b"\0" * 65536
     failure = 0
-    with filler.open("wb") as f:
+    with filler.open("wb", buffering=0) as f:  # unbuffered: nothing left to fail at close
         while not failure:
             try:
                 f.write(chunk)
-                f.flush()
             except OSError as exc:
                 failure = exc.errno or -1
     assert failure == errno.ENOSPC
     # Also take the last partial block.
-    with contextlib.suppress(OSError), filler.open("ab") as f:
+    with filler.open("ab", buffering=0) as f, contextlib.suppress(OSError):
         while True:
             f.write(b"\0" * 512)
-            f.flush()
     return filler
 
 
