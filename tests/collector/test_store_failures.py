@@ -20,8 +20,12 @@ from typing import Any
 
 import pytest
 
+from collector.errors import StoreUnavailable
+from collector.store import CheckpointStore
 from protocol.registry import Registry
+from protocol.wire import decode_report, encode_report
 from tests.collector.processes import BackgroundPublishers, CollectorProcess, committed, wait_committed, write_config
+from tests.collector.support import current_period, privatized_reports
 from tests.collector.test_faults import _check_exact, _stream
 from tests.support.broker import Broker, free_port
 
@@ -135,3 +139,21 @@ def test_disk_full_stops_acknowledging_reports_unhealthy_and_resumes_exactly_onc
         print(f"disk full with {stuck} of {FIRST + SECOND} committed; after freeing space: {final}")
     finally:
         collector.close()
+
+
+def test_a_read_only_database_is_a_store_unavailable_that_passes(tmp_path: Path, registry: Registry) -> None:
+    """A database that refuses writes (SQLITE_READONLY) fails the commit as read-only; writable again, it commits."""
+    made = privatized_reports(registry, "flag", 5, period=current_period(registry, "flag"), seed=3)
+    reports = [decode_report(encode_report(r), registry) for r in made]
+    path = tmp_path / "ro.sqlite3"
+    store = CheckpointStore(path, registry, instance="t")
+    try:
+        store._db.execute("PRAGMA query_only = ON")  # what a read-only file or mount does to writes
+        with pytest.raises(StoreUnavailable) as info:
+            store.commit(reports, {"messages": 5})
+        assert info.value.cause == "read-only"
+        assert str(path) in str(info.value)
+        store._db.execute("PRAGMA query_only = OFF")
+        assert store.commit(reports, {"messages": 5}).reports == 5
+    finally:
+        store.close()
