@@ -1,6 +1,6 @@
 """The HTTP API refuses what it cannot serve with the right status: an absurd period is 400
-(not 500 with an OverflowError), an over-size request head is 431 (not a silent close), and
-/healthz says 503 with the cause while the store cannot take commits."""
+(not 500 with an OverflowError), an over-size request head is 431 (not a silent close).
+(/healthz's 503 while the store cannot commit is in test_store_failures.py.)"""
 
 from __future__ import annotations
 
