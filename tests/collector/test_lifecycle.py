@@ -4,7 +4,10 @@ the watchdog honours WATCHDOG_USEC, and a SIGKILLed collector leaves no process 
 from __future__ import annotations
 
 import os
+import signal
 import socket
+import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
@@ -12,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from collector.systemd import DEFAULT_WATCHDOG_S, Notifier
-from tests.collector.processes import CollectorProcess, write_config
+from tests.collector.processes import ROOT, CollectorProcess, write_config
 from tests.support.broker import Broker, free_port
 
 
@@ -77,19 +80,33 @@ def _poll(predicate: Callable[[], bool], timeout: float, what: str) -> None:
 def test_a_notify_socket_nobody_reads_does_not_freeze_the_collector(
     tmp_path: Path, mosquitto: Broker, registry_path: Path
 ) -> None:
-    """Pinging every 10 ms into a socket nobody drains, the collector still answers HTTP and stops on SIGTERM."""
+    """Pinging every 10 ms into a socket nobody drains after READY, the collector answers HTTP and stops on SIGTERM."""
     http_port = free_port()
     config = write_config(
         tmp_path / "c", registry=registry_path, host=mosquitto.host, port=mosquitto.port, http_port=http_port
     )
-    proc = CollectorProcess(config, log=tmp_path / "collector.log")
-    os.environ["WATCHDOG_USEC"] = "20000"
+    sock, address = _unread_socket()
+    env = dict(os.environ, NOTIFY_SOCKET=address, WATCHDOG_USEC="20000", PYTHONPATH=str(ROOT))
+    with (tmp_path / "collector.log").open("wb") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "collector", "--config", str(config), "run"],
+            cwd=ROOT,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
     try:
-        proc.start()
-    finally:
-        del os.environ["WATCHDOG_USEC"]
-    try:
-        # From READY on, nobody reads the socket: its queue fills within a few hundred pings.
+        sock.settimeout(0.5)
+        deadline = time.monotonic() + 60
+        while True:  # read until READY=1, then never again (a supervisor that stopped reading)
+            assert time.monotonic() < deadline, "no READY=1"
+            assert proc.poll() is None, f"the collector exited with {proc.returncode}"
+            try:
+                if b"READY=1" in sock.recv(4096).split(b"\n"):
+                    break
+            except TimeoutError:
+                continue
+
         def dropped() -> bool:
             status, body = _get(http_port, "/metrics")
             line = next(x for x in body.decode().splitlines() if x.startswith("ldp_collector_sd_notify_dropped_total"))
@@ -97,9 +114,13 @@ def test_a_notify_socket_nobody_reads_does_not_freeze_the_collector(
 
         _poll(dropped, 60.0, "no notification was ever dropped")
         assert _get(http_port, "/healthz")[0] == 200
-        assert proc.stop(timeout=30.0) == 0
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
     finally:
-        proc.close()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=10)
+        sock.close()
 
 
 def _descendants(pid: int) -> set[int]:
