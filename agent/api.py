@@ -33,7 +33,13 @@ from pathlib import Path
 from typing import Any
 
 from agent.core import Agent
-from agent.errors import ConsentRequiredError, StateUnreadableError, UseCaseStoppedError, ValueRefusedError
+from agent.errors import (
+    ConsentRequiredError,
+    StateUnreadableError,
+    StateWriteError,
+    UseCaseStoppedError,
+    ValueRefusedError,
+)
 from agent.state import LedgerEntry
 from agent.usecases import coerce_text
 
@@ -143,6 +149,8 @@ def handle_request(agent: Agent, request: object, *, on_change: Callable[[], Non
         return _error("use-case-stopped", str(e))
     except StateUnreadableError as e:
         return _error("state-unreadable", str(e))
+    except StateWriteError as e:
+        return _error("state-unwritable", str(e))
 
 
 @contextlib.asynccontextmanager

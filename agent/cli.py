@@ -28,6 +28,7 @@ from agent.errors import (
     KeyUnavailableError,
     PolicyError,
     StateUnreadableError,
+    StateWriteError,
     UseCaseStoppedError,
     ValueRefusedError,
 )
@@ -382,10 +383,23 @@ def _main(argv: Sequence[str] | None) -> int:
         return _dispatch(cfg, args)
     except BrokenPipeError:
         raise  # the reader of stdout went away: quiet_on_closed_pipe ends it
-    except Exception:
+    except Exception as exc:
+        leaves = _leaves(exc)
+        if all(isinstance(leaf, StateWriteError) for leaf in leaves):
+            # The daemon's tasks could not write state (a full disk): say which file and why,
+            # without a traceback; the exit status lets systemd retry later.
+            for leaf in leaves:
+                logging.getLogger("ldp_agent").error("the agent stopped: %s", leaf)
+            return EXIT_CODES["error"]
         # Unexpected: log the traceback and exit non-zero, so systemd restarts the service.
         logging.getLogger("ldp_agent").exception("the agent failed")
         return EXIT_CODES["error"]
+
+
+def _leaves(exc: BaseException) -> list[BaseException]:
+    if isinstance(exc, BaseExceptionGroup):
+        return [leaf for inner in exc.exceptions for leaf in _leaves(inner)]
+    return [exc]
 
 
 def _dispatch(cfg: AgentConfig, args: argparse.Namespace) -> int:
@@ -408,6 +422,9 @@ def _dispatch(cfg: AgentConfig, args: argparse.Namespace) -> int:
     except (StateUnreadableError, KeyUnavailableError) as e:
         print(f"ldp-agent: {e}", file=sys.stderr)
         return EXIT_CODES["state-unreadable"]
+    except StateWriteError as e:
+        print(f"ldp-agent: {e}", file=sys.stderr)
+        return EXIT_CODES["error"]
     except AgentBusyError as e:
         print(f"ldp-agent: {e}", file=sys.stderr)
         return EXIT_CODES["error"]

@@ -30,7 +30,13 @@ import msgpack
 
 from agent.accounting import EPSILON_SLACK, Budget, day_of
 from agent.clock import Clock
-from agent.errors import ConsentRequiredError, StateUnreadableError, UseCaseStoppedError, ValueRefusedError
+from agent.errors import (
+    ConsentRequiredError,
+    ConsentUnreadableError,
+    StateUnreadableError,
+    UseCaseStoppedError,
+    ValueRefusedError,
+)
 from agent.sealed import Sealer, fsync_directory
 from agent.state import (
     AGENT_VERSION,
@@ -221,6 +227,7 @@ class Agent:
         self.ledger_broken: str | None = None
         self._manifest: ManifestDoc | None = None
         self._manifest_on_disk: ManifestDoc | None = None
+        self.consent_broken: str | None = None
         self._load()
 
     # ------------------------------------------------------------------ files
@@ -239,11 +246,15 @@ class Agent:
         self._ledger = None
         self.ledger_broken = None
         self._manifest = None
+        self.consent_broken = None
         try:
             raw = self._sealer.read(self._path("consent" + _SUFFIX), "consent", CONSENT_VERSION)
             self._consent = None if raw is None else ConsentDoc.from_plain(raw)
         except (StateUnreadableError, ValueError) as e:
-            log.error("consent record is unreadable (%s); treating the agent as not opted in", e)
+            # Most often a key that is not the one the state was sealed with: say so, rather
+            # than "the user has not opted in", which sends people to grant consent again.
+            self.consent_broken = e.reason if isinstance(e, StateUnreadableError) else str(e)
+            log.error("consent record is unreadable (%s); nothing is recorded or sent until it opens", e)
             self._consent = None
         if self._consent is None:
             return
@@ -501,6 +512,12 @@ class Agent:
         return removed
 
     def _require_consent(self) -> None:
+        if self._consent is None and self.consent_broken is not None:
+            raise ConsentUnreadableError(
+                f"the state key does not open the state in {self.state_dir} (consent record: "
+                f"{self.consent_broken}): use the key it was written with (key_file or the systemd "
+                "credential), or revoke consent to delete the state and start over"
+            )
         if self._consent is None:
             raise ConsentRequiredError(
                 "the user has not opted in: nothing is recorded or sent (ldp-agent consent grant)"

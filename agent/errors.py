@@ -6,7 +6,10 @@
 * :class:`ValueRefusedError` - an application handed a value that does not fit its use case.
 * :class:`UseCaseStoppedError` - the use case stopped (its lifetime ε cap is spent, its state is
   unreadable, or its parameters changed under its permanent randomness).
-* :class:`ConsentRequiredError` - something was asked of an agent whose user has not opted in.
+* :class:`ConsentRequiredError` - something was asked of an agent whose user has not opted in
+  (:class:`ConsentUnreadableError`: or whose consent record the state key does not open).
+* :class:`StateWriteError` - a state file cannot be written (disk full, read-only); it names
+  the file and the cause.
 * :class:`StateUnreadableError` - a sealed state file cannot be decrypted or parsed; the use cases
   that depend on it stop (their permanent randomness is never redrawn silently).
 * :class:`KeyUnavailableError` - the state key cannot be loaded (missing, wrong mode, wrong size).
@@ -22,9 +25,11 @@ __all__ = [
     "AgentError",
     "ConfigError",
     "ConsentRequiredError",
+    "ConsentUnreadableError",
     "KeyUnavailableError",
     "PolicyError",
     "StateUnreadableError",
+    "StateWriteError",
     "TransportError",
     "UseCaseStoppedError",
     "ValueRefusedError",
@@ -76,6 +81,26 @@ class UseCaseStoppedError(AgentError):
 
 class ConsentRequiredError(AgentError):
     """Nothing is recorded or sent before the user opts in."""
+
+
+class ConsentUnreadableError(ConsentRequiredError):
+    """A consent record exists but cannot be opened (most often: not the key it was sealed with).
+
+    A :class:`ConsentRequiredError`, since nothing may be recorded or sent, but its message
+    says that the key does not open the state, not that the user has not opted in.
+    """
+
+
+class StateWriteError(AgentError):
+    """A state file cannot be written (a full disk, a read-only or vanished state directory).
+
+    Nothing of the change it carried was kept: the previous file stands.
+    """
+
+    def __init__(self, path: str, reason: str) -> None:
+        self.path = path
+        self.reason = reason
+        super().__init__(f"cannot write state file {path}: {reason}")
 
 
 class StateUnreadableError(AgentError):

@@ -17,6 +17,7 @@ GCM.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import secrets
 import stat
@@ -28,7 +29,7 @@ import msgpack
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
-from agent.errors import KeyUnavailableError, StateUnreadableError
+from agent.errors import KeyUnavailableError, StateUnreadableError, StateWriteError
 
 __all__ = ["KEY_BYTES", "Sealer", "atomic_write", "create_key_file", "fsync_directory", "load_key"]
 
@@ -124,23 +125,45 @@ def fsync_directory(directory: Path) -> None:
 
 
 def atomic_write(path: Path, data: bytes) -> None:
-    """Replace ``path`` with ``data``: temp file, fsync, rename, fsync of the directory."""
+    """Replace ``path`` with ``data``: temp file, fsync, rename, fsync of the directory.
+
+    Raises:
+        StateWriteError: the file cannot be written (no space left, a read-only or missing
+            state directory, ...), naming the file, its directory and the cause; the
+            previous file is left as it was.
+    """
     tmp = path.with_name(f".{path.name}.{secrets.token_hex(6)}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
     try:
-        view = memoryview(data)
-        while view:
-            written = os.write(fd, view)
-            view = view[written:]
-        os.fsync(fd)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        try:
+            view = memoryview(data)
+            while view:
+                written = os.write(fd, view)
+                view = view[written:]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+        fsync_directory(path.parent)
+    except OSError as e:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        hint = {
+            errno.ENOSPC: "no space left on the device",
+            errno.EDQUOT: "the disk quota is exhausted",
+            errno.EROFS: "the file system is read-only",
+            errno.EACCES: "permission denied",
+            errno.ENOENT: "the directory does not exist",
+        }.get(e.errno or 0, e.strerror or type(e).__name__)
+        raise StateWriteError(
+            str(path),
+            f"{hint} (state directory {path.parent}); the previous state is kept and nothing of this change "
+            "was recorded: free space or fix the directory, then retry",
+        ) from e
     except BaseException:
-        os.close(fd)
         with contextlib.suppress(OSError):
             tmp.unlink()
         raise
-    os.close(fd)
-    os.replace(tmp, path)
-    fsync_directory(path.parent)
 
 
 class Sealer:

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from collector.config import CollectorConfig, check_files, load_config
-from collector.errors import CollectorError, ConfigError, StoreError
+from collector.errors import CollectorError, ConfigError, StoreError, StoreUnavailable
 from collector.estimation import compute_estimate, format_estimate, load_dictionary, store_status
 from collector.service import load_registry, run_service
 from protocol.exit_status import HELP as EXIT_HELP
@@ -44,6 +44,9 @@ __all__ = ["check_config", "main"]
 
 DEFAULT_CONFIG = "/etc/ldp-collector/collector.toml"
 EXIT_RUNTIME, EXIT_CONFIG, EXIT_NOTHING = ExitStatus.ERROR, ExitStatus.CONFIG, ExitStatus.NOT_RELEASED
+EXIT_STORE = ExitStatus.STORE_DAMAGED
+# The checkpoint store is damaged or missing; restarting cannot help (the unit lists the
+# status in RestartPreventExitStatus=, so a damaged store is not a restart loop).
 
 
 def _config_path(arg: str | None) -> Path:
@@ -161,7 +164,10 @@ def _run(config: CollectorConfig) -> int:
             raise
         for leaf in leaves:
             print(f"ldp-collector: {leaf}", file=sys.stderr)
-        return EXIT_CONFIG if any(isinstance(e, ConfigError) for e in leaves) else EXIT_RUNTIME
+        if any(isinstance(e, ConfigError) for e in leaves):
+            return EXIT_CONFIG
+        damaged = any(isinstance(e, StoreError) and not isinstance(e, StoreUnavailable) for e in leaves)
+        return EXIT_STORE if damaged else EXIT_RUNTIME
     return 0
 
 

@@ -67,6 +67,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from collector.errors import ConfigError
+from protocol.registry import MAX_REPORT_BYTES
 
 __all__ = [
     "CollectorConfig",
@@ -129,7 +130,7 @@ class MqttConfig:
 class IngestConfig:
     """Validation, shuffling and commit batching."""
 
-    max_report_bytes: int = 65536
+    max_report_bytes: int = MAX_REPORT_BYTES
     commit_max_reports: int = 4000
     commit_interval_s: float = 0.25
     retention_periods: int = 28

@@ -14,7 +14,7 @@ counted by reason and acknowledged, never raised out of the ingest loop.
 
 from __future__ import annotations
 
-__all__ = ["CollectorError", "ConfigError", "StoreError", "TransportError"]
+__all__ = ["CollectorError", "ConfigError", "StoreError", "StoreUnavailable", "TransportError"]
 
 
 class CollectorError(Exception):
@@ -42,3 +42,23 @@ class TransportError(CollectorError):
 
 class StoreError(CollectorError):
     """The checkpoint store cannot be used."""
+
+
+class StoreUnavailable(StoreError):  # noqa: N818 - a state, like TimeoutError; it is an error subclass
+    """The checkpoint store cannot take a commit *now*, for a cause that can go away.
+
+    The disk is full, the database is locked by another process or read-only, an I/O error
+    occurred, or the file was removed or replaced under the running collector. Nothing of
+    the failed transaction was stored; ingest keeps the batch unacknowledged, stops
+    reading, reports itself unhealthy and retries with backoff.
+
+    Attributes:
+        cause: machine-readable: ``disk-full``, ``locked``, ``read-only``, ``io-error``,
+            ``cannot-open`` or ``vanished``.
+        path: the database file.
+    """
+
+    def __init__(self, cause: str, path: str, detail: str) -> None:
+        self.cause = cause
+        self.path = path
+        super().__init__(f"{path}: {detail}")

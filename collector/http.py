@@ -43,6 +43,7 @@ from collector.errors import CollectorError
 from collector.estimation import registry_of
 from collector.live import LiveAggregates
 from collector.metrics import IngestMetrics, render_prometheus
+from protocol.registry import Period
 
 if TYPE_CHECKING:
     from collector.service import Service
@@ -53,7 +54,16 @@ log = logging.getLogger(__name__)
 
 _HEAD_LIMIT = 16 * 1024
 _READ_TIMEOUT = 10.0
-_REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed", 500: "Internal Server Error"}
+_MAX_PERIOD = max(p.max_index for p in Period)  # larger indices overflowed SQLite's integers (HTTP 500)
+_REASONS = {
+    200: "OK",
+    400: "Bad Request",
+    404: "Not Found",
+    405: "Method Not Allowed",
+    431: "Request Header Fields Too Large",
+    500: "Internal Server Error",
+    503: "Service Unavailable",
+}
 
 
 @dataclass(frozen=True)
@@ -142,7 +152,17 @@ class HttpApi:
         try:
             try:
                 head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), _READ_TIMEOUT)
-            except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, TimeoutError, ConnectionError):
+            except asyncio.LimitOverrunError:
+                # RFC 6585 §5: say why instead of closing silently; the rest is not read.
+                await self._write(writer, _error(431, f"request head over {_HEAD_LIMIT} bytes"), head_only=False)
+                # Read (a bounded amount of) what the client is still sending: closing with
+                # unread input sends a reset, which can destroy the answer before it is read.
+                with contextlib.suppress(Exception):
+                    for _ in range(4):
+                        if not await asyncio.wait_for(reader.read(_HEAD_LIMIT), 1.0):
+                            break
+                return
+            except (asyncio.IncompleteReadError, TimeoutError, ConnectionError):
                 return
             request_line = head.split(b"\r\n", 1)[0].decode("latin-1")
             parts = request_line.split(" ")
@@ -198,7 +218,9 @@ class HttpApi:
                     try:
                         period = None if raw is None else int(raw)
                     except ValueError:
-                        return _error(400, f"period must be an integer; got {raw!r}")
+                        return _error(400, f"period must be an integer; got {str(raw)[:40]!r}")
+                    if period is not None and not 0 <= period <= _MAX_PERIOD:
+                        return _error(400, f"period must be a slot index in [0, {_MAX_PERIOD}]; got {str(raw)[:40]}")
                     flag = query.get("withheld", ["0"])[0]
                     if flag not in ("0", "1"):
                         return _error(400, f"withheld must be 0 or 1; got {flag!r}")
@@ -235,6 +257,10 @@ class HttpApi:
         if metrics is not None and transport is not None:
             snap = metrics.snapshot()
             body.update(connected=transport.connected, checkpoint_age_seconds=snap["checkpoint_age_seconds"])
+        if metrics is not None and metrics.store_error:
+            # Up, but not counting: reports wait at the broker until the store takes commits again.
+            body.update(status="unhealthy", cause=metrics.store_error, detail=metrics.store_error_detail)
+            return _json(503, body)
         return _json(200, body)
 
     async def _status(self) -> _Response:
@@ -256,6 +282,7 @@ class HttpApi:
                 "dropped": transport.dropped,
                 "protocol_errors": transport.protocol_errors,
                 "over_receive_maximum": transport.over_receive_maximum,
+                "broker": dict(transport.broker),
             }
         return _json(200, status)
 

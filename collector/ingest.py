@@ -21,6 +21,16 @@ The path of one message (003 §3.2.2 "Ingestion and Aggregation", made streaming
 Backpressure: while one commit runs (in the store's own thread) the next buffer fills; when
 it is full, ingest waits for the commit, the transport's buffer fills, and the broker stops
 sending at the Receive Maximum. Nothing grows without bound.
+
+Store failures bend, they do not break: when a commit fails for a cause that can pass (a
+full disk, a locked or read-only database, an I/O error, a database file removed under
+us: :class:`~collector.errors.StoreUnavailable`), nothing of it was stored and nothing is
+acknowledged. Ingest keeps the batch, stops taking messages (so the transport stops reading
+the socket and the broker holds the rest), marks the store unavailable with its cause
+(``/healthz`` answers 503, ``ldp_collector_store_available`` is 0, a warning names the
+cause), and retries the same batch with capped, jittered exponential backoff. When a retry
+commits, the batch is acknowledged and ingest resumes by itself. A crash loop under
+``Restart=on-failure`` on a full disk is thus replaced by a collector that waits, visibly.
 """
 
 from __future__ import annotations
@@ -29,6 +39,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import logging
+import random
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
@@ -39,6 +50,7 @@ from typing import Protocol, TypeVar
 import numpy as np
 
 from collector.config import IngestConfig
+from collector.errors import StoreUnavailable
 from collector.metrics import IngestMetrics
 from collector.store import CheckpointStore, CommitResult
 from collector.transport import Delivery, Transport
@@ -46,11 +58,16 @@ from protocol.errors import MalformedReportError
 from protocol.registry import Registry
 from protocol.wire import DecodedReport, decode_report
 
-__all__ = ["Clock", "Ingest", "StoreThread", "SystemClock", "period_windows"]
+__all__ = ["RETRY_MAX_S", "RETRY_MIN_S", "Clock", "Ingest", "StoreThread", "SystemClock", "period_windows"]
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+
+RETRY_MIN_S = 0.1
+"""First wait before retrying a commit the store could not take."""
+RETRY_MAX_S = 30.0
+"""Longest wait between retries (doubling from RETRY_MIN_S, with jitter)."""
 
 
 class Clock(Protocol):
@@ -118,6 +135,8 @@ class StoreThread:
 @dataclass
 class _Commit:
     future: asyncio.Future[CommitResult]
+    reports: list[DecodedReport]
+    senders: list[bytes]
     tokens: list[int]
     counters: Counter[str]
     since: float
@@ -168,6 +187,7 @@ class Ingest:
         self._ids: set[bytes] = set()
         self._since = 0.0
         self._inflight: _Commit | None = None
+        self._failed: _Commit | None = None  # a commit the store could not take, to retry
         self._windows = period_windows(registry, self.clock.time(), config, self.low_water)
         self._windows_at = time.monotonic()
 
@@ -186,6 +206,9 @@ class Ingest:
         receiving: asyncio.Task[list[Delivery]] | None = None
         try:
             while True:
+                if self._failed is not None:
+                    await self._recover()
+                    continue
                 if receiving is None:
                     room = self.config.commit_max_reports - len(self._tokens)
                     receiving = asyncio.create_task(self.transport.receive(max(room, 1)), name="ingest-receive")
@@ -224,8 +247,14 @@ class Ingest:
         """
         if self._inflight is not None:
             running, self._inflight = self._inflight, None
-            await asyncio.shield(running.future)
+            with contextlib.suppress(Exception):
+                await asyncio.shield(running.future)
             self._finish(running)
+        if self._failed is not None or self.metrics.store_error:
+            # The store cannot take commits: leave everything unacknowledged; the broker
+            # redelivers it to the next collector session.
+            log.warning("stopping with the store unavailable: %d messages left unacknowledged", self._pending())
+            return
         if self._tokens:
             await self._start_commit()
             last = self._inflight
@@ -293,8 +322,11 @@ class Ingest:
     async def _start_commit(self) -> None:
         if self._inflight is not None:
             inflight, self._inflight = self._inflight, None
-            await inflight.future
+            with contextlib.suppress(Exception):
+                await inflight.future
             self._finish(inflight)
+        if self._failed is not None:
+            return  # the buffer waits until the failed batch is in
         reports = self._reports
         # 003 §3.2.2: "randomly permutes the ordering of privatized records within each use
         # case" - the store concatenates records in this order.
@@ -304,6 +336,8 @@ class Ingest:
         counters = self._counters
         self._inflight = _Commit(
             future=self.store.submit(lambda s: s.commit(shuffled, counters, senders)),
+            reports=shuffled,
+            senders=senders,
             tokens=self._tokens,
             counters=counters,
             since=self._since,
@@ -314,8 +348,62 @@ class Ingest:
         self.metrics.pending = 0
         self.metrics.pending_since = 0.0
 
+    def _pending(self) -> int:
+        return len(self._tokens) + (len(self._failed.tokens) if self._failed is not None else 0)
+
     def _finish(self, commit: _Commit) -> None:
-        result = commit.future.result()  # a failed commit ends ingest (and the service)
+        try:
+            result = commit.future.result()
+        except StoreUnavailable as exc:
+            self._unavailable(exc)
+            self._failed = commit
+            return
+        # Any other failure ends ingest (and the service): the store is damaged or misused.
+        self._acknowledge(commit, result)
+
+    def _unavailable(self, exc: StoreUnavailable) -> None:
+        m = self.metrics
+        m.store_failures[exc.cause] += 1
+        if m.store_error != exc.cause:
+            log.warning(
+                "checkpoint store unavailable (%s): %s; not acknowledging and not reading until a retry commits",
+                exc.cause,
+                exc,
+            )
+        m.store_error = exc.cause
+        m.store_error_detail = str(exc)
+
+    async def _recover(self) -> None:
+        """Retry the failed batch with capped, jittered exponential backoff until it commits."""
+        failed = self._failed
+        assert failed is not None
+        delay = RETRY_MIN_S
+        began = time.monotonic()
+
+        def retry(store: CheckpointStore) -> CommitResult:
+            assert failed is not None
+            return store.commit(failed.reports, failed.counters, failed.senders)
+
+        while True:
+            await asyncio.sleep(delay * random.uniform(0.5, 1.0))  # jitter: no secret, the stdlib PRNG does
+            try:
+                result = await self.store.call(retry)
+            except StoreUnavailable as exc:
+                self._unavailable(exc)
+                delay = min(delay * 2, RETRY_MAX_S)
+                continue
+            break
+        log.warning(
+            "checkpoint store available again after %.1f s (%s); resuming",
+            time.monotonic() - began,
+            self.metrics.store_error,
+        )
+        self.metrics.store_error = ""
+        self.metrics.store_error_detail = ""
+        self._failed = None
+        self._acknowledge(failed, result)
+
+    def _acknowledge(self, commit: _Commit, result: CommitResult) -> None:
         # Acknowledge only now: the contribution and the report ids are durable.
         self.transport.ack(commit.tokens)
         m = self.metrics

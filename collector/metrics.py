@@ -37,6 +37,12 @@ class IngestMetrics:
         capacity: the shuffle buffer's bound (``ingest.commit_max_reports``).
         compactions: segment folds into base aggregates.
         pruned: report ids forgotten after their period left the retention window.
+        store_error: the cause (``disk-full``, ``locked``, ...) while the checkpoint store cannot
+            take commits, ``""`` while it can.
+        store_error_detail: its message, naming the database file.
+        store_failures: failed commit attempts, by cause.
+        sd_notify_dropped: notifications to systemd dropped because they could not be sent
+            without blocking (``collector.systemd``).
     """
 
     messages: int = 0
@@ -53,6 +59,10 @@ class IngestMetrics:
     capacity: int = 1
     compactions: int = 0
     pruned: int = 0
+    sd_notify_dropped: int = 0
+    store_error: str = ""
+    store_error_detail: str = ""
+    store_failures: Counter[str] = field(default_factory=Counter)
     started: float = field(default_factory=time.time)
 
     def snapshot(self, now: float | None = None) -> dict[str, object]:
@@ -71,6 +81,9 @@ class IngestMetrics:
             "buffer_fill": round(self.pending / self.capacity, 6),
             "compactions": self.compactions,
             "pruned": self.pruned,
+            "store_available": not self.store_error,
+            "store_error": self.store_error_detail or None,
+            "store_failures": dict(sorted(self.store_failures.items())),
             "uptime_seconds": round(now - self.started, 3),
         }
 
@@ -78,6 +91,29 @@ class IngestMetrics:
         """The larger of the last commit's lag and the age of the oldest pending report."""
         waiting = time.monotonic() - self.pending_since if self.pending_since else 0.0
         return max(self.lag_seconds, waiting)
+
+
+_BROKER_METRICS: tuple[tuple[str, str, str, str], ...] = (
+    (
+        "$SYS/broker/publish/messages/dropped",
+        "ldp_broker_messages_dropped_total",
+        "counter",
+        "Messages the broker dropped (full client queues) since it started ($SYS).",
+    ),
+    (
+        "$SYS/broker/store/messages/count",
+        "ldp_broker_stored_messages",
+        "gauge",
+        "Messages the broker holds: queued for clients, retained, in flight ($SYS).",
+    ),
+    (
+        "$SYS/broker/store/messages/bytes",
+        "ldp_broker_stored_bytes",
+        "gauge",
+        "Payload bytes the broker holds ($SYS).",
+    ),
+    ("$SYS/broker/clients/connected", "ldp_broker_clients_connected", "gauge", "Clients connected ($SYS)."),
+)
 
 
 def _escape(value: str) -> str:
@@ -144,6 +180,24 @@ def render_prometheus(
         "ldp_collector_compactions_total", "counter", "Segment folds into base aggregates.", [("", metrics.compactions)]
     )
     metric("ldp_collector_pruned_ids_total", "counter", "Report ids forgotten after retention.", [("", metrics.pruned)])
+    metric(
+        "ldp_collector_store_available",
+        "gauge",
+        "1 while the checkpoint store takes commits; 0 while ingest waits for it (see store failures).",
+        [("", int(not metrics.store_error))],
+    )
+    metric(
+        "ldp_collector_store_failures_total",
+        "counter",
+        "Commit attempts the checkpoint store could not take, by cause.",
+        [(f'{{cause="{_escape(c)}"}}', v) for c, v in sorted(metrics.store_failures.items())],
+    )
+    metric(
+        "ldp_collector_sd_notify_dropped_total",
+        "counter",
+        "Notifications to systemd dropped rather than block the event loop.",
+        [("", metrics.sd_notify_dropped)],
+    )
     if transport is not None:
         metric(
             "ldp_collector_broker_connected",
@@ -194,6 +248,12 @@ def render_prometheus(
             "QoS 1 messages the broker sent beyond our Receive Maximum.",
             [("", transport.over_receive_maximum)],
         )
+    if transport is not None and transport.broker:
+        # The broker's own counters ($SYS/broker/..., see collector.mqtt.BROKER_COUNTERS): a
+        # growing dropped count means reports were lost at the broker (full queues).
+        for topic, name, kind, help_text in _BROKER_METRICS:
+            if topic in transport.broker:
+                metric(name, kind, help_text, [("", transport.broker[topic])])
     for name, value in sorted((extra or {}).items()):
         metric(name, "gauge", name.replace("_", " "), [("", value)])
     lines.append(f'ldp_collector_info{{instance="{_escape(instance)}"}} 1')

@@ -27,6 +27,12 @@ Guarantees:
   payload and the sender's identity (the topic levels between the subscription's prefix and
   the use case, which the broker's ACL ties to the authenticated user); the rest of the
   topic, properties and flags are discarded here.
+* **Loss at the broker is visible**: a second, QoS 0 subscription to a few of Mosquitto's
+  ``$SYS/broker/...`` counters (:data:`BROKER_COUNTERS`: messages dropped on full queues,
+  messages and bytes stored, clients connected) keeps their last values for
+  :meth:`MqttTransport.statistics` and the Prometheus metrics; they never reach ingest. The
+  ACL lets only the collector credential read them; a broker that refuses the subscription
+  costs a log line, nothing more.
 * **Reconnect outside the session** with capped, fully jittered exponential backoff; a
   refusal that retrying cannot fix (bad credentials, subscription not granted at QoS 1)
   raises :class:`~collector.errors.TransportError` and ends the service; so does a TLS file
@@ -60,6 +66,7 @@ from collector.transport import NO_ACK, Delivery, TransportStatistics
 from protocol.receipts import Receipt, encode_receipts
 
 __all__ = [
+    "BROKER_COUNTERS",
     "MqttProtocolError",
     "MqttPublisher",
     "MqttTransport",
@@ -197,6 +204,17 @@ def connect_packet(
     return _packet(CONNECT << 4, body)
 
 
+BROKER_COUNTERS: tuple[str, ...] = (
+    "$SYS/broker/publish/messages/dropped",
+    "$SYS/broker/store/messages/count",
+    "$SYS/broker/store/messages/bytes",
+    "$SYS/broker/clients/connected",
+)
+"""Mosquitto's counters the collector follows (published every ``sys_interval`` seconds)."""
+
+_SYS_PACKET_ID = 2  # the SUBSCRIBE of BROKER_COUNTERS (1 is the reports' subscription)
+
+
 def subscribe_packet(packet_id: int, topic_filter: str, *, qos: int = 1, version: int = 5) -> bytes:
     """A SUBSCRIBE packet for one topic filter."""
     body = struct.pack(">H", packet_id)
@@ -217,6 +235,14 @@ def publish_packet(
         body += b"\x00"
     body += payload
     return _packet((PUBLISH << 4) | (0x08 if dup else 0) | (qos << 1), body)
+
+
+def _sys_subscribe_packet() -> bytes:
+    """One SUBSCRIBE (packet id 2) for every topic of BROKER_COUNTERS, at QoS 0."""
+    body = struct.pack(">H", _SYS_PACKET_ID) + encode_varint(0)
+    for topic in BROKER_COUNTERS:
+        body += _str16(topic.encode()) + b"\x00"
+    return _packet((SUBSCRIBE << 4) | 0x02, body)
 
 
 def split_packets(buf: bytes) -> tuple[list[tuple[int, bytes]], bytes]:
@@ -416,6 +442,7 @@ class MqttTransport:
         self._dropped = 0
         self._last_rx = 0.0
         self._last_tx = 0.0
+        self._broker: dict[str, float] = {}
         self.session_present = False
         self._closing = False
         self._keepalive_s = config.keepalive_s
@@ -501,6 +528,7 @@ class MqttTransport:
             over_receive_maximum=self._over_receive_maximum,
             receipts_sent=self._receipts_sent,
             receipts_dropped=self._receipts_dropped,
+            broker=dict(self._broker),
         )
 
     async def wait_subscribed(self) -> None:
@@ -622,6 +650,7 @@ class MqttTransport:
         # Subscribing again on a resumed session is harmless (it replaces the identical
         # subscription) and covers a session the broker has forgotten.
         writer.write(subscribe_packet(1, cfg.topic_filter, qos=1))
+        writer.write(_sys_subscribe_packet())
         log.info(
             "connected to %s:%d as %s (session present: %s); subscribing to %s",
             cfg.host,
@@ -725,6 +754,10 @@ class MqttTransport:
                         # We announce no Topic Alias Maximum, so a topic is required (§3.3.2.1).
                         raise MqttProtocolError("PUBLISH without a topic name", reason=_PROTOCOL_ERROR)
                     i = start + 2 + topic_len
+                    if qos == 0 and buf[start + 2 : start + 7] == b"$SYS/":
+                        self._broker_counter(buf[start + 2 : i], buf, i, end)
+                        pos = end
+                        continue
                     if qos == 1:
                         if i + 2 > end:
                             raise MqttProtocolError("PUBLISH ends inside its topic or packet id")
@@ -794,11 +827,23 @@ class MqttTransport:
         identity, _, _ = topic[len(prefix) :].rpartition(b"/")
         return identity
 
+    def _broker_counter(self, topic: bytes, buf: bytes, i: int, end: int) -> None:
+        """Keep the value of a ``$SYS`` counter (a QoS 0 PUBLISH: properties, then ASCII digits)."""
+        if i >= end:
+            raise MqttProtocolError("PUBLISH ends before its properties")
+        _, i = parse_properties(buf, i, end)
+        with contextlib.suppress(ValueError, UnicodeDecodeError):
+            self._broker[topic.decode()] = float(buf[i:end].decode("ascii"))
+
     def _handle_suback(self, body: bytes) -> None:
         if len(body) < 3:
             raise MqttProtocolError("SUBACK too short")
         _, i = parse_properties(body, 2, len(body))
         codes = body[i:]
+        if (body[0] << 8 | body[1]) == _SYS_PACKET_ID:
+            if any(c >= 0x80 for c in codes):
+                log.warning("the broker refused its $SYS counters (reason codes %s): no broker metrics", codes.hex())
+            return
         if len(codes) != 1:
             raise MqttProtocolError(f"SUBACK carries {len(codes)} reason codes for one filter")
         code = codes[0]

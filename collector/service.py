@@ -12,28 +12,26 @@ DISCONNECT (the session, and messages queued while we are down, stay on the brok
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import logging
-import os
 import signal
-import socket
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from collector.config import CollectorConfig
-from collector.errors import ConfigError
+from collector.errors import ConfigError, StoreUnavailable
 from collector.http import serve_http
 from collector.ingest import Clock, Ingest, StoreThread, SystemClock
 from collector.live import LiveAggregates
 from collector.metrics import IngestMetrics
 from collector.mqtt import MqttTransport
 from collector.store import CheckpointStore
+from collector.systemd import Notifier
 from protocol.registry import Registry, RegistryError, parse_registry
 
-__all__ = ["MAINTENANCE_INTERVAL_S", "Service", "load_registry", "run_service"]
+__all__ = ["MAINTENANCE_INTERVAL_S", "Service", "check_size_caps", "load_registry", "run_service"]
 
 log = logging.getLogger(__name__)
 
@@ -58,15 +56,34 @@ def load_registry(path: Path) -> Registry:
         raise ConfigError(str(path), field, exc.problem) from exc
 
 
-def _sd_notify(message: str) -> None:
-    """Tell systemd (Type=notify) about our state; a no-op outside systemd."""
-    address = os.environ.get("NOTIFY_SOCKET")
-    if not address:
-        return
-    if address.startswith("@"):
-        address = "\0" + address[1:]
-    with contextlib.suppress(OSError), socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
-        sock.sendto(message.encode(), address)
+MQTT_FRAMING_BYTES = 1024
+"""Room a PUBLISH packet needs beyond its payload: fixed header, topic
+(``ldp/v1/reports/<name of up to 64 characters>``), packet id and MQTT 5 properties."""
+
+
+def check_size_caps(config: CollectorConfig, registry: Registry) -> None:
+    """Refuse a configuration that would reject reports the registry allows.
+
+    Raises:
+        ConfigError: naming the config field, the use case and the figures.
+    """
+    largest = max(registry.use_cases.values(), key=lambda uc: uc.max_report_bytes)
+    need = largest.max_report_bytes
+    if config.ingest.max_report_bytes < need:
+        raise ConfigError(
+            config.source,
+            "ingest.max_report_bytes",
+            f"{config.ingest.max_report_bytes:,} is below the {need:,} bytes of use case {largest.name!r}'s "
+            f"largest report in {registry.source}; raise it to at least {need:,}",
+        )
+    if config.mqtt.max_packet_bytes < config.ingest.max_report_bytes + MQTT_FRAMING_BYTES:
+        raise ConfigError(
+            config.source,
+            "mqtt.max_packet_bytes",
+            f"{config.mqtt.max_packet_bytes:,} cannot carry a {config.ingest.max_report_bytes:,}-byte report "
+            f"(ingest.max_report_bytes) and its MQTT framing; raise it to at least "
+            f"{config.ingest.max_report_bytes + MQTT_FRAMING_BYTES:,}",
+        )
 
 
 @dataclass
@@ -80,32 +97,53 @@ class Service:
     transport: MqttTransport
     ingest: Ingest
     live: LiveAggregates
+    notifier: Notifier
 
 
 async def _maintenance(service: Service, clock: Clock) -> None:
     """Retention (low-water marks, report-id pruning) and compaction, periodically."""
-    cfg = service.config
     while True:
-        now = clock.time()
-        marks = {
-            name: max(uc.period.index_at(now) - cfg.ingest.retention_periods + 1, 0)
-            for name, uc in service.registry.use_cases.items()
-        }
-        # Raise the marks in ingest first: from now on it refuses those periods, so the ids
-        # pruned next can never be needed again.
-        service.ingest.raise_low_water(marks)
-        service.metrics.pruned += await service.store.call(functools.partial(CheckpointStore.prune, low_water=marks))
-        keys = await service.store.call(
-            functools.partial(CheckpointStore.compaction_candidates, compact_after=cfg.store.compact_after)
-        )
-        for use_case, period in keys:
-            folded = await service.store.call(
-                functools.partial(CheckpointStore.compact, use_case=use_case, period=period)
-            )
-            if folded:
-                service.metrics.compactions += 1
-        _sd_notify("WATCHDOG=1")
+        try:
+            await _maintain(service, clock)
+        except StoreUnavailable as exc:
+            # Ingest reports the store's state (healthz, metrics, log); pruning and compaction
+            # simply wait for the next round.
+            log.debug("maintenance skipped: %s", exc)
         await asyncio.sleep(MAINTENANCE_INTERVAL_S)
+
+
+async def _maintain(service: Service, clock: Clock) -> None:
+    """One round of retention and compaction."""
+    cfg = service.config
+    now = clock.time()
+    marks = {
+        name: max(uc.period.index_at(now) - cfg.ingest.retention_periods + 1, 0)
+        for name, uc in service.registry.use_cases.items()
+    }
+    # Raise the marks in ingest first: from now on it refuses those periods, so the ids
+    # pruned next can never be needed again.
+    service.ingest.raise_low_water(marks)
+    service.metrics.pruned += await service.store.call(functools.partial(CheckpointStore.prune, low_water=marks))
+    keys = await service.store.call(
+        functools.partial(CheckpointStore.compaction_candidates, compact_after=cfg.store.compact_after)
+    )
+    for use_case, period in keys:
+        folded = await service.store.call(functools.partial(CheckpointStore.compact, use_case=use_case, period=period))
+        if folded:
+            service.metrics.compactions += 1
+
+
+async def _watchdog(notifier: Notifier, metrics: IngestMetrics) -> None:
+    """``WATCHDOG=1`` at half ``$WATCHDOG_USEC`` while the event loop runs.
+
+    Its own task, not part of maintenance: a store that is failing (and being retried with
+    backoff) must not let systemd kill a collector that is up and reporting itself
+    unhealthy, which would turn a full disk into a restart loop.
+    """
+    while True:
+        notifier.notify("WATCHDOG=1")
+        metrics.sd_notify_dropped = notifier.dropped
+        await asyncio.sleep(notifier.watchdog_interval)
 
 
 async def run_service(
@@ -133,11 +171,13 @@ async def run_service(
     """
     clock = clock or SystemClock()
     registry = load_registry(config.registry)
+    check_size_caps(config, registry)
     loop = asyncio.get_running_loop()
     if stop is None:
         stop = asyncio.Event()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
+    notifier: Notifier | None = None
     store = StoreThread(lambda: CheckpointStore(config.store.path, registry, instance=config.instance))
     live: LiveAggregates | None = None
     try:
@@ -156,7 +196,8 @@ async def run_service(
         # Opened after the store thread has created the database and registered the use cases.
         live = LiveAggregates(config, registry)
         ingest.on_commit = lambda result: live.committed(result.keys)
-        service = Service(config, registry, store, metrics, transport, ingest, live)
+        notifier = Notifier()
+        service = Service(config, registry, store, metrics, transport, ingest, live, notifier)
         if http_starter is None and config.http.enabled:
             http_starter = serve_http
         log.info(
@@ -173,25 +214,28 @@ async def run_service(
             t_ingest = tg.create_task(ingest.run(), name="ingest")
             t_maintenance = tg.create_task(_maintenance(service, clock), name="maintenance")
             t_live = tg.create_task(live.run(), name="materialise")
+            t_watchdog = tg.create_task(_watchdog(notifier, metrics), name="watchdog") if notifier.enabled else None
             t_http = tg.create_task(http_starter(service), name="http") if http_starter else None
 
             async def ready() -> None:
                 await transport.wait_subscribed()
                 if on_ready is not None:
                     on_ready(service)
-                _sd_notify("READY=1")
+                notifier.notify("READY=1")
 
             t_ready = tg.create_task(ready(), name="ready")
             await stop.wait()
-            _sd_notify("STOPPING=1")
+            notifier.notify("STOPPING=1")
             log.info("stopping: committing buffered reports")
             t_ingest.cancel()
             await asyncio.wait({t_ingest})
             await transport.close()
-            for task in (t_transport, t_maintenance, t_live, t_http, t_ready):
+            for task in (t_transport, t_maintenance, t_live, t_watchdog, t_http, t_ready):
                 if task is not None:
                     task.cancel()
     finally:
         if live is not None:
             await asyncio.to_thread(live.close)
         store.close()
+        if notifier is not None:
+            notifier.close()

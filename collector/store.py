@@ -33,6 +33,17 @@ they are numerous or large relative to the base; reading an aggregate is base + 
 accepted period per use case (the low-water mark) is stored and only moves forward, so a
 clock set back can never reopen a pruned period to replays.
 
+**Integrity.** Every stored aggregate and segment carries a 16-byte keyed BLAKE2b checksum
+over its key, its totals and its data (inside the ``data`` column: ``b"s" + digest +
+payload``); every remembered report id carries a 4-byte tag over the id, its use case and its
+period (the last bytes of ``rid``); each use case's row (fingerprint, low-water mark) and each
+instance's counters have a checksum in ``meta``. Opening the store for writing runs
+``PRAGMA integrity_check`` and verifies every checksum, so a flipped bit stops the collector at
+start with a message naming the file, the table and what to do, instead of reading as a
+silently wrong number; reads verify the blobs they fold. A marker file next to the database
+(``<file>.id``) remembers that a database was created there: if the database goes missing,
+the collector refuses to start a fresh one in its place.
+
 Aggregates are keyed by the use case's name *and* a fingerprint of its mechanism's
 parameters and period: when the registry changes a use case's parameters, new reports go to
 new aggregates and the old ones stay readable, never mixed.
@@ -40,13 +51,15 @@ new aggregates and the old ones stay readable, never mixed.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import os
 import secrets
 import sqlite3
 import time
 import zlib
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -54,7 +67,7 @@ from typing import Any, Protocol
 import msgpack
 import numpy as np
 
-from collector.errors import StoreError
+from collector.errors import StoreError, StoreUnavailable
 from collector.folding import batch_from_plain, batch_to_plain, concat_batches
 from protocol.errors import StateError
 from protocol.interfaces import Aggregate, Batch
@@ -71,7 +84,8 @@ __all__ = [
     "use_case_fingerprint",
 ]
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+"""2: checksums on aggregates, segments, report ids, use-case rows and counters."""
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value BLOB NOT NULL);
@@ -152,6 +166,31 @@ def report_allowance(use_case: UseCase) -> int:
     return 1
 
 
+# SQLite's primary result codes of failures that can pass (sqlite3.h), and what they mean to
+# an operator. Anything else (SQLITE_CORRUPT, SQLITE_NOTADB, a schema problem) is a StoreError
+# that stops the collector.
+_TRANSIENT: dict[int, tuple[str, str]] = {
+    13: ("disk-full", "the disk is full (SQLITE_FULL); free space on its file system"),
+    5: ("locked", "the database is locked by another process (SQLITE_BUSY)"),
+    6: ("locked", "a table is locked (SQLITE_LOCKED)"),
+    8: ("read-only", "the database is read-only (SQLITE_READONLY); check its permissions and mount"),
+    10: ("io-error", "an I/O error occurred (SQLITE_IOERR); check the disk"),
+    14: ("cannot-open", "the database file cannot be opened (SQLITE_CANTOPEN)"),
+}
+
+
+def _transient(path: Path, exc: sqlite3.Error) -> StoreUnavailable | None:
+    """The StoreUnavailable for a SQLite failure that can pass, or None for one that cannot."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    if code is None:
+        return None
+    known = _TRANSIENT.get(code & 0xFF)
+    if known is None:
+        return None
+    cause, text = known
+    return StoreUnavailable(cause, str(path), f"{text}: {exc}")
+
+
 def use_case_fingerprint(use_case: UseCase) -> bytes:
     """16 bytes that change whenever the meaning of the use case's aggregate changes.
 
@@ -193,6 +232,52 @@ def _unpack(blob: bytes) -> Any:
         return msgpack.unpackb(raw, raw=False, strict_map_key=False)
     except (zlib.error, ValueError, msgpack.UnpackException) as exc:
         raise StoreError(f"a checkpoint blob cannot be read ({exc}); the database is damaged") from exc
+
+
+def _end(db: sqlite3.Connection) -> None:
+    """End a read transaction, whatever state a failed read left it in."""
+    if db.in_transaction:
+        with contextlib.suppress(sqlite3.Error):
+            db.execute("COMMIT")
+
+
+def _rollback(db: sqlite3.Connection) -> None:
+    """Roll back if a transaction is open; SQLite may already have rolled it back itself
+    (after SQLITE_FULL or an I/O error), and a failing ROLLBACK must not hide the cause."""
+    if db.in_transaction:
+        with contextlib.suppress(sqlite3.Error):
+            db.execute("ROLLBACK")
+
+
+_SEALED = b"s"
+_DIGEST = 16
+_TAG = 4
+_RID = 16
+
+
+def _digest(*parts: object) -> bytes:
+    """The checksum of a stored row: keyed BLAKE2b-128 over the msgpack of its fields."""
+    encoded: bytes = msgpack.packb(parts, use_bin_type=True)
+    return hashlib.blake2b(encoded, digest_size=_DIGEST, person=b"ldp-checkpoint").digest()
+
+
+def _seal(table: str, key: tuple[object, ...], payload: bytes) -> bytes:
+    """``data`` for an aggregates or segments row: the payload behind its row checksum.
+
+    ``key`` is the row's other columns: ``(uc, period, kind, reports, records)`` (kind ``""``
+    for aggregates).
+    """
+    return _SEALED + _digest(table, *key, payload) + payload
+
+
+def _rid_tag(rid: bytes, uc: int, period: int) -> bytes:
+    """A remembered report id: the id and a 4-byte tag over it, its use case and its period.
+
+    Fixed-width fields straight into BLAKE2b (no msgpack): start-up checks every remembered
+    id, a million of them or more.
+    """
+    fields = rid + uc.to_bytes(8, "big", signed=True) + period.to_bytes(8, "big", signed=True)
+    return rid + hashlib.blake2b(fields, digest_size=_TAG, person=b"ldp-seen").digest()
 
 
 class FoldedReport(Protocol):
@@ -297,7 +382,11 @@ class CheckpointStore:
                 )
             else:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
+                self._refuse_missing()
+                existed = self.path.exists() and self.path.stat().st_size > 0
                 self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=30.0)
+                if existed:
+                    self._check_structure()
                 mode = self._db.execute("PRAGMA journal_mode=WAL").fetchone()[0]
                 if str(mode).lower() != "wal":
                     raise StoreError(f"{self.path}: cannot switch the database to WAL mode (got {mode})")
@@ -308,11 +397,20 @@ class CheckpointStore:
                 # compaction deletes segments.
                 self._db.execute("PRAGMA secure_delete=ON")
                 self._db.executescript(_SCHEMA)
+            self._identity = self._file_identity()
             self._db.execute("PRAGMA busy_timeout=30000")
             self._check_schema()
             self._use_cases = self._register_use_cases()
+            if not readonly:
+                self._check_marker()
+                self.verify()
         except sqlite3.DatabaseError as exc:
-            raise StoreError(f"{self.path}: {exc}") from exc
+            transient = _transient(self.path, exc)
+            if transient is not None:  # a full disk or a lock at start: a restart may succeed
+                raise transient from exc
+            raise self._damaged(f"SQLite reports: {exc}") from exc
+        except (UnicodeDecodeError, TypeError, ValueError) as exc:  # a damaged schema text or value
+            raise self._damaged(f"{type(exc).__name__}: {exc}") from exc
 
     # -- set-up ------------------------------------------------------------------------
 
@@ -322,19 +420,54 @@ class CheckpointStore:
             if self.readonly:
                 raise StoreError(f"{self.path} is not a collector checkpoint database")
             self._db.execute("INSERT OR IGNORE INTO meta (key, value) VALUES ('schema', ?)", (SCHEMA_VERSION,))
+        elif int(row[0]) == 1 and not self.readonly:
+            self._upgrade_from_1()
         elif int(row[0]) != SCHEMA_VERSION:
             raise StoreError(f"{self.path} has checkpoint schema {row[0]}; this collector reads {SCHEMA_VERSION}")
+
+    def _upgrade_from_1(self) -> None:
+        """Schema 1 had no checksums: seal every row as it stands, in one transaction."""
+        db = self._db
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            for uc, period, reports, records, data in db.execute(
+                "SELECT uc, period, reports, records, data FROM aggregates"
+            ).fetchall():
+                db.execute(
+                    "UPDATE aggregates SET data = ? WHERE uc = ? AND period = ?",
+                    (_seal("aggregates", (uc, period, "", reports, records), data), uc, period),
+                )
+            for seq, uc, period, kind, reports, records, data in db.execute(
+                "SELECT seq, uc, period, kind, reports, records, data FROM segments"
+            ).fetchall():
+                db.execute(
+                    "UPDATE segments SET data = ? WHERE seq = ?",
+                    (_seal("segments", (uc, period, kind, reports, records), data), seq),
+                )
+            rows = db.execute("SELECT rid, uc, period FROM seen").fetchall()
+            db.executemany("UPDATE seen SET rid = ? WHERE rid = ?", [(_rid_tag(r, uc, p), r) for r, uc, p in rows])
+            for (uc,) in db.execute("SELECT id FROM use_cases").fetchall():
+                self._put_digest(f"digest:use_cases:{uc}", self._use_case_digest(uc))
+            for (instance,) in db.execute("SELECT DISTINCT instance FROM counters").fetchall():
+                self._put_digest(f"digest:counters:{instance}", self._counters_digest(instance))
+            db.execute("UPDATE meta SET value = ? WHERE key = 'schema'", (SCHEMA_VERSION,))
+            db.execute("COMMIT")
+        except BaseException:
+            _rollback(db)
+            raise
 
     def _register_use_cases(self) -> dict[str, _UseCaseRow]:
         rows: dict[str, _UseCaseRow] = {}
         for name, uc in self.registry.use_cases.items():
             fp = use_case_fingerprint(uc)
             if not self.readonly:
-                self._db.execute(
+                cur = self._db.execute(
                     "INSERT OR IGNORE INTO use_cases (name, fingerprint, mechanism, period_seconds) "
                     "VALUES (?, ?, ?, ?)",
                     (name, fp, uc.mechanism.name, uc.period.seconds),
                 )
+                if cur.rowcount == 1 and cur.lastrowid is not None:
+                    self._put_digest(f"digest:use_cases:{cur.lastrowid}", self._use_case_digest(cur.lastrowid))
             row = self._db.execute("SELECT id FROM use_cases WHERE name = ? AND fingerprint = ?", (name, fp)).fetchone()
             if row is None:
                 continue  # read-only and never collected
@@ -345,6 +478,152 @@ class CheckpointStore:
     def close(self) -> None:
         """Close the database connection."""
         self._db.close()
+
+    def _file_identity(self) -> tuple[int, int] | None:
+        try:
+            st = os.stat(self.path)
+        except FileNotFoundError:
+            return None
+        return st.st_dev, st.st_ino
+
+    def check_file(self) -> None:
+        """Raise StoreUnavailable if the database file was removed or replaced since it was opened.
+
+        SQLite goes on writing to an unlinked file without an error: every commit after
+        that would be acknowledged and then lost with the file.
+        """
+        if not self.readonly and self._file_identity() != self._identity:
+            raise StoreUnavailable(
+                "vanished",
+                str(self.path),
+                "the database file was removed or replaced while the collector had it open; "
+                "restore it (or move the replacement away) and the collector resumes, or restart it",
+            )
+
+    # -- integrity ---------------------------------------------------------------------
+
+    @property
+    def marker(self) -> Path:
+        """The file next to the database that remembers it was created (``<file>.id``)."""
+        return self.path.with_name(self.path.name + ".id")
+
+    def _damaged(self, what: str) -> StoreError:
+        return StoreError(
+            f"{self.path} is damaged: {what}. Stop every collector using it and restore it from a "
+            f"backup; or move it (and {self.marker.name}) aside to start an empty store, losing "
+            "what it counted and the memory of folded report ids"
+        )
+
+    def _refuse_missing(self) -> None:
+        if self.marker.exists() and not self.path.exists():
+            raise StoreError(
+                f"the checkpoint database {self.path} is missing, but {self.marker} records that one was "
+                f"created there (store id {self.marker.read_text(encoding='utf-8').strip()}). Restore it from a "
+                f"backup; to start an empty store on purpose, delete {self.marker}"
+            )
+
+    def _check_marker(self) -> None:
+        row = self._db.execute("SELECT value FROM meta WHERE key = 'store_id'").fetchone()
+        if row is None:
+            store_id = os.urandom(8).hex()
+            self._db.execute("INSERT INTO meta (key, value) VALUES ('store_id', ?)", (store_id,))
+        else:
+            store_id = str(row[0])
+        try:
+            recorded = self.marker.read_text(encoding="utf-8").strip()
+        except FileNotFoundError:
+            recorded = None
+        if recorded is None:
+            tmp = self.marker.with_name(self.marker.name + ".tmp")
+            tmp.write_text(store_id + "\n", encoding="utf-8")
+            os.replace(tmp, self.marker)
+        elif recorded != store_id:
+            raise StoreError(
+                f"{self.path} is not the database {self.marker} records (store id {recorded}, found {store_id}): "
+                f"restore the right file, or delete {self.marker} to adopt this one"
+            )
+
+    def _open(self, table: str, key: tuple[object, ...], data: object) -> Any:
+        """The unpacked payload of a sealed row (see :func:`_seal`), after checking its checksum."""
+        what = f"table {table}, use case id {key[0]!r}, period {key[1]!r}"
+        if not isinstance(data, bytes) or len(data) < 1 + _DIGEST or data[:1] != _SEALED:
+            raise self._damaged(f"{what}: the data is not a sealed checkpoint blob")
+        payload = data[1 + _DIGEST :]
+        if _digest(table, *key, payload) != data[1 : 1 + _DIGEST]:
+            raise self._damaged(f"{what}: the checksum does not match the row")
+        return _unpack(payload)
+
+    def _use_case_digest(self, uc: int) -> bytes:
+        row = self._db.execute(
+            "SELECT id, name, fingerprint, mechanism, period_seconds, low_water FROM use_cases WHERE id = ?", (uc,)
+        ).fetchone()
+        return _digest("use_cases", *row) if row is not None else b""
+
+    def _counters_digest(self, instance: str) -> bytes:
+        rows = self._db.execute(
+            "SELECT name, value FROM counters WHERE instance = ? ORDER BY name", (instance,)
+        ).fetchall()
+        return _digest("counters", instance, rows)
+
+    def _put_digest(self, key: str, digest: bytes) -> None:
+        self._db.execute(
+            "INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+            (key, digest),
+        )
+
+    def _check_structure(self) -> None:
+        """SQLite's ``integrity_check``: pages, b-trees, and every index against its table.
+
+        ``quick_check`` is cheaper but does not compare indexes with their tables, and a bit
+        flipped in an index entry then reads as a silently missing segment or use case (the
+        index on ``use_cases (name, fingerprint)`` finds nothing, a fresh row is made, and a
+        use case's whole history reads as zero). Its cost grows with the database (mostly the
+        report ids); it runs once, at start.
+        """
+        problems = [str(r[0]) for r in self._db.execute("PRAGMA integrity_check(20)")]
+        if problems != ["ok"]:
+            raise self._damaged("PRAGMA integrity_check: " + "; ".join(problems[:3]))
+
+    def verify(self) -> None:
+        """Check every checksum (``integrity_check`` has run at open).
+
+        Raises:
+            StoreError: naming the file, the table and the row at fault, and what to do.
+        """
+        db = self._db
+        db.execute("BEGIN")
+        try:
+            digests = {str(k): v for k, v in db.execute("SELECT key, value FROM meta WHERE key LIKE 'digest:%'")}
+            for (uc,) in db.execute("SELECT id FROM use_cases").fetchall():
+                if digests.pop(f"digest:use_cases:{uc}", None) != self._use_case_digest(uc):
+                    raise self._damaged(f"table use_cases, id {uc}: the checksum does not match the row")
+            for (instance,) in db.execute("SELECT DISTINCT instance FROM counters").fetchall():
+                if digests.pop(f"digest:counters:{instance}", None) != self._counters_digest(instance):
+                    raise self._damaged(f"table counters, instance {instance!r}: the checksum does not match")
+            if digests:
+                raise self._damaged(f"table meta: checksums of rows that do not exist ({', '.join(sorted(digests))})")
+            # Readers fold the segments up to the last sequence number (last_seq): one below the
+            # newest segment would silently leave segments out.
+            newest, last = db.execute(
+                "SELECT (SELECT max(seq) FROM segments), (SELECT seq FROM sqlite_sequence WHERE name = 'segments')"
+            ).fetchone()
+            if newest is not None and (type(last) is not int or last < newest):
+                raise self._damaged(f"table sqlite_sequence: segments go up to {newest}, the sequence says {last!r}")
+            for uc, period, reports, records, data in db.execute(
+                "SELECT uc, period, reports, records, data FROM aggregates"
+            ):
+                self._open("aggregates", (uc, period, "", reports, records), data)
+            for uc, period, kind, reports, records, data in db.execute(
+                "SELECT uc, period, kind, reports, records, data FROM segments"
+            ):
+                self._open("segments", (uc, period, kind, reports, records), data)
+            for rid, uc, period in db.execute("SELECT rid, uc, period FROM seen"):
+                if not isinstance(rid, bytes) or len(rid) != _RID + _TAG or _rid_tag(rid[:_RID], uc, period) != rid:
+                    raise self._damaged(f"table seen: report id {rid!r} does not match its tag")
+        except (TypeError, ValueError, OverflowError, AttributeError, msgpack.UnpackException) as exc:
+            raise self._damaged(f"a row has a value of the wrong type ({exc})") from exc
+        finally:
+            _end(db)
 
     # -- commit ------------------------------------------------------------------------
 
@@ -359,6 +638,24 @@ class CheckpointStore:
         its device's :func:`report_allowance` is not folded and is counted in
         ``over_allowance``. Identities are used here and never stored.
         """
+        with self._failures():
+            return self._commit(reports, counters, senders)
+
+    @contextlib.contextmanager
+    def _failures(self) -> Iterator[None]:
+        """Map SQLite failures of a write to StoreUnavailable (can pass) or StoreError (cannot)."""
+        try:
+            yield
+        except sqlite3.Error as exc:
+            transient = _transient(self.path, exc)
+            if transient is None:
+                raise StoreError(f"{self.path}: {exc}") from exc
+            raise transient from exc
+
+    def _commit(
+        self, reports: Sequence[FoldedReport], counters: Mapping[str, int], senders: Sequence[bytes] | None
+    ) -> CommitResult:
+        self.check_file()
         start = time.perf_counter()
         db = self._db
         sender_of: dict[bytes, bytes] = {}
@@ -387,11 +684,18 @@ class CheckpointStore:
                 records += count
                 db.execute(
                     "INSERT INTO segments (uc, period, kind, reports, records, data) VALUES (?, ?, ?, ?, ?, ?)",
-                    (row.id, period, kind, len(members), count, blob),
+                    (
+                        row.id,
+                        period,
+                        kind,
+                        len(members),
+                        count,
+                        _seal("segments", (row.id, period, kind, len(members), count), blob),
+                    ),
                 )
             db.executemany(
                 "INSERT INTO seen (rid, uc, period) VALUES (?, ?, ?)",
-                [(r.report_id, self._use_cases[r.use_case.name].id, r.period) for r in fresh],
+                [(self._tagged(r), self._use_cases[r.use_case.name].id, r.period) for r in fresh],
             )
             duplicates = len(current) - len(fresh) - over
             all_counters = dict(counters)
@@ -408,10 +712,10 @@ class CheckpointStore:
                 "ON CONFLICT (instance, name) DO UPDATE SET value = value + excluded.value",
                 [(self.instance, k, v) for k, v in all_counters.items() if v],
             )
+            self._put_digest(f"digest:counters:{self.instance}", self._counters_digest(self.instance))
             db.execute("COMMIT")
         except BaseException:
-            if db.in_transaction:
-                db.execute("ROLLBACK")
+            _rollback(db)
             raise
         return CommitResult(len(fresh), records, duplicates, expired, time.perf_counter() - start, tuple(groups), over)
 
@@ -464,18 +768,21 @@ class CheckpointStore:
         )
         return kept, over
 
+    def _tagged(self, report: FoldedReport) -> bytes:
+        return _rid_tag(report.report_id, self._use_cases[report.use_case.name].id, report.period)
+
     def _fresh(self, reports: Sequence[FoldedReport]) -> list[FoldedReport]:
-        ids = [r.report_id for r in reports]
+        ids = [self._tagged(r) for r in reports]
         known: set[bytes] = set()
         for i in range(0, len(ids), _IN_CHUNK):
             chunk = ids[i : i + _IN_CHUNK]
             q = f"SELECT rid FROM seen WHERE rid IN ({','.join('?' * len(chunk))})"
             known.update(row[0] for row in self._db.execute(q, chunk))
         fresh = []
-        for r in reports:
-            if r.report_id in known:
+        for r, rid in zip(reports, ids, strict=True):
+            if rid in known:
                 continue
-            known.add(r.report_id)
+            known.add(rid)
             fresh.append(r)
         return fresh
 
@@ -512,14 +819,16 @@ class CheckpointStore:
         ).fetchone()
         if base is None:
             return row.use_case.mechanism.new_aggregate(), 0, 0
+        plain = self._open("aggregates", (row.id, period, "", base[0], base[1]), base[2])
         try:
-            agg = row.use_case.mechanism.restore_aggregate(_unpack(base[2]))
+            agg = row.use_case.mechanism.restore_aggregate(plain)
         except StateError as exc:
             raise StoreError(f"{self.path}: the {row.use_case.name} base aggregate is damaged ({exc})") from exc
         return agg, int(base[0]), int(base[1])
 
-    def _fold(self, row: _UseCaseRow, agg: Aggregate, kind: str, blob: bytes) -> Aggregate:
-        data = _unpack(blob)
+    def _fold(self, row: _UseCaseRow, agg: Aggregate, segment: tuple[Any, ...], period: int) -> Aggregate:
+        kind, reports, records, blob = segment
+        data = self._open("segments", (row.id, period, kind, reports, records), blob)
         mech = row.use_case.mechanism
         try:
             if kind == _AGGREGATE:
@@ -561,16 +870,18 @@ class CheckpointStore:
         try:
             seq = self.last_seq()
             agg, reports, records = self._base(row, period)
-            for kind, n_rep, n_rec, blob in db.execute(
+            for segment in db.execute(
                 "SELECT kind, reports, records, data FROM segments WHERE uc = ? AND period = ? AND seq <= ? "
                 "ORDER BY seq",
                 (row.id, period, seq),
             ):
-                agg = self._fold(row, agg, kind, blob)
-                reports += int(n_rep)
-                records += int(n_rec)
+                agg = self._fold(row, agg, segment, period)
+                reports += int(segment[1])
+                records += int(segment[2])
+        except sqlite3.DatabaseError as exc:
+            raise self._damaged(f"SQLite reports: {exc}") from exc
         finally:
-            db.execute("COMMIT")
+            _end(db)
         return agg, KeyInfo(use_case, period, reports, records), seq
 
     def catch_up(self, aggregate: Aggregate, info: KeyInfo, seq: int) -> tuple[Aggregate, KeyInfo, int] | None:
@@ -611,16 +922,18 @@ class CheckpointStore:
             if int(held) != info.reports:
                 return None
             reports, records = info.reports, info.records
-            for kind, n_rep, n_rec, blob in db.execute(
+            for segment in db.execute(
                 "SELECT kind, reports, records, data FROM segments WHERE uc = ? AND period = ? AND seq > ? "
                 "AND seq <= ? ORDER BY seq",
                 (row.id, info.period, seq, last),
             ):
-                aggregate = self._fold(row, aggregate, kind, blob)
-                reports += int(n_rep)
-                records += int(n_rec)
+                aggregate = self._fold(row, aggregate, segment, info.period)
+                reports += int(segment[1])
+                records += int(segment[2])
+        except sqlite3.DatabaseError as exc:
+            raise self._damaged(f"SQLite reports: {exc}") from exc
         finally:
-            db.execute("COMMIT")
+            _end(db)
         return aggregate, KeyInfo(info.use_case, info.period, reports, records), last
 
     def last_seq(self) -> int:
@@ -684,6 +997,11 @@ class CheckpointStore:
         Returns:
             The number of report ids forgotten.
         """
+        with self._failures():
+            return self._prune(low_water)
+
+    def _prune(self, low_water: Mapping[str, int]) -> int:
+        self.check_file()
         removed = forgotten = 0
         db = self._db
         db.execute("BEGIN IMMEDIATE")
@@ -693,6 +1011,7 @@ class CheckpointStore:
                 if row is None:
                     continue
                 db.execute("UPDATE use_cases SET low_water = max(low_water, ?) WHERE id = ?", (mark, row.id))
+                self._put_digest(f"digest:use_cases:{row.id}", self._use_case_digest(row.id))
                 cur = db.execute(
                     "DELETE FROM seen WHERE uc = ? AND period < (SELECT low_water FROM use_cases WHERE id = ?)",
                     (row.id, row.id),
@@ -708,8 +1027,7 @@ class CheckpointStore:
                     forgotten += cur.rowcount
             db.execute("COMMIT")
         except BaseException:
-            if db.in_transaction:
-                db.execute("ROLLBACK")
+            _rollback(db)
             raise
         if forgotten:
             # The WAL still holds earlier images of those pages: copy the zeroed pages into the
@@ -742,6 +1060,11 @@ class CheckpointStore:
 
     def compact(self, use_case: str, period: int) -> int:
         """Fold the key's segments into its base, in one transaction; return segments folded."""
+        with self._failures():
+            return self._compact(use_case, period)
+
+    def _compact(self, use_case: str, period: int) -> int:
+        self.check_file()
         row = self._use_cases[use_case]
         db = self._db
         db.execute("BEGIN IMMEDIATE")
@@ -752,17 +1075,18 @@ class CheckpointStore:
                 (row.id, period),
             ).fetchall()
             if not segs:
-                db.execute("ROLLBACK")
+                _rollback(db)
                 return 0
-            for _seq, kind, n_rep, n_rec, blob in segs:
-                agg = self._fold(row, agg, kind, blob)
-                reports += int(n_rep)
-                records += int(n_rec)
+            for seg in segs:
+                agg = self._fold(row, agg, seg[1:], period)
+                reports += int(seg[2])
+                records += int(seg[3])
+            sealed = _seal("aggregates", (row.id, period, "", reports, records), _pack(agg.to_plain()))
             db.execute(
                 "INSERT INTO aggregates (uc, period, reports, records, data) VALUES (?, ?, ?, ?, ?) "
                 "ON CONFLICT (uc, period) DO UPDATE SET reports = excluded.reports, records = excluded.records, "
                 "data = excluded.data",
-                (row.id, period, reports, records, _pack(agg.to_plain())),
+                (row.id, period, reports, records, sealed),
             )
             db.execute(
                 "DELETE FROM segments WHERE uc = ? AND period = ? AND seq <= ?", (row.id, period, int(segs[-1][0]))
@@ -773,8 +1097,7 @@ class CheckpointStore:
             )
             db.execute("COMMIT")
         except BaseException:
-            if db.in_transaction:
-                db.execute("ROLLBACK")
+            _rollback(db)
             raise
         return len(segs)
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import collections
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from protocol.receipts import Receipt
@@ -74,6 +74,8 @@ class TransportStatistics:
             awaited acknowledgement (the broker's fault; reading pauses until acks catch up).
         receipts_sent: commit receipts published (``protocol.receipts``).
         receipts_dropped: receipts not sent because no connection was up (the agent resends).
+        broker: the broker's own counters from ``$SYS/broker/...`` (the last value of each
+            topic in :data:`BROKER_COUNTERS`), empty if the broker sends none.
     """
 
     connected: bool
@@ -89,6 +91,7 @@ class TransportStatistics:
     over_receive_maximum: int = 0
     receipts_sent: int = 0
     receipts_dropped: int = 0
+    broker: Mapping[str, float] = field(default_factory=dict)
 
 
 class Transport(Protocol):

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 
+import msgpack
 import numpy as np
 import numpy.typing as npt
 
@@ -26,6 +27,7 @@ __all__ = [
     "check_seed",
     "count_value",
     "decode_indexed_bits",
+    "encoded_size",
     "number_value",
     "parse_number",
     "string_value",
@@ -208,3 +210,12 @@ def string_value(value: object, *, accept_bytes: bool = False) -> str | bytes:
     if isinstance(value, str) or (accept_bytes and isinstance(value, bytes)):
         return value
     raise InputError(f"takes a string; got {value!r}")
+
+
+def encoded_size(wire_form: object) -> int:
+    """Bytes of ``wire_form`` in msgpack (bin for bytes), as a report carries it.
+
+    The mechanisms give their largest record's wire form to this, so the registry can bound
+    a use case's largest report from its parameters alone (``UseCase.max_report_bytes``).
+    """
+    return len(msgpack.packb(wire_form, use_bin_type=True))

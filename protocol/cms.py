@@ -88,7 +88,7 @@ from typing import Any, ClassVar, Final, Self, TypeVar
 import numpy as np
 import numpy.typing as npt
 
-from protocol.checks import check_epsilon, check_indexed_bits, check_int, check_seed, decode_indexed_bits
+from protocol.checks import check_epsilon, check_indexed_bits, check_int, check_seed, decode_indexed_bits, encoded_size
 from protocol.errors import InputError, StateError
 from protocol.estimate import Estimate, VectorEstimate
 from protocol.hashing import Fingerprints, HashFamily, _fingerprint_key
@@ -470,6 +470,11 @@ class CountMeanSketch:
     def encode_records(self, records: Sequence[CMSRecord]) -> list[Any]:
         """The records' compact wire form: ``[j, bits]`` per record (``bits`` packed bytes)."""
         return [[r.index, r.bits] for r in records]
+
+    @property
+    def max_record_bytes(self) -> int:
+        """Most bytes one record takes in a report: the largest index and the packed vector."""
+        return encoded_size([self.k - 1, bytes(self.record_bytes)])
 
     def decode_records(self, raw: object) -> CMSBatch:
         """Strictly decode the wire form of :meth:`encode_records`.

@@ -76,7 +76,7 @@ import numpy as np
 import numpy.typing as npt
 
 from protocol.buckets import Buckets, CustomBuckets, ExponentialBuckets, LinearBuckets, buckets_from_plain
-from protocol.checks import check_epsilon, check_int, number_value, parse_number
+from protocol.checks import check_epsilon, check_int, encoded_size, number_value, parse_number
 from protocol.errors import MalformedReportError, ParameterError, StateError
 from protocol.estimate import VectorEstimate
 from protocol.interfaces import (
@@ -489,6 +489,14 @@ class DBitFlip:
         """The wire form of a columnar batch (same as :meth:`encode_records` of its rows)."""
         packed = np.packbits(batch.bits, axis=1)
         return [[row, bytes(b)] for row, b in zip(batch.buckets.tolist(), packed, strict=True)]
+
+    @property
+    def max_record_bytes(self) -> int:
+        """Most bytes one record takes in a report: d indices at the largest bucket and the bits.
+
+        An upper bound (the indices are distinct), tight to within the width of an index.
+        """
+        return encoded_size([[self.k - 1] * self.d, bytes(self.bits_bytes)])
 
     def decode_records(self, raw: object) -> DBitFlipBatch:
         """Strictly decode the wire form of :meth:`encode_records`.

@@ -26,6 +26,7 @@ class ExitStatus(enum.IntEnum):
     NOT_RELEASED = 7
     UNAVAILABLE = 8
     BEYOND_TOLERANCE = 9
+    STORE_DAMAGED = 10
 
 
 MEANING = MappingProxyType(
@@ -40,6 +41,7 @@ MEANING = MappingProxyType(
         ExitStatus.NOT_RELEASED: "nothing to show yet: no data, or below the release threshold (ldp-collector)",
         ExitStatus.UNAVAILABLE: "the broker or the collector unreachable, refusing us, or not committing (ldp-fleet)",
         ExitStatus.BEYOND_TOLERANCE: "some estimate further from the truth than the tolerance (ldp-fleet)",
+        ExitStatus.STORE_DAMAGED: "the checkpoint store is damaged or missing; restarting cannot help (ldp-collector)",
     }
 )
 """One sentence per status."""

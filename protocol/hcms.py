@@ -75,7 +75,7 @@ from typing import Any, ClassVar, Final, Self, TypeVar
 import numpy as np
 import numpy.typing as npt
 
-from protocol.checks import check_epsilon, check_int, check_seed
+from protocol.checks import check_epsilon, check_int, check_seed, encoded_size
 from protocol.errors import InputError, MalformedReportError, ParameterError, StateError
 from protocol.estimate import VectorEstimate
 from protocol.hashing import Fingerprints, HashFamily, fingerprint
@@ -404,6 +404,11 @@ class HadamardCountMeanSketch:
     def encode_records(self, records: Sequence[HCMSRecord]) -> list[Any]:
         """The records' compact wire form: ``[j, ℓ, bit]`` per record (a few msgpack bytes each)."""
         return [[r.j, r.ell, r.bit] for r in records]
+
+    @property
+    def max_record_bytes(self) -> int:
+        """Most bytes one record takes in a report: the largest j and ℓ and the bit."""
+        return encoded_size([self.k - 1, self.m - 1, 1])
 
     def decode_records(self, raw: object) -> HCMSBatch:
         """Strictly decode the wire form of :meth:`encode_records`.

@@ -255,6 +255,12 @@ class Mechanism(Protocol):
         """Strictly decode the records' wire form; ``MalformedReportError`` on anything malformed."""
         ...
 
+    @property
+    def max_record_bytes(self) -> int:
+        """Most bytes one record's wire form takes in msgpack (``protocol.checks.encoded_size``):
+        the registry bounds a use case's largest report by it and ``daily_limit``."""
+        ...
+
     def empty_batch(self) -> Batch:
         """A batch of no records (the template stored batches are rebuilt from)."""
         ...

@@ -84,7 +84,7 @@ import numpy as np
 import numpy.typing as npt
 
 from protocol.bit_sum import BitSumAggregate
-from protocol.checks import check_epsilon, check_int, count_value, parse_number
+from protocol.checks import check_epsilon, check_int, count_value, encoded_size, parse_number
 from protocol.errors import InputError, MalformedReportError, ParameterError, StateError
 from protocol.estimate import Estimate
 from protocol.interfaces import (
@@ -531,6 +531,11 @@ class OneBitMean:
     def encode_records(self, records: Sequence[OneBitMeanRecord]) -> list[Any]:
         """The records' compact wire form: a list of 0/1 integers."""
         return [r.bit for r in records]
+
+    @property
+    def max_record_bytes(self) -> int:
+        """Most bytes one record takes in a report: one bit."""
+        return encoded_size(1)
 
     def decode_records(self, raw: object) -> OneBitMeanBatch:
         """Strictly decode the wire form of :meth:`encode_records`.

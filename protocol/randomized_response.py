@@ -27,7 +27,7 @@ import numpy as np
 import numpy.typing as npt
 
 from protocol.bit_sum import BitSumAggregate
-from protocol.checks import check_epsilon
+from protocol.checks import check_epsilon, encoded_size
 from protocol.errors import InputError, MalformedReportError, StateError
 from protocol.estimate import Estimate
 from protocol.interfaces import (
@@ -129,6 +129,11 @@ class RandomizedResponse:
     def encode_records(self, records: Sequence[RRRecord]) -> list[Any]:
         """The records' compact wire form: a list of 0/1 integers."""
         return [r.bit for r in records]
+
+    @property
+    def max_record_bytes(self) -> int:
+        """Most bytes one record takes in a report: one bit."""
+        return encoded_size(1)
 
     def decode_records(self, raw: object) -> RRBatch:
         """Strictly decode the wire form of :meth:`encode_records`.

@@ -66,7 +66,7 @@ from typing import Any, ClassVar, Final, Literal, Self
 import numpy as np
 import numpy.typing as npt
 
-from protocol.checks import check_int, check_probability, check_seed, decode_indexed_bits
+from protocol.checks import check_int, check_probability, check_seed, decode_indexed_bits, encoded_size
 from protocol.errors import InputError, ParameterError, StateError
 from protocol.estimate import VectorEstimate
 from protocol.hashing import Fingerprints, HashFamily, fingerprint
@@ -571,6 +571,11 @@ class Rappor:
     def encode_records(self, records: Sequence[RapporRecord]) -> list[Any]:
         """The records' compact wire form: ``[[cohort, packed bits], ...]``."""
         return [[r.cohort, r.bits] for r in records]
+
+    @property
+    def max_record_bytes(self) -> int:
+        """Most bytes one record takes in a report: the largest cohort and the packed k bits."""
+        return encoded_size([self.cohorts - 1, bytes((self.k + 7) // 8)])
 
     def decode_records(self, raw: object) -> RapporBatch:
         """Strictly decode the wire form of :meth:`encode_records`.

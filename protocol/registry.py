@@ -61,6 +61,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import functools
 import hashlib
 import math
 import re
@@ -80,6 +81,7 @@ from protocol.interfaces import EstimateKind, Mechanism, mechanism_entries, mech
 __all__ = [
     "CORRECTIONS",
     "HASH_SIZE",
+    "MAX_REPORT_BYTES",
     "MECHANISM_NAMES",
     "REGISTRY_FORMAT",
     "CollectorSettings",
@@ -97,6 +99,14 @@ REGISTRY_FORMAT: Final = 1
 
 HASH_SIZE: Final = 16
 """Bytes of the canonical registry hash carried in every report."""
+
+MAX_REPORT_BYTES: Final = 64 * 1024
+"""Cap on one encoded report, shared end to end: the loader refuses a use case whose largest
+report (:attr:`UseCase.max_report_bytes`) exceeds it, the collector's default
+``max_report_bytes`` and ``protocol.wire.DEFAULT_MAX_SIZE`` equal it, and the broker's
+``max_packet_size`` (``deploy/mosquitto/mosquitto.conf``) leaves room for it plus the MQTT
+framing. A report the pipe cannot carry is thus refused where it is configured, not lost
+after the device has charged its ε."""
 
 _HASH_DOMAIN: Final = b"ldp-telemetry/registry/v1\x00"
 _SEED_PERSON: Final = b"ldp-uc-seed"
@@ -235,6 +245,14 @@ class UseCase:
     def cost(self) -> float:
         """The ε an accountant charges for one report: the mechanism's exact ``epsilon_report``."""
         return float(self.mechanism.epsilon_report)
+
+    @functools.cached_property
+    def max_report_bytes(self) -> int:
+        """Bytes of this use case's largest encoded report: ``daily_limit`` records, each at
+        its largest, under the largest period index (``protocol.wire.max_report_size``)."""
+        from protocol.wire import max_report_size  # noqa: PLC0415 - wire imports this module
+
+        return max_report_size(self)
 
 
 @dataclass(frozen=True, eq=False)
@@ -450,6 +468,8 @@ def parse_registry(data: bytes | str, *, source: str = "<registry>") -> Registry
         use_cases[name] = _parse_use_case(_Reader(source, name, table), name, salt)
 
     ordered = {name: use_cases[name] for name in sorted(use_cases)}
+    for uc in ordered.values():
+        _check_report_size(source, uc)
     return Registry(use_cases=MappingProxyType(ordered), hash=_canonical_hash(ordered), source=source)
 
 
@@ -566,6 +586,36 @@ def _parse_use_case(r: _Reader, name: str, salt: bytes | None) -> UseCase:
             top_t=top_t,
         ),
         description=description,
+    )
+
+
+def _check_report_size(source: str, uc: UseCase) -> None:
+    """Refuse a use case whose largest report the pipe cannot carry (:data:`MAX_REPORT_BYTES`).
+
+    Such a report would be acknowledged by the broker and then refused by the collector as
+    ``oversize``, after the device had charged its ε; refusing it here names the fix.
+    """
+    size = uc.max_report_bytes
+    if size <= MAX_REPORT_BYTES:
+        return
+    fits = next(
+        (
+            n
+            for n in range(uc.daily_limit - 1, 0, -1)
+            if dataclasses.replace(uc, daily_limit=n).max_report_bytes <= MAX_REPORT_BYTES
+        ),
+        0,
+    )
+    fix = f"lower daily_limit to at most {fits:,}" if fits else "choose smaller parameters"
+    raise RegistryError(
+        source=source,
+        use_case=uc.name,
+        field="daily_limit",
+        kind="out-of-range",
+        problem=(
+            f"a report of {uc.daily_limit:,} records takes up to {size:,} bytes, over the "
+            f"{MAX_REPORT_BYTES:,}-byte cap on a report; {fix}"
+        ),
     )
 
 

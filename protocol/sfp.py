@@ -62,7 +62,7 @@ from typing import Any, ClassVar, Final, Self
 import numpy as np
 import numpy.typing as npt
 
-from protocol.checks import check_epsilon, check_int, check_seed
+from protocol.checks import check_epsilon, check_int, check_seed, encoded_size
 from protocol.cms import (
     K_MAX,
     M_MAX,
@@ -321,6 +321,14 @@ class SequenceFragmentPuzzle:
     def encode_records(self, records: Sequence[SFPRecord]) -> list[Any]:
         """The records' compact wire form: ``[i, j', bits', j, bits]`` per record."""
         return [[r.position, r.fragment.index, r.fragment.bits, r.word.index, r.word.bits] for r in records]
+
+    @property
+    def max_record_bytes(self) -> int:
+        """Most bytes one record takes in a report: the last position and both CMS halves at their largest index."""
+        fragment, word = self.fragment_cms, self.word_cms
+        return encoded_size(
+            [self.positions - 1, fragment.k - 1, bytes(fragment.record_bytes), word.k - 1, bytes(word.record_bytes)]
+        )
 
     def decode_records(self, raw: object) -> SFPBatch:
         """Strictly decode the wire form of :meth:`encode_records`.

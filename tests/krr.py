@@ -24,7 +24,7 @@ from typing import ClassVar, Self
 import numpy as np
 import numpy.typing as npt
 
-from protocol.checks import check_epsilon
+from protocol.checks import check_epsilon, encoded_size
 from protocol.errors import InputError, MalformedReportError, ParameterError, StateError
 from protocol.estimate import VectorEstimate
 from protocol.interfaces import (
@@ -152,6 +152,11 @@ class KaryRandomizedResponse:
             if type(c) is not int or not 0 <= c < self.k:
                 raise MalformedReportError("out-of-range", f"records[{i}]", f"a category index in [0, {self.k})")
         return KrrBatch(np.array(raw, dtype=np.int64))
+
+    @property
+    def max_record_bytes(self) -> int:
+        """The largest category index, in msgpack."""
+        return encoded_size(self.k - 1)
 
     def empty_batch(self) -> KrrBatch:
         """No records."""

@@ -9,13 +9,14 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
 from agent import cli
 from agent.cli import main
-from agent.clock import FakeClock
+from agent.clock import TEST_CLOCK_ENV, FakeClock
 from agent.config import AgentConfig, load_config
 from agent.daemon import load_registry, open_agent, run_daemon
 from protocol.exit_status import ExitStatus
@@ -355,3 +356,66 @@ def test_a_ca_file_gone_at_run_time_ends_the_daemon_naming_it(
     assert cli.main(["--config", str(cfg_path), "run"]) == ExitStatus.CONFIG
     err = capsys.readouterr().err
     assert f"{cfg_path}: broker.ca_file: cannot read {files['broker.ca_file']}: No such file or directory" in err
+
+
+def test_a_wrong_state_key_says_the_key_does_not_open_the_state(tmp_path: Path) -> None:
+    """With another key, record names the state directory and the key, not a missing opt-in."""
+    cfg = _setup(tmp_path)
+    assert _cli(cfg, "consent", "grant").returncode == 0
+    assert _cli(cfg, "record", "flag", "true").returncode == 0
+    (tmp_path / "state.key").write_bytes(bytes(32))
+    r = _cli(cfg, "record", "flag", "true")
+    assert r.returncode == cli.EXIT_CODES["consent-required"]
+    assert "the state key does not open the state in" in r.stderr
+    assert str(tmp_path / "state") in r.stderr
+    assert "has not opted in" not in r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_a_full_disk_names_the_state_directory(tmp_path: Path) -> None:
+    """With the state on a full tmpfs, record fails with a message naming the directory and the cause."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    cfg = _setup(tmp_path)
+    state = tmp_path / "state"
+    state.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m,mode=0700", "tmpfs", str(state)], check=True)
+    try:
+        assert _cli(cfg, "consent", "grant").returncode == 0
+        filler = state / "filler"
+        with filler.open("wb", buffering=0) as f, contextlib.suppress(OSError):
+            while True:
+                f.write(b"\0" * 4096)
+        r = _cli(cfg, "record", "flag", "true")
+        assert r.returncode == cli.EXIT_CODES["error"]
+        assert "no space left on the device" in r.stderr
+        assert f"state directory {state}" in r.stderr
+        assert "Traceback" not in r.stderr
+        filler.unlink()
+        assert _cli(cfg, "record", "flag", "true").returncode == 0  # space freed: it works again
+    finally:
+        subprocess.run(["umount", "-l", str(state)], check=False)
+
+
+def test_the_daemon_stops_on_a_full_disk_with_a_message_not_a_traceback(tmp_path: Path) -> None:
+    """`run` with the state on a full tmpfs exits non-zero, logging the file, the state directory and the cause."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    cfg = _setup(tmp_path)
+    state = tmp_path / "state"
+    state.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m,mode=0700", "tmpfs", str(state)], check=True)
+    try:
+        assert _cli(cfg, "consent", "grant").returncode == 0
+        with (state / "filler").open("wb", buffering=0) as f, contextlib.suppress(OSError):
+            while True:
+                f.write(b"\0" * 4096)
+        now = time.time()
+        env = dict(os.environ, **{TEST_CLOCK_ENV: f"start={now},anchor={now},rate=432000"})
+        r = _cli(cfg, "run", env=env)
+        assert r.returncode == cli.EXIT_CODES["error"]
+        assert "the agent stopped: cannot write state file" in r.stderr
+        assert f"state directory {state}" in r.stderr
+        assert "Traceback" not in r.stderr
+    finally:
+        subprocess.run(["umount", "-l", str(state)], check=False)

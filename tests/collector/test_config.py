@@ -14,6 +14,7 @@ import pytest
 from collector.cli import main
 from collector.config import CollectorConfig, load_config, parse_config
 from collector.errors import ConfigError
+from collector.service import check_size_caps, load_registry
 from collector.store import CheckpointStore
 from protocol.exit_status import ExitStatus
 from protocol.registry import Registry
@@ -271,3 +272,21 @@ def test_version(capsys: pytest.CaptureFixture[str]) -> None:
         main(["--version"])
     assert info.value.code == 0
     assert capsys.readouterr().out.startswith("ldp-collector 0.")
+
+
+def test_a_report_cap_below_the_registrys_largest_report_stops_start_up(tmp_path: Path) -> None:
+    """ingest.max_report_bytes below a use case's largest report, or a packet limit below the cap, is a config error."""
+    example = ROOT / "deploy" / "usecases.example.toml"
+    registry = load_registry(example)
+    good = parse_config({"registry": str(example)}, source="c.toml")
+    check_size_caps(good, registry)
+    low = dataclasses.replace(good, ingest=dataclasses.replace(good.ingest, max_report_bytes=500))
+    with pytest.raises(ConfigError) as info:
+        check_size_caps(low, registry)
+    assert info.value.field == "ingest.max_report_bytes"
+    assert "'new-words'" in str(info.value)
+    assert "602 bytes" in str(info.value)
+    small = dataclasses.replace(good, mqtt=dataclasses.replace(good.mqtt, max_packet_bytes=65536))
+    with pytest.raises(ConfigError) as info:
+        check_size_caps(small, registry)
+    assert info.value.field == "mqtt.max_packet_bytes"

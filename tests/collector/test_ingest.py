@@ -5,16 +5,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 
 import pytest
 
 from collector import ingest as ingest_module
 from collector.config import IngestConfig
+from collector.errors import StoreUnavailable
 from collector.ingest import Ingest, StoreThread
 from collector.metrics import IngestMetrics
-from collector.store import CheckpointStore
+from collector.store import CheckpointStore, CommitResult, FoldedReport
 from collector.transport import MemoryTransport
 from protocol.registry import Registry
 from protocol.wire import decode_report, encode_report
@@ -247,4 +248,64 @@ async def test_a_decoder_bug_is_counted_not_fatal(
         assert metrics.rejected == {"decoder-error": 1}
         assert len(transport.acked) == 21
     finally:
+        store.close()
+
+
+class _FailingStore(CheckpointStore):
+    """A checkpoint store whose commits fail with StoreUnavailable while ``failing`` is set."""
+
+    failing = True
+    attempts = 0
+
+    def commit(
+        self, reports: Sequence[FoldedReport], counters: Mapping[str, int], senders: Sequence[bytes] | None = None
+    ) -> CommitResult:
+        type(self).attempts += 1
+        if type(self).failing:
+            raise StoreUnavailable("disk-full", str(self.path), "the disk is full (SQLITE_FULL)")
+        return super().commit(reports, counters, senders)
+
+
+@run_async
+async def test_a_store_that_cannot_commit_gets_nothing_acknowledged_and_ingest_resumes_by_itself(
+    tmp_path: Path, registry: Registry, clock: FixedClock
+) -> None:
+    """While commits fail: no ack, no further reading, the cause is reported; once they succeed all is counted once."""
+    period = current_period(registry, "usage", clock.now)
+    payloads = list(bit_reports(registry, "usage", 400, period=period, seed=21, records=20))
+    transport = MemoryTransport()
+    metrics = IngestMetrics()
+    _FailingStore.failing, _FailingStore.attempts = True, 0
+    store = StoreThread(lambda: _FailingStore(tmp_path / "f.sqlite3", registry, instance="t"))
+    ingest = Ingest(
+        registry=registry,
+        transport=transport,
+        store=store,
+        config=IngestConfig(commit_max_reports=50, commit_interval_s=0.01),
+        metrics=metrics,
+        clock=clock,
+    )
+    task = asyncio.create_task(ingest.run())
+    try:
+        for p in payloads:
+            transport.push(p)
+        await _until(lambda: _FailingStore.attempts >= 4)  # the first batch, retried with backoff
+        assert metrics.store_error == "disk-full"
+        assert "f.sqlite3" in metrics.store_error_detail
+        assert metrics.store_failures["disk-full"] >= 4
+        assert transport.acked == []
+        # Reading stopped: at most the failed batch and one buffer were taken from the transport.
+        assert metrics.messages <= 2 * 50
+        _FailingStore.failing = False
+        await _until(lambda: transport.unacked == 0, timeout=60.0)
+        assert metrics.store_error == ""
+        stored = await _aggregates(store)
+        reference = reference_aggregates(registry, payloads)
+        assert plain_equal(stored[("usage", period)], reference[("usage", period)])
+        assert metrics.reports == len(payloads)
+        assert len(transport.acked) == len(payloads)
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
         store.close()

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from collector.errors import StoreError
+from collector.errors import StoreError, StoreUnavailable
 from collector.folding import batch_from_plain, batch_to_plain, concat_batches, is_columnar
 from collector.store import CheckpointStore
 from protocol.registry import Registry
@@ -211,5 +211,32 @@ def test_wal_mode_and_full_sync_are_on(tmp_path: Path) -> None:
     try:
         assert store._db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
         assert store._db.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
+    finally:
+        store.close()
+
+
+def test_store_failures_that_can_pass_are_store_unavailable_with_a_cause(tmp_path: Path, registry: Registry) -> None:
+    """A locked database and a removed database file give StoreUnavailable naming the cause; nothing is stored."""
+    path = tmp_path / "s.sqlite3"
+    store = CheckpointStore(path, registry, instance="t")
+    try:
+        reports = [
+            decode_report(encode_report(r), registry)
+            for r in privatized_reports(registry, "flag", 5, period=current_period(registry, "flag"), seed=1)
+        ]
+        store._db.execute("PRAGMA busy_timeout=0")
+        other = sqlite3.connect(path, isolation_level=None)
+        other.execute("BEGIN EXCLUSIVE")
+        with pytest.raises(StoreUnavailable) as info:
+            store.commit(reports, {"messages": 5})
+        assert info.value.cause == "locked"
+        assert str(path) in str(info.value)
+        other.execute("ROLLBACK")
+        other.close()
+        assert store.commit(reports, {"messages": 5}).reports == 5  # the same batch, once the lock is gone
+        path.unlink()
+        with pytest.raises(StoreUnavailable) as info:
+            store.commit(reports, {"messages": 5})
+        assert info.value.cause == "vanished"
     finally:
         store.close()

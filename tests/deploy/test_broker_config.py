@@ -8,6 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from collector.config import IngestConfig
+from collector.service import MQTT_FRAMING_BYTES
+from protocol.registry import MAX_REPORT_BYTES
+from protocol.wire import DEFAULT_MAX_SIZE
 from tests.deploy.conftest import BrokerUsers, Clients
 from tests.deploy.probe import V311
 from tests.deploy.secure_broker import PRODUCTION_CONF, rewrite_config, running_secure_broker
@@ -46,6 +50,22 @@ def test_every_listener_requires_tls_and_a_credential() -> None:
     assert everything.get("allow_anonymous") == "false"
     assert everything.get("per_listener_settings") == "false"  # one password file and ACL for all listeners
     assert "port" not in everything  # the old-style default listener on 1883 is plaintext
+    for block in blocks:
+        assert int(block.get("max_connections", "-1")) > 0, f"listener {block['listener']} has no connection limit"
+
+
+def test_packet_size_agrees_with_the_report_cap() -> None:
+    """The broker carries the largest report the registry allows plus MQTT framing, and not much more."""
+    everything = dict(_settings(PRODUCTION_CONF.read_text(encoding="utf-8")))
+    assert MAX_REPORT_BYTES == DEFAULT_MAX_SIZE == IngestConfig().max_report_bytes
+    assert int(everything["max_packet_size"]) == MAX_REPORT_BYTES + MQTT_FRAMING_BYTES
+
+
+def test_queue_drops_are_logged_and_counters_published() -> None:
+    """Queue overflow is logged (notice) and $SYS counters are published for the collector to export."""
+    settings = _settings(PRODUCTION_CONF.read_text(encoding="utf-8"))
+    assert ("log_type", "notice") in settings
+    assert 0 < int(dict(settings)["sys_interval"]) <= 60
 
 
 def test_collector_backlog_beyond_default_limit_survives_restart(

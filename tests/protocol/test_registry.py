@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from protocol.registry import (
     CORRECTIONS,
     HASH_SIZE,
+    MAX_REPORT_BYTES,
     MECHANISM_NAMES,
     Period,
     Registry,
@@ -606,3 +607,29 @@ def test_corrections_are_the_decoders() -> None:
     from collector.decoding.stats import CONTROLS  # noqa: PLC0415
 
     assert CORRECTIONS == CONTROLS
+
+
+# --- size caps -----------------------------------------------------------------------------------
+
+
+def test_a_use_case_whose_largest_report_exceeds_the_cap_is_refused() -> None:
+    """emoji (CMS, m = 1,024) at daily_limit 600 makes 80,464-byte reports: refused, naming figure and fix."""
+    text = EXAMPLE.read_text(encoding="utf-8")
+    emoji = text.index("[use_cases.emoji]")
+    at = text.index("daily_limit = 1\n", emoji)
+    big = text[:at] + "daily_limit = 600\n" + text[at + len("daily_limit = 1\n") :]
+    with pytest.raises(RegistryError) as info:
+        parse_registry(big, source=str(EXAMPLE))
+    err = info.value
+    assert (err.use_case, err.field, err.kind) == ("emoji", "daily_limit", "out-of-range")
+    assert "80,464 bytes" in str(err)
+    assert f"{MAX_REPORT_BYTES:,}-byte cap" in str(err)
+    assert "at most 488" in str(err)
+    fits = text[:at] + "daily_limit = 488\n" + text[at + len("daily_limit = 1\n") :]
+    assert parse_registry(fits, source=str(EXAMPLE))["emoji"].max_report_bytes <= MAX_REPORT_BYTES
+
+
+def test_example_registry_fits_the_cap_with_room() -> None:
+    """Every shipped use case's largest report is far below the cap the collector and broker enforce."""
+    reg = parse_registry(EXAMPLE.read_bytes(), source=str(EXAMPLE))
+    assert max(uc.max_report_bytes for uc in reg.use_cases.values()) < MAX_REPORT_BYTES // 16

@@ -15,6 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from protocol import wire
 from protocol.errors import MalformedReportError
 from protocol.randomness import SeededRandom, SystemRandom
 from protocol.registry import MECHANISM_NAMES, Registry, UseCase, parse_registry
@@ -28,6 +29,7 @@ from protocol.wire import (
     decode_report,
     encode_report,
     make_report,
+    max_report_size,
 )
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -277,6 +279,9 @@ def test_roundtrip_gives_back_the_same_report(case: Case, data: st.DataObject) -
     mech: Any = uc.mechanism  # the typed half: batch() takes this mechanism's own records
     assert_same_batch(decoded.batch, mech.batch(records))
     case.check(uc.mechanism, decoded.batch)
+    encoded = encode_report(report)
+    assert len(encoded) <= uc.max_report_bytes
+    assert wire._encoder_layout(encoded) == (uc.name, len(records))  # honest reports take the fast header path
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.mechanism)
@@ -342,7 +347,7 @@ def test_truncated_and_trailing_bytes() -> None:
     _reject(good[:-1], "truncated", "")
     _reject(b"", "truncated", "")
     _reject(good + b"\x00", "trailing-bytes", "")
-    _reject(good + good, "trailing-bytes", "")
+    _reject(good + b"\x00" * 3, "trailing-bytes", "")
 
 
 def test_bad_msgpack_encoding() -> None:
@@ -616,3 +621,114 @@ def test_report_refuses_malformed_envelopes_at_construction() -> None:
     for key, bad in bad_values:
         with pytest.raises(ValueError, match=key):
             Report(**{**good, key: bad})
+
+
+# ---------------------------------------------------------------------------------------------
+# Bounded cost: a report bigger than its use case allows is refused from the headers
+# ---------------------------------------------------------------------------------------------
+
+
+def _largest_wire_records(mech: Any, n: int) -> list[Any]:
+    """``n`` records at the mechanism's largest wire form (the decoder need not accept them)."""
+    one = msgpack.unpackb(msgpack.packb(_LARGEST[mech.name](mech), use_bin_type=True), raw=False)
+    return [one] * n
+
+
+_LARGEST: dict[str, Callable[[Any], Any]] = {
+    "rr": lambda m: 1,
+    "one-bit-mean": lambda m: 1,
+    "dbitflip": lambda m: [list(range(m.k - m.d, m.k)), bytes(m.bits_bytes)],
+    "rappor": lambda m: [m.cohorts - 1, bytes((m.k + 7) // 8)],
+    "cms": lambda m: [m.k - 1, bytes(m.record_bytes)],
+    "hcms": lambda m: [m.k - 1, m.m - 1, 1],
+    "sfp": lambda m: [
+        m.positions - 1,
+        m.k_fragment - 1,
+        bytes((m.m_fragment + 7) // 8),
+        m.k - 1,
+        bytes((m.m + 7) // 8),
+    ],
+}
+
+
+@pytest.mark.parametrize("name", sorted(REGISTRY.use_cases))
+def test_max_report_size_is_the_largest_report(name: str) -> None:
+    """max_report_bytes is exactly the size of a daily_limit report of largest records in the last period."""
+    uc = REGISTRY[name]
+    records = _largest_wire_records(uc.mechanism, uc.daily_limit)
+    env = {"v": 1, "u": uc.name, "h": REGISTRY.hash, "p": uc.period.max_index, "i": bytes(16), "r": records}
+    assert len(pack(env)) == uc.max_report_bytes == max_report_size(uc)
+
+
+def _flood(uc: UseCase, records: list[Any], *, records_first: bool = False) -> bytes:
+    env: dict[str, Any] = {"v": 1, "u": uc.name, "h": REGISTRY.hash, "p": 81_234, "i": bytes(16), "r": records}
+    if records_first:
+        env = {"r": records} | {k: v for k, v in env.items() if k != "r"}
+    return pack(env)
+
+
+def _forbid_record_decoding(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Make any unpacking of the records, or any mechanism's decode_records, fail loudly."""
+    calls: list[str] = []
+
+    def forbidden(*args: Any, **kwargs: Any) -> Any:
+        calls.append("decoded")
+        raise AssertionError("records were decoded before the headers were checked")
+
+    monkeypatch.setattr(wire, "_unpack", forbidden)
+    for uc in REGISTRY.use_cases.values():
+        monkeypatch.setattr(type(uc.mechanism), "decode_records", forbidden)
+    return calls
+
+
+def test_a_flood_of_declared_records_is_refused_before_any_record_is_decoded(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A 64 KB HCMS report declaring 16,000 records is refused from its headers: no record is unpacked or checked."""
+    reg = parse_registry(
+        """
+format = 1
+salt = "0547eed0fe23ed365173a6e9b965e343b4927d0967009d668d6df9ead8a2030c"
+[use_cases.safari-energy-domains]
+mechanism = "hcms"
+epsilon = 4
+period = "1d"
+daily_limit = 2
+lifetime_epsilon = 3000
+parameters = { k = 1024, m = 32768 }
+[use_cases.safari-energy-domains.collector]
+min_reports = 0
+""",
+        source="flood",
+    )
+    uc = reg["safari-energy-domains"]
+    env = {"v": 1, "u": uc.name, "h": reg.hash, "p": 20_000, "i": bytes(16), "r": [[100, 100, 1]] * 16_000}
+    data = pack(env)
+    assert 63_000 < len(data) <= DEFAULT_MAX_SIZE
+    calls = _forbid_record_decoding(monkeypatch)
+    with pytest.raises(MalformedReportError) as info:
+        decode_report(data, reg)
+    assert info.value.reason == "oversize"
+    assert "safari-energy-domains" in str(info.value)
+    # Records before the use case (not the encoder's order): refused on the declared count.
+    reordered = pack({"r": env["r"]} | {k: v for k, v in env.items() if k != "r"})
+    with pytest.raises(MalformedReportError) as info:
+        decode_report(reordered, reg)
+    assert (info.value.reason, info.value.field) == ("too-many-records", "records")
+    assert calls == []
+
+
+@pytest.mark.parametrize("name", sorted(REGISTRY.use_cases))
+def test_declared_count_and_size_are_checked_from_the_headers(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every mechanism: one record over the limit, or a report well over the largest, is refused undecoded."""
+    uc = REGISTRY[name]
+    largest = _largest_wire_records(uc.mechanism, uc.daily_limit)
+    calls = _forbid_record_decoding(monkeypatch)
+    for records_first in (False, True):
+        with pytest.raises(MalformedReportError) as info:
+            decode_report(_flood(uc, largest + largest[:1], records_first=records_first), REGISTRY)
+        assert info.value.reason in {"too-many-records", "oversize"}
+    one = _flood(uc, largest[:1])
+    padded = one + bytes(uc.max_report_bytes + 65 - len(one))  # trailing junk, found before any record
+    with pytest.raises(MalformedReportError) as info:
+        decode_report(padded, REGISTRY)
+    assert info.value.reason == "oversize"
+    assert calls == []

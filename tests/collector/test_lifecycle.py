@@ -1,0 +1,179 @@
+"""Nothing blocks the event loop and nothing outlives the collector: sd_notify never blocks,
+the watchdog honours WATCHDOG_USEC, and a SIGKILLed collector leaves no process of its own."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+
+from collector.systemd import DEFAULT_WATCHDOG_S, Notifier
+from tests.collector.processes import ROOT, CollectorProcess, write_config
+from tests.support.broker import Broker, free_port
+
+
+def _unread_socket() -> tuple[socket.socket, str]:
+    """A bound datagram socket nobody reads, and its NOTIFY_SOCKET spelling."""
+    name = f"ldp-test-notify-{os.getpid()}-{time.monotonic_ns()}"
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    sock.bind("\0" + name)
+    return sock, "@" + name
+
+
+def test_notifications_to_a_full_socket_are_dropped_and_counted_not_blocked() -> None:
+    """Against a socket nobody drains, every notify call returns at once; the ones that cannot go are counted."""
+    sock, address = _unread_socket()
+    try:
+        notifier = Notifier({"NOTIFY_SOCKET": address})
+        results = [notifier.notify("WATCHDOG=1") for _ in range(5_000)]
+        assert notifier.sent == results.count(True) > 0
+        assert notifier.dropped == results.count(False) > 0  # the queue filled; nothing blocked
+        notifier.close()
+    finally:
+        sock.close()
+
+
+def test_no_listener_and_no_socket() -> None:
+    """A socket path nobody listens on drops and counts; without NOTIFY_SOCKET notify is a no-op."""
+    notifier = Notifier({"NOTIFY_SOCKET": "@ldp-test-nobody-listens-here"})
+    assert notifier.notify("READY=1") is False
+    assert notifier.dropped == 1
+    notifier.close()
+    quiet = Notifier({})
+    assert not quiet.enabled
+    assert quiet.notify("READY=1") is False
+    assert quiet.dropped == 0
+
+
+def test_watchdog_interval_is_half_watchdog_usec_for_this_process() -> None:
+    """WATCHDOG_USEC sets the ping interval (half of it); WATCHDOG_PID of another process is ignored."""
+    env = {"NOTIFY_SOCKET": "@x", "WATCHDOG_USEC": "3000000"}
+    assert Notifier(env).watchdog_interval == 1.5
+    assert Notifier(env | {"WATCHDOG_PID": str(os.getpid())}).watchdog_interval == 1.5
+    assert Notifier(env | {"WATCHDOG_PID": str(os.getpid() + 1)}).watchdog_interval == DEFAULT_WATCHDOG_S
+    assert Notifier({"NOTIFY_SOCKET": "@x", "WATCHDOG_USEC": "0"}).watchdog_interval == DEFAULT_WATCHDOG_S
+
+
+def _get(port: int, path: str, timeout: float = 10.0) -> tuple[int, bytes]:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=timeout) as resp:
+            return resp.status, resp.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read()
+
+
+def _poll(predicate: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise TimeoutError(what)
+        time.sleep(0.05)
+
+
+def test_a_notify_socket_nobody_reads_does_not_freeze_the_collector(
+    tmp_path: Path, mosquitto: Broker, registry_path: Path
+) -> None:
+    """Pinging every 10 ms into a socket nobody drains after READY, the collector answers HTTP and stops on SIGTERM."""
+    http_port = free_port()
+    config = write_config(
+        tmp_path / "c", registry=registry_path, host=mosquitto.host, port=mosquitto.port, http_port=http_port
+    )
+    sock, address = _unread_socket()
+    env = dict(os.environ, NOTIFY_SOCKET=address, WATCHDOG_USEC="20000", PYTHONPATH=str(ROOT))
+    with (tmp_path / "collector.log").open("wb") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "collector", "--config", str(config), "run"],
+            cwd=ROOT,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        sock.settimeout(0.5)
+        deadline = time.monotonic() + 60
+        while True:  # read until READY=1, then never again (a supervisor that stopped reading)
+            assert time.monotonic() < deadline, "no READY=1"
+            assert proc.poll() is None, f"the collector exited with {proc.returncode}"
+            try:
+                if b"READY=1" in sock.recv(4096).split(b"\n"):
+                    break
+            except TimeoutError:
+                continue
+
+        def dropped() -> bool:
+            status, body = _get(http_port, "/metrics")
+            line = next(x for x in body.decode().splitlines() if x.startswith("ldp_collector_sd_notify_dropped_total"))
+            return status == 200 and int(line.split()[1]) > 0
+
+        _poll(dropped, 60.0, "no notification was ever dropped")
+        assert _get(http_port, "/healthz")[0] == 200
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=10)
+        sock.close()
+
+
+def _descendants(pid: int) -> set[int]:
+    """Every live process below ``pid`` (from /proc)."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        fields = stat.rsplit(")", 1)[1].split()
+        if fields[0] != "Z":
+            children.setdefault(int(fields[1]), []).append(int(entry.name))
+    out: set[int] = set()
+    todo = [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            out.add(child)
+            todo.append(child)
+    return out
+
+
+def _alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def test_a_sigkilled_collector_leaves_no_process_behind(tmp_path: Path, mosquitto: Broker, registry_path: Path) -> None:
+    """kill -9 of the collector, after it served estimates, leaves no process of its own running."""
+    http_port = free_port()
+    config = write_config(
+        tmp_path / "c",
+        registry=registry_path,
+        host=mosquitto.host,
+        port=mosquitto.port,
+        http_port=http_port,
+        extra="[estimation]\nworkers = 2\n",
+    )
+    proc = CollectorProcess(config, log=tmp_path / "collector.log")
+    try:
+        proc.start()
+        pid = proc.pid
+        for name in ("flag", "usage", "emoji"):
+            assert _get(http_port, f"/api/v1/use-cases/{name}/estimate", timeout=60.0)[0] in (200, 404)
+        # Estimates run in threads of the collector (collector.live), so normally there is no
+        # child at all; whatever there is must not survive the collector.
+        workers = _descendants(pid)
+        proc.kill9()
+        _poll(lambda: not any(_alive(w) for w in workers), 20.0, f"left running: {[w for w in workers if _alive(w)]}")
+    finally:
+        proc.close()
