@@ -27,11 +27,11 @@ from pathlib import Path
 from typing import Any
 
 from agent.config import BrokerConfig
-from agent.fleet_sim import FleetPlan, run_shard
-from agent.fleet_values import default_spec
 from agent.mqtt import MqttTransport
 from agent.transport import MemoryTransport, Transport
 from benchmarks.harness import emit, progress, rate
+from fleet.sim import FleetPlan, run_shard
+from fleet.values import default_spec
 from protocol.randomness import SeededRandom
 from protocol.registry import parse_registry
 from tests.fleet.support import running_stack

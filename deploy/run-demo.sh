@@ -86,7 +86,7 @@ if [ ! -x .venv/bin/python ]; then
     say "creating the virtual environment .venv"
     python3 -m venv .venv
 fi
-if ! .venv/bin/python -c 'import agent.fleet, collector.service' >/dev/null 2>&1 || [ ! -x .venv/bin/ldp-fleet ]; then
+if ! .venv/bin/python -c 'import fleet.cli, collector.service' >/dev/null 2>&1 || [ ! -x .venv/bin/ldp-fleet ]; then
     say "installing ldp-telemetry into .venv"
     .venv/bin/python -m pip install --quiet --upgrade pip
     .venv/bin/python -m pip install --quiet -e .

@@ -36,6 +36,17 @@ def test_agent_and_collector_do_not_import_each_other() -> None:
     assert "agent" not in _imports("collector")
 
 
+def test_nothing_imports_the_simulator() -> None:
+    """The fleet simulator is a package of its own on top: protocol, agent and collector never import it."""
+    for package in ("protocol", "agent", "collector"):
+        assert "fleet" not in _imports(package), package
+
+
+def test_the_agent_holds_no_simulator() -> None:
+    """No simulator module ships in the device package."""
+    assert not list((ROOT / "agent").glob("fleet*.py"))
+
+
 def test_agent_stays_light() -> None:
     """The agent never imports what only the server needs."""
     assert not _imports("agent") & {"scipy", "sklearn", "matplotlib"}

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from agent.fleet import _parser, main, shard_ranges
-from agent.fleet_sim import ShardResult, Tally
+from fleet.cli import _parser, main, shard_ranges
+from fleet.sim import ShardResult, Tally
 from protocol.exit_status import ExitStatus
 
 REGISTRY = Path(__file__).resolve().parents[2] / "deploy" / "fleet.usecases.toml"
@@ -90,7 +90,7 @@ def test_nothing_sent_because_every_value_was_refused_is_not_success(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """Every value refused: exit 3 (refused) with sentences saying so, not status 0 and a raw dict."""
-    monkeypatch.setattr("agent.fleet.simulate", _simulated(ShardResult(refused={"emoji": 40})))
+    monkeypatch.setattr("fleet.cli.simulate", _simulated(ShardResult(refused={"emoji": 40})))
     status = main(["--registry", str(REGISTRY), "--use-case", "emoji", "--devices", "2", "--days", "1", "--quiet"])
     assert status == ExitStatus.REFUSED
     captured = capsys.readouterr()
@@ -108,7 +108,7 @@ def test_time_series_rows_past_the_days_are_said_and_json_goes_to_stdout(
     rows = [f"d{d},{p},{1000 + p}" for d in range(3) for p in range(8)]  # 8 six-hour periods = 2 days
     series.write_text("device,period,value\n" + "\n".join(rows) + "\n", encoding="utf-8")
     truth = {"app-usage-seconds": {0: Tally(n=2, total=2000.0)}}
-    monkeypatch.setattr("agent.fleet.simulate", _simulated(ShardResult(messages=2, truth=truth)))
+    monkeypatch.setattr("fleet.cli.simulate", _simulated(ShardResult(messages=2, truth=truth)))
     args = ["--registry", str(REGISTRY), "--use-case", "app-usage-seconds", "--population", str(series)]
     status = main([*args, "--devices", "2", "--days", "1", "--quiet", "--json", "--output", str(tmp_path / "r.json")])
     assert status == ExitStatus.OK

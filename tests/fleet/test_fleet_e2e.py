@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.fleet import main
+from fleet.cli import main
 from protocol.exit_status import ExitStatus
 from tests.fleet.support import running_stack
 

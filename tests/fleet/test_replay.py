@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from agent.fleet import main
+from fleet.cli import main
 from tests.fleet.support import running_stack
 
 pytestmark = pytest.mark.slow

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from agent.fleet_report import compare_period, format_results, summarize, write_plots
-from agent.fleet_sim import Tally
+from fleet.report import compare_period, format_results, summarize, write_plots
+from fleet.sim import Tally
 from protocol.registry import Registry, parse_registry
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from agent.errors import StateUnreadableError, TransportError
-from agent.fleet_sim import FleetPlan, MemorySealer, ShardResult, run_shard
-from agent.fleet_values import default_spec, parse_spec
 from agent.transport import Connection, MemoryTransport
+from fleet.sim import FleetPlan, MemorySealer, ShardResult, run_shard
+from fleet.values import default_spec, parse_spec
 from protocol.registry import parse_registry
 from protocol.wire import decode_report
 

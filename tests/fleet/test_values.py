@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from agent.fleet_values import (
+from fleet.values import (
     GeneratorError,
     GeneratorSpec,
     Population,

@@ -1,14 +1,14 @@
 """``ldp-fleet``: simulate a fleet of devices against a real broker and a real collector.
 
-Every simulated device is a complete agent (:mod:`agent.fleet_sim`): its own sealed state,
+Every simulated device is a complete agent (:mod:`fleet.sim`): its own sealed state,
 daily limits, ε accounting, permanent randomness and memo tables, privatizing on the
 "device" and publishing msgpack reports with QoS 1 through the agent's MQTT transport
 (TLS and authentication as configured). Simulated time runs in 6-hour collection slots, so
 days pass in seconds; the values the devices record come from generators or from a
-population file the user supplies (:mod:`agent.fleet_values`). When every report has been
+population file the user supplies (:mod:`fleet.values`). When every report has been
 acknowledged by the broker, the simulator waits until the collector has committed them all,
 reads the collector's estimates over its HTTP API and prints them next to the truth, per use
-case and period, with the error in standard errors (:mod:`agent.fleet_report`).
+case and period, with the error in standard errors (:mod:`fleet.report`).
 
 Exit status: 0 when every compared error is within the tolerance (5 SE by default), 1 when
 some is not, 2 for a usage or input error, 3 when the broker or the collector failed.
@@ -34,7 +34,8 @@ from typing import Any, TextIO
 from agent.cli import quiet_on_closed_pipe, version
 from agent.config import BrokerConfig, PolicyConfig, read_password, tls_context
 from agent.errors import AgentError, ConfigError, PolicyError, TransportError
-from agent.fleet_report import (
+from agent.policy import check_registry
+from fleet.report import (
     CollectorClient,
     CollectorUnavailableError,
     compare_period,
@@ -42,9 +43,8 @@ from agent.fleet_report import (
     summarize,
     write_plots,
 )
-from agent.fleet_sim import FleetPlan, Progress, ShardResult, Tally, build_generators, run_shard, tally_kind
-from agent.fleet_values import KINDS, GeneratorError, GeneratorSpec, default_spec, load_population, parse_spec
-from agent.policy import check_registry
+from fleet.sim import FleetPlan, Progress, ShardResult, Tally, build_generators, run_shard, tally_kind
+from fleet.values import KINDS, GeneratorError, GeneratorSpec, default_spec, load_population, parse_spec
 from protocol.exit_status import HELP as EXIT_HELP
 from protocol.exit_status import ExitStatus
 from protocol.registry import Registry, RegistryError, UseCase, parse_registry

@@ -48,11 +48,11 @@ from agent.config import BrokerConfig, ScheduleConfig
 from agent.core import Agent
 from agent.daemon import Daemon
 from agent.errors import TransportError, UseCaseStoppedError, ValueRefusedError
-from agent.fleet_values import GeneratorSpec, Population, ValueGenerator, build_generator, load_population
 from agent.identity import device_identity
 from agent.schedule import next_cycle_after
 from agent.sealed import Sealer
 from agent.transport import Connection, Transport
+from fleet.values import GeneratorSpec, Population, ValueGenerator, build_generator, load_population
 from protocol.interfaces import EstimateKind, as_histogram
 from protocol.randomness import SeededRandom
 from protocol.registry import Registry, UseCase, parse_registry
@@ -287,7 +287,7 @@ def build_generators(plan: FleetPlan, registry: Registry) -> dict[str, ValueGene
     """The value generator of every simulated use case.
 
     Raises:
-        agent.fleet_values.GeneratorError: for a generator that does not fit its use case.
+        fleet.values.GeneratorError: for a generator that does not fit its use case.
     """
     base = Path(plan.registry_path).resolve().parent
     populations: dict[str, Population] = {}
@@ -519,7 +519,7 @@ async def run_shard(
 
     Raises:
         TransportError: the broker could not be reached or stopped acknowledging.
-        agent.fleet_values.GeneratorError: a generator does not fit its use case.
+        fleet.values.GeneratorError: a generator does not fit its use case.
     """
     registry = plan.registry()
     generators = build_generators(plan, registry)

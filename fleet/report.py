@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agent.fleet_sim import Tally, tally_kind
+from fleet.sim import Tally, tally_kind
 from protocol.interfaces import EstimateKind, as_discovery
 from protocol.registry import Registry, UseCase
 
