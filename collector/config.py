@@ -25,6 +25,7 @@ Schema (every section and key optional except ``registry``; defaults shown)::
     password_file = ""
     reconnect_min_s = 0.05
     reconnect_max_s = 5.0
+    receipt_prefix = "ldp/v1/receipts/"  # commit receipts go only to response topics under it
     [mqtt.tls]                      # present = TLS on
     ca_file = ""
     cert_file = ""
@@ -116,6 +117,7 @@ class MqttConfig:
     password_file: Path | None = None
     reconnect_min_s: float = 0.05
     reconnect_max_s: float = 5.0
+    receipt_prefix: str = "ldp/v1/receipts/"
     tls: TlsConfig | None = None
     source: str = "<string>"
     """The config file (for error messages; not a key of the file)."""
@@ -285,6 +287,14 @@ def _client_id_problem(value: str) -> str | None:
     return None
 
 
+def _receipt_prefix_problem(value: str) -> str | None:
+    # The broker ACL gives each connection read access to <prefix><client id> only; a prefix
+    # with wildcards, or one not ending in "/", could not be matched by such a pattern.
+    if not value.endswith("/") or value.startswith("$") or any(c in value for c in "+#\0"):
+        return "expected a topic prefix ending in '/' such as 'ldp/v1/receipts/' (no wildcards, no leading '$')"
+    return None
+
+
 def _mqtt(section: _Section | None) -> MqttConfig:
     if section is None:
         return MqttConfig()
@@ -317,6 +327,7 @@ def _mqtt(section: _Section | None) -> MqttConfig:
         password_file=section.path("password_file", None),
         reconnect_min_s=low,
         reconnect_max_s=section.number("reconnect_max_s", d.reconnect_max_s, low=low, high=3600.0),
+        receipt_prefix=section.string("receipt_prefix", d.receipt_prefix, check=_receipt_prefix_problem),
         tls=tls,
         source=section.source,
     )

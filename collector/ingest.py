@@ -17,6 +17,12 @@ The path of one message (003 §3.2.2 "Ingestion and Aggregation", made streaming
    ids it already holds, folds the rest per (use case, period) and records their ids.
 5. Only then are the messages acknowledged (PUBACK). A crash before that leaves them
    unacknowledged; the broker redelivers them and step 4 recognises the ones already folded.
+6. Then the commit receipts (``protocol.receipts``, DESIGN invariant 8): every message that
+   asked for one (an MQTT 5 Response Topic under ``mqtt.receipt_prefix`` and Correlation
+   Data) is answered, one message per response topic per commit: *counted* when its report
+   is in the store (folded now or by an earlier delivery), *refused* with the counted reason
+   otherwise. A receipt is never sent before the commit that decided it, so "counted" is
+   never premature. Response topics live only in memory, in the commit they belong to.
 
 Backpressure: while one commit runs (in the store's own thread) the next buffer fills; when
 it is full, ingest waits for the commit, the transport's buffer fills, and the broker stops
@@ -55,6 +61,7 @@ from collector.metrics import IngestMetrics
 from collector.store import CheckpointStore, CommitResult
 from collector.transport import Delivery, Transport
 from protocol.errors import MalformedReportError
+from protocol.receipts import MAX_CORRELATION_BYTES, Receipt, valid_response_topic
 from protocol.registry import Registry
 from protocol.wire import DecodedReport, decode_report
 
@@ -132,6 +139,11 @@ class StoreThread:
         self._executor.shutdown(wait=True)
 
 
+# A receipt request waiting for its commit: (response topic, correlation, outcome), where the
+# outcome is the refusal reason (a str) or the report id (bytes) whose fate the commit decides.
+_Request = tuple[bytes, bytes, str | bytes]
+
+
 @dataclass
 class _Commit:
     future: asyncio.Future[CommitResult]
@@ -140,6 +152,7 @@ class _Commit:
     tokens: list[int]
     counters: Counter[str]
     since: float
+    requests: list[_Request]
 
 
 class Ingest:
@@ -155,6 +168,8 @@ class Ingest:
         low_water: the stored low-water marks at start-up.
         on_commit: called with each commit's result once it is acknowledged (the service
             keeps its materialised aggregates current with it).
+        receipt_prefix: response topics the collector answers (``mqtt.receipt_prefix``);
+            a request for any other topic is counted and ignored.
     """
 
     def __init__(
@@ -168,6 +183,7 @@ class Ingest:
         clock: Clock | None = None,
         low_water: Mapping[str, int] | None = None,
         on_commit: Callable[[CommitResult], None] | None = None,
+        receipt_prefix: str = "ldp/v1/receipts/",
     ) -> None:
         self.registry = registry
         self.transport = transport
@@ -185,6 +201,8 @@ class Ingest:
         self._tokens: list[int] = []
         self._counters: Counter[str] = Counter()
         self._ids: set[bytes] = set()
+        self._requests: list[_Request] = []
+        self._receipt_prefix = receipt_prefix.encode()
         self._since = 0.0
         self._inflight: _Commit | None = None
         self._failed: _Commit | None = None  # a commit the store could not take, to retry
@@ -279,17 +297,37 @@ class Ingest:
         ids = self._ids
         rejected = self.metrics.rejected
         require_identity = self.config.require_device_identity
+        requests = self._requests
+        prefix = self._receipt_prefix
         for d in deliveries:
             tokens.append(d.token)
+            reply_to = d.reply_to
+            correlation = d.correlation
+            if reply_to is not None or correlation is not None:
+                if (
+                    reply_to is None
+                    or not correlation
+                    or len(correlation) > MAX_CORRELATION_BYTES
+                    or not valid_response_topic(reply_to, prefix)
+                ):
+                    # Never publish outside the receipt prefix: a device must not steer the
+                    # collector's writes (into report topics, say). The report itself is
+                    # still processed; only the receipt is withheld.
+                    self.metrics.receipt_requests_invalid += 1
+                    reply_to = correlation = None
             if require_identity and not d.sender:
                 counters["rejected:no-identity"] += 1
                 rejected["no-identity"] += 1
+                if reply_to is not None and correlation is not None:
+                    requests.append((reply_to, correlation, "no-identity"))
                 continue
             try:
                 report = decode_report(d.payload, registry, max_size=max_size)
             except MalformedReportError as exc:
                 counters["rejected:" + exc.reason] += 1
                 rejected[exc.reason] += 1
+                if reply_to is not None and correlation is not None:
+                    requests.append((reply_to, correlation, exc.reason))
                 continue
             except Exception:
                 # The decoder promises MalformedReportError for every bad input. Should it break
@@ -301,13 +339,20 @@ class Ingest:
                 )
                 counters["rejected:decoder-error"] += 1
                 rejected["decoder-error"] += 1
+                if reply_to is not None and correlation is not None:
+                    requests.append((reply_to, correlation, "decoder-error"))
                 continue
             low, high = windows[report.use_case.name]
             if report.period < low or report.period > high:
                 reason = "period-expired" if report.period < low else "period-future"
                 counters["rejected:" + reason] += 1
                 rejected[reason] += 1
+                if reply_to is not None and correlation is not None:
+                    requests.append((reply_to, correlation, reason))
                 continue
+            if reply_to is not None and correlation is not None:
+                # Decided by the commit: counted (fresh or already stored) unless expired there.
+                requests.append((reply_to, correlation, report.report_id))
             if report.report_id in ids:
                 counters["duplicates"] += 1
                 self.metrics.duplicates += 1
@@ -341,9 +386,11 @@ class Ingest:
             tokens=self._tokens,
             counters=counters,
             since=self._since,
+            requests=self._requests,
         )
         self._reports, self._tokens, self._counters, self._ids = [], [], Counter(), set()
         self._senders = []
+        self._requests = []
         self._since = 0.0
         self.metrics.pending = 0
         self.metrics.pending_since = 0.0
@@ -406,6 +453,8 @@ class Ingest:
     def _acknowledge(self, commit: _Commit, result: CommitResult) -> None:
         # Acknowledge only now: the contribution and the report ids are durable.
         self.transport.ack(commit.tokens)
+        if commit.requests:
+            self.transport.send_receipts(_receipts(commit.requests, result))
         m = self.metrics
         m.commits += 1
         m.commit_seconds += result.seconds
@@ -420,3 +469,19 @@ class Ingest:
         m.lag_seconds = time.monotonic() - commit.since
         if self.on_commit is not None and result.keys:
             self.on_commit(result)
+
+
+def _receipts(requests: Sequence[_Request], result: CommitResult) -> dict[bytes, list[Receipt]]:
+    """The committed outcome of each request, grouped by response topic (one message each)."""
+    out: dict[bytes, list[Receipt]] = {}
+    for topic, correlation, outcome in requests:
+        if isinstance(outcome, str):
+            receipt = Receipt(correlation, counted=False, reason=outcome)
+        elif outcome in result.expired_ids:
+            receipt = Receipt(correlation, counted=False, reason="period-expired")
+        elif outcome in result.over_allowance_ids:
+            receipt = Receipt(correlation, counted=False, reason="over-allowance")
+        else:
+            receipt = Receipt(correlation, counted=True)
+        out.setdefault(topic, []).append(receipt)
+    return out

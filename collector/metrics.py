@@ -43,6 +43,8 @@ class IngestMetrics:
         store_failures: failed commit attempts, by cause.
         sd_notify_dropped: notifications to systemd dropped because they could not be sent
             without blocking (``collector.systemd``).
+        receipt_requests_invalid: receipt requests ignored (a response topic outside
+            ``mqtt.receipt_prefix``, or missing or oversize Correlation Data).
     """
 
     messages: int = 0
@@ -63,6 +65,7 @@ class IngestMetrics:
     store_error: str = ""
     store_error_detail: str = ""
     store_failures: Counter[str] = field(default_factory=Counter)
+    receipt_requests_invalid: int = 0
     started: float = field(default_factory=time.time)
 
     def snapshot(self, now: float | None = None) -> dict[str, object]:
@@ -84,6 +87,7 @@ class IngestMetrics:
             "store_available": not self.store_error,
             "store_error": self.store_error_detail or None,
             "store_failures": dict(sorted(self.store_failures.items())),
+            "receipt_requests_invalid": self.receipt_requests_invalid,
             "uptime_seconds": round(now - self.started, 3),
         }
 
@@ -198,6 +202,12 @@ def render_prometheus(
         "Notifications to systemd dropped rather than block the event loop.",
         [("", metrics.sd_notify_dropped)],
     )
+    metric(
+        "ldp_collector_receipt_requests_invalid_total",
+        "counter",
+        "Receipt requests ignored (response topic outside the receipt prefix, bad correlation data).",
+        [("", metrics.receipt_requests_invalid)],
+    )
     if transport is not None:
         metric(
             "ldp_collector_broker_connected",
@@ -254,6 +264,18 @@ def render_prometheus(
         for topic, name, kind, help_text in _BROKER_METRICS:
             if topic in transport.broker:
                 metric(name, kind, help_text, [("", transport.broker[topic])])
+        metric(
+            "ldp_collector_receipts_sent_total",
+            "counter",
+            "Commit receipts published (one per answered report).",
+            [("", transport.receipts_sent)],
+        )
+        metric(
+            "ldp_collector_receipts_dropped_total",
+            "counter",
+            "Commit receipts not sent because the broker connection was down (the agent resends).",
+            [("", transport.receipts_dropped)],
+        )
     for name, value in sorted((extra or {}).items()):
         metric(name, "gauge", name.replace("_", " "), [("", value)])
     lines.append(f'ldp_collector_info{{instance="{_escape(instance)}"}} 1')

@@ -192,6 +192,7 @@ async def run_service(
             metrics=metrics,
             clock=clock,
             low_water=low_water,
+            receipt_prefix=config.mqtt.receipt_prefix,
         )
         # Opened after the store thread has created the database and registered the use cases.
         live = LiveAggregates(config, registry)

@@ -317,6 +317,9 @@ class CommitResult:
         seconds: time the transaction took.
         keys: the (use case, period) keys the commit added to.
         over_allowance: reports refused because their device had used its allowance.
+        expired_ids: the report ids refused as expired (their receipts say so).
+        over_allowance_ids: the report ids refused as over the allowance (their receipts say
+            so; every other report of the commit is counted, fresh or duplicate).
     """
 
     reports: int
@@ -326,6 +329,8 @@ class CommitResult:
     seconds: float
     keys: tuple[tuple[str, int], ...] = ()
     over_allowance: int = 0
+    expired_ids: frozenset[bytes] = frozenset()
+    over_allowance_ids: frozenset[bytes] = frozenset()
 
 
 @dataclass(frozen=True, slots=True)
@@ -670,10 +675,20 @@ class CheckpointStore:
             lows = dict(db.execute("SELECT id, low_water FROM use_cases").fetchall())
             current = [r for r in reports if r.period >= lows[self._use_cases[r.use_case.name].id]]
             expired = len(reports) - len(current)
+            expired_ids = (
+                frozenset(r.report_id for r in reports if r.period < lows[self._use_cases[r.use_case.name].id])
+                if expired
+                else frozenset()
+            )
             fresh = self._fresh(current)
             over = 0
+            over_ids: frozenset[bytes] = frozenset()
             if sender_of:
+                before = fresh
                 fresh, over = self._within_allowance(fresh, sender_of)
+                if over:
+                    kept = {r.report_id for r in fresh}
+                    over_ids = frozenset(r.report_id for r in before if r.report_id not in kept)
             groups: dict[tuple[str, int], list[FoldedReport]] = defaultdict(list)
             for r in fresh:
                 groups[(r.use_case.name, r.period)].append(r)
@@ -717,7 +732,17 @@ class CheckpointStore:
         except BaseException:
             _rollback(db)
             raise
-        return CommitResult(len(fresh), records, duplicates, expired, time.perf_counter() - start, tuple(groups), over)
+        return CommitResult(
+            len(fresh),
+            records,
+            duplicates,
+            expired,
+            time.perf_counter() - start,
+            tuple(groups),
+            over,
+            expired_ids,
+            over_ids,
+        )
 
     def _within_allowance(
         self, fresh: Sequence[FoldedReport], sender_of: Mapping[bytes, bytes]

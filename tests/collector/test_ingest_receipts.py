@@ -1,0 +1,126 @@
+"""Commit receipts from ingest: after the commit, one message per response topic, honest outcomes."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from collector.config import IngestConfig
+from collector.ingest import Ingest, StoreThread
+from collector.metrics import IngestMetrics
+from collector.store import CheckpointStore
+from collector.transport import MemoryTransport
+from protocol.registry import Registry
+from protocol.wire import decode_report
+from tests.collector.conftest import FixedClock
+from tests.collector.support import bit_reports, current_period, run_async
+
+PREFIX = b"ldp/v1/receipts/"
+
+
+async def _until(predicate: Callable[[], bool], timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise TimeoutError("condition not reached")
+        await asyncio.sleep(0.005)
+
+
+def _rid(registry: Registry, payload: bytes) -> bytes:
+    return decode_report(payload, registry).report_id
+
+
+@run_async
+async def test_receipts_follow_the_commit_with_each_outcome(
+    tmp_path: Path, registry: Registry, clock: FixedClock
+) -> None:
+    """Fresh, duplicate, expired, malformed and foreign-topic requests get exactly the right answers."""
+    config = IngestConfig(commit_max_reports=64, commit_interval_s=0.01, retention_periods=3)
+    now = current_period(registry, "flag", clock.now)
+    fresh = list(bit_reports(registry, "flag", 20, period=now, seed=1))
+    old = list(bit_reports(registry, "flag", 3, period=now - 5, seed=2))
+    transport = MemoryTransport()
+    metrics = IngestMetrics()
+    path = tmp_path / "r.sqlite3"
+    store = StoreThread(lambda: CheckpointStore(path, registry, instance="t"))
+    sent_at_commit: list[int] = []
+    original = transport.send_receipts
+
+    def checking(receipts: object) -> None:
+        # Whatever a receipt says counted is already in the database, read from outside.
+        reader = CheckpointStore(path, registry, readonly=True)
+        try:
+            sent_at_commit.append(sum(k.reports for k in reader.totals()))
+        finally:
+            reader.close()
+        original(receipts)  # type: ignore[arg-type]
+
+    transport.send_receipts = checking  # type: ignore[method-assign]
+    ingest = Ingest(registry=registry, transport=transport, store=store, config=config, metrics=metrics, clock=clock)
+    task = asyncio.create_task(ingest.run())
+    try:
+        for i, p in enumerate(fresh):
+            transport.push(p, reply_to=PREFIX + (b"a" if i % 2 else b"b"), correlation=_rid(registry, p))
+        for p in old:
+            transport.push(p, reply_to=PREFIX + b"a", correlation=_rid(registry, p))
+        transport.push(b"\x92junk", reply_to=PREFIX + b"a", correlation=b"j" * 16)
+        # A request aimed outside the prefix is ignored; its report still counts.
+        transport.push(fresh[0], reply_to=b"ldp/v1/reports/x/flag", correlation=b"x" * 16)
+        await _until(lambda: transport.unacked == 0)
+        # A later resend of a report already folded is answered "counted" again.
+        transport.push(fresh[1], reply_to=PREFIX + b"c", correlation=_rid(registry, fresh[1]))
+        await _until(lambda: transport.unacked == 0 and len(transport.receipts) == 25)
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        store.close()
+    by_corr = {(t, r.correlation): r for t, r in transport.receipts}
+    assert len(transport.receipts) == 25
+    for i, p in enumerate(fresh):
+        r = by_corr[(PREFIX + (b"a" if i % 2 else b"b"), _rid(registry, p))]
+        assert r.counted and r.reason == ""
+    for p in old:
+        r = by_corr[(PREFIX + b"a", _rid(registry, p))]
+        assert not r.counted and r.reason == "period-expired"
+    junk = by_corr[(PREFIX + b"a", b"j" * 16)]
+    assert not junk.counted and junk.reason
+    assert by_corr[(PREFIX + b"c", _rid(registry, fresh[1]))].counted
+    assert all(not t.startswith(b"ldp/v1/reports") for t, _ in transport.receipts)
+    assert metrics.receipt_requests_invalid == 1
+    assert metrics.reports == 20
+    assert sent_at_commit and sent_at_commit[-1] == 20
+
+
+@run_async
+async def test_expired_at_commit_is_refused(tmp_path: Path, registry: Registry, clock: FixedClock) -> None:
+    """A report the store refuses because the low-water mark moved past it gets a refusal."""
+    now = current_period(registry, "flag", clock.now)
+    reports = list(bit_reports(registry, "flag", 4, period=now - 1, seed=3))
+    transport = MemoryTransport()
+    metrics = IngestMetrics()
+    store = StoreThread(lambda: CheckpointStore(tmp_path / "e.sqlite3", registry, instance="t"))
+    # Another collector sharing the database moved the mark past the report's period.
+    await store.call(lambda s: s.prune({"flag": now}))
+    ingest = Ingest(
+        registry=registry,
+        transport=transport,
+        store=store,
+        config=IngestConfig(commit_max_reports=64, commit_interval_s=0.01),
+        metrics=metrics,
+        clock=clock,
+    )
+    task = asyncio.create_task(ingest.run())
+    try:
+        for p in reports:
+            transport.push(p, reply_to=PREFIX + b"z", correlation=_rid(registry, p))
+        await _until(lambda: len(transport.receipts) == 4)
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        store.close()
+    assert all(not r.counted and r.reason == "period-expired" for _, r in transport.receipts)
