@@ -303,18 +303,17 @@ class Ingest:
             tokens.append(d.token)
             reply_to = d.reply_to
             correlation = d.correlation
-            if reply_to is not None or correlation is not None:
-                if (
-                    reply_to is None
-                    or not correlation
-                    or len(correlation) > MAX_CORRELATION_BYTES
-                    or not valid_response_topic(reply_to, prefix)
-                ):
-                    # Never publish outside the receipt prefix: a device must not steer the
-                    # collector's writes (into report topics, say). The report itself is
-                    # still processed; only the receipt is withheld.
-                    self.metrics.receipt_requests_invalid += 1
-                    reply_to = correlation = None
+            if (reply_to is not None or correlation is not None) and (
+                reply_to is None
+                or not correlation
+                or len(correlation) > MAX_CORRELATION_BYTES
+                or not valid_response_topic(reply_to, prefix)
+            ):
+                # Never publish outside the receipt prefix: a device must not steer the
+                # collector's writes (into report topics, say). The report itself is
+                # still processed; only the receipt is withheld.
+                self.metrics.receipt_requests_invalid += 1
+                reply_to = correlation = None
             if require_identity and not d.sender:
                 counters["rejected:no-identity"] += 1
                 rejected["no-identity"] += 1
