@@ -74,6 +74,14 @@ class BrokerConfig:
         backoff_max: cap of the (jittered, exponential) reconnect delay in seconds.
         topic_prefix: reports go to ``<topic_prefix>/<identity>/<use_case>``, the identity
             being ``username`` or the certificate's common name (agent.identity).
+        receipts: keep each report until the collector's commit receipt says it was counted
+            or refused (MQTT 5 request/response, ``protocol.receipts``); when False a broker
+            PUBACK ends a report's journey (MQTT 3.1.1, for a collector without receipts).
+        receipt_prefix: the response topic is ``<receipt_prefix><client id>``; the broker ACL
+            lets only that connection read it.
+        receipt_timeout_seconds: with no receipt this long after a send, the same bytes are
+            sent again; the wait doubles per attempt (jittered) up to ``receipt_backoff_max``.
+        receipt_backoff_max: cap of that wait in seconds.
     """
 
     host: str
@@ -89,6 +97,10 @@ class BrokerConfig:
     backoff_initial: float = 1.0
     backoff_max: float = 300.0
     topic_prefix: str = "ldp/v1/reports"
+    receipts: bool = True
+    receipt_prefix: str = "ldp/v1/receipts/"
+    receipt_timeout_seconds: float = 120.0
+    receipt_backoff_max: float = 3600.0
 
     source: str = field(default="<config>", metadata={"internal": True})
     """The config file (for error messages; not a key of the file)."""
@@ -106,8 +118,16 @@ class BrokerConfig:
             raise _InvalidError("tls", "a client certificate needs tls = true")
         if not 5 <= self.keepalive <= 3600:
             raise _InvalidError("keepalive", f"must be in [5, 3600] seconds; got {self.keepalive}")
-        for name in ("publish_timeout", "backoff_initial", "backoff_max"):
+        for name in ("publish_timeout", "backoff_initial", "backoff_max", "receipt_timeout_seconds"):
             _positive(name, getattr(self, name))
+        if self.receipt_backoff_max < self.receipt_timeout_seconds:
+            raise _InvalidError("receipt_backoff_max", "must be at least receipt_timeout_seconds")
+        if (
+            not self.receipt_prefix.endswith("/")
+            or self.receipt_prefix.startswith("$")
+            or any(c in self.receipt_prefix for c in "#+")
+        ):
+            raise _InvalidError("receipt_prefix", "must be a topic ending in '/' without wildcards or a leading '$'")
         if self.backoff_max < self.backoff_initial:
             raise _InvalidError("backoff_max", "must be at least backoff_initial")
         if not self.topic_prefix or "#" in self.topic_prefix or "+" in self.topic_prefix:

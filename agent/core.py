@@ -12,6 +12,13 @@ uniformly random subset within the daily limit and the lifetime ε cap (003 §3.
 the budget, and put the encoded report in the outbox. Publishing happens later and only
 removes a report from the outbox after the broker acknowledged it (and after it entered the
 ledger), so a crash at any point either loses nothing or resends identical bytes.
+
+With commit receipts (``protocol.receipts``, DESIGN invariant 8) a report's states are:
+**waiting** (in the outbox, never sent) -> **sent** (the broker acknowledged a send; still in
+the outbox with the time and the number of sends; in the ledger as "sent") -> **counted** or
+**refused: <reason>** (the collector's receipt arrived: the report leaves the outbox and the
+ledger says so). A sent report without a receipt after ``receipt_wait`` is sent again,
+byte for byte; the collector's de-duplication makes that harmless.
 """
 
 from __future__ import annotations
@@ -67,10 +74,11 @@ from agent.usecases import (
 )
 from protocol.errors import InputError, StateError
 from protocol.randomness import RandomSource, sample_without_replacement, uniform_ints
+from protocol.receipts import Receipt
 from protocol.registry import Registry, UseCase
 from protocol.wire import Report, encode_report, new_report_id
 
-__all__ = ["Agent", "CycleSummary", "Pending", "RecordOutcome", "reservoir_offer"]
+__all__ = ["Agent", "CycleSummary", "Pending", "RecordOutcome", "receipt_wait", "reservoir_offer"]
 
 log = logging.getLogger("ldp_agent")
 
@@ -93,6 +101,20 @@ def _extends(old: Any, new: Any) -> bool:
     if isinstance(old, dict) and isinstance(new, dict):
         return all(k in new and _extends(v, new[k]) for k, v in old.items())
     return bool(old == new)
+
+
+def receipt_wait(entry: OutboxEntry, timeout: float, cap: float) -> float:
+    """Seconds after its last send before a report without a receipt is sent again.
+
+    ``timeout`` doubles with each send, up to ``cap``, and is stretched by up to half again
+    (jitter), so that devices cut off together do not all resend at the same instant. The
+    jitter is drawn from the report id (uniformly random bytes) and the attempt number: it
+    needs no stored state and differs between reports and attempts.
+    """
+    ceiling = min(cap, timeout * 2.0 ** min(max(entry.attempts - 1, 0), 62))
+    digest = hashlib.sha256(entry.report_id + entry.attempts.to_bytes(8, "big")).digest()
+    fraction = int.from_bytes(digest[:4], "big") / 2**32
+    return ceiling * (1.0 + fraction / 2)
 
 
 def reservoir_offer(pending: PendingRecords, record: Any, capacity: int, rng: RandomSource) -> None:
@@ -789,39 +811,73 @@ class Agent:
         """Number of reports waiting."""
         return sum(len(s.doc.outbox) for s in self._slots.values() if s.doc is not None)
 
+    def due(self, now: float, timeout: float, cap: float) -> tuple[list[Pending], float | None]:
+        """Reports to send now (never sent, or sent with no receipt for ``receipt_wait``).
+
+        Returns:
+            The reports due, oldest first, and the earliest time a report not due now will be
+            (None when nothing else waits).
+        """
+        out: list[Pending] = []
+        later: float | None = None
+        for p in self.outbox():
+            e = p.entry
+            if e.attempts == 0:
+                out.append(p)
+                continue
+            at = e.sent_at + receipt_wait(e, timeout, cap)
+            if at <= now:
+                out.append(p)
+            elif later is None or at < later:
+                later = at
+        return out, later
+
+    def _ledger_entry(self, p: Pending, now: float, status: str) -> LedgerEntry:
+        body = msgpack.unpackb(p.entry.payload, raw=False)
+        return LedgerEntry(
+            report_id=p.entry.report_id,
+            use_case=p.use_case,
+            period=p.entry.period,
+            records=list(body["r"]),
+            epsilon=p.entry.epsilon,
+            day=p.entry.day,
+            epsilon_today=p.entry.epsilon_today,
+            epsilon_total=p.entry.epsilon_total,
+            sent=now,
+            status=status,
+        )
+
+    def _current_ledger(self, now: float) -> LedgerDoc | None:
+        if self._ledger is None:
+            return None
+        return LedgerDoc([copy.copy(e) for e in self._ledger.entries if now - e.sent <= self.ledger_retention])
+
     def acknowledge(self, acked: Sequence[Pending]) -> None:
-        """Reports the broker acknowledged: add them to the ledger, then drop them from the outbox.
+        """Reports the broker acknowledged (without receipts): add them to the ledger, then
+        drop them from the outbox.
 
         The ledger is written first; a crash before the outbox write resends identical bytes
         (the collector de-duplicates by report id) and the ledger keeps one entry per id.
         """
-        if not acked or self._ledger is None:
+        if not acked:
             return
         now = self.clock.time()
-        ledger = LedgerDoc([e for e in self._ledger.entries if now - e.sent <= self.ledger_retention])
+        ledger = self._current_ledger(now)
+        if ledger is None:
+            return
         known = {e.report_id for e in ledger.entries}
         for p in acked:
             if p.entry.report_id in known:
                 continue
-            body = msgpack.unpackb(p.entry.payload, raw=False)
-            ledger.entries.append(
-                LedgerEntry(
-                    report_id=p.entry.report_id,
-                    use_case=p.use_case,
-                    period=p.entry.period,
-                    records=list(body["r"]),
-                    epsilon=p.entry.epsilon,
-                    day=p.entry.day,
-                    epsilon_today=p.entry.epsilon_today,
-                    epsilon_total=p.entry.epsilon_total,
-                    sent=now,
-                )
-            )
+            ledger.entries.append(self._ledger_entry(p, now, "sent"))
             known.add(p.entry.report_id)
         self._write_ledger(ledger)
         done: dict[str, set[bytes]] = {}
         for p in acked:
             done.setdefault(p.use_case, set()).add(p.entry.report_id)
+        self._drop_from_outbox(done)
+
+    def _drop_from_outbox(self, done: dict[str, set[bytes]]) -> None:
         writes: list[tuple[_Slot, UseCaseDoc]] = []
         for name, ids in done.items():
             slot = self._slots.get(name)
@@ -831,6 +887,72 @@ class Agent:
             doc.outbox = [e for e in doc.outbox if e.report_id not in ids]
             writes.append((slot, doc))
         self._write_slots(writes)
+
+    def mark_sent(self, sent: Sequence[Pending]) -> None:
+        """Reports the broker acknowledged (with receipts): the ledger says "sent", and each
+        stays in the outbox with the time of this send and its count, waiting for its receipt.
+        """
+        if not sent:
+            return
+        now = self.clock.time()
+        ledger = self._current_ledger(now)
+        if ledger is None:
+            return
+        known = {e.report_id for e in ledger.entries}
+        fresh = [p for p in sent if p.entry.report_id not in known]
+        if fresh:
+            ledger.entries.extend(self._ledger_entry(p, now, "sent") for p in fresh)
+            self._write_ledger(ledger)
+        by_case: dict[str, set[bytes]] = {}
+        for p in sent:
+            by_case.setdefault(p.use_case, set()).add(p.entry.report_id)
+        writes: list[tuple[_Slot, UseCaseDoc]] = []
+        for name, ids in by_case.items():
+            slot = self._slots.get(name)
+            if slot is None or slot.doc is None or slot.broken:
+                continue
+            doc = copy.deepcopy(slot.doc)
+            for e in doc.outbox:
+                if e.report_id in ids:
+                    e.sent_at = now
+                    e.attempts += 1
+            writes.append((slot, doc))
+        self._write_slots(writes)
+
+    def settle(self, receipts: Sequence[Receipt]) -> int:
+        """Commit receipts arrived: the ledger records the outcome, then the reports leave the outbox.
+
+        A receipt for a report no longer in the outbox (a second answer to a resend) is
+        ignored. Ledger first, as in :meth:`acknowledge`: a crash in between re-sends bytes
+        the collector answers "counted" again.
+
+        Returns:
+            The number of reports settled.
+        """
+        outcome = {r.correlation: ("counted" if r.counted else f"refused: {r.reason or 'unknown'}") for r in receipts}
+        waiting = [p for p in self.outbox() if p.entry.report_id in outcome]
+        if not waiting:
+            return 0
+        now = self.clock.time()
+        ledger = self._current_ledger(now)
+        if ledger is None:
+            return 0
+        index = {e.report_id: e for e in ledger.entries}
+        for p in waiting:
+            status = outcome[p.entry.report_id]
+            entry = index.get(p.entry.report_id)
+            if entry is None:
+                ledger.entries.append(self._ledger_entry(p, now, status))
+            else:
+                entry.status = status
+            if status != "counted":
+                log.warning("use case %s: the collector refused a report (%s)", p.use_case, status[9:])
+        self._write_ledger(ledger)
+        done: dict[str, set[bytes]] = {}
+        for p in waiting:
+            done.setdefault(p.use_case, set()).add(p.entry.report_id)
+        self._drop_from_outbox(done)
+        return len(waiting)
 
     def ledger(self) -> list[LedgerEntry]:
         """What left the device, oldest first.

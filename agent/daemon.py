@@ -37,12 +37,12 @@ from agent.errors import (
 from agent.identity import device_identity
 from agent.policy import check_registry
 from agent.probes import Probe, Sample, build_probes
-from agent.publisher import Backoff, Publisher
+from agent.publisher import Backoff, Publisher, ReceiptPolicy
 from agent.schedule import ApschedulerWakeups, ClockWakeups, Wakeups, next_cycle_after, plausible_next
 from agent.sealed import Sealer, create_key_file, load_key
 from agent.state import AgentDoc
 from agent.systemd import Notifier
-from agent.transport import Connection, Transport
+from agent.transport import Connection, ReceiptConnection, Transport
 from agent.usecases import Kind, kind_of
 from protocol.interfaces import ValueType
 from protocol.randomness import RandomSource, SystemRandom
@@ -189,6 +189,13 @@ class LazyMqttTransport:
             self._inner = MqttTransport(self._cfg.broker, self._rng)
         return self._inner.connect()
 
+    def connect_receipts(self) -> contextlib.AbstractAsyncContextManager[ReceiptConnection]:
+        from agent.mqtt import MqttTransport  # noqa: PLC0415 - aiomqtt only once something is sent
+
+        if not isinstance(self._inner, MqttTransport):
+            self._inner = MqttTransport(self._cfg.broker, self._rng)
+        return self._inner.connect_receipts()
+
 
 class Daemon:
     """The long-lived tasks of one agent.
@@ -202,6 +209,7 @@ class Daemon:
         probes: built-in probes.
         backoff: the reconnect policy.
         wakeups: how the cycle runner waits (default: on ``clock``).
+        receipts: wait for commit receipts (None: a broker acknowledgement is final).
     """
 
     def __init__(
@@ -215,13 +223,14 @@ class Daemon:
         probes: Sequence[Probe] = (),
         backoff: Backoff | None = None,
         wakeups: Wakeups | None = None,
+        receipts: ReceiptPolicy | None = None,
     ) -> None:
         self.agent = agent
         self.clock = clock
         self.rng = rng
         self.schedule = schedule or ScheduleConfig()
         self.probes = list(probes)
-        self.publisher = Publisher(agent, transport, clock=clock, rng=rng, backoff=backoff)
+        self.publisher = Publisher(agent, transport, clock=clock, rng=rng, backoff=backoff, receipts=receipts)
         self.wakeups = wakeups or ClockWakeups(clock)
         self.next_cycle: float | None = None
         self.cycles_run = 0
@@ -392,6 +401,11 @@ async def run_daemon(
             schedule=cfg.schedule,
             probes=build_probes(cfg.probes),
             backoff=Backoff(initial=cfg.broker.backoff_initial, cap=cfg.broker.backoff_max),
+            receipts=(
+                ReceiptPolicy(timeout=cfg.broker.receipt_timeout_seconds, cap=cfg.broker.receipt_backoff_max)
+                if cfg.broker.receipts
+                else None
+            ),
         )
         d = daemon
         d.on_status = lambda line: _notify_status(notifier, line)

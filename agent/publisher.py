@@ -5,21 +5,30 @@ client identity), publishes them oldest first, and after each batch tells the ag
 ones the broker acknowledged; only those leave the outbox. When the broker cannot be
 reached or stops acknowledging, it waits a capped, jittered, exponentially growing delay
 and tries again with the same stored bytes: a retry never re-randomizes (STYLE rule 10).
+
+With commit receipts (:class:`ReceiptPolicy`) a broker acknowledgement only marks a report
+sent: the connection stays open, subscribed to its own receipt topic, and a report leaves
+the outbox when the collector's receipt names it (counted or refused). A report without a
+receipt after its wait (:func:`agent.core.receipt_wait`) is sent again, identical, on the
+current connection. The connection closes when the outbox is empty; a broken one is
+replaced, with backoff, by one with a new client id and so a new response topic (receipts
+sent to the old one are lost; those reports are re-sent when their wait ends).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from dataclasses import dataclass
 
 from agent.clock import Clock
 from agent.core import Agent, Pending
 from agent.errors import TransportError
-from agent.transport import Transport
+from agent.transport import ReceiptConnection, ReceiptTransport, Transport
 from protocol.randomness import RandomSource, uniform_ints
 
-__all__ = ["Backoff", "Publisher", "PublisherStats"]
+__all__ = ["Backoff", "Publisher", "PublisherStats", "ReceiptPolicy"]
 
 log = logging.getLogger("ldp_agent.publisher")
 
@@ -43,13 +52,39 @@ class Backoff:
         return ceiling / 2 + fraction * ceiling / 2
 
 
+@dataclass(frozen=True, kw_only=True)
+class ReceiptPolicy:
+    """Waiting for commit receipts.
+
+    Attributes:
+        timeout: seconds after a send before a report without a receipt is sent again
+            (doubling per send, jittered; :func:`agent.core.receipt_wait`).
+        cap: the longest such wait.
+    """
+
+    timeout: float = 120.0
+    cap: float = 3600.0
+
+    def __post_init__(self) -> None:
+        if not 0 < self.timeout <= self.cap:
+            raise ValueError(f"receipt timeout must be positive and at most the cap; got {self.timeout}, {self.cap}")
+
+
 @dataclass(frozen=True, slots=True)
 class PublisherStats:
-    """A snapshot of the publisher's counters."""
+    """A snapshot of the publisher's counters.
+
+    Attributes:
+        acknowledged: sends the broker acknowledged (resends included).
+        failures: connections that failed or broke.
+        connections: connections opened.
+        settled: reports a commit receipt answered (counted or refused).
+    """
 
     acknowledged: int
     failures: int
     connections: int
+    settled: int = 0
 
 
 class Publisher:
@@ -61,11 +96,22 @@ class Publisher:
         clock: for backoff sleeps.
         rng: for backoff jitter.
         backoff: the retry policy.
+        receipts: wait for commit receipts (the transport must be a
+            :class:`~agent.transport.ReceiptTransport`); None: a broker acknowledgement is final.
     """
 
     def __init__(
-        self, agent: Agent, transport: Transport, *, clock: Clock, rng: RandomSource, backoff: Backoff | None = None
+        self,
+        agent: Agent,
+        transport: Transport,
+        *,
+        clock: Clock,
+        rng: RandomSource,
+        backoff: Backoff | None = None,
+        receipts: ReceiptPolicy | None = None,
     ) -> None:
+        if receipts is not None and not isinstance(transport, ReceiptTransport):
+            raise TypeError(f"{type(transport).__name__} cannot receive commit receipts")
         self._agent = agent
         self._transport = transport
         self._clock = clock
@@ -77,6 +123,8 @@ class Publisher:
         self._acknowledged = 0
         self._failures = 0
         self._connections = 0
+        self._settled = 0
+        self._receipts = receipts
 
     def kick(self) -> None:
         """Reports were added to the outbox: publish them."""
@@ -85,7 +133,12 @@ class Publisher:
 
     def statistics(self) -> PublisherStats:
         """A frozen snapshot of the counters."""
-        return PublisherStats(acknowledged=self._acknowledged, failures=self._failures, connections=self._connections)
+        return PublisherStats(
+            acknowledged=self._acknowledged,
+            failures=self._failures,
+            connections=self._connections,
+            settled=self._settled,
+        )
 
     @property
     def idle(self) -> bool:
@@ -118,6 +171,77 @@ class Publisher:
             self._acknowledged += len(acked)
         return len(acked)
 
+    async def receipt_session(self) -> int:
+        """One connection with commit receipts: send what is due, settle what is answered.
+
+        Returns when the outbox is empty.
+
+        Returns:
+            The number of reports settled on this connection.
+
+        Raises:
+            TransportError: connecting failed, a publish was not acknowledged, or the
+                connection ended (what was sent and settled before is already recorded).
+        """
+        policy = self._receipts
+        if policy is None:
+            raise RuntimeError("receipt_session without a receipt policy")
+        if not self._agent.outbox():
+            return 0
+        transport: ReceiptTransport = self._transport  # type: ignore[assignment]
+        settled_before = self._settled
+        async with transport.connect_receipts() as conn:
+            self._connections += 1
+            listener = asyncio.create_task(self._listen(conn), name="receipts")
+            try:
+                while True:
+                    self._wake.clear()
+                    if listener.done():
+                        listener.result()  # the connection ended: raises TransportError
+                    due, later = self._agent.due(self._clock.time(), policy.timeout, policy.cap)
+                    if not due and later is None:
+                        break
+                    sent: list[Pending] = []
+                    try:
+                        for p in due:
+                            await conn.publish(p.topic, p.entry.payload, correlation=p.entry.report_id)
+                            sent.append(p)
+                    finally:
+                        # Persist the sends even when cancelled (SIGTERM) or after a failure.
+                        self._agent.mark_sent(sent)
+                        self._acknowledged += len(sent)
+                    if due:
+                        continue  # a receipt may have settled everything while we sent
+                    await self._wait(listener, later)
+            finally:
+                listener.cancel()
+                with contextlib.suppress(asyncio.CancelledError, TransportError):
+                    await listener
+        return self._settled - settled_before
+
+    async def _listen(self, conn: ReceiptConnection) -> None:
+        while True:
+            receipts = await conn.receipts()
+            settled = self._agent.settle(receipts)
+            if settled:
+                self._settled += settled
+                self._wake.set()
+
+    async def _wait(self, listener: asyncio.Task[None], until: float | None) -> None:
+        """Until a receipt or a new report arrives, the connection ends, or ``until``."""
+        waker = asyncio.create_task(self._wake.wait())
+        waits: set[asyncio.Future[object]] = {waker, listener}  # type: ignore[arg-type]
+        sleeper = None
+        if until is not None:
+            sleeper = asyncio.create_task(self._clock.sleep_until(until))
+            waits.add(sleeper)  # type: ignore[arg-type]
+        try:
+            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for t in (waker, sleeper):
+                if t is not None and not t.done():
+                    t.cancel()
+
     async def run(self) -> None:
         """Publish whenever kicked, until cancelled."""
         attempt = 0
@@ -128,7 +252,10 @@ class Publisher:
             self._wake.clear()
             self._idle.clear()
             try:
-                await self.drain_once()
+                if self._receipts is not None:
+                    await self.receipt_session()
+                else:
+                    await self.drain_once()
                 attempt = 0
             except TransportError as e:
                 self._failures += 1

@@ -29,7 +29,10 @@ What may be in a use-case file (DESIGN invariant 1):
   deleted when its period closes;
 * ``pending`` - privatized records per open period (a uniform reservoir of at most
   ``daily_limit`` records) and, for strings, the keyed hashes already recorded in the period;
-* ``outbox`` - encoded reports waiting for the broker's acknowledgement.
+* ``outbox`` - encoded reports waiting for the broker's acknowledgement or, with commit
+  receipts, for the collector's receipt (a report sent and not yet answered carries the time
+  of its last send and the number of sends; files written before receipts lack both, which
+  reads as "not sent yet").
 """
 
 from __future__ import annotations
@@ -77,6 +80,18 @@ def _need(data: object, key: str, kind: type | tuple[type, ...], where: str) -> 
     return value
 
 
+def _optional(data: object, key: str, default: object) -> object:
+    if not isinstance(data, dict):
+        raise ValueError("expected a mapping")
+    return data.get(key, default)
+
+
+def _integer(value: object, where: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"{where}: expected a non-negative integer")
+    return value
+
+
 def _number(value: object, where: str) -> int | float:
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
         raise ValueError(f"{where}: expected a finite non-negative number")
@@ -97,6 +112,9 @@ class OutboxEntry:
         day: the accounting day it was charged on.
         epsilon_today: ε charged on that day, this report included.
         epsilon_total: lifetime ε charged, this report included.
+        sent_at: wall-clock time of the last send the broker acknowledged (0: never sent);
+            with receipts the report waits for its receipt from then on.
+        attempts: sends the broker acknowledged so far.
     """
 
     report_id: bytes
@@ -108,10 +126,14 @@ class OutboxEntry:
     day: int
     epsilon_today: float
     epsilon_total: float
+    sent_at: float = 0.0
+    attempts: int = 0
 
     def to_plain(self) -> dict[str, Any]:
         """Plain data."""
         return {
+            "sent_at": self.sent_at,
+            "attempts": self.attempts,
             "id": self.report_id,
             "period": self.period,
             "payload": self.payload,
@@ -139,6 +161,9 @@ class OutboxEntry:
             day=int(_number(_need(data, "day", int, where), f"{where}.day")),
             epsilon_today=float(_number(_need(data, "epsilon_today", float, where), f"{where}.epsilon_today")),
             epsilon_total=float(_number(_need(data, "epsilon_total", float, where), f"{where}.epsilon_total")),
+            # Absent in files written before commit receipts: the report was never sent.
+            sent_at=float(_number(_optional(data, "sent_at", 0.0), f"{where}.sent_at")),
+            attempts=int(_integer(_optional(data, "attempts", 0), f"{where}.attempts")),
         )
 
 
@@ -296,6 +321,9 @@ class LedgerEntry:
         epsilon_today: ε charged on that day, this report included.
         epsilon_total: lifetime ε of the use case, this report included.
         sent: wall-clock time of the acknowledgement (local only).
+        status: ``"sent"`` (the broker acknowledged it; with receipts, the collector has not
+            answered yet), ``"counted"`` (the collector committed it) or ``"refused: <reason>"``
+            (the collector rejected it for good). Entries written before receipts read "sent".
     """
 
     report_id: bytes
@@ -307,10 +335,12 @@ class LedgerEntry:
     epsilon_today: float
     epsilon_total: float
     sent: float
+    status: str = "sent"
 
     def to_plain(self) -> dict[str, Any]:
         """Plain data."""
         return {
+            "status": self.status,
             "id": self.report_id,
             "use_case": self.use_case,
             "period": self.period,
@@ -335,7 +365,14 @@ class LedgerEntry:
             epsilon_today=float(_need(data, "epsilon_today", float, where)),
             epsilon_total=float(_need(data, "epsilon_total", float, where)),
             sent=float(_need(data, "sent", float, where)),
+            status=_status(_optional(data, "status", "sent"), f"{where}.status"),
         )
+
+
+def _status(value: object, where: str) -> str:
+    if not isinstance(value, str) or not (value in ("sent", "counted") or value.startswith("refused: ")):
+        raise ValueError(f"{where}: expected 'sent', 'counted' or 'refused: <reason>'")
+    return value
 
 
 @dataclass

@@ -4,19 +4,32 @@ The publisher only needs "open a connection" and "publish these bytes and return
 broker has acknowledged them". :mod:`agent.mqtt` implements it over MQTT (the only module
 that imports the MQTT library); :class:`MemoryTransport` implements it in memory, so unit
 tests and the fleet simulator can run the whole agent without a broker.
+
+With commit receipts (``protocol.receipts``) a connection also has a response topic of its
+own, publishes each report with it and the report id as correlation data, and hands over
+the receipts that arrive there (:class:`ReceiptTransport`, :class:`ReceiptConnection`).
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from agent.errors import TransportError
+from protocol.receipts import Receipt
 
-__all__ = ["Connection", "MemoryTransport", "Published", "Transport"]
+__all__ = [
+    "Connection",
+    "MemoryTransport",
+    "Published",
+    "ReceiptConnection",
+    "ReceiptTransport",
+    "Transport",
+]
 
 
 class Connection(Protocol):
@@ -43,13 +56,57 @@ class Transport(Protocol):
         ...
 
 
+class ReceiptConnection(Protocol):
+    """One connection subscribed to its own receipt topic."""
+
+    @property
+    def response_topic(self) -> str:
+        """``<receipt_prefix><client id>``: where this connection's receipts arrive."""
+        ...
+
+    async def publish(self, topic: str, payload: bytes, *, correlation: bytes) -> None:
+        """Publish asking for a receipt; return after the broker acknowledged (TransportError if not)."""
+        ...
+
+    async def receipts(self) -> list[Receipt]:
+        """Wait for the next receipt message.
+
+        Raises:
+            TransportError: the connection ended (receipts of its reports cannot arrive any more).
+        """
+        ...
+
+
+@runtime_checkable
+class ReceiptTransport(Protocol):
+    """Opens connections that receive commit receipts."""
+
+    def connect_receipts(self) -> AbstractAsyncContextManager[ReceiptConnection]:
+        """A connection with a fresh client identity, already subscribed to its receipt topic.
+
+        Raises:
+            TransportError: if the connection cannot be made.
+        """
+        ...
+
+
 @dataclass(frozen=True, slots=True)
 class Published:
-    """One message an in-memory broker acknowledged."""
+    """One message an in-memory broker acknowledged.
+
+    Attributes:
+        topic: where it was published.
+        payload: its bytes.
+        connection: the number of the connection that sent it.
+        response_topic: the receipt topic it asked to be answered on (None: no receipt asked).
+        correlation: the correlation data it carried.
+    """
 
     topic: str
     payload: bytes
     connection: int
+    response_topic: str | None = None
+    correlation: bytes | None = None
 
 
 @dataclass
@@ -63,6 +120,9 @@ class MemoryTransport:
         fail_after: if set, the connection breaks after this many acknowledged messages.
         published: every acknowledged (or, with ``drop_acks``, delivered) message, in order.
         connections: how many connections were opened.
+        answer: with receipts, called for each message asking for one; returns the receipt
+            to send back at once, or None for none (the test answers later with :meth:`reply`,
+            or never: a lost report).
     """
 
     online: bool = True
@@ -70,6 +130,8 @@ class MemoryTransport:
     fail_after: int | None = None
     published: list[Published] = field(default_factory=list)
     connections: int = 0
+    answer: Callable[[Published], Receipt | None] | None = None
+    _open: dict[str, asyncio.Queue[list[Receipt] | None]] = field(default_factory=dict, init=False, repr=False)
 
     @contextlib.asynccontextmanager
     async def connect(self) -> AsyncIterator[Connection]:
@@ -78,6 +140,33 @@ class MemoryTransport:
             raise TransportError("in-memory broker is offline")
         self.connections += 1
         yield _MemoryConnection(self, self.connections)
+
+    @contextlib.asynccontextmanager
+    async def connect_receipts(self) -> AsyncIterator[ReceiptConnection]:
+        """Open an in-memory connection with its own receipt topic."""
+        if not self.online:
+            raise TransportError("in-memory broker is offline")
+        self.connections += 1
+        topic = f"receipts/{self.connections}"
+        queue: asyncio.Queue[list[Receipt] | None] = asyncio.Queue()
+        self._open[topic] = queue
+        try:
+            yield _MemoryReceiptConnection(self, self.connections, topic, queue)
+        finally:
+            del self._open[topic]
+
+    def reply(self, response_topic: str, receipts: list[Receipt]) -> bool:
+        """Send a receipt message; False when that connection is gone (the receipt is lost)."""
+        queue = self._open.get(response_topic)
+        if queue is None:
+            return False
+        queue.put_nowait(list(receipts))
+        return True
+
+    def disconnect(self) -> None:
+        """Break every open receipt connection (as a broker restart would)."""
+        for queue in self._open.values():
+            queue.put_nowait(None)
 
 
 class _MemoryConnection:
@@ -96,3 +185,40 @@ class _MemoryConnection:
         t.published.append(Published(topic, bytes(payload), self._number))
         if t.drop_acks:
             raise TransportError("in-memory broker did not acknowledge")
+
+
+class _MemoryReceiptConnection:
+    def __init__(
+        self, transport: MemoryTransport, number: int, topic: str, queue: asyncio.Queue[list[Receipt] | None]
+    ) -> None:
+        self._t = transport
+        self._number = number
+        self._topic = topic
+        self._queue = queue
+        self._broken = False
+
+    @property
+    def response_topic(self) -> str:
+        return self._topic
+
+    async def publish(self, topic: str, payload: bytes, *, correlation: bytes) -> None:
+        t = self._t
+        if not t.online or self._broken:
+            raise TransportError("in-memory broker went offline")
+        if t.fail_after is not None:
+            if t.fail_after <= 0:
+                raise TransportError("in-memory connection broke")
+            t.fail_after -= 1
+        message = Published(topic, bytes(payload), self._number, self._topic, bytes(correlation))
+        t.published.append(message)
+        if t.drop_acks:
+            raise TransportError("in-memory broker did not acknowledge")
+        if t.answer is not None and (receipt := t.answer(message)) is not None:
+            self._queue.put_nowait([receipt])
+
+    async def receipts(self) -> list[Receipt]:
+        item = await self._queue.get()
+        if item is None:
+            self._broken = True
+            raise TransportError("in-memory connection broke")
+        return item

@@ -184,6 +184,9 @@ class _Boom:
     def connect(self) -> contextlib.AbstractAsyncContextManager[object]:
         raise RuntimeError("a bug in the transport")
 
+    def connect_receipts(self) -> contextlib.AbstractAsyncContextManager[object]:
+        raise RuntimeError("a bug in the transport")
+
 
 def test_an_unexpected_failure_ends_the_daemon_non_zero(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """An unexpected exception in a task stops every task and propagates; the CLI exits with status 1."""
