@@ -108,7 +108,12 @@ def _parser() -> argparse.ArgumentParser:
     con.add_argument("action", choices=["grant", "revoke", "show"])
     con.add_argument("--json", action="store_true", help="print JSON")
     led = sub.add_parser(
-        "ledger", help="show what left the device", description="The reports the broker acknowledged, as sent."
+        "ledger",
+        help="show what left the device",
+        description=(
+            "The reports the broker acknowledged, as sent, each with its state: sent (no commit"
+            " receipt yet), counted, or refused: <reason>."
+        ),
     )
     led.add_argument("--use-case", help="only this use case")
     led.add_argument("--json", action="store_true", help="print JSON")
@@ -199,6 +204,7 @@ def _print_ledger(entries: list[dict[str, Any]]) -> None:
         print(
             f"{_when(e['sent'])}  {e['use_case']}  period {e['period']}  {len(e['records'])} records"
             f"  ε {e['epsilon']:.4g} (day {e['epsilon_today']:.4g}, total {e['epsilon_total']:.4g})"
+            f"  {e.get('status', 'sent')}"
         )
         print(f"    {json.dumps(e['records'])}")
 

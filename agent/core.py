@@ -1021,6 +1021,7 @@ class Agent:
             row["pending_records"] = 0 if doc is None else sum(len(p.records) for p in doc.pending.values())
             row["open_counters"] = 0 if doc is None else sum(len(t) for t in doc.totals.values())
             row["outbox"] = 0 if doc is None else len(doc.outbox)
+            row["awaiting_receipt"] = 0 if doc is None else sum(1 for e in doc.outbox if e.attempts)
             row["dropped_reports"] = 0 if doc is None else doc.dropped_reports
             row["unsent_records"] = 0 if doc is None else doc.unsent_records
             out.append(row)
