@@ -154,6 +154,8 @@ class SecureBroker:
         passwords: broker user -> password (from make-broker-users.sh).
         tls_port: the loopback port of the production 8883 listener (TLS + password).
         mtls_port: the loopback port of the production 8884 listener (client certificates).
+        overrides: production options given another value (small queue limits for a fault
+            test); each must already be in the production file.
     """
 
     directory: Path
@@ -162,6 +164,7 @@ class SecureBroker:
     tls_port: int = field(default_factory=free_port)
     mtls_port: int = field(default_factory=free_port)
     process: subprocess.Popen[bytes] | None = field(default=None, repr=False)
+    overrides: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         while self.mtls_port == self.tls_port:
@@ -201,6 +204,11 @@ class SecureBroker:
             ports={TLS_PORT: self.tls_port, MTLS_PORT: self.mtls_port},
             user=getpass.getuser(),
         )
+        for key, value in self.overrides.items():
+            pattern = re.compile(rf"^{re.escape(key)} .*$", re.M)
+            if not pattern.search(config):
+                raise ValueError(f"override {key}: not an option of the production mosquitto.conf")
+            config = pattern.sub(f"{key} {value}", config)
         self.config_path.write_text(config, encoding="utf-8")
 
     def start(self, timeout: float = 60.0) -> None:
@@ -221,6 +229,14 @@ class SecureBroker:
             if waiting:
                 time.sleep(0.02)  # polling a socket that is not open yet, under the deadline above
 
+    def kill9(self) -> None:
+        """SIGKILL: no autosave, no clean shutdown (what is not yet persisted is lost)."""
+        if self.process is None:
+            return
+        self.process.kill()
+        self.process.wait(timeout=10)
+        self.process = None
+
     def stop(self, timeout: float = 10.0) -> None:
         """Stop the broker (SIGTERM, then SIGKILL after ``timeout``)."""
         if self.process is None:
@@ -236,10 +252,15 @@ class SecureBroker:
 
 @contextlib.contextmanager
 def running_secure_broker(
-    directory: Path, *, pki: Path, passwd: Path, passwords: dict[str, str]
+    directory: Path,
+    *,
+    pki: Path,
+    passwd: Path,
+    passwords: dict[str, str],
+    overrides: Mapping[str, str] | None = None,
 ) -> Iterator[SecureBroker]:
     """A production-config broker for the duration of the ``with`` block."""
-    broker = SecureBroker(directory=directory, pki=pki, passwords=passwords)
+    broker = SecureBroker(directory=directory, pki=pki, passwords=passwords, overrides=dict(overrides or {}))
     broker.install(passwd)
     broker.start()
     try:
