@@ -70,7 +70,9 @@ def _value(use_case: str, device: int) -> object:
 class Fleet:
     """Real agents with staged reports, publishing with receipts through the secure broker."""
 
-    def __init__(self, root: Path, registry: Registry, broker: SecureBroker, *, timeout: float = 1.0) -> None:
+    def __init__(
+        self, root: Path, registry: Registry, broker: SecureBroker, *, timeout: float = 1.0, receipts: bool = True
+    ) -> None:
         self.registry = registry
         root.mkdir(parents=True, exist_ok=True)
         password = root / "devices-password"
@@ -84,6 +86,7 @@ class Fleet:
             publish_timeout=10.0,
             receipt_timeout_seconds=timeout,
             receipt_backoff_max=4 * timeout,
+            receipts=receipts,
         )
         clock = OffsetClock(-DAY)
         self.clock = clock
@@ -112,7 +115,7 @@ class Fleet:
                 clock=clock,
                 rng=SeededRandom(3000 + i),
                 backoff=Backoff(initial=0.2, cap=2.0),
-                receipts=ReceiptPolicy(timeout=timeout, cap=4 * timeout),
+                receipts=ReceiptPolicy(timeout=timeout, cap=4 * timeout) if receipts else None,
             )
             for i, agent in enumerate(self.agents)
         ]
@@ -210,7 +213,7 @@ def _check_store(store: Path, registry: Registry, payloads: list[bytes]) -> None
 class Scene:
     """The broker, the collector process and the fleet of one test."""
 
-    def __init__(self, root: Path, broker: SecureBroker, *, group: str = "") -> None:
+    def __init__(self, root: Path, broker: SecureBroker, *, group: str = "", receipts: bool = True) -> None:
         self.root = root
         self.broker = broker
         self.registry_path = write_registry(root)
@@ -218,7 +221,7 @@ class Scene:
         self.client_id = f"ldp-collector-{secrets.token_hex(6)}"
         self.config = _collector_config(root, broker, self.registry_path, client_id=self.client_id, group=group)
         self.collector = CollectorProcess(self.config, log=root / "collector.log")
-        self.fleet = Fleet(root / "agents", self.registry, broker)
+        self.fleet = Fleet(root / "agents", self.registry, broker, receipts=receipts)
 
     async def start_collector(self) -> None:
         await asyncio.to_thread(self.collector.start)
@@ -270,6 +273,39 @@ async def test_collector_offline_past_the_queue_limit(scene: Scene) -> None:
         await scene.start_collector()
         await scene.settle()
     assert fleet.sends() > len(fleet.payloads)  # the dropped ones were sent again
+
+
+@run_async
+async def test_control_without_receipts_the_queue_limit_loses_reports(
+    tmp_path: Path, small_queue_broker: SecureBroker
+) -> None:
+    """The cause is real: with receipts off, a PUBACK ends each report and only the broker's 8 are counted."""
+    scene = Scene(tmp_path, small_queue_broker, receipts=False)
+    try:
+        fleet = scene.fleet
+        await scene.start_collector()
+        await scene.stop_collector()
+        async with fleet.running():
+            await _until(fleet.settled, SETTLE_SECONDS, "every report PUBACKed")
+        assert fleet.statuses() == {"sent": len(fleet.payloads)}
+        await scene.start_collector()
+        store = scene.root / "collector.sqlite3"
+        # Nothing else can arrive: the agents hold nothing more, the broker held QUEUE_LIMIT.
+        await _until(
+            lambda: _counter(store, scene.registry, "reports") >= QUEUE_LIMIT, SETTLE_SECONDS, "the queued reports"
+        )
+        await scene.stop_collector()
+        assert _counter(store, scene.registry, "reports") == QUEUE_LIMIT < len(fleet.payloads)
+    finally:
+        scene.collector.close()
+
+
+def _counter(store: Path, registry: Registry, name: str) -> int:
+    db = CheckpointStore(store, registry, readonly=True)
+    try:
+        return db.counters().get(name, 0)
+    finally:
+        db.close()
 
 
 @run_async
