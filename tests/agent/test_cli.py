@@ -422,3 +422,18 @@ def test_the_daemon_stops_on_a_full_disk_with_a_message_not_a_traceback(tmp_path
         assert "Traceback" not in r.stderr
     finally:
         subprocess.run(["umount", "-l", str(state)], check=False)
+
+
+def test_the_ledger_shows_each_reports_state(capsys: pytest.CaptureFixture[str]) -> None:
+    """`ldp-agent ledger` tells a report only sent from one counted or refused (and reads old entries as sent)."""
+    base = {"sent": 1_700_000_000.0, "use_case": "flag", "period": 3, "records": [1], "epsilon": 1.0}
+    base |= {"epsilon_today": 1.0, "epsilon_total": 2.0}
+    entries = [
+        base | {"status": "sent"},
+        base | {"status": "counted"},
+        base | {"status": "refused: period-expired"},
+        dict(base),  # written before receipts
+    ]
+    cli._print_ledger(entries)
+    lines = [ln for ln in capsys.readouterr().out.splitlines() if not ln.startswith("    ")]
+    assert [ln.rsplit("  ", 1)[1] for ln in lines] == ["sent", "counted", "refused: period-expired", "sent"]

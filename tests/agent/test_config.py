@@ -58,6 +58,21 @@ def test_minimal_config_defaults_and_relative_paths(tmp_path: Path) -> None:
         (lambda t: t.replace('host = "127.0.0.1"', 'host = "h"\nport = 70000'), "broker.port", r"\[1, 65535\]"),
         (lambda t: t.replace('host = "127.0.0.1"', 'host = "h"\ntls = "yes"'), "broker.tls", "true or false"),
         (
+            lambda t: t.replace('host = "127.0.0.1"', 'host = "h"\nreceipt_timeout_seconds = 0'),
+            "broker.receipt_timeout_seconds",
+            "positive",
+        ),
+        (
+            lambda t: t.replace('host = "127.0.0.1"', 'host = "h"\nreceipt_prefix = "ldp/v1/receipts/#"'),
+            "broker.receipt_prefix",
+            "wildcards",
+        ),
+        (
+            lambda t: t.replace('host = "127.0.0.1"', 'host = "h"\nreceipt_backoff_max = 1.0'),
+            "broker.receipt_backoff_max",
+            "at least receipt_timeout_seconds",
+        ),
+        (
             lambda t: t.replace('key_file = "state.key"', 'key_file = "k"\nkey_credential = "c"'),
             "state.key_file",
             "exactly one",

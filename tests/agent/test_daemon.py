@@ -13,9 +13,11 @@ from agent.config import ScheduleConfig
 from agent.core import Agent
 from agent.daemon import Daemon
 from agent.probes import ProcessNamesProbe, UptimeProbe
+from agent.publisher import ReceiptPolicy
 from agent.schedule import next_cycle_after, plausible_next
 from agent.transport import MemoryTransport
 from protocol.randomness import SeededRandom
+from protocol.receipts import Receipt
 
 HOUR = 3_600.0
 DAY = 86_400.0
@@ -169,3 +171,25 @@ def test_probes_feed_their_use_cases(make_agent: Callable[..., Agent], clock: Fa
     assert topics == {"ldp/v1/reports/seconds", "ldp/v1/reports/procs"}
     procs = [msgpack.unpackb(m.payload) for m in transport.published if m.topic.endswith("procs")]
     assert all(len(b["r"]) == 3 for b in procs)  # three distinct names a day, within the limit of 5
+
+
+def test_with_receipts_the_daemon_keeps_reports_until_counted(
+    make_agent: Callable[..., Agent], clock: FakeClock
+) -> None:
+    """Over a day with receipts on, every report is published with its id and ends "counted" in the ledger."""
+    agent = make_agent()
+    agent.grant_consent()
+    transport = MemoryTransport(answer=lambda m: Receipt(m.correlation or b"?", counted=True))
+    daemon = _daemon(agent, clock, transport, receipts=ReceiptPolicy(timeout=60.0, cap=600.0))
+
+    async def body() -> None:
+        for _ in range(24):
+            agent.record("seconds", 60)
+            await clock.advance(HOUR)
+
+    _run(daemon, body)
+    assert len(transport.published) >= 3
+    assert all(m.correlation is not None and m.response_topic for m in transport.published)
+    assert agent.outbox() == []
+    assert {e.status for e in agent.ledger()} == {"counted"}
+    assert {e.report_id for e in agent.ledger()} == {m.correlation for m in transport.published}

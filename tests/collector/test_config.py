@@ -57,6 +57,8 @@ def test_defaults_and_shared_subscription_filter() -> None:
         ({"registry": "r", "mqtt": {"topic": "a/#/b"}}, "mqtt.topic", "topic filter"),
         ({"registry": "r", "mqtt": {"shared_group": "a/b"}}, "mqtt.shared_group", "cannot contain"),
         ({"registry": "r", "mqtt": {"tls": {"ca": "x"}}}, "mqtt.tls.ca", "unknown key"),
+        ({"registry": "r", "mqtt": {"receipt_prefix": "ldp/v1/reports/#"}}, "mqtt.receipt_prefix", "ending in '/'"),
+        ({"registry": "r", "mqtt": {"receipt_prefix": "receipts"}}, "mqtt.receipt_prefix", "ending in '/'"),
         ({"registry": "r", "ingest": {"commit_interval_s": 0}}, "ingest.commit_interval_s", "(0, 60]"),
         ({"registry": "r", "ingest": {"retention_periods": 0}}, "ingest.retention_periods", "[1, 100000]"),
         ({"registry": "r", "estimation": {"confidence": 2}}, "estimation.confidence", "[0.5, 0.9999]"),
