@@ -97,6 +97,9 @@ async def test_receipts_follow_the_commit_with_each_outcome(
     assert metrics.reports == 20
     assert sent_at_commit
     assert sent_at_commit[-1] == 20
+    # The collector never persists a response topic (nor the prefix that marks one).
+    for f in tmp_path.glob("r.sqlite3*"):
+        assert b"receipts/" not in f.read_bytes(), f
 
 
 @run_async

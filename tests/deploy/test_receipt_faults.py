@@ -235,6 +235,10 @@ class Scene:
         assert self.fleet.statuses() == {"counted": len(self.fleet.payloads)}
         await self.stop_collector()
         _check_store(self.root / "collector.sqlite3", self.registry, self.fleet.payloads)
+        # Response topics name connections: never in the collector's log or store.
+        assert "receipts/" not in (self.root / "collector.log").read_text(encoding="utf-8", errors="replace")
+        for f in self.root.glob("collector.sqlite3*"):
+            assert b"receipts/" not in f.read_bytes(), f
         return took
 
 
