@@ -232,6 +232,10 @@ class Scene:
     async def settle(self) -> float:
         """Wait (bounded) until every report is counted; check the store; the seconds it took."""
         took = await _until(self.fleet.settled, SETTLE_SECONDS, f"all receipts (ledger {self.fleet.statuses()})")
+        print(
+            f"{len(self.fleet.payloads)} reports counted exactly once {took:.1f} s after the cause ended"
+            f" (bound {SETTLE_SECONDS:g} s; {self.fleet.sends()} sends)"
+        )
         assert self.fleet.statuses() == {"counted": len(self.fleet.payloads)}
         await self.stop_collector()
         _check_store(self.root / "collector.sqlite3", self.registry, self.fleet.payloads)
