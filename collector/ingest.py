@@ -21,8 +21,9 @@ The path of one message (003 §3.2.2 "Ingestion and Aggregation", made streaming
    asked for one (an MQTT 5 Response Topic under ``mqtt.receipt_prefix`` and Correlation
    Data) is answered, one message per response topic per commit: *counted* when its report
    is in the store (folded now or by an earlier delivery), *refused* with the counted reason
-   otherwise. A receipt is never sent before the commit that decided it, so "counted" is
-   never premature. Response topics live only in memory, in the commit they belong to.
+   otherwise (a report for a period ahead of the clock gets none: it may count later). A
+   receipt is never sent before the commit that decided it, so "counted" is never premature.
+   Response topics live only in memory, in the commit they belong to.
 
 Backpressure: while one commit runs (in the store's own thread) the next buffer fills; when
 it is full, ingest waits for the commit, the transport's buffer fills, and the broker stops
@@ -346,7 +347,9 @@ class Ingest:
                 reason = "period-expired" if report.period < low else "period-future"
                 counters["rejected:" + reason] += 1
                 rejected[reason] += 1
-                if reply_to is not None and correlation is not None:
+                # A period ahead of our clock may be accepted later (one of the two clocks is
+                # off): no receipt, so the agent resends until it is counted or too old.
+                if reply_to is not None and correlation is not None and reason == "period-expired":
                     requests.append((reply_to, correlation, reason))
                 continue
             if reply_to is not None and correlation is not None:

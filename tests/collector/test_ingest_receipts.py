@@ -42,6 +42,7 @@ async def test_receipts_follow_the_commit_with_each_outcome(
     now = current_period(registry, "flag", clock.now)
     fresh = list(bit_reports(registry, "flag", 20, period=now, seed=1))
     old = list(bit_reports(registry, "flag", 3, period=now - 5, seed=2))
+    ahead = list(bit_reports(registry, "flag", 2, period=now + 3, seed=5))
     transport = MemoryTransport()
     metrics = IngestMetrics()
     path = tmp_path / "r.sqlite3"
@@ -64,7 +65,7 @@ async def test_receipts_follow_the_commit_with_each_outcome(
     try:
         for i, p in enumerate(fresh):
             transport.push(p, reply_to=PREFIX + (b"a" if i % 2 else b"b"), correlation=_rid(registry, p))
-        for p in old:
+        for p in old + ahead:
             transport.push(p, reply_to=PREFIX + b"a", correlation=_rid(registry, p))
         transport.push(b"\x92junk", reply_to=PREFIX + b"a", correlation=b"j" * 16)
         # A request aimed outside the prefix is ignored; its report still counts.
@@ -88,6 +89,8 @@ async def test_receipts_follow_the_commit_with_each_outcome(
         r = by_corr[(PREFIX + b"a", _rid(registry, p))]
         assert not r.counted
         assert r.reason == "period-expired"
+    for p in ahead:  # may count once the clock reaches its period: no receipt, the agent resends
+        assert (PREFIX + b"a", _rid(registry, p)) not in by_corr
     junk = by_corr[(PREFIX + b"a", b"j" * 16)]
     assert not junk.counted
     assert junk.reason
