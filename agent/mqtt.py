@@ -21,7 +21,10 @@ Commit receipts (``[broker] receipts = true``) need MQTT 5: such a connection su
 before it publishes anything, and each PUBLISH carries that Response Topic and the report id
 as Correlation Data (paho's ``Properties(PacketTypes.PUBLISH)``). The session is not kept
 (clean start, no expiry): a receipt sent after the connection ended is lost, and the report
-is sent again after its timeout.
+is sent again after its timeout. An MQTT 5 PUBACK may carry a refusal (0x87 "not
+authorized"), but aiomqtt 2.5's ``_on_publish`` drops the reason code; with receipts that
+costs nothing in correctness: a refused message gets no receipt, so the report stays in the
+outbox and is resent with backoff (and dropped at ``outbox_max_age_days``, as any report).
 """
 
 from __future__ import annotations
