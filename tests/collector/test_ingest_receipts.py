@@ -134,3 +134,42 @@ async def test_expired_at_commit_is_refused(tmp_path: Path, registry: Registry, 
             await task
         store.close()
     assert all(not r.counted and r.reason == "period-expired" for _, r in transport.receipts)
+
+
+@run_async
+async def test_over_allowance_and_missing_identity_are_refused(
+    tmp_path: Path, registry: Registry, clock: FixedClock
+) -> None:
+    """A second report of one device for one (use case, period) is refused "over-allowance"; a resend is counted."""
+    now = current_period(registry, "flag", clock.now)
+    first, second = bit_reports(registry, "flag", 2, period=now, seed=6)
+    transport = MemoryTransport()
+    store = StoreThread(lambda: CheckpointStore(tmp_path / "a.sqlite3", registry, instance="t"))
+    ingest = Ingest(
+        registry=registry,
+        transport=transport,
+        store=store,
+        config=IngestConfig(commit_max_reports=64, commit_interval_s=0.01, require_device_identity=True),
+        metrics=IngestMetrics(),
+        clock=clock,
+    )
+    task = asyncio.create_task(ingest.run())
+    try:
+        transport.push(first, b"dev-1", reply_to=PREFIX + b"c1", correlation=_rid(registry, first))
+        await _until(lambda: len(transport.receipts) == 1)
+        transport.push(second, b"dev-1", reply_to=PREFIX + b"c1", correlation=_rid(registry, second))
+        transport.push(first, b"dev-1", reply_to=PREFIX + b"c2", correlation=_rid(registry, first))
+        transport.push(first, b"", reply_to=PREFIX + b"c3", correlation=_rid(registry, first))
+        await _until(lambda: len(transport.receipts) == 4)
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        store.close()
+    got = {(t, r.correlation): (r.counted, r.reason) for t, r in transport.receipts}
+    assert got == {
+        (PREFIX + b"c1", _rid(registry, first)): (True, ""),
+        (PREFIX + b"c1", _rid(registry, second)): (False, "over-allowance"),
+        (PREFIX + b"c2", _rid(registry, first)): (True, ""),
+        (PREFIX + b"c3", _rid(registry, first)): (False, "no-identity"),
+    }

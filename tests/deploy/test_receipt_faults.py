@@ -34,7 +34,7 @@ from tests.collector.processes import CollectorProcess
 from tests.collector.support import load_registry, plain_equal, reference_aggregates, run_async, write_registry
 from tests.deploy.conftest import BrokerUsers
 from tests.deploy.probe import Probe, tls_context
-from tests.deploy.secure_broker import SecureBroker, running_secure_broker
+from tests.deploy.secure_broker import SecureBroker, make_users, running_secure_broker
 
 DEVICES = 10
 QUEUE_LIMIT = 8
@@ -75,19 +75,25 @@ class Fleet:
     ) -> None:
         self.registry = registry
         root.mkdir(parents=True, exist_ok=True)
-        password = root / "devices-password"
-        password.write_text(broker.passwords["devices"] + "\n", encoding="utf-8")
-        self.config = BrokerConfig(
-            host="127.0.0.1",
-            port=broker.tls_port,
-            ca_file=broker.ca_file,
-            username="devices",
-            password_file=password,
-            publish_timeout=10.0,
-            receipt_timeout_seconds=timeout,
-            receipt_backoff_max=4 * timeout,
-            receipts=receipts,
-        )
+        # One broker user per device: the ACL puts each under ldp/v1/reports/<its user>/, and
+        # the collector folds at most one report per (device, use case, period).
+        self.configs = []
+        for d in range(DEVICES):
+            password = root / f"dev-{d}.password"
+            password.write_text(broker.passwords[f"dev-{d}"] + "\n", encoding="utf-8")
+            self.configs.append(
+                BrokerConfig(
+                    host="127.0.0.1",
+                    port=broker.tls_port,
+                    ca_file=broker.ca_file,
+                    username=f"dev-{d}",
+                    password_file=password,
+                    publish_timeout=10.0,
+                    receipt_timeout_seconds=timeout,
+                    receipt_backoff_max=4 * timeout,
+                    receipts=receipts,
+                )
+            )
         clock = OffsetClock(-DAY)
         self.clock = clock
         self.agents: list[Agent] = []
@@ -98,6 +104,7 @@ class Fleet:
                 sealer=Sealer(bytes([d + 1]) * 32),
                 clock=clock,
                 rng=SeededRandom(1000 + d),
+                device_identity=f"dev-{d}",
             )
             agent.grant_consent()
             for name in USE_CASES:
@@ -111,7 +118,7 @@ class Fleet:
         self.publishers = [
             Publisher(
                 agent,
-                MqttTransport(self.config, SeededRandom(2000 + i)),
+                MqttTransport(self.configs[i], SeededRandom(2000 + i)),
                 clock=clock,
                 rng=SeededRandom(3000 + i),
                 backoff=Backoff(initial=0.2, cap=2.0),
@@ -246,14 +253,23 @@ class Scene:
         return took
 
 
+@pytest.fixture(scope="module")
+def fault_users(tmp_path_factory: pytest.TempPathFactory) -> BrokerUsers:
+    """The collector, one user per device, a flooding and an intruding device (make-broker-users.sh)."""
+    base = tmp_path_factory.mktemp("fault-users")
+    users = ("collector", "observer", "flooder", "intruder", *(f"dev-{d}" for d in range(DEVICES)))
+    passwords = make_users(base / "passwd", base / "secrets", users)
+    return BrokerUsers(passwd=base / "passwd", passwords=passwords)
+
+
 @pytest.fixture
-def small_queue_broker(tmp_path: Path, pki: Path, broker_users: BrokerUsers) -> Any:
+def small_queue_broker(tmp_path: Path, pki: Path, fault_users: BrokerUsers) -> Any:
     """The production broker config with max_queued_messages = QUEUE_LIMIT."""
     with running_secure_broker(
         tmp_path / "broker",
         pki=pki,
-        passwd=broker_users.passwd,
-        passwords=broker_users.passwords,
+        passwd=fault_users.passwd,
+        passwords=fault_users.passwords,
         overrides={"max_queued_messages": str(QUEUE_LIMIT)},
     ) as broker:
         yield broker
@@ -336,24 +352,32 @@ async def test_junk_flood_with_the_collector_offline(scene: Scene) -> None:
     fleet = scene.fleet
     await scene.start_collector()
     await scene.stop_collector()
-    flood = _device_probe(scene.broker)
+    flood = _device_probe(scene.broker, "flooder")
     try:
         assert flood.connect().accepted
-        flood.publish_many("ldp/v1/reports/flag", [secrets.token_bytes(1000) for _ in range(5 * QUEUE_LIMIT)])
+        flood.publish_many("ldp/v1/reports/flooder/flag", [secrets.token_bytes(1000) for _ in range(5 * QUEUE_LIMIT)])
     finally:
         flood.close()
     async with fleet.running():
         await _until(fleet.all_sent, SETTLE_SECONDS, "every report PUBACKed once")
         await scene.start_collector()
         await scene.settle()
+    # The broker's queue for the collector had filled with junk: it was delivered and refused.
+    store = scene.root / "collector.sqlite3"
+    db = CheckpointStore(store, scene.registry, readonly=True)
+    try:
+        refused = sum(v for k, v in db.counters().items() if k.startswith("rejected:"))
+    finally:
+        db.close()
+    assert refused >= QUEUE_LIMIT
 
 
-def _device_probe(broker: SecureBroker, client_id: str = "") -> Probe:
+def _device_probe(broker: SecureBroker, user: str, client_id: str = "") -> Probe:
     return Probe(
         broker.tls_port,
         context=tls_context(broker.ca_file),
-        username="devices",
-        password=broker.passwords["devices"],
+        username=user,
+        password=broker.passwords[user],
         client_id=client_id,
     )
 
@@ -363,7 +387,7 @@ async def test_a_device_in_the_collectors_shared_group(tmp_path: Path, small_que
     """A device joins $share/<group>/...: the reports routed to it vanish; once it leaves, all count once."""
     group = f"g{secrets.token_hex(6)}"
     scene = Scene(tmp_path, small_queue_broker, group=group)
-    intruder = _device_probe(small_queue_broker)
+    intruder = _device_probe(small_queue_broker, "intruder")
     try:
         await scene.start_collector()
         assert (await asyncio.to_thread(intruder.connect)).accepted
@@ -387,7 +411,7 @@ async def test_a_device_in_the_collectors_shared_group(tmp_path: Path, small_que
 async def test_a_device_taking_the_collectors_client_id(tmp_path: Path, small_queue_broker: SecureBroker) -> None:
     """A device resumes the collector's session by its client id: what it takes is lost; after it, all count once."""
     scene = Scene(tmp_path, small_queue_broker)
-    intruder = _device_probe(small_queue_broker, client_id=scene.client_id)
+    intruder = _device_probe(small_queue_broker, "intruder", client_id=scene.client_id)
     try:
         await scene.start_collector()
         await scene.stop_collector()
