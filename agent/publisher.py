@@ -201,6 +201,9 @@ class Publisher:
                     due, later = self._agent.due(self._clock.time(), policy.timeout, policy.cap)
                     if not due and later is None:
                         break
+                    resends = sum(1 for p in due if p.entry.attempts)
+                    if resends:
+                        log.info("%d reports had no commit receipt in time; sending them again", resends)
                     sent: list[Pending] = []
                     try:
                         for p in due:
