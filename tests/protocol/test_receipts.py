@@ -75,3 +75,13 @@ def test_malformed_receipts_are_refused(doc: object) -> None:
 def test_only_topics_under_the_prefix_are_answered(topic: bytes, ok: bool) -> None:
     """A device cannot make the collector publish outside the receipt prefix."""
     assert valid_response_topic(topic, b"ldp/v1/receipts/") is ok
+
+
+def test_the_sizes_docs_wire_format_gives() -> None:
+    """docs/wire-format.md "Commit receipts": 24 bytes for one counted report, 21 per entry, 35 for period-expired."""
+    rid = bytes(range(16))
+    assert len(encode_receipts([Receipt(rid, counted=True)])) == 24
+    assert len(encode_receipts([Receipt(rid, counted=True)] * 100)) == 2_105
+    one_refusal = len(encode_receipts([Receipt(rid, counted=False, reason="period-expired")]))
+    assert one_refusal - 3 == 35
+    assert len(encode_receipts([Receipt(rid, counted=True)] * 2000)) <= 42_005
