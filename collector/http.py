@@ -282,6 +282,8 @@ class HttpApi:
                 "dropped": transport.dropped,
                 "protocol_errors": transport.protocol_errors,
                 "over_receive_maximum": transport.over_receive_maximum,
+                "receipts_sent": transport.receipts_sent,
+                "receipts_dropped": transport.receipts_dropped,
                 "broker": dict(transport.broker),
             }
         return _json(200, status)

@@ -210,4 +210,5 @@ class MemoryTransport:
             acked=len(self.acked),
             stale_acks=self._stale,
             dropped=0,
+            receipts_sent=len(self.receipts),
         )

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from collector.config import IngestConfig
 from collector.ingest import Ingest, StoreThread
-from collector.metrics import IngestMetrics
+from collector.metrics import IngestMetrics, render_prometheus
 from collector.store import CheckpointStore
 from collector.transport import MemoryTransport
 from protocol.registry import Registry
@@ -97,6 +97,10 @@ async def test_receipts_follow_the_commit_with_each_outcome(
     assert by_corr[(PREFIX + b"c", _rid(registry, fresh[1]))].counted
     assert all(not t.startswith(b"ldp/v1/reports") for t, _ in transport.receipts)
     assert metrics.receipt_requests_invalid == 1
+    text = render_prometheus(metrics, transport.statistics(), instance="t")
+    assert "ldp_collector_receipts_sent_total 25\n" in text
+    assert "ldp_collector_receipts_dropped_total 0\n" in text
+    assert "ldp_collector_receipt_requests_invalid_total 1\n" in text
     assert metrics.reports == 20
     assert sent_at_commit
     assert sent_at_commit[-1] == 20
