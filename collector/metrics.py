@@ -258,12 +258,6 @@ def render_prometheus(
             "QoS 1 messages the broker sent beyond our Receive Maximum.",
             [("", transport.over_receive_maximum)],
         )
-    if transport is not None and transport.broker:
-        # The broker's own counters ($SYS/broker/..., see collector.mqtt.BROKER_COUNTERS): a
-        # growing dropped count means reports were lost at the broker (full queues).
-        for topic, name, kind, help_text in _BROKER_METRICS:
-            if topic in transport.broker:
-                metric(name, kind, help_text, [("", transport.broker[topic])])
         metric(
             "ldp_collector_receipts_sent_total",
             "counter",
@@ -276,6 +270,12 @@ def render_prometheus(
             "Commit receipts not sent because the broker connection was down (the agent resends).",
             [("", transport.receipts_dropped)],
         )
+    if transport is not None and transport.broker:
+        # The broker's own counters ($SYS/broker/..., see collector.mqtt.BROKER_COUNTERS): a
+        # growing dropped count means reports were lost at the broker (full queues).
+        for topic, name, kind, help_text in _BROKER_METRICS:
+            if topic in transport.broker:
+                metric(name, kind, help_text, [("", transport.broker[topic])])
     for name, value in sorted((extra or {}).items()):
         metric(name, "gauge", name.replace("_", " "), [("", value)])
     lines.append(f'ldp_collector_info{{instance="{_escape(instance)}"}} 1')
