@@ -83,6 +83,7 @@ from protocol.interfaces import (
     Aggregate,
     Batch,
     EstimateKind,
+    EventLevelStrings,
     MechanismEntry,
     PlanFigures,
     Privatization,
@@ -249,7 +250,7 @@ def _as_value_bytes(value: object) -> str | bytes:
 
 
 @dataclass(frozen=True, kw_only=True)
-class HadamardCountMeanSketch:
+class HadamardCountMeanSketch(EventLevelStrings):
     """Apple's Hadamard Count Mean Sketch (003 §4.2): one privatized bit per event.
 
     Args:
@@ -440,32 +441,6 @@ class HadamardCountMeanSketch:
     # ------------------------------------------------------------------ server half
 
     # --- the contract of protocol.interfaces (plain forms for the shells)
-
-    def privacy_figures(self) -> dict[str, float]:
-        """ε of one report (event-level: every report spends it)."""
-        return {"epsilon_report": self.epsilon_report}
-
-    def parse_value(self, text: str) -> str:
-        """The text itself."""
-        return text
-
-    def counter_input(self, total: float) -> str:
-        """Not a counter: refused."""
-        raise InputError("hcms is not a counter")
-
-    def setup_plain(self, rng: RandomSource) -> None:
-        """No permanent state (event-level privacy, 003 §3.2.1)."""
-        return
-
-    def check_state_plain(self, data: object) -> None:
-        """Only ``None`` (no state) fits."""
-        if data is not None:
-            raise StateError("hcms keeps no permanent state")
-
-    def privatize_plain(self, value: object, state: object, rng: RandomSource) -> tuple[object, None]:
-        """Privatize a value at once; the record's wire form."""
-        record, _ = self.privatize(self.check_value(value), None, rng)
-        return self.encode_records([record])[0], None
 
     def encode_plain(self, records: Sequence[object]) -> list[object]:
         """Typed records in wire form."""

@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Protocol, Self, TypeVar, runtime_checkable
 
+from protocol.errors import InputError, StateError
 from protocol.estimate import Estimate, VectorEstimate
 from protocol.randomness import RandomSource
 
@@ -49,6 +50,7 @@ __all__ = [
     "DiscoveredItem",
     "DiscoveryMechanism",
     "EstimateKind",
+    "EventLevelStrings",
     "FrequencyMechanism",
     "HistogramMechanism",
     "MeanMechanism",
@@ -556,3 +558,61 @@ def mechanism_entry(name: str) -> MechanismEntry | None:
 def mechanism_entries() -> Mapping[str, MechanismEntry]:
     """A snapshot of the table, in registration order."""
     return MappingProxyType(dict(_TABLE))
+
+
+class _EventLevelStringMechanism(Protocol):
+    """What :class:`EventLevelStrings` needs from the mechanism it is mixed into."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def epsilon_report(self) -> float: ...
+
+    def check_value(self, value: object) -> str | bytes: ...
+
+    def privatize(self, value: str, state: None, rng: RandomSource, /) -> tuple[object, None]: ...
+
+    def encode_records(self, records: Sequence[object], /) -> Sequence[object]: ...
+
+
+class EventLevelStrings:
+    """The plain-form half of the contract shared by event-level string mechanisms (CMS, HCMS, SFP).
+
+    They keep no permanent state (003 §3.2.1: every event is privatized at once with fresh
+    coins), so a report costs its ε, a value is the text itself, a counter total is refused,
+    and the only state that fits is ``None``. Each module still states its own record,
+    batch and aggregate types (``encode_plain``, ``empty_batch``, ``restore_aggregate``,
+    ``fold``) and its value check.
+    """
+
+    __slots__ = ()
+
+    def privacy_figures(self: _EventLevelStringMechanism) -> dict[str, float]:
+        """ε of one report (event-level: every report spends it)."""
+        return {"epsilon_report": self.epsilon_report}
+
+    def parse_value(self, text: str) -> str:
+        """The text itself."""
+        return text
+
+    def counter_input(self: _EventLevelStringMechanism, total: float) -> str:
+        """Not a counter: refused."""
+        raise InputError(f"{self.name} is not a counter")
+
+    def setup_plain(self, rng: RandomSource) -> None:
+        """No permanent state (event-level privacy, 003 §3.2.1)."""
+        return
+
+    def check_state_plain(self: _EventLevelStringMechanism, data: object) -> None:
+        """Only ``None`` (no state) fits."""
+        if data is not None:
+            raise StateError(f"{self.name} keeps no permanent state")
+
+    def privatize_plain(
+        self: _EventLevelStringMechanism, value: object, state: object, rng: RandomSource
+    ) -> tuple[object, None]:
+        """Privatize a value at once; the record's wire form."""
+        # check_value gives what this mechanism's own privatize takes (SFP narrows it to str).
+        record, _ = self.privatize(self.check_value(value), None, rng)  # type: ignore[arg-type]
+        return self.encode_records([record])[0], None

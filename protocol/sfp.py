@@ -80,6 +80,7 @@ from protocol.interfaces import (
     Aggregate,
     Batch,
     EstimateKind,
+    EventLevelStrings,
     MechanismEntry,
     PlanFigures,
     Privatization,
@@ -143,7 +144,7 @@ class DiscoveredWord:
 
 
 @dataclass(frozen=True, kw_only=True)
-class SequenceFragmentPuzzle:
+class SequenceFragmentPuzzle(EventLevelStrings):
     """Apple's Sequence Fragment Puzzle for discovering frequent unknown words.
 
     Args:
@@ -373,32 +374,6 @@ class SequenceFragmentPuzzle:
     # ------------------------------------------------------------------ server half
 
     # --- the contract of protocol.interfaces (plain forms for the shells)
-
-    def privacy_figures(self) -> dict[str, float]:
-        """ε of one report (event-level: every report spends it)."""
-        return {"epsilon_report": self.epsilon_report}
-
-    def parse_value(self, text: str) -> str:
-        """The text itself."""
-        return text
-
-    def counter_input(self, total: float) -> str:
-        """Not a counter: refused."""
-        raise InputError("sfp is not a counter")
-
-    def setup_plain(self, rng: RandomSource) -> None:
-        """No permanent state (event-level privacy, 003 §3.2.1)."""
-        return
-
-    def check_state_plain(self, data: object) -> None:
-        """Only ``None`` (no state) fits."""
-        if data is not None:
-            raise StateError("sfp keeps no permanent state")
-
-    def privatize_plain(self, value: object, state: object, rng: RandomSource) -> tuple[object, None]:
-        """Privatize a value at once; the record's wire form."""
-        record, _ = self.privatize(self.check_value(value), None, rng)
-        return self.encode_records([record])[0], None
 
     def encode_plain(self, records: Sequence[object]) -> list[object]:
         """Typed records in wire form."""
