@@ -315,41 +315,35 @@ class Ingest:
                 # still processed; only the receipt is withheld.
                 self.metrics.receipt_requests_invalid += 1
                 reply_to = correlation = None
+            reason: str | None = None
             if require_identity and not d.sender:
-                counters["rejected:no-identity"] += 1
-                rejected["no-identity"] += 1
-                if reply_to is not None and correlation is not None:
-                    requests.append((reply_to, correlation, "no-identity"))
-                continue
-            try:
-                report = decode_report(d.payload, registry, max_size=max_size)
-            except MalformedReportError as exc:
-                counters["rejected:" + exc.reason] += 1
-                rejected[exc.reason] += 1
-                if reply_to is not None and correlation is not None:
-                    requests.append((reply_to, correlation, exc.reason))
-                continue
-            except Exception:
-                # The decoder promises MalformedReportError for every bad input. Should it break
-                # that promise, the message is still untrusted input, not a reason to stop: a
-                # crash would be followed by the broker redelivering the same message, forever
-                # (DESIGN invariant 7). It is counted under its own reason and logged loudly.
-                log.exception(
-                    "the report decoder failed on a %d-byte message; rejected as decoder-error", len(d.payload)
-                )
-                counters["rejected:decoder-error"] += 1
-                rejected["decoder-error"] += 1
-                if reply_to is not None and correlation is not None:
-                    requests.append((reply_to, correlation, "decoder-error"))
-                continue
-            low, high = windows[report.use_case.name]
-            if report.period < low or report.period > high:
-                reason = "period-expired" if report.period < low else "period-future"
+                reason = "no-identity"
+            else:
+                try:
+                    report = decode_report(d.payload, registry, max_size=max_size)
+                except MalformedReportError as exc:
+                    reason = exc.reason
+                except Exception:
+                    # The decoder promises MalformedReportError for every bad input. Should it
+                    # break that promise, the message is still untrusted input, not a reason to
+                    # stop: a crash would be followed by the broker redelivering the same message,
+                    # forever (DESIGN invariant 7). It is counted under its own reason and logged.
+                    log.exception(
+                        "the report decoder failed on a %d-byte message; rejected as decoder-error", len(d.payload)
+                    )
+                    reason = "decoder-error"
+                else:
+                    low, high = windows[report.use_case.name]
+                    if report.period < low:
+                        reason = "period-expired"
+                    elif report.period > high:
+                        reason = "period-future"
+            if reason is not None:
                 counters["rejected:" + reason] += 1
                 rejected[reason] += 1
                 # A period ahead of our clock may be accepted later (one of the two clocks is
                 # off): no receipt, so the agent resends until it is counted or too old.
-                if reply_to is not None and correlation is not None and reason == "period-expired":
+                if reply_to is not None and correlation is not None and reason != "period-future":
                     requests.append((reply_to, correlation, reason))
                 continue
             if reply_to is not None and correlation is not None:
