@@ -23,11 +23,13 @@ return the figure, and written by :func:`save_svg`.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import itertools
 import math
 import textwrap
-from collections.abc import Sequence
+import warnings
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -79,6 +81,16 @@ _STYLE: dict[Any, Any] = {  # keys are rcParams names (typed as a Literal in new
     "svg.fonttype": "none",
     "svg.hashsalt": "ldp-telemetry",
 }
+
+
+@contextlib.contextmanager
+def _drawing() -> Iterator[None]:
+    """This module's settings, and quiet about glyphs its font lacks (an emoji among the values):
+    the SVG keeps the character as text and the viewer's fonts draw it; only the measuring
+    here takes the missing glyph's box for its width."""
+    with mpl.rc_context(_STYLE), warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=r"Glyph \d+ .* missing from font", category=UserWarning)
+        yield
 
 
 # --------------------------------------------------------------------------- number formats
@@ -255,14 +267,15 @@ def layout_problems(fig: Figure) -> list[str]:
     The same check the dashboard runs on its charts in the browser (``layoutProblems``);
     tests assert it is empty for every chart this module draws.
     """
-    renderer = _renderer(fig)
-    hidden = _undrawn_ticks(fig)
+    with _drawing():
+        renderer = _renderer(fig)
+        hidden = _undrawn_ticks(fig)
+        boxes = [
+            (t.get_text(), t.get_window_extent(renderer))
+            for t in fig.findobj(Text)
+            if isinstance(t, Text) and _drawn(t) and id(t) not in hidden
+        ]
     frame = fig.bbox
-    boxes = [
-        (t.get_text(), t.get_window_extent(renderer))
-        for t in fig.findobj(Text)
-        if isinstance(t, Text) and _drawn(t) and id(t) not in hidden
-    ]
     problems = []
     for i, (text, box) in enumerate(boxes):
         if box.x0 < frame.x0 - 0.5 or box.x1 > frame.x1 + 0.5 or box.y0 < frame.y0 - 0.5 or box.y1 > frame.y1 + 0.5:
@@ -315,7 +328,7 @@ def estimate_chart(
         )
     over_time = bool(x) and all(isinstance(v, dt.datetime) for v in x)
     rows = rows and not over_time
-    with mpl.rc_context(_STYLE):
+    with _drawing():
         fig, ax = _new_figure(height=max(_SIZE[1], 1.6 + 0.24 * len(x)) if rows else _SIZE[1])
         positions: list[Any] = list(x) if over_time else list(range(len(x)))
         if over_time:
@@ -378,7 +391,7 @@ def bar_chart(
 
     ``series`` holds ``(name, values, colour)``; non-finite values are left out.
     """
-    with mpl.rc_context(_STYLE):
+    with _drawing():
         fig, ax = _new_figure()
         positions = range(len(labels))
         for i, (name, values, color) in enumerate(series):
@@ -415,7 +428,7 @@ def line_chart(
     ``series`` holds ``(name, values, colour)``; non-finite values (and, on a log axis,
     values at or below zero) are left out.
     """
-    with mpl.rc_context(_STYLE):
+    with _drawing():
         fig, ax = _new_figure()
         ax.set_xscale("log")
         if log_y:
@@ -443,6 +456,6 @@ def save_svg(fig: Figure, path: Path) -> Path:
     The file carries no creation date, so the same figure gives the same bytes.
     """
     path.parent.mkdir(parents=True, exist_ok=True)
-    with mpl.rc_context(_STYLE):
+    with _drawing():
         fig.savefig(path, format="svg", metadata={"Date": None})
     return path

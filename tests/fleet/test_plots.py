@@ -195,3 +195,21 @@ def test_mismatched_lengths_are_refused() -> None:
             value_label="v",
             category_label="c",
         )
+
+
+def test_a_value_the_font_lacks_stays_text(tmp_path: Path) -> None:
+    """An emoji among the values (DejaVu Sans has none): no warning, and the SVG keeps the character for the
+    viewer's fonts to draw."""
+    fig = estimate_chart(
+        title="emoji: top 2 values",
+        x=["🙏", "👍"],
+        truth=[10.0, 5.0],
+        estimate=[9.0, 6.0],
+        standard_error=[1.0, 1.0],
+        z=1.96,
+        value_label="reports",
+        category_label="value",
+        rows=True,
+    )
+    assert layout_problems(fig) == []
+    assert {"🙏", "👍"} <= set(_texts(save_svg(fig, tmp_path / "emoji.svg")))
