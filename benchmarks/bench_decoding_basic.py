@@ -30,9 +30,9 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.decoding_svg import OUT, bar_chart
-from benchmarks.harness import emit, progress
+from benchmarks.harness import OUT, emit, progress
 from collector.decoding.rappor import decode_categories
+from fleet.plots import bar_chart, save_svg
 from protocol.randomness import SeededRandom
 from protocol.rappor import Rappor
 
@@ -92,15 +92,14 @@ def _run(kind: str, n: int, seed: int, *, plot: bool) -> dict[str, Any]:
         "detected_bonferroni": int(out.detected.sum()),
     }
     if plot:
-        path = bar_chart(
-            OUT / f"rappor_5_1_n{n}.svg",
+        figure = bar_chart(
             title=f"004 §5.1: normal(50, 10) by basic one-time RAPPOR, N = {n:,} (TV {row['tv_raw']})",
             labels=list(CATEGORIES),
             series=[("true", list(truth), "#000000"), ("estimated", list(raw), "#90ee90")],
             ylabel="count",
             xlabel="value",
-            label_every=10,
         )
+        path = save_svg(figure, OUT / f"rappor_5_1_n{n}.svg")
         row["plot"] = str(path)
     return row
 

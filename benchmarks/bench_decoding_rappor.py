@@ -49,10 +49,10 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.decoding_svg import OUT, bar_chart
-from benchmarks.harness import emit, progress, seconds
+from benchmarks.harness import OUT, emit, progress, seconds
 from collector.decoding.rappor import RapporDecoder, RapporDecoding
 from collector.decoding.stats import normal_quantile, normal_sf
+from fleet.plots import bar_chart, save_svg
 from protocol.randomness import SeededRandom, uniform_ints
 from protocol.rappor import Rappor, RapporAggregate
 
@@ -240,15 +240,14 @@ def bench_5_2(seeds: int) -> dict[str, Any]:
     result, truth = res.pop("_last")["pfer"]
     order = np.arange(200)
     detected = np.where(result.detected, truth / 1e6, 0.0)
-    svg = bar_chart(
-        OUT / "rappor_5_2_population.svg",
+    figure = bar_chart(
         title="004 §5.2: population (grey) and strings detected (dark red; E[false positives] <= 2), last seed",
         labels=[str(i + 1) for i in order],
         series=[("true frequency", list(truth / 1e6), "#999999"), ("detected", list(detected), "#8b0000")],
         ylabel="frequency",
         xlabel="string (1-100 present, 101-200 absent)",
-        label_every=20,
     )
+    svg = save_svg(figure, OUT / "rappor_5_2_population.svg")
     chosen = res["mean"]["pfer"]
     res["targets"] = {
         "control": "pfer (expected false positives <= 2)",
@@ -279,8 +278,7 @@ def bench_chrome(seeds: int) -> dict[str, Any]:
     result, truth = res.pop("_last")["pfer"]
     found = result.found()[:31]
     index = {c: i for i, c in enumerate(names)}
-    svg = bar_chart(
-        OUT / "rappor_chrome_top.svg",
+    figure = bar_chart(
         title="004 §5.4-like: the 31 largest detected strings, true (grey) and estimated (green) share",
         labels=[str(i + 1) for i in range(len(found))],
         series=[
@@ -290,6 +288,7 @@ def bench_chrome(seeds: int) -> dict[str, Any]:
         ylabel="share of reports",
         xlabel="detected string, by estimated count",
     )
+    svg = save_svg(figure, OUT / "rappor_chrome_top.svg")
     chosen = res["mean"]["pfer"]
     res["targets"] = {
         "control": "pfer (expected false positives <= 3)",

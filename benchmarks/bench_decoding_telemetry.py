@@ -41,9 +41,9 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.decoding_svg import OUT, line_chart
-from benchmarks.harness import emit, progress
+from benchmarks.harness import OUT, emit, progress
 from collector.decoding.consistency import make_consistent
+from fleet.plots import line_chart, save_svg
 from protocol.buckets import LinearBuckets
 from protocol.dbitflip import DBitFlip
 from protocol.estimate import VectorEstimate
@@ -174,8 +174,7 @@ def main() -> None:
         ],
     }
     crossover = next((r["epsilon"] for r in hist_rows if r["kflip"]["raw"] < r["32bitflip"]["raw"]), None)
-    mean_svg = line_chart(
-        OUT / "telemetry_mean.svg",
+    mean_figure = line_chart(
         title="000 §5: mean absolute error (s) of 1BitRRPM, n = 3e5, m = 24 h",
         x=list(EPSILONS),
         series=[
@@ -183,19 +182,20 @@ def main() -> None:
             for g, k, c in zip(GAMMAS, gamma_keys, ("#1f77b4", "#ff7f0e", "#d62728"), strict=True)
         ],
         ylabel="mean absolute error (s)",
-        xlabel="epsilon",
+        xlabel="ε per report",
     )
+    mean_svg = save_svg(mean_figure, OUT / "telemetry_mean.svg")
     colors = ("#9467bd", "#8c564b", "#2ca02c", "#1f77b4", "#d62728")
-    hist_svg = line_chart(
-        OUT / "telemetry_histogram.svg",
+    hist_figure = line_chart(
         title="000 §5: histogram max error, n = 3e5, k = 32 (raw)",
         x=list(EPSILONS),
         series=[
             (name, [r[name]["raw"] for r in hist_rows], c) for name, c in zip([*d_keys, "kflip"], colors, strict=True)
         ],
-        ylabel="max error",
-        xlabel="epsilon",
+        ylabel="max error (share of devices)",
+        xlabel="ε per report",
     )
+    hist_svg = save_svg(hist_figure, OUT / "telemetry_histogram.svg")
     emit(
         {
             "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},

@@ -13,6 +13,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Generic, Protocol, TypeVar
 
 import numpy as np
@@ -21,6 +22,7 @@ import numpy.typing as npt
 from protocol.randomness import RandomSource
 
 __all__ = [
+    "OUT",
     "AddSpeed",
     "ClientSpeed",
     "emit",
@@ -33,6 +35,9 @@ __all__ = [
     "zipf_ranks",
     "zipf_sites",
 ]
+
+OUT = Path(__file__).resolve().parent / "out"
+"""Where the benchmarks write their plots (git-ignored); :mod:`fleet.plots` draws them."""
 
 RecordT = TypeVar("RecordT")
 BatchT = TypeVar("BatchT")

@@ -11,6 +11,10 @@ formatter (``collector.numbers``, the CLI's too); axes have round ticks that inc
 titles, and labels spaced so they neither overlap nor leave the chart. The ε on each card is
 the one charged per report (``epsilon_report``), with the registry's declared bound if looser. ``body[data-ready]`` turns to ``1``
 once everything is drawn (``error`` on failure), for headless checks.
+
+The chart code here is the project's second and last plotter: it runs in the browser, on the
+live API, so it cannot be matplotlib. Every plot written to a file (the fleet report, the
+benchmarks) is drawn by the first, ``fleet/plots.py``; do not add a third.
 """
 
 from __future__ import annotations

@@ -20,6 +20,7 @@ import argparse
 import asyncio
 import dataclasses
 import datetime as dt
+import importlib.util
 import json
 import logging
 import math
@@ -676,7 +677,11 @@ def _finite(value: object) -> object:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``ldp-fleet`` console script."""
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.plots and importlib.util.find_spec("matplotlib") is None:
+        # Said before the run, not after minutes of simulation: the plots need the [fleet] extra.
+        parser.error("--plots needs matplotlib: pip install 'ldp-telemetry[fleet]'")
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     try:
         return quiet_on_closed_pipe(lambda: run_fleet(args))

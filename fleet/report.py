@@ -23,7 +23,7 @@ probability below 6e-7 per comparison.
 
 from __future__ import annotations
 
-import html
+import datetime as dt
 import json
 import math
 import time
@@ -386,123 +386,33 @@ def format_results(summaries: list[UseCaseSummary], registry: Registry, *, toler
 
 # --------------------------------------------------------------------------- plots
 
-_W, _H = 760, 340
-_L, _R, _T, _B = 70, 20, 34, 70
 
-
-def _svg(title: str, body: list[str], legend: list[tuple[str, str]]) -> str:
-    items = []
-    for i, (color, text) in enumerate(legend):
-        x = _L + i * 220
-        items.append(
-            f'<rect x="{x}" y="{_H - 18}" width="12" height="12" fill="{color}"/>'
-            f'<text x="{x + 18}" y="{_H - 8}">{html.escape(text)}</text>'
-        )
-    return (
-        f'<svg xmlns="http://www.w3.org/2000/svg" width="{_W}" height="{_H}" viewBox="0 0 {_W} {_H}" '
-        'font-family="system-ui, sans-serif" font-size="11">'
-        f'<rect width="{_W}" height="{_H}" fill="#fff"/>'
-        f'<text x="{_L}" y="20" font-size="14" font-weight="600">{html.escape(title)}</text>'
-        + "".join(body)
-        + "".join(items)
-        + "</svg>\n"
-    )
-
-
-def _axis(lo: float, hi: float) -> tuple[float, float, list[float]]:
-    if not (math.isfinite(lo) and math.isfinite(hi)) or hi <= lo:
-        hi = lo + 1.0
-    span = hi - lo
-    step = 10 ** math.floor(math.log10(span / 5))
-    for mult in (1, 2, 5, 10):
-        if span / (step * mult) <= 6:
-            step *= mult
-            break
-    start = math.floor(lo / step) * step
-    ticks = []
-    t = start
-    while t <= hi + step * 1e-9:
-        ticks.append(t)
-        t += step
-    return start, max(ticks[-1], hi), ticks
-
-
-def _chart(
-    title: str,
-    labels: list[str],
-    truth: list[float],
-    estimate: list[float | None],
-    se: list[float | None],
-    *,
-    z: float,
-    bars: bool,
-) -> str:
-    """Truth as bars (or a line) and estimates as points with ``± z·SE`` error bars."""
-    lows = [e - z * s for e, s in zip(estimate, se, strict=True) if e is not None and s is not None]
-    highs = [e + z * s for e, s in zip(estimate, se, strict=True) if e is not None and s is not None]
-    # An empty chart (a period in which nothing was released) still gets an axis, [0, 1].
-    lo = min([*truth, *lows, 0.0] if bars else [*truth, *lows], default=0.0)
-    hi = max([*truth, *highs], default=1.0)
-    lo, hi, ticks = _axis(lo, hi)
-    plot_w, plot_h = _W - _L - _R, _H - _T - _B
-    n = max(len(labels), 1)
-    slot = plot_w / n
-
-    def y(v: float) -> float:
-        return _T + plot_h - (v - lo) / (hi - lo) * plot_h
-
-    def x(i: int) -> float:
-        return _L + slot * (i + 0.5)
-
-    body = []
-    for t in ticks:
-        body.append(
-            f'<line x1="{_L}" x2="{_W - _R}" y1="{y(t):.1f}" y2="{y(t):.1f}" stroke="#eaecf0"/>'
-            f'<text x="{_L - 6}" y="{y(t) + 4:.1f}" text-anchor="end">{html.escape(_f(t, 4))}</text>'
-        )
-    if bars:
-        width = max(slot * 0.7, 1.0)
-        for i, t in enumerate(truth):
-            top, bottom = y(max(t, 0.0)), y(max(min(0.0, t), lo))
-            body.append(
-                f'<rect x="{x(i) - width / 2:.1f}" y="{top:.1f}" width="{width:.1f}" '
-                f'height="{max(bottom - top, 0):.1f}" fill="#c7d7f5"><title>{html.escape(labels[i])}: truth {_f(t)}'
-                "</title></rect>"
-            )
-    else:
-        points = " ".join(f"{x(i):.1f},{y(t):.1f}" for i, t in enumerate(truth))
-        body.append(f'<polyline points="{points}" fill="none" stroke="#98a2b3" stroke-width="2"/>')
-    for i, (e, s) in enumerate(zip(estimate, se, strict=True)):
-        if e is None:
-            continue
-        if s is not None:
-            body.append(
-                f'<line x1="{x(i):.1f}" x2="{x(i):.1f}" y1="{y(e - z * s):.1f}" y2="{y(e + z * s):.1f}" '
-                'stroke="#2f6fde" stroke-width="1.5"/>'
-            )
-        tip = f"{labels[i]}: estimate {_f(e)} ± {_f(s)} (SE), truth {_f(truth[i])}"
-        body.append(
-            f'<circle cx="{x(i):.1f}" cy="{y(e):.1f}" r="3" fill="#2f6fde"><title>{html.escape(tip)}</title></circle>'
-        )
-    every = max(1, math.ceil(n / 16))
-    for i, label in enumerate(labels):
-        if i % every == 0:
-            body.append(
-                f'<text x="{x(i):.1f}" y="{_T + plot_h + 14}" text-anchor="end" '
-                f'transform="rotate(-35 {x(i):.1f} {_T + plot_h + 14})">{html.escape(_short(label, 16))}</text>'
-            )
-    body.append(f'<line x1="{_L}" x2="{_W - _R}" y1="{y(lo):.1f}" y2="{y(lo):.1f}" stroke="#667085"/>')
-    legend = [("#c7d7f5" if bars else "#98a2b3", "truth"), ("#2f6fde", f"estimate ± {z:g} SE")]
-    return _svg(title, body, legend)
+def _period_starts(rows: list[dict[str, Any]]) -> list[dt.datetime] | None:
+    """The periods' starts as times for a date axis, or None if one is missing or unreadable."""
+    try:
+        return [dt.datetime.fromisoformat(str(r["period_start"])) for r in rows]
+    except (KeyError, ValueError):
+        return None
 
 
 def write_plots(summaries: list[UseCaseSummary], directory: Path, *, z: float = 1.96, top: int = 20) -> list[Path]:
-    """One self-contained SVG per use case: means over time, or the latest period's histogram
-    or top values, truth against estimates with ``± z·SE`` error bars.
+    """One SVG per use case: means over time, or the latest period's histogram or top values,
+    truth against estimates with ``± z·SE`` error bars (drawn by :mod:`fleet.plots`).
 
     Returns:
         The files written.
+
+    Raises:
+        RuntimeError: matplotlib is not installed (it comes with the ``[fleet]`` extra).
     """
+    # Imported here: matplotlib takes a second to import and only --plots needs it, so the
+    # simulator itself runs from an install without the [fleet] extra.
+    try:
+        from fleet.plots import estimate_chart, save_svg  # noqa: PLC0415
+    except ModuleNotFoundError as e:
+        if e.name != "matplotlib":
+            raise
+        raise RuntimeError("plots need matplotlib: pip install 'ldp-telemetry[fleet]'") from None
     directory.mkdir(parents=True, exist_ok=True)
     written = []
     for s in summaries:
@@ -510,15 +420,17 @@ def write_plots(summaries: list[UseCaseSummary], directory: Path, *, z: float = 
         if not released:
             continue
         if s.kind == "mean":
-            labels = [str(r["period_start"])[5:16].replace("T", " ") for r in released]
-            svg = _chart(
-                f"{s.name}: {'proportion' if s.mechanism == 'rr' else 'mean'} per period",
-                labels,
-                [float(r["truth"]) for r in released],
-                [r["estimate"] for r in released],
-                [r["standard_error"] for r in released],
+            what = "proportion" if s.mechanism == "rr" else "mean"
+            starts = _period_starts(released)
+            fig = estimate_chart(
+                title=f"{s.name}: {what} per period, estimate and truth",
+                x=starts if starts is not None else [str(r["period_start"] or r["period"]) for r in released],
+                truth=[float(r["truth"]) for r in released],
+                estimate=[r["estimate"] for r in released],
+                standard_error=[r["standard_error"] for r in released],
                 z=z,
-                bars=False,
+                value_label=f"{what} of the reported values",
+                category_label="period start (UTC)",
             )
         else:
             # The latest period that released entries (a frequency use case may release none in
@@ -527,17 +439,19 @@ def write_plots(summaries: list[UseCaseSummary], directory: Path, *, z: float = 
             items = latest["items"]
             if s.kind == "frequencies":
                 items = sorted(items, key=lambda it: -(it["truth"] or 0))[:top]
-            what = "share per bucket" if s.kind == "histogram" else f"top {len(items)} values, reports"
-            svg = _chart(
-                f"{s.name}: {what}, period from {latest['period_start']}",
-                [it["key"] for it in items],
-                [float(it["truth"]) for it in items],
-                [it["estimate"] for it in items],
-                [it["standard_error"] for it in items],
+                what, value_label, category_label = f"top {len(items)} values", "reports", "value, by true count"
+            else:
+                what, value_label, category_label = "share per bucket", "share of reporting devices", "bucket"
+            fig = estimate_chart(
+                title=f"{s.name}: {what}, period from {latest['period_start']}",
+                x=[it["key"] for it in items],
+                truth=[float(it["truth"]) for it in items],
+                estimate=[it["estimate"] for it in items],
+                standard_error=[it["standard_error"] for it in items],
                 z=z,
-                bars=True,
+                value_label=value_label,
+                category_label=category_label,
+                rows=s.kind == "frequencies",
             )
-        path = directory / f"{s.name}.svg"
-        path.write_text(svg, encoding="utf-8")
-        written.append(path)
+        written.append(save_svg(fig, directory / f"{s.name}.svg"))
     return written

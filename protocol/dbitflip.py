@@ -84,6 +84,7 @@ from protocol.interfaces import (
     Batch,
     EstimateKind,
     MechanismEntry,
+    MemoizedState,
     PlanFigures,
     Privatization,
     ValueType,
@@ -227,7 +228,7 @@ class DBitFlipStates:
 
 
 @dataclass(frozen=True, kw_only=True)
-class DBitFlip:
+class DBitFlip(MemoizedState):
     """dBitFlip (``memoize=False``) and dBitFlipPM (``memoize=True``) over a bucketed counter.
 
     Args:
@@ -239,6 +240,7 @@ class DBitFlip:
         memoize: permanent memoization of ``f_d`` (dBitFlipPM, 000 §3.4).
     """
 
+    state_type: ClassVar[type[DBitFlipState]] = DBitFlipState
     name: ClassVar[str] = "dbitflip"
     kind: ClassVar[EstimateKind] = EstimateKind.HISTOGRAM
     privatization: ClassVar[Privatization] = Privatization.COUNTER
@@ -559,19 +561,6 @@ class DBitFlip:
     def counter_input(self, total: float) -> float:
         """The period's total as is: a total beyond the last edge falls into the last bucket."""
         return total
-
-    def setup_plain(self, rng: RandomSource) -> dict[str, Any]:
-        """Draw a device's buckets and memo table, in plain form."""
-        return self.setup(rng).to_plain()
-
-    def check_state_plain(self, data: object) -> None:
-        """Raise ``StateError`` unless ``data`` is this mechanism's saved state."""
-        DBitFlipState.from_plain(self, data)
-
-    def privatize_plain(self, value: object, state: object, rng: RandomSource) -> tuple[object, object]:
-        """Answer ``value`` from the saved state; the record's wire form and the (unchanged) state."""
-        record, st = self.privatize(self.check_value(value), DBitFlipState.from_plain(self, state), rng)
-        return self.encode_records([record])[0], st.to_plain()
 
     def encode_plain(self, records: Sequence[object]) -> list[object]:
         """Typed records in wire form."""

@@ -37,7 +37,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Protocol, Self, TypeVar, runtime_checkable
+from typing import Any, Protocol, Self, TypeVar, runtime_checkable
 
 from protocol.errors import InputError, StateError
 from protocol.estimate import Estimate, VectorEstimate
@@ -56,6 +56,8 @@ __all__ = [
     "MeanMechanism",
     "Mechanism",
     "MechanismEntry",
+    "MemoizedState",
+    "NoPermanentState",
     "PlanFigures",
     "Privatization",
     "RecordValue",
@@ -560,8 +562,8 @@ def mechanism_entries() -> Mapping[str, MechanismEntry]:
     return MappingProxyType(dict(_TABLE))
 
 
-class _EventLevelStringMechanism(Protocol):
-    """What :class:`EventLevelStrings` needs from the mechanism it is mixed into."""
+class _StatelessMechanism(Protocol):
+    """What :class:`NoPermanentState` and :class:`EventLevelStrings` need from the mechanism they are mixed into."""
 
     @property
     def name(self) -> str: ...
@@ -569,14 +571,41 @@ class _EventLevelStringMechanism(Protocol):
     @property
     def epsilon_report(self) -> float: ...
 
-    def check_value(self, value: object) -> str | bytes: ...
+    def check_value(self, value: object, /) -> Any: ...
 
-    def privatize(self, value: str, state: None, rng: RandomSource, /) -> tuple[object, None]: ...
+    def privatize(self, value: Any, state: None, rng: RandomSource, /) -> tuple[object, None]: ...
 
-    def encode_records(self, records: Sequence[object], /) -> Sequence[object]: ...
+    def encode_records(self, records: Sequence[Any], /) -> Sequence[object]: ...
 
 
-class EventLevelStrings:
+class NoPermanentState:
+    """The plain-form state methods of a mechanism that keeps no state on the device
+    (randomized response, and through :class:`EventLevelStrings` CMS, HCMS and SFP).
+
+    Every report is privatized at once with fresh coins (003 §3.2.1 for the sketches), so
+    there is nothing to set up and the only saved state that fits is ``None``.
+    """
+
+    __slots__ = ()
+
+    def setup_plain(self, rng: RandomSource) -> None:
+        """No permanent state."""
+        return
+
+    def check_state_plain(self: _StatelessMechanism, data: object) -> None:
+        """Only ``None`` (no state) fits."""
+        if data is not None:
+            raise StateError(f"{self.name} keeps no permanent state")
+
+    def privatize_plain(
+        self: _StatelessMechanism, value: object, state: object, rng: RandomSource
+    ) -> tuple[object, None]:
+        """Privatize a value at once; the record's wire form."""
+        record, _ = self.privatize(self.check_value(value), None, rng)
+        return self.encode_records([record])[0], None
+
+
+class EventLevelStrings(NoPermanentState):
     """The plain-form half of the contract shared by event-level string mechanisms (CMS, HCMS, SFP).
 
     They keep no permanent state (003 §3.2.1: every event is privatized at once with fresh
@@ -588,7 +617,7 @@ class EventLevelStrings:
 
     __slots__ = ()
 
-    def privacy_figures(self: _EventLevelStringMechanism) -> dict[str, float]:
+    def privacy_figures(self: _StatelessMechanism) -> dict[str, float]:
         """ε of one report (event-level: every report spends it)."""
         return {"epsilon_report": self.epsilon_report}
 
@@ -596,23 +625,67 @@ class EventLevelStrings:
         """The text itself."""
         return text
 
-    def counter_input(self: _EventLevelStringMechanism, total: float) -> str:
+    def counter_input(self: _StatelessMechanism, total: float) -> str:
         """Not a counter: refused."""
         raise InputError(f"{self.name} is not a counter")
 
-    def setup_plain(self, rng: RandomSource) -> None:
-        """No permanent state (event-level privacy, 003 §3.2.1)."""
-        return
 
-    def check_state_plain(self: _EventLevelStringMechanism, data: object) -> None:
-        """Only ``None`` (no state) fits."""
-        if data is not None:
-            raise StateError(f"{self.name} keeps no permanent state")
+class _SavedState(Protocol):
+    """A device's permanent state as :class:`MemoizedState` keeps it: saved in plain form."""
+
+    def to_plain(self) -> dict[str, Any]: ...
+
+
+class _StateClass(Protocol):
+    """A state class: restores a saved state under a mechanism, or raises ``StateError``."""
+
+    def from_plain(self, mechanism: Any, data: object, /) -> _SavedState: ...
+
+
+class _MemoizingMechanism(Protocol):
+    """What :class:`MemoizedState` needs from the mechanism it is mixed into."""
+
+    @property
+    def state_type(self) -> _StateClass: ...
+
+    def setup(self, rng: RandomSource, /) -> _SavedState: ...
+
+    def check_value(self, value: object, /) -> Any: ...
+
+    def privatize(self, value: Any, state: Any, rng: RandomSource, /) -> tuple[object, _SavedState]: ...
+
+    def encode_records(self, records: Sequence[Any], /) -> Sequence[object]: ...
+
+
+class MemoizedState:
+    """The plain-form half of the contract shared by mechanisms with permanent per-device state
+    (dBitFlip, RAPPOR, 1BitMean).
+
+    Each draws part of its randomness once per device and reuses it for every report (1BitMean:
+    α and the memoized bits, 000 §3.1 steps 2-3; dBitFlip: the device's ``d`` buckets, 000
+    §2.2, and with dBitFlipPM their memoized bits, 000 §3.4; RAPPOR: the cohort and the
+    permanent randomized response ``B'`` per value, 004 §2), so the state is drawn once,
+    saved in plain form and restored for every report: a device that lost it would draw anew,
+    and averaging its reports would wear the privacy down. A mechanism names its
+    state class as ``state_type`` (with ``from_plain(mechanism, data)``, ``StateError`` when
+    the data is not this mechanism's, and ``to_plain()``); privacy figures, value checks and
+    the record, batch and aggregate types stay in its own module.
+    """
+
+    __slots__ = ()
+
+    def setup_plain(self: _MemoizingMechanism, rng: RandomSource) -> dict[str, Any]:
+        """Draw a device's permanent state, in plain form."""
+        return self.setup(rng).to_plain()
+
+    def check_state_plain(self: _MemoizingMechanism, data: object) -> None:
+        """Raise ``StateError`` unless ``data`` is this mechanism's saved state."""
+        self.state_type.from_plain(self, data)
 
     def privatize_plain(
-        self: _EventLevelStringMechanism, value: object, state: object, rng: RandomSource
-    ) -> tuple[object, None]:
-        """Privatize a value at once; the record's wire form."""
-        # check_value gives what this mechanism's own privatize takes (SFP narrows it to str).
-        record, _ = self.privatize(self.check_value(value), None, rng)  # type: ignore[arg-type]
-        return self.encode_records([record])[0], None
+        self: _MemoizingMechanism, value: object, state: object, rng: RandomSource
+    ) -> tuple[object, object]:
+        """Answer ``value`` from the saved state; the record's wire form and the state to save
+        (grown where the mechanism memoizes per value, as RAPPOR does)."""
+        record, saved = self.privatize(self.check_value(value), self.state_type.from_plain(self, state), rng)
+        return self.encode_records([record])[0], saved.to_plain()

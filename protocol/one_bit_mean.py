@@ -92,6 +92,7 @@ from protocol.interfaces import (
     Batch,
     EstimateKind,
     MechanismEntry,
+    MemoizedState,
     PlanFigures,
     Privatization,
     ValueType,
@@ -291,7 +292,7 @@ class OneBitMeanStates:
 
 
 @dataclass(frozen=True, kw_only=True)
-class OneBitMean:
+class OneBitMean(MemoizedState):
     """1BitMean with α-point rounding, permanent memoization and output perturbation.
 
     Args:
@@ -303,6 +304,7 @@ class OneBitMean:
             probability γ, in [0, 0.5).
     """
 
+    state_type: ClassVar[type[OneBitMeanState]] = OneBitMeanState
     name: ClassVar[str] = "one-bit-mean"
     kind: ClassVar[EstimateKind] = EstimateKind.MEAN
     privatization: ClassVar[Privatization] = Privatization.COUNTER
@@ -586,19 +588,6 @@ class OneBitMean:
     def counter_input(self, total: float) -> int:
         """A period's total, clipped to ``m``: 000 §1.1 assumes counters bounded by ``m``."""
         return min(int(total), self.m)
-
-    def setup_plain(self, rng: RandomSource) -> dict[str, Any]:
-        """Draw a device's permanent state, in plain form."""
-        return self.setup(rng).to_plain()
-
-    def check_state_plain(self, data: object) -> None:
-        """Raise ``StateError`` unless ``data`` is this mechanism's saved state."""
-        OneBitMeanState.from_plain(self, data)
-
-    def privatize_plain(self, value: object, state: object, rng: RandomSource) -> tuple[object, object]:
-        """Answer ``value`` from the saved memo; the record's wire form and the (unchanged) state."""
-        record, st = self.privatize(self.check_value(value), OneBitMeanState.from_plain(self, state), rng)
-        return record.bit, st.to_plain()
 
     def encode_plain(self, records: Sequence[object]) -> list[object]:
         """Typed records in wire form."""

@@ -28,13 +28,14 @@ import numpy.typing as npt
 
 from protocol.bit_sum import BitSumAggregate
 from protocol.checks import check_epsilon, encoded_size
-from protocol.errors import InputError, MalformedReportError, StateError
+from protocol.errors import InputError, MalformedReportError
 from protocol.estimate import Estimate
 from protocol.interfaces import (
     Aggregate,
     Batch,
     EstimateKind,
     MechanismEntry,
+    NoPermanentState,
     PlanFigures,
     Privatization,
     RecordValue,
@@ -65,7 +66,7 @@ class RRBatch:
 
 
 @dataclass(frozen=True, kw_only=True)
-class RandomizedResponse:
+class RandomizedResponse(NoPermanentState):
     """Warner's randomized response on one bit.
 
     Args:
@@ -180,20 +181,6 @@ class RandomizedResponse:
     def counter_input(self, total: float) -> RecordValue:
         """Not a counter: refused."""
         raise InputError("randomized response is not a counter")
-
-    def setup_plain(self, rng: RandomSource) -> None:
-        """No permanent state."""
-        return
-
-    def check_state_plain(self, data: object) -> None:
-        """Only ``None`` (no state) fits."""
-        if data is not None:
-            raise StateError("randomized response keeps no permanent state")
-
-    def privatize_plain(self, value: object, state: object, rng: RandomSource) -> tuple[object, None]:
-        """Privatize a bit; the record's wire form."""
-        record, _ = self.privatize(self.check_value(value), None, rng)
-        return record.bit, None
 
     def encode_plain(self, records: Sequence[object]) -> list[object]:
         """Typed records in wire form."""

@@ -75,6 +75,7 @@ from protocol.interfaces import (
     Batch,
     EstimateKind,
     MechanismEntry,
+    MemoizedState,
     PlanFigures,
     Privatization,
     ValueType,
@@ -218,7 +219,7 @@ class BitEstimates:
 
 
 @dataclass(frozen=True, kw_only=True)
-class Rappor:
+class Rappor(MemoizedState):
     """RAPPOR and its one-time / basic variants (004 §2, §2.1).
 
     Args:
@@ -234,6 +235,7 @@ class Rappor:
             category ``i``); empty for the Bloom-filter variants.
     """
 
+    state_type: ClassVar[type[RapporState]] = RapporState
     name: ClassVar[str] = "rappor"
     privatization: ClassVar[Privatization] = Privatization.STRING
     value_type: ClassVar[ValueType] = ValueType.STRING
@@ -645,19 +647,6 @@ class Rappor:
     def counter_input(self, total: float) -> str:
         """Not a counter: refused."""
         raise InputError("rappor is not a counter")
-
-    def setup_plain(self, rng: RandomSource) -> dict[str, Any]:
-        """A device's cohort and memo key, in plain form."""
-        return self.setup(rng).to_plain()
-
-    def check_state_plain(self, data: object) -> None:
-        """Raise ``StateError`` unless ``data`` is this mechanism's saved state."""
-        RapporState.from_plain(self, data)
-
-    def privatize_plain(self, value: object, state: object, rng: RandomSource) -> tuple[object, object]:
-        """Privatize from the memo (drawing ``B'`` for a new value); the wire form and the grown state."""
-        record, st = self.privatize(self.check_value(value), RapporState.from_plain(self, state), rng)
-        return self.encode_records([record])[0], st.to_plain()
 
     def encode_plain(self, records: Sequence[object]) -> list[object]:
         """Typed records in wire form."""

@@ -75,6 +75,7 @@ import msgpack
 import numpy as np
 
 from protocol import cms, dbitflip, hcms, one_bit_mean, randomized_response, rappor, sfp
+from protocol.envelope import HASH_SIZE, MAX_REPORT_BYTES, largest_report_size
 from protocol.errors import LdpError, ParameterError
 from protocol.interfaces import EstimateKind, Mechanism, mechanism_entries, mechanism_entry
 
@@ -97,16 +98,6 @@ __all__ = [
 REGISTRY_FORMAT: Final = 1
 """The registry file format this module reads (top-level ``format = 1``)."""
 
-HASH_SIZE: Final = 16
-"""Bytes of the canonical registry hash carried in every report."""
-
-MAX_REPORT_BYTES: Final = 64 * 1024
-"""Cap on one encoded report, shared end to end: the loader refuses a use case whose largest
-report (:attr:`UseCase.max_report_bytes`) exceeds it, the collector's default
-``max_report_bytes`` and ``protocol.wire.DEFAULT_MAX_SIZE`` equal it, and the broker's
-``max_packet_size`` (``deploy/mosquitto/mosquitto.conf``) leaves room for it plus the MQTT
-framing. A report the pipe cannot carry is thus refused where it is configured, not lost
-after the device has charged its ε."""
 
 _HASH_DOMAIN: Final = b"ldp-telemetry/registry/v1\x00"
 _SEED_PERSON: Final = b"ldp-uc-seed"
@@ -249,10 +240,13 @@ class UseCase:
     @functools.cached_property
     def max_report_bytes(self) -> int:
         """Bytes of this use case's largest encoded report: ``daily_limit`` records, each at
-        its largest, under the largest period index (``protocol.wire.max_report_size``)."""
-        from protocol.wire import max_report_size  # noqa: PLC0415 - wire imports this module
-
-        return max_report_size(self)
+        its largest, under the largest period index (``protocol.envelope.largest_report_size``)."""
+        return largest_report_size(
+            use_case=self.name,
+            max_period=self.period.max_index,
+            daily_limit=self.daily_limit,
+            max_record_bytes=self.mechanism.max_record_bytes,
+        )
 
 
 @dataclass(frozen=True, eq=False)

@@ -33,9 +33,26 @@ from typing import Any, Final
 
 import msgpack
 
+from protocol.envelope import (
+    FIELD_NAMES,
+    FORMAT_VERSION,
+    HASH_SIZE,
+    K_ID,
+    K_PERIOD,
+    K_RECORDS,
+    K_REGISTRY,
+    K_USE_CASE,
+    K_VERSION,
+    MAX_REPORT_BYTES,
+    REPORT_ID_SIZE,
+    REQUIRED_V1,
+    Report,
+    encode_report,
+    largest_report_size,
+)
 from protocol.errors import MalformedReportError
 from protocol.randomness import RandomSource
-from protocol.registry import HASH_SIZE, MAX_REPORT_BYTES, Registry, UseCase
+from protocol.registry import Registry, UseCase
 
 __all__ = [
     "DEFAULT_MAX_SIZE",
@@ -51,12 +68,6 @@ __all__ = [
     "max_report_size",
     "new_report_id",
 ]
-
-FORMAT_VERSION: Final = 1
-"""The report format this module writes and reads."""
-
-REPORT_ID_SIZE: Final = 16
-"""Bytes of the random report id."""
 
 DEFAULT_MAX_SIZE: Final = MAX_REPORT_BYTES
 """Default cap on an encoded report, checked before decoding: the registry's
@@ -90,60 +101,7 @@ REASONS: Final = frozenset(
 )
 """Every ``MalformedReportError.reason`` the decoder can raise."""
 
-# Wire keys, in the order the encoder writes them; new fields go last (STYLE rule 6).
-_K_VERSION: Final = "v"
-_K_USE_CASE: Final = "u"
-_K_REGISTRY: Final = "h"
-_K_PERIOD: Final = "p"
-_K_ID: Final = "i"
-_K_RECORDS: Final = "r"
-_FIELD_NAMES: Final = {
-    _K_VERSION: "version",
-    _K_USE_CASE: "use_case",
-    _K_REGISTRY: "registry_hash",
-    _K_PERIOD: "period",
-    _K_ID: "report_id",
-    _K_RECORDS: "records",
-}
-_REQUIRED_V1: Final = (_K_VERSION, _K_USE_CASE, _K_REGISTRY, _K_PERIOD, _K_ID, _K_RECORDS)
-
 _SCALAR_TYPES: Final = frozenset({int, float, str, bytes, bool, type(None)})
-
-
-@dataclass(frozen=True, kw_only=True)
-class Report:
-    """One report as it is sent: the envelope and the records in the mechanism's compact form.
-
-    Attributes:
-        use_case: the use case's name.
-        registry_hash: the 16-byte canonical hash of the registry the records were made under.
-        period: the slot index (``UseCase.period.index_at(t)``), never a finer time.
-        report_id: 16 random bytes, fresh for every message (:func:`new_report_id`).
-        records: the output of ``mechanism.encode_records(records)``.
-        version: the format version.
-    """
-
-    use_case: str
-    registry_hash: bytes
-    period: int
-    report_id: bytes
-    records: Sequence[Any]
-    version: int = FORMAT_VERSION
-
-    def __post_init__(self) -> None:
-        # A device must never send what the collector would refuse: catch the mistake here.
-        if not isinstance(self.use_case, str) or not self.use_case:
-            raise ValueError(f"use_case must be a non-empty string; got {self.use_case!r}")
-        for name, value, size in (
-            ("registry_hash", self.registry_hash, HASH_SIZE),
-            ("report_id", self.report_id, REPORT_ID_SIZE),
-        ):
-            if type(value) is not bytes or len(value) != size:
-                raise ValueError(f"{name} must be {size} bytes; got {value!r}")
-        if type(self.period) is not int or self.period < 0:
-            raise ValueError(f"period must be a slot index >= 0; got {self.period!r}")
-        if type(self.version) is not int:
-            raise ValueError(f"version must be an integer; got {self.version!r}")
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)
@@ -212,38 +170,14 @@ def make_report(
     )
 
 
-def encode_report(report: Report) -> bytes:
-    """The report's msgpack bytes (keys in the fixed order v, u, h, p, i, r)."""
-    out: bytes = msgpack.packb(
-        {
-            _K_VERSION: report.version,
-            _K_USE_CASE: report.use_case,
-            _K_REGISTRY: report.registry_hash,
-            _K_PERIOD: report.period,
-            _K_ID: report.report_id,
-            _K_RECORDS: report.records,
-        },
-        use_bin_type=True,
-    )
-    return out
-
-
 def max_report_size(use_case: UseCase) -> int:
-    """Bytes of the largest report ``use_case`` allows: ``daily_limit`` records each at the
-    mechanism's ``max_record_bytes``, under the largest period index and the longest
-    msgpack headers those imply. Computed from the parameters alone."""
-    envelope = encode_report(
-        Report(
-            use_case=use_case.name,
-            registry_hash=bytes(HASH_SIZE),
-            period=use_case.period.max_index,
-            report_id=bytes(REPORT_ID_SIZE),
-            records=[],
-        )
+    """Bytes of the largest report ``use_case`` allows (:func:`protocol.envelope.largest_report_size`)."""
+    return largest_report_size(
+        use_case=use_case.name,
+        max_period=use_case.period.max_index,
+        daily_limit=use_case.daily_limit,
+        max_record_bytes=use_case.mechanism.max_record_bytes,
     )
-    n = use_case.daily_limit
-    array_header = 1 if n <= 15 else 3 if n <= 0xFFFF else 5  # msgpack fixarray / array 16 / array 32
-    return len(envelope) - 1 + array_header + n * use_case.mechanism.max_record_bytes
 
 
 # --- decoding --------------------------------------------------------------------------------
@@ -419,14 +353,14 @@ def _check_headers(data: bytes, registry: Registry) -> None:
     try:
         unpacker.feed(data)
         keys = unpacker.read_map_header()
-        for _ in range(min(keys, len(_FIELD_NAMES))):
+        for _ in range(min(keys, len(FIELD_NAMES))):
             key = unpacker.unpack()
-            if key == _K_USE_CASE:
+            if key == K_USE_CASE:
                 name = unpacker.unpack()
                 use_case = registry.use_cases.get(name) if type(name) is str else None
                 if use_case is not None:
                     _check_bounds(data, use_case, 0)
-            elif key == _K_RECORDS:
+            elif key == K_RECORDS:
                 count = unpacker.read_array_header()
                 limit = (
                     use_case.daily_limit
@@ -483,13 +417,13 @@ def _child_path(parent: str, depth: int, key: object, indexed: bool) -> str:
     if indexed:
         return f"{parent}[{key}]"
     if depth == 1:
-        return _FIELD_NAMES.get(str(key), str(key))
+        return FIELD_NAMES.get(str(key), str(key))
     return f"{parent}.{key}"
 
 
 def _fixed_bytes(env: dict[str, Any], key: str, size: int) -> bytes:
     value = env[key]
-    name = _FIELD_NAMES[key]
+    name = FIELD_NAMES[key]
     if type(value) is not bytes:
         raise MalformedReportError("bad-type", name, f"expected {size} bytes (msgpack bin)")
     if len(value) != size:
@@ -536,39 +470,39 @@ def decode_report(
     env: dict[str, Any] = obj
     for dup_map, dup_key in hook.duplicated:
         if dup_map is env:
-            raise MalformedReportError("duplicate", _FIELD_NAMES.get(dup_key, str(dup_key)), "envelope key repeats")
+            raise MalformedReportError("duplicate", FIELD_NAMES.get(dup_key, str(dup_key)), "envelope key repeats")
         raise MalformedReportError("duplicate", "records", f"a map key {dup_key!r} repeats inside the records")
 
     # The version decides which keys exist, so it is read first.
-    if _K_VERSION not in env:
+    if K_VERSION not in env:
         raise MalformedReportError("missing-field", "version", "no format version")
-    version = env[_K_VERSION]
+    version = env[K_VERSION]
     if type(version) is not int:
         raise MalformedReportError("bad-type", "version", "expected an integer")
     if version != FORMAT_VERSION:
         raise MalformedReportError("unknown-version", "version", f"this decoder reads version {FORMAT_VERSION}")
-    if env.keys() != _FIELD_NAMES.keys():
+    if env.keys() != FIELD_NAMES.keys():
         for key in env:
-            if key not in _FIELD_NAMES:
+            if key not in FIELD_NAMES:
                 raise MalformedReportError("unknown-field", str(key), f"version {version} has no such key")
-        for key in _REQUIRED_V1:
+        for key in REQUIRED_V1:
             if key not in env:
-                raise MalformedReportError("missing-field", _FIELD_NAMES[key], "required field is missing")
+                raise MalformedReportError("missing-field", FIELD_NAMES[key], "required field is missing")
 
-    name = env[_K_USE_CASE]
+    name = env[K_USE_CASE]
     if type(name) is not str:
         raise MalformedReportError("bad-type", "use_case", "expected a string")
     use_case = registry.use_cases.get(name)
     if use_case is None:
         raise MalformedReportError("unknown-use-case", "use_case", f"{name[:80]!r} is not in the registry")
 
-    registry_hash = _fixed_bytes(env, _K_REGISTRY, HASH_SIZE)
+    registry_hash = _fixed_bytes(env, K_REGISTRY, HASH_SIZE)
     if registry_hash != registry.hash:
         raise MalformedReportError(
             "registry-mismatch", "registry_hash", f"made under registry {registry_hash.hex()}, not {registry.hash_hex}"
         )
 
-    period = env[_K_PERIOD]
+    period = env[K_PERIOD]
     if type(period) is not int:
         raise MalformedReportError("bad-type", "period", "expected an integer slot index")
     if not 0 <= period <= use_case.period.max_index:
@@ -578,11 +512,11 @@ def decode_report(
     if periods is not None and period not in periods:
         raise MalformedReportError("out-of-range", "period", f"slot {period} is outside the accepted {periods}")
 
-    report_id = _fixed_bytes(env, _K_ID, REPORT_ID_SIZE)
+    report_id = _fixed_bytes(env, K_ID, REPORT_ID_SIZE)
 
     # Every other envelope field was checked for its exact type above; the records are
     # checked for plain types and depth before the mechanism sees them.
-    raw_records = env[_K_RECORDS]
+    raw_records = env[K_RECORDS]
     _check_plain(raw_records, 2, "records")
     batch = use_case.mechanism.decode_records(raw_records)
     count = len(batch)

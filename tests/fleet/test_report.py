@@ -1,4 +1,4 @@
-"""Comparing the collector's estimates with the truth, the text report and the SVG plots."""
+"""Comparing the collector's estimates with the truth, the text report and the SVG plots (fleet.plots)."""
 
 from __future__ import annotations
 
@@ -140,31 +140,62 @@ def test_zero_standard_error(registry: Registry) -> None:
     assert math.isinf(wrong["z"])
 
 
+SVG = "{http://www.w3.org/2000/svg}"
+
+
+def _texts(path: Path) -> list[str]:
+    """Every text the SVG draws (matplotlib keeps text as <text> elements here)."""
+    root = ET.fromstring(path.read_text(encoding="utf-8"))
+    assert root.tag == f"{SVG}svg"
+    return ["".join(t.itertext()) for t in root.iter(f"{SVG}text")]
+
+
+def _estimates_drawn(path: Path) -> bool:
+    """Whether the chart has the group of estimate points (``gid`` ``estimates``) with a marker in it."""
+    root = ET.fromstring(path.read_text(encoding="utf-8"))
+    return any(g.get("id") == "estimates" and list(g.iter(f"{SVG}use")) for g in root.iter(f"{SVG}g"))
+
+
 def test_plots_are_well_formed_svg(tmp_path: Path, registry: Registry) -> None:
-    """One self-contained SVG per use case, parseable as XML, with the truth and the estimates drawn."""
+    """One SVG per use case, parseable as XML, with its title, axis titles, values and estimate points."""
     mean_uc, freq_uc = registry.use_cases["app-usage-seconds"], registry.use_cases["emoji"]
-    means = [
-        compare_period(mean_uc, Tally(n=10, total=10.0 * t), _result("mean", {"value": t + 3, "standard_error": 2.0}))
-        for t in (100.0, 120.0, 90.0)
-    ]
+    means = []
+    for day, t in enumerate((10_100.0, 12_000.0, 9_000.0), start=1):
+        row = compare_period(
+            mean_uc, Tally(n=10, total=10.0 * t), _result("mean", {"value": t + 300, "standard_error": 200.0})
+        )
+        row["period_start"] = f"2024-03-0{day}T00:00:00Z"
+        means.append(row)
     freq = compare_period(
         freq_uc,
-        Tally(n=3, counts={"<b>&": 2, "x": 1}),
-        _result("frequencies", {"items": [{"value": "<b>&", "count": 2.5, "standard_error": 1.0}]}),
+        Tally(n=3, counts={"<b>&": 2, "$x$": 1}),
+        _result(
+            "frequencies",
+            {
+                "items": [
+                    {"value": "<b>&", "count": 2.5, "standard_error": 1.0},
+                    {"value": "$x$", "count": 0.5, "standard_error": 1.0},
+                ]
+            },
+        ),
     )
     summaries = [summarize(mean_uc.name, mean_uc, means, 5.0), summarize(freq_uc.name, freq_uc, [freq], 5.0)]
     files = write_plots(summaries, tmp_path / "plots")
     assert sorted(f.name for f in files) == ["app-usage-seconds.svg", "emoji.svg"]
-    for f in files:
-        root = ET.fromstring(f.read_text(encoding="utf-8"))
-        assert root.tag == "{http://www.w3.org/2000/svg}svg"
-        assert root.findall(".//{http://www.w3.org/2000/svg}circle")
+    mean_texts = _texts(tmp_path / "plots" / "app-usage-seconds.svg")
+    assert "app-usage-seconds: mean per period, estimate and truth" in mean_texts
+    assert {"mean of the reported values", "period start (UTC)", "truth", "estimate ± 1.96 SE"} <= set(mean_texts)
+    assert "10,000" in mean_texts  # thousands separators on the value axis
+    freq_texts = _texts(tmp_path / "plots" / "emoji.svg")
+    # Values are data: escaped in the XML, and "$x$" stays text rather than TeX.
+    assert {"<b>&", "$x$", "reports", "value, by true count", "0"} <= set(freq_texts)
     assert "&lt;b&gt;&amp;" in (tmp_path / "plots" / "emoji.svg").read_text(encoding="utf-8")
+    assert all(_estimates_drawn(f) for f in files)
 
 
 def test_plots_when_the_latest_period_released_no_entry(tmp_path: Path, registry: Registry) -> None:
     """A frequency use case whose latest period released nothing: the plot shows the latest period that did;
-    with no entry released in any period, an empty chart; never a crash."""
+    with no entry released in any period, an empty chart that says so; never a crash."""
     uc = registry.use_cases["emoji"]
     nothing = {"items": [], "withheld": 2, "tested": 2}
     earlier = compare_period(
@@ -175,9 +206,8 @@ def test_plots_when_the_latest_period_released_no_entry(tmp_path: Path, registry
     latest = compare_period(uc, Tally(n=3, counts={"a": 2, "b": 1}), _result("frequencies", nothing))
     latest["period_start"] = "2024-03-02T00:00:00Z"
     (path,) = write_plots([summarize(uc.name, uc, [earlier, latest], 5.0)], tmp_path / "one")
-    text = path.read_text(encoding="utf-8")
-    assert "period from 2024-03-01T00:00:00Z" in text
-    assert ET.fromstring(text).findall(".//{http://www.w3.org/2000/svg}circle")
+    assert "emoji: top 1 values, period from 2024-03-01T00:00:00Z" in _texts(path)
+    assert _estimates_drawn(path)
     (path,) = write_plots([summarize(uc.name, uc, [latest], 5.0)], tmp_path / "none")
-    root = ET.fromstring(path.read_text(encoding="utf-8"))
-    assert not root.findall(".//{http://www.w3.org/2000/svg}circle")
+    assert "nothing to show" in _texts(path)
+    assert not _estimates_drawn(path)
