@@ -344,12 +344,6 @@ def _notify_status(notifier: Notifier, line: str) -> None:
     notifier.notify(f"STATUS={line}")
 
 
-async def _watchdog(notifier: Notifier, interval: float) -> None:
-    while True:
-        notifier.notify("WATCHDOG=1")
-        await asyncio.sleep(interval)
-
-
 async def _stop_on(event: asyncio.Event) -> None:
     await event.wait()
     raise _Shutdown
@@ -414,8 +408,8 @@ async def run_daemon(
             try:
                 async with asyncio.TaskGroup() as tg:
                     d.start(tg)
-                    if notifier.watchdog_interval:
-                        tg.create_task(_watchdog(notifier, notifier.watchdog_interval), name="watchdog")
+                    if notifier.watchdog_interval is not None:
+                        tg.create_task(notifier.run_watchdog(), name="watchdog")
                     tg.create_task(_stop_on(stop), name="stop")
                     notifier.notify(
                         "READY=1", f"STATUS=serving; consent {'granted' if agent.consented else 'not granted'}"
@@ -430,6 +424,7 @@ async def run_daemon(
                 log.info("stopping")
     finally:
         notifier.notify("STOPPING=1")
+        notifier.close()
         if daemon is not None:
             daemon.shutdown()
         for sig in (signal.SIGTERM, signal.SIGINT):

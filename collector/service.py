@@ -133,17 +133,8 @@ async def _maintain(service: Service, clock: Clock) -> None:
             service.metrics.compactions += 1
 
 
-async def _watchdog(notifier: Notifier, metrics: IngestMetrics) -> None:
-    """``WATCHDOG=1`` at half ``$WATCHDOG_USEC`` while the event loop runs.
-
-    Its own task, not part of maintenance: a store that is failing (and being retried with
-    backoff) must not let systemd kill a collector that is up and reporting itself
-    unhealthy, which would turn a full disk into a restart loop.
-    """
-    while True:
-        notifier.notify("WATCHDOG=1")
-        metrics.sd_notify_dropped = notifier.dropped
-        await asyncio.sleep(notifier.watchdog_interval)
+def _count_dropped(metrics: IngestMetrics, notifier: Notifier) -> None:
+    metrics.sd_notify_dropped = notifier.dropped
 
 
 async def run_service(
@@ -215,7 +206,12 @@ async def run_service(
             t_ingest = tg.create_task(ingest.run(), name="ingest")
             t_maintenance = tg.create_task(_maintenance(service, clock), name="maintenance")
             t_live = tg.create_task(live.run(), name="materialise")
-            t_watchdog = tg.create_task(_watchdog(notifier, metrics), name="watchdog") if notifier.enabled else None
+            # Its own task, not part of maintenance: a failing store must not stop the pings.
+            t_watchdog = (
+                tg.create_task(notifier.run_watchdog(lambda: _count_dropped(metrics, notifier)), name="watchdog")
+                if notifier.enabled and notifier.watchdog_interval is not None
+                else None
+            )
             t_http = tg.create_task(http_starter(service), name="http") if http_starter else None
 
             async def ready() -> None:
