@@ -20,6 +20,9 @@ from types import MappingProxyType
 from typing import Any, ClassVar, Literal, Union, get_args, get_origin, get_type_hints
 
 from agent.errors import ConfigError
+from runtime.errors import SettingFileError
+from runtime.secret_files import read_password as read_password_file
+from runtime.tls import client_context
 
 __all__ = [
     "ActiveSecondsProbe",
@@ -67,7 +70,7 @@ class BrokerConfig:
         cert_file: client certificate, for certificate authentication.
         key_file: the client certificate's private key.
         username: user name, for password authentication.
-        password_file: file holding the password (read at connect time, first line).
+        password_file: file holding the password (read at connect time; readable by its owner only).
         keepalive: MQTT keepalive in seconds.
         publish_timeout: seconds to wait for the broker's PUBACK before giving up on a try.
         backoff_initial: first reconnect delay in seconds.
@@ -477,13 +480,6 @@ def load_config(path: Path) -> AgentConfig:
     return replace(cfg, source=path, broker=replace(cfg.broker, source=str(path)))
 
 
-def _readable(source: str, field_name: str, path: Path) -> bytes:
-    try:
-        return path.read_bytes()
-    except OSError as e:
-        raise ConfigError(source, field_name, f"cannot read {path}: {e.strerror or e}") from None
-
-
 def tls_context(broker: BrokerConfig) -> ssl.SSLContext | None:
     """The TLS context of the broker connection, from the files ``[broker]`` names (None without TLS).
 
@@ -495,43 +491,25 @@ def tls_context(broker: BrokerConfig) -> ssl.SSLContext | None:
     """
     if not broker.tls:
         return None
-    src = broker.source
-    if broker.ca_file is not None:
-        _readable(src, "broker.ca_file", broker.ca_file)
     try:
-        # With a ca_file, only that CA is trusted (not the system store as well).
-        ctx = ssl.create_default_context(cafile=str(broker.ca_file) if broker.ca_file else None)
-    except (ssl.SSLError, OSError) as e:
-        raise ConfigError(src, "broker.ca_file", f"{broker.ca_file} holds no PEM CA certificate: {e}") from None
-    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
-    if broker.cert_file is not None and broker.key_file is not None:
-        cert = _readable(src, "broker.cert_file", broker.cert_file)
-        key = _readable(src, "broker.key_file", broker.key_file)
-        if b"-----BEGIN CERTIFICATE-----" not in cert:
-            raise ConfigError(src, "broker.cert_file", f"{broker.cert_file} is not a PEM certificate")
-        if b"PRIVATE KEY-----" not in key:
-            raise ConfigError(src, "broker.key_file", f"{broker.key_file} is not a PEM private key")
-        try:
-            ctx.load_cert_chain(certfile=str(broker.cert_file), keyfile=str(broker.key_file))
-        except (ssl.SSLError, OSError) as e:
-            problem = f"{broker.key_file} is not a usable private key of {broker.cert_file}: {e}"
-            raise ConfigError(src, "broker.key_file", problem) from None
-    return ctx
+        return client_context(ca_file=broker.ca_file, cert_file=broker.cert_file, key_file=broker.key_file)
+    except SettingFileError as e:
+        raise ConfigError(broker.source, f"broker.{e.setting}", e.problem) from None
 
 
 def read_password(broker: BrokerConfig) -> str | None:
-    """The broker password (the first line of ``password_file``), or None without one.
+    """The broker password (``password_file`` without its line end), or None without one.
 
     Raises:
-        ConfigError: the file cannot be read, is not UTF-8, or its first line is empty.
+        ConfigError: the file cannot be read, is readable by others, is empty or not UTF-8.
     """
     if broker.password_file is None:
         return None
-    data = _readable(broker.source, "broker.password_file", broker.password_file)
     try:
-        lines = data.decode("utf-8").splitlines()
+        data = read_password_file(broker.password_file, setting="password_file")
+    except SettingFileError as e:
+        raise ConfigError(broker.source, "broker.password_file", e.problem) from None
+    try:
+        return data.decode("utf-8")
     except UnicodeDecodeError:
         raise ConfigError(broker.source, "broker.password_file", f"{broker.password_file} is not UTF-8") from None
-    if not lines or not lines[0]:
-        raise ConfigError(broker.source, "broker.password_file", f"{broker.password_file}: the first line is empty")
-    return lines[0]

@@ -69,6 +69,8 @@ from typing import Any, TypeVar
 
 from collector.errors import ConfigError
 from protocol.registry import MAX_REPORT_BYTES
+from runtime.errors import SettingFileError
+from runtime.secret_files import read_password as read_password_file
 
 __all__ = [
     "CollectorConfig",
@@ -82,7 +84,6 @@ __all__ = [
     "load_config",
     "parse_config",
     "read_password",
-    "readable",
 ]
 
 T = TypeVar("T")
@@ -428,26 +429,18 @@ def parse_config(data: Mapping[str, Any], *, source: str = "<string>", base: Pat
     return cfg
 
 
-def readable(source: str, field: str, path: Path) -> bytes:
-    """The bytes of a file the config names, or a ConfigError naming the config, the field and the file."""
-    try:
-        return path.read_bytes()
-    except OSError as exc:
-        raise ConfigError(source, field, f"cannot read {path}: {exc.strerror or exc}") from exc
-
-
 def read_password(mqtt: MqttConfig) -> bytes | None:
     """The broker password (``mqtt.password_file`` without its line end), or None without one.
 
     Raises:
-        ConfigError: the file cannot be read or holds no password.
+        ConfigError: the file cannot be read, is readable by others, or holds no password.
     """
     if mqtt.password_file is None:
         return None
-    password = readable(mqtt.source, "mqtt.password_file", mqtt.password_file).rstrip(b"\r\n")
-    if not password:
-        raise ConfigError(mqtt.source, "mqtt.password_file", f"{mqtt.password_file} is empty")
-    return password
+    try:
+        return read_password_file(mqtt.password_file, setting="password_file")
+    except SettingFileError as exc:
+        raise ConfigError(mqtt.source, "mqtt.password_file", exc.problem) from None
 
 
 def check_files(config: CollectorConfig) -> list[str]:

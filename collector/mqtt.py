@@ -57,13 +57,12 @@ import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
-from cryptography import x509
-from cryptography.hazmat.primitives import serialization
-
-from collector.config import MqttConfig, TlsConfig, read_password, readable
+from collector.config import MqttConfig, TlsConfig, read_password
 from collector.errors import ConfigError, TransportError
 from collector.transport import NO_ACK, Delivery, TransportStatistics
 from protocol.receipts import Receipt, encode_receipts
+from runtime.errors import SettingFileError
+from runtime.tls import client_context
 
 __all__ = [
     "BROKER_COUNTERS",
@@ -271,38 +270,10 @@ def tls_context(tls: TlsConfig) -> ssl.SSLContext:
     Raises:
         ConfigError: naming the config file, the field (``mqtt.tls.ca_file``, ...) and the file.
     """
-    prefix = "mqtt.tls."
-    if tls.ca_file is not None:
-        readable(tls.source, prefix + "ca_file", tls.ca_file)
     try:
-        # With a ca_file, only that CA is trusted (not the system store as well).
-        ctx = ssl.create_default_context(cafile=str(tls.ca_file) if tls.ca_file else None)
-    except (ssl.SSLError, OSError) as exc:
-        what = f"{tls.ca_file} holds no PEM CA certificate" if tls.ca_file else "cannot load the system trust store"
-        raise ConfigError(tls.source, prefix + "ca_file", f"{what}: {exc}") from exc
-    if tls.cert_file is not None:
-        # Each file parsed on its own first, so a problem names the file that has it.
-        cert = readable(tls.source, prefix + "cert_file", tls.cert_file)
-        try:
-            x509.load_pem_x509_certificate(cert)
-        except ValueError as exc:
-            raise ConfigError(tls.source, prefix + "cert_file", f"{tls.cert_file} is not a PEM certificate") from exc
-        if tls.key_file is not None:
-            key = readable(tls.source, prefix + "key_file", tls.key_file)
-            try:
-                serialization.load_pem_private_key(key, None)
-            except (ValueError, TypeError) as exc:
-                raise ConfigError(
-                    tls.source, prefix + "key_file", f"{tls.key_file} is not an unencrypted PEM private key"
-                ) from exc
-        try:
-            ctx.load_cert_chain(str(tls.cert_file), str(tls.key_file) if tls.key_file else None)
-        except (ssl.SSLError, OSError) as exc:
-            field, what = ("key_file", f"{tls.key_file} is not the private key of {tls.cert_file}")
-            if tls.key_file is None:
-                field, what = ("cert_file", f"{tls.cert_file} holds no private key (give key_file)")
-            raise ConfigError(tls.source, prefix + field, f"{what}: {exc}") from exc
-    return ctx
+        return client_context(ca_file=tls.ca_file, cert_file=tls.cert_file, key_file=tls.key_file)
+    except SettingFileError as exc:
+        raise ConfigError(tls.source, f"mqtt.tls.{exc.setting}", exc.problem) from None
 
 
 def _tls_context(config: MqttConfig) -> ssl.SSLContext | None:

@@ -167,7 +167,7 @@ def _parser() -> argparse.ArgumentParser:
     net.add_argument("--cert-file", type=Path, help="client certificate (mutual TLS)")
     net.add_argument("--key-file", type=Path, help="its private key")
     net.add_argument("--username", help="broker user name (the ACL's devices role)")
-    net.add_argument("--password-file", type=Path, help="file whose first line is the password")
+    net.add_argument("--password-file", type=Path, help="file holding the password (mode 0600)")
     net.add_argument("--connections", type=int, default=4, help="pooled broker connections per worker (default 4)")
     out = p.add_argument_group("collector and results")
     out.add_argument(

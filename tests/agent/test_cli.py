@@ -266,6 +266,7 @@ def _with_files(tmp_path: Path) -> tuple[Path, dict[str, Path]]:
     ca, cert, key = _make_pki(tmp_path / "pki")
     password = tmp_path / "password"
     password.write_text("s3cret\n", encoding="utf-8")
+    password.chmod(0o600)  # a password file is readable by its owner only
     cfg = _setup(tmp_path)
     text = cfg.read_text().replace(
         "tls = false\n",

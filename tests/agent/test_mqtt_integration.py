@@ -337,6 +337,8 @@ def test_tls_with_client_certificate_and_with_password(
     )
     (tmp_path / "secret").write_text("s3cret\n")
     (tmp_path / "wrong").write_text("guess\n")
+    for name in ("secret", "wrong"):
+        (tmp_path / name).chmod(0o600)  # a password file is readable by its owner only
     with running_broker(tmp_path / "broker", extra_config=extra) as broker:
         configs = {
             "certificate": BrokerConfig(

@@ -81,6 +81,7 @@ class Fleet:
         for d in range(DEVICES):
             password = root / f"dev-{d}.password"
             password.write_text(broker.passwords[f"dev-{d}"] + "\n", encoding="utf-8")
+            password.chmod(0o600)
             self.configs.append(
                 BrokerConfig(
                     host="127.0.0.1",
@@ -172,6 +173,7 @@ async def _until(predicate: Callable[[], bool], timeout: float, what: str) -> fl
 def _collector_config(root: Path, broker: SecureBroker, registry: Path, *, client_id: str, group: str = "") -> Path:
     password = root / "collector-password"
     password.write_text(broker.passwords["collector"] + "\n", encoding="utf-8")
+    password.chmod(0o600)
     path = root / "collector.toml"
     path.write_text(
         f"""registry = "{registry}"
