@@ -37,7 +37,7 @@ from agent.errors import (
 from agent.identity import device_identity
 from agent.policy import check_registry
 from agent.probes import Probe, Sample, build_probes
-from agent.publisher import Backoff, Publisher, ReceiptPolicy
+from agent.publisher import Publisher, ReceiptPolicy
 from agent.schedule import ApschedulerWakeups, ClockWakeups, Wakeups, next_cycle_after, plausible_next
 from agent.sealed import Sealer, create_key_file, load_key
 from agent.state import AgentDoc
@@ -47,6 +47,7 @@ from agent.usecases import Kind, kind_of
 from protocol.interfaces import ValueType
 from protocol.randomness import RandomSource, SystemRandom
 from protocol.registry import Registry, RegistryError, parse_registry
+from runtime.backoff import Backoff
 
 __all__ = ["Daemon", "StateLock", "check_probes", "load_registry", "open_agent", "run_daemon"]
 

@@ -33,7 +33,8 @@ Guarantees:
   :meth:`MqttTransport.statistics` and the Prometheus metrics; they never reach ingest. The
   ACL lets only the collector credential read them; a broker that refuses the subscription
   costs a log line, nothing more.
-* **Reconnect outside the session** with capped, fully jittered exponential backoff; a
+* **Reconnect outside the session** with capped, jittered exponential backoff
+  (:mod:`runtime.backoff`, reset after a healthy session); a
   refusal that retrying cannot fix (bad credentials, subscription not granted at QoS 1)
   raises :class:`~collector.errors.TransportError` and ends the service; so does a TLS file
   that is gone or broken at a reconnect (a :class:`~collector.errors.ConfigError` naming the
@@ -50,7 +51,6 @@ import asyncio
 import collections
 import contextlib
 import logging
-import random
 import ssl
 import struct
 import time
@@ -61,6 +61,7 @@ from collector.config import MqttConfig, TlsConfig, read_password
 from collector.errors import ConfigError, TransportError
 from collector.transport import NO_ACK, Delivery, TransportStatistics
 from protocol.receipts import Receipt, encode_receipts
+from runtime.backoff import Backoff, Retry
 from runtime.errors import SettingFileError
 from runtime.tls import client_context
 
@@ -515,7 +516,7 @@ class MqttTransport:
             TransportError: the broker refused us in a way reconnecting cannot fix.
         """
         cfg = self.config
-        delay = cfg.reconnect_min_s
+        retry = Retry(Backoff(initial=cfg.reconnect_min_s, cap=cfg.reconnect_max_s))
         while not self._closing:
             self._healthy = False
             try:
@@ -544,11 +545,9 @@ class MqttTransport:
             if self._closing:
                 return
             if self._healthy:
-                delay = cfg.reconnect_min_s
-            # Full jitter (a uniform wait up to the capped exponential delay) keeps a fleet of
-            # collectors from reconnecting in lock step after a broker restart.
-            await asyncio.sleep(random.uniform(0, delay))
-            delay = min(cfg.reconnect_max_s, delay * 2)
+                retry.reset()  # a session that worked: the next drop waits from reconnect_min_s again
+            # Jitter keeps a fleet of collectors from reconnecting in lock step after a broker restart.
+            await asyncio.sleep(retry.next_delay())
 
     async def close(self) -> None:
         """Disconnect politely (the session and its queue stay on the broker); :meth:`run` returns."""
@@ -872,7 +871,7 @@ class MqttPublisher:
         """
         start = time.monotonic()
         state = _PublishState(iter(messages), self.window, qos)
-        delay = 0.05
+        retry = Retry(Backoff(initial=0.05, cap=2.0))
         while not state.finished:
             if time.monotonic() - start > deadline_s:
                 raise TimeoutError(f"publishing did not finish in {deadline_s} s")
@@ -880,17 +879,15 @@ class MqttPublisher:
                 reader, writer = await asyncio.wait_for(asyncio.open_connection(self.host, self.port), _CONNECT_TIMEOUT)
             except (OSError, TimeoutError) as exc:
                 log.info("publisher cannot connect (%s); retrying", exc or type(exc).__name__)
-                await asyncio.sleep(random.uniform(0, delay))
-                delay = min(2.0, delay * 2)
+                await asyncio.sleep(retry.next_delay())
                 continue
             try:
                 await self._session(reader, writer, state)
             except (OSError, EOFError, TimeoutError, _ConnectionLostError, MqttProtocolError) as exc:
                 log.info("publisher connection lost (%s); reconnecting", exc or type(exc).__name__)
-                await asyncio.sleep(random.uniform(0, delay))
-                delay = min(2.0, delay * 2)
+                await asyncio.sleep(retry.next_delay())
             else:
-                delay = 0.05
+                retry.reset()
             finally:
                 writer.close()
                 with contextlib.suppress(OSError, TimeoutError):

@@ -27,10 +27,11 @@ from agent.core import Agent
 from agent.daemon import Daemon
 from agent.errors import TransportError
 from agent.mqtt import MqttTransport, random_client_id
-from agent.publisher import Backoff, Publisher
+from agent.publisher import Publisher
 from protocol.randomness import SeededRandom
 from protocol.registry import Registry
 from protocol.wire import decode_report
+from runtime.backoff import Backoff
 from tests.support.broker import Broker, free_port, running_broker
 
 DAY = 86_400.0

@@ -25,11 +25,12 @@ import pytest
 from agent.config import BrokerConfig
 from agent.core import Agent
 from agent.mqtt import MqttTransport
-from agent.publisher import Backoff, Publisher, ReceiptPolicy
+from agent.publisher import Publisher, ReceiptPolicy
 from agent.sealed import Sealer
 from collector.store import CheckpointStore
 from protocol.randomness import SeededRandom
 from protocol.registry import Registry
+from runtime.backoff import Backoff
 from tests.collector.processes import CollectorProcess
 from tests.collector.support import load_registry, plain_equal, reference_aggregates, run_async, write_registry
 from tests.deploy.conftest import BrokerUsers
