@@ -46,8 +46,10 @@ from agent.transport import Connection, ReceiptConnection, Transport
 from agent.usecases import Kind, kind_of
 from protocol.interfaces import ValueType
 from protocol.randomness import RandomSource, SystemRandom
-from protocol.registry import Registry, RegistryError, parse_registry
+from protocol.registry import Registry, RegistryError
 from runtime.backoff import Backoff
+from runtime.errors import SettingFileError
+from runtime.registry_file import read_registry, registry_field
 
 __all__ = ["Daemon", "StateLock", "check_probes", "load_registry", "open_agent", "run_daemon"]
 
@@ -67,13 +69,11 @@ def load_registry(cfg: AgentConfig) -> Registry:
     """
     path = cfg.registry.path
     try:
-        data = path.read_bytes()
-    except OSError as e:
-        raise ConfigError(str(cfg.source or "<config>"), "registry.path", f"cannot read {path}: {e.strerror}") from None
-    try:
-        registry = parse_registry(data, source=str(path))
+        registry = read_registry(path, setting="registry.path")
+    except SettingFileError as e:
+        raise ConfigError(str(cfg.source or "<config>"), e.setting, e.problem) from None
     except RegistryError as e:
-        raise ConfigError(str(path), e.field or "", str(e)) from None
+        raise ConfigError(str(path), registry_field(e), e.problem) from None
     check_registry(registry, cfg.policy)
     return registry
 

@@ -98,12 +98,7 @@ def check_config(config: CollectorConfig) -> list[str]:
     Raises:
         ConfigError: naming the file and the field of the first problem.
     """
-    if not os.access(config.registry, os.R_OK):
-        try:
-            config.registry.read_bytes()  # for the reason (missing, permission denied, a directory)
-        except OSError as exc:
-            raise ConfigError(config.source, "registry", f"cannot read {config.registry}: {exc.strerror}") from exc
-    registry = load_registry(config.registry)
+    registry = load_registry(config.registry, source=config.source)
     lines = [f"registry: {config.registry}: {len(registry.use_cases)} use cases ({registry.hash_hex})"]
     tls = config.mqtt.tls
     if tls is not None:

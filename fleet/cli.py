@@ -49,6 +49,8 @@ from fleet.values import KINDS, GeneratorError, GeneratorSpec, default_spec, loa
 from protocol.exit_status import HELP as EXIT_HELP
 from protocol.exit_status import ExitStatus
 from protocol.registry import Registry, RegistryError, UseCase, parse_registry
+from runtime.errors import SettingFileError
+from runtime.registry_file import read_registry_bytes
 
 __all__ = ["FleetError", "ProgressDisplay", "build_plan", "main", "run_fleet", "shard_ranges", "simulate"]
 
@@ -229,10 +231,10 @@ def build_plan(args: argparse.Namespace) -> tuple[FleetPlan, Registry]:
         FleetError: for anything wrong in the inputs (the message says what and where).
     """
     try:
-        text = args.registry.read_bytes()
-    except OSError as e:
+        text = read_registry_bytes(args.registry)  # the simulated devices parse the same bytes
+    except SettingFileError as e:
         hint = " (run from the repository root, or pass --registry)" if args.registry == DEFAULT_REGISTRY else ""
-        raise FleetError(f"cannot read the registry {args.registry}: {e.strerror}{hint}") from None
+        raise FleetError(f"--registry: {e.problem}{hint}") from None
     try:
         registry = parse_registry(text, source=str(args.registry))
         check_registry(registry, PolicyConfig())
