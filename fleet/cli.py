@@ -32,7 +32,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
-from agent.cli import quiet_on_closed_pipe, version
 from agent.config import BrokerConfig, PolicyConfig, read_password, tls_context
 from agent.errors import AgentError, ConfigError, PolicyError, TransportError
 from agent.policy import check_registry
@@ -49,6 +48,7 @@ from fleet.values import KINDS, GeneratorError, GeneratorSpec, default_spec, loa
 from protocol.exit_status import HELP as EXIT_HELP
 from protocol.exit_status import ExitStatus
 from protocol.registry import Registry, RegistryError, UseCase, parse_registry
+from runtime.console import package_version, quiet_on_closed_pipe
 from runtime.errors import SettingFileError
 from runtime.registry_file import read_registry_bytes
 
@@ -108,7 +108,7 @@ def _parser() -> argparse.ArgumentParser:
         epilog=_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--version", action="version", version=f"%(prog)s {version()}")
+    p.add_argument("--version", action="version", version=f"%(prog)s {package_version()}")
     sim = p.add_argument_group("simulation")
     sim.add_argument("--devices", type=int, help="simulated devices (default 1000, or the time series' devices)")
     sim.add_argument("--days", type=int, default=7, help="simulated days (default 7)")
