@@ -1,4 +1,4 @@
-"""The one error of :mod:`runtime`: a file a setting names cannot be used.
+"""The errors of :mod:`runtime`: a config file that does not decode, a file a setting names that cannot be used.
 
 The runtime helpers know the setting's own name (``ca_file``, ``password_file``) but not the
 config file or the section it sits in; the agent and the collector turn a
@@ -9,7 +9,7 @@ whichever side reports it.
 
 from __future__ import annotations
 
-__all__ = ["SettingFileError"]
+__all__ = ["ConfigFileError", "SettingFileError"]
 
 
 class SettingFileError(ValueError):
@@ -24,3 +24,22 @@ class SettingFileError(ValueError):
         self.setting = setting
         self.problem = problem
         super().__init__(f"{setting}: {problem}")
+
+
+class ConfigFileError(ValueError):
+    """A config file cannot be read, is not TOML, or does not fit its schema.
+
+    Attributes:
+        path: the config file (or the source name given for a document).
+        field: the dotted path of the field at fault (``"broker.port"``), ``""`` for the whole file.
+        kind: machine-readable, as :attr:`protocol.schema.SchemaError.kind`, plus ``unreadable``
+            and ``syntax``.
+        problem: what is wrong, and what was expected.
+    """
+
+    def __init__(self, path: str, field: str, kind: str, problem: str) -> None:
+        self.path = path
+        self.field = field
+        self.kind = kind
+        self.problem = problem
+        super().__init__(f"{path}: {field}: {problem}" if field else f"{path}: {problem}")
