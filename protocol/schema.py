@@ -27,7 +27,8 @@ What a schema can say:
 * ``MOVED_KEYS: ClassVar[Mapping[str, str]]`` on a dataclass: keys that no longer belong
   there, each with the message that says where they went.
 
-Fields whose metadata has ``internal=True`` are not keys of the file (the caller fills them).
+Fields whose metadata has ``internal=True`` are not keys of the file (the caller fills them);
+a ``doc`` in a required field's metadata says, when it is missing, what it should hold.
 """
 
 from __future__ import annotations
@@ -234,7 +235,9 @@ class _Decoder:
             if name in raw:
                 kwargs[name] = self.value(hints[name], raw[name], _join(where, name))
             elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
-                raise SchemaError(_join(where, name), "missing-field", "is required but missing; add it")
+                what = f.metadata.get("doc")
+                problem = f"is required but missing; add it ({what})" if what else "is required but missing; add it"
+                raise SchemaError(_join(where, name), "missing-field", problem)
         try:
             return cls(**kwargs)
         except Invalid as e:
