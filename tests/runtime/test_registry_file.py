@@ -38,7 +38,7 @@ def test_a_bad_field_is_named_by_its_dotted_path(tmp_path: Path) -> None:
         read_registry(bad)
     assert registry_field(info.value).startswith("use_cases.")
     assert registry_field(info.value).endswith(".period")
-    bad.write_text("format = 2\n", encoding="utf-8")
+    bad.write_text(EXAMPLE.read_text(encoding="utf-8").replace("format = 1", "format = 2", 1), encoding="utf-8")
     with pytest.raises(RegistryError) as info:
         read_registry(bad)
     assert registry_field(info.value) == "format"
