@@ -9,15 +9,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import datetime as dt
-import importlib.metadata
 import json
 import logging
 import os
 import socket
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -34,8 +32,9 @@ from agent.errors import (
 )
 from protocol.exit_status import HELP as EXIT_HELP
 from protocol.exit_status import ExitStatus
+from runtime.console import package_version, quiet_on_closed_pipe
 
-__all__ = ["EXIT_CODES", "call", "check_config", "main", "quiet_on_closed_pipe", "version"]
+__all__ = ["EXIT_CODES", "call", "check_config", "main"]
 
 DEFAULT_CONFIG = Path("/etc/ldp-agent/agent.toml")
 CONFIG_ENV = "LDP_AGENT_CONFIG"
@@ -85,7 +84,7 @@ def _parser() -> argparse.ArgumentParser:
         epilog=_EPILOG.format(exit_help=EXIT_HELP),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--version", action="version", version=f"%(prog)s {version()}")
+    p.add_argument("--version", action="version", version=f"%(prog)s {package_version()}")
     p.add_argument("--config", type=Path, help="the agent's TOML config file")
     sub = p.add_subparsers(dest="verb", required=True, metavar="VERB")
     sub.add_parser("run", help="run the daemon", description="Run the agent daemon in the foreground.")
@@ -267,28 +266,6 @@ def _client(cfg: AgentConfig, args: argparse.Namespace) -> int:
         else:
             _print_status(reply["status"])
     return 0
-
-
-def version() -> str:
-    """The installed package's version."""
-    try:
-        return importlib.metadata.version("ldp-telemetry")
-    except importlib.metadata.PackageNotFoundError:
-        return "(not installed)"
-
-
-def quiet_on_closed_pipe(run: Callable[[], int]) -> int:
-    """Run a command; if the reader of stdout went away (``| head -1``), end quietly: no traceback,
-    the command's status if it had finished (status 0 if the pipe closed while it was printing)."""
-    status: int = ExitStatus.OK  # what was printed before the reader left was the whole answer it wanted
-    try:
-        status = run()
-        sys.stdout.flush()
-    except BrokenPipeError:
-        # Python would report the failed flush at exit again: point stdout at /dev/null first.
-        with contextlib.suppress(OSError):
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-    return status
 
 
 def check_config(cfg: AgentConfig, environ: dict[str, str] | None = None) -> list[str]:

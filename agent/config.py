@@ -10,16 +10,17 @@ from __future__ import annotations
 
 import math
 import ssl
-import tomllib
-import types
-import typing
 from collections.abc import Mapping
-from dataclasses import MISSING, dataclass, field, fields, is_dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from types import MappingProxyType
-from typing import Any, ClassVar, Literal, Union, get_args, get_origin, get_type_hints
+from typing import Annotated, ClassVar, Literal
 
 from agent.errors import ConfigError
+from protocol.schema import Invalid, Range, check_ranges
+from runtime.config import load_config_file, parse_config_text
+from runtime.errors import ConfigFileError, SettingFileError
+from runtime.secret_files import read_password as read_password_file
+from runtime.tls import client_context
 
 __all__ = [
     "ActiveSecondsProbe",
@@ -41,18 +42,9 @@ __all__ = [
 ]
 
 
-class _InvalidError(ValueError):
-    """Raised by a section's ``__post_init__``; the decoder adds the file and path."""
-
-    def __init__(self, field_name: str, problem: str) -> None:
-        self.field_name = field_name
-        self.problem = problem
-        super().__init__(problem)
-
-
 def _positive(name: str, value: float) -> None:
     if not (math.isfinite(value) and value > 0):
-        raise _InvalidError(name, f"must be a positive number; got {value!r}")
+        raise Invalid(name, f"must be a positive number; got {value!r}")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -67,7 +59,7 @@ class BrokerConfig:
         cert_file: client certificate, for certificate authentication.
         key_file: the client certificate's private key.
         username: user name, for password authentication.
-        password_file: file holding the password (read at connect time, first line).
+        password_file: file holding the password (read at connect time; readable by its owner only).
         keepalive: MQTT keepalive in seconds.
         publish_timeout: seconds to wait for the broker's PUBACK before giving up on a try.
         backoff_initial: first reconnect delay in seconds.
@@ -85,14 +77,14 @@ class BrokerConfig:
     """
 
     host: str
-    port: int = 8883
+    port: Annotated[int, Range(1, 65535)] = 8883
     tls: bool = True
     ca_file: Path | None = None
     cert_file: Path | None = None
     key_file: Path | None = None
     username: str | None = None
     password_file: Path | None = None
-    keepalive: int = 60
+    keepalive: Annotated[int, Range(5, 3600)] = 60
     publish_timeout: float = 30.0
     backoff_initial: float = 1.0
     backoff_max: float = 300.0
@@ -106,32 +98,29 @@ class BrokerConfig:
     """The config file (for error messages; not a key of the file)."""
 
     def __post_init__(self) -> None:
+        check_ranges(self)
         if not self.host:
-            raise _InvalidError("host", "must not be empty")
-        if not 1 <= self.port <= 65535:
-            raise _InvalidError("port", f"must be in [1, 65535]; got {self.port}")
+            raise Invalid("host", "must not be empty")
         if (self.cert_file is None) != (self.key_file is None):
-            raise _InvalidError("key_file", "cert_file and key_file go together (client certificate authentication)")
+            raise Invalid("key_file", "cert_file and key_file go together (client certificate authentication)")
         if self.password_file is not None and self.username is None:
-            raise _InvalidError("username", "password_file needs a username")
+            raise Invalid("username", "password_file needs a username")
         if self.cert_file is not None and not self.tls:
-            raise _InvalidError("tls", "a client certificate needs tls = true")
-        if not 5 <= self.keepalive <= 3600:
-            raise _InvalidError("keepalive", f"must be in [5, 3600] seconds; got {self.keepalive}")
+            raise Invalid("tls", "a client certificate needs tls = true")
         for name in ("publish_timeout", "backoff_initial", "backoff_max", "receipt_timeout_seconds"):
             _positive(name, getattr(self, name))
         if self.receipt_backoff_max < self.receipt_timeout_seconds:
-            raise _InvalidError("receipt_backoff_max", "must be at least receipt_timeout_seconds")
+            raise Invalid("receipt_backoff_max", "must be at least receipt_timeout_seconds")
         if (
             not self.receipt_prefix.endswith("/")
             or self.receipt_prefix.startswith("$")
             or any(c in self.receipt_prefix for c in "#+")
         ):
-            raise _InvalidError("receipt_prefix", "must be a topic ending in '/' without wildcards or a leading '$'")
+            raise Invalid("receipt_prefix", "must be a topic ending in '/' without wildcards or a leading '$'")
         if self.backoff_max < self.backoff_initial:
-            raise _InvalidError("backoff_max", "must be at least backoff_initial")
+            raise Invalid("backoff_max", "must be at least backoff_initial")
         if not self.topic_prefix or "#" in self.topic_prefix or "+" in self.topic_prefix:
-            raise _InvalidError("topic_prefix", "must be a non-empty topic without wildcards")
+            raise Invalid("topic_prefix", "must be a non-empty topic without wildcards")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -171,14 +160,14 @@ class StateConfig:
 
     def __post_init__(self) -> None:
         if (self.key_file is None) == (self.key_credential is None):
-            raise _InvalidError("key_file", "give exactly one of key_file and key_credential")
+            raise Invalid("key_file", "give exactly one of key_file and key_credential")
         if self.create_key and self.key_file is None:
-            raise _InvalidError("create_key", "only a key_file can be created")
+            raise Invalid("create_key", "only a key_file can be created")
         if self.key_credential is not None and ("/" in self.key_credential or not self.key_credential):
-            raise _InvalidError("key_credential", "must be a credential name, not a path")
+            raise Invalid("key_credential", "must be a credential name, not a path")
         for name in ("ledger_retention_days", "outbox_max_reports", "outbox_max_age_days"):
             if getattr(self, name) < 1:
-                raise _InvalidError(name, f"must be at least 1; got {getattr(self, name)}")
+                raise Invalid(name, f"must be at least 1; got {getattr(self, name)}")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -195,7 +184,7 @@ class ApiConfig:
 
     def __post_init__(self) -> None:
         if not 0 <= self.socket_mode <= 0o777:
-            raise _InvalidError("socket_mode", f"must be permission bits (0 to 0o777); got {self.socket_mode:o}")
+            raise Invalid("socket_mode", f"must be permission bits (0 to 0o777); got {self.socket_mode:o}")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -214,9 +203,9 @@ class ScheduleConfig:
 
     def __post_init__(self) -> None:
         if self.interval_hours not in (1, 2, 3, 4, 6, 8, 12, 24):
-            raise _InvalidError("interval_hours", f"must divide 24; got {self.interval_hours}")
+            raise Invalid("interval_hours", f"must divide 24; got {self.interval_hours}")
         if not (math.isfinite(self.jitter_seconds) and 0 <= self.jitter_seconds < self.interval_hours * 3600):
-            raise _InvalidError("jitter_seconds", "must be in [0, interval)")
+            raise Invalid("jitter_seconds", "must be in [0, interval)")
         _positive("probe_interval_seconds", self.probe_interval_seconds)
 
 
@@ -252,9 +241,9 @@ class PolicyConfig:
         ):
             _positive(name, getattr(self, name))
         if self.max_daily_limit < 1:
-            raise _InvalidError("max_daily_limit", "must be at least 1")
+            raise Invalid("max_daily_limit", "must be at least 1")
         if not 0 <= self.min_rappor_f <= 1:
-            raise _InvalidError("min_rappor_f", "must be in [0, 1]")
+            raise Invalid("min_rappor_f", "must be in [0, 1]")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -284,7 +273,7 @@ class ProcessNamesProbe:
 
     def __post_init__(self) -> None:
         if self.max_names < 1:
-            raise _InvalidError("max_names", "must be at least 1")
+            raise Invalid("max_names", "must be at least 1")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -308,13 +297,12 @@ class ActiveSecondsProbe:
 
     def __post_init__(self) -> None:
         if not self.targets:
-            raise _InvalidError("targets", "name at least one unit or application")
+            raise Invalid("targets", "name at least one unit or application")
         if (self.source == "file") != (self.path is not None):
-            raise _InvalidError("path", 'source = "file" needs a path (and only it takes one)')
+            raise Invalid("path", 'source = "file" needs a path (and only it takes one)')
 
 
 ProbeConfig = UptimeProbe | ProcessNamesProbe | ActiveSecondsProbe
-_PROBE_KINDS: dict[str, type[Any]] = {p.kind: p for p in (UptimeProbe, ProcessNamesProbe, ActiveSecondsProbe)}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -350,102 +338,15 @@ class AgentConfig:
             names = set(probe.targets.values()) if isinstance(probe, ActiveSecondsProbe) else {probe.use_case}
             for name in sorted(names):
                 if name in seen:
-                    raise _InvalidError("probes", f"use case {name!r} is fed by two probes")
+                    raise Invalid("probes", f"use case {name!r} is fed by two probes")
                 seen.add(name)
 
 
-# ----------------------------------------------------------------------------- decoder
-
-
-class _Decoder:
-    def __init__(self, path: str) -> None:
-        self.path = path
-
-    def fail(self, where: str, problem: str) -> ConfigError:
-        return ConfigError(self.path, where, problem)
-
-    def value(self, tp: Any, raw: object, where: str, base: Path) -> Any:
-        origin = get_origin(tp)
-        if origin in (Union, types.UnionType):
-            options = get_args(tp)
-            if type(None) in options and len(options) == 2:
-                inner = next(o for o in options if o is not type(None))
-                return self.value(inner, raw, where, base)
-            return self.tagged(options, raw, where, base)
-        if origin is Literal:
-            allowed = get_args(tp)
-            if raw not in allowed:
-                raise self.fail(where, f"must be one of {', '.join(map(repr, allowed))}; got {raw!r}")
-            return raw
-        if origin is tuple:
-            (item,) = get_args(tp)[:1]
-            if not isinstance(raw, list):
-                raise self.fail(where, f"expected an array; got {type(raw).__name__}")
-            return tuple(self.value(item, x, f"{where}[{i}]", base) for i, x in enumerate(raw))
-        if origin in (dict, Mapping):
-            _, vt = get_args(tp)
-            if not isinstance(raw, dict):
-                raise self.fail(where, f"expected a table; got {type(raw).__name__}")
-            return MappingProxyType({str(k): self.value(vt, v, f"{where}.{k}", base) for k, v in raw.items()})
-        if is_dataclass(tp):
-            return self.section(typing.cast(type[Any], tp), raw, where, base)
-        if tp is bool:
-            if not isinstance(raw, bool):
-                raise self.fail(where, f"expected true or false; got {raw!r}")
-            return raw
-        if tp is int:
-            if isinstance(raw, bool) or not isinstance(raw, int):
-                raise self.fail(where, f"expected an integer; got {raw!r}")
-            return raw
-        if tp is float:
-            if isinstance(raw, bool) or not isinstance(raw, int | float):
-                raise self.fail(where, f"expected a number; got {raw!r}")
-            return float(raw)
-        if tp is str:
-            if not isinstance(raw, str):
-                raise self.fail(where, f"expected a string; got {raw!r}")
-            return raw
-        if tp is Path:
-            if not isinstance(raw, str) or not raw:
-                raise self.fail(where, f"expected a path; got {raw!r}")
-            p = Path(raw).expanduser()
-            # Relative paths are relative to the config file, so a config and its files move together.
-            return p if p.is_absolute() else base / p
-        raise TypeError(f"config decoder cannot handle {tp!r}")  # a bug in this module, not in the file
-
-    def tagged(self, options: tuple[Any, ...], raw: object, where: str, base: Path) -> Any:
-        if not isinstance(raw, dict):
-            raise self.fail(where, f"expected a table; got {type(raw).__name__}")
-        kind = raw.get("kind")
-        by_kind = {o.kind: o for o in options}
-        if kind not in by_kind:
-            raise self.fail(f"{where}.kind", f"must be one of {', '.join(map(repr, sorted(by_kind)))}; got {kind!r}")
-        rest = {k: v for k, v in raw.items() if k != "kind"}
-        return self.section(by_kind[kind], rest, where, base)
-
-    def section(self, cls: type[Any], raw: object, where: str, base: Path) -> Any:
-        if not isinstance(raw, dict):
-            raise self.fail(where, f"expected a table; got {type(raw).__name__}")
-        hints = get_type_hints(cls)
-        known = {f.name: f for f in fields(cls) if f.init and not f.metadata.get("internal")}
-        prefix = f"{where}." if where else ""
-        for key in raw:
-            if key not in known:
-                raise self.fail(f"{prefix}{key}", f"unknown key (known: {', '.join(sorted(known))})")
-        kwargs: dict[str, Any] = {}
-        for name, f in known.items():
-            if name in raw:
-                kwargs[name] = self.value(hints[name], raw[name], f"{prefix}{name}", base)
-            elif f.default is MISSING and f.default_factory is MISSING:
-                raise self.fail(f"{prefix}{name}", "is required")
-        try:
-            return cls(**kwargs)
-        except _InvalidError as e:
-            raise self.fail(f"{prefix}{e.field_name}", e.problem) from None
+# ----------------------------------------------------------------------------- decoding
 
 
 def parse_config(text: str, *, path: str = "<config>", base: Path | None = None) -> AgentConfig:
-    """Decode config text.
+    """Decode config text (:func:`protocol.schema.decode`, the reader every TOML file shares).
 
     Args:
         text: TOML text.
@@ -456,11 +357,9 @@ def parse_config(text: str, *, path: str = "<config>", base: Path | None = None)
         ConfigError: naming ``path`` and the field.
     """
     try:
-        raw = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as e:
-        raise ConfigError(path, "", f"not valid TOML: {e}") from None
-    cfg: AgentConfig = _Decoder(path).section(AgentConfig, raw, "", base or Path.cwd())
-    return cfg
+        return parse_config_text(AgentConfig, text, source=path, base=base or Path.cwd())
+    except ConfigFileError as e:
+        raise ConfigError(e.path, e.field, e.problem) from None
 
 
 def load_config(path: Path) -> AgentConfig:
@@ -470,18 +369,10 @@ def load_config(path: Path) -> AgentConfig:
         ConfigError: if the file cannot be read or does not decode.
     """
     try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        raise ConfigError(str(path), "", f"cannot read: {e}") from None
-    cfg = parse_config(text, path=str(path), base=path.resolve().parent)
+        cfg = load_config_file(AgentConfig, path)
+    except ConfigFileError as e:
+        raise ConfigError(e.path, e.field, e.problem) from None
     return replace(cfg, source=path, broker=replace(cfg.broker, source=str(path)))
-
-
-def _readable(source: str, field_name: str, path: Path) -> bytes:
-    try:
-        return path.read_bytes()
-    except OSError as e:
-        raise ConfigError(source, field_name, f"cannot read {path}: {e.strerror or e}") from None
 
 
 def tls_context(broker: BrokerConfig) -> ssl.SSLContext | None:
@@ -495,43 +386,25 @@ def tls_context(broker: BrokerConfig) -> ssl.SSLContext | None:
     """
     if not broker.tls:
         return None
-    src = broker.source
-    if broker.ca_file is not None:
-        _readable(src, "broker.ca_file", broker.ca_file)
     try:
-        # With a ca_file, only that CA is trusted (not the system store as well).
-        ctx = ssl.create_default_context(cafile=str(broker.ca_file) if broker.ca_file else None)
-    except (ssl.SSLError, OSError) as e:
-        raise ConfigError(src, "broker.ca_file", f"{broker.ca_file} holds no PEM CA certificate: {e}") from None
-    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
-    if broker.cert_file is not None and broker.key_file is not None:
-        cert = _readable(src, "broker.cert_file", broker.cert_file)
-        key = _readable(src, "broker.key_file", broker.key_file)
-        if b"-----BEGIN CERTIFICATE-----" not in cert:
-            raise ConfigError(src, "broker.cert_file", f"{broker.cert_file} is not a PEM certificate")
-        if b"PRIVATE KEY-----" not in key:
-            raise ConfigError(src, "broker.key_file", f"{broker.key_file} is not a PEM private key")
-        try:
-            ctx.load_cert_chain(certfile=str(broker.cert_file), keyfile=str(broker.key_file))
-        except (ssl.SSLError, OSError) as e:
-            problem = f"{broker.key_file} is not a usable private key of {broker.cert_file}: {e}"
-            raise ConfigError(src, "broker.key_file", problem) from None
-    return ctx
+        return client_context(ca_file=broker.ca_file, cert_file=broker.cert_file, key_file=broker.key_file)
+    except SettingFileError as e:
+        raise ConfigError(broker.source, f"broker.{e.setting}", e.problem) from None
 
 
 def read_password(broker: BrokerConfig) -> str | None:
-    """The broker password (the first line of ``password_file``), or None without one.
+    """The broker password (``password_file`` without its line end), or None without one.
 
     Raises:
-        ConfigError: the file cannot be read, is not UTF-8, or its first line is empty.
+        ConfigError: the file cannot be read, is readable by others, is empty or not UTF-8.
     """
     if broker.password_file is None:
         return None
-    data = _readable(broker.source, "broker.password_file", broker.password_file)
     try:
-        lines = data.decode("utf-8").splitlines()
+        data = read_password_file(broker.password_file, setting="password_file")
+    except SettingFileError as e:
+        raise ConfigError(broker.source, "broker.password_file", e.problem) from None
+    try:
+        return data.decode("utf-8")
     except UnicodeDecodeError:
         raise ConfigError(broker.source, "broker.password_file", f"{broker.password_file} is not UTF-8") from None
-    if not lines or not lines[0]:
-        raise ConfigError(broker.source, "broker.password_file", f"{broker.password_file}: the first line is empty")
-    return lines[0]

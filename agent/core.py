@@ -77,6 +77,7 @@ from protocol.randomness import RandomSource, sample_without_replacement, unifor
 from protocol.receipts import Receipt
 from protocol.registry import Registry, UseCase
 from protocol.wire import Report, encode_report, new_report_id
+from runtime.backoff import Backoff
 
 __all__ = ["Agent", "CycleSummary", "Pending", "RecordOutcome", "receipt_wait", "reservoir_offer"]
 
@@ -111,7 +112,7 @@ def receipt_wait(entry: OutboxEntry, timeout: float, cap: float) -> float:
     jitter is drawn from the report id (uniformly random bytes) and the attempt number: it
     needs no stored state and differs between reports and attempts.
     """
-    ceiling = min(cap, timeout * 2.0 ** min(max(entry.attempts - 1, 0), 62))
+    ceiling = Backoff(initial=timeout, cap=cap).ceiling(entry.attempts - 1)
     digest = hashlib.sha256(entry.report_id + entry.attempts.to_bytes(8, "big")).digest()
     fraction = int.from_bytes(digest[:4], "big") / 2**32
     return ceiling * (1.0 + fraction / 2)

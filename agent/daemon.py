@@ -37,7 +37,7 @@ from agent.errors import (
 from agent.identity import device_identity
 from agent.policy import check_registry
 from agent.probes import Probe, Sample, build_probes
-from agent.publisher import Backoff, Publisher, ReceiptPolicy
+from agent.publisher import Publisher, ReceiptPolicy
 from agent.schedule import ApschedulerWakeups, ClockWakeups, Wakeups, next_cycle_after, plausible_next
 from agent.sealed import Sealer, create_key_file, load_key
 from agent.state import AgentDoc
@@ -46,7 +46,10 @@ from agent.transport import Connection, ReceiptConnection, Transport
 from agent.usecases import Kind, kind_of
 from protocol.interfaces import ValueType
 from protocol.randomness import RandomSource, SystemRandom
-from protocol.registry import Registry, RegistryError, parse_registry
+from protocol.registry import Registry, RegistryError
+from runtime.backoff import Backoff
+from runtime.errors import SettingFileError
+from runtime.registry_file import read_registry, registry_field
 
 __all__ = ["Daemon", "StateLock", "check_probes", "load_registry", "open_agent", "run_daemon"]
 
@@ -66,13 +69,11 @@ def load_registry(cfg: AgentConfig) -> Registry:
     """
     path = cfg.registry.path
     try:
-        data = path.read_bytes()
-    except OSError as e:
-        raise ConfigError(str(cfg.source or "<config>"), "registry.path", f"cannot read {path}: {e.strerror}") from None
-    try:
-        registry = parse_registry(data, source=str(path))
+        registry = read_registry(path, setting="registry.path")
+    except SettingFileError as e:
+        raise ConfigError(str(cfg.source or "<config>"), e.setting, e.problem) from None
     except RegistryError as e:
-        raise ConfigError(str(path), e.field or "", str(e)) from None
+        raise ConfigError(str(path), registry_field(e), e.problem) from None
     check_registry(registry, cfg.policy)
     return registry
 
@@ -344,12 +345,6 @@ def _notify_status(notifier: Notifier, line: str) -> None:
     notifier.notify(f"STATUS={line}")
 
 
-async def _watchdog(notifier: Notifier, interval: float) -> None:
-    while True:
-        notifier.notify("WATCHDOG=1")
-        await asyncio.sleep(interval)
-
-
 async def _stop_on(event: asyncio.Event) -> None:
     await event.wait()
     raise _Shutdown
@@ -414,8 +409,8 @@ async def run_daemon(
             try:
                 async with asyncio.TaskGroup() as tg:
                     d.start(tg)
-                    if notifier.watchdog_interval:
-                        tg.create_task(_watchdog(notifier, notifier.watchdog_interval), name="watchdog")
+                    if notifier.watchdog_interval is not None:
+                        tg.create_task(notifier.run_watchdog(), name="watchdog")
                     tg.create_task(_stop_on(stop), name="stop")
                     notifier.notify(
                         "READY=1", f"STATUS=serving; consent {'granted' if agent.consented else 'not granted'}"
@@ -430,6 +425,7 @@ async def run_daemon(
                 log.info("stopping")
     finally:
         notifier.notify("STOPPING=1")
+        notifier.close()
         if daemon is not None:
             daemon.shutdown()
         for sig in (signal.SIGTERM, signal.SIGINT):

@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from agent.clock import Clock
@@ -27,29 +28,16 @@ from agent.core import Agent, Pending
 from agent.errors import TransportError
 from agent.transport import ReceiptConnection, ReceiptTransport, Transport
 from protocol.randomness import RandomSource, uniform_ints
+from runtime.backoff import Backoff, Retry
 
-__all__ = ["Backoff", "Publisher", "PublisherStats", "ReceiptPolicy"]
+__all__ = ["Publisher", "PublisherStats", "ReceiptPolicy"]
 
 log = logging.getLogger("ldp_agent.publisher")
 
 
-@dataclass(frozen=True, kw_only=True)
-class Backoff:
-    """Capped exponential backoff with jitter ("equal jitter": half fixed, half random).
-
-    Attributes:
-        initial: the first delay's ceiling, in seconds.
-        cap: the largest delay, in seconds.
-    """
-
-    initial: float = 1.0
-    cap: float = 300.0
-
-    def delay(self, attempt: int, rng: RandomSource) -> float:
-        """The delay before retry number ``attempt`` (0-based)."""
-        ceiling = min(self.cap, self.initial * 2.0 ** min(attempt, 62))
-        fraction = int(uniform_ints(rng, 1_000_000, 1)[0]) / 1_000_000
-        return ceiling / 2 + fraction * ceiling / 2
+def _jitter(rng: RandomSource) -> Callable[[], float]:
+    """Backoff jitter from the agent's random source, so tests with a seeded one replay exactly."""
+    return lambda: int(uniform_ints(rng, 1_000_000, 1)[0]) / 1_000_000
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -116,7 +104,7 @@ class Publisher:
         self._transport = transport
         self._clock = clock
         self._rng = rng
-        self._backoff = backoff or Backoff()
+        self._retry = Retry(backoff or Backoff(), jitter=_jitter(rng))
         self._wake = asyncio.Event()
         self._idle = asyncio.Event()
         self._idle.set()
@@ -247,7 +235,6 @@ class Publisher:
 
     async def run(self) -> None:
         """Publish whenever kicked, until cancelled."""
-        attempt = 0
         while True:
             if not self._agent.outbox():
                 self._idle.set()
@@ -259,11 +246,10 @@ class Publisher:
                     await self.receipt_session()
                 else:
                     await self.drain_once()
-                attempt = 0
+                self._retry.reset()
             except TransportError as e:
                 self._failures += 1
-                delay = self._backoff.delay(attempt, self._rng)
-                attempt += 1
+                delay = self._retry.next_delay()
                 log.warning(
                     "publishing failed (%s); %d reports wait; retrying in %.2f s", e, self._agent.outbox_size, delay
                 )

@@ -20,7 +20,6 @@ import contextlib
 import errno
 import os
 import secrets
-import stat
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -30,6 +29,8 @@ from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from agent.errors import KeyUnavailableError, StateUnreadableError, StateWriteError
+from runtime.errors import SettingFileError
+from runtime.secret_files import credential_path, read_secret_file
 
 __all__ = ["KEY_BYTES", "Sealer", "atomic_write", "create_key_file", "fsync_directory", "load_key"]
 
@@ -59,44 +60,22 @@ def _parse_key(raw: bytes, where: str) -> bytes:
 def load_key(*, key_file: Path | None, key_credential: str | None, environ: Mapping[str, str] | None = None) -> bytes:
     """Load the 32-byte state key from a private file or a systemd credential.
 
+    The file rules (owner only, no symbolic link, credentials left to systemd) are
+    :mod:`runtime.secret_files`'s, the same as for broker passwords.
+
     Raises:
         KeyUnavailableError: missing, readable by others, not owned by this user, or the wrong size.
     """
-    env = os.environ if environ is None else environ
-    if key_credential is not None:
-        directory = env.get("CREDENTIALS_DIRECTORY")
-        if not directory:
-            raise KeyUnavailableError(
-                f"key_credential = {key_credential!r} but $CREDENTIALS_DIRECTORY is not set "
-                "(run under systemd with LoadCredential= or SetCredentialEncrypted=)"
-            )
-        path = Path(directory) / key_credential
-        try:
-            return _parse_key(path.read_bytes(), str(path))
-        except OSError as e:
-            raise KeyUnavailableError(f"cannot read credential {path}: {e.strerror}") from None
-    assert key_file is not None
     try:
-        fd = os.open(key_file, os.O_RDONLY | os.O_NOFOLLOW)
-    except OSError as e:
-        raise KeyUnavailableError(f"cannot open key file {key_file}: {e.strerror}") from None
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise KeyUnavailableError(f"key file {key_file} is not a regular file")
-        if st.st_mode & 0o077:
-            raise KeyUnavailableError(
-                f"key file {key_file} has mode {stat.S_IMODE(st.st_mode):04o}; it must be readable by its owner only "
-                f"(chmod 600 {key_file})"
-            )
-        if st.st_uid != os.geteuid():
-            raise KeyUnavailableError(
-                f"key file {key_file} is owned by uid {st.st_uid}, not by this user ({os.geteuid()})"
-            )
-        raw = os.read(fd, 4 * KEY_BYTES + 2)
-    finally:
-        os.close(fd)
-    return _parse_key(raw, str(key_file))
+        if key_credential is not None:
+            path = credential_path(key_credential, setting="key_credential", environ=environ)
+        else:
+            assert key_file is not None
+            path = key_file
+        raw = read_secret_file(path, setting="key_file", what="key file", environ=environ)
+    except SettingFileError as e:
+        raise KeyUnavailableError(e.problem) from None
+    return _parse_key(raw, str(path))
 
 
 def create_key_file(path: Path) -> bool:

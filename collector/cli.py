@@ -23,13 +23,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
-import importlib.metadata
 import json
 import logging
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +37,7 @@ from collector.estimation import compute_estimate, format_estimate, load_diction
 from collector.service import load_registry, run_service
 from protocol.exit_status import HELP as EXIT_HELP
 from protocol.exit_status import ExitStatus
+from runtime.console import package_version, quiet_on_closed_pipe
 
 __all__ = ["check_config", "main"]
 
@@ -60,7 +59,7 @@ def _parser() -> argparse.ArgumentParser:
         epilog=EXIT_HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {package_version()}")
     parser.add_argument("--config", help=f"collector config file (default: $LDP_COLLECTOR_CONFIG or {DEFAULT_CONFIG})")
     parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     sub = parser.add_subparsers(dest="verb", required=True)
@@ -85,25 +84,13 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _version() -> str:
-    try:
-        return importlib.metadata.version("ldp-telemetry")
-    except importlib.metadata.PackageNotFoundError:
-        return "(not installed)"
-
-
 def check_config(config: CollectorConfig) -> list[str]:
     """Check the registry and every file the config and the registry name; one line per file.
 
     Raises:
         ConfigError: naming the file and the field of the first problem.
     """
-    if not os.access(config.registry, os.R_OK):
-        try:
-            config.registry.read_bytes()  # for the reason (missing, permission denied, a directory)
-        except OSError as exc:
-            raise ConfigError(config.source, "registry", f"cannot read {config.registry}: {exc.strerror}") from exc
-    registry = load_registry(config.registry)
+    registry = load_registry(config.registry, source=config.source)
     lines = [f"registry: {config.registry}: {len(registry.use_cases)} use cases ({registry.hash_hex})"]
     tls = config.mqtt.tls
     if tls is not None:
@@ -131,20 +118,6 @@ def check_config(config: CollectorConfig) -> list[str]:
             raise ConfigError(str(config.registry), field, f"the dictionary {path} has no entries")
         lines.append(f"{field}: {path}: {len(words)} entries")
     return lines
-
-
-def _quiet_on_closed_pipe(run: Callable[[], int]) -> int:
-    """Run a verb; if the reader of stdout went away (``| head -1``), end quietly: no traceback,
-    the verb's status if it had finished (status 0 if the pipe closed while it was printing)."""
-    status: int = ExitStatus.OK  # what was printed before the reader left was the whole answer it wanted
-    try:
-        status = run()
-        sys.stdout.flush()
-    except BrokenPipeError:
-        # Python would report the failed flush at exit again: point stdout at /dev/null first.
-        with contextlib.suppress(OSError):
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-    return status
 
 
 def _leaves(exc: BaseException) -> list[BaseException]:
@@ -198,7 +171,7 @@ def _status(config: CollectorConfig, as_json: bool) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``ldp-collector`` console script."""
-    return _quiet_on_closed_pipe(lambda: _main(argv))
+    return quiet_on_closed_pipe(lambda: _main(argv))
 
 
 def _main(argv: Sequence[str] | None) -> int:

@@ -2,7 +2,7 @@
 
 Every key is known: an unknown key, a wrong type or a value out of range stops start-up
 with a :class:`~collector.errors.ConfigError` naming the file and the dotted field
-(``collector.toml: mqtt.port: expected an integer in [1, 65535], got 0``). Nothing falls
+(``collector.toml: mqtt.port: expected an integer in [1, 65535]; got 0``). Nothing falls
 back silently. Relative paths are resolved against the config file's directory.
 
 Schema (every section and key optional except ``registry``; defaults shown)::
@@ -59,16 +59,19 @@ The characters SFP discovery assembles words from are a use-case setting
 
 from __future__ import annotations
 
-import math
 import os
-import tomllib
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, TypeVar
+from types import MappingProxyType
+from typing import Annotated, Any, ClassVar
 
 from collector.errors import ConfigError
 from protocol.registry import MAX_REPORT_BYTES
+from protocol.schema import EMPTY_IS_NONE, Invalid, Range
+from runtime.config import decode_config, load_config_file
+from runtime.errors import ConfigFileError, SettingFileError
+from runtime.secret_files import read_password as read_password_file
 
 __all__ = [
     "CollectorConfig",
@@ -82,21 +85,22 @@ __all__ = [
     "load_config",
     "parse_config",
     "read_password",
-    "readable",
 ]
-
-T = TypeVar("T")
 
 
 @dataclass(frozen=True, kw_only=True)
 class TlsConfig:
     """TLS towards the broker. Empty paths mean the system trust store / no client certificate."""
 
-    ca_file: Path | None = None
-    cert_file: Path | None = None
-    key_file: Path | None = None
-    source: str = "<string>"
+    ca_file: Annotated[Path | None, EMPTY_IS_NONE] = None
+    cert_file: Annotated[Path | None, EMPTY_IS_NONE] = None
+    key_file: Annotated[Path | None, EMPTY_IS_NONE] = None
+    source: str = field(default="<string>", metadata={"internal": True})
     """The config file these paths come from (for error messages; not a key of the file)."""
+
+    def __post_init__(self) -> None:
+        if self.key_file is not None and self.cert_file is None:
+            raise Invalid("key_file", "a key_file needs the cert_file it belongs to")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -104,23 +108,39 @@ class MqttConfig:
     """Broker connection and subscription."""
 
     host: str = "127.0.0.1"
-    port: int = 1883
+    port: Annotated[int, Range(1, 65535)] = 1883
     client_id: str = "ldp-collector"
     topic: str = "ldp/v1/reports/#"
-    shared_group: str | None = None
-    keepalive_s: int = 30
-    session_expiry_s: int = 604800
-    receive_maximum: int = 20000
-    max_packet_bytes: int = 1 << 20
-    buffer_bytes: int = 64 << 20
-    username: str | None = None
-    password_file: Path | None = None
-    reconnect_min_s: float = 0.05
-    reconnect_max_s: float = 5.0
+    shared_group: Annotated[str | None, EMPTY_IS_NONE] = None
+    keepalive_s: Annotated[int, Range(1, 65535)] = 30
+    session_expiry_s: Annotated[int, Range(1, 0xFFFFFFFF)] = 604800
+    receive_maximum: Annotated[int, Range(1, 65535)] = 20000
+    max_packet_bytes: Annotated[int, Range(1024, 268435455)] = 1 << 20
+    buffer_bytes: Annotated[int, Range(1 << 16, 1 << 34)] = 64 << 20
+    username: Annotated[str | None, EMPTY_IS_NONE] = None
+    password_file: Annotated[Path | None, EMPTY_IS_NONE] = None
+    reconnect_min_s: Annotated[float, Range(0.001, 60.0)] = 0.05
+    reconnect_max_s: Annotated[float, Range(0.001, 3600.0)] = 5.0
     receipt_prefix: str = "ldp/v1/receipts/"
     tls: TlsConfig | None = None
-    source: str = "<string>"
+    source: str = field(default="<string>", metadata={"internal": True})
     """The config file (for error messages; not a key of the file)."""
+
+    def __post_init__(self) -> None:
+        # Ranges are the decoder's (tests build out-of-range values on purpose); the rules
+        # that need more than a range are checked here.
+        for name, problem in (
+            ("host", None if self.host else "expected a host name"),
+            ("client_id", _client_id_problem(self.client_id)),
+            ("topic", _topic_problem(self.topic)),
+            ("shared_group", None if self.shared_group is None else _group_problem(self.shared_group)),
+            ("receipt_prefix", _receipt_prefix_problem(self.receipt_prefix)),
+        ):
+            if problem is not None:
+                raise Invalid(name, problem)
+        if self.reconnect_max_s < self.reconnect_min_s:
+            problem = f"expected a number in [{self.reconnect_min_s:g}, 3600] (at least reconnect_min_s)"
+            raise Invalid("reconnect_max_s", f"{problem}; got {self.reconnect_max_s!r}", kind="out-of-range")
 
     @property
     def topic_filter(self) -> str:
@@ -132,11 +152,11 @@ class MqttConfig:
 class IngestConfig:
     """Validation, shuffling and commit batching."""
 
-    max_report_bytes: int = MAX_REPORT_BYTES
-    commit_max_reports: int = 4000
-    commit_interval_s: float = 0.25
-    retention_periods: int = 28
-    future_periods: int = 1
+    max_report_bytes: Annotated[int, Range(64, 1 << 24)] = MAX_REPORT_BYTES
+    commit_max_reports: Annotated[int, Range(1, 1 << 20)] = 4000
+    commit_interval_s: Annotated[float, Range(0.0, 60.0, low_open=True)] = 0.25
+    retention_periods: Annotated[int, Range(1, 100000)] = 28
+    future_periods: Annotated[int, Range(0, 100)] = 1
     require_device_identity: bool = False
     """Refuse (``no-identity``) reports whose topic has no device level. Reports that carry
     one are held to the per-device allowance either way (docs/device-identity.md); a broker
@@ -148,7 +168,7 @@ class StoreConfig:
     """The checkpoint database."""
 
     path: Path = Path("collector.sqlite3")
-    compact_after: int = 64
+    compact_after: Annotated[int, Range(1, 1 << 20)] = 64
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -157,7 +177,11 @@ class HttpConfig:
 
     enabled: bool = True
     host: str = "127.0.0.1"
-    port: int = 8650
+    port: Annotated[int, Range(0, 65535)] = 8650
+
+    def __post_init__(self) -> None:
+        if not self.host:
+            raise Invalid("host", "expected a host name")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -173,97 +197,33 @@ class EstimationConfig:
             twice over; an aggregate larger than the bound is read from the store per request.
     """
 
-    workers: int = 1
-    memory_mib: int = 1024
-    confidence: float = 0.95
+    # An alphabet is part of what an SFP use case discovers, so it moved to the registry.
+    MOVED_KEYS: ClassVar[Mapping[str, str]] = MappingProxyType(
+        {"sfp_alphabet": "moved to the registry: set collector.alphabet of each sfp use case, and remove it here"}
+    )
+
+    workers: Annotated[int, Range(0, 64)] = 1
+    memory_mib: Annotated[int, Range(0, 1 << 20)] = 1024
+    confidence: Annotated[float, Range(0.5, 0.9999)] = 0.95
 
 
 @dataclass(frozen=True, kw_only=True)
 class CollectorConfig:
     """The whole configuration."""
 
-    source: str
-    registry: Path
+    registry: Path = field(metadata={"doc": "the path of the use-case registry, a TOML file"})
     instance: str = "collector"
     mqtt: MqttConfig = field(default_factory=MqttConfig)
     ingest: IngestConfig = field(default_factory=IngestConfig)
     store: StoreConfig = field(default_factory=StoreConfig)
     http: HttpConfig = field(default_factory=HttpConfig)
     estimation: EstimationConfig = field(default_factory=EstimationConfig)
+    source: str = field(default="<string>", metadata={"internal": True})
+    """The config file (for error messages; not a key of the file)."""
 
-
-class _Section:
-    """Typed, exhaustive reading of one TOML table: every key must be consumed."""
-
-    def __init__(self, data: object, *, source: str, prefix: str, base: Path) -> None:
-        if not isinstance(data, dict):
-            raise ConfigError(source, prefix.rstrip("."), f"expected a table, got {type(data).__name__}")
-        self.data: dict[str, Any] = data
-        self.source = source
-        self.prefix = prefix
-        self.base = base
-        self.used: set[str] = set()
-
-    def _fail(self, key: str, message: str) -> ConfigError:
-        return ConfigError(self.source, self.prefix + key, message)
-
-    def _get(self, key: str, default: T, kind: type | tuple[type, ...], expected: str) -> Any:
-        self.used.add(key)
-        if key not in self.data:
-            return default
-        value = self.data[key]
-        if isinstance(value, bool) and kind is not bool:
-            raise self._fail(key, f"expected {expected}, got a boolean")
-        if not isinstance(value, kind):
-            raise self._fail(key, f"expected {expected}, got {type(value).__name__} {value!r}")
-        return value
-
-    def integer(self, key: str, default: int, *, low: int, high: int) -> int:
-        expected = f"an integer in [{low}, {high}]"
-        value: int = self._get(key, default, int, expected)
-        if not low <= value <= high:
-            raise self._fail(key, f"expected {expected}, got {value}")
-        return value
-
-    def number(self, key: str, default: float, *, low: float, high: float, open_low: bool = False) -> float:
-        lo = "(" if open_low else "["
-        expected = f"a number in {lo}{low:g}, {high:g}]"
-        value = float(self._get(key, default, (int, float), expected))
-        if not math.isfinite(value) or value > high or value < low or (open_low and value == low):
-            raise self._fail(key, f"expected {expected}, got {value!r}")
-        return value
-
-    def boolean(self, key: str, default: bool) -> bool:
-        value: bool = self._get(key, default, bool, "true or false")
-        return value
-
-    def string(self, key: str, default: str, *, check: Callable[[str], str | None] | None = None) -> str:
-        value: str = self._get(key, default, str, "a string")
-        if check is not None and (problem := check(value)) is not None:
-            raise self._fail(key, problem)
-        return value
-
-    def optional_string(self, key: str) -> str | None:
-        value = self.string(key, "")
-        return value or None
-
-    def path(self, key: str, default: Path | None) -> Path | None:
-        raw = self.string(key, "" if default is None else str(default))
-        if not raw:
-            return None
-        p = Path(raw).expanduser()
-        return p if p.is_absolute() else self.base / p
-
-    def table(self, key: str) -> _Section | None:
-        self.used.add(key)
-        if key not in self.data:
-            return None
-        return _Section(self.data[key], source=self.source, prefix=f"{self.prefix}{key}.", base=self.base)
-
-    def finish(self) -> None:
-        unknown = sorted(set(self.data) - self.used)
-        if unknown:
-            raise self._fail(unknown[0], f"unknown key (known: {', '.join(sorted(self.used))})")
+    def __post_init__(self) -> None:
+        if not (self.instance and self.instance.isprintable() and len(self.instance) <= 200):
+            raise Invalid("instance", "expected a short printable name")
 
 
 def _topic_problem(value: str) -> str | None:
@@ -295,108 +255,8 @@ def _receipt_prefix_problem(value: str) -> str | None:
     return None
 
 
-def _mqtt(section: _Section | None) -> MqttConfig:
-    if section is None:
-        return MqttConfig()
-    d = MqttConfig()
-    tls_section = section.table("tls")
-    tls = None
-    if tls_section is not None:
-        tls = TlsConfig(
-            ca_file=tls_section.path("ca_file", None),
-            cert_file=tls_section.path("cert_file", None),
-            key_file=tls_section.path("key_file", None),
-            source=section.source,
-        )
-        if tls.key_file is not None and tls.cert_file is None:
-            raise ConfigError(section.source, "mqtt.tls.key_file", "a key_file needs the cert_file it belongs to")
-        tls_section.finish()
-    low = section.number("reconnect_min_s", d.reconnect_min_s, low=0.001, high=60.0)
-    cfg = MqttConfig(
-        host=section.string("host", d.host, check=lambda v: None if v else "expected a host name"),
-        port=section.integer("port", d.port, low=1, high=65535),
-        client_id=section.string("client_id", d.client_id, check=_client_id_problem),
-        topic=section.string("topic", d.topic, check=_topic_problem),
-        shared_group=section.optional_string("shared_group"),
-        keepalive_s=section.integer("keepalive_s", d.keepalive_s, low=1, high=65535),
-        session_expiry_s=section.integer("session_expiry_s", d.session_expiry_s, low=1, high=0xFFFFFFFF),
-        receive_maximum=section.integer("receive_maximum", d.receive_maximum, low=1, high=65535),
-        max_packet_bytes=section.integer("max_packet_bytes", d.max_packet_bytes, low=1024, high=268435455),
-        buffer_bytes=section.integer("buffer_bytes", d.buffer_bytes, low=1 << 16, high=1 << 34),
-        username=section.optional_string("username"),
-        password_file=section.path("password_file", None),
-        reconnect_min_s=low,
-        reconnect_max_s=section.number("reconnect_max_s", d.reconnect_max_s, low=low, high=3600.0),
-        receipt_prefix=section.string("receipt_prefix", d.receipt_prefix, check=_receipt_prefix_problem),
-        tls=tls,
-        source=section.source,
-    )
-    if cfg.shared_group is not None and (problem := _group_problem(cfg.shared_group)):
-        raise ConfigError(section.source, section.prefix + "shared_group", problem)
-    section.finish()
-    return cfg
-
-
-def _ingest(section: _Section | None) -> IngestConfig:
-    if section is None:
-        return IngestConfig()
-    d = IngestConfig()
-    cfg = IngestConfig(
-        max_report_bytes=section.integer("max_report_bytes", d.max_report_bytes, low=64, high=1 << 24),
-        commit_max_reports=section.integer("commit_max_reports", d.commit_max_reports, low=1, high=1 << 20),
-        commit_interval_s=section.number("commit_interval_s", d.commit_interval_s, low=0.0, high=60.0, open_low=True),
-        retention_periods=section.integer("retention_periods", d.retention_periods, low=1, high=100000),
-        future_periods=section.integer("future_periods", d.future_periods, low=0, high=100),
-        require_device_identity=section.boolean("require_device_identity", d.require_device_identity),
-    )
-    section.finish()
-    return cfg
-
-
-def _store(section: _Section | None, base: Path) -> StoreConfig:
-    if section is None:
-        return StoreConfig(path=base / StoreConfig().path)
-    path = section.path("path", StoreConfig().path)
-    if path is None:
-        raise ConfigError(section.source, section.prefix + "path", "expected a file path")
-    cfg = StoreConfig(path=path, compact_after=section.integer("compact_after", 64, low=1, high=1 << 20))
-    section.finish()
-    return cfg
-
-
-def _http(section: _Section | None) -> HttpConfig:
-    if section is None:
-        return HttpConfig()
-    d = HttpConfig()
-    cfg = HttpConfig(
-        enabled=section.boolean("enabled", d.enabled),
-        host=section.string("host", d.host, check=lambda v: None if v else "expected a host name"),
-        port=section.integer("port", d.port, low=0, high=65535),
-    )
-    section.finish()
-    return cfg
-
-
-def _estimation(section: _Section | None) -> EstimationConfig:
-    if section is None:
-        return EstimationConfig()
-    d = EstimationConfig()
-    if "sfp_alphabet" in section.data:
-        # An alphabet is part of what an SFP use case discovers, so it moved to the registry.
-        raise section._fail(
-            "sfp_alphabet", "moved to the registry: set collector.alphabet of each sfp use case, and remove it here"
-        )
-    cfg = EstimationConfig(
-        workers=section.integer("workers", d.workers, low=0, high=64),
-        memory_mib=section.integer("memory_mib", d.memory_mib, low=0, high=1 << 20),
-        confidence=section.number("confidence", d.confidence, low=0.5, high=0.9999),
-    )
-    section.finish()
-    return cfg
-
-
 def parse_config(data: Mapping[str, Any], *, source: str = "<string>", base: Path | None = None) -> CollectorConfig:
-    """Decode an already-parsed TOML document.
+    """Decode an already-parsed TOML document (:func:`protocol.schema.decode`, the reader every TOML file shares).
 
     Args:
         data: the TOML document as a mapping.
@@ -406,48 +266,33 @@ def parse_config(data: Mapping[str, Any], *, source: str = "<string>", base: Pat
     Raises:
         ConfigError: naming ``source`` and the field.
     """
-    root = _Section(dict(data), source=source, prefix="", base=base or Path.cwd())
-    registry = root.path("registry", None)
-    if registry is None:
-        raise ConfigError(source, "registry", "required: the path of the use-case registry (TOML)")
-    cfg = CollectorConfig(
-        source=source,
-        registry=registry,
-        instance=root.string(
-            "instance",
-            "collector",
-            check=lambda v: None if v and v.isprintable() and len(v) <= 200 else "expected a short printable name",
-        ),
-        mqtt=_mqtt(root.table("mqtt")),
-        ingest=_ingest(root.table("ingest")),
-        store=_store(root.table("store"), root.base),
-        http=_http(root.table("http")),
-        estimation=_estimation(root.table("estimation")),
-    )
-    root.finish()
-    return cfg
-
-
-def readable(source: str, field: str, path: Path) -> bytes:
-    """The bytes of a file the config names, or a ConfigError naming the config, the field and the file."""
+    root = base or Path.cwd()
     try:
-        return path.read_bytes()
-    except OSError as exc:
-        raise ConfigError(source, field, f"cannot read {path}: {exc.strerror or exc}") from exc
+        cfg = decode_config(CollectorConfig, data, source=source, base=root)
+    except ConfigFileError as exc:
+        raise ConfigError(exc.path, exc.field, exc.problem) from None
+    return _placed(cfg, source=source, base=root)
+
+
+def _placed(cfg: CollectorConfig, *, source: str, base: Path) -> CollectorConfig:
+    """``cfg`` with its source filled in and the default store path next to the config file."""
+    tls = None if cfg.mqtt.tls is None else replace(cfg.mqtt.tls, source=source)
+    store = cfg.store if cfg.store.path.is_absolute() else replace(cfg.store, path=base / cfg.store.path)
+    return replace(cfg, source=source, mqtt=replace(cfg.mqtt, tls=tls, source=source), store=store)
 
 
 def read_password(mqtt: MqttConfig) -> bytes | None:
     """The broker password (``mqtt.password_file`` without its line end), or None without one.
 
     Raises:
-        ConfigError: the file cannot be read or holds no password.
+        ConfigError: the file cannot be read, is readable by others, or holds no password.
     """
     if mqtt.password_file is None:
         return None
-    password = readable(mqtt.source, "mqtt.password_file", mqtt.password_file).rstrip(b"\r\n")
-    if not password:
-        raise ConfigError(mqtt.source, "mqtt.password_file", f"{mqtt.password_file} is empty")
-    return password
+    try:
+        return read_password_file(mqtt.password_file, setting="password_file")
+    except SettingFileError as exc:
+        raise ConfigError(mqtt.source, "mqtt.password_file", exc.problem) from None
 
 
 def check_files(config: CollectorConfig) -> list[str]:
@@ -488,11 +333,7 @@ def load_config(path: str | Path) -> CollectorConfig:
     """
     p = Path(path)
     try:
-        text = p.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(str(p), "", f"cannot read the file: {exc}") from exc
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(str(p), "", f"not valid TOML: {exc}") from exc
-    return parse_config(data, source=str(p), base=p.resolve().parent)
+        cfg = load_config_file(CollectorConfig, p)
+    except ConfigFileError as exc:
+        raise ConfigError(exc.path, exc.field, exc.problem) from None
+    return _placed(cfg, source=str(p), base=p.resolve().parent)

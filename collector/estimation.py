@@ -69,7 +69,8 @@ from protocol.interfaces import (
     as_mean,
 )
 from protocol.rappor import RapporAggregate
-from protocol.registry import Registry, UseCase, parse_registry
+from protocol.registry import Registry, UseCase
+from runtime.registry_file import read_registry
 
 __all__ = [
     "DEFAULT_SFP_ALPHABET",
@@ -410,7 +411,7 @@ def _candidates(
 
 @lru_cache(maxsize=4)
 def _registry(path: str, mtime_ns: int) -> Registry:
-    return parse_registry(Path(path).read_bytes(), source=path)
+    return read_registry(Path(path))
 
 
 def registry_of(config: CollectorConfig) -> Registry:

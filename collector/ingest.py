@@ -46,7 +46,6 @@ import asyncio
 import concurrent.futures
 import contextlib
 import logging
-import random
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
@@ -65,6 +64,7 @@ from protocol.errors import MalformedReportError
 from protocol.receipts import MAX_CORRELATION_BYTES, Receipt, valid_response_topic
 from protocol.registry import Registry
 from protocol.wire import DecodedReport, decode_report
+from runtime.backoff import Backoff, Retry
 
 __all__ = ["RETRY_MAX_S", "RETRY_MIN_S", "Clock", "Ingest", "StoreThread", "SystemClock", "period_windows"]
 
@@ -420,7 +420,7 @@ class Ingest:
         """Retry the failed batch with capped, jittered exponential backoff until it commits."""
         failed = self._failed
         assert failed is not None
-        delay = RETRY_MIN_S
+        backoff = Retry(Backoff(initial=RETRY_MIN_S, cap=RETRY_MAX_S))
         began = time.monotonic()
 
         def retry(store: CheckpointStore) -> CommitResult:
@@ -428,12 +428,11 @@ class Ingest:
             return store.commit(failed.reports, failed.counters, failed.senders)
 
         while True:
-            await asyncio.sleep(delay * random.uniform(0.5, 1.0))  # jitter: no secret, the stdlib PRNG does
+            await asyncio.sleep(backoff.next_delay())
             try:
                 result = await self.store.call(retry)
             except StoreUnavailable as exc:
                 self._unavailable(exc)
-                delay = min(delay * 2, RETRY_MAX_S)
                 continue
             break
         log.warning(

@@ -42,7 +42,7 @@ class IngestMetrics:
         store_error_detail: its message, naming the database file.
         store_failures: failed commit attempts, by cause.
         sd_notify_dropped: notifications to systemd dropped because they could not be sent
-            without blocking (``collector.systemd``).
+            without blocking (``runtime.sd_notify``).
         receipt_requests_invalid: receipt requests ignored (a response topic outside
             ``mqtt.receipt_prefix``, or missing or oversize Correlation Data).
     """

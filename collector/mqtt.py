@@ -33,7 +33,8 @@ Guarantees:
   :meth:`MqttTransport.statistics` and the Prometheus metrics; they never reach ingest. The
   ACL lets only the collector credential read them; a broker that refuses the subscription
   costs a log line, nothing more.
-* **Reconnect outside the session** with capped, fully jittered exponential backoff; a
+* **Reconnect outside the session** with capped, jittered exponential backoff
+  (:mod:`runtime.backoff`, reset after a healthy session); a
   refusal that retrying cannot fix (bad credentials, subscription not granted at QoS 1)
   raises :class:`~collector.errors.TransportError` and ends the service; so does a TLS file
   that is gone or broken at a reconnect (a :class:`~collector.errors.ConfigError` naming the
@@ -50,20 +51,19 @@ import asyncio
 import collections
 import contextlib
 import logging
-import random
 import ssl
 import struct
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
-from cryptography import x509
-from cryptography.hazmat.primitives import serialization
-
-from collector.config import MqttConfig, TlsConfig, read_password, readable
+from collector.config import MqttConfig, TlsConfig, read_password
 from collector.errors import ConfigError, TransportError
 from collector.transport import NO_ACK, Delivery, TransportStatistics
 from protocol.receipts import Receipt, encode_receipts
+from runtime.backoff import Backoff, Retry
+from runtime.errors import SettingFileError
+from runtime.tls import client_context
 
 __all__ = [
     "BROKER_COUNTERS",
@@ -271,38 +271,10 @@ def tls_context(tls: TlsConfig) -> ssl.SSLContext:
     Raises:
         ConfigError: naming the config file, the field (``mqtt.tls.ca_file``, ...) and the file.
     """
-    prefix = "mqtt.tls."
-    if tls.ca_file is not None:
-        readable(tls.source, prefix + "ca_file", tls.ca_file)
     try:
-        # With a ca_file, only that CA is trusted (not the system store as well).
-        ctx = ssl.create_default_context(cafile=str(tls.ca_file) if tls.ca_file else None)
-    except (ssl.SSLError, OSError) as exc:
-        what = f"{tls.ca_file} holds no PEM CA certificate" if tls.ca_file else "cannot load the system trust store"
-        raise ConfigError(tls.source, prefix + "ca_file", f"{what}: {exc}") from exc
-    if tls.cert_file is not None:
-        # Each file parsed on its own first, so a problem names the file that has it.
-        cert = readable(tls.source, prefix + "cert_file", tls.cert_file)
-        try:
-            x509.load_pem_x509_certificate(cert)
-        except ValueError as exc:
-            raise ConfigError(tls.source, prefix + "cert_file", f"{tls.cert_file} is not a PEM certificate") from exc
-        if tls.key_file is not None:
-            key = readable(tls.source, prefix + "key_file", tls.key_file)
-            try:
-                serialization.load_pem_private_key(key, None)
-            except (ValueError, TypeError) as exc:
-                raise ConfigError(
-                    tls.source, prefix + "key_file", f"{tls.key_file} is not an unencrypted PEM private key"
-                ) from exc
-        try:
-            ctx.load_cert_chain(str(tls.cert_file), str(tls.key_file) if tls.key_file else None)
-        except (ssl.SSLError, OSError) as exc:
-            field, what = ("key_file", f"{tls.key_file} is not the private key of {tls.cert_file}")
-            if tls.key_file is None:
-                field, what = ("cert_file", f"{tls.cert_file} holds no private key (give key_file)")
-            raise ConfigError(tls.source, prefix + field, f"{what}: {exc}") from exc
-    return ctx
+        return client_context(ca_file=tls.ca_file, cert_file=tls.cert_file, key_file=tls.key_file)
+    except SettingFileError as exc:
+        raise ConfigError(tls.source, f"mqtt.tls.{exc.setting}", exc.problem) from None
 
 
 def _tls_context(config: MqttConfig) -> ssl.SSLContext | None:
@@ -544,7 +516,7 @@ class MqttTransport:
             TransportError: the broker refused us in a way reconnecting cannot fix.
         """
         cfg = self.config
-        delay = cfg.reconnect_min_s
+        retry = Retry(Backoff(initial=cfg.reconnect_min_s, cap=cfg.reconnect_max_s))
         while not self._closing:
             self._healthy = False
             try:
@@ -573,11 +545,9 @@ class MqttTransport:
             if self._closing:
                 return
             if self._healthy:
-                delay = cfg.reconnect_min_s
-            # Full jitter (a uniform wait up to the capped exponential delay) keeps a fleet of
-            # collectors from reconnecting in lock step after a broker restart.
-            await asyncio.sleep(random.uniform(0, delay))
-            delay = min(cfg.reconnect_max_s, delay * 2)
+                retry.reset()  # a session that worked: the next drop waits from reconnect_min_s again
+            # Jitter keeps a fleet of collectors from reconnecting in lock step after a broker restart.
+            await asyncio.sleep(retry.next_delay())
 
     async def close(self) -> None:
         """Disconnect politely (the session and its queue stay on the broker); :meth:`run` returns."""
@@ -901,7 +871,7 @@ class MqttPublisher:
         """
         start = time.monotonic()
         state = _PublishState(iter(messages), self.window, qos)
-        delay = 0.05
+        retry = Retry(Backoff(initial=0.05, cap=2.0))
         while not state.finished:
             if time.monotonic() - start > deadline_s:
                 raise TimeoutError(f"publishing did not finish in {deadline_s} s")
@@ -909,17 +879,15 @@ class MqttPublisher:
                 reader, writer = await asyncio.wait_for(asyncio.open_connection(self.host, self.port), _CONNECT_TIMEOUT)
             except (OSError, TimeoutError) as exc:
                 log.info("publisher cannot connect (%s); retrying", exc or type(exc).__name__)
-                await asyncio.sleep(random.uniform(0, delay))
-                delay = min(2.0, delay * 2)
+                await asyncio.sleep(retry.next_delay())
                 continue
             try:
                 await self._session(reader, writer, state)
             except (OSError, EOFError, TimeoutError, _ConnectionLostError, MqttProtocolError) as exc:
                 log.info("publisher connection lost (%s); reconnecting", exc or type(exc).__name__)
-                await asyncio.sleep(random.uniform(0, delay))
-                delay = min(2.0, delay * 2)
+                await asyncio.sleep(retry.next_delay())
             else:
-                delay = 0.05
+                retry.reset()
             finally:
                 writer.close()
                 with contextlib.suppress(OSError, TimeoutError):

@@ -29,7 +29,9 @@ from collector.metrics import IngestMetrics
 from collector.mqtt import MqttTransport
 from collector.store import CheckpointStore
 from collector.systemd import Notifier
-from protocol.registry import Registry, RegistryError, parse_registry
+from protocol.registry import Registry, RegistryError
+from runtime.errors import SettingFileError
+from runtime.registry_file import read_registry, registry_field
 
 __all__ = ["MAINTENANCE_INTERVAL_S", "Service", "check_size_caps", "load_registry", "run_service"]
 
@@ -39,21 +41,24 @@ MAINTENANCE_INTERVAL_S = 5.0
 """How often retention pruning and compaction run."""
 
 
-def load_registry(path: Path) -> Registry:
+def load_registry(path: Path, *, source: str | None = None) -> Registry:
     """Read and parse the use-case registry.
 
+    Args:
+        path: the registry file.
+        source: the config file that names it (``registry``), for a file that cannot be read.
+
     Raises:
-        ConfigError: naming the registry file (and, from the registry parser, the use case and field).
+        ConfigError: naming the config's ``registry`` field for a file that cannot be read,
+            and the registry file with the dotted field (``use_cases.<name>.<field>``) for
+            a bad one.
     """
     try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise ConfigError(str(path), "", f"cannot read the registry: {exc}") from exc
-    try:
-        return parse_registry(data, source=str(path))
+        return read_registry(path)
+    except SettingFileError as exc:
+        raise ConfigError(source or str(path), exc.setting if source else "", exc.problem) from None
     except RegistryError as exc:
-        field = ".".join(p for p in (f"use_cases.{exc.use_case}" if exc.use_case else "", exc.field) if p)
-        raise ConfigError(str(path), field, exc.problem) from exc
+        raise ConfigError(str(path), registry_field(exc), exc.problem) from None
 
 
 MQTT_FRAMING_BYTES = 1024
@@ -133,17 +138,8 @@ async def _maintain(service: Service, clock: Clock) -> None:
             service.metrics.compactions += 1
 
 
-async def _watchdog(notifier: Notifier, metrics: IngestMetrics) -> None:
-    """``WATCHDOG=1`` at half ``$WATCHDOG_USEC`` while the event loop runs.
-
-    Its own task, not part of maintenance: a store that is failing (and being retried with
-    backoff) must not let systemd kill a collector that is up and reporting itself
-    unhealthy, which would turn a full disk into a restart loop.
-    """
-    while True:
-        notifier.notify("WATCHDOG=1")
-        metrics.sd_notify_dropped = notifier.dropped
-        await asyncio.sleep(notifier.watchdog_interval)
+def _count_dropped(metrics: IngestMetrics, notifier: Notifier) -> None:
+    metrics.sd_notify_dropped = notifier.dropped
 
 
 async def run_service(
@@ -170,7 +166,7 @@ async def run_service(
         collector.errors.TransportError: the broker refused us for good.
     """
     clock = clock or SystemClock()
-    registry = load_registry(config.registry)
+    registry = load_registry(config.registry, source=config.source)
     check_size_caps(config, registry)
     loop = asyncio.get_running_loop()
     if stop is None:
@@ -215,7 +211,12 @@ async def run_service(
             t_ingest = tg.create_task(ingest.run(), name="ingest")
             t_maintenance = tg.create_task(_maintenance(service, clock), name="maintenance")
             t_live = tg.create_task(live.run(), name="materialise")
-            t_watchdog = tg.create_task(_watchdog(notifier, metrics), name="watchdog") if notifier.enabled else None
+            # Its own task, not part of maintenance: a failing store must not stop the pings.
+            t_watchdog = (
+                tg.create_task(notifier.run_watchdog(lambda: _count_dropped(metrics, notifier)), name="watchdog")
+                if notifier.enabled and notifier.watchdog_interval is not None
+                else None
+            )
             t_http = tg.create_task(http_starter(service), name="http") if http_starter else None
 
             async def ready() -> None:

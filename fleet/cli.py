@@ -32,7 +32,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
-from agent.cli import quiet_on_closed_pipe, version
 from agent.config import BrokerConfig, PolicyConfig, read_password, tls_context
 from agent.errors import AgentError, ConfigError, PolicyError, TransportError
 from agent.policy import check_registry
@@ -49,6 +48,9 @@ from fleet.values import KINDS, GeneratorError, GeneratorSpec, default_spec, loa
 from protocol.exit_status import HELP as EXIT_HELP
 from protocol.exit_status import ExitStatus
 from protocol.registry import Registry, RegistryError, UseCase, parse_registry
+from runtime.console import package_version, quiet_on_closed_pipe
+from runtime.errors import SettingFileError
+from runtime.registry_file import read_registry_bytes
 
 __all__ = ["FleetError", "ProgressDisplay", "build_plan", "main", "run_fleet", "shard_ranges", "simulate"]
 
@@ -106,7 +108,7 @@ def _parser() -> argparse.ArgumentParser:
         epilog=_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--version", action="version", version=f"%(prog)s {version()}")
+    p.add_argument("--version", action="version", version=f"%(prog)s {package_version()}")
     sim = p.add_argument_group("simulation")
     sim.add_argument("--devices", type=int, help="simulated devices (default 1000, or the time series' devices)")
     sim.add_argument("--days", type=int, default=7, help="simulated days (default 7)")
@@ -167,7 +169,7 @@ def _parser() -> argparse.ArgumentParser:
     net.add_argument("--cert-file", type=Path, help="client certificate (mutual TLS)")
     net.add_argument("--key-file", type=Path, help="its private key")
     net.add_argument("--username", help="broker user name (the ACL's devices role)")
-    net.add_argument("--password-file", type=Path, help="file whose first line is the password")
+    net.add_argument("--password-file", type=Path, help="file holding the password (mode 0600)")
     net.add_argument("--connections", type=int, default=4, help="pooled broker connections per worker (default 4)")
     out = p.add_argument_group("collector and results")
     out.add_argument(
@@ -229,10 +231,10 @@ def build_plan(args: argparse.Namespace) -> tuple[FleetPlan, Registry]:
         FleetError: for anything wrong in the inputs (the message says what and where).
     """
     try:
-        text = args.registry.read_bytes()
-    except OSError as e:
+        text = read_registry_bytes(args.registry)  # the simulated devices parse the same bytes
+    except SettingFileError as e:
         hint = " (run from the repository root, or pass --registry)" if args.registry == DEFAULT_REGISTRY else ""
-        raise FleetError(f"cannot read the registry {args.registry}: {e.strerror}{hint}") from None
+        raise FleetError(f"--registry: {e.problem}{hint}") from None
     try:
         registry = parse_registry(text, source=str(args.registry))
         check_registry(registry, PolicyConfig())

@@ -57,6 +57,7 @@ from fleet.values import GeneratorSpec, Population, ValueGenerator, build_genera
 from protocol.interfaces import EstimateKind, as_histogram
 from protocol.randomness import SeededRandom
 from protocol.registry import Registry, UseCase, parse_registry
+from runtime.backoff import Backoff
 
 __all__ = [
     "SLOT_SECONDS",
@@ -71,6 +72,9 @@ __all__ = [
     "run_shard",
     "tally_kind",
 ]
+
+_REPAIR_BACKOFF = Backoff(initial=0.05, cap=2.0)
+"""Waits before reopening broken pooled connections (doubling from 50 ms to 2 s)."""
 
 log = logging.getLogger("ldp_fleet")
 
@@ -372,7 +376,7 @@ class ConnectionPool:
         Raises:
             TransportError: if the broker still cannot be reached.
         """
-        await asyncio.sleep(min(0.05 * 2**attempt, 2.0))
+        await asyncio.sleep(_REPAIR_BACKOFF.ceiling(attempt))  # no jitter: the simulator replays exactly
         async with self._lock:
             for slot in self._slots:
                 if slot.connection is None:

@@ -69,7 +69,7 @@ import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any, Final
+from typing import Annotated, Any, Final, TypeVar
 
 import msgpack
 import numpy as np
@@ -78,6 +78,7 @@ from protocol import cms, dbitflip, hcms, one_bit_mean, randomized_response, rap
 from protocol.envelope import HASH_SIZE, MAX_REPORT_BYTES, largest_report_size
 from protocol.errors import LdpError, ParameterError
 from protocol.interfaces import EstimateKind, Mechanism, mechanism_entries, mechanism_entry
+from protocol.schema import Range, SchemaError, decode
 
 __all__ = [
     "CORRECTIONS",
@@ -106,6 +107,7 @@ _MAX_DAILY_LIMIT: Final = 10_000
 _EPSILON_MAX: Final = 64.0
 # Float noise allowed when comparing a mechanism's computed ε with the declared one.
 _EPSILON_SLACK: Final = 1e-9
+_T = TypeVar("_T")
 
 
 class RegistryError(LdpError, ValueError):
@@ -293,22 +295,6 @@ _BUILTIN: Final = (
 MECHANISM_NAMES: Final = tuple(e.name for e in _BUILTIN)
 """The built-in mechanism names (a registry may also name mechanisms registered later)."""
 
-_USE_CASE_KEYS: Final = frozenset(
-    {
-        "mechanism",
-        "epsilon",
-        "period",
-        "daily_limit",
-        "lifetime_epsilon",
-        "parameters",
-        "seed",
-        "collector",
-        "description",
-    }
-)
-_COLLECTOR_KEYS: Final = frozenset(
-    {"min_reports", "release_threshold", "dictionary", "correction", "alpha", "alphabet", "top_t"}
-)
 CORRECTIONS: Final = ("bonferroni", "bh", "storey", "pfer")
 """The multiple-testing corrections a frequency use case may name (``collector.decoding.stats``)."""
 _TOP_T_MAX: Final = 1 << 20
@@ -318,14 +304,48 @@ _FRAGMENT_CANDIDATES_MAX: Final = 1 << 24
 
 # --- parsing -----------------------------------------------------------------------------
 
+# The shapes of the file's tables, read by protocol.schema (the reader the config files
+# use too): keys, types and ranges. What depends on the mechanism (its parameters, which
+# collector settings apply, the seed) is checked after decoding, below.
 
-class _Reader:
-    """Typed access to one TOML table, raising RegistryError that names source, use case, field."""
 
-    def __init__(self, source: str, use_case: str | None, table: Mapping[str, Any], prefix: str = "") -> None:
+@dataclass(frozen=True, kw_only=True)
+class _CollectorTable:
+    min_reports: Annotated[int, Range(0, 1 << 62)]
+    release_threshold: Annotated[float, Range(0.0)] = 0.0
+    dictionary: str | None = None
+    correction: str | None = None
+    alpha: Annotated[float, Range(0.0, low_open=True)] | None = None
+    alphabet: str | None = None
+    top_t: Annotated[int, Range(1, _TOP_T_MAX)] | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class _UseCaseTable:
+    mechanism: str
+    epsilon: Annotated[float, Range(0.0, _EPSILON_MAX, low_open=True)]
+    period: str
+    daily_limit: Annotated[int, Range(1, _MAX_DAILY_LIMIT)]
+    lifetime_epsilon: Annotated[float, Range(0.0, low_open=True)]
+    parameters: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    seed: str | None = None
+    collector: _CollectorTable
+    description: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class _RegistryTable:
+    format: Annotated[int, Range(0, 1 << 31)]
+    salt: str | None = None
+    use_cases: Mapping[str, Any]
+
+
+class _Errors:
+    """Makes the RegistryError of one use case (or of the top level), naming source, use case and field."""
+
+    def __init__(self, source: str, use_case: str | None, prefix: str = "") -> None:
         self.source = source
         self.use_case = use_case
-        self.table = table
         self.prefix = prefix
 
     def error(self, field: str, kind: str, problem: str) -> RegistryError:
@@ -333,77 +353,24 @@ class _Reader:
             source=self.source, use_case=self.use_case, field=self.prefix + field, kind=kind, problem=problem
         )
 
-    def reject_unknown(self, allowed: frozenset[str], what: str) -> None:
-        for key in self.table:
-            if key not in allowed:
-                raise self.error(
-                    key, "unknown-key", f"unknown key in {what}; allowed keys: {', '.join(sorted(allowed))}"
-                )
+    def decode(self, cls: type[_T], raw: object) -> _T:
+        try:
+            return decode(cls, raw)
+        except SchemaError as exc:
+            raise self.error(exc.field, exc.kind, exc.problem) from None
 
-    def has(self, key: str) -> bool:
-        return key in self.table
-
-    def _get(self, key: str) -> Any:
-        if key not in self.table:
-            raise self.error(key, "missing-field", "required field is missing; add it")
-        return self.table[key]
-
-    def string(self, key: str) -> str:
-        value = self._get(key)
-        if not isinstance(value, str):
-            raise self.error(key, "bad-type", f"expected a string; got {_type_name(value)} {value!r}")
-        return value
-
-    def integer(self, key: str, *, low: int, high: int) -> int:
-        value = self._get(key)
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise self.error(key, "bad-type", f"expected an integer; got {_type_name(value)} {value!r}")
-        if not low <= value <= high:
-            raise self.error(key, "out-of-range", f"must be an integer in [{low}, {high}]; got {value}")
-        return value
-
-    def number(self, key: str, *, positive: bool, high: float | None = None) -> float:
-        value = self._get(key)
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            raise self.error(key, "bad-type", f"expected a number; got {_type_name(value)} {value!r}")
-        x = float(value)
-        bound = "> 0" if positive else ">= 0"
-        if high is not None:
-            bound += f" and <= {high:g}"
-        if not math.isfinite(x) or (x <= 0 if positive else x < 0) or (high is not None and x > high):
-            raise self.error(key, "out-of-range", f"must be a finite number {bound}; got {value!r}")
-        return x
-
-    def table_at(self, key: str) -> Mapping[str, Any]:
-        value = self._get(key)
-        if not isinstance(value, dict):
-            raise self.error(key, "bad-type", f"expected a table; got {_type_name(value)} {value!r}")
-        return value
-
-    def hex_bytes(self, key: str, *, min_len: int, max_len: int) -> bytes:
-        text = self.string(key)
+    def hex_bytes(self, field: str, text: str, *, min_len: int, max_len: int) -> bytes:
         try:
             value = bytes.fromhex(text)
         except ValueError:
-            raise self.error(key, "bad-value", f"expected hexadecimal digits; got {text!r}") from None
+            raise self.error(field, "bad-value", f"expected hexadecimal digits; got {text!r}") from None
         if not min_len <= len(value) <= max_len:
             raise self.error(
-                key,
+                field,
                 "out-of-range",
                 f"must be {min_len} to {max_len} bytes ({2 * min_len}+ hex digits); got {len(value)}",
             )
         return value
-
-
-def _type_name(value: object) -> str:
-    return {
-        bool: "boolean",
-        int: "integer",
-        float: "float",
-        str: "string",
-        list: "array",
-        dict: "table",
-    }.get(type(value), type(value).__name__)
 
 
 def parse_registry(data: bytes | str, *, source: str = "<registry>") -> Registry:
@@ -435,18 +402,18 @@ def parse_registry(data: bytes | str, *, source: str = "<registry>") -> Registry
             source=source, use_case=None, field="", kind="syntax", problem=f"invalid TOML: {exc}"
         ) from None
 
-    top = _Reader(source, None, doc)
-    top.reject_unknown(frozenset({"format", "salt", "use_cases"}), "the registry's top level")
-    fmt = top.integer("format", low=0, high=1 << 31)
-    if fmt != REGISTRY_FORMAT:
-        raise top.error("format", "bad-value", f"this version reads registry format {REGISTRY_FORMAT}; got {fmt}")
-    salt = top.hex_bytes("salt", min_len=16, max_len=64) if top.has("salt") else None
-    tables = top.table_at("use_cases")
-    if not tables:
+    top = _Errors(source, None)
+    file = top.decode(_RegistryTable, doc)
+    if file.format != REGISTRY_FORMAT:
+        raise top.error(
+            "format", "bad-value", f"this version reads registry format {REGISTRY_FORMAT}; got {file.format}"
+        )
+    salt = None if file.salt is None else top.hex_bytes("salt", file.salt, min_len=16, max_len=64)
+    if not file.use_cases:
         raise top.error("use_cases", "missing-field", "the registry defines no use case; add a [use_cases.NAME] table")
 
     use_cases: dict[str, UseCase] = {}
-    for name, table in tables.items():
+    for name, table in file.use_cases.items():
         if not _NAME_RE.fullmatch(name):
             raise RegistryError(
                 source=source,
@@ -459,7 +426,7 @@ def parse_registry(data: bytes | str, *, source: str = "<registry>") -> Registry
             raise RegistryError(
                 source=source, use_case=name, field="", kind="bad-type", problem="expected a table [use_cases.NAME]"
             )
-        use_cases[name] = _parse_use_case(_Reader(source, name, table), name, salt)
+        use_cases[name] = _parse_use_case(_Errors(source, name), name, table, salt)
 
     ordered = {name: use_cases[name] for name in sorted(use_cases)}
     for uc in ordered.values():
@@ -467,28 +434,23 @@ def parse_registry(data: bytes | str, *, source: str = "<registry>") -> Registry
     return Registry(use_cases=MappingProxyType(ordered), hash=_canonical_hash(ordered), source=source)
 
 
-def _parse_use_case(r: _Reader, name: str, salt: bytes | None) -> UseCase:
-    r.reject_unknown(_USE_CASE_KEYS, "a use case")
-    mech_name = r.string("mechanism")
+def _parse_use_case(r: _Errors, name: str, raw: Mapping[str, Any], salt: bytes | None) -> UseCase:
+    t = r.decode(_UseCaseTable, raw)
+    mech_name = t.mechanism
     spec = mechanism_entry(mech_name)
     if spec is None:
         known = ", ".join(mechanism_entries())
         raise r.error("mechanism", "unknown-mechanism", f"unknown mechanism {mech_name!r}; one of {known}")
-    epsilon = r.number("epsilon", positive=True, high=_EPSILON_MAX)
-    period_text = r.string("period")
     try:
-        period = Period(period_text)
+        period = Period(t.period)
     except ValueError:
-        raise r.error("period", "bad-value", f'must be "6h" or "1d"; got {period_text!r}') from None
-    daily_limit = r.integer("daily_limit", low=1, high=_MAX_DAILY_LIMIT)
-    lifetime_epsilon = r.number("lifetime_epsilon", positive=True)
-    description = r.string("description") if r.has("description") else ""
+        raise r.error("period", "bad-value", f'must be "6h" or "1d"; got {t.period!r}') from None
 
     # The public hash seed: explicit, or derived from the registry salt and the name.
     seed: bytes | None = None
     if spec.hashed:
-        if r.has("seed"):
-            seed = r.hex_bytes("seed", min_len=16, max_len=64)
+        if t.seed is not None:
+            seed = r.hex_bytes("seed", t.seed, min_len=16, max_len=64)
         elif salt is not None:
             seed = hashlib.blake2b(name.encode(), key=salt, digest_size=32, person=_SEED_PERSON).digest()
         else:
@@ -497,15 +459,18 @@ def _parse_use_case(r: _Reader, name: str, salt: bytes | None) -> UseCase:
                 "missing-field",
                 f'{mech_name} needs a public hash seed: give seed = "<hex>" or a top-level salt',
             )
-    elif r.has("seed"):
+    elif t.seed is not None:
         raise r.error("seed", "unknown-key", f"{mech_name} uses no hash seed; remove the key")
 
-    raw_params = r.table_at("parameters") if r.has("parameters") else {}
-    params = _Reader(r.source, name, raw_params, prefix="parameters.")
+    raw_params = t.parameters
+    params = _Errors(r.source, name, prefix="parameters.")
     allowed = spec.required | spec.optional
     if spec.epsilon_parameter and "epsilon" in raw_params:
         raise params.error("epsilon", "unknown-key", f"for {mech_name} ε is the use case's `epsilon`; remove it here")
-    params.reject_unknown(allowed, f"the parameters of {mech_name}")
+    for key in raw_params:
+        if key not in allowed:
+            problem = f"unknown key in the parameters of {mech_name}; allowed keys: {', '.join(sorted(allowed))}"
+            raise params.error(key, "unknown-key", problem)
     for key in sorted(spec.required):
         if key not in raw_params:
             raise params.error(key, "missing-field", f"{mech_name} requires parameter {key!r}; add it")
@@ -522,7 +487,7 @@ def _parse_use_case(r: _Reader, name: str, salt: bytes | None) -> UseCase:
             sub = key if exc.name == key else f"{key}.{exc.name}"
             raise params.error(sub, "bad-parameter", f"{mech_name}: {exc}") from None
     if spec.epsilon_parameter:
-        kwargs["epsilon"] = epsilon
+        kwargs["epsilon"] = t.epsilon
     if seed is not None:
         kwargs["seed"] = seed
     try:
@@ -533,53 +498,49 @@ def _parse_use_case(r: _Reader, name: str, salt: bytes | None) -> UseCase:
         raise params.error("", "bad-parameter", f"{mech_name} rejects its parameters: {exc}") from None
 
     cost = float(mechanism.epsilon_report)
-    if cost > epsilon + _EPSILON_SLACK:
+    if cost > t.epsilon + _EPSILON_SLACK:
         raise r.error(
             "epsilon",
             "epsilon-too-small",
-            f"one {mech_name} report with these parameters costs ε = {cost:.6g}, more than the declared {epsilon:g}; "
-            "raise epsilon or change the parameters",
+            f"one {mech_name} report with these parameters costs ε = {cost:.6g}, more than the declared "
+            f"{t.epsilon:g}; raise epsilon or change the parameters",
         )
-    if lifetime_epsilon < cost:
+    if t.lifetime_epsilon < cost:
         raise r.error(
             "lifetime_epsilon",
             "out-of-range",
             f"below the cost of a single report (ε = {cost:.6g}); the use case could never report",
         )
 
-    col = _Reader(r.source, name, r.table_at("collector"), prefix="collector.")
-    col.reject_unknown(_COLLECTOR_KEYS, "the collector settings")
-    min_reports = col.integer("min_reports", low=0, high=1 << 62)
-    threshold = col.number("release_threshold", positive=False) if col.has("release_threshold") else 0.0
-    dictionary: str | None = None
-    if col.has("dictionary"):
+    col = _Errors(r.source, name, prefix="collector.")
+    c = t.collector
+    if c.dictionary is not None:
         if not spec.dictionary:
             takers = ", ".join(e.name for e in mechanism_entries().values() if e.dictionary)
             raise col.error("dictionary", "unknown-key", f"{mech_name} takes no dictionary; only {takers} do")
-        dictionary = col.string("dictionary")
-        if not dictionary:
+        if not c.dictionary:
             raise col.error("dictionary", "bad-value", "an empty path; give the dictionary file or remove the key")
-    correction, alpha = _correction(col, mech_name, tested=mechanism.kind.result == "frequencies")
-    alphabet, top_t = _discovery(col, mech_name, mechanism)
+    correction, alpha = _correction(col, c, mech_name, tested=mechanism.kind.result == "frequencies")
+    _discovery(col, c, mech_name, mechanism)
 
     return UseCase(
         name=name,
         mechanism=mechanism,
-        epsilon=epsilon,
+        epsilon=t.epsilon,
         period=period,
-        daily_limit=daily_limit,
-        lifetime_epsilon=lifetime_epsilon,
+        daily_limit=t.daily_limit,
+        lifetime_epsilon=t.lifetime_epsilon,
         seed=seed,
         collector=CollectorSettings(
-            min_reports=min_reports,
-            release_threshold=threshold,
-            dictionary=dictionary,
+            min_reports=c.min_reports,
+            release_threshold=c.release_threshold,
+            dictionary=c.dictionary,
             correction=correction,
             alpha=alpha,
-            alphabet=alphabet,
-            top_t=top_t,
+            alphabet=c.alphabet,
+            top_t=c.top_t,
         ),
-        description=description,
+        description=t.description,
     )
 
 
@@ -613,46 +574,43 @@ def _check_report_size(source: str, uc: UseCase) -> None:
     )
 
 
-def _correction(col: _Reader, mech_name: str, *, tested: bool) -> tuple[str, float]:
+def _correction(col: _Errors, c: _CollectorTable, mech_name: str, *, tested: bool) -> tuple[str, float]:
     """The release test's ``correction`` and ``alpha`` (defaults: Benjamini-Hochberg at 0.05).
 
     Every frequency output (a dictionary, categories, candidates or discovered strings) is
     released entry by entry under a test, so every mechanism of those kinds takes them.
     """
     default = CollectorSettings(min_reports=0)
-    for key in ("correction", "alpha"):
-        if col.has(key) and not tested:
+    for key, value in (("correction", c.correction), ("alpha", c.alpha)):
+        if value is not None and not tested:
             raise col.error(
                 key,
                 "unknown-key",
                 f"{mech_name} releases no counted entries; only frequency mechanisms (such as cms, hcms, sfp "
                 f"and rappor) take {key}",
             )
-    correction = col.string("correction") if col.has("correction") else default.correction
+    correction = default.correction if c.correction is None else c.correction
     if correction not in CORRECTIONS:
         raise col.error("correction", "bad-value", f"expected one of {', '.join(CORRECTIONS)}; got {correction!r}")
-    if not col.has("alpha"):
+    if c.alpha is None:
         return correction, default.alpha
-    if correction == "pfer":
-        return correction, col.number("alpha", positive=True)
-    alpha = col.number("alpha", positive=True, high=1.0)
-    if alpha >= 1.0:
-        raise col.error("alpha", "out-of-range", f"must lie in (0, 1) for {correction}; got {alpha!r}")
-    return correction, alpha
+    if correction != "pfer" and c.alpha > 1.0:
+        raise col.error("alpha", "out-of-range", f"must be a finite number > 0 and <= 1; got {c.alpha!r}")
+    if correction != "pfer" and c.alpha >= 1.0:
+        raise col.error("alpha", "out-of-range", f"must lie in (0, 1) for {correction}; got {c.alpha!r}")
+    return correction, c.alpha
 
 
-def _discovery(col: _Reader, mech_name: str, mechanism: Mechanism) -> tuple[str | None, int | None]:
-    """A discovery mechanism's ``alphabet`` and ``top_t`` (``None`` when not given: the collector's defaults)."""
-    for key in ("alphabet", "top_t"):
-        if col.has(key) and mechanism.kind is not EstimateKind.DISCOVERY:
+def _discovery(col: _Errors, c: _CollectorTable, mech_name: str, mechanism: Mechanism) -> None:
+    """Check a discovery mechanism's ``alphabet`` and ``top_t`` (``None``: the collector's defaults)."""
+    for key, value in (("alphabet", c.alphabet), ("top_t", c.top_t)):
+        if value is not None and mechanism.kind is not EstimateKind.DISCOVERY:
             raise col.error(
                 key, "unknown-key", f"{mech_name} discovers no strings; only discovery mechanisms (sfp) take {key}"
             )
-    alphabet: str | None = None
-    if col.has("alphabet"):
-        alphabet = col.string("alphabet")
-        symbols = len(set(alphabet))
-        if not alphabet.strip(" "):
+    if c.alphabet is not None:
+        symbols = len(set(c.alphabet))
+        if not c.alphabet.strip(" "):
             raise col.error("alphabet", "bad-value", "give the characters words are made of (and the space)")
         # SFP's fragment candidates per position (003 Alg. 10 step 8): 256 pieces x |alphabet|^l.
         fragment_length = mechanism.fragment_length if isinstance(mechanism, sfp.SequenceFragmentPuzzle) else 1
@@ -664,8 +622,6 @@ def _discovery(col: _Reader, mech_name: str, mechanism: Mechanism) -> tuple[str 
                 f"{symbols} characters give {pairs} fragment candidates per position, more than "
                 f"{_FRAGMENT_CANDIDATES_MAX}; use fewer characters or a shorter fragment_length",
             )
-    top_t = col.integer("top_t", low=1, high=_TOP_T_MAX) if col.has("top_t") else None
-    return alphabet, top_t
 
 
 # --- canonical hash ------------------------------------------------------------------------

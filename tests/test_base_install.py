@@ -16,7 +16,7 @@ SERVER_ONLY = ["scipy", "aiohttp", "starlette", "uvicorn", "prometheus_client", 
 
 _PROBE = f"""
 import json, sys
-import agent.daemon, agent.cli, agent.core
+import agent.daemon, agent.cli, agent.core, runtime.sd_notify
 print(json.dumps(sorted(m for m in {SERVER_ONLY!r} if m in sys.modules)))
 """
 
@@ -31,7 +31,7 @@ def test_the_base_install_runs_the_agent_without_server_libraries(tmp_path: Path
     source.mkdir()
     for name in ("pyproject.toml", "README.md", "LICENSE"):
         shutil.copy(ROOT / name, source / name)
-    for package in ("protocol", "agent", "collector"):
+    for package in ("protocol", "runtime", "agent", "collector"):
         shutil.copytree(ROOT / package, source / package, ignore=shutil.ignore_patterns("__pycache__"))
     # A non-editable install, as a device would get it; dependencies from the index.
     subprocess.run(

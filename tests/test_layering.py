@@ -1,4 +1,4 @@
-"""The dependency direction agent -> protocol <- collector holds."""
+"""The dependency direction holds: agent -> runtime -> protocol <- runtime <- collector, fleet on top."""
 
 from __future__ import annotations
 
@@ -30,6 +30,22 @@ def test_protocol_is_pure() -> None:
     assert not _imports("protocol") & {"asyncio", "socket", "random", "aiomqtt", "paho", "sqlite3"}
 
 
+def test_protocol_does_not_import_runtime() -> None:
+    """protocol/ stays pure: it never uses the host plumbing of runtime/."""
+    assert "runtime" not in _imports("protocol")
+
+
+def test_runtime_imports_only_protocol_of_the_project() -> None:
+    """runtime/ serves agent and collector, so it imports neither of them, nor the simulator."""
+    assert not _imports("runtime") & {"agent", "collector", "fleet"}
+
+
+def test_runtime_stays_light() -> None:
+    """runtime/ is part of a device's base install: no server, plotting or test library."""
+    server = {"scipy", "sklearn", "matplotlib", "aiohttp", "starlette", "uvicorn", "prometheus_client", "psycopg"}
+    assert not _imports("runtime") & (server | {"pytest", "hypothesis"})
+
+
 def test_agent_and_collector_do_not_import_each_other() -> None:
     """The agent never imports the collector and vice versa."""
     assert "collector" not in _imports("agent")
@@ -38,7 +54,7 @@ def test_agent_and_collector_do_not_import_each_other() -> None:
 
 def test_nothing_imports_the_simulator() -> None:
     """The fleet simulator is a package of its own on top: protocol, agent and collector never import it."""
-    for package in ("protocol", "agent", "collector"):
+    for package in ("protocol", "runtime", "agent", "collector"):
         assert "fleet" not in _imports(package), package
 
 

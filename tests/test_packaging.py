@@ -10,7 +10,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 
 
-@pytest.mark.parametrize("package", ["protocol", "agent", "collector", "fleet"])
+@pytest.mark.parametrize("package", ["protocol", "runtime", "agent", "collector", "fleet"])
 def test_each_package_ships_its_py_typed_marker(package: str) -> None:
     """PEP 561: py.typed is in the package and listed as package data, so installed copies are typed."""
     assert (ROOT / package / "py.typed").is_file()

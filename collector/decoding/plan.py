@@ -58,6 +58,7 @@ import json
 import math
 import sys
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any, TypeVar
 
 from collector.decoding.stats import normal_quantile
@@ -68,7 +69,9 @@ from protocol.errors import ParameterError
 from protocol.hcms import HadamardCountMeanSketch
 from protocol.interfaces import DiscoveryMechanism
 from protocol.randomized_response import RandomizedResponse
-from protocol.registry import RegistryError, UseCase, parse_registry
+from protocol.registry import RegistryError, UseCase
+from runtime.errors import SettingFileError
+from runtime.registry_file import read_registry
 
 __all__ = ["MECHANISMS", "PlanError", "build_parser", "discovery_top_t", "main", "plan", "plan_use_case", "sfp_top_t"]
 
@@ -734,10 +737,9 @@ def _solve_n(use_case: UseCase, target: float) -> int:
 def _plan_registered(a: argparse.Namespace) -> Result:
     path = a.registry
     try:
-        with open(path, "rb") as f:
-            registry = parse_registry(f.read(), source=path)
-    except OSError as exc:
-        raise PlanError(f"cannot read the registry {path}: {exc.strerror or exc}") from None
+        registry = read_registry(Path(path))
+    except SettingFileError as exc:
+        raise PlanError(f"registry: {exc.problem}") from None
     except RegistryError as exc:
         raise PlanError(str(exc)) from None
     use_case = registry.use_cases.get(a.use_case)

@@ -27,10 +27,11 @@ from agent.core import Agent
 from agent.daemon import Daemon
 from agent.errors import TransportError
 from agent.mqtt import MqttTransport, random_client_id
-from agent.publisher import Backoff, Publisher
+from agent.publisher import Publisher
 from protocol.randomness import SeededRandom
 from protocol.registry import Registry
 from protocol.wire import decode_report
+from runtime.backoff import Backoff
 from tests.support.broker import Broker, free_port, running_broker
 
 DAY = 86_400.0
@@ -337,6 +338,8 @@ def test_tls_with_client_certificate_and_with_password(
     )
     (tmp_path / "secret").write_text("s3cret\n")
     (tmp_path / "wrong").write_text("guess\n")
+    for name in ("secret", "wrong"):
+        (tmp_path / name).chmod(0o600)  # a password file is readable by its owner only
     with running_broker(tmp_path / "broker", extra_config=extra) as broker:
         configs = {
             "certificate": BrokerConfig(

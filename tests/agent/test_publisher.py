@@ -10,9 +10,10 @@ import pytest
 from agent.clock import FakeClock
 from agent.core import Agent
 from agent.errors import TransportError
-from agent.publisher import Backoff, Publisher
+from agent.publisher import Publisher
 from agent.transport import MemoryTransport
 from protocol.randomness import SeededRandom
+from runtime.backoff import Backoff
 
 DAY = 86_400.0
 
@@ -82,13 +83,3 @@ def test_broker_down_then_back(make_agent: Callable[..., Agent], clock: FakeCloc
     assert len(transport.published) == 3
     assert len({m.payload for m in transport.published}) == 3
     assert transport.connections == 1
-
-
-@pytest.mark.parametrize("attempt", range(12))
-def test_backoff_is_capped_and_jittered(attempt: int) -> None:
-    """Each delay lies in [ceiling/2, ceiling] with ceiling = min(cap, initial * 2**attempt)."""
-    b = Backoff(initial=0.5, cap=30.0)
-    ceiling = min(30.0, 0.5 * 2**attempt)
-    delays = {b.delay(attempt, SeededRandom(s)) for s in range(20)}
-    assert all(ceiling / 2 <= d <= ceiling for d in delays)
-    assert len(delays) > 1

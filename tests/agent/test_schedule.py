@@ -9,7 +9,6 @@ import time
 import pytest
 
 from agent.schedule import ApschedulerWakeups
-from agent.systemd import Notifier
 
 
 def test_wakes_at_the_due_time() -> None:
@@ -56,12 +55,3 @@ def test_catches_up_after_a_suspend(monkeypatch: pytest.MonkeyPatch) -> None:
             await asyncio.wait_for(waiter, timeout=60)
 
     asyncio.run(main())
-
-
-def test_notifier_outside_systemd_is_silent_and_parses_watchdog() -> None:
-    """Without $NOTIFY_SOCKET nothing is sent; WATCHDOG_USEC gives a ping interval of half its value."""
-    assert not Notifier({}).notify("READY=1")
-    n = Notifier({"NOTIFY_SOCKET": "@abstract-test", "WATCHDOG_USEC": "4000000"})
-    assert n.enabled
-    assert n.watchdog_interval == 2.0
-    assert Notifier({"WATCHDOG_USEC": "100", "WATCHDOG_PID": "1"}).watchdog_interval is None

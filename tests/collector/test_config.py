@@ -121,6 +121,7 @@ def _with_files(tmp_path: Path, registry_path: Path) -> tuple[Path, dict[str, Pa
     ca, cert, key = _make_pki(tmp_path / "pki")
     password = tmp_path / "password"
     password.write_text("s3cret\n", encoding="utf-8")
+    password.chmod(0o600)  # a password file is readable by its owner only
     extra = (
         f'[mqtt]\nusername = "collector"\npassword_file = "{password}"\n'
         f'[mqtt.tls]\nca_file = "{ca}"\ncert_file = "{cert}"\nkey_file = "{key}"\n'

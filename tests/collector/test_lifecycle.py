@@ -1,5 +1,6 @@
-"""Nothing blocks the event loop and nothing outlives the collector: sd_notify never blocks,
-the watchdog honours WATCHDOG_USEC, and a SIGKILLed collector leaves no process of its own."""
+"""Nothing blocks the event loop and nothing outlives the collector: the watchdog honours
+WATCHDOG_USEC, and a SIGKILLed collector leaves no process of its own. (The notifier itself,
+shared with the agent, is tested in tests/runtime/test_sd_notify.py.)"""
 
 from __future__ import annotations
 
@@ -14,7 +15,6 @@ import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
-from collector.systemd import DEFAULT_WATCHDOG_S, Notifier
 from tests.collector.processes import ROOT, CollectorProcess, write_config
 from tests.support.broker import Broker, free_port
 
@@ -25,40 +25,6 @@ def _unread_socket() -> tuple[socket.socket, str]:
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
     sock.bind("\0" + name)
     return sock, "@" + name
-
-
-def test_notifications_to_a_full_socket_are_dropped_and_counted_not_blocked() -> None:
-    """Against a socket nobody drains, every notify call returns at once; the ones that cannot go are counted."""
-    sock, address = _unread_socket()
-    try:
-        notifier = Notifier({"NOTIFY_SOCKET": address})
-        results = [notifier.notify("WATCHDOG=1") for _ in range(5_000)]
-        assert notifier.sent == results.count(True) > 0
-        assert notifier.dropped == results.count(False) > 0  # the queue filled; nothing blocked
-        notifier.close()
-    finally:
-        sock.close()
-
-
-def test_no_listener_and_no_socket() -> None:
-    """A socket path nobody listens on drops and counts; without NOTIFY_SOCKET notify is a no-op."""
-    notifier = Notifier({"NOTIFY_SOCKET": "@ldp-test-nobody-listens-here"})
-    assert notifier.notify("READY=1") is False
-    assert notifier.dropped == 1
-    notifier.close()
-    quiet = Notifier({})
-    assert not quiet.enabled
-    assert quiet.notify("READY=1") is False
-    assert quiet.dropped == 0
-
-
-def test_watchdog_interval_is_half_watchdog_usec_for_this_process() -> None:
-    """WATCHDOG_USEC sets the ping interval (half of it); WATCHDOG_PID of another process is ignored."""
-    env = {"NOTIFY_SOCKET": "@x", "WATCHDOG_USEC": "3000000"}
-    assert Notifier(env).watchdog_interval == 1.5
-    assert Notifier(env | {"WATCHDOG_PID": str(os.getpid())}).watchdog_interval == 1.5
-    assert Notifier(env | {"WATCHDOG_PID": str(os.getpid() + 1)}).watchdog_interval == DEFAULT_WATCHDOG_S
-    assert Notifier({"NOTIFY_SOCKET": "@x", "WATCHDOG_USEC": "0"}).watchdog_interval == DEFAULT_WATCHDOG_S
 
 
 def _get(port: int, path: str, timeout: float = 10.0) -> tuple[int, bytes]:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import random
 import struct
 from pathlib import Path
 
@@ -21,6 +20,7 @@ from hypothesis import strategies as st
 from collector.config import MqttConfig
 from collector.errors import TransportError
 from collector.mqtt import MqttProtocolError, MqttTransport, _ConnectionLostError, encode_varint
+from runtime.backoff import Backoff
 from tests.collector.fake_broker import publish, running_fake_broker
 from tests.collector.processes import CollectorProcess, write_config
 from tests.collector.support import run_async
@@ -146,11 +146,11 @@ async def test_backoff_starts_again_after_a_healthy_session(monkeypatch: pytest.
     """Each drop after a granted subscription waits at most the shortest delay; failures in a row double it."""
     bounds: list[float] = []
 
-    def record(low: float, high: float) -> float:
-        bounds.append(high)
+    def record(self: Backoff, attempt: int, fraction: float) -> float:
+        bounds.append(self.ceiling(attempt))
         return 0.0
 
-    monkeypatch.setattr(random, "uniform", record)
+    monkeypatch.setattr(Backoff, "delay", record)
     # Every connection gets one malformed packet after its subscription is granted.
     with running_fake_broker([b"\x30\x00"] * 6) as broker:
         config = MqttConfig(

@@ -86,6 +86,8 @@ async def test_tls_with_password_subscribes_and_a_wrong_password_is_fatal(tmp_pa
     good.write_text("s3cret\n", encoding="utf-8")
     bad = tmp_path / "bad.password"
     bad.write_text("wrong", encoding="utf-8")
+    for secret in (good, bad):
+        secret.chmod(0o600)  # a password file is readable by its owner only
     with running_broker(tmp_path / "broker", extra_config=extra) as broker:
         base = MqttConfig(
             host=broker.host, port=tls_port, client_id="tls-collector", username="collector", tls=TlsConfig(ca_file=ca)

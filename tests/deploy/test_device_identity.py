@@ -129,6 +129,7 @@ def test_agent_publishes_under_the_identity_the_broker_authenticates(
     else:
         password = tmp_path / "password"
         password.write_text(secure_broker.passwords["dev-a"], encoding="utf-8")
+        password.chmod(0o600)
         cfg = BrokerConfig(
             host="127.0.0.1",
             port=secure_broker.tls_port,

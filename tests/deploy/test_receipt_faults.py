@@ -25,11 +25,12 @@ import pytest
 from agent.config import BrokerConfig
 from agent.core import Agent
 from agent.mqtt import MqttTransport
-from agent.publisher import Backoff, Publisher, ReceiptPolicy
+from agent.publisher import Publisher, ReceiptPolicy
 from agent.sealed import Sealer
 from collector.store import CheckpointStore
 from protocol.randomness import SeededRandom
 from protocol.registry import Registry
+from runtime.backoff import Backoff
 from tests.collector.processes import CollectorProcess
 from tests.collector.support import load_registry, plain_equal, reference_aggregates, run_async, write_registry
 from tests.deploy.conftest import BrokerUsers
@@ -81,6 +82,7 @@ class Fleet:
         for d in range(DEVICES):
             password = root / f"dev-{d}.password"
             password.write_text(broker.passwords[f"dev-{d}"] + "\n", encoding="utf-8")
+            password.chmod(0o600)
             self.configs.append(
                 BrokerConfig(
                     host="127.0.0.1",
@@ -172,6 +174,7 @@ async def _until(predicate: Callable[[], bool], timeout: float, what: str) -> fl
 def _collector_config(root: Path, broker: SecureBroker, registry: Path, *, client_id: str, group: str = "") -> Path:
     password = root / "collector-password"
     password.write_text(broker.passwords["collector"] + "\n", encoding="utf-8")
+    password.chmod(0o600)
     path = root / "collector.toml"
     path.write_text(
         f"""registry = "{registry}"

@@ -52,7 +52,7 @@ def test_help_describes_every_flag(capsys: pytest.CaptureFixture[str]) -> None:
         (["--devices", "0"], "at least 1"),
         (["--broker", "localhost"], "HOST:PORT"),
         (["--start", "yesterday"], "YYYY-MM-DD"),
-        (["--registry", "/nonexistent/registry.toml"], "cannot read the registry"),
+        (["--registry", "/nonexistent/registry.toml"], "--registry: cannot read /nonexistent/registry.toml"),
     ],
 )
 def test_input_mistakes_exit_2_with_a_reason(args: list[str], needle: str, capsys: pytest.CaptureFixture[str]) -> None:

@@ -1,0 +1,45 @@
+"""The errors of :mod:`runtime`: a config file that does not decode, a file a setting names that cannot be used.
+
+The runtime helpers know the setting's own name (``ca_file``, ``password_file``) but not the
+config file or the section it sits in; the agent and the collector turn a
+:class:`SettingFileError` into their own ``ConfigError`` naming the config file and the
+dotted field (``broker.ca_file``, ``mqtt.tls.ca_file``), so the operator reads one message
+whichever side reports it.
+"""
+
+from __future__ import annotations
+
+__all__ = ["ConfigFileError", "SettingFileError"]
+
+
+class SettingFileError(ValueError):
+    """A file a setting names is missing, unreadable, too open, or holds the wrong thing.
+
+    Attributes:
+        setting: the setting that names the file (``"ca_file"``, ``"password_file"``).
+        problem: what is wrong, naming the file, and what to do.
+    """
+
+    def __init__(self, setting: str, problem: str) -> None:
+        self.setting = setting
+        self.problem = problem
+        super().__init__(f"{setting}: {problem}")
+
+
+class ConfigFileError(ValueError):
+    """A config file cannot be read, is not TOML, or does not fit its schema.
+
+    Attributes:
+        path: the config file (or the source name given for a document).
+        field: the dotted path of the field at fault (``"broker.port"``), ``""`` for the whole file.
+        kind: machine-readable, as :attr:`protocol.schema.SchemaError.kind`, plus ``unreadable``
+            and ``syntax``.
+        problem: what is wrong, and what was expected.
+    """
+
+    def __init__(self, path: str, field: str, kind: str, problem: str) -> None:
+        self.path = path
+        self.field = field
+        self.kind = kind
+        self.problem = problem
+        super().__init__(f"{path}: {field}: {problem}" if field else f"{path}: {problem}")
