@@ -98,9 +98,9 @@ async def test_receipts_follow_the_commit_with_each_outcome(
     assert all(not t.startswith(b"ldp/v1/reports") for t, _ in transport.receipts)
     assert metrics.receipt_requests_invalid == 1
     text = render_prometheus(metrics, transport.statistics(), instance="t")
-    assert "ldp_collector_receipts_sent_total 25\n" in text
-    assert "ldp_collector_receipts_dropped_total 0\n" in text
-    assert "ldp_collector_receipt_requests_invalid_total 1\n" in text
+    assert "ldp_collector_receipts_sent_total 25.0\n" in text
+    assert "ldp_collector_receipts_dropped_total 0.0\n" in text
+    assert "ldp_collector_receipt_requests_invalid_total 1.0\n" in text
     assert metrics.reports == 20
     assert sent_at_commit
     assert sent_at_commit[-1] == 20
