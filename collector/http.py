@@ -137,17 +137,18 @@ class _Protocol(web.RequestHandler):
         """The response to a request that failed before or outside the application's handlers."""
         if request.writer.output_size > 0:
             raise ConnectionError("the response has begun; no error response can follow")
+        if exc is not None and status < 500:
+            # A scanner or a client speaking something else: routine, logged quietly.
+            log.debug("refused an unparsable HTTP request from %s: %s", request.remote, exc)
         if isinstance(exc, LineTooLong):
             response = _error(431, f"the request line and each header field are limited to {_MAX_LINE} bytes")
         elif isinstance(exc, BadHttpMessage) and exc.message.startswith("Too many headers"):
             response = _error(431, f"a request may carry at most {_MAX_HEADERS} header fields")
-        elif isinstance(exc, BadHttpMessage):
-            # A scanner or a client speaking something else: routine, logged quietly.
-            log.debug("malformed HTTP request from %s: %s", request.remote, exc)
-            response = _error(400, "malformed HTTP/1.1 request")
+        elif status < 500:
+            response = _error(status, "malformed HTTP/1.1 request")
         else:
             log.error("HTTP request failed outside its handler", exc_info=exc)
-            response = _error(500 if status >= 500 else status, "internal error (the collector's log has the details)")
+            response = _error(500, "internal error (the collector's log has the details)")
         response.headers.update(_SECURITY_HEADERS)
         response.force_close()
         return response
