@@ -201,7 +201,9 @@ class HttpApi:
 
     def application(self) -> web.Application:
         """The aiohttp application: the routes and the middleware that shapes every answer."""
-        app = web.Application(middlewares=[self._guard], client_max_size=_MAX_BODY)
+        # A trailing slash redirects to the path without it (the old server ignored it).
+        normalize = web.normalize_path_middleware(append_slash=False, remove_slash=True)
+        app = web.Application(middlewares=[self._guard, normalize], client_max_size=_MAX_BODY)
         get: list[tuple[str, Callable[[web.Request], Awaitable[web.StreamResponse]]]] = [
             ("/", self._dashboard),
             ("/metrics", self._metrics),
@@ -281,6 +283,10 @@ class HttpApi:
                 response = await handler(request)
             except web.HTTPNotFound:
                 response = _error(404, f"no such resource: {request.path[:200]}")
+            except web.HTTPMove as exc:
+                location = str(exc.location)
+                response = _json(exc.status, {"location": location})
+                response.headers["Location"] = location
             except web.HTTPException as exc:
                 response = _error(exc.status, exc.reason)
             except StoreUnavailable as exc:

@@ -186,6 +186,8 @@ async def test_methods_other_than_get_and_head_are_405_without_reading_a_body(
             api.port, b"POST /api/v1/status HTTP/1.1\r\nHost: h\r\nContent-Length: 10485760\r\n\r\n" + b"x" * 4096
         )
         assert _answer(answer)[0] == 405
+        status, body = _answer(await _request(api.port, b"GET /api/v1/status/ HTTP/1.1\r\nHost: h\r\n\r\n"))
+        assert (status, body) == (308, {"location": "/api/v1/status"})
         head = await _request(api.port, b"HEAD /healthz HTTP/1.1\r\nHost: h\r\n\r\n")
         assert head.startswith(b"HTTP/1.1 200")
         assert head.endswith(b"\r\n\r\n")  # the head only
