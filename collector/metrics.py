@@ -324,6 +324,22 @@ def _transport_families(t: TransportStatistics) -> Iterable[Metric]:
             yield _counter(name, help_text, value) if kind == "counter" else _gauge(name, help_text, value)
 
 
+class _ProcessCollector(ProcessCollector):
+    """prometheus_client's process metrics, also under the unit's ``ProcSubset=pid``.
+
+    The library reads the boot time from ``/proc/stat``, which ``ProcSubset=pid`` hides;
+    without it the collector reports nothing at all (seen in tests/deploy/test_container.py).
+    The boot time is also the wall clock minus ``CLOCK_BOOTTIME``, which any process can read;
+    ``/proc/self`` (memory, CPU, open files) stays visible under that sandbox.
+    """
+
+    def _boot_time(self) -> float:
+        try:
+            return float(super()._boot_time())  # type: ignore[no-untyped-call]
+        except OSError:
+            return time.time() - time.clock_gettime(time.CLOCK_BOOTTIME)
+
+
 def _version() -> str:
     try:
         return importlib.metadata.version("ldp-telemetry")
@@ -355,7 +371,7 @@ def metrics_registry(
         {"instance": instance, "registry_hash": registry_hash, "version": _version()}
     )
     if process:
-        ProcessCollector(registry=registry)
+        _ProcessCollector(registry=registry)
         PlatformCollector(registry=registry)
         # The garbage collector's counters are process-wide; the module's own instance reads them.
         registry.register(GC_COLLECTOR)

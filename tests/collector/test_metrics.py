@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import importlib.metadata
+import time
+from pathlib import Path
 
-from prometheus_client import generate_latest
+from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from collector.metrics import IngestMetrics, metrics_registry, render_prometheus
+from collector.metrics import IngestMetrics, _ProcessCollector, metrics_registry, render_prometheus
 from collector.transport import TransportStatistics
 
 
@@ -73,3 +75,16 @@ def test_every_family_has_help_and_type() -> None:
     helped = {line.split()[2] for line in text.splitlines() if line.startswith("# HELP")}
     assert names == helped
     assert {"ldp_collector_info", "ldp_collector_messages_total", "ldp_collector_commit_latency_seconds"} <= names
+
+
+def test_process_metrics_survive_a_hidden_proc_stat(tmp_path: Path) -> None:
+    """With /proc/stat unreadable (the unit's ProcSubset=pid), the process metrics are still there."""
+    proc = tmp_path / "proc"
+    (proc / "stat").mkdir(parents=True)  # a directory: reading it fails as a hidden file does
+    (proc / "self").symlink_to(Path("/proc/self").resolve())
+    registry = CollectorRegistry()
+    collector = _ProcessCollector(proc=str(proc), registry=registry)
+    samples = _samples(generate_latest(registry).decode())
+    assert samples["process_resident_memory_bytes", ()] > 0
+    assert 0 < samples["process_start_time_seconds", ()] <= time.time()
+    assert collector.collect()
