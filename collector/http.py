@@ -22,9 +22,10 @@ Estimates come from aggregates kept materialised in memory and current as commit
 RAPPOR decode never stalls ingest on the event loop. An estimate is computed once per version
 of its aggregate; a repeated request for an unchanged aggregate reuses the encoded answer.
 
-What a hostile client meets: any method but ``GET``/``HEAD`` is 405; a request line or
-header field over 8 KiB, or more than 32 header fields, is 431; a body over 1 KiB is
-refused (nothing here reads one); a connection that has not sent a complete request head
+What a hostile client meets: any method but ``GET``/``HEAD`` is 405 (one the parser does
+not know, 400); a request line or header field over 8 KiB, or more than 32 header fields,
+is 431; a request body is never read (and capped at 1 KiB should a route ever read one);
+an HTTP/1.1 request without ``Host`` is 400 (RFC 9112 §3.2); a connection that has not sent a complete request head
 within 10 s of connecting is closed, however slowly it trickles bytes; one request per
 connection; errors are JSON ``{"error": ...}`` that never carry an exception's class, message or
 traceback (those go to the log). No route reads a file, so no path reaches the file system.
