@@ -1,12 +1,13 @@
-"""The collector's HTTP API, dashboard and Prometheus endpoint, on asyncio streams.
+"""The collector's HTTP API, dashboard and Prometheus endpoint, on aiohttp.
 
-Routes (all ``GET``; JSON unless stated):
+Routes (``GET`` and ``HEAD``; JSON unless stated):
 
 =========================================  ==========================================================
 ``/``                                      the dashboard (one self-contained HTML page, no CDN)
-``/metrics``                               Prometheus text format: messages, rejections by reason,
-                                           duplicates, aggregation lag, checkpoint age, buffer fill
-``/healthz``                               liveness: broker connection, checkpoint age
+``/metrics``                               Prometheus (``prometheus_client``): ingest, transport,
+                                           commit latency and batch histograms, process metrics
+``/healthz``                               liveness: broker connection, checkpoint age; 503 while
+                                           the checkpoint store cannot take commits
 ``/api/v1/status``                         registry hash, periods per use case, lifetime counters,
                                            live ingest metrics and transport state
 ``/api/v1/use-cases``                      the use cases with their mechanism and release rules
@@ -21,85 +22,176 @@ Estimates come from aggregates kept materialised in memory and current as commit
 RAPPOR decode never stalls ingest on the event loop. An estimate is computed once per version
 of its aggregate; a repeated request for an unchanged aggregate reuses the encoded answer.
 
-The server is deliberately small: HTTP/1.1, one request per connection, request head
-capped at 16 KiB and read with a timeout. It binds to loopback by default; put a reverse
-proxy with authentication in front of it to expose it.
+What a hostile client meets: any method but ``GET``/``HEAD`` is 405 (one the parser does
+not know, 400); a request line or header field over 8 KiB, or more than 32 header fields,
+is 431; a request body is never read (and capped at 1 KiB should a route ever read one);
+an HTTP/1.1 request without ``Host`` is 400 (RFC 9112 §3.2); a connection that has not sent a complete request head
+within 10 s of connecting is closed, however slowly it trickles bytes; one request per
+connection; errors are JSON ``{"error": ...}`` that never carry an exception's class, message or
+traceback (those go to the log). No route reads a file, so no path reaches the file system.
+The server binds to loopback by default; put a reverse proxy with authentication in front of
+it to expose it.
+
+This module knows the running service only through :class:`ServiceView` (what it reads of
+it), so ``collector.service`` imports it and not the other way round.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
-import urllib.parse
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
+
+from aiohttp import web
+from aiohttp.http_exceptions import BadHttpMessage, LineTooLong
+from prometheus_client import CollectorRegistry
+from prometheus_client.exposition import choose_encoder
 
 from collector.config import CollectorConfig
 from collector.dashboard import DASHBOARD_HTML
-from collector.errors import CollectorError
+from collector.errors import CollectorError, StoreError, StoreUnavailable
 from collector.estimation import registry_of
 from collector.live import LiveAggregates
-from collector.metrics import IngestMetrics, render_prometheus
+from collector.metrics import IngestMetrics, metrics_registry
+from collector.transport import TransportStatistics
 from protocol.registry import Period
 
-if TYPE_CHECKING:
-    from collector.service import Service
-
-__all__ = ["HttpApi", "serve_http"]
+__all__ = ["HEAD_TIMEOUT_S", "HttpApi", "ServiceView", "StatisticsSource", "serve_http"]
 
 log = logging.getLogger(__name__)
 
-_HEAD_LIMIT = 16 * 1024
-_READ_TIMEOUT = 10.0
+HEAD_TIMEOUT_S = 10.0
+"""Seconds a connection has to deliver a complete request head (one request per connection)."""
+
+_MAX_LINE = 8190  # the request line (method, target, version) and each header field, in bytes
+_MAX_HEADERS = 32  # a browser sends about 15; bounds a head at about 270 KiB
+_MAX_BODY = 1024  # nothing is uploaded: every route is GET
 _MAX_PERIOD = max(p.max_index for p in Period)  # larger indices overflowed SQLite's integers (HTTP 500)
-_REASONS = {
-    200: "OK",
-    400: "Bad Request",
-    404: "Not Found",
-    405: "Method Not Allowed",
-    431: "Request Header Fields Too Large",
-    500: "Internal Server Error",
-    503: "Service Unavailable",
-}
+_CACHED_BODIES = 1024
+# Server: the name only; aiohttp would announce its version and Python's.
+_SECURITY_HEADERS = {"Cache-Control": "no-store", "X-Content-Type-Options": "nosniff", "Server": "ldp-collector"}
 
 
-@dataclass(frozen=True)
-class _Response:
-    status: int
-    body: bytes
-    content_type: str = "application/json"
+class StatisticsSource(Protocol):
+    """Anything with the transport's counters (``collector.mqtt.MqttTransport``)."""
+
+    def statistics(self) -> TransportStatistics:
+        """A snapshot of the counters."""
+        ...
 
 
-def _json(status: int, data: object) -> _Response:
-    return _Response(status, json.dumps(data, sort_keys=True, allow_nan=False).encode())
+class ServiceView(Protocol):
+    """What the HTTP layer reads of a running service (``collector.service.Service`` is one)."""
+
+    @property
+    def config(self) -> CollectorConfig:
+        """The collector configuration."""
+        ...
+
+    @property
+    def live(self) -> LiveAggregates:
+        """The materialised aggregates estimates are computed from."""
+        ...
+
+    @property
+    def metrics(self) -> IngestMetrics:
+        """Ingest's counters (health and status)."""
+        ...
+
+    @property
+    def transport(self) -> StatisticsSource:
+        """The broker connection (its statistics)."""
+        ...
+
+    @property
+    def prometheus(self) -> CollectorRegistry:
+        """The service's own Prometheus registry."""
+        ...
 
 
-def _error(status: int, message: str) -> _Response:
+def _json(status: int, data: object) -> web.Response:
+    body = json.dumps(data, sort_keys=True, allow_nan=False).encode()
+    return web.Response(status=status, body=body, content_type="application/json")
+
+
+def _error(status: int, message: str) -> web.Response:
     return _json(status, {"error": message})
+
+
+class _Protocol(web.RequestHandler):
+    """aiohttp's connection handler, with the collector's answers to requests it cannot parse.
+
+    aiohttp answers a malformed request itself, as text that quotes the offending bytes, and
+    every over-long line as 400; here a line over the limit is 431 (RFC 6585 §5) and every
+    answer is the API's JSON error, naming the limit and never echoing the input.
+    """
+
+    def handle_error(
+        self,
+        request: web.BaseRequest,
+        status: int = 500,
+        exc: BaseException | None = None,
+        message: str | None = None,
+    ) -> web.StreamResponse:
+        """The response to a request that failed before or outside the application's handlers."""
+        if request.writer.output_size > 0:
+            raise ConnectionError("the response has begun; no error response can follow")
+        if exc is not None and status < 500:
+            # A scanner or a client speaking something else: routine, logged quietly.
+            log.debug("refused an unparsable HTTP request from %s: %s", request.remote, exc)
+        if isinstance(exc, LineTooLong):
+            response = _error(431, f"the request line and each header field are limited to {_MAX_LINE} bytes")
+        elif isinstance(exc, BadHttpMessage) and exc.message.startswith("Too many headers"):
+            response = _error(431, f"a request may carry at most {_MAX_HEADERS} header fields")
+        elif status < 500:
+            response = _error(status, "malformed HTTP/1.1 request")
+        else:
+            log.error("HTTP request failed outside its handler", exc_info=exc)
+            response = _error(500, "internal error (the collector's log has the details)")
+        response.headers.update(_SECURITY_HEADERS)
+        response.force_close()
+        return response
 
 
 class HttpApi:
     """The HTTP endpoints over a checkpoint store, optionally attached to a running service.
 
     Args:
-        config: the collector configuration (store path, registry, estimation settings).
-        service: the running service, for live metrics; None serves a store read-only.
+        config: the collector configuration (store path, registry, estimation settings, ``http``).
+        service: the running service, for live metrics and health; None serves a store read-only.
+        live: the materialised aggregates to read (default: the service's, or new ones this API owns).
+        head_timeout: seconds a connection has to send its request head (tests shorten it).
     """
 
     def __init__(
-        self, config: CollectorConfig, *, service: Service | None = None, live: LiveAggregates | None = None
+        self,
+        config: CollectorConfig,
+        *,
+        service: ServiceView | None = None,
+        live: LiveAggregates | None = None,
+        head_timeout: float = HEAD_TIMEOUT_S,
     ) -> None:
         self.config = config
+        self.head_timeout = head_timeout
         self.service = service
         if live is None and service is not None:
             live = service.live
         self._owns_live = live is None
         self.live = live or LiveAggregates(config, registry_of(config))
+        if service is not None:
+            self.prometheus = service.prometheus
+        else:
+            self.prometheus = metrics_registry(
+                IngestMetrics(),
+                transport=lambda: None,
+                instance=config.instance,
+                registry_hash=self.live.registry.hash_hex,
+            )
         # The encoded estimate per request, with the version it was computed for.
         self._bodies: dict[tuple[str, int | None, bool], tuple[tuple[str, int, int], bytes]] = {}
+        self._runner: web.AppRunner | None = None
         self._server: asyncio.Server | None = None
 
     @property
@@ -108,10 +200,51 @@ class HttpApi:
         assert self._server is not None
         return int(self._server.sockets[0].getsockname()[1])
 
+    def application(self) -> web.Application:
+        """The aiohttp application: the routes and the middleware that shapes every answer."""
+        # A trailing slash redirects to the path without it (the old server ignored it).
+        normalize = web.normalize_path_middleware(append_slash=False, remove_slash=True)
+        app = web.Application(middlewares=[self._guard, normalize], client_max_size=_MAX_BODY)
+        get: list[tuple[str, Callable[[web.Request], Awaitable[web.StreamResponse]]]] = [
+            ("/", self._dashboard),
+            ("/metrics", self._metrics),
+            ("/healthz", self._health),
+            ("/api/v1/status", self._status),
+            ("/api/v1/use-cases", self._use_cases),
+            ("/api/v1/use-cases/{name}", self._use_case),
+            ("/api/v1/use-cases/{name}/estimate", self._estimate),
+            ("/api/v1/use-cases/{name}/series", self._series),
+        ]
+        app.add_routes([web.get(path, handler) for path, handler in get])  # HEAD too (allow_head)
+        return app
+
     async def start(self) -> int:
         """Bind and start accepting; returns the port."""
         http = self.config.http
-        self._server = await asyncio.start_server(self._handle, http.host, http.port, limit=_HEAD_LIMIT)
+        runner = web.AppRunner(self.application(), handle_signals=False, access_log=None, shutdown_timeout=5.0)
+        await runner.setup()
+        self._runner = runner
+        manager = runner.server
+        assert manager is not None
+        loop = asyncio.get_running_loop()
+
+        def protocol() -> _Protocol:
+            # aiohttp arms this timeout when a connection opens and closes the connection if
+            # no complete request has arrived by then; bytes of a partial head do not reset
+            # it, so it also bounds a client that trickles them (slowloris).
+            return _Protocol(
+                manager,
+                loop=loop,
+                keepalive_timeout=self.head_timeout,
+                # None: no access log (aiohttp's own runners accept it; the signature says Logger).
+                access_log=None,  # type: ignore[arg-type]
+                max_line_size=_MAX_LINE,
+                max_field_size=_MAX_LINE,
+                max_headers=_MAX_HEADERS,
+                lingering_time=1.0,
+            )
+
+        self._server = await loop.create_server(protocol, http.host, http.port, reuse_address=True)
         log.info("HTTP API and dashboard on http://%s:%d/", http.host, self.port)
         return self.port
 
@@ -126,169 +259,114 @@ class HttpApi:
             await self.close()
 
     async def close(self) -> None:
-        """Stop accepting; release the materialised aggregates if this API made them."""
+        """Stop accepting, end the connections; release the materialised aggregates if this API made them."""
         if self._server is not None:
             self._server.close()
-            with contextlib.suppress(Exception):
-                await self._server.wait_closed()
             self._server = None
+        if self._runner is not None:
+            runner, self._runner = self._runner, None
+            await runner.cleanup()
         if self._owns_live:
+            self._owns_live = False
             await asyncio.to_thread(self.live.close)
 
-    async def _estimate(self, name: str, period: int | None, *, withheld: bool) -> _Response:
-        version, result = await self.live.estimate(name, period, withheld=withheld)
-        cached = self._bodies.get((name, period, withheld))
-        if cached is not None and cached[0] == version:
-            return _Response(200, cached[1])
-        response = _json(200, result)
-        if len(self._bodies) >= 1024:
-            self._bodies.clear()  # requests name arbitrary periods; keep this bounded
-        self._bodies[(name, period, withheld)] = (version, response.body)
+    # -- the middleware: methods, error bodies, headers ----------------------------------------
+
+    @web.middleware
+    async def _guard(
+        self, request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+    ) -> web.StreamResponse:
+        if request.method not in ("GET", "HEAD"):
+            response: web.StreamResponse = _error(405, "only GET and HEAD are served")
+            response.headers["Allow"] = "GET, HEAD"
+        else:
+            try:
+                response = await handler(request)
+            except web.HTTPNotFound:
+                response = _error(404, f"no such resource: {request.path[:200]}")
+            except web.HTTPMove as exc:
+                location = str(exc.location)
+                response = _json(exc.status, {"location": location})
+                response.headers["Location"] = location
+            except web.HTTPException as exc:
+                response = _error(exc.status, exc.reason)
+            except StoreUnavailable as exc:
+                # The store's state is public (healthz says the same); its file name is not.
+                log.warning("HTTP %s %s: checkpoint store unavailable: %s", request.method, request.path, exc)
+                response = _error(503, f"the checkpoint store is unavailable ({exc.cause}); try again later")
+            except (StoreError, CollectorError):
+                log.exception("HTTP %s %s failed", request.method, request.path)
+                response = _error(500, "the checkpoint store could not be read (the collector's log has the details)")
+            except Exception:
+                # One failing request must not take ingest down with it: answer 500, keep the
+                # traceback in the log, and leave the root task group alone. An internal
+                # KeyError lands here too: it is our fault, not a missing resource.
+                log.exception("HTTP %s %s failed", request.method, request.path)
+                response = _error(500, "internal error (the collector's log has the details)")
+        response.headers.update(_SECURITY_HEADERS)
+        # One request per connection, as clients of this API expect (they read to the end of
+        # the stream): the head deadline then bounds every connection's idle time.
+        response.force_close()
         return response
 
-    # -- request handling ----------------------------------------------------------------
+    # -- the routes -----------------------------------------------------------------------------
 
-    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            try:
-                head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), _READ_TIMEOUT)
-            except asyncio.LimitOverrunError:
-                # RFC 6585 §5: say why instead of closing silently; the rest is not read.
-                await self._write(writer, _error(431, f"request head over {_HEAD_LIMIT} bytes"), head_only=False)
-                # Read (a bounded amount of) what the client is still sending: closing with
-                # unread input sends a reset, which can destroy the answer before it is read.
-                with contextlib.suppress(Exception):
-                    for _ in range(4):
-                        if not await asyncio.wait_for(reader.read(_HEAD_LIMIT), 1.0):
-                            break
-                return
-            except (asyncio.IncompleteReadError, TimeoutError, ConnectionError):
-                return
-            request_line = head.split(b"\r\n", 1)[0].decode("latin-1")
-            parts = request_line.split(" ")
-            if len(parts) != 3 or not parts[2].startswith("HTTP/1."):
-                response = _error(400, "malformed request line")
-                method = "GET"
-            else:
-                method, target = parts[0], parts[1]
-                response = await self._route(method, target)
-            await self._write(writer, response, head_only=method == "HEAD")
-        finally:
-            writer.close()
-            with contextlib.suppress(ConnectionError, TimeoutError):
-                await asyncio.wait_for(writer.wait_closed(), 5.0)
+    def _unknown(self, name: str) -> web.Response | None:
+        """404 for a use case the registry does not have (checked here, never by catching KeyError)."""
+        if name in self.live.registry.use_cases:
+            return None
+        return _error(404, f"unknown use case {name[:80]!r}")
 
-    @staticmethod
-    async def _write(writer: asyncio.StreamWriter, response: _Response, *, head_only: bool) -> None:
-        head = (
-            f"HTTP/1.1 {response.status} {_REASONS.get(response.status, 'Error')}\r\n"
-            f"Content-Type: {response.content_type}\r\n"
-            f"Content-Length: {len(response.body)}\r\n"
-            "Cache-Control: no-store\r\n"
-            "X-Content-Type-Options: nosniff\r\n"
-            "Connection: close\r\n\r\n"
-        )
-        writer.write(head.encode("latin-1") + (b"" if head_only else response.body))
-        with contextlib.suppress(ConnectionError):
-            await writer.drain()
+    async def _dashboard(self, request: web.Request) -> web.Response:
+        return web.Response(text=DASHBOARD_HTML, content_type="text/html", charset="utf-8")
 
-    async def _route(self, method: str, target: str) -> _Response:
-        if method not in ("GET", "HEAD"):
-            return _error(405, "only GET and HEAD are served")
-        url = urllib.parse.urlsplit(target)
-        query = urllib.parse.parse_qs(url.query)
-        path = url.path.rstrip("/") or "/"
-        segments = [urllib.parse.unquote(s) for s in path.strip("/").split("/")] if path != "/" else []
-        routes: dict[str, Callable[[], Awaitable[_Response]]] = {
-            "/": self._dashboard,
-            "/metrics": self._metrics,
-            "/healthz": self._health,
-            "/api/v1/status": self._status,
-            "/api/v1/use-cases": self._use_cases,
-        }
-        try:
-            if path in routes:
-                return await routes[path]()
-            if len(segments) >= 4 and segments[:3] == ["api", "v1", "use-cases"]:
-                name = segments[3]
-                if len(segments) == 4:
-                    return await self._use_case(name)
-                if len(segments) == 5 and segments[4] == "estimate":
-                    raw = query.get("period", [None])[0]
-                    try:
-                        period = None if raw is None else int(raw)
-                    except ValueError:
-                        return _error(400, f"period must be an integer; got {str(raw)[:40]!r}")
-                    if period is not None and not 0 <= period <= _MAX_PERIOD:
-                        return _error(400, f"period must be a slot index in [0, {_MAX_PERIOD}]; got {str(raw)[:40]}")
-                    flag = query.get("withheld", ["0"])[0]
-                    if flag not in ("0", "1"):
-                        return _error(400, f"withheld must be 0 or 1; got {flag!r}")
-                    return await self._estimate(name, period, withheld=flag == "1")
-                if len(segments) == 5 and segments[4] == "series":
-                    return _json(200, await self.live.series(name))
-            return _error(404, f"no such resource: {path}")
-        except KeyError as exc:
-            return _error(404, f"unknown use case {exc.args[0]!r}")
-        except CollectorError as exc:
-            return _error(500, str(exc))
-        except Exception as exc:
-            # One failing request must not take ingest down with it: answer 500, keep the
-            # traceback in the log, and leave the root task group alone.
-            log.exception("HTTP %s %s failed", method, target)
-            return _error(500, f"{type(exc).__name__}: {exc}")
+    async def _metrics(self, request: web.Request) -> web.Response:
+        encoder, content_type = choose_encoder(request.headers.get("Accept", ""))
+        response = web.Response(body=encoder(self.prometheus))
+        response.headers["Content-Type"] = content_type
+        return response
 
-    async def _dashboard(self) -> _Response:
-        return _Response(200, DASHBOARD_HTML.encode(), "text/html; charset=utf-8")
-
-    def _live(self) -> tuple[IngestMetrics | None, Any]:
-        if self.service is None:
-            return None, None
-        return self.service.metrics, self.service.transport.statistics()
-
-    async def _metrics(self) -> _Response:
-        metrics, transport = self._live()
-        text = render_prometheus(metrics or IngestMetrics(), transport, instance=self.config.instance)
-        return _Response(200, text.encode(), "text/plain; version=0.0.4; charset=utf-8")
-
-    async def _health(self) -> _Response:
-        metrics, transport = self._live()
+    async def _health(self, request: web.Request) -> web.Response:
         body: dict[str, Any] = {"status": "ok", "instance": self.config.instance}
-        if metrics is not None and transport is not None:
-            snap = metrics.snapshot()
-            body.update(connected=transport.connected, checkpoint_age_seconds=snap["checkpoint_age_seconds"])
-        if metrics is not None and metrics.store_error:
+        if self.service is None:
+            return _json(200, body)
+        metrics = self.service.metrics
+        snap = metrics.snapshot()
+        body.update(
+            connected=self.service.transport.statistics().connected,
+            checkpoint_age_seconds=snap["checkpoint_age_seconds"],
+        )
+        if metrics.store_error:
             # Up, but not counting: reports wait at the broker until the store takes commits again.
             body.update(status="unhealthy", cause=metrics.store_error, detail=metrics.store_error_detail)
             return _json(503, body)
         return _json(200, body)
 
-    async def _status(self) -> _Response:
+    async def _status(self, request: web.Request) -> web.Response:
         status = await self.live.status()
-        metrics, transport = self._live()
         status["instance"] = self.config.instance
-        if metrics is not None:
-            status["live"] = metrics.snapshot()
-        if transport is not None:
+        if self.service is not None:
+            status["live"] = self.service.metrics.snapshot()
+            t = self.service.transport.statistics()
             status["transport"] = {
-                "connected": transport.connected,
-                "connects": transport.connects,
-                "buffered": transport.buffered,
-                "unacked": transport.unacked,
-                "capacity": transport.capacity,
-                "received": transport.received,
-                "acked": transport.acked,
-                "stale_acks": transport.stale_acks,
-                "dropped": transport.dropped,
-                "protocol_errors": transport.protocol_errors,
-                "over_receive_maximum": transport.over_receive_maximum,
-                "receipts_sent": transport.receipts_sent,
-                "receipts_dropped": transport.receipts_dropped,
-                "broker": dict(transport.broker),
+                "connected": t.connected,
+                "connects": t.connects,
+                "buffered": t.buffered,
+                "unacked": t.unacked,
+                "capacity": t.capacity,
+                "received": t.received,
+                "acked": t.acked,
+                "stale_acks": t.stale_acks,
+                "dropped": t.dropped,
+                "protocol_errors": t.protocol_errors,
+                "over_receive_maximum": t.over_receive_maximum,
+                "receipts_sent": t.receipts_sent,
+                "receipts_dropped": t.receipts_dropped,
+                "broker": dict(t.broker),
             }
         return _json(200, status)
 
-    async def _use_cases(self) -> _Response:
+    async def _use_cases(self, request: web.Request) -> web.Response:
         status = await self.live.status()
         return _json(
             200,
@@ -298,14 +376,47 @@ class HttpApi:
             ],
         )
 
-    async def _use_case(self, name: str) -> _Response:
+    async def _use_case(self, request: web.Request) -> web.Response:
+        name = request.match_info["name"]
+        if (unknown := self._unknown(name)) is not None:
+            return unknown
         status = await self.live.status()
-        if name not in status["use_cases"]:
-            raise KeyError(name)
-        return _json(200, {"name": name} | status["use_cases"][name])
+        return _json(200, {"name": name} | status["use_cases"].get(name, {"periods": []}))
+
+    async def _series(self, request: web.Request) -> web.Response:
+        name = request.match_info["name"]
+        if (unknown := self._unknown(name)) is not None:
+            return unknown
+        return _json(200, await self.live.series(name))
+
+    async def _estimate(self, request: web.Request) -> web.Response:
+        name = request.match_info["name"]
+        if (unknown := self._unknown(name)) is not None:
+            return unknown
+        # A blank value is no value, as urllib.parse.parse_qs reads it.
+        raw = request.query.get("period") or None
+        try:
+            period = None if raw is None else int(raw)
+        except ValueError:
+            return _error(400, f"period must be an integer; got {str(raw)[:40]!r}")
+        if period is not None and not 0 <= period <= _MAX_PERIOD:
+            return _error(400, f"period must be a slot index in [0, {_MAX_PERIOD}]; got {str(raw)[:40]}")
+        flag = request.query.get("withheld") or "0"
+        if flag not in ("0", "1"):
+            return _error(400, f"withheld must be 0 or 1; got {flag[:40]!r}")
+        withheld = flag == "1"
+        version, result = await self.live.estimate(name, period, withheld=withheld)
+        cached = self._bodies.get((name, period, withheld))
+        if cached is not None and cached[0] == version:
+            return web.Response(body=cached[1], content_type="application/json")
+        response = _json(200, result)
+        if len(self._bodies) >= _CACHED_BODIES:
+            self._bodies.clear()  # requests name arbitrary periods; keep this bounded
+        assert isinstance(response.body, bytes)
+        self._bodies[(name, period, withheld)] = (version, response.body)
+        return response
 
 
-async def serve_http(service: Service) -> None:
+async def serve_http(service: ServiceView) -> None:
     """Serve the HTTP API of a running service until cancelled."""
-    api = HttpApi(service.config, service=service)
-    await api.serve()
+    await HttpApi(service.config, service=service).serve()

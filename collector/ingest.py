@@ -453,6 +453,16 @@ class Ingest:
         m = self.metrics
         m.commits += 1
         m.commit_seconds += result.seconds
+        m.observe_commit(seconds=result.seconds, batch=len(commit.reports))
+        # Each report's outcome, as its receipt states it (a duplicate of a stored id counts).
+        for report in commit.reports:
+            if report.report_id in result.expired_ids:
+                outcome = "period-expired"
+            elif report.report_id in result.over_allowance_ids:
+                outcome = "over-allowance"
+            else:
+                outcome = "counted"
+            m.use_case_reports[report.use_case.name, outcome] += 1
         m.reports += result.reports
         m.records += result.records
         m.duplicates += result.duplicates

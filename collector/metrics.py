@@ -1,4 +1,12 @@
-"""Ingest counters and gauges, and their Prometheus text exposition.
+"""Ingest counters and gauges, and their Prometheus exposition through ``prometheus_client``.
+
+:class:`IngestMetrics` holds what ingest does as plain numbers (the API's ``/api/v1/status``
+shows them as JSON) plus two histograms, commit latency and fold batch size. At scrape time a
+custom collector (:class:`ServiceCollector`) reads them and the transport's statistics into
+metric families, so ingest never formats anything and the values cannot drift between
+``/metrics`` and the status document. :func:`metrics_registry` makes one
+``CollectorRegistry`` per service (several services may run in one process, in tests and
+when embedded) with the process and platform collectors and an info metric.
 
 Counters start at zero with the process (Prometheus handles resets); the lifetime totals
 live in the checkpoint database's ``counters`` table and are shown by ``/api/v1/status``.
@@ -7,14 +15,62 @@ Everything here is read and written from the event loop thread only.
 
 from __future__ import annotations
 
+import importlib.metadata
 import time
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+
+from prometheus_client import (
+    GC_COLLECTOR,
+    CollectorRegistry,
+    Histogram,
+    Info,
+    PlatformCollector,
+    ProcessCollector,
+    generate_latest,
+)
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 from collector.transport import TransportStatistics
 
-__all__ = ["IngestMetrics", "render_prometheus"]
+__all__ = [
+    "COMMIT_LATENCY_BUCKETS",
+    "FOLD_BATCH_BUCKETS",
+    "IngestMetrics",
+    "ServiceCollector",
+    "metrics_registry",
+    "render_prometheus",
+]
+
+COMMIT_LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+"""Seconds. A commit of a few hundred reports takes milliseconds on SQLite; the top buckets
+catch a store that is slowing down (a full WAL, a busy PostgreSQL) before it fails."""
+
+FOLD_BATCH_BUCKETS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 4000, 10_000, 50_000)
+"""Reports per commit, up to the shuffle buffer's bound (``ingest.commit_max_reports``, 4000
+by default; at most 2^20). A batch that stays at 1 under load means commits outpace arrivals."""
+
+
+def _commit_latency() -> Histogram:
+    # registry=None: the histogram belongs to this IngestMetrics, and reaches a registry only
+    # through the ServiceCollector, so two services in one process never share one.
+    return Histogram(
+        "ldp_collector_commit_latency_seconds",
+        "Time each checkpoint transaction took.",
+        buckets=COMMIT_LATENCY_BUCKETS,
+        registry=None,
+    )
+
+
+def _fold_batch() -> Histogram:
+    return Histogram(
+        "ldp_collector_fold_batch_reports",
+        "Reports handed to each checkpoint transaction (folded, duplicate or refused there).",
+        buckets=FOLD_BATCH_BUCKETS,
+        registry=None,
+    )
 
 
 @dataclass
@@ -45,6 +101,11 @@ class IngestMetrics:
             without blocking (``runtime.sd_notify``).
         receipt_requests_invalid: receipt requests ignored (a response topic outside
             ``mqtt.receipt_prefix``, or missing or oversize Correlation Data).
+        use_case_reports: reports settled by a commit, by (use case, outcome): ``counted``
+            (folded now, or already folded by an earlier delivery), ``period-expired`` or
+            ``over-allowance`` - what the report's receipt says.
+        commit_latency: a histogram of each commit's duration.
+        fold_batch: a histogram of the reports handed to each commit.
     """
 
     messages: int = 0
@@ -66,7 +127,15 @@ class IngestMetrics:
     store_error_detail: str = ""
     store_failures: Counter[str] = field(default_factory=Counter)
     receipt_requests_invalid: int = 0
+    use_case_reports: Counter[tuple[str, str]] = field(default_factory=Counter)
     started: float = field(default_factory=time.time)
+    commit_latency: Histogram = field(default_factory=_commit_latency, repr=False, compare=False)
+    fold_batch: Histogram = field(default_factory=_fold_batch, repr=False, compare=False)
+
+    def observe_commit(self, *, seconds: float, batch: int) -> None:
+        """Record one commit's duration and the number of reports it was handed."""
+        self.commit_latency.observe(seconds)
+        self.fold_batch.observe(batch)
 
     def snapshot(self, now: float | None = None) -> dict[str, object]:
         """Plain, JSON-ready values."""
@@ -120,8 +189,193 @@ _BROKER_METRICS: tuple[tuple[str, str, str, str], ...] = (
 )
 
 
-def _escape(value: str) -> str:
-    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+def _counter(name: str, help_text: str, value: float) -> CounterMetricFamily:
+    return CounterMetricFamily(name, help_text, value=value)
+
+
+def _gauge(name: str, help_text: str, value: float) -> GaugeMetricFamily:
+    return GaugeMetricFamily(name, help_text, value=value)
+
+
+def _labelled(name: str, help_text: str, label: str, values: Mapping[str, float]) -> CounterMetricFamily:
+    family = CounterMetricFamily(name, help_text, labels=[label])
+    for key, value in sorted(values.items()):
+        family.add_metric([key], value)
+    return family
+
+
+class ServiceCollector(Collector):
+    """The ingest metrics and the transport's statistics, read at each scrape.
+
+    Args:
+        metrics: ingest's numbers.
+        transport: returns the transport's statistics, or None (a read-only API has no transport).
+    """
+
+    def __init__(self, metrics: IngestMetrics, transport: Callable[[], TransportStatistics | None]) -> None:
+        self._metrics = metrics
+        self._transport = transport
+
+    def collect(self) -> Iterable[Metric]:
+        """The metric families, from the values as they are now."""
+        m = self._metrics
+        now = time.time()
+        yield _counter("ldp_collector_messages_total", "Messages received from the broker.", m.messages)
+        yield _labelled("ldp_collector_rejected_total", "Messages refused, by reason.", "reason", m.rejected)
+        yield _counter(
+            "ldp_collector_duplicates_total", "Valid reports whose report id was already folded.", m.duplicates
+        )
+        yield _counter("ldp_collector_reports_folded_total", "Reports folded and committed.", m.reports)
+        yield _counter("ldp_collector_records_folded_total", "Records folded and committed.", m.records)
+        by_use_case = CounterMetricFamily(
+            "ldp_collector_use_case_reports_total",
+            "Reports settled by a commit, by use case and outcome (counted, or the reason it was refused).",
+            labels=["use_case", "outcome"],
+        )
+        for (use_case, outcome), value in sorted(m.use_case_reports.items()):
+            by_use_case.add_metric([use_case, outcome], value)
+        yield by_use_case
+        yield _counter("ldp_collector_commits_total", "Checkpoint transactions committed.", m.commits)
+        yield _counter("ldp_collector_commit_seconds_total", "Time spent in checkpoint transactions.", m.commit_seconds)
+        yield from m.commit_latency.collect()
+        yield from m.fold_batch.collect()
+        yield _gauge(
+            "ldp_collector_aggregation_lag_seconds",
+            "How long the oldest uncommitted (or last committed) message has waited since receipt.",
+            m.current_lag(),
+        )
+        age = now - m.last_commit if m.last_commit else now - m.started
+        yield _gauge("ldp_collector_checkpoint_age_seconds", "Seconds since the last checkpoint commit.", age)
+        yield _gauge(
+            "ldp_collector_buffer_fill_ratio",
+            "Fill of the shuffle buffer (pending reports / its bound).",
+            m.pending / m.capacity,
+        )
+        yield _gauge("ldp_collector_buffer_reports", "Reports waiting in the shuffle buffer.", m.pending)
+        yield _counter("ldp_collector_compactions_total", "Segment folds into base aggregates.", m.compactions)
+        yield _counter("ldp_collector_pruned_ids_total", "Report ids forgotten after retention.", m.pruned)
+        yield _gauge(
+            "ldp_collector_store_available",
+            "1 while the checkpoint store takes commits; 0 while ingest waits for it (see store failures).",
+            int(not m.store_error),
+        )
+        yield _labelled(
+            "ldp_collector_store_failures_total",
+            "Commit attempts the checkpoint store could not take, by cause.",
+            "cause",
+            m.store_failures,
+        )
+        yield _counter(
+            "ldp_collector_sd_notify_dropped_total",
+            "Notifications to systemd dropped rather than block the event loop.",
+            m.sd_notify_dropped,
+        )
+        yield _counter(
+            "ldp_collector_receipt_requests_invalid_total",
+            "Receipt requests ignored (response topic outside the receipt prefix, bad correlation data).",
+            m.receipt_requests_invalid,
+        )
+        transport = self._transport()
+        if transport is not None:
+            yield from _transport_families(transport)
+
+    def describe(self) -> Iterable[Metric]:
+        """Nothing up front: the families depend on the transport (the registry then skips the name check)."""
+        return []
+
+
+def _transport_families(t: TransportStatistics) -> Iterable[Metric]:
+    yield _gauge("ldp_collector_broker_connected", "1 if subscribed to the broker.", int(t.connected))
+    yield _counter("ldp_collector_broker_connects_total", "Broker connections made.", t.connects)
+    yield _gauge("ldp_collector_transport_buffered", "Messages received and not yet taken by ingest.", t.buffered)
+    yield _gauge("ldp_collector_transport_unacked", "QoS 1 messages received and not yet acknowledged.", t.unacked)
+    yield _gauge(
+        "ldp_collector_transport_capacity",
+        "Most unacknowledged messages the broker may send (Receive Maximum).",
+        t.capacity,
+    )
+    yield _counter(
+        "ldp_collector_stale_acks_total", "Acknowledgements dropped because their connection had ended.", t.stale_acks
+    )
+    yield _counter("ldp_collector_dropped_total", "QoS 0 messages dropped on a full buffer.", t.dropped)
+    yield _counter(
+        "ldp_collector_transport_protocol_errors_total",
+        "Broker connections dropped for invalid MQTT or a broken limit (then reconnected).",
+        t.protocol_errors,
+    )
+    yield _counter(
+        "ldp_collector_transport_over_receive_maximum_total",
+        "QoS 1 messages the broker sent beyond our Receive Maximum.",
+        t.over_receive_maximum,
+    )
+    yield _counter(
+        "ldp_collector_receipts_sent_total", "Commit receipts published (one per answered report).", t.receipts_sent
+    )
+    yield _counter(
+        "ldp_collector_receipts_dropped_total",
+        "Commit receipts not sent because the broker connection was down (the agent resends).",
+        t.receipts_dropped,
+    )
+    # The broker's own counters ($SYS/broker/..., see collector.mqtt.BROKER_COUNTERS): a
+    # growing dropped count means reports were lost at the broker (full queues).
+    for topic, name, kind, help_text in _BROKER_METRICS:
+        if topic in t.broker:
+            value = t.broker[topic]
+            yield _counter(name, help_text, value) if kind == "counter" else _gauge(name, help_text, value)
+
+
+class _ProcessCollector(ProcessCollector):
+    """prometheus_client's process metrics, also under the unit's ``ProcSubset=pid``.
+
+    The library reads the boot time from ``/proc/stat``, which ``ProcSubset=pid`` hides;
+    without it the collector reports nothing at all (seen in tests/deploy/test_container.py).
+    The boot time is also the wall clock minus ``CLOCK_BOOTTIME``, which any process can read;
+    ``/proc/self`` (memory, CPU, open files) stays visible under that sandbox.
+    """
+
+    def _boot_time(self) -> float:
+        try:
+            return float(super()._boot_time())  # type: ignore[no-untyped-call]
+        except OSError:
+            return time.time() - time.clock_gettime(time.CLOCK_BOOTTIME)
+
+
+def _version() -> str:
+    try:
+        return importlib.metadata.version("ldp-telemetry")
+    except importlib.metadata.PackageNotFoundError:  # a source tree that was never installed
+        return "unknown"
+
+
+def metrics_registry(
+    metrics: IngestMetrics,
+    *,
+    transport: Callable[[], TransportStatistics | None],
+    instance: str,
+    registry_hash: str = "",
+    process: bool = True,
+) -> CollectorRegistry:
+    """One service's Prometheus registry.
+
+    Args:
+        metrics: the service's ingest metrics (read at each scrape).
+        transport: returns the transport's statistics at each scrape (or None).
+        instance: the collector's instance name (``instance`` in the config).
+        registry_hash: the canonical hash of the use-case registry in force.
+        process: add the process, platform and garbage-collector collectors (CPU, memory,
+            open files, Python version); off for a rendering of the ingest numbers alone.
+    """
+    registry = CollectorRegistry()
+    registry.register(ServiceCollector(metrics, transport))
+    Info("ldp_collector", "The collector: its instance, use-case registry and version.", registry=registry).info(
+        {"instance": instance, "registry_hash": registry_hash, "version": _version()}
+    )
+    if process:
+        _ProcessCollector(registry=registry)
+        PlatformCollector(registry=registry)
+        # The garbage collector's counters are process-wide; the module's own instance reads them.
+        registry.register(GC_COLLECTOR)
+    return registry
 
 
 def render_prometheus(
@@ -129,154 +383,7 @@ def render_prometheus(
     transport: TransportStatistics | None,
     *,
     instance: str,
-    extra: Mapping[str, float] | None = None,
-    now: float | None = None,
 ) -> str:
-    """The Prometheus text exposition format (version 0.0.4)."""
-    now = time.time() if now is None else now
-    lines: list[str] = []
-
-    def metric(name: str, kind: str, help_text: str, samples: list[tuple[str, float]]) -> None:
-        lines.append(f"# HELP {name} {help_text}")
-        lines.append(f"# TYPE {name} {kind}")
-        for labels, value in samples:
-            lines.append(f"{name}{labels} {value:.17g}" if isinstance(value, float) else f"{name}{labels} {value}")
-
-    metric("ldp_collector_messages_total", "counter", "Messages received from the broker.", [("", metrics.messages)])
-    reasons = sorted(metrics.rejected.items())
-    metric(
-        "ldp_collector_rejected_total",
-        "counter",
-        "Messages refused, by reason.",
-        [(f'{{reason="{_escape(r)}"}}', v) for r, v in reasons],
-    )
-    metric(
-        "ldp_collector_duplicates_total",
-        "counter",
-        "Valid reports whose report id was already folded.",
-        [("", metrics.duplicates)],
-    )
-    metric("ldp_collector_reports_folded_total", "counter", "Reports folded and committed.", [("", metrics.reports)])
-    metric("ldp_collector_records_folded_total", "counter", "Records folded and committed.", [("", metrics.records)])
-    metric("ldp_collector_commits_total", "counter", "Checkpoint transactions committed.", [("", metrics.commits)])
-    metric(
-        "ldp_collector_commit_seconds_total",
-        "counter",
-        "Time spent in checkpoint transactions.",
-        [("", metrics.commit_seconds)],
-    )
-    metric(
-        "ldp_collector_aggregation_lag_seconds",
-        "gauge",
-        "How long the oldest uncommitted (or last committed) message has waited since receipt.",
-        [("", metrics.current_lag())],
-    )
-    age = now - metrics.last_commit if metrics.last_commit else now - metrics.started
-    metric("ldp_collector_checkpoint_age_seconds", "gauge", "Seconds since the last checkpoint commit.", [("", age)])
-    metric(
-        "ldp_collector_buffer_fill_ratio",
-        "gauge",
-        "Fill of the shuffle buffer (pending reports / its bound).",
-        [("", metrics.pending / metrics.capacity)],
-    )
-    metric("ldp_collector_buffer_reports", "gauge", "Reports waiting in the shuffle buffer.", [("", metrics.pending)])
-    metric(
-        "ldp_collector_compactions_total", "counter", "Segment folds into base aggregates.", [("", metrics.compactions)]
-    )
-    metric("ldp_collector_pruned_ids_total", "counter", "Report ids forgotten after retention.", [("", metrics.pruned)])
-    metric(
-        "ldp_collector_store_available",
-        "gauge",
-        "1 while the checkpoint store takes commits; 0 while ingest waits for it (see store failures).",
-        [("", int(not metrics.store_error))],
-    )
-    metric(
-        "ldp_collector_store_failures_total",
-        "counter",
-        "Commit attempts the checkpoint store could not take, by cause.",
-        [(f'{{cause="{_escape(c)}"}}', v) for c, v in sorted(metrics.store_failures.items())],
-    )
-    metric(
-        "ldp_collector_sd_notify_dropped_total",
-        "counter",
-        "Notifications to systemd dropped rather than block the event loop.",
-        [("", metrics.sd_notify_dropped)],
-    )
-    metric(
-        "ldp_collector_receipt_requests_invalid_total",
-        "counter",
-        "Receipt requests ignored (response topic outside the receipt prefix, bad correlation data).",
-        [("", metrics.receipt_requests_invalid)],
-    )
-    if transport is not None:
-        metric(
-            "ldp_collector_broker_connected",
-            "gauge",
-            "1 if subscribed to the broker.",
-            [("", int(transport.connected))],
-        )
-        metric("ldp_collector_broker_connects_total", "counter", "Broker connections made.", [("", transport.connects)])
-        metric(
-            "ldp_collector_transport_buffered",
-            "gauge",
-            "Messages received and not yet taken by ingest.",
-            [("", transport.buffered)],
-        )
-        metric(
-            "ldp_collector_transport_unacked",
-            "gauge",
-            "QoS 1 messages received and not yet acknowledged.",
-            [("", transport.unacked)],
-        )
-        metric(
-            "ldp_collector_transport_capacity",
-            "gauge",
-            "Most unacknowledged messages the broker may send (Receive Maximum).",
-            [("", transport.capacity)],
-        )
-        metric(
-            "ldp_collector_stale_acks_total",
-            "counter",
-            "Acknowledgements dropped because their connection had ended.",
-            [("", transport.stale_acks)],
-        )
-        metric(
-            "ldp_collector_dropped_total",
-            "counter",
-            "QoS 0 messages dropped on a full buffer.",
-            [("", transport.dropped)],
-        )
-        metric(
-            "ldp_collector_transport_protocol_errors_total",
-            "counter",
-            "Broker connections dropped for invalid MQTT or a broken limit (then reconnected).",
-            [("", transport.protocol_errors)],
-        )
-        metric(
-            "ldp_collector_transport_over_receive_maximum_total",
-            "counter",
-            "QoS 1 messages the broker sent beyond our Receive Maximum.",
-            [("", transport.over_receive_maximum)],
-        )
-        metric(
-            "ldp_collector_receipts_sent_total",
-            "counter",
-            "Commit receipts published (one per answered report).",
-            [("", transport.receipts_sent)],
-        )
-        metric(
-            "ldp_collector_receipts_dropped_total",
-            "counter",
-            "Commit receipts not sent because the broker connection was down (the agent resends).",
-            [("", transport.receipts_dropped)],
-        )
-    if transport is not None and transport.broker:
-        # The broker's own counters ($SYS/broker/..., see collector.mqtt.BROKER_COUNTERS): a
-        # growing dropped count means reports were lost at the broker (full queues).
-        for topic, name, kind, help_text in _BROKER_METRICS:
-            if topic in transport.broker:
-                metric(name, kind, help_text, [("", transport.broker[topic])])
-    for name, value in sorted((extra or {}).items()):
-        metric(name, "gauge", name.replace("_", " "), [("", value)])
-    lines.append(f'ldp_collector_info{{instance="{_escape(instance)}"}} 1')
-    return "\n".join(lines) + "\n"
+    """The ingest and transport metrics in the Prometheus text format (a one-off registry)."""
+    registry = metrics_registry(metrics, transport=lambda: transport, instance=instance, process=False)
+    return generate_latest(registry).decode()

@@ -20,12 +20,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from prometheus_client import CollectorRegistry
+
 from collector.config import CollectorConfig
 from collector.errors import ConfigError, StoreUnavailable
 from collector.http import serve_http
 from collector.ingest import Clock, Ingest, StoreThread, SystemClock
 from collector.live import LiveAggregates
-from collector.metrics import IngestMetrics
+from collector.metrics import IngestMetrics, metrics_registry
 from collector.mqtt import MqttTransport
 from collector.store import CheckpointStore
 from collector.systemd import Notifier
@@ -93,7 +95,10 @@ def check_size_caps(config: CollectorConfig, registry: Registry) -> None:
 
 @dataclass
 class Service:
-    """The running parts, for the HTTP layer and tests."""
+    """The running parts, for the HTTP layer (a ``collector.http.ServiceView``) and tests.
+
+    ``prometheus`` is this service's own registry: several services may run in one process.
+    """
 
     config: CollectorConfig
     registry: Registry
@@ -103,6 +108,7 @@ class Service:
     ingest: Ingest
     live: LiveAggregates
     notifier: Notifier
+    prometheus: CollectorRegistry
 
 
 async def _maintenance(service: Service, clock: Clock) -> None:
@@ -194,7 +200,10 @@ async def run_service(
         live = LiveAggregates(config, registry)
         ingest.on_commit = lambda result: live.committed(result.keys)
         notifier = Notifier()
-        service = Service(config, registry, store, metrics, transport, ingest, live, notifier)
+        prometheus = metrics_registry(
+            metrics, transport=transport.statistics, instance=config.instance, registry_hash=registry.hash_hex
+        )
+        service = Service(config, registry, store, metrics, transport, ingest, live, notifier, prometheus)
         if http_starter is None and config.http.enabled:
             http_starter = serve_http
         log.info(

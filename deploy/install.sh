@@ -24,8 +24,11 @@
 #                      collector also gets the dictionaries it names, from --dictionaries.
 #   --dictionaries DIR where the registry's relative dictionary paths are found
 #                      (default: the registry's directory, then deploy/).
-#   --package SPEC     what pip installs (default: this checkout). One virtualenv serves
-#                      both tools: /opt/ldp-telemetry/.venv, linked from /usr/local/bin.
+#   --package SPEC     what pip installs (default: this checkout): a directory, a wheel or
+#                      a project name with an optional version. The collector role adds
+#                      the [collector] extra (HTTP server, Prometheus client, PostgreSQL
+#                      driver); the agent role installs the base alone. One virtualenv
+#                      serves both tools: /opt/ldp-telemetry/.venv, linked from /usr/local/bin.
 #   --wheels DIR       install from the wheels in DIR only (pip --no-index --find-links),
 #                      for hosts without access to PyPI.
 #   --no-start         install and enable the service, but do not (re)start it.
@@ -104,9 +107,26 @@ check_systemd() {
     [[ "$v" =~ ^[0-9]+$ ]] && [ "$v" -ge 250 ] || die "systemd $v is too old: the units need 250 or later"
 }
 
+# SPEC with the extra EXTRA: "dir[extra]", "file.whl[extra]", "name[extra]==1.0"; a SPEC
+# that names extras already is left as it is.
+with_extra() { # with_extra SPEC EXTRA
+    local spec="$1" extra="$2"
+    if [ -z "$extra" ] || [[ "$spec" == *"["* ]]; then
+        printf '%s\n' "$spec"
+    elif [ -e "$spec" ]; then
+        printf '%s[%s]\n' "$spec" "$extra"
+    elif [[ "$spec" =~ ^([A-Za-z0-9][A-Za-z0-9._-]*)([^/]*)$ ]]; then
+        printf '%s[%s]%s\n' "${BASH_REMATCH[1]}" "$extra" "${BASH_REMATCH[2]}"
+    else
+        printf '%s\n' "$spec"
+    fi
+}
+
 # The package, once per host: a virtualenv under /opt that no distribution package touches,
 # and links for the operator's shell. The units name the virtualenv's scripts directly.
-install_package() {
+# The collector's extra brings the server's libraries; a device gets the base install only.
+install_package() { # install_package [EXTRA]
+    local extra="${1:-}"
     command -v python3 >/dev/null 2>&1 || die "python3 is not installed (Debian: apt-get install python3 python3-venv)"
     python3 -c 'import sys; sys.exit(sys.version_info < (3, 11))' || die "Python 3.11 or later is needed"
     if [ ! -x "$venv/bin/python" ]; then
@@ -118,7 +138,7 @@ install_package() {
         [ -d "$wheels" ] || die "--wheels $wheels is not a directory"
         pip+=(--no-index --find-links "$wheels")
     fi
-    say "installing $package into $venv"
+    say "installing $(with_extra "$package" "$extra") into $venv"
     # A source tree is built in a private copy: pip builds in place, and the checkout may be
     # read-only or owned by someone else.
     if [ -d "$package" ]; then
@@ -126,10 +146,10 @@ install_package() {
         build="$(mktemp -d)"
         tar -C "$package" --exclude=./.venv --exclude=./.git --exclude=./build --exclude='*.egg-info' \
             --exclude=__pycache__ -cf - . | tar -C "$build" -xf -
-        "${pip[@]}" "$build"
+        "${pip[@]}" "$(with_extra "$build" "$extra")"
         rm -rf "$build"
     else
-        "${pip[@]}" "$package"
+        "${pip[@]}" "$(with_extra "$package" "$extra")"
     fi
     local tool
     for tool in ldp-agent ldp-collector ldp-fleet; do
@@ -216,7 +236,7 @@ role_broker() {
 role_collector() {
     need_file "$pki/ca.pem" "the CA certificate"
     need_file "$secrets/collector.password" "the collector's broker password"
-    install_package
+    install_package collector
     # Config, registry, dictionaries and CA world-readable (the dynamic user must read them);
     # the password root-only, handed over by LoadCredential=.
     install -d -m 0755 /etc/ldp-collector

@@ -86,10 +86,11 @@ if [ ! -x .venv/bin/python ]; then
     say "creating the virtual environment .venv"
     python3 -m venv .venv
 fi
-if ! .venv/bin/python -c 'import fleet.cli, collector.service' >/dev/null 2>&1 || [ ! -x .venv/bin/ldp-fleet ]; then
-    say "installing ldp-telemetry into .venv"
+# The demo runs a collector and the simulator on this machine: their extras, not only a device's base.
+if ! .venv/bin/python -c 'import fleet.cli, collector.service, collector.http' >/dev/null 2>&1 || [ ! -x .venv/bin/ldp-fleet ]; then
+    say "installing ldp-telemetry[collector,fleet] into .venv"
     .venv/bin/python -m pip install --quiet --upgrade pip
-    .venv/bin/python -m pip install --quiet -e .
+    .venv/bin/python -m pip install --quiet -e '.[collector,fleet]'
 fi
 py=.venv/bin/python
 

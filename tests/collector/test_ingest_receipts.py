@@ -98,10 +98,17 @@ async def test_receipts_follow_the_commit_with_each_outcome(
     assert all(not t.startswith(b"ldp/v1/reports") for t, _ in transport.receipts)
     assert metrics.receipt_requests_invalid == 1
     text = render_prometheus(metrics, transport.statistics(), instance="t")
-    assert "ldp_collector_receipts_sent_total 25\n" in text
-    assert "ldp_collector_receipts_dropped_total 0\n" in text
-    assert "ldp_collector_receipt_requests_invalid_total 1\n" in text
+    assert "ldp_collector_receipts_sent_total 25.0\n" in text
+    assert "ldp_collector_receipts_dropped_total 0.0\n" in text
+    assert "ldp_collector_receipt_requests_invalid_total 1.0\n" in text
     assert metrics.reports == 20
+    # Per use case, what the receipts said: the 20 fresh reports and the later resend counted
+    # (fresh[0]'s repeat too, if it reached the store in another commit than the first).
+    assert set(metrics.use_case_reports) == {("flag", "counted")}
+    assert metrics.use_case_reports["flag", "counted"] in (21, 22)
+    assert 'ldp_collector_use_case_reports_total{outcome="counted",use_case="flag"}' in text
+    assert f"ldp_collector_commit_latency_seconds_count {float(metrics.commits)}\n" in text
+    assert f"ldp_collector_fold_batch_reports_sum {float(metrics.use_case_reports['flag', 'counted'])}\n" in text
     assert sent_at_commit
     assert sent_at_commit[-1] == 20
     # The collector never persists a response topic (nor the prefix that marks one).

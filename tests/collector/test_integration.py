@@ -248,8 +248,8 @@ async def test_hostile_messages_are_counted_by_reason_and_valid_ones_all_folded(
         assert dict(service.metrics.rejected) == {k: 2 * v for k, v in expected.items()}
         text = render_prometheus(service.metrics, service.transport.statistics(), instance="t")
         for reason, count in expected.items():
-            assert f'ldp_collector_rejected_total{{reason="{reason}"}} {2 * count}\n' in text
-        assert f"ldp_collector_duplicates_total {len(replays)}\n" in text
+            assert f'ldp_collector_rejected_total{{reason="{reason}"}} {float(2 * count)}\n' in text
+        assert f"ldp_collector_duplicates_total {float(len(replays))}\n" in text
         for name in ("aggregation_lag_seconds", "checkpoint_age_seconds", "buffer_fill_ratio", "messages_total"):
             assert f"\nldp_collector_{name} " in text
     reference = reference_aggregates(registry, [p for _, p in valid])

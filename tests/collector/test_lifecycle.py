@@ -76,7 +76,7 @@ def test_a_notify_socket_nobody_reads_does_not_freeze_the_collector(
         def dropped() -> bool:
             status, body = _get(http_port, "/metrics")
             line = next(x for x in body.decode().splitlines() if x.startswith("ldp_collector_sd_notify_dropped_total"))
-            return status == 200 and int(line.split()[1]) > 0
+            return status == 200 and float(line.split()[1]) > 0
 
         _poll(dropped, 60.0, "no notification was ever dropped")
         assert _get(http_port, "/healthz")[0] == 200

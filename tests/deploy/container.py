@@ -125,13 +125,18 @@ def rootfs(log: Path) -> Path:
 
 
 def wheelhouse(pyproject: Path, log: Path) -> Path:
-    """Wheels of the project's dependencies (and its build backend), downloaded from PyPI once.
+    """Wheels of the project's dependencies, its ``[collector]`` extra's (the collector role
+    installs it) and its build backend, downloaded from PyPI once.
 
     The host and the container are the same Debian release and Python minor version, so the
     host's pip picks the wheels the container can install.
     """
     project = tomllib.loads(pyproject.read_text(encoding="utf-8"))
-    requirements = [*project["build-system"]["requires"], *project["project"]["dependencies"]]
+    requirements = [
+        *project["build-system"]["requires"],
+        *project["project"]["dependencies"],
+        *project["project"]["optional-dependencies"]["collector"],
+    ]
     tag = f"cp{sys.version_info.major}{sys.version_info.minor}"
     dest = cache_dir() / f"wheels-{tag}-{_key(*requirements)}"
     if (dest / ".complete").exists():

@@ -215,6 +215,9 @@ def test_deployed_agent_reports_to_deployed_collector(tmp_path: Path) -> None:
             " print(u.urlopen('http://127.0.0.1:8650/metrics', timeout=10).read().decode())\""
         )
         assert re.search(r"^ldp_collector_reports_folded_total\S* [1-9]", metrics, re.MULTILINE), metrics[:2000]
+        # From the [collector] extra's prometheus_client: histograms and the process's own metrics.
+        assert re.search(r"^ldp_collector_commit_latency_seconds_count [1-9]", metrics, re.MULTILINE), metrics[:2000]
+        assert re.search(r"^process_resident_memory_bytes ", metrics, re.MULTILINE), metrics[:2000]
 
         # A second run keeps the operator's config and the state key: the agent still reads
         # its sealed state (its ledger) after the restart the script does. (The ledger may
