@@ -50,6 +50,13 @@ def test_the_base_install_runs_the_agent_without_server_libraries(tmp_path: Path
         [str(env_dir / "bin" / "ldp-agent"), "--help"], check=True, capture_output=True, text=True, timeout=120
     )
     assert "usage" in helped.stdout.lower()
+    # The collector's command on a device's install names the extra it needs, without a traceback.
+    refused = subprocess.run(
+        [str(env_dir / "bin" / "ldp-collector"), "--help"], check=False, capture_output=True, text=True, timeout=120
+    )
+    assert refused.returncode == 2, refused
+    assert "pip install 'ldp-telemetry[collector]'" in refused.stderr
+    assert "Traceback" not in refused.stderr
     # Run from a directory outside the checkout, so the installed packages are imported.
     probe = subprocess.run(
         [str(python), "-c", _PROBE], check=True, capture_output=True, text=True, timeout=120, cwd=tmp_path
