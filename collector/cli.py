@@ -103,6 +103,10 @@ def check_config(config: CollectorConfig) -> list[str]:
         if tls.key_file is not None:
             lines.append(f"mqtt.tls.key_file: {tls.key_file}: the certificate's private key loads")
     lines += check_files(config)
+    if config.store.url is not None:
+        from collector.store.factory import describe_store  # noqa: PLC0415 - psycopg only when configured
+
+        lines.append(describe_store(config, registry))
     for name, use_case in registry.use_cases.items():
         field = f"use_cases.{name}.collector.dictionary"
         if use_case.collector.dictionary is None:
