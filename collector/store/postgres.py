@@ -224,11 +224,15 @@ class PostgresStore:
         self._conn: psycopg.Connection[Any] | None = None
         self._partitions: set[tuple[int, int]] = set()
         self._use_cases: dict[str, UseCaseRow] = {}
-        with self._failures():
-            self._open_schema()
-            self._use_cases = self._register_use_cases()
-            if not readonly:
-                self.verify()
+        try:
+            with self._failures():
+                self._open_schema()
+                self._use_cases = self._register_use_cases()
+                if not readonly:
+                    self.verify()
+        except BaseException:
+            self.close()
+            raise
 
     @property
     def location(self) -> str:

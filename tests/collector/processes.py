@@ -13,8 +13,11 @@ from collections.abc import Callable, Coroutine, Sequence
 from pathlib import Path
 from typing import Any
 
+from collector.config import StoreConfig
+from collector.errors import StoreError
 from collector.mqtt import MqttPublisher
-from collector.store import CheckpointStore
+from collector.store import CheckpointStore, Store
+from collector.store.postgres import PostgresStore
 from protocol.registry import Registry
 from tests.support.notify import NotifyListener
 
@@ -28,14 +31,23 @@ def write_config(
     host: str,
     port: int,
     client_id: str = "ldp-collector-test",
-    store: Path | None = None,
+    store: Path | str | None = None,
     instance: str = "test",
     shared_group: str = "",
     extra: str = "",
     http_port: int | None = None,
 ) -> Path:
-    """A collector config file for a broker on loopback."""
+    """A collector config file for a broker on loopback.
+
+    ``store`` is a SQLite file (default: ``collector.sqlite3`` in ``directory``) or a
+    PostgreSQL URL (``postgresql://...``: every collector given the same URL shares it).
+    """
     directory.mkdir(parents=True, exist_ok=True)
+    if isinstance(store, str):
+        store_keys = f'url = "{store}"'
+    else:
+        store_keys = f'path = "{store or directory / "collector.sqlite3"}"'
+
     path = directory / f"{instance}.toml"
     http = f"[http]\nenabled = true\nport = {http_port}\n" if http_port is not None else "[http]\nenabled = false\n"
     path.write_text(
@@ -55,7 +67,7 @@ commit_max_reports = 2000
 commit_interval_s = 0.05
 
 [store]
-path = "{store or directory / "collector.sqlite3"}"
+{store_keys}
 
 {http}
 {extra}
@@ -144,18 +156,35 @@ class CollectorProcess:
         self._notify.close()
 
 
-def committed(store_path: Path, registry: Registry) -> dict[str, int]:
-    """Lifetime counters committed in the store (empty if it does not exist yet)."""
-    if not store_path.exists():
+def open_readonly(store: Path | str, registry: Registry) -> Store | None:
+    """The store at a SQLite path or a PostgreSQL URL, read-only; None if nothing was written there yet."""
+    if isinstance(store, str):
+        try:
+            return PostgresStore(StoreConfig(url=store), registry, readonly=True)
+        except StoreError as exc:
+            if "no checkpoint schema" in str(exc):
+                return None
+            raise
+    if not store.exists():
+        return None
+    return CheckpointStore(store, registry, readonly=True)
+
+
+def committed(store_path: Path | str, registry: Registry) -> dict[str, int]:
+    """Lifetime counters committed in the store, summed over its instances (empty if it does not exist yet).
+
+    ``store_path`` is a SQLite file or a PostgreSQL URL.
+    """
+    store = open_readonly(store_path, registry)
+    if store is None:
         return {}
-    store = CheckpointStore(store_path, registry, readonly=True)
     try:
         return store.counters()
     finally:
         store.close()
 
 
-def wait_committed(store_path: Path, registry: Registry, reports: int, *, timeout: float) -> dict[str, int]:
+def wait_committed(store_path: Path | str, registry: Registry, reports: int, *, timeout: float) -> dict[str, int]:
     """Poll the store until ``reports`` reports are committed (or raise TimeoutError)."""
     deadline = time.monotonic() + timeout
     while True:
