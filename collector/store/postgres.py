@@ -185,6 +185,8 @@ _TRANSIENT_CLASSES: dict[str, tuple[str, str]] = {
     "53": ("resources", "the database server is out of a resource (memory, connections)"),
 }
 _LOCK_TIMEOUT = "60s"
+_Segment = tuple[int, int, str, int, int, bytes]
+"""A segment row to insert: use case id, period, kind, reports, records, sealed data."""
 
 
 def _display_url(url: str) -> str:
@@ -560,20 +562,7 @@ class PostgresStore:
             for r in current:
                 tagged.setdefault(rid_tag(r.report_id, uc_of[r.use_case.name], r.period), r)
             unique = list(tagged.items())
-            fresh_rids: set[bytes] = set()
-            if unique:
-                cur.execute(
-                    "INSERT INTO seen (uc, period, rid) SELECT * FROM unnest(%s::integer[], %s::bigint[], %s::bytea[]) "
-                    "ON CONFLICT DO NOTHING RETURNING rid",
-                    (
-                        [uc_of[r.use_case.name] for _, r in unique],
-                        [r.period for _, r in unique],
-                        [rid for rid, _ in unique],
-                    ),
-                    prepare=True,
-                    binary=True,
-                )
-                fresh_rids = {bytes(row[0]) for row in cur.fetchall()}
+            fresh_rids = self._remember(cur, unique, uc_of)
             fresh = [r for rid, r in unique if rid in fresh_rids]
             over = 0
             over_ids: frozenset[bytes] = frozenset()
@@ -586,7 +575,7 @@ class PostgresStore:
                     over_ids = frozenset(r.report_id for r in refused)
                     cur.execute(
                         "DELETE FROM seen WHERE (uc, period, rid) IN "
-                        "(SELECT * FROM unnest(%s::integer[], %s::bigint[], %s::bytea[]))",
+                        "(SELECT * FROM unnest(%b::integer[], %b::bigint[], %b::bytea[]))",
                         (
                             [uc_of[r.use_case.name] for r in refused],
                             [r.period for r in refused],
@@ -594,7 +583,7 @@ class PostgresStore:
                         ),
                     )
             groups = group_by_key(fresh)
-            segments: list[tuple[int, int, str, int, int, bytes]] = []
+            segments: list[_Segment] = []
             records = 0
             for (name, period), members in groups.items():
                 row = self._use_cases[name]
@@ -612,22 +601,14 @@ class PostgresStore:
             rows = sorted(stored.items())
             with conn.pipeline():
                 cur.execute(
-                    "INSERT INTO counters (instance, name, value) SELECT %s, * FROM unnest(%s::text[], %s::bigint[]) "
+                    "INSERT INTO counters (instance, name, value) SELECT %s, * FROM unnest(%b::text[], %b::bigint[]) "
                     "ON CONFLICT (instance, name) DO UPDATE SET value = excluded.value",
                     (self.instance, [n for n, _ in rows], [v for _, v in rows]),
                     prepare=True,
                 )
                 self._put_digest(cur, f"digest:counters:{self.instance}", digest("counters", self.instance, rows))
                 if segments:
-                    # Last: the clock's row lock is held from here to the end of COMMIT only.
-                    cur.execute(
-                        "WITH v AS (UPDATE clock SET version = version + 1 RETURNING version) "
-                        "INSERT INTO segments (version, uc, period, kind, reports, records, data) "
-                        "SELECT v.version, s.* FROM v, unnest(%s::integer[], %s::bigint[], %s::text[], "
-                        "%s::bigint[], %s::bigint[], %s::bytea[]) AS s",
-                        tuple([s[i] for s in segments] for i in range(6)),
-                        prepare=True,
-                    )
+                    self._write_segments(cur, segments)
                 cur.execute("COMMIT")
         return CommitResult(
             len(fresh),
@@ -639,6 +620,48 @@ class PostgresStore:
             over,
             expired_ids,
             over_ids,
+        )
+
+    def _remember(
+        self, cur: psycopg.Cursor[Any], unique: Sequence[tuple[bytes, FoldedReport]], uc_of: Mapping[str, int]
+    ) -> set[bytes]:
+        """Insert the tagged report ids; return those that were not there (the fresh ones).
+
+        One statement per (use case, period), pipelined, each carrying its ids as one
+        concatenated ``bytea`` cut up on the server: dumping a 2,000-element ``bytea[]``
+        element by element cost more client time than the insert itself.
+        """
+        by_key: dict[tuple[int, int], list[bytes]] = defaultdict(list)
+        for rid, r in unique:
+            by_key[(uc_of[r.use_case.name], r.period)].append(rid)
+        if not by_key:
+            return set()
+        width = RID_BYTES + TAG_BYTES
+        cur.executemany(
+            "INSERT INTO seen (uc, period, rid) SELECT %b::integer, %b::bigint, "
+            f"substring(%b::bytea FROM i * {width} + 1 FOR {width}) FROM generate_series(0, %b::integer - 1) AS i "
+            "ON CONFLICT DO NOTHING RETURNING rid",
+            [(uc, period, b"".join(rids), len(rids)) for (uc, period), rids in by_key.items()],
+            returning=True,
+        )
+        fresh: set[bytes] = set()
+        while True:
+            fresh.update(bytes(row[0]) for row in cur.fetchall())
+            if not cur.nextset():
+                return fresh
+
+    def _write_segments(self, cur: psycopg.Cursor[Any], segments: Sequence[_Segment]) -> None:
+        """Append the commit's segments under the next commit-ordered version (the last statement before COMMIT).
+
+        The clock's row lock is held from here to the end of COMMIT only.
+        """
+        cur.execute(
+            "WITH v AS (UPDATE clock SET version = version + 1 RETURNING version) "
+            "INSERT INTO segments (version, uc, period, kind, reports, records, data) "
+            "SELECT v.version, s.* FROM v, unnest(%b::integer[], %b::bigint[], %b::text[], "
+            "%b::bigint[], %b::bigint[], %b::bytea[]) AS s",
+            tuple([s[i] for s in segments] for i in range(6)),
+            prepare=True,
         )
 
     def _within_allowance(
@@ -656,15 +679,15 @@ class PostgresStore:
         # first identified report (the others' inserts do nothing, then read the winner's);
         # dropped with the period's partition (prune).
         cur.execute(
-            "INSERT INTO allowance_keys (uc, period, key) SELECT * FROM unnest(%s::integer[], %s::bigint[], "
-            "%s::bytea[]) ON CONFLICT DO NOTHING",
+            "INSERT INTO allowance_keys (uc, period, key) SELECT * FROM unnest(%b::integer[], %b::bigint[], "
+            "%b::bytea[]) ON CONFLICT DO NOTHING",
             ([k[0] for k in wanted], [k[1] for k in wanted], [secrets.token_bytes(32) for _ in wanted]),
         )
         keys = {
             (int(uc), int(period)): bytes(key)
             for uc, period, key in cur.execute(
                 "SELECT uc, period, key FROM allowance_keys WHERE (uc, period) IN "
-                "(SELECT * FROM unnest(%s::integer[], %s::bigint[]))",
+                "(SELECT * FROM unnest(%b::integer[], %b::bigint[]))",
                 ([k[0] for k in wanted], [k[1] for k in wanted]),
             ).fetchall()
         }
@@ -685,8 +708,8 @@ class PostgresStore:
         # what this commit may still fold for the tag; the row lock makes racing members wait.
         cur.execute(
             "INSERT INTO allowance AS a (uc, period, tag, reports, cap, added) "
-            "SELECT uc, period, tag, least(n, cap), cap, least(n, cap) FROM unnest(%s::integer[], %s::bigint[], "
-            "%s::bytea[], %s::integer[], %s::integer[]) AS t(uc, period, tag, n, cap) "
+            "SELECT uc, period, tag, least(n, cap), cap, least(n, cap) FROM unnest(%b::integer[], %b::bigint[], "
+            "%b::bytea[], %b::integer[], %b::integer[]) AS t(uc, period, tag, n, cap) "
             "ON CONFLICT (uc, period, tag) DO UPDATE SET "
             "reports = least(a.reports + excluded.reports, excluded.cap), cap = excluded.cap, "
             "added = least(a.reports + excluded.reports, excluded.cap) - a.reports "
