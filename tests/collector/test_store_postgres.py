@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
@@ -396,6 +397,14 @@ def test_opening_against_a_server_that_is_down_is_store_unavailable(tmp_path: Pa
 # --------------------------------------------------------------------------- end to end
 
 
+def _status(port: int, path: str) -> tuple[int, Any]:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=60) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read())
+
+
 def _get(port: int, path: str) -> Any:
     with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=60) as response:
         return json.loads(response.read())
@@ -452,3 +461,69 @@ def test_two_collectors_in_a_group_on_postgres_count_every_report_once_and_both_
     finally:
         for c in collectors:
             c.close()
+
+
+def test_a_partition_gone_behind_the_stores_back_is_made_again(postgres: PostgresServer, registry: Registry) -> None:
+    """A commit into a period whose partitions vanished (a restored backup) recreates them instead of failing."""
+    reports = _decoded(registry, _payloads(registry, "flag", 10, seed=10))
+    store = _store(postgres, registry)
+    try:
+        store.commit(reports[:5], {})
+        uc, period = store._use_cases["flag"].id, reports[0].period
+        _sql(postgres, f"DROP TABLE seen_u{uc}_p{period}, allowance_u{uc}_p{period}, allowance_keys_u{uc}_p{period}")
+        assert store.commit(reports[5:], {}, [b"dev"] * 5).reports == 1
+        assert f"seen_u{uc}_p{period}" in _partitions(postgres)
+    finally:
+        store.close()
+
+
+def test_a_collector_whose_database_goes_down_is_unhealthy_acknowledges_nothing_and_resumes_exactly_once(
+    tmp_path: Path, mosquitto: Broker, registry: Registry, registry_path: Path
+) -> None:
+    """PostgreSQL stopped mid-stream: /healthz 503 (connection), nothing more acknowledged; restarted: all once."""
+    http_port = free_port()
+    first, second = _stream(registry, 2000, seed=11), _stream(registry, 3000, seed=12)
+    with running_postgres(tmp_path / "pg") as server:
+        config = write_config(
+            tmp_path / "c",
+            registry=registry_path,
+            host=mosquitto.host,
+            port=mosquitto.port,
+            store=server.url,
+            http_port=http_port,
+        )
+        log = tmp_path / "collector.log"
+        collector = CollectorProcess(config, log=log)
+        try:
+            collector.start()
+            publishers = BackgroundPublishers(mosquitto.host, mosquitto.port, [first])
+            publishers.start()
+            publishers.join(timeout=300)
+            wait_committed(server.url, registry, len(first), timeout=300)
+            server.stop()
+            publishers = BackgroundPublishers(mosquitto.host, mosquitto.port, [second])
+            publishers.start()
+            deadline = time.monotonic() + 120
+            while (health := _status(http_port, "/healthz"))[0] == 200:
+                assert time.monotonic() < deadline, "never reported unhealthy"
+                time.sleep(0.1)
+            code, body = health
+            assert code == 503
+            assert body["cause"] == "connection"
+            assert server.url in body["detail"]
+            # The status reads the store too: it answers 503 while the server is down.
+            assert _status(http_port, "/api/v1/status")[0] == 503
+            with urllib.request.urlopen(f"http://127.0.0.1:{http_port}/metrics", timeout=60) as response:
+                metrics = response.read().decode()
+            assert "ldp_collector_store_available 0" in metrics
+            server.start()
+            publishers.join(timeout=300)
+            wait_committed(server.url, registry, len(first) + len(second), timeout=300)
+            assert _get(http_port, "/healthz")["status"] == "ok"
+            assert collector.stop() == 0
+            assert _check_exact(server.url, registry, first + second)["reports"] == len(first) + len(second)
+            text = log.read_text(encoding="utf-8", errors="replace")
+            assert "checkpoint store unavailable (connection)" in text
+            assert "available again" in text
+        finally:
+            collector.close()
