@@ -10,7 +10,8 @@ Verbs:
 * ``ldp-collector status [--json]`` - periods, report counts and lifetime counters.
 * ``ldp-collector check-config`` - decode the config and the registry, and check every file
   they name (TLS CA, certificate and key, password file, dictionaries, the store's directory):
-  each must exist, be readable and parse; a problem names the file and the field.
+  each must exist, be readable and parse; a problem names the file and the field. A
+  PostgreSQL store (``[store] url``) is connected to, and its schema version reported.
 
 The config file is ``--config PATH``, else ``$LDP_COLLECTOR_CONFIG``, else
 ``/etc/ldp-collector/collector.toml``. Exit statuses are the table of

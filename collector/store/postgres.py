@@ -199,6 +199,7 @@ _TRANSIENT_CLASSES: dict[str, tuple[str, str]] = {
     "53": ("resources", "the database server is out of a resource (memory, connections)"),
 }
 _LOCK_TIMEOUT = "60s"
+_DDL_LOCK_TIMEOUT = "5s"
 _Segment = tuple[int, int, str, int, int, bytes]
 """A segment row to insert: use case id, period, kind, reports, records, sealed data."""
 
@@ -523,6 +524,9 @@ class PostgresStore:
         conn = self._connection()
         with conn.cursor() as cur:
             cur.execute("BEGIN")
+            # Creating a partition locks its parent: rather than queue every commit behind a
+            # long reader of the parent (a member verifying at start), give up and let ingest retry.
+            cur.execute(f"SET LOCAL lock_timeout = '{_DDL_LOCK_TIMEOUT}'")
             cur.execute("SELECT pg_advisory_xact_lock(%s)", (_LOCK_PARTITIONS,))
             for uc, period in sorted(missing):
                 for table in _PARTITIONED:
@@ -968,6 +972,9 @@ class PostgresStore:
             if not raised and not self._stale_partitions(cur, marks):
                 return 0  # the common case, every few seconds on every member: no write at all
             cur.execute("BEGIN")
+            # As for creating partitions: dropping one waits for readers of its parent, and
+            # commits would queue behind it; the next maintenance round tries again.
+            cur.execute(f"SET LOCAL lock_timeout = '{_DDL_LOCK_TIMEOUT}'")
             cur.execute("SELECT pg_advisory_xact_lock(%s)", (_LOCK_PRUNE,))
             # The use cases' rows first (commits hold them FOR SHARE): once locked, no commit
             # is inside a period about to be dropped, and none can start in one.

@@ -527,3 +527,31 @@ def test_a_collector_whose_database_goes_down_is_unhealthy_acknowledges_nothing_
             assert "available again" in text
         finally:
             collector.close()
+
+
+def test_members_pruning_at_once_drop_each_partition_once(postgres: PostgresServer, registry: Registry) -> None:
+    """Three members prune the same closed period together: the ids are forgotten once, no member fails."""
+    now = current_period(registry, "flag")
+    old = _decoded(registry, _payloads(registry, "flag", 12, seed=13, period=now - 4))
+    members = [_store(postgres, registry, f"m{i}") for i in range(3)]
+    removed: list[int] = []
+    start = threading.Barrier(3)
+
+    def run(store: PostgresStore) -> None:
+        start.wait()
+        removed.append(store.prune({"flag": now}))
+
+    try:
+        members[0].commit(old, {})
+        threads = [threading.Thread(target=run, args=(m,)) for m in members]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=120)
+        assert sorted(removed) == [0, 0, 12]
+        assert not {p for p in _partitions(postgres) if p.endswith(f"_p{now - 4}")}
+        assert all(m.low_water()["flag"] == now for m in members)
+        members[0].verify()  # the use case row's checksum followed the mark
+    finally:
+        for m in members:
+            m.close()
