@@ -200,6 +200,7 @@ _TRANSIENT_CLASSES: dict[str, tuple[str, str]] = {
 }
 _LOCK_TIMEOUT = "60s"
 _DDL_LOCK_TIMEOUT = "5s"
+_IDLE_IN_TRANSACTION = "30s"
 _Segment = tuple[int, int, str, int, int, bytes]
 """A segment row to insert: use case id, period, kind, reports, records, sealed data."""
 
@@ -281,6 +282,10 @@ class PostgresStore:
             kwargs["password"] = self._password
         conn = psycopg.connect(self.url, **kwargs)
         conn.execute(f"SET lock_timeout = '{_LOCK_TIMEOUT}'")
+        # A member whose host vanished inside a transaction would hold its locks (a use case
+        # row, report ids, the clock) until the server's TCP keepalive gave up, hours later;
+        # no transaction here waits on its client for more than a moment.
+        conn.execute(f"SET idle_in_transaction_session_timeout = '{_IDLE_IN_TRANSACTION}'")
         if self.readonly:
             conn.execute("SET default_transaction_read_only = on")
         self._conn = conn
