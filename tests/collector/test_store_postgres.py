@@ -555,3 +555,27 @@ def test_members_pruning_at_once_drop_each_partition_once(postgres: PostgresServ
     finally:
         for m in members:
             m.close()
+
+
+@pytest.mark.parametrize(
+    ("table", "change"),
+    [
+        ("segments", "UPDATE segments SET data = overlay(data PLACING '\\xff'::bytea FROM 40 FOR 1)"),
+        ("segments", "UPDATE segments SET reports = reports + 1"),
+        ("seen", "UPDATE seen SET rid = overlay(rid PLACING '\\x00'::bytea FROM 3 FOR 1)"),
+        ("use_cases", "UPDATE use_cases SET low_water = low_water + 64"),
+        ("counters", "UPDATE counters SET value = value + 1 WHERE name = 'reports'"),
+        ("clock", "UPDATE clock SET version = 0"),
+    ],
+)
+def test_a_changed_row_stops_a_member_at_start_naming_the_table(
+    postgres: PostgresServer, registry: Registry, table: str, change: str
+) -> None:
+    """The schema-2 checksums hold in PostgreSQL too: a row changed behind the store's back is refused at open."""
+    store = _store(postgres, registry)
+    store.commit(_decoded(registry, _payloads(registry, "usage", 6, seed=14)), {"messages": 6})
+    store.close()
+    _sql(postgres, change)
+    with pytest.raises(StoreError, match=f"damaged: table {table}") as info:
+        _store(postgres, registry)
+    assert postgres.url in str(info.value)
