@@ -579,3 +579,22 @@ def test_a_changed_row_stops_a_member_at_start_naming_the_table(
     with pytest.raises(StoreError, match=f"damaged: table {table}") as info:
         _store(postgres, registry)
     assert postgres.url in str(info.value)
+
+
+def test_a_unix_socket_url_reaches_the_same_store(
+    postgres: PostgresServer, registry: Registry, registry_path: Path
+) -> None:
+    """``postgresql://USER@/DB?host=/socket/dir&port=P`` decodes, and the store opens through the socket."""
+    url = postgres.socket_url
+    config = parse_config({"registry": str(registry_path), "store": {"url": url}}, source="c.toml")
+    store = open_store(config, registry)
+    try:
+        store.commit(_decoded(registry, _payloads(registry, "flag", 3, seed=15)), {})
+        assert store.location == url
+    finally:
+        store.close()
+    tcp = _store(postgres, registry)
+    try:
+        assert tcp.counters()["reports"] == 3
+    finally:
+        tcp.close()
