@@ -8,7 +8,9 @@ One contract (:class:`Store`, in :mod:`collector.store.interface`), two backends
   number of collectors in an MQTT shared-subscription group fold into (``[store] url``).
 
 :mod:`collector.store.codec` holds what both write alike (blob encoding, row checksums,
-segments, allowance tags). :func:`open_store` chooses the backend from the config.
+segments, allowance tags); :mod:`collector.store.postgres_schema` the PostgreSQL tables and
+partitions, :mod:`collector.store.postgres_session` its connections and what a failure means.
+:func:`open_store` (:mod:`collector.store.factory`) chooses the backend from the config.
 """
 
 from __future__ import annotations

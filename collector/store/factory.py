@@ -41,6 +41,6 @@ def describe_store(config: CollectorConfig, registry: Registry) -> str:
     Raises:
         ConfigError: the store cannot be reached or used, naming ``store.url``.
     """
-    from collector.store.postgres import probe  # noqa: PLC0415 - psycopg only when configured
+    from collector.store.postgres_session import probe  # noqa: PLC0415 - psycopg only when configured
 
     return probe(config.store, registry)

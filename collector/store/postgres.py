@@ -105,7 +105,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import re
 import secrets
 import time
 from collections import defaultdict
@@ -114,10 +113,9 @@ from typing import Any
 
 import msgpack
 import psycopg
-from psycopg import sql
 
 from collector.config import StoreConfig, read_store_password
-from collector.errors import ConfigError, StoreError, StoreUnavailable
+from collector.errors import StoreError
 from collector.store.codec import (
     BIG_SEGMENTS,
     RID_BYTES,
@@ -135,82 +133,26 @@ from collector.store.codec import (
     unseal,
 )
 from collector.store.interface import CommitResult, FoldedReport, KeyInfo, report_allowance, use_case_fingerprint
+from collector.store.postgres_schema import (
+    LOCK_PARTITIONS,
+    LOCK_PRUNE,
+    LOCK_SCHEMA,
+    MIGRATIONS,
+    SCHEMA_VERSION,
+    TABLES,
+    create_partitions,
+    drop_partitions,
+    partitions_below,
+)
+from collector.store.postgres_session import DDL_LOCK_TIMEOUT, connect, unavailable
 from protocol.errors import StateError
 from protocol.interfaces import Aggregate
 from protocol.registry import Registry
 
-__all__ = ["SCHEMA_VERSION", "PostgresStore", "probe"]
+__all__ = ["SCHEMA_VERSION", "PostgresStore"]
 
-SCHEMA_VERSION = 1
-"""1: the tables below, with the checksums of SQLite schema 2."""
-
-_SCHEMA = (
-    "CREATE TABLE meta (key text PRIMARY KEY, value bytea NOT NULL)",
-    # The commit-ordered version (see the module docstring) and the number of compactions.
-    "CREATE TABLE clock (one boolean PRIMARY KEY DEFAULT true CHECK (one), version bigint NOT NULL, "
-    "compactions bigint NOT NULL)",
-    "INSERT INTO clock (one, version, compactions) VALUES (true, 0, 0)",
-    "CREATE TABLE use_cases (id serial PRIMARY KEY, name text NOT NULL, fingerprint bytea NOT NULL, "
-    "mechanism text NOT NULL, period_seconds bigint NOT NULL, low_water bigint NOT NULL DEFAULT 0, "
-    "UNIQUE (name, fingerprint))",
-    "CREATE TABLE aggregates (uc integer NOT NULL, period bigint NOT NULL, reports bigint NOT NULL, "
-    "records bigint NOT NULL, data bytea NOT NULL, PRIMARY KEY (uc, period))",
-    "CREATE TABLE segments (version bigint NOT NULL, uc integer NOT NULL, period bigint NOT NULL, "
-    "kind text NOT NULL, reports bigint NOT NULL, records bigint NOT NULL, data bytea NOT NULL)",
-    "CREATE INDEX segments_key ON segments (uc, period, version)",
-    # The blobs are compressed already (codec.pack): PostgreSQL's own compression would only cost.
-    "ALTER TABLE aggregates ALTER COLUMN data SET STORAGE EXTERNAL",
-    "ALTER TABLE segments ALTER COLUMN data SET STORAGE EXTERNAL",
-    "CREATE TABLE seen (uc integer NOT NULL, period bigint NOT NULL, rid bytea NOT NULL, "
-    "PRIMARY KEY (uc, period, rid)) PARTITION BY RANGE (uc, period)",
-    "CREATE TABLE allowance_keys (uc integer NOT NULL, period bigint NOT NULL, key bytea NOT NULL, "
-    "PRIMARY KEY (uc, period)) PARTITION BY RANGE (uc, period)",
-    # reports: the tag's count; cap: the allowance it was judged against; added: how many the
-    # last commit that touched the row added (what the upsert reports back).
-    "CREATE TABLE allowance (uc integer NOT NULL, period bigint NOT NULL, tag bytea NOT NULL, "
-    "reports integer NOT NULL, cap integer NOT NULL, added integer NOT NULL, "
-    "PRIMARY KEY (uc, period, tag)) PARTITION BY RANGE (uc, period)",
-    "CREATE TABLE counters (instance text NOT NULL, name text NOT NULL, value bigint NOT NULL, "
-    "PRIMARY KEY (instance, name))",
-)
-_PARTITIONED = ("seen", "allowance_keys", "allowance")  # also the order they are locked in
-_MIGRATIONS: dict[int, tuple[str, ...]] = {}
-"""Statements that take schema ``v`` to ``v + 1``, by ``v`` (none yet)."""
-
-# Advisory lock keys (pg_advisory_xact_lock(bigint)): "ldp" in the high bytes, then a purpose.
-_LOCK_SCHEMA = 0x6C64700001
-_LOCK_PARTITIONS = 0x6C64700002
-_LOCK_PRUNE = 0x6C64700003
-_PARTITION_NAME = re.compile(r"^seen_u(\d+)_p(m?\d+)$")
-
-# SQLSTATE classes and codes of failures that can pass, and the cause they are reported as.
-_TRANSIENT_STATES: dict[str, tuple[str, str]] = {
-    "53100": ("disk-full", "the database server's disk is full; free space on its file system"),
-    "25006": ("read-only", "the database server accepts no writes (a standby, or default_transaction_read_only)"),
-    "40001": ("locked", "a serialization failure"),
-    "40P01": ("locked", "a deadlock with another transaction"),
-    "55P03": ("locked", "a lock could not be taken in time (lock_timeout)"),
-    "57014": ("locked", "the statement was cancelled (statement_timeout or an operator)"),
-    "58030": ("io-error", "the database server reports an I/O error; check its disk"),
-}
-_TRANSIENT_CLASSES: dict[str, tuple[str, str]] = {
-    "08": ("connection", "the connection to the database server failed"),
-    "57": ("connection", "the database server is shutting down or restarting"),
-    "53": ("resources", "the database server is out of a resource (memory, connections)"),
-}
-_LOCK_TIMEOUT = "60s"
-_DDL_LOCK_TIMEOUT = "5s"
-_IDLE_IN_TRANSACTION = "30s"
 _Segment = tuple[int, int, str, int, int, bytes]
 """A segment row to insert: use case id, period, kind, reports, records, sealed data."""
-
-
-def _display_url(url: str) -> str:
-    return url  # config refuses URLs with a password, so the URL can be shown as it is
-
-
-def _partition(table: str, uc: int, period: int) -> sql.Identifier:
-    return sql.Identifier(f"{table}_u{uc}_p{str(period).replace('-', 'm')}")
 
 
 class PostgresStore:
@@ -255,7 +197,7 @@ class PostgresStore:
     @property
     def location(self) -> str:
         """The database URL (it holds no password)."""
-        return _display_url(self.url)
+        return self.url  # config refuses URLs with a password
 
     # -- connection and failures ----------------------------------------------------------
 
@@ -267,42 +209,9 @@ class PostgresStore:
         if conn is not None:
             with contextlib.suppress(psycopg.Error):
                 conn.close()
-        kwargs: dict[str, Any] = {
-            "autocommit": True,
-            "connect_timeout": 10,
-            "application_name": f"ldp-collector {self.instance}"[:63],
-            # A peer that vanished without closing (a host down, a partition) is noticed within
-            # about 25 s instead of the kernel's two hours.
-            "keepalives": 1,
-            "keepalives_idle": 10,
-            "keepalives_interval": 5,
-            "keepalives_count": 3,
-        }
-        if self._password is not None:
-            kwargs["password"] = self._password
-        conn = psycopg.connect(self.url, **kwargs)
-        conn.execute(f"SET lock_timeout = '{_LOCK_TIMEOUT}'")
-        # A member whose host vanished inside a transaction would hold its locks (a use case
-        # row, report ids, the clock) until the server's TCP keepalive gave up, hours later;
-        # no transaction here waits on its client for more than a moment.
-        conn.execute(f"SET idle_in_transaction_session_timeout = '{_IDLE_IN_TRANSACTION}'")
-        if self.readonly:
-            conn.execute("SET default_transaction_read_only = on")
+        conn = connect(self.url, password=self._password, instance=self.instance, readonly=self.readonly)
         self._conn = conn
         return conn
-
-    def _unavailable(self, exc: psycopg.Error) -> StoreUnavailable | None:
-        state = exc.sqlstate or ""
-        known = _TRANSIENT_STATES.get(state) or _TRANSIENT_CLASSES.get(state[:2])
-        if known is None and isinstance(exc, psycopg.OperationalError) and not state:
-            known = ("connection", "the database server cannot be reached")
-        if known is None and isinstance(exc, psycopg.InterfaceError):
-            known = ("connection", "the connection to the database server is unusable")
-        if known is None:
-            return None
-        cause, text = known
-        detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        return StoreUnavailable(cause, self.location, f"{text}: {detail}")
 
     @contextlib.contextmanager
     def _failures(self) -> Iterator[None]:
@@ -311,7 +220,7 @@ class PostgresStore:
             yield
         except psycopg.Error as exc:
             self._abandon()
-            transient = self._unavailable(exc)
+            transient = unavailable(exc, self.location)
             if transient is not None:
                 raise transient from exc
             raise StoreError(f"{self.location}: {exc}") from exc
@@ -387,16 +296,16 @@ class PostgresStore:
                     )
                 return
             cur.execute("BEGIN")
-            cur.execute("SELECT pg_advisory_xact_lock(%s)", (_LOCK_SCHEMA,))
+            cur.execute("SELECT pg_advisory_xact_lock(%s)", (LOCK_SCHEMA,))
             found = self._schema_version(cur)
             if found is None:
-                for statement in _SCHEMA:
+                for statement in TABLES:
                     cur.execute(statement)
                 cur.execute("INSERT INTO meta (key, value) VALUES ('schema', %s)", (str(SCHEMA_VERSION).encode(),))
             else:
                 self._refuse_newer(found)
                 for version in range(found, SCHEMA_VERSION):
-                    for statement in _MIGRATIONS[version]:
+                    for statement in MIGRATIONS[version]:
                         cur.execute(statement)
                 cur.execute("UPDATE meta SET value = %s WHERE key = 'schema'", (str(SCHEMA_VERSION).encode(),))
             cur.execute("COMMIT")
@@ -531,22 +440,9 @@ class PostgresStore:
             cur.execute("BEGIN")
             # Creating a partition locks its parent: rather than queue every commit behind a
             # long reader of the parent (a member verifying at start), give up and let ingest retry.
-            cur.execute(f"SET LOCAL lock_timeout = '{_DDL_LOCK_TIMEOUT}'")
-            cur.execute("SELECT pg_advisory_xact_lock(%s)", (_LOCK_PARTITIONS,))
-            for uc, period in sorted(missing):
-                for table in _PARTITIONED:
-                    cur.execute(
-                        sql.SQL(
-                            "CREATE TABLE IF NOT EXISTS {} PARTITION OF {} FOR VALUES FROM ({}, {}) TO ({}, {})"
-                        ).format(
-                            _partition(table, uc, period),
-                            sql.Identifier(table),
-                            sql.Literal(uc),
-                            sql.Literal(period),
-                            sql.Literal(uc),
-                            sql.Literal(period + 1),
-                        )
-                    )
+            cur.execute(f"SET LOCAL lock_timeout = '{DDL_LOCK_TIMEOUT}'")
+            cur.execute("SELECT pg_advisory_xact_lock(%s)", (LOCK_PARTITIONS,))
+            create_partitions(cur, missing)
             cur.execute("COMMIT")
         self._partitions |= missing
 
@@ -941,21 +837,6 @@ class PostgresStore:
         marks = {int(i): int(w) for i, w in rows}
         return {name: marks[row.id] for name, row in self._use_cases.items()}
 
-    def _stale_partitions(self, cur: psycopg.Cursor[Any], marks: Mapping[int, int]) -> list[tuple[int, int]]:
-        """(use case id, period) of the ``seen`` partitions below their use case's mark."""
-        out = []
-        for (name,) in cur.execute(
-            "SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid "
-            "WHERE i.inhparent = 'seen'::regclass"
-        ).fetchall():
-            match = _PARTITION_NAME.match(str(name))
-            if match is None:
-                continue
-            uc, period = int(match[1]), int(match[2].replace("m", "-"))
-            if uc in marks and period < marks[uc]:
-                out.append((uc, period))
-        return sorted(out)
-
     def prune(self, low_water: Mapping[str, int]) -> int:
         """Raise low-water marks (never lower them) and drop the partitions of periods below them.
 
@@ -974,13 +855,13 @@ class PostgresStore:
             stored = {int(i): int(w) for i, w in cur.execute("SELECT id, low_water FROM use_cases").fetchall()}
             marks = {uc: max(stored.get(uc, 0), mark) for uc, mark in wanted.items()}
             raised = {uc for uc, mark in marks.items() if mark > stored.get(uc, 0)}
-            if not raised and not self._stale_partitions(cur, marks):
+            if not raised and not partitions_below(cur, marks):
                 return 0  # the common case, every few seconds on every member: no write at all
             cur.execute("BEGIN")
             # As for creating partitions: dropping one waits for readers of its parent, and
             # commits would queue behind it; the next maintenance round tries again.
-            cur.execute(f"SET LOCAL lock_timeout = '{_DDL_LOCK_TIMEOUT}'")
-            cur.execute("SELECT pg_advisory_xact_lock(%s)", (_LOCK_PRUNE,))
+            cur.execute(f"SET LOCAL lock_timeout = '{DDL_LOCK_TIMEOUT}'")
+            cur.execute("SELECT pg_advisory_xact_lock(%s)", (LOCK_PRUNE,))
             # The use cases' rows first (commits hold them FOR SHARE): once locked, no commit
             # is inside a period about to be dropped, and none can start in one.
             cur.execute("SELECT id FROM use_cases WHERE id = ANY(%s) ORDER BY id FOR UPDATE", (sorted(wanted),))
@@ -988,17 +869,9 @@ class PostgresStore:
                 cur.execute("UPDATE use_cases SET low_water = greatest(low_water, %s) WHERE id = %s", (marks[uc], uc))
                 self._put_digest(cur, f"digest:use_cases:{uc}", self._use_case_digest(cur, uc))
             removed = 0
-            stale = self._stale_partitions(cur, marks)
+            stale = partitions_below(cur, marks)
             for uc, period in stale:
-                count = cur.execute(
-                    sql.SQL("SELECT count(*) FROM {}").format(_partition("seen", uc, period))
-                ).fetchone()
-                removed += int(count[0]) if count else 0
-                cur.execute(
-                    sql.SQL("DROP TABLE IF EXISTS {}").format(
-                        sql.SQL(", ").join(_partition(t, uc, period) for t in _PARTITIONED)
-                    )
-                )
+                removed += drop_partitions(cur, uc, period)
             cur.execute("COMMIT")
         self._partitions -= set(stale)
         return removed
@@ -1077,36 +950,3 @@ class PostgresStore:
             cur.execute("UPDATE clock SET compactions = compactions + 1")
             cur.execute("COMMIT")
         return len(segs)
-
-
-def probe(config: StoreConfig, registry: Registry) -> str:
-    """``ldp-collector check-config``'s line for a PostgreSQL store: reachable, and its schema.
-
-    Raises:
-        ConfigError: the server cannot be reached, refuses us, or holds a newer schema.
-    """
-    del registry  # the use cases are registered by the first collector that opens the store for writing
-    field = "store.url"
-    password = read_store_password(config)
-    assert config.url is not None
-    try:
-        with psycopg.connect(config.url, connect_timeout=10, password=password) as conn:
-            version = conn.info.server_version
-            found: int | None = None
-            if conn.execute("SELECT to_regclass('meta') IS NOT NULL").fetchone() == (True,):
-                row = conn.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone()
-                found = int(bytes(row[0]).decode()) if row is not None else -1
-    except psycopg.Error as exc:
-        raise ConfigError(config.source, field, f"cannot use {config.url}: {str(exc).strip()}") from exc
-    server = f"PostgreSQL {version // 10000}.{version % 10000}"
-    if found is None:
-        return f"{field}: {config.url}: {server}; the checkpoint schema {SCHEMA_VERSION} will be created"
-    if found > SCHEMA_VERSION:
-        raise ConfigError(
-            config.source,
-            field,
-            f"{config.url} has checkpoint schema {found}, newer than the {SCHEMA_VERSION} this collector knows",
-        )
-    if found < 0:
-        raise ConfigError(config.source, field, f"{config.url} has a table meta without a checkpoint schema version")
-    return f"{field}: {config.url}: {server}, checkpoint schema {found}"
