@@ -431,10 +431,16 @@ class PostgresStore:
                 return self._commit(reports, counters, senders)
 
     def _ensure_partitions(self, keys: set[tuple[int, int]]) -> None:
-        """Create the partitions of ``keys`` that this store has not seen to exist, in their own transaction."""
+        """Create the partitions of ``keys`` that this store has not seen to exist, in their own transaction.
+
+        The next period's too: creating a partition takes an exclusive lock on its parent,
+        which waits for every commit in flight; done while the period before is still
+        current, the members do not all meet at that lock in the first second of a period.
+        """
         missing = keys - self._partitions
         if not missing:
             return
+        missing |= {(uc, period + 1) for uc, period in missing} - self._partitions
         conn = self._connection()
         with conn.cursor() as cur:
             cur.execute("BEGIN")

@@ -77,7 +77,10 @@ def partition(table: str, uc: int, period: int) -> sql.Identifier:
 
 
 def create_partitions(cur: psycopg.Cursor[Any], keys: Iterable[tuple[int, int]]) -> None:
-    """Create the partitions of every partitioned table for ``keys`` (inside the caller's transaction)."""
+    """Create the partitions of every partitioned table for ``keys`` (inside the caller's transaction).
+
+    ``IF NOT EXISTS`` finds a partition another member made without taking the parent's lock.
+    """
     for uc, period in sorted(keys):
         for table in PARTITIONED:
             cur.execute(
