@@ -69,7 +69,8 @@ with the version it holds on every request, and catches up when they differ.
 
 **Retention by partition.** ``seen``, ``allowance_keys`` and ``allowance`` are partitioned by
 (use case, period) range, one partition per key (``seen_u<id>_p<period>``), created before
-the first commit that needs it (under an advisory lock; ``IF NOT EXISTS``). Pruning a period
+the first commit that needs it, with the next period's (under an advisory lock; ``IF NOT
+EXISTS``). Pruning a period
 raises its low-water mark and drops its partitions in one transaction: the cost is a catalog
 change, not a DELETE that grows with the fleet, and the dropped tables' files are unlinked
 (the keyed tags and the period's key leave the database; PostgreSQL has no equivalent of
@@ -82,10 +83,12 @@ aggregates and segments, tagged report ids, and the checksums of each use case's
 each instance's counters in ``meta``; opening for writing verifies them all. PostgreSQL's
 own page checksums (``initdb --data-checksums``) cover the rest of what SQLite's
 ``integrity_check`` does. SQLite's ``<db>.id`` marker does not apply: it guards against a
-database *file* deleted under a collector that would then create an empty one at the same
-path; a PostgreSQL database is not created by the collector by accident - connecting to a
-database that does not exist fails, and the schema is created only in an existing, empty
-database the operator named.
+database *file* vanishing from the collector's own file system, after which the collector
+would create an empty one in its place. Here the collector never creates a database
+(connecting to one that does not exist fails; the schema is made only in a database the
+operator created and named, when it has no ``meta`` table), keeping the data is the
+server's job (its WAL and backups), and a marker on one member's disk would say nothing to
+the other members, on other hosts, nor to a member that joins the group later.
 
 **Schema versions.** ``meta.schema`` holds :data:`SCHEMA_VERSION`; opening migrates an older
 schema step by step under an advisory lock (several members may start at once) and refuses
