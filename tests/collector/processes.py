@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import collections
 import os
 import signal
 import subprocess
@@ -14,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from collector.config import StoreConfig
-from collector.errors import StoreError
+from collector.errors import StoreError, StoreUnavailable
 from collector.mqtt import MqttPublisher
 from collector.store import CheckpointStore, Store
 from collector.store.postgres import PostgresStore
@@ -170,11 +171,47 @@ def open_readonly(store: Path | str, registry: Registry) -> Store | None:
     return CheckpointStore(store, registry, readonly=True)
 
 
+# Read-only PostgreSQL stores kept open between polls, by (URL, registry): a new connection
+# forks a server process, and polling every 50 ms with fresh ones cost the database (and so
+# the collectors under measurement) more than the query. The few most recent are kept.
+_readers: collections.OrderedDict[tuple[str, int], Store] = collections.OrderedDict()
+_READERS = 4
+
+
+def _postgres_counters(url: str, registry: Registry) -> dict[str, int]:
+    key = (url, id(registry))
+    store = _readers.pop(key, None)
+    for attempt in range(2):
+        if store is None:
+            store = open_readonly(url, registry)
+            if store is None:
+                return {}
+        try:
+            counters = store.counters()
+        except StoreUnavailable:
+            store.close()
+            store = None
+            if attempt:
+                raise
+            continue  # a connection broken by a server restart: once more, on a new one
+        _readers[key] = store
+        while len(_readers) > _READERS:
+            _readers.popitem(last=False)[1].close()
+        return counters
+    raise AssertionError("unreachable")
+
+
 def committed(store_path: Path | str, registry: Registry) -> dict[str, int]:
     """Lifetime counters committed in the store, summed over its instances (empty if it does not exist yet).
 
-    ``store_path`` is a SQLite file or a PostgreSQL URL.
+    ``store_path`` is a SQLite file or a PostgreSQL URL (whose read-only connection is kept for
+    the next call).
+
+    Raises:
+        StoreUnavailable: the PostgreSQL server cannot be reached.
     """
+    if isinstance(store_path, str):
+        return _postgres_counters(store_path, registry)
     store = open_readonly(store_path, registry)
     if store is None:
         return {}
@@ -185,10 +222,18 @@ def committed(store_path: Path | str, registry: Registry) -> dict[str, int]:
 
 
 def wait_committed(store_path: Path | str, registry: Registry, reports: int, *, timeout: float) -> dict[str, int]:
-    """Poll the store until ``reports`` reports are committed (or raise TimeoutError)."""
+    """Poll the store until ``reports`` reports are committed (or raise TimeoutError).
+
+    A PostgreSQL server that cannot be reached (restarting) counts as "not yet".
+    """
     deadline = time.monotonic() + timeout
+    counters: dict[str, int] = {}
     while True:
-        counters = committed(store_path, registry)
+        try:
+            counters = committed(store_path, registry)
+        except StoreUnavailable as exc:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the store stayed unavailable: {exc}") from exc
         if counters.get("reports", 0) >= reports:
             return counters
         if time.monotonic() > deadline:
