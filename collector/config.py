@@ -326,7 +326,9 @@ def parse_config(data: Mapping[str, Any], *, source: str = "<string>", base: Pat
 def _placed(cfg: CollectorConfig, *, source: str, base: Path) -> CollectorConfig:
     """``cfg`` with its source filled in and the default store path next to the config file."""
     tls = None if cfg.mqtt.tls is None else replace(cfg.mqtt.tls, source=source)
-    store = cfg.store if cfg.store.path.is_absolute() else replace(cfg.store, path=base / cfg.store.path)
+    store = cfg.store
+    if store.url is None and not store.path.is_absolute():
+        store = replace(store, path=base / store.path)
     store = replace(store, source=source)
     return replace(cfg, source=source, mqtt=replace(cfg.mqtt, tls=tls, source=source), store=store)
 

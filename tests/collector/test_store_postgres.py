@@ -280,22 +280,29 @@ def test_a_password_in_the_url_and_two_stores_are_refused_naming_the_field(tmp_p
 def test_the_password_comes_from_its_file_or_the_systemd_credential(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """password_file wins; without it $CREDENTIALS_DIRECTORY/store-password; an empty file is a ConfigError."""
+    """password_file wins; without it $CREDENTIALS_DIRECTORY/store-password; a shared or empty file is refused."""
     from collector.config import read_store_password  # noqa: PLC0415 - the function under test
 
     creds = tmp_path / "creds"
     creds.mkdir()
     (creds / "store-password").write_text("from-credential\n", encoding="utf-8")
-    (tmp_path / "pw").write_text("from-file\n", encoding="utf-8")
+    pw = tmp_path / "pw"
+    pw.write_text("from-file\n", encoding="utf-8")
+    pw.chmod(0o600)
     monkeypatch.setenv("CREDENTIALS_DIRECTORY", str(creds))
     url = "postgresql://ldp@db/ldp"
-    assert read_store_password(StoreConfig(url=url, password_file=tmp_path / "pw")) == "from-file"
+    assert read_store_password(StoreConfig(url=url, password_file=pw)) == "from-file"
     assert read_store_password(StoreConfig(url=url)) == "from-credential"
     monkeypatch.delenv("CREDENTIALS_DIRECTORY")
     assert read_store_password(StoreConfig(url=url)) is None
-    (tmp_path / "empty").write_text("\n", encoding="utf-8")
-    with pytest.raises(ConfigError, match=r"store\.password_file"):
-        read_store_password(StoreConfig(url=url, password_file=tmp_path / "empty"))
+    pw.chmod(0o644)  # the rules of every secret file: readable by its owner only
+    with pytest.raises(ConfigError, match=r"store\.password_file: .*chmod 600"):
+        read_store_password(StoreConfig(url=url, password_file=pw))
+    empty = tmp_path / "empty"
+    empty.write_text("\n", encoding="utf-8")
+    empty.chmod(0o600)
+    with pytest.raises(ConfigError, match=r"store\.password_file: .* is empty"):
+        read_store_password(StoreConfig(url=url, password_file=empty))
 
 
 def _partitions(server: PostgresServer) -> set[str]:
