@@ -10,7 +10,8 @@ Verbs:
 * ``ldp-collector status [--json]`` - periods, report counts and lifetime counters.
 * ``ldp-collector check-config`` - decode the config and the registry, and check every file
   they name (TLS CA, certificate and key, password file, dictionaries, the store's directory):
-  each must exist, be readable and parse; a problem names the file and the field.
+  each must exist, be readable and parse; a problem names the file and the field. A
+  PostgreSQL store (``[store] url``) is connected to, and its schema version reported.
 
 The config file is ``--config PATH``, else ``$LDP_COLLECTOR_CONFIG``, else
 ``/etc/ldp-collector/collector.toml``. Exit statuses are the table of
@@ -103,6 +104,10 @@ def check_config(config: CollectorConfig) -> list[str]:
         if tls.key_file is not None:
             lines.append(f"mqtt.tls.key_file: {tls.key_file}: the certificate's private key loads")
     lines += check_files(config)
+    if config.store.url is not None:
+        from collector.store.factory import describe_store  # noqa: PLC0415 - psycopg only when configured
+
+        lines.append(describe_store(config, registry))
     for name, use_case in registry.use_cases.items():
         field = f"use_cases.{name}.collector.dictionary"
         if use_case.collector.dictionary is None:

@@ -40,7 +40,11 @@ Schema (every section and key optional except ``registry``; defaults shown)::
     require_device_identity = false # refuse reports whose topic carries no device identity
 
     [store]
-    path = "collector.sqlite3"
+    path = "collector.sqlite3"      # SQLite, the embedded default; or instead:
+    url = ""                        # "postgresql://USER@HOST:PORT/DB" (or "...?host=/socket/dir"):
+                                    # PostgreSQL, shared by a group of collectors
+    password_file = ""              # its password (never in the URL); default: the systemd
+                                    # credential $CREDENTIALS_DIRECTORY/store-password if present
     compact_after = 64              # fold checkpoint deltas into the base after this many
 
     [http]
@@ -60,6 +64,7 @@ The characters SFP discovery assembles words from are a use-case setting
 from __future__ import annotations
 
 import os
+import urllib.parse
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -85,6 +90,7 @@ __all__ = [
     "load_config",
     "parse_config",
     "read_password",
+    "read_store_password",
 ]
 
 
@@ -163,12 +169,41 @@ class IngestConfig:
     whose ACL admits only ``<prefix>/%u/<use_case>`` makes every report carry one."""
 
 
+_DEFAULT_STORE = Path("collector.sqlite3")
+
+
 @dataclass(frozen=True, kw_only=True)
 class StoreConfig:
-    """The checkpoint database."""
+    """The checkpoint database: a SQLite file (``path``) or a PostgreSQL database (``url``).
 
-    path: Path = Path("collector.sqlite3")
+    Attributes:
+        path: the SQLite file (unused when ``url`` is set).
+        url: a libpq URL without password (``postgresql://USER@HOST:PORT/DB``), or None for SQLite.
+        password_file: the PostgreSQL password's file, or None (then the systemd credential
+            ``store-password`` if present, else none: trust, peer or ``~/.pgpass``).
+        compact_after: segments of one key before they are folded into its base.
+    """
+
+    path: Path = _DEFAULT_STORE
+    url: Annotated[str | None, EMPTY_IS_NONE] = None
+    password_file: Annotated[Path | None, EMPTY_IS_NONE] = None
     compact_after: Annotated[int, Range(1, 1 << 20)] = 64
+    source: str = field(default="<string>", metadata={"internal": True})
+    """The config file (for error messages; not a key of the file)."""
+
+    def __post_init__(self) -> None:
+        if self.url is not None:
+            if (problem := _store_url_problem(self.url)) is not None:
+                raise Invalid("url", problem)
+            if self.path != _DEFAULT_STORE:
+                raise Invalid("path", "give either path (SQLite) or url (PostgreSQL), not both")
+        elif self.password_file is not None:
+            raise Invalid("password_file", "only a PostgreSQL store (url) has a password")
+
+    @property
+    def location(self) -> str:
+        """Where the store is, for logs and the status document (the URL holds no password)."""
+        return self.url if self.url is not None else str(self.path)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -247,6 +282,20 @@ def _client_id_problem(value: str) -> str | None:
     return None
 
 
+def _store_url_problem(value: str) -> str | None:
+    parts = urllib.parse.urlsplit(value)
+    if parts.scheme not in ("postgresql", "postgres"):
+        return "expected a PostgreSQL URL such as 'postgresql://collector@db.example:5432/ldp'"
+    query = urllib.parse.parse_qs(parts.query)
+    if parts.password is not None or "password" in query:
+        # A config file is readable by more than the service; the password goes in a file of
+        # its own (or a systemd credential) with its own permissions.
+        return (
+            "holds a password: remove it and put it in store.password_file (or the systemd credential store-password)"
+        )
+    return None
+
+
 def _receipt_prefix_problem(value: str) -> str | None:
     # The broker ACL gives each connection read access to <prefix><client id> only; a prefix
     # with wildcards, or one not ending in "/", could not be matched by such a pattern.
@@ -277,7 +326,10 @@ def parse_config(data: Mapping[str, Any], *, source: str = "<string>", base: Pat
 def _placed(cfg: CollectorConfig, *, source: str, base: Path) -> CollectorConfig:
     """``cfg`` with its source filled in and the default store path next to the config file."""
     tls = None if cfg.mqtt.tls is None else replace(cfg.mqtt.tls, source=source)
-    store = cfg.store if cfg.store.path.is_absolute() else replace(cfg.store, path=base / cfg.store.path)
+    store = cfg.store
+    if store.url is None and not store.path.is_absolute():
+        store = replace(store, path=base / store.path)
+    store = replace(store, source=source)
     return replace(cfg, source=source, mqtt=replace(cfg.mqtt, tls=tls, source=source), store=store)
 
 
@@ -293,6 +345,37 @@ def read_password(mqtt: MqttConfig) -> bytes | None:
         return read_password_file(mqtt.password_file, setting="password_file")
     except SettingFileError as exc:
         raise ConfigError(mqtt.source, "mqtt.password_file", exc.problem) from None
+
+
+STORE_CREDENTIAL = "store-password"
+"""The systemd credential (``LoadCredential=store-password:...``) read when no password_file is set."""
+
+
+def read_store_password(store: StoreConfig) -> str | None:
+    """The PostgreSQL password: ``store.password_file``, else the systemd credential, else None.
+
+    The file follows the rules of every secret file (``runtime.secret_files``: readable by its
+    owner only, one line).
+
+    Raises:
+        ConfigError: the file cannot be read, is readable by others, or holds no password.
+    """
+    field = "store.password_file"
+    path = store.password_file
+    if path is None:
+        credentials = os.environ.get("CREDENTIALS_DIRECTORY")
+        if not credentials or not (Path(credentials) / STORE_CREDENTIAL).is_file():
+            return None
+        path = Path(credentials) / STORE_CREDENTIAL
+        field = f"store.url (systemd credential {STORE_CREDENTIAL})"
+    try:
+        raw = read_password_file(path, setting=field)
+    except SettingFileError as exc:
+        raise ConfigError(store.source, field, exc.problem) from None
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ConfigError(store.source, field, f"{path} is not UTF-8 text") from None
 
 
 def check_files(config: CollectorConfig) -> list[str]:
@@ -311,6 +394,10 @@ def check_files(config: CollectorConfig) -> list[str]:
     lines: list[str] = []
     if read_password(config.mqtt) is not None:
         lines.append(f"mqtt.password_file: {config.mqtt.password_file}: a password")
+    if config.store.url is not None:
+        if read_store_password(config.store) is not None:
+            lines.append(f"store.password_file: {config.store.password_file or STORE_CREDENTIAL}: a password")
+        return lines  # the database itself is checked by connecting (ldp-collector check-config)
     directory = config.store.path.parent
     existing = next((d for d in (directory, *directory.parents) if d.exists()), None)
     if existing is None or not existing.is_dir():

@@ -48,14 +48,15 @@ class StoreUnavailable(StoreError):  # noqa: N818 - a state, like TimeoutError; 
     """The checkpoint store cannot take a commit *now*, for a cause that can go away.
 
     The disk is full, the database is locked by another process or read-only, an I/O error
-    occurred, or the file was removed or replaced under the running collector. Nothing of
+    occurred, the file was removed or replaced under the running collector, or (PostgreSQL)
+    the connection to the database server was lost or the server is restarting. Nothing of
     the failed transaction was stored; ingest keeps the batch unacknowledged, stops
-    reading, reports itself unhealthy and retries with backoff.
+    reading, reports itself unhealthy and retries with backoff (reconnecting).
 
     Attributes:
         cause: machine-readable: ``disk-full``, ``locked``, ``read-only``, ``io-error``,
-            ``cannot-open`` or ``vanished``.
-        path: the database file.
+            ``cannot-open``, ``vanished``, ``connection`` or ``resources``.
+        path: the database file, or the PostgreSQL URL.
     """
 
     def __init__(self, cause: str, path: str, detail: str) -> None:

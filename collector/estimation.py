@@ -59,7 +59,7 @@ from collector.decoding.release import DEFAULT_ALPHA, Release, ReleaseRule, rele
 from collector.decoding.sketches import NOT_PRODUCIBLE, producible
 from collector.errors import StoreError
 from collector.numbers import format_number
-from collector.store import CheckpointStore, KeyInfo
+from collector.store import KeyInfo, Store, open_store
 from protocol.interfaces import (
     Aggregate,
     EstimateKind,
@@ -420,9 +420,9 @@ def registry_of(config: CollectorConfig) -> Registry:
     return _registry(str(path), os.stat(path).st_mtime_ns)
 
 
-def _open(config: CollectorConfig) -> tuple[Registry, CheckpointStore]:
+def _open(config: CollectorConfig) -> tuple[Registry, Store]:
     registry = registry_of(config)
-    return registry, CheckpointStore(config.store.path, registry, readonly=True)
+    return registry, open_store(config, registry, readonly=True)
 
 
 def default_period(use_case: UseCase, infos: Sequence[KeyInfo]) -> int:
@@ -525,7 +525,7 @@ def status_of(
     counters: dict[str, int],
     instances: dict[str, dict[str, int]],
     *,
-    store_path: Path,
+    store_path: Path | str,
 ) -> dict[str, Any]:
     """The registry, the periods with data per use case, and the lifetime counters."""
     use_cases: dict[str, Any] = {}
@@ -561,7 +561,7 @@ def store_status(config: CollectorConfig) -> dict[str, Any]:
         per_instance = {instance: store.counters(instance) for instance in store.instances()}
     finally:
         store.close()
-    return status_of(registry, totals, counters, per_instance, store_path=config.store.path)
+    return status_of(registry, totals, counters, per_instance, store_path=config.store.location)
 
 
 def _fmt(x: float | None) -> str:

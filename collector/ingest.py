@@ -50,15 +50,14 @@ import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Protocol, TypeVar
+from typing import Generic, Protocol, TypeVar
 
 import numpy as np
 
 from collector.config import IngestConfig
 from collector.errors import StoreUnavailable
 from collector.metrics import IngestMetrics
-from collector.store import CheckpointStore, CommitResult
+from collector.store import CommitResult, Store
 from collector.transport import Delivery, Transport
 from protocol.errors import MalformedReportError
 from protocol.receipts import MAX_CORRELATION_BYTES, Receipt, valid_response_topic
@@ -71,6 +70,7 @@ __all__ = ["RETRY_MAX_S", "RETRY_MIN_S", "Clock", "Ingest", "StoreThread", "Syst
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+S_co = TypeVar("S_co", bound=Store, covariant=True)
 
 RETRY_MIN_S = 0.1
 """First wait before retrying a commit the store could not take."""
@@ -110,27 +110,27 @@ def period_windows(
     return out
 
 
-class StoreThread:
-    """Runs every operation of a :class:`CheckpointStore` in one dedicated thread.
+class StoreThread(Generic[S_co]):
+    """Runs every operation of a checkpoint store (:class:`~collector.store.Store`) in one dedicated thread.
 
-    SQLite calls block; running them in their own thread keeps the event loop receiving and
-    decoding while a transaction commits.
+    SQLite and PostgreSQL calls block; running them in their own thread keeps the event loop
+    receiving and decoding while a transaction commits.
     """
 
-    def __init__(self, opener: Callable[[], CheckpointStore]) -> None:
+    def __init__(self, opener: Callable[[], S_co]) -> None:
         self._executor = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="checkpoint")
-        self._store: CheckpointStore = self._executor.submit(opener).result()
+        self._store: S_co = self._executor.submit(opener).result()
 
     @property
-    def path(self) -> Path:
-        """The database file."""
-        return self._store.path
+    def location(self) -> str:
+        """Where the store is (a file or a URL)."""
+        return self._store.location
 
-    def submit(self, fn: Callable[[CheckpointStore], T]) -> asyncio.Future[T]:
+    def submit(self, fn: Callable[[S_co], T]) -> asyncio.Future[T]:
         """Schedule ``fn(store)`` on the store thread; an awaitable of its result."""
         return asyncio.wrap_future(self._executor.submit(fn, self._store))
 
-    async def call(self, fn: Callable[[CheckpointStore], T]) -> T:
+    async def call(self, fn: Callable[[S_co], T]) -> T:
         """Run ``fn(store)`` on the store thread and wait for it."""
         return await self.submit(fn)
 
@@ -178,7 +178,7 @@ class Ingest:
         *,
         registry: Registry,
         transport: Transport,
-        store: StoreThread,
+        store: StoreThread[Store],
         config: IngestConfig,
         metrics: IngestMetrics,
         clock: Clock | None = None,
@@ -423,7 +423,7 @@ class Ingest:
         backoff = Retry(Backoff(initial=RETRY_MIN_S, cap=RETRY_MAX_S))
         began = time.monotonic()
 
-        def retry(store: CheckpointStore) -> CommitResult:
+        def retry(store: Store) -> CommitResult:
             assert failed is not None
             return store.commit(failed.reports, failed.counters, failed.senders)
 

@@ -47,7 +47,7 @@ from typing import Any, TypeVar
 from collector.config import CollectorConfig
 from collector.errors import StoreError
 from collector.estimation import default_period, estimate_aggregate, series_of, status_of
-from collector.store import CheckpointStore, KeyInfo, footprint
+from collector.store import KeyInfo, Store, footprint, open_store
 from protocol.interfaces import Aggregate
 from protocol.registry import Registry, UseCase
 
@@ -119,7 +119,7 @@ class LiveAggregates:
             max_workers=max(config.estimation.workers, 1), thread_name_prefix="estimate"
         )
         # Everything below is touched only on the aggregates thread (the _io executor) ...
-        self._store: CheckpointStore | None = None
+        self._store: Store | None = None
         self._opened_at = -1
         self._entries: collections.OrderedDict[Key, _Entry] = collections.OrderedDict()
         self._bytes = 0
@@ -239,7 +239,7 @@ class LiveAggregates:
 
     # -- the aggregates thread --------------------------------------------------------------
 
-    def _io_db(self, use_case: str | None = None) -> CheckpointStore:
+    def _io_db(self, use_case: str | None = None) -> Store:
         store = self._store
         # A read-only connection knows the use cases collected when it opened; reopen (once
         # per new commit) in case this one has been collected since.
@@ -252,7 +252,7 @@ class LiveAggregates:
             store.close()
             self._store = store = None
         if store is None:
-            store = self._store = CheckpointStore(self.config.store.path, self.registry, readonly=True)
+            store = self._store = open_store(self.config, self.registry, readonly=True)
             self._opened_at = store.last_seq()
         return store
 
@@ -361,7 +361,7 @@ class LiveAggregates:
         store = self._io_db()
         counters = store.counters()
         instances = {instance: store.counters(instance) for instance in store.instances()}
-        status = status_of(self.registry, totals, counters, instances, store_path=self.config.store.path)
+        status = status_of(self.registry, totals, counters, instances, store_path=self.config.store.location)
         stats = self.statistics()
         status["materialised"] = dataclasses.asdict(stats)
         return status

@@ -29,7 +29,7 @@ from collector.ingest import Clock, Ingest, StoreThread, SystemClock
 from collector.live import LiveAggregates
 from collector.metrics import IngestMetrics, metrics_registry
 from collector.mqtt import MqttTransport
-from collector.store import CheckpointStore
+from collector.store import Store, open_store
 from collector.systemd import Notifier
 from protocol.registry import Registry, RegistryError
 from runtime.errors import SettingFileError
@@ -102,7 +102,7 @@ class Service:
 
     config: CollectorConfig
     registry: Registry
-    store: StoreThread
+    store: StoreThread[Store]
     metrics: IngestMetrics
     transport: MqttTransport
     ingest: Ingest
@@ -134,18 +134,20 @@ async def _maintain(service: Service, clock: Clock) -> None:
     # Raise the marks in ingest first: from now on it refuses those periods, so the ids
     # pruned next can never be needed again.
     service.ingest.raise_low_water(marks)
-    service.metrics.pruned += await service.store.call(functools.partial(CheckpointStore.prune, low_water=marks))
-    keys = await service.store.call(
-        functools.partial(CheckpointStore.compaction_candidates, compact_after=cfg.store.compact_after)
-    )
+    service.metrics.pruned += await service.store.call(lambda s: s.prune(marks))
+    keys = await service.store.call(lambda s: s.compaction_candidates(cfg.store.compact_after))
     for use_case, period in keys:
-        folded = await service.store.call(functools.partial(CheckpointStore.compact, use_case=use_case, period=period))
+        folded = await service.store.call(functools.partial(_compact, use_case=use_case, period=period))
         if folded:
             service.metrics.compactions += 1
 
 
 def _count_dropped(metrics: IngestMetrics, notifier: Notifier) -> None:
     metrics.sd_notify_dropped = notifier.dropped
+
+
+def _compact(store: Store, *, use_case: str, period: int) -> int:
+    return store.compact(use_case, period)
 
 
 async def run_service(
@@ -180,7 +182,7 @@ async def run_service(
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
     notifier: Notifier | None = None
-    store = StoreThread(lambda: CheckpointStore(config.store.path, registry, instance=config.instance))
+    store = StoreThread(lambda: open_store(config, registry))
     live: LiveAggregates | None = None
     try:
         low_water = await store.call(lambda s: s.low_water())
@@ -211,7 +213,7 @@ async def run_service(
             config.instance,
             config.registry,
             registry.hash_hex,
-            config.store.path,
+            config.store.location,
             config.mqtt.host,
             config.mqtt.port,
         )

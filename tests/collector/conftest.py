@@ -9,6 +9,7 @@ import pytest
 
 from collector.store import CheckpointStore
 from protocol.registry import Registry
+from tests.collector.stores import BACKENDS, StoreSite
 from tests.collector.support import load_registry, write_registry
 
 # A fixed moment (2024-03-01T12:00:00Z): period indices in tests do not depend on the date.
@@ -50,3 +51,11 @@ def store(tmp_path: Path, registry: Registry) -> Iterator[CheckpointStore]:
     s = CheckpointStore(tmp_path / "ckpt.sqlite3", registry, instance="test")
     yield s
     s.close()
+
+
+@pytest.fixture(params=BACKENDS)
+def site(request: pytest.FixtureRequest, tmp_path: Path) -> StoreSite:
+    """Where this test's store lives: a SQLite file, or a fresh PostgreSQL database."""
+    if request.param == "postgres":
+        return StoreSite("postgres", tmp_path / "ckpt.sqlite3", request.getfixturevalue("postgres"))
+    return StoreSite("sqlite", tmp_path / "ckpt.sqlite3")

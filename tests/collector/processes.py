@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import collections
 import os
 import signal
 import subprocess
@@ -13,8 +14,11 @@ from collections.abc import Callable, Coroutine, Sequence
 from pathlib import Path
 from typing import Any
 
+from collector.config import StoreConfig
+from collector.errors import StoreError, StoreUnavailable
 from collector.mqtt import MqttPublisher
-from collector.store import CheckpointStore
+from collector.store import CheckpointStore, Store
+from collector.store.postgres import PostgresStore
 from protocol.registry import Registry
 from tests.support.notify import NotifyListener
 
@@ -28,14 +32,23 @@ def write_config(
     host: str,
     port: int,
     client_id: str = "ldp-collector-test",
-    store: Path | None = None,
+    store: Path | str | None = None,
     instance: str = "test",
     shared_group: str = "",
     extra: str = "",
     http_port: int | None = None,
 ) -> Path:
-    """A collector config file for a broker on loopback."""
+    """A collector config file for a broker on loopback.
+
+    ``store`` is a SQLite file (default: ``collector.sqlite3`` in ``directory``) or a
+    PostgreSQL URL (``postgresql://...``: every collector given the same URL shares it).
+    """
     directory.mkdir(parents=True, exist_ok=True)
+    if isinstance(store, str):
+        store_keys = f'url = "{store}"'
+    else:
+        store_keys = f'path = "{store or directory / "collector.sqlite3"}"'
+
     path = directory / f"{instance}.toml"
     http = f"[http]\nenabled = true\nport = {http_port}\n" if http_port is not None else "[http]\nenabled = false\n"
     path.write_text(
@@ -55,7 +68,7 @@ commit_max_reports = 2000
 commit_interval_s = 0.05
 
 [store]
-path = "{store or directory / "collector.sqlite3"}"
+{store_keys}
 
 {http}
 {extra}
@@ -144,22 +157,83 @@ class CollectorProcess:
         self._notify.close()
 
 
-def committed(store_path: Path, registry: Registry) -> dict[str, int]:
-    """Lifetime counters committed in the store (empty if it does not exist yet)."""
-    if not store_path.exists():
+def open_readonly(store: Path | str, registry: Registry) -> Store | None:
+    """The store at a SQLite path or a PostgreSQL URL, read-only; None if nothing was written there yet."""
+    if isinstance(store, str):
+        try:
+            return PostgresStore(StoreConfig(url=store), registry, readonly=True)
+        except StoreError as exc:
+            if "no checkpoint schema" in str(exc):
+                return None
+            raise
+    if not store.exists():
+        return None
+    return CheckpointStore(store, registry, readonly=True)
+
+
+# Read-only PostgreSQL stores kept open between polls, by (URL, registry): a new connection
+# forks a server process, and polling every 50 ms with fresh ones cost the database (and so
+# the collectors under measurement) more than the query. The few most recent are kept.
+_readers: collections.OrderedDict[tuple[str, int], Store] = collections.OrderedDict()
+_READERS = 4
+
+
+def _postgres_counters(url: str, registry: Registry) -> dict[str, int]:
+    key = (url, id(registry))
+    store = _readers.pop(key, None)
+    for attempt in range(2):
+        if store is None:
+            store = open_readonly(url, registry)
+            if store is None:
+                return {}
+        try:
+            counters = store.counters()
+        except StoreUnavailable:
+            store.close()
+            store = None
+            if attempt:
+                raise
+            continue  # a connection broken by a server restart: once more, on a new one
+        _readers[key] = store
+        while len(_readers) > _READERS:
+            _readers.popitem(last=False)[1].close()
+        return counters
+    raise AssertionError("unreachable")
+
+
+def committed(store_path: Path | str, registry: Registry) -> dict[str, int]:
+    """Lifetime counters committed in the store, summed over its instances (empty if it does not exist yet).
+
+    ``store_path`` is a SQLite file or a PostgreSQL URL (whose read-only connection is kept for
+    the next call).
+
+    Raises:
+        StoreUnavailable: the PostgreSQL server cannot be reached.
+    """
+    if isinstance(store_path, str):
+        return _postgres_counters(store_path, registry)
+    store = open_readonly(store_path, registry)
+    if store is None:
         return {}
-    store = CheckpointStore(store_path, registry, readonly=True)
     try:
         return store.counters()
     finally:
         store.close()
 
 
-def wait_committed(store_path: Path, registry: Registry, reports: int, *, timeout: float) -> dict[str, int]:
-    """Poll the store until ``reports`` reports are committed (or raise TimeoutError)."""
+def wait_committed(store_path: Path | str, registry: Registry, reports: int, *, timeout: float) -> dict[str, int]:
+    """Poll the store until ``reports`` reports are committed (or raise TimeoutError).
+
+    A PostgreSQL server that cannot be reached (restarting) counts as "not yet".
+    """
     deadline = time.monotonic() + timeout
+    counters: dict[str, int] = {}
     while True:
-        counters = committed(store_path, registry)
+        try:
+            counters = committed(store_path, registry)
+        except StoreUnavailable as exc:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the store stayed unavailable: {exc}") from exc
         if counters.get("reports", 0) >= reports:
             return counters
         if time.monotonic() > deadline:

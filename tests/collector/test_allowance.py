@@ -24,12 +24,12 @@ from collector.ingest import Ingest, StoreThread
 from collector.metrics import IngestMetrics
 from collector.mqtt import MqttPublisher
 from collector.service import Service, run_service
-from collector.store import CheckpointStore
 from collector.transport import MemoryTransport
 from protocol.randomized_response import RandomizedResponse, RRAggregate, RRBatch
 from protocol.registry import Registry
 from protocol.wire import Report, decode_report, encode_report
 from tests.collector.conftest import FixedClock
+from tests.collector.stores import StoreSite
 from tests.collector.support import bit_reports, current_period, run_async
 from tests.support.broker import Broker, free_port
 
@@ -37,18 +37,17 @@ ATTACKS = 2000
 
 
 async def _ingest_all(
-    tmp_path: Path,
+    site: StoreSite,
     registry: Registry,
     clock: FixedClock,
     items: Sequence[tuple[bytes, bytes]],
     *,
     config: IngestConfig | None = None,
-) -> tuple[MemoryTransport, IngestMetrics, Path]:
+) -> tuple[MemoryTransport, IngestMetrics, StoreSite]:
     """Push ``(payload, sender)`` items through ingest into a fresh store; wait until all are acknowledged."""
     transport = MemoryTransport()
     metrics = IngestMetrics()
-    path = tmp_path / "allowance.sqlite3"
-    store = StoreThread(lambda: CheckpointStore(path, registry, instance="t"))
+    store = StoreThread(lambda: site.open(registry, instance="t"))
     ingest = Ingest(
         registry=registry,
         transport=transport,
@@ -70,7 +69,7 @@ async def _ingest_all(
         with contextlib.suppress(asyncio.CancelledError):
             await task
         store.close()
-    return transport, metrics, path
+    return transport, metrics, site
 
 
 def _ones(registry: Registry, payloads: Sequence[bytes]) -> tuple[int, int]:
@@ -97,7 +96,7 @@ def _estimate(registry: Registry, ones: int, n: int) -> float:
 
 @run_async
 async def test_one_identity_sending_2000_reports_moves_the_estimate_by_one_device_at_most(
-    tmp_path: Path, registry: Registry, clock: FixedClock
+    site: StoreSite, registry: Registry, clock: FixedClock
 ) -> None:
     """2,000 valid reports from one identity (allowance 1): 1 folded, 1,999 rejected as over-allowance."""
     period = current_period(registry, "flag", clock.time())
@@ -112,11 +111,11 @@ async def test_one_identity_sending_2000_reports_moves_the_estimate_by_one_devic
     items = [(p, f"device-{i}".encode()) for i, p in enumerate(honest)]
     # The attacker's reports arrive first and among the honest ones: order does not matter.
     stream = [(p, b"mallory") for p in attack[:10]] + items[:200] + [(p, b"mallory") for p in attack[10:]] + items[200:]
-    _, metrics, path = await _ingest_all(tmp_path, registry, clock, stream)
+    _, metrics, _ = await _ingest_all(site, registry, clock, stream)
 
     assert metrics.rejected["over-allowance"] == ATTACKS - 1
     assert metrics.reports == len(honest) + 1
-    store = CheckpointStore(path, registry, readonly=True)
+    store = site.open(registry, readonly=True)
     try:
         agg, info = store.aggregate("flag", period)
         counters = store.counters()
@@ -138,13 +137,13 @@ async def test_one_identity_sending_2000_reports_moves_the_estimate_by_one_devic
 
 @run_async
 async def test_a_resent_report_is_a_duplicate_not_over_allowance(
-    tmp_path: Path, registry: Registry, clock: FixedClock
+    site: StoreSite, registry: Registry, clock: FixedClock
 ) -> None:
     """An agent's retry (the same bytes, the same report id) is a duplicate and costs no allowance."""
     period = current_period(registry, "flag", clock.time())
     (report,) = bit_reports(registry, "flag", 1, period=period, seed=9)
     _, metrics, _ = await _ingest_all(
-        tmp_path, registry, clock, [(report, b"dev-a"), (report, b"dev-a"), (report, b"dev-a")]
+        site, registry, clock, [(report, b"dev-a"), (report, b"dev-a"), (report, b"dev-a")]
     )
     assert metrics.reports == 1
     assert metrics.duplicates == 2
@@ -153,14 +152,14 @@ async def test_a_resent_report_is_a_duplicate_not_over_allowance(
 
 @run_async
 async def test_reports_without_identity_are_refused_when_required(
-    tmp_path: Path, registry: Registry, clock: FixedClock
+    site: StoreSite, registry: Registry, clock: FixedClock
 ) -> None:
     """With require_device_identity, a report whose topic names no device is rejected as no-identity."""
     period = current_period(registry, "flag", clock.time())
     reports = list(bit_reports(registry, "flag", 3, period=period, seed=10))
     config = IngestConfig(commit_max_reports=8, commit_interval_s=0.01, require_device_identity=True)
     _, metrics, _ = await _ingest_all(
-        tmp_path, registry, clock, [(reports[0], b""), (reports[1], b"dev-a"), (reports[2], b"")], config=config
+        site, registry, clock, [(reports[0], b""), (reports[1], b"dev-a"), (reports[2], b"")], config=config
     )
     assert metrics.reports == 1
     assert metrics.rejected["no-identity"] == 2

@@ -12,9 +12,15 @@ import random
 import time
 from pathlib import Path
 
-from collector.store import CheckpointStore
 from protocol.registry import Registry
-from tests.collector.processes import BackgroundPublishers, CollectorProcess, committed, wait_committed, write_config
+from tests.collector.processes import (
+    BackgroundPublishers,
+    CollectorProcess,
+    committed,
+    open_readonly,
+    wait_committed,
+    write_config,
+)
 from tests.collector.support import bit_reports, current_period, plain_equal, reference_aggregates
 from tests.support.broker import Broker
 
@@ -39,9 +45,11 @@ def _stream(registry: Registry, total: int, seed: int) -> list[tuple[str, bytes]
     return items
 
 
-def _check_exact(store_path: Path, registry: Registry, items: list[tuple[str, bytes]]) -> dict[str, int]:
+def _check_exact(store_path: Path | str, registry: Registry, items: list[tuple[str, bytes]]) -> dict[str, int]:
+    """Every aggregate equals the reference of ``items``; every id remembered once. ``store_path``: file or URL."""
     reference = reference_aggregates(registry, [p for _, p in items])
-    store = CheckpointStore(store_path, registry, readonly=True)
+    store = open_readonly(store_path, registry)
+    assert store is not None, f"nothing was committed to {store_path}"
     try:
         totals = {(k.use_case, k.period): k for k in store.totals()}
         assert set(totals) == set(reference)

@@ -62,7 +62,7 @@ async def _run_ingest(
     *,
     config: IngestConfig | None = None,
     between: Callable[[MemoryTransport], None] | None = None,
-) -> tuple[MemoryTransport, IngestMetrics, StoreThread]:
+) -> tuple[MemoryTransport, IngestMetrics, StoreThread[CheckpointStore]]:
     transport = MemoryTransport()
     metrics = IngestMetrics()
     store = StoreThread(lambda: CheckpointStore(tmp_path / "ingest.sqlite3", registry, instance="t"))
@@ -89,7 +89,7 @@ async def _run_ingest(
     return transport, metrics, store
 
 
-async def _aggregates(store: StoreThread) -> dict[tuple[str, int], object]:
+async def _aggregates(store: StoreThread[CheckpointStore]) -> dict[tuple[str, int], object]:
     def read(s: CheckpointStore) -> dict[tuple[str, int], object]:
         return {(k.use_case, k.period): s.aggregate(k.use_case, k.period)[0] for k in s.totals()}
 

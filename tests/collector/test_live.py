@@ -8,19 +8,20 @@ from pathlib import Path
 from collector.config import CollectorConfig, parse_config
 from collector.estimation import compute_estimate, compute_series, store_status
 from collector.live import LiveAggregates
-from collector.store import CheckpointStore, footprint
+from collector.store import Store, footprint
 from protocol.registry import Registry
 from protocol.wire import decode_report, encode_report
+from tests.collector.stores import StoreSite
 from tests.collector.support import current_period, plain_equal, privatized_reports, run_async
 
 PERIOD_NOW = 1_709_294_400.0
 
 
-def _config(tmp_path: Path, registry_path: Path) -> CollectorConfig:
-    return parse_config({"registry": str(registry_path), "store": {"path": str(tmp_path / "ckpt.sqlite3")}})
+def _config(site: StoreSite, registry_path: Path) -> CollectorConfig:
+    return parse_config({"registry": str(registry_path), "store": site.table()})
 
 
-def _commit(store: CheckpointStore, registry: Registry, name: str, count: int, *, period: int, seed: int) -> None:
+def _commit(store: Store, registry: Registry, name: str, count: int, *, period: int, seed: int) -> None:
     reports = privatized_reports(registry, name, count, period=period, seed=seed)
     result = store.commit([decode_report(encode_report(r), registry) for r in reports], {})
     assert result.keys == ((name, period),)
@@ -28,12 +29,12 @@ def _commit(store: CheckpointStore, registry: Registry, name: str, count: int, *
 
 @run_async
 async def test_estimates_follow_commits_reading_only_what_was_added(
-    tmp_path: Path, registry: Registry, registry_path: Path
+    site: StoreSite, registry: Registry, registry_path: Path
 ) -> None:
     """After each commit the view folds only the new segments and serves what the store path computes."""
-    config = _config(tmp_path, registry_path)
+    config = _config(site, registry_path)
     period = current_period(registry, "emoji", PERIOD_NOW)
-    writer = CheckpointStore(config.store.path, registry, instance="w")
+    writer = site.open(registry, instance="w")
     live = LiveAggregates(config, registry)
     try:
         _commit(writer, registry, "emoji", 60, period=period, seed=1)
@@ -68,12 +69,12 @@ async def test_estimates_follow_commits_reading_only_what_was_added(
 
 @run_async
 async def test_a_repeated_request_reuses_the_estimate_until_a_commit_changes_it(
-    tmp_path: Path, registry: Registry, registry_path: Path
+    site: StoreSite, registry: Registry, registry_path: Path
 ) -> None:
     """The same version twice is one computation; a commit to another key does not invalidate it."""
-    config = _config(tmp_path, registry_path)
+    config = _config(site, registry_path)
     period = current_period(registry, "domains", PERIOD_NOW)
-    writer = CheckpointStore(config.store.path, registry, instance="w")
+    writer = site.open(registry, instance="w")
     live = LiveAggregates(config, registry)
     try:
         _commit(writer, registry, "domains", 50, period=period, seed=3)
@@ -98,12 +99,12 @@ async def test_a_repeated_request_reuses_the_estimate_until_a_commit_changes_it(
 
 @run_async
 async def test_a_compaction_the_view_had_not_seen_is_read_afresh(
-    tmp_path: Path, registry: Registry, registry_path: Path
+    site: StoreSite, registry: Registry, registry_path: Path
 ) -> None:
     """Segments compacted into the base before the view folded them make it reload the key, not miss them."""
-    config = _config(tmp_path, registry_path)
+    config = _config(site, registry_path)
     period = current_period(registry, "hist", PERIOD_NOW)
-    writer = CheckpointStore(config.store.path, registry, instance="w")
+    writer = site.open(registry, instance="w")
     live = LiveAggregates(config, registry)
     try:
         _commit(writer, registry, "hist", 30, period=period, seed=6)
@@ -129,12 +130,12 @@ async def test_a_compaction_the_view_had_not_seen_is_read_afresh(
 
 @run_async
 async def test_memory_is_bounded_least_recently_used_first_out(
-    tmp_path: Path, registry: Registry, registry_path: Path
+    site: StoreSite, registry: Registry, registry_path: Path
 ) -> None:
     """Resident aggregates stay under the bound; the oldest goes first; one larger than the bound is still served."""
-    config = _config(tmp_path, registry_path)
+    config = _config(site, registry_path)
     period = current_period(registry, "emoji", PERIOD_NOW)
-    writer = CheckpointStore(config.store.path, registry, instance="w")
+    writer = site.open(registry, instance="w")
     for back in range(4):
         _commit(writer, registry, "emoji", 25, period=period - back, seed=10 + back)
     size = footprint(writer.aggregate("emoji", period)[0])
@@ -164,11 +165,11 @@ async def test_memory_is_bounded_least_recently_used_first_out(
 
 
 @run_async
-async def test_series_and_status_match_the_store_path(tmp_path: Path, registry: Registry, registry_path: Path) -> None:
+async def test_series_and_status_match_the_store_path(site: StoreSite, registry: Registry, registry_path: Path) -> None:
     """The series and the status the API serves are the CLI's, plus the view's own counters."""
-    config = _config(tmp_path, registry_path)
+    config = _config(site, registry_path)
     period = current_period(registry, "usage", PERIOD_NOW)
-    writer = CheckpointStore(config.store.path, registry, instance="w")
+    writer = site.open(registry, instance="w")
     live = LiveAggregates(config, registry)
     try:
         for back in range(3):

@@ -15,9 +15,10 @@ from hypothesis import strategies as st
 
 from collector.errors import StoreError, StoreUnavailable
 from collector.folding import batch_from_plain, batch_to_plain, concat_batches, is_columnar
-from collector.store import CheckpointStore
+from collector.store import CheckpointStore, Store
 from protocol.registry import Registry
 from protocol.wire import DecodedReport, decode_report, encode_report
+from tests.collector.stores import StoreSite
 from tests.collector.support import (
     REGISTRY_TEXT,
     current_period,
@@ -51,7 +52,7 @@ def _reference(registry: Registry, reports: list[DecodedReport]) -> Any:
     return agg
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     name=st.sampled_from(["domains", "emoji", "flag", "hist", "home", "usage", "words"]),
     order=st.permutations(range(24)),
@@ -59,14 +60,15 @@ def _reference(registry: Registry, reports: list[DecodedReport]) -> Any:
     compact_at=st.integers(min_value=0, max_value=6),
 )
 def test_any_grouping_and_order_of_commits_gives_the_same_aggregate(
-    name: str, order: list[int], cuts: list[int], compact_at: int
+    site: StoreSite, name: str, order: list[int], cuts: list[int], compact_at: int
 ) -> None:
     """Folding is exact whatever the commit grouping, order and compaction (merge is associative, commutative)."""
     registry, reports = _fixture()
     chosen = [reports[name][i] for i in order]
     bounds = [0, *sorted(set(cuts)), 24]
     with tempfile.TemporaryDirectory() as tmp:
-        store = CheckpointStore(Path(tmp) / "s.sqlite3", registry)
+        example = site.fresh("example") if site.server is not None else StoreSite("sqlite", Path(tmp) / "s.sqlite3")
+        store = example.open(registry)
         try:
             for k, (a, b) in enumerate(itertools.pairwise(bounds)):
                 store.commit(chosen[a:b], {})
@@ -101,14 +103,14 @@ def test_columnar_batches_concatenate_and_round_trip(name: str, data: st.DataObj
     assert plain_equal(one, parts)
 
 
-def _snapshot(store: CheckpointStore) -> dict[tuple[str, int], object]:
+def _snapshot(store: Store) -> dict[tuple[str, int], object]:
     return {(k.use_case, k.period): (store.aggregate(k.use_case, k.period)[0].to_plain(), k) for k in store.totals()}
 
 
-def test_compaction_folds_segments_into_the_base_without_changing_anything(tmp_path: Path) -> None:
+def test_compaction_folds_segments_into_the_base_without_changing_anything(site: StoreSite) -> None:
     """After compaction the segments are gone and every aggregate and total is unchanged."""
     registry, reports = _fixture()
-    store = CheckpointStore(tmp_path / "s.sqlite3", registry)
+    store = site.open(registry)
     try:
         for rs in reports.values():
             for i in range(0, 24, 6):
@@ -127,12 +129,12 @@ def test_compaction_folds_segments_into_the_base_without_changing_anything(tmp_p
         store.close()
 
 
-def test_retention_forgets_old_ids_and_never_reopens_their_periods(tmp_path: Path) -> None:
+def test_retention_forgets_old_ids_and_never_reopens_their_periods(site: StoreSite) -> None:
     """Pruning drops ids below the low-water mark; the mark never goes down; old periods stay closed."""
     registry, reports = _fixture()
     flag = reports["flag"]
     now = flag[0].period
-    store = CheckpointStore(tmp_path / "s.sqlite3", registry)
+    store = site.open(registry)
     try:
         old = [_with_period(r, now - 3) for r in flag[:8]]
         store.commit(old, {})
@@ -162,27 +164,25 @@ def _with_period(report: DecodedReport, period: int) -> DecodedReport:
     )
 
 
-def test_changed_parameters_start_new_aggregates(tmp_path: Path) -> None:
+def test_changed_parameters_start_new_aggregates(site: StoreSite, tmp_path: Path) -> None:
     """A use case whose mechanism parameters change gets fresh aggregates; the old ones stay, unmixed."""
     registry, reports = _fixture()
-    path = tmp_path / "s.sqlite3"
-    store = CheckpointStore(path, registry)
+    store = site.open(registry)
     store.commit(reports["usage"], {})
     store.close()
     changed = load_registry(write_registry(tmp_path / "r2", REGISTRY_TEXT.replace("m = 3_600", "m = 7_200")))
-    store = CheckpointStore(path, changed)
+    store = site.open(changed)
     try:
         assert store.totals("usage") == []
         assert store.totals("flag") == []  # flag had no data; unchanged use cases keep theirs
     finally:
         store.close()
-    store = CheckpointStore(path, registry)
+    store = site.open(registry)
     try:
         assert store.totals("usage")[0].reports == 24
     finally:
         store.close()
-    rows = sqlite3.connect(path).execute("SELECT count(*) FROM use_cases WHERE name = 'usage'").fetchone()
-    assert rows[0] == 2
+    assert site.query("SELECT count(*) FROM use_cases WHERE name = 'usage'") == [(2,)]
 
 
 def test_unusable_databases_are_refused(tmp_path: Path) -> None:

@@ -19,6 +19,7 @@ import pwd
 import shutil
 import socket
 import subprocess
+import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -168,7 +169,12 @@ class PostgresServer:
 
 @contextlib.contextmanager
 def running_postgres(directory: Path) -> Iterator[PostgresServer]:
-    """A fresh cluster in ``directory`` with database ``ldp`` owned by role ``ldp``.
+    """A fresh cluster for ``directory`` with database ``ldp`` owned by role ``ldp``.
+
+    As root, the cluster itself lives in a directory of its own under the system temp
+    directory, and ``directory`` is a symbolic link to it: pytest's temp tree
+    (``/tmp/pytest-of-root``) is set back to mode 0700 by every pytest session that starts
+    on the machine, which would lock the cluster's owner out of a cluster inside it.
 
     Raises:
         RuntimeError: PostgreSQL is not installed (``apt-get install postgresql``).
@@ -176,11 +182,23 @@ def running_postgres(directory: Path) -> Iterator[PostgresServer]:
     bindir = find_postgres()
     if bindir is None:
         raise RuntimeError("PostgreSQL is not installed: apt-get install postgresql (deploy/test.sh does)")
-    server = PostgresServer(directory=directory, port=free_port(), bindir=bindir)
-    server.init()
-    server.start()
+    home = directory
+    if os.geteuid() == 0:
+        home = Path(tempfile.mkdtemp(prefix="ldp-postgres-"))
     try:
-        server.create_database()
-        yield server
+        if home != directory:
+            if directory.is_dir() and not directory.is_symlink():
+                directory.rmdir()  # tmp_path_factory.mktemp made it, empty
+            directory.parent.mkdir(parents=True, exist_ok=True)
+            directory.symlink_to(home, target_is_directory=True)
+        server = PostgresServer(directory=home, port=free_port(), bindir=bindir)
+        server.init()
+        server.start()
+        try:
+            server.create_database()
+            yield server
+        finally:
+            server.stop(mode="immediate")
     finally:
-        server.stop(mode="immediate")
+        if home != directory:
+            shutil.rmtree(home, ignore_errors=True)

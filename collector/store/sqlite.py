@@ -1,4 +1,4 @@
-"""Durable checkpoints in SQLite (WAL): aggregates, the report ids folded into them, counters.
+"""The SQLite backend of the checkpoint store (WAL): aggregates, the report ids folded into them, counters.
 
 One commit is one SQLite transaction holding, together:
 
@@ -52,37 +52,39 @@ new aggregates and the old ones stay readable, never mixed.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
 import secrets
 import sqlite3
 import time
-import zlib
-from collections import defaultdict
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import msgpack
-import numpy as np
 
 from collector.errors import StoreError, StoreUnavailable
-from collector.folding import batch_from_plain, batch_to_plain, concat_batches
+from collector.store.codec import (
+    BIG_SEGMENTS,
+    RID_BYTES,
+    TAG_BYTES,
+    UseCaseRow,
+    allowance_tag,
+    digest,
+    fold_segment,
+    group_by_key,
+    make_segment,
+    pack,
+    rid_tag,
+    seal,
+    total_counters,
+    unseal,
+)
+from collector.store.interface import CommitResult, FoldedReport, KeyInfo, report_allowance, use_case_fingerprint
 from protocol.errors import StateError
-from protocol.interfaces import Aggregate, Batch
-from protocol.registry import Registry, UseCase
+from protocol.interfaces import Aggregate
+from protocol.registry import Registry
 
-__all__ = [
-    "SCHEMA_VERSION",
-    "CheckpointStore",
-    "CommitResult",
-    "FoldedReport",
-    "KeyInfo",
-    "footprint",
-    "report_allowance",
-    "use_case_fingerprint",
-]
+__all__ = ["SCHEMA_VERSION", "CheckpointStore"]
 
 SCHEMA_VERSION = 2
 """2: checksums on aggregates, segments, report ids, use-case rows and counters."""
@@ -143,27 +145,7 @@ CREATE TABLE IF NOT EXISTS counters (
 ) WITHOUT ROWID;
 """
 
-# A segment of kind "a" is an aggregate's plain form; "r" a columnar batch; "l" a list of
-# batches (for a batch class that cannot be concatenated column-wise).
-_AGGREGATE, _RECORDS, _LIST = "a", "r", "l"
-# Use the partial-aggregate form when the empty aggregate's plain form is at most this big.
-_SMALL_AGGREGATE = 64 * 1024
 _IN_CHUNK = 500  # SQLite host parameters per "IN (...)" query
-_BIG_SEGMENTS = 256 << 20
-_TAG_PERSON = b"ldp-allowance"
-
-
-def report_allowance(use_case: UseCase) -> int:
-    """Reports one device may contribute to one (use case, period): 1.
-
-    An agent closes each period of a use case once and stages one report for it, carrying at
-    most ``daily_limit`` records (the decoder refuses more), whatever the period's length; a
-    retry resends the same bytes and report id, which the report-id table absorbs before the
-    allowance is consulted. So one report per period is what an honest device sends, and a
-    device that sends more gains nothing (RAPPOR §6: bound each client's contribution).
-    """
-    del use_case  # the same for every mechanism and period length; kept for a per-use-case rule
-    return 1
 
 
 # SQLite's primary result codes of failures that can pass (sqlite3.h), and what they mean to
@@ -191,49 +173,6 @@ def _transient(path: Path, exc: sqlite3.Error) -> StoreUnavailable | None:
     return StoreUnavailable(cause, str(path), f"{text}: {exc}")
 
 
-def use_case_fingerprint(use_case: UseCase) -> bytes:
-    """16 bytes that change whenever the meaning of the use case's aggregate changes.
-
-    The mechanism's canonical fingerprint (every parameter, seed included) and the period.
-    """
-    return hashlib.sha256(use_case.fingerprint + use_case.period.value.encode()).digest()[:16]
-
-
-def footprint(obj: object, depth: int = 0) -> int:
-    """Bytes of the numpy arrays an aggregate holds (nested aggregates and lists included).
-
-    Cheap where ``to_plain`` is not: an empty Count Mean Sketch of the deployed size is a
-    lazily zeroed 2**26-counter table that serialising would have to touch entirely.
-    """
-    if isinstance(obj, np.ndarray):
-        return int(obj.nbytes)
-    if depth > 4:
-        return 0
-    if isinstance(obj, list | tuple):
-        return sum(footprint(x, depth + 1) for x in obj)
-    if isinstance(obj, dict):
-        return sum(footprint(x, depth + 1) for x in obj.values())
-    attrs = getattr(obj, "__dict__", None)
-    if attrs is None:
-        return 0
-    return sum(footprint(v, depth + 1) for k, v in attrs.items() if k != "mechanism")
-
-
-def _pack(obj: object) -> bytes:
-    raw: bytes = msgpack.packb(obj, use_bin_type=True)
-    if len(raw) > 4096:
-        return b"z" + zlib.compress(raw, 1)
-    return b"m" + raw
-
-
-def _unpack(blob: bytes) -> Any:
-    try:
-        raw = zlib.decompress(blob[1:]) if blob[:1] == b"z" else blob[1:]
-        return msgpack.unpackb(raw, raw=False, strict_map_key=False)
-    except (zlib.error, ValueError, msgpack.UnpackException) as exc:
-        raise StoreError(f"a checkpoint blob cannot be read ({exc}); the database is damaged") from exc
-
-
 def _end(db: sqlite3.Connection) -> None:
     """End a read transaction, whatever state a failed read left it in."""
     if db.in_transaction:
@@ -247,108 +186,6 @@ def _rollback(db: sqlite3.Connection) -> None:
     if db.in_transaction:
         with contextlib.suppress(sqlite3.Error):
             db.execute("ROLLBACK")
-
-
-_SEALED = b"s"
-_DIGEST = 16
-_TAG = 4
-_RID = 16
-
-
-def _digest(*parts: object) -> bytes:
-    """The checksum of a stored row: keyed BLAKE2b-128 over the msgpack of its fields."""
-    encoded: bytes = msgpack.packb(parts, use_bin_type=True)
-    return hashlib.blake2b(encoded, digest_size=_DIGEST, person=b"ldp-checkpoint").digest()
-
-
-def _seal(table: str, key: tuple[object, ...], payload: bytes) -> bytes:
-    """``data`` for an aggregates or segments row: the payload behind its row checksum.
-
-    ``key`` is the row's other columns: ``(uc, period, kind, reports, records)`` (kind ``""``
-    for aggregates).
-    """
-    return _SEALED + _digest(table, *key, payload) + payload
-
-
-def _rid_tag(rid: bytes, uc: int, period: int) -> bytes:
-    """A remembered report id: the id and a 4-byte tag over it, its use case and its period.
-
-    Fixed-width fields straight into BLAKE2b (no msgpack): start-up checks every remembered
-    id, a million of them or more.
-    """
-    fields = rid + uc.to_bytes(8, "big", signed=True) + period.to_bytes(8, "big", signed=True)
-    return rid + hashlib.blake2b(fields, digest_size=_TAG, person=b"ldp-seen").digest()
-
-
-class FoldedReport(Protocol):
-    """What the store needs of a decoded report (``protocol.wire.DecodedReport`` has it)."""
-
-    @property
-    def use_case(self) -> UseCase:
-        """The report's use case."""
-        ...
-
-    @property
-    def period(self) -> int:
-        """The slot index."""
-        ...
-
-    @property
-    def report_id(self) -> bytes:
-        """The 16-byte report id."""
-        ...
-
-    @property
-    def batch(self) -> Batch:
-        """The records, columnar."""
-        ...
-
-
-@dataclass(frozen=True, slots=True)
-class CommitResult:
-    """What one commit folded.
-
-    Attributes:
-        reports: reports folded (new report ids).
-        records: records in those reports.
-        duplicates: reports refused because their id was already committed.
-        expired: reports refused because their period is below the stored low-water mark
-            (another collector sharing the database may have moved it).
-        seconds: time the transaction took.
-        keys: the (use case, period) keys the commit added to.
-        over_allowance: reports refused because their device had used its allowance.
-        expired_ids: the report ids refused as expired (their receipts say so).
-        over_allowance_ids: the report ids refused as over the allowance (their receipts say
-            so; every other report of the commit is counted, fresh or duplicate).
-    """
-
-    reports: int
-    records: int
-    duplicates: int
-    expired: int
-    seconds: float
-    keys: tuple[tuple[str, int], ...] = ()
-    over_allowance: int = 0
-    expired_ids: frozenset[bytes] = frozenset()
-    over_allowance_ids: frozenset[bytes] = frozenset()
-
-
-@dataclass(frozen=True, slots=True)
-class KeyInfo:
-    """Totals of one (use case, period) aggregate."""
-
-    use_case: str
-    period: int
-    reports: int
-    records: int
-
-
-@dataclass
-class _UseCaseRow:
-    id: int
-    use_case: UseCase
-    kind: str
-    template: Batch  # an empty batch of the mechanism, for rebuilding stored batches
 
 
 class CheckpointStore:
@@ -417,6 +254,11 @@ class CheckpointStore:
         except (UnicodeDecodeError, TypeError, ValueError) as exc:  # a damaged schema text or value
             raise self._damaged(f"{type(exc).__name__}: {exc}") from exc
 
+    @property
+    def location(self) -> str:
+        """The database file, for messages."""
+        return str(self.path)
+
     # -- set-up ------------------------------------------------------------------------
 
     def _check_schema(self) -> None:
@@ -440,17 +282,17 @@ class CheckpointStore:
             ).fetchall():
                 db.execute(
                     "UPDATE aggregates SET data = ? WHERE uc = ? AND period = ?",
-                    (_seal("aggregates", (uc, period, "", reports, records), data), uc, period),
+                    (seal("aggregates", (uc, period, "", reports, records), data), uc, period),
                 )
             for seq, uc, period, kind, reports, records, data in db.execute(
                 "SELECT seq, uc, period, kind, reports, records, data FROM segments"
             ).fetchall():
                 db.execute(
                     "UPDATE segments SET data = ? WHERE seq = ?",
-                    (_seal("segments", (uc, period, kind, reports, records), data), seq),
+                    (seal("segments", (uc, period, kind, reports, records), data), seq),
                 )
             rows = db.execute("SELECT rid, uc, period FROM seen").fetchall()
-            db.executemany("UPDATE seen SET rid = ? WHERE rid = ?", [(_rid_tag(r, uc, p), r) for r, uc, p in rows])
+            db.executemany("UPDATE seen SET rid = ? WHERE rid = ?", [(rid_tag(r, uc, p), r) for r, uc, p in rows])
             for (uc,) in db.execute("SELECT id FROM use_cases").fetchall():
                 self._put_digest(f"digest:use_cases:{uc}", self._use_case_digest(uc))
             for (instance,) in db.execute("SELECT DISTINCT instance FROM counters").fetchall():
@@ -461,8 +303,8 @@ class CheckpointStore:
             _rollback(db)
             raise
 
-    def _register_use_cases(self) -> dict[str, _UseCaseRow]:
-        rows: dict[str, _UseCaseRow] = {}
+    def _register_use_cases(self) -> dict[str, UseCaseRow]:
+        rows: dict[str, UseCaseRow] = {}
         for name, uc in self.registry.use_cases.items():
             fp = use_case_fingerprint(uc)
             if not self.readonly:
@@ -476,8 +318,7 @@ class CheckpointStore:
             row = self._db.execute("SELECT id FROM use_cases WHERE name = ? AND fingerprint = ?", (name, fp)).fetchone()
             if row is None:
                 continue  # read-only and never collected
-            kind = _AGGREGATE if footprint(uc.mechanism.new_aggregate()) <= _SMALL_AGGREGATE else _RECORDS
-            rows[name] = _UseCaseRow(int(row[0]), uc, kind, uc.mechanism.empty_batch())
+            rows[name] = UseCaseRow.of(int(row[0]), uc)
         return rows
 
     def close(self) -> None:
@@ -549,26 +390,20 @@ class CheckpointStore:
             )
 
     def _open(self, table: str, key: tuple[object, ...], data: object) -> Any:
-        """The unpacked payload of a sealed row (see :func:`_seal`), after checking its checksum."""
-        what = f"table {table}, use case id {key[0]!r}, period {key[1]!r}"
-        if not isinstance(data, bytes) or len(data) < 1 + _DIGEST or data[:1] != _SEALED:
-            raise self._damaged(f"{what}: the data is not a sealed checkpoint blob")
-        payload = data[1 + _DIGEST :]
-        if _digest(table, *key, payload) != data[1 : 1 + _DIGEST]:
-            raise self._damaged(f"{what}: the checksum does not match the row")
-        return _unpack(payload)
+        """The unpacked payload of a sealed row (see :func:`~collector.store.codec.seal`), checked."""
+        return unseal(table, key, data, self._damaged)
 
     def _use_case_digest(self, uc: int) -> bytes:
         row = self._db.execute(
             "SELECT id, name, fingerprint, mechanism, period_seconds, low_water FROM use_cases WHERE id = ?", (uc,)
         ).fetchone()
-        return _digest("use_cases", *row) if row is not None else b""
+        return digest("use_cases", *row) if row is not None else b""
 
     def _counters_digest(self, instance: str) -> bytes:
         rows = self._db.execute(
             "SELECT name, value FROM counters WHERE instance = ? ORDER BY name", (instance,)
         ).fetchall()
-        return _digest("counters", instance, rows)
+        return digest("counters", instance, rows)
 
     def _put_digest(self, key: str, digest: bytes) -> None:
         self._db.execute(
@@ -623,7 +458,11 @@ class CheckpointStore:
             ):
                 self._open("segments", (uc, period, kind, reports, records), data)
             for rid, uc, period in db.execute("SELECT rid, uc, period FROM seen"):
-                if not isinstance(rid, bytes) or len(rid) != _RID + _TAG or _rid_tag(rid[:_RID], uc, period) != rid:
+                if (
+                    not isinstance(rid, bytes)
+                    or len(rid) != RID_BYTES + TAG_BYTES
+                    or rid_tag(rid[:RID_BYTES], uc, period) != rid
+                ):
                     raise self._damaged(f"table seen: report id {rid!r} does not match its tag")
         except (TypeError, ValueError, OverflowError, AttributeError, msgpack.UnpackException) as exc:
             raise self._damaged(f"a row has a value of the wrong type ({exc})") from exc
@@ -689,13 +528,11 @@ class CheckpointStore:
                 if over:
                     kept = {r.report_id for r in fresh}
                     over_ids = frozenset(r.report_id for r in before if r.report_id not in kept)
-            groups: dict[tuple[str, int], list[FoldedReport]] = defaultdict(list)
-            for r in fresh:
-                groups[(r.use_case.name, r.period)].append(r)
+            groups = group_by_key(fresh)
             records = 0
             for (name, period), members in groups.items():
                 row = self._use_cases[name]
-                kind, blob, count = self._segment(row, members)
+                kind, blob, count = make_segment(row, members)
                 records += count
                 db.execute(
                     "INSERT INTO segments (uc, period, kind, reports, records, data) VALUES (?, ?, ?, ?, ?, ?)",
@@ -705,7 +542,7 @@ class CheckpointStore:
                         kind,
                         len(members),
                         count,
-                        _seal("segments", (row.id, period, kind, len(members), count), blob),
+                        seal("segments", (row.id, period, kind, len(members), count), blob),
                     ),
                 )
             db.executemany(
@@ -713,15 +550,9 @@ class CheckpointStore:
                 [(self._tagged(r), self._use_cases[r.use_case.name].id, r.period) for r in fresh],
             )
             duplicates = len(current) - len(fresh) - over
-            all_counters = dict(counters)
-            if expired:
-                all_counters["rejected:period-expired"] = all_counters.get("rejected:period-expired", 0) + expired
-            if duplicates:
-                all_counters["duplicates"] = all_counters.get("duplicates", 0) + duplicates
-            if over:
-                all_counters["rejected:over-allowance"] = all_counters.get("rejected:over-allowance", 0) + over
-            all_counters["reports"] = all_counters.get("reports", 0) + len(fresh)
-            all_counters["records"] = all_counters.get("records", 0) + records
+            all_counters = total_counters(
+                counters, fresh=len(fresh), records=records, expired=expired, duplicates=duplicates, over=over
+            )
             db.executemany(
                 "INSERT INTO counters (instance, name, value) VALUES (?, ?, ?) "
                 "ON CONFLICT (instance, name) DO UPDATE SET value = value + excluded.value",
@@ -771,7 +602,7 @@ class CheckpointStore:
                 )
                 row = db.execute("SELECT key FROM allowance_keys WHERE uc = ? AND period = ?", (uc, r.period))
                 key = keys[(uc, r.period)] = bytes(row.fetchone()[0])
-            tag = hashlib.blake2b(sender, key=key, digest_size=16, person=_TAG_PERSON).digest()
+            tag = allowance_tag(sender, key)
             slot = (uc, r.period, tag)
             used = counts.get(slot)
             if used is None:
@@ -794,7 +625,7 @@ class CheckpointStore:
         return kept, over
 
     def _tagged(self, report: FoldedReport) -> bytes:
-        return _rid_tag(report.report_id, self._use_cases[report.use_case.name].id, report.period)
+        return rid_tag(report.report_id, self._use_cases[report.use_case.name].id, report.period)
 
     def _fresh(self, reports: Sequence[FoldedReport]) -> list[FoldedReport]:
         ids = [self._tagged(r) for r in reports]
@@ -811,26 +642,9 @@ class CheckpointStore:
             fresh.append(r)
         return fresh
 
-    def _segment(self, row: _UseCaseRow, members: Sequence[FoldedReport]) -> tuple[str, bytes, int]:
-        batches = [r.batch for r in members]
-        count = sum(len(b) for b in batches)
-        joined = concat_batches(batches)
-        if row.kind == _AGGREGATE:
-            mech = row.use_case.mechanism
-            agg = mech.new_aggregate()
-            if joined is not None:
-                mech.fold(agg, joined)
-            else:
-                for b in batches:
-                    mech.fold(agg, b)
-            return _AGGREGATE, _pack(agg.to_plain()), count
-        if joined is not None:
-            return _RECORDS, _pack(batch_to_plain(joined)), count
-        return _LIST, _pack([batch_to_plain(b) for b in batches]), count
-
     # -- reading -----------------------------------------------------------------------
 
-    def _base(self, row: _UseCaseRow, period: int) -> tuple[Aggregate, int, int]:
+    def _base(self, row: UseCaseRow, period: int) -> tuple[Aggregate, int, int]:
         """The key's base aggregate with its report and record totals (empty and zeros if none).
 
         Runs inside the caller's transaction, so the base and the segments folded onto it
@@ -851,23 +665,10 @@ class CheckpointStore:
             raise StoreError(f"{self.path}: the {row.use_case.name} base aggregate is damaged ({exc})") from exc
         return agg, int(base[0]), int(base[1])
 
-    def _fold(self, row: _UseCaseRow, agg: Aggregate, segment: tuple[Any, ...], period: int) -> Aggregate:
+    def _fold(self, row: UseCaseRow, agg: Aggregate, segment: tuple[Any, ...], period: int) -> Aggregate:
         kind, reports, records, blob = segment
         data = self._open("segments", (row.id, period, kind, reports, records), blob)
-        mech = row.use_case.mechanism
-        try:
-            if kind == _AGGREGATE:
-                return agg.merge(mech.restore_aggregate(data))
-            if kind == _RECORDS:
-                mech.fold(agg, batch_from_plain(row.template, data))
-                return agg
-            if kind == _LIST:
-                for item in data:
-                    mech.fold(agg, batch_from_plain(row.template, item))
-                return agg
-        except (StateError, KeyError, TypeError, ValueError) as exc:
-            raise StoreError(f"{self.path}: a {row.use_case.name} segment cannot be folded ({exc})") from exc
-        raise StoreError(f"{self.path}: unknown segment kind {kind!r}")
+        return fold_segment(row, agg, kind, data, str(self.path))
 
     def aggregate(self, use_case: str, period: int) -> tuple[Aggregate, KeyInfo]:
         """The aggregate of one (use case, period): its base with every segment folded in.
@@ -1079,7 +880,7 @@ class CheckpointStore:
             closed = int(period) < lows.get(name, 0)
             # Folding rewrites the whole base: wait until the segments are worth a quarter of it,
             # so a large sketch is rewritten at most about once per quarter of its own size.
-            if (int(count) >= compact_after and int(size) * 4 >= base_size) or int(size) >= _BIG_SEGMENTS or closed:
+            if (int(count) >= compact_after and int(size) * 4 >= base_size) or int(size) >= BIG_SEGMENTS or closed:
                 out.append((name, int(period)))
         return out
 
@@ -1106,7 +907,7 @@ class CheckpointStore:
                 agg = self._fold(row, agg, seg[1:], period)
                 reports += int(seg[2])
                 records += int(seg[3])
-            sealed = _seal("aggregates", (row.id, period, "", reports, records), _pack(agg.to_plain()))
+            sealed = seal("aggregates", (row.id, period, "", reports, records), pack(agg.to_plain()))
             db.execute(
                 "INSERT INTO aggregates (uc, period, reports, records, data) VALUES (?, ?, ?, ?, ?) "
                 "ON CONFLICT (uc, period) DO UPDATE SET reports = excluded.reports, records = excluded.records, "

@@ -1,0 +1,41 @@
+"""The checkpoint store: aggregates, the report ids folded into them, counters.
+
+One contract (:class:`Store`, in :mod:`collector.store.interface`), two backends:
+
+* :mod:`collector.store.sqlite` - :class:`CheckpointStore`, one SQLite file (WAL), the
+  embedded default (``[store] path``); several collectors on one host can share the file.
+* :mod:`collector.store.postgres` - :class:`PostgresStore`, a PostgreSQL database that any
+  number of collectors in an MQTT shared-subscription group fold into (``[store] url``).
+
+:mod:`collector.store.codec` holds what both write alike (blob encoding, row checksums,
+segments, allowance tags); :mod:`collector.store.postgres_schema` the PostgreSQL tables and
+partitions, :mod:`collector.store.postgres_session` its connections and what a failure means.
+:func:`open_store` (:mod:`collector.store.factory`) chooses the backend from the config.
+"""
+
+from __future__ import annotations
+
+from collector.store.codec import footprint
+from collector.store.factory import open_store
+from collector.store.interface import (
+    CommitResult,
+    FoldedReport,
+    KeyInfo,
+    Store,
+    report_allowance,
+    use_case_fingerprint,
+)
+from collector.store.sqlite import SCHEMA_VERSION, CheckpointStore
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "CheckpointStore",
+    "CommitResult",
+    "FoldedReport",
+    "KeyInfo",
+    "Store",
+    "footprint",
+    "open_store",
+    "report_allowance",
+    "use_case_fingerprint",
+]
