@@ -24,7 +24,6 @@ from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from pathlib import Path
 
 from agent.api import serve
-from agent.clock import Clock, SystemClock
 from agent.config import ActiveSecondsProbe, AgentConfig, ScheduleConfig
 from agent.core import Agent
 from agent.errors import (
@@ -48,6 +47,7 @@ from protocol.interfaces import ValueType
 from protocol.randomness import RandomSource, SystemRandom
 from protocol.registry import Registry, RegistryError
 from runtime.backoff import Backoff
+from runtime.clock import Clock, SystemClock
 from runtime.errors import SettingFileError
 from runtime.registry_file import read_registry, registry_field
 

@@ -29,8 +29,8 @@ from collections.abc import Awaitable, Callable
 from types import TracebackType
 from typing import Any, Protocol, Self
 
-from agent.clock import Clock
 from protocol.randomness import RandomSource, uniform_ints
+from runtime.clock import Clock
 
 __all__ = ["ApschedulerWakeups", "ClockWakeups", "Wakeups", "next_cycle_after", "plausible_next"]
 
