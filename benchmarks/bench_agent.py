@@ -2,7 +2,7 @@
 
 Run: ``.venv/bin/python -m benchmarks.bench_agent`` (prints one JSON document on stdout).
 
-* ``idle_rss_mb``: resident memory of a running ``ldp-agent run`` (real clock, APScheduler,
+* ``idle_rss_mb``: resident memory of a running ``ldp-agent run`` (real clock,
   Unix socket, probes) with 20 use cases, consent granted, read from ``/proc/<pid>/status``
   a few seconds after it reported READY to a fake ``$NOTIFY_SOCKET``. Target <= 60 MB.
 * ``cycle_cpu_ms``: process CPU time of one collection cycle with 20 use cases (close the
