@@ -32,6 +32,7 @@ from agent.errors import (
 )
 from protocol.exit_status import HELP as EXIT_HELP
 from protocol.exit_status import ExitStatus
+from runtime.clock import Clock, SystemClock
 from runtime.console import package_version, quiet_on_closed_pipe
 
 __all__ = ["EXIT_CODES", "call", "check_config", "main"]
@@ -156,7 +157,7 @@ def call(path: Path, request: dict[str, Any], *, timeout: float = 30.0) -> dict[
     return reply
 
 
-def _request(cfg: AgentConfig, request: dict[str, Any]) -> dict[str, Any]:
+def _request(cfg: AgentConfig, request: dict[str, Any], clock: Clock) -> dict[str, Any]:
     try:
         return call(cfg.api.socket, request)
     except (FileNotFoundError, ConnectionRefusedError):
@@ -164,14 +165,13 @@ def _request(cfg: AgentConfig, request: dict[str, Any]) -> dict[str, Any]:
     # No daemon: open the state ourselves, under the lock a daemon would hold. Imported here:
     # talking to a running daemon needs none of the mechanisms.
     from agent.api import handle_request  # noqa: PLC0415
-    from agent.clock import clock_from_env  # noqa: PLC0415
     from agent.daemon import StateLock, load_registry, open_agent  # noqa: PLC0415
     from protocol.randomness import SystemRandom  # noqa: PLC0415
 
     registry = load_registry(cfg)
     try:
         with StateLock(cfg.state.directory):
-            agent = open_agent(cfg, registry, clock=clock_from_env(), rng=SystemRandom())
+            agent = open_agent(cfg, registry, clock=clock, rng=SystemRandom())
             return handle_request(agent, request)
     except AgentBusyError:
         raise AgentBusyError(
@@ -230,7 +230,7 @@ def _print_record(use_case: str, reply: dict[str, Any]) -> None:
         print(f"{use_case}: {reply['note']}")
 
 
-def _client(cfg: AgentConfig, args: argparse.Namespace) -> int:
+def _client(cfg: AgentConfig, args: argparse.Namespace, clock: Clock) -> int:
     if args.verb == "record":
         request: dict[str, Any] = {"op": "record", "use_case": args.use_case, "text": args.value}
         if args.key is not None:
@@ -239,7 +239,7 @@ def _client(cfg: AgentConfig, args: argparse.Namespace) -> int:
         request = {"op": "consent", "action": args.action}
     else:
         request = {"op": args.verb}
-    reply = _request(cfg, request)
+    reply = _request(cfg, request, clock)
     if not reply.get("ok"):
         kind = str(reply.get("error", "error"))
         print(f"ldp-agent: {reply.get('message', kind)}", file=sys.stderr)
@@ -329,13 +329,12 @@ def _readable_text(source: str, field: str, path: Path) -> str:
         raise ConfigError(source, field, f"cannot read {path}: {getattr(e, 'strerror', None) or e}") from None
 
 
-def _run(cfg: AgentConfig) -> int:
-    from agent.clock import clock_from_env  # noqa: PLC0415
+def _run(cfg: AgentConfig, clock: Clock) -> int:
     from agent.daemon import run_daemon  # noqa: PLC0415
 
     check_config(cfg)  # fail fast at start-up, naming the file and the field
     try:
-        asyncio.run(run_daemon(cfg, clock=clock_from_env()))
+        asyncio.run(run_daemon(cfg, clock=clock))
     except BaseExceptionGroup as group:
         # A file the config names went away at run time (the CA at a reconnect): the task that
         # met it ended the daemon with the ConfigError naming it; say that, not a traceback.
@@ -348,12 +347,19 @@ def _run(cfg: AgentConfig) -> int:
     return ExitStatus.OK
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """The ``ldp-agent`` console script."""
-    return quiet_on_closed_pipe(lambda: _main(argv))
+def main(argv: Sequence[str] | None = None, *, clock: Clock | None = None) -> int:
+    """The ``ldp-agent`` console script, and its library entry point.
+
+    Args:
+        argv: the arguments (default: ``sys.argv[1:]``).
+        clock: the clock the daemon and the verbs run on (default: the host's
+            :class:`runtime.clock.SystemClock`). Only a caller in Python can pass another
+            one (the tests' launcher does); no option or environment variable can.
+    """
+    return quiet_on_closed_pipe(lambda: _main(argv, clock or SystemClock()))
 
 
-def _main(argv: Sequence[str] | None) -> int:
+def _main(argv: Sequence[str] | None, clock: Clock) -> int:
     args = _parser().parse_args(argv)
     path = args.config or Path(os.environ.get(CONFIG_ENV) or DEFAULT_CONFIG)
     try:
@@ -363,7 +369,7 @@ def _main(argv: Sequence[str] | None) -> int:
         return EXIT_CODES["config"]
     _setup_logging(cfg.log.level if args.verb == "run" else "warning")
     try:
-        return _dispatch(cfg, args)
+        return _dispatch(cfg, args, clock)
     except BrokenPipeError:
         raise  # the reader of stdout went away: quiet_on_closed_pipe ends it
     except Exception as exc:
@@ -385,14 +391,14 @@ def _leaves(exc: BaseException) -> list[BaseException]:
     return [exc]
 
 
-def _dispatch(cfg: AgentConfig, args: argparse.Namespace) -> int:
+def _dispatch(cfg: AgentConfig, args: argparse.Namespace, clock: Clock) -> int:
     try:
         if args.verb == "check-config":
             for line in check_config(cfg):
                 print(f"  {line}")
             print(f"{cfg.source}: ok; every file it names exists, is readable and parses")
             return ExitStatus.OK
-        return _run(cfg) if args.verb == "run" else _client(cfg, args)
+        return _run(cfg, clock) if args.verb == "run" else _client(cfg, args, clock)
     except (ConfigError, PolicyError) as e:
         print(f"ldp-agent: {e}", file=sys.stderr)
         return EXIT_CODES["config"]

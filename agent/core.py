@@ -36,7 +36,6 @@ from typing import Any
 import msgpack
 
 from agent.accounting import EPSILON_SLACK, Budget, day_of
-from agent.clock import Clock
 from agent.errors import (
     ConsentRequiredError,
     ConsentUnreadableError,
@@ -78,6 +77,7 @@ from protocol.receipts import Receipt
 from protocol.registry import Registry, UseCase
 from protocol.wire import Report, encode_report, new_report_id
 from runtime.backoff import Backoff
+from runtime.clock import Clock
 
 __all__ = ["Agent", "CycleSummary", "Pending", "RecordOutcome", "receipt_wait", "reservoir_offer"]
 

@@ -4,8 +4,9 @@ the local API and the systemd watchdog.
 :class:`Daemon` is the reusable part (no signals, no socket, no systemd): the fleet simulator
 can run many in one process, each with its own state directory, a shared fake clock, a
 seeded random source and an in-memory or real transport. :func:`run_daemon` adds what a
-service needs: the state lock, the Unix-socket API, SIGTERM/SIGINT handling, ``sd_notify``
-READY/WATCHDOG/STOPPING, and APScheduler on the real clock.
+service needs: the state lock, the Unix-socket API, SIGTERM/SIGINT handling and ``sd_notify``
+READY/WATCHDOG/STOPPING. Both take the clock as an argument (the service: the host's
+:class:`runtime.clock.SystemClock`); nothing in the environment selects another.
 
 Failure policy (STYLE rule 11): an expected condition (broker down, a refused value, a
 stopped use case) is handled where it happens; anything unexpected escapes the task group,
@@ -20,11 +21,10 @@ import fcntl
 import logging
 import os
 import signal
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from agent.api import serve
-from agent.clock import Clock, SystemClock
 from agent.config import ActiveSecondsProbe, AgentConfig, ScheduleConfig
 from agent.core import Agent
 from agent.errors import (
@@ -38,7 +38,7 @@ from agent.identity import device_identity
 from agent.policy import check_registry
 from agent.probes import Probe, Sample, build_probes
 from agent.publisher import Publisher, ReceiptPolicy
-from agent.schedule import ApschedulerWakeups, ClockWakeups, Wakeups, next_cycle_after, plausible_next
+from agent.schedule import next_cycle_after, plausible_next
 from agent.sealed import Sealer, create_key_file, load_key
 from agent.state import AgentDoc
 from agent.systemd import Notifier
@@ -48,6 +48,7 @@ from protocol.interfaces import ValueType
 from protocol.randomness import RandomSource, SystemRandom
 from protocol.registry import Registry, RegistryError
 from runtime.backoff import Backoff
+from runtime.clock import Clock, SystemClock
 from runtime.errors import SettingFileError
 from runtime.registry_file import read_registry, registry_field
 
@@ -204,12 +205,11 @@ class Daemon:
     Args:
         agent: the agent core.
         transport: the broker connection factory.
-        clock: the wall clock.
+        clock: the wall clock; cycles wait on it.
         rng: randomness for jitter and backoff.
         schedule: when cycles run.
         probes: built-in probes.
         backoff: the reconnect policy.
-        wakeups: how the cycle runner waits (default: on ``clock``).
         receipts: wait for commit receipts (None: a broker acknowledgement is final).
     """
 
@@ -223,7 +223,6 @@ class Daemon:
         schedule: ScheduleConfig | None = None,
         probes: Sequence[Probe] = (),
         backoff: Backoff | None = None,
-        wakeups: Wakeups | None = None,
         receipts: ReceiptPolicy | None = None,
     ) -> None:
         self.agent = agent
@@ -232,7 +231,6 @@ class Daemon:
         self.schedule = schedule or ScheduleConfig()
         self.probes = list(probes)
         self.publisher = Publisher(agent, transport, clock=clock, rng=rng, backoff=backoff, receipts=receipts)
-        self.wakeups = wakeups or ClockWakeups(clock)
         self.next_cycle: float | None = None
         self.cycles_run = 0
         self.on_status: Callable[[str], None] | None = None
@@ -310,7 +308,7 @@ class Daemon:
                 doc.next_cycle = self._next_after(now)
                 self.agent.save_schedule(doc)
             self.next_cycle = doc.next_cycle
-            await self.wakeups.wait_until(doc.next_cycle)
+            await self.clock.sleep_until(doc.next_cycle)
             now = self.clock.time()
             self.run_cycle()
             # Missed slots coalesce: the next cycle is the first slot after now.
@@ -348,15 +346,6 @@ def _notify_status(notifier: Notifier, line: str) -> None:
 async def _stop_on(event: asyncio.Event) -> None:
     await event.wait()
     raise _Shutdown
-
-
-@contextlib.asynccontextmanager
-async def _wakeups_for(clock: Clock) -> AsyncIterator[Wakeups]:
-    if isinstance(clock, SystemClock):
-        async with ApschedulerWakeups() as w:
-            yield w
-    else:
-        yield ClockWakeups(clock)
 
 
 async def run_daemon(
@@ -404,8 +393,7 @@ async def run_daemon(
         )
         d = daemon
         d.on_status = lambda line: _notify_status(notifier, line)
-        async with _wakeups_for(clock) as wakeups, serve(agent, cfg.api.socket, mode=cfg.api.socket_mode):
-            d.wakeups = wakeups
+        async with serve(agent, cfg.api.socket, mode=cfg.api.socket_mode):
             try:
                 async with asyncio.TaskGroup() as tg:
                     d.start(tg)

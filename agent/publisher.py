@@ -23,12 +23,12 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from agent.clock import Clock
 from agent.core import Agent, Pending
 from agent.errors import TransportError
 from agent.transport import ReceiptConnection, ReceiptTransport, Transport
 from protocol.randomness import RandomSource, uniform_ints
 from runtime.backoff import Backoff, Retry
+from runtime.clock import Clock
 
 __all__ = ["Publisher", "PublisherStats", "ReceiptPolicy"]
 

@@ -2,7 +2,7 @@
 
 Run: ``.venv/bin/python -m benchmarks.bench_agent`` (prints one JSON document on stdout).
 
-* ``idle_rss_mb``: resident memory of a running ``ldp-agent run`` (real clock, APScheduler,
+* ``idle_rss_mb``: resident memory of a running ``ldp-agent run`` (real clock,
   Unix socket, probes) with 20 use cases, consent granted, read from ``/proc/<pid>/status``
   a few seconds after it reported READY to a fake ``$NOTIFY_SOCKET``. Target <= 60 MB.
 * ``cycle_cpu_ms``: process CPU time of one collection cycle with 20 use cases (close the
@@ -73,11 +73,11 @@ def cycle_cpu(cycles: int = 7) -> dict[str, Any]:
     """Median process CPU time of collect() and of publishing, over ``cycles`` cycles."""
     import asyncio  # noqa: PLC0415 - the benchmark's in-process half
 
-    from agent.clock import FakeClock  # noqa: PLC0415
     from agent.core import Agent  # noqa: PLC0415
     from agent.publisher import Publisher  # noqa: PLC0415
     from agent.sealed import Sealer  # noqa: PLC0415
     from agent.transport import MemoryTransport  # noqa: PLC0415
+    from fleet.clock import FakeClock  # noqa: PLC0415
     from protocol.randomness import SystemRandom  # noqa: PLC0415
     from protocol.registry import parse_registry  # noqa: PLC0415
 
@@ -150,7 +150,6 @@ def idle_rss(settle: float = 3.0) -> dict[str, Any]:
             sock.bind(str(notify))
             sock.settimeout(30)
             env = dict(os.environ, NOTIFY_SOCKET=str(notify))
-            env.pop("LDP_AGENT_TEST_CLOCK", None)
             proc = subprocess.Popen([*cmd, "run"], cwd=ROOT, env=env)
             try:
                 while b"READY=1" not in sock.recv(4096):

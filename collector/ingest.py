@@ -50,7 +50,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Generic, Protocol, TypeVar
+from typing import Generic, TypeVar
 
 import numpy as np
 
@@ -64,8 +64,9 @@ from protocol.receipts import MAX_CORRELATION_BYTES, Receipt, valid_response_top
 from protocol.registry import Registry
 from protocol.wire import DecodedReport, decode_report
 from runtime.backoff import Backoff, Retry
+from runtime.clock import SystemClock, WallClock
 
-__all__ = ["RETRY_MAX_S", "RETRY_MIN_S", "Clock", "Ingest", "StoreThread", "SystemClock", "period_windows"]
+__all__ = ["RETRY_MAX_S", "RETRY_MIN_S", "Ingest", "StoreThread", "period_windows"]
 
 log = logging.getLogger(__name__)
 
@@ -76,22 +77,6 @@ RETRY_MIN_S = 0.1
 """First wait before retrying a commit the store could not take."""
 RETRY_MAX_S = 30.0
 """Longest wait between retries (doubling from RETRY_MIN_S, with jitter)."""
-
-
-class Clock(Protocol):
-    """Wall-clock time in seconds since the Unix epoch (injected so tests can fix it)."""
-
-    def time(self) -> float:
-        """Seconds since the epoch."""
-        ...
-
-
-class SystemClock:
-    """The system's wall clock."""
-
-    def time(self) -> float:
-        """Seconds since the epoch."""
-        return time.time()
 
 
 def period_windows(
@@ -181,7 +166,7 @@ class Ingest:
         store: StoreThread[Store],
         config: IngestConfig,
         metrics: IngestMetrics,
-        clock: Clock | None = None,
+        clock: WallClock | None = None,
         low_water: Mapping[str, int] | None = None,
         on_commit: Callable[[CommitResult], None] | None = None,
         receipt_prefix: str = "ldp/v1/receipts/",

@@ -25,13 +25,14 @@ from prometheus_client import CollectorRegistry
 from collector.config import CollectorConfig
 from collector.errors import ConfigError, StoreUnavailable
 from collector.http import serve_http
-from collector.ingest import Clock, Ingest, StoreThread, SystemClock
+from collector.ingest import Ingest, StoreThread
 from collector.live import LiveAggregates
 from collector.metrics import IngestMetrics, metrics_registry
 from collector.mqtt import MqttTransport
 from collector.store import Store, open_store
 from collector.systemd import Notifier
 from protocol.registry import Registry, RegistryError
+from runtime.clock import SystemClock, WallClock
 from runtime.errors import SettingFileError
 from runtime.registry_file import read_registry, registry_field
 
@@ -111,7 +112,7 @@ class Service:
     prometheus: CollectorRegistry
 
 
-async def _maintenance(service: Service, clock: Clock) -> None:
+async def _maintenance(service: Service, clock: WallClock) -> None:
     """Retention (low-water marks, report-id pruning) and compaction, periodically."""
     while True:
         try:
@@ -123,7 +124,7 @@ async def _maintenance(service: Service, clock: Clock) -> None:
         await asyncio.sleep(MAINTENANCE_INTERVAL_S)
 
 
-async def _maintain(service: Service, clock: Clock) -> None:
+async def _maintain(service: Service, clock: WallClock) -> None:
     """One round of retention and compaction."""
     cfg = service.config
     now = clock.time()
@@ -153,7 +154,7 @@ def _compact(store: Store, *, use_case: str, period: int) -> int:
 async def run_service(
     config: CollectorConfig,
     *,
-    clock: Clock | None = None,
+    clock: WallClock | None = None,
     stop: asyncio.Event | None = None,
     http_starter: Callable[[Service], Coroutine[Any, Any, None]] | None = None,
     on_ready: Callable[[Service], None] | None = None,

@@ -5,7 +5,7 @@ own key, daily limits, ε accounting, permanent randomness and memo tables, outb
 ledger) driven by an :class:`agent.daemon.Daemon`, whose collection cycle and publisher are
 the ones a real device runs. Only three things differ from a device:
 
-* **Time.** The devices of one worker share a :class:`agent.clock.FakeClock`. Simulated time
+* **Time.** The devices of one worker share a :class:`fleet.clock.FakeClock`. Simulated time
   moves slot by slot (6 hours); inside a slot every device runs its cycle at its own jittered
   due time (``agent.schedule.next_cycle_after`` with the device's random source), in time
   order, so days pass in seconds.
@@ -44,7 +44,6 @@ from typing import Any
 import msgpack
 import numpy as np
 
-from agent.clock import FakeClock
 from agent.config import BrokerConfig, ScheduleConfig
 from agent.core import Agent
 from agent.daemon import Daemon
@@ -53,6 +52,7 @@ from agent.identity import device_identity
 from agent.schedule import next_cycle_after
 from agent.sealed import Sealer
 from agent.transport import Connection, Transport
+from fleet.clock import FakeClock
 from fleet.values import GeneratorSpec, Population, ValueGenerator, build_generator, load_population
 from protocol.interfaces import EstimateKind, as_histogram
 from protocol.randomness import SeededRandom

@@ -16,7 +16,6 @@ from pathlib import Path
 
 import pytest
 
-from agent.clock import FakeClock
 from agent.core import Agent
 from agent.errors import ValueRefusedError
 from agent.sealed import Sealer
@@ -37,6 +36,7 @@ from protocol.randomness import SeededRandom
 from protocol.registry import Registry, RegistryError, parse_registry
 from protocol.wire import decode_report
 from tests.krr import ENTRY, KaryRandomizedResponse
+from tests.support.clocks import FakeClock
 
 KEY = bytes(range(32))
 DAY = 86_400.0

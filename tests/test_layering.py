@@ -66,3 +66,16 @@ def test_the_agent_holds_no_simulator() -> None:
 def test_agent_stays_light() -> None:
     """The agent never imports what only the server needs."""
     assert not _imports("agent") & {"scipy", "sklearn", "matplotlib"}
+
+
+def test_the_agent_holds_no_test_clock() -> None:
+    """No fake or accelerated clock ships to a device, and nothing there selects a clock from the environment."""
+    for package in ("agent", "runtime"):
+        for path in (ROOT / package).rglob("*.py"):
+            text = path.read_text(encoding="utf-8")
+            for word in ("FakeClock", "AcceleratedClock", "LDP_AGENT_TEST_CLOCK", "TEST_CLOCK"):
+                assert word not in text, f"{path.relative_to(ROOT)} mentions {word}"
+    clock = ast.parse((ROOT / "runtime" / "clock.py").read_text(encoding="utf-8"))
+    imported = {alias.name for node in ast.walk(clock) if isinstance(node, ast.Import) for alias in node.names}
+    imported |= {node.module or "" for node in ast.walk(clock) if isinstance(node, ast.ImportFrom)}
+    assert "os" not in imported, "runtime/clock.py reads no environment"

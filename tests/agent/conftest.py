@@ -8,11 +8,11 @@ from typing import Any
 
 import pytest
 
-from agent.clock import FakeClock
 from agent.core import Agent
 from agent.sealed import Sealer
 from protocol.randomness import SeededRandom
 from protocol.registry import Registry, parse_registry
+from tests.support.clocks import FakeClock
 
 KEY = bytes(range(32))
 """The state key the tests seal with."""

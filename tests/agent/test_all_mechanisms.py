@@ -6,7 +6,6 @@ from pathlib import Path
 
 import msgpack
 
-from agent.clock import FakeClock
 from agent.config import PolicyConfig, load_config
 from agent.core import Agent
 from agent.daemon import check_probes
@@ -16,6 +15,7 @@ from protocol.randomness import SeededRandom
 from protocol.registry import parse_registry
 from protocol.wire import decode_report
 from tests.agent.conftest import KEY, START
+from tests.support.clocks import FakeClock
 
 ROOT = Path(__file__).resolve().parents[2]
 

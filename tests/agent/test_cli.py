@@ -16,13 +16,13 @@ import pytest
 
 from agent import cli
 from agent.cli import main
-from agent.clock import TEST_CLOCK_ENV, FakeClock
 from agent.config import AgentConfig, load_config
 from agent.daemon import load_registry, open_agent, run_daemon
 from protocol.exit_status import ExitStatus
 from protocol.randomness import SeededRandom
 from tests.agent.conftest import KEY, REGISTRY
 from tests.collector.test_tls import _make_pki
+from tests.support.clocks import FakeClock
 from tests.support.notify import NotifyListener
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -144,7 +144,6 @@ def test_daemon_under_systemd_serves_and_stops_cleanly(tmp_path: Path) -> None:
     cfg = _setup(tmp_path)
     notify = NotifyListener(str(tmp_path / "notify"))  # read continuously, as systemd does
     env = dict(os.environ, NOTIFY_SOCKET=notify.address, WATCHDOG_USEC="200000")
-    env.pop("LDP_AGENT_TEST_CLOCK", None)
     assert _cli(cfg, "consent", "grant").returncode == 0
     log = (tmp_path / "agent.log").open("wb")
     proc = subprocess.Popen(
@@ -413,9 +412,14 @@ def test_the_daemon_stops_on_a_full_disk_with_a_message_not_a_traceback(tmp_path
         with (state / "filler").open("wb", buffering=0) as f, contextlib.suppress(OSError):
             while True:
                 f.write(b"\0" * 4096)
-        now = time.time()
-        env = dict(os.environ, **{TEST_CLOCK_ENV: f"start={now},anchor={now},rate=432000"})
-        r = _cli(cfg, "run", env=env)
+        r = subprocess.run(
+            [sys.executable, "-m", "tests.support.agent_launcher", "--rate=432000", "--", "--config", str(cfg), "run"],
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            timeout=60,
+            check=False,
+        )
         assert r.returncode == cli.EXIT_CODES["error"]
         assert "the agent stopped: cannot write state file" in r.stderr
         assert f"state directory {state}" in r.stderr
@@ -437,3 +441,28 @@ def test_the_ledger_shows_each_reports_state(capsys: pytest.CaptureFixture[str])
     cli._print_ledger(entries)
     lines = [ln for ln in capsys.readouterr().out.splitlines() if not ln.startswith("    ")]
     assert [ln.rsplit("  ", 1)[1] for ln in lines] == ["sent", "counted", "refused: period-expired", "sent"]
+
+
+def test_the_agent_has_no_clock_switch_but_the_tests_launcher_injects_one(tmp_path: Path) -> None:
+    """The environment cannot move the agent's clock (the old LDP_AGENT_TEST_CLOCK is nothing to it);
+    the tests' launcher can, through the library entry point ``agent.cli.main(argv, clock=...)``."""
+    cfg = _setup(tmp_path)
+    before = time.time()
+    ten_years = 10 * 365 * 86_400
+    env = dict(os.environ, LDP_AGENT_TEST_CLOCK=f"start={before + ten_years},anchor={before},rate=1000")
+    assert _cli(cfg, "consent", "grant", env=env).returncode == 0
+    granted = json.loads(_cli(cfg, "status", "--json", env=env).stdout)["consent_granted_at"]
+    assert before <= granted <= time.time()  # the host's clock, not ten years ahead
+    assert _cli(cfg, "consent", "revoke").returncode == 0
+    launcher = [sys.executable, "-m", "tests.support.agent_launcher", f"--start={before + ten_years}"]
+    launched = subprocess.run(
+        [*launcher, f"--anchor={before}", "--rate=1", "--", "--config", str(cfg), "consent", "grant"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=60,
+        check=False,
+    )
+    assert launched.returncode == 0, launched.stderr
+    granted = json.loads(_cli(cfg, "status", "--json").stdout)["consent_granted_at"]
+    assert granted >= before + ten_years

@@ -12,7 +12,6 @@ import numpy as np
 import pytest
 
 from agent.accounting import EPSILON_SLACK, day_of
-from agent.clock import FakeClock
 from agent.core import Agent, reservoir_offer
 from agent.errors import ConsentRequiredError, UseCaseStoppedError, ValueRefusedError
 from agent.sealed import Sealer
@@ -21,6 +20,7 @@ from protocol.randomness import SeededRandom
 from protocol.registry import Registry, parse_registry
 from protocol.wire import decode_report
 from tests.agent.conftest import KEY, REGISTRY, read_sealed
+from tests.support.clocks import FakeClock
 
 DAY = 86_400.0
 SIX_HOURS = 21_600.0

@@ -18,7 +18,6 @@ import paho.mqtt.client as mqtt
 from paho.mqtt.enums import CallbackAPIVersion
 
 from agent.accounting import EPSILON_SLACK
-from agent.clock import TEST_CLOCK_ENV
 from agent.sealed import Sealer
 from protocol.registry import parse_registry
 from protocol.wire import decode_report
@@ -183,8 +182,9 @@ def test_kill_9_at_random_moments(tmp_path: Path, mosquitto: Broker) -> None:
     cfg = _config(tmp_path, mosquitto.port)
     env = dict(os.environ)
     now = time.time()
-    env[TEST_CLOCK_ENV] = f"start={now},anchor={now},rate={RATE}"
-    cmd = [sys.executable, "-m", "agent", "--config", str(cfg)]
+    # The same accelerated timeline across every restart: one anchor for every process.
+    launcher = [sys.executable, "-m", "tests.support.agent_launcher", f"--start={now}", f"--anchor={now}"]
+    cmd = [*launcher, f"--rate={RATE}", "--", "--config", str(cfg)]
     subprocess.run([*cmd, "consent", "grant"], check=True, env=env, cwd=ROOT, capture_output=True)
     collector = _Collector(mosquitto.port)
     observer = _Observer(tmp_path / "state")

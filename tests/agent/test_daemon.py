@@ -8,7 +8,6 @@ from pathlib import Path
 
 import msgpack
 
-from agent.clock import FakeClock
 from agent.config import ScheduleConfig
 from agent.core import Agent
 from agent.daemon import Daemon
@@ -18,6 +17,7 @@ from agent.schedule import next_cycle_after, plausible_next
 from agent.transport import MemoryTransport
 from protocol.randomness import SeededRandom
 from protocol.receipts import Receipt
+from tests.support.clocks import FakeClock
 
 HOUR = 3_600.0
 DAY = 86_400.0

@@ -13,12 +13,12 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from agent.clock import FakeClock
 from agent.config import BrokerConfig
 from agent.core import Agent
 from agent.errors import ConfigError
 from agent.identity import device_identity
 from protocol.wire import decode_report
+from tests.support.clocks import FakeClock
 
 DAY = 86_400.0
 

@@ -21,7 +21,6 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 from paho.mqtt.enums import CallbackAPIVersion
 
-from agent.clock import FakeClock, SystemClock
 from agent.config import BrokerConfig
 from agent.core import Agent
 from agent.daemon import Daemon
@@ -32,7 +31,9 @@ from protocol.randomness import SeededRandom
 from protocol.registry import Registry
 from protocol.wire import decode_report
 from runtime.backoff import Backoff
+from runtime.clock import SystemClock
 from tests.support.broker import Broker, free_port, running_broker
+from tests.support.clocks import FakeClock
 
 DAY = 86_400.0
 TOPICS = "ldp/v1/reports/#"

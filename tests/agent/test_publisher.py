@@ -7,13 +7,13 @@ from collections.abc import Callable
 
 import pytest
 
-from agent.clock import FakeClock
 from agent.core import Agent
 from agent.errors import TransportError
 from agent.publisher import Publisher
 from agent.transport import MemoryTransport
 from protocol.randomness import SeededRandom
 from runtime.backoff import Backoff
+from tests.support.clocks import FakeClock
 
 DAY = 86_400.0
 

@@ -7,13 +7,13 @@ from collections.abc import Callable
 
 import pytest
 
-from agent.clock import FakeClock
 from agent.core import Agent, receipt_wait
 from agent.publisher import Publisher, ReceiptPolicy
 from agent.state import LedgerEntry, OutboxEntry
 from agent.transport import MemoryTransport, Published
 from protocol.randomness import SeededRandom
 from protocol.receipts import Receipt
+from tests.support.clocks import FakeClock
 
 DAY = 86_400.0
 POLICY = ReceiptPolicy(timeout=10.0, cap=40.0)

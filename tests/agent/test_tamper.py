@@ -15,13 +15,13 @@ from typing import Any
 
 import pytest
 
-from agent.clock import FakeClock
 from agent.core import Agent
 from agent.errors import UseCaseStoppedError
 from agent.sealed import Sealer
 from protocol.randomness import SeededRandom
 from protocol.registry import Registry
 from tests.agent.conftest import KEY, read_sealed
+from tests.support.clocks import FakeClock
 
 DAY = 86_400.0
 MEMOIZED = ("seconds", "hist", "procs")
@@ -215,7 +215,7 @@ _CHILD = textwrap.dedent(
     import os, signal, sys
     from pathlib import Path
     import agent.sealed
-    from agent.clock import FakeClock
+    from tests.support.clocks import FakeClock
     from agent.core import Agent
     from agent.sealed import Sealer
     from protocol.randomness import SeededRandom

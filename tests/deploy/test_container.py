@@ -8,10 +8,11 @@ install script, and the three services run under the units in ``deploy/`` (Mosqu
 Debian's own unit, with ``deploy/mosquitto/``). Two things differ from production, and only
 these: the registry is the example one with ``min_reports = 1`` for the two use cases the
 test records, so one device's report can be released; and after the values are recorded, a
-drop-in sets the agent's clock (the test clock of ``agent/clock.py``) to the next UTC
-midnight, running 720 times faster, so the day the values were recorded in has ended and
-the next collection cycle comes within a minute and sends their reports. Waiting for the
-real end of a period would take up to a day.
+drop-in starts the agent through the tests' launcher (``tests/support/agent_launcher.py``,
+copied into the container) on an accelerated clock set to the next UTC midnight, running
+720 times faster, so the day the values were recorded in has ended and the next collection
+cycle comes within a minute and sends their reports. Waiting for the real end of a period
+would take up to a day. The installed agent itself has no switch that changes its clock.
 
 Runs as root where systemd-nspawn, debootstrap and nsenter are installed (``deploy/test.sh``
 installs them); elsewhere it is skipped with the reason. A machine that has them but cannot
@@ -47,6 +48,7 @@ pytestmark = [
 RECORDS = (("dark-mode-enabled", "true"), ("emoji", "😀"))
 DEADLINE_S = 120.0
 CLOCK_RATE = 720  # 6 h 30 min of agent time in 32.5 s
+_OLD_SWITCH = "LDP_AGENT_TEST_CLOCK"  # the environment switch the agent once had
 
 
 def _registry(dest: Path) -> Path:
@@ -166,15 +168,33 @@ def test_deployed_agent_reports_to_deployed_collector(tmp_path: Path) -> None:
 
         # For the agent only, the day the values were recorded in ends now, and its clock runs
         # CLOCK_RATE times faster: the first cycle of the next day (at most 6 h 30 min later,
-        # jitter included) comes within a minute and closes the period.
+        # jitter included) comes within a minute and closes the period. The installed agent has
+        # no switch for its clock: the unit runs the tests' launcher instead, which injects one
+        # through the agent's library entry point.
         now = time.time()
         next_day = (int(now) // 86_400 + 1) * 86_400
+        lib = "/usr/local/lib/ldp-test"
+        s.sh(
+            f"install -d -m 0755 {lib}/tests/support && "
+            + " && ".join(
+                f"install -m 0644 /src/tests/{f} {lib}/tests/{f}"
+                for f in ("__init__.py", "support/__init__.py", "support/clocks.py", "support/agent_launcher.py")
+            )
+        )
+        launcher = (
+            "/opt/ldp-telemetry/.venv/bin/python -m tests.support.agent_launcher"
+            f" --start={next_day} --anchor={now:.3f} --rate={CLOCK_RATE}"
+            " -- --config /etc/ldp-agent/agent.toml run"
+        )
         s.sh(
             "mkdir -p /etc/systemd/system/ldp-agent.service.d && cat > "
             "/etc/systemd/system/ldp-agent.service.d/test-clock.conf <<'EOF'\n[Service]\n"
-            f"Environment=LDP_AGENT_TEST_CLOCK=start={next_day},anchor={now:.3f},rate={CLOCK_RATE}\nEOF\n"
+            f"Environment=PYTHONPATH={lib}\nExecStart=\nExecStart={launcher}\nEOF\n"
             "systemctl daemon-reload && systemctl restart ldp-agent"
         )
+        # The installed product alone: the old switch, set in the service's environment, is
+        # nothing to it (the string appears nowhere in the installed agent).
+        assert s.sh(f"grep -rl {_OLD_SWITCH} /opt/ldp-telemetry/.venv/lib/*/site-packages/agent || true") == ""
 
         deadline = time.monotonic() + DEADLINE_S
         while True:

@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 
-from agent.clock import FakeClock
 from agent.config import BrokerConfig
 from agent.core import Agent
 from agent.identity import device_identity
@@ -24,6 +23,7 @@ from tests.agent.conftest import KEY, REGISTRY, START
 from tests.deploy.conftest import Clients
 from tests.deploy.probe import DEADLINE, V5, V311
 from tests.deploy.secure_broker import SecureBroker
+from tests.support.clocks import FakeClock
 
 PROTOCOLS = [pytest.param(V311, id="mqtt311"), pytest.param(V5, id="mqtt5")]
 _names = itertools.count()
