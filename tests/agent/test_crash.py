@@ -221,7 +221,14 @@ def test_kill_9_at_random_moments(tmp_path: Path, mosquitto: Broker) -> None:
         target = observer.cycles + 2
         run_until(proc, lambda: observer.cycles >= target, "the clean run")
         proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=60) == 0  # a hang guard only
+        try:
+            status = proc.wait(timeout=60)  # a hang guard only
+        except subprocess.TimeoutExpired:
+            proc.send_signal(signal.SIGUSR1)  # the launcher's faulthandler writes every stack to the log
+            time.sleep(1)
+            proc.kill()
+            raise AssertionError(f"no exit 60 s after SIGTERM; stacks in {tmp_path / 'agent.log'}") from None
+        assert status == 0
         observer.check()
     finally:
         log.close()

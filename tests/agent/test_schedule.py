@@ -9,6 +9,8 @@ not. Nothing waits for real time beyond a few millisecond timers, and nothing is
 from __future__ import annotations
 
 import asyncio
+import math
+import random
 from pathlib import Path
 
 import pytest
@@ -16,6 +18,7 @@ import pytest
 from agent.config import ScheduleConfig
 from agent.core import Agent
 from agent.daemon import Daemon
+from agent.schedule import next_cycle_after, slots
 from agent.sealed import Sealer
 from agent.transport import MemoryTransport
 from protocol.randomness import SeededRandom
@@ -88,3 +91,29 @@ def test_the_daemon_on_the_system_clock_runs_one_cycle_after_a_suspend(tmp_path:
     # the missed slots coalesced: the next cycle is the first slot after waking, jittered into it
     slot = (START + 20 * HOUR) // (6 * HOUR) * (6 * HOUR) + 6 * HOUR
     assert slot <= doc.next_cycle < slot + 600.0
+
+
+@pytest.mark.parametrize("hours", [1, 2, 3, 4, 6, 8, 12, 24])
+def test_the_cron_slots_are_the_utc_multiples_of_the_interval(hours: int) -> None:
+    """APScheduler's cron trigger gives the first UTC multiple of the interval strictly after t."""
+    rng = random.Random(hours)
+    step = hours * 3600
+    times = [rng.uniform(0, 4e9) for _ in range(300)]
+    times += [k * step + d for k in (0, 1, 123_456 // hours) for d in (-1.0, -0.25, 0.0, 0.25, 1.0)]
+    for t in times:
+        due = next_cycle_after(t, interval_hours=hours, jitter_seconds=0, rng=SeededRandom(0))
+        assert due == (math.floor(t / step) + 1) * step, (hours, t)
+
+
+def test_the_jitter_lies_within_its_slot() -> None:
+    """A jittered due time is in [boundary, boundary + jitter) for the first boundary after t."""
+    source = SeededRandom(7)
+    for t in (0.0, 21_599.9, 21_600.0, 1_764_000_000.5):
+        due = next_cycle_after(t, interval_hours=6, jitter_seconds=900, rng=source)
+        boundary = (math.floor(t / 21_600) + 1) * 21_600
+        assert boundary <= due < boundary + 900
+
+
+def test_an_interval_that_does_not_divide_a_day_is_refused() -> None:
+    with pytest.raises(ValueError, match="divide 24"):
+        slots(5)

@@ -15,6 +15,8 @@ The container test copies this file and ``clocks.py`` into the container as the 
 from __future__ import annotations
 
 import argparse
+import faulthandler
+import signal
 import sys
 import time
 from collections.abc import Sequence
@@ -33,6 +35,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--anchor", type=float, help="a real time.time() value (default: now)")
     parser.add_argument("args", nargs=argparse.REMAINDER, help="-- then the arguments of ldp-agent")
     ns = parser.parse_args(argv)
+    # A test that finds the agent hung sends SIGUSR1 and reads every thread's stack in the log.
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     now = time.time()
     anchor = now if ns.anchor is None else ns.anchor
     start = anchor if ns.start is None else ns.start
