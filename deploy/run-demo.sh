@@ -16,6 +16,11 @@
 #   --out DIR       where results.json and the SVG plots go (default: a new ldp-demo.* directory
 #                   under $TMPDIR or /tmp, kept after the run)
 #   --keep          keep the broker's and collector's working files too (certificates, database)
+#   --collectors N  run N collectors in one MQTT shared subscription group (default 1); each
+#                   has its own dashboard, and any of them serves the same estimates
+#   --postgres      keep the checkpoints in a PostgreSQL server started for the demo (in the
+#                   working directory, on a Unix socket) instead of a SQLite file; installs
+#                   Debian's postgresql package when it is missing
 #
 # Needs Python 3.11+ and Mosquitto; installs Mosquitto with apt-get when it is missing (as
 # deploy/test.sh does), creates the virtual environment .venv and installs the package into
@@ -37,6 +42,8 @@ wait_seconds=""
 no_wait=0
 out=""
 keep=0
+collectors=1
+postgres=0
 fleet_args=()
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -48,6 +55,8 @@ while [ $# -gt 0 ]; do
         --no-wait) no_wait=1; shift ;;
         --out) [ $# -ge 2 ] || usage; out="$2"; shift 2 ;;
         --keep) keep=1; shift ;;
+        --collectors) [ $# -ge 2 ] || usage; collectors="$2"; shift 2 ;;
+        --postgres) postgres=1; shift ;;
         -h | --help) usage 0 ;;
         --) shift; fleet_args=("$@"); break ;;
         *) echo "run-demo: unknown option $1 (see --help)" >&2; exit 2 ;;
@@ -56,6 +65,7 @@ done
 for n in "$devices" "$days" "$seed"; do
     [[ "$n" =~ ^[0-9]+$ ]] || { echo "run-demo: --devices, --days and --seed take whole numbers" >&2; exit 2; }
 done
+[[ "$collectors" =~ ^[1-9][0-9]?$ ]] || { echo "run-demo: --collectors takes 1 to 99" >&2; exit 2; }
 [ -z "$wait_seconds" ] || [[ "$wait_seconds" =~ ^[0-9]+$ ]] || { echo "run-demo: --wait takes seconds" >&2; exit 2; }
 if [ -z "$workers" ]; then
     # Two processes pay off once the fleet is large (each device costs a few ms per cycle).
@@ -71,6 +81,13 @@ find_mosquitto() {
 need=()
 [ -n "$(find_mosquitto)" ] && command -v mosquitto_passwd >/dev/null 2>&1 || need+=(mosquitto)
 command -v openssl >/dev/null 2>&1 || need+=(openssl)
+find_pg_bin() { # the directory of initdb and pg_ctl (Debian keeps them off PATH)
+    local d
+    for d in /usr/lib/postgresql/*/bin; do [ -x "$d/initdb" ] && { echo "$d"; return; }; done
+    command -v initdb >/dev/null 2>&1 && dirname "$(command -v initdb)"
+    true
+}
+[ "$postgres" -eq 0 ] || [ -n "$(find_pg_bin)" ] || need+=(postgresql)
 if [ ${#need[@]} -gt 0 ]; then
     say "installing ${need[*]} from the distribution's packages"
     SUDO=""
@@ -80,6 +97,11 @@ if [ ${#need[@]} -gt 0 ]; then
 fi
 mosquitto_bin="$(find_mosquitto)"
 [ -n "$mosquitto_bin" ] || { echo "run-demo: mosquitto is not installed and could not be installed" >&2; exit 1; }
+pg_bin=""
+if [ "$postgres" -eq 1 ]; then
+    pg_bin="$(find_pg_bin)"
+    [ -n "$pg_bin" ] || { echo "run-demo: PostgreSQL is not installed and could not be installed" >&2; exit 1; }
+fi
 
 # --- the virtual environment ----------------------------------------------------------------
 if [ ! -x .venv/bin/python ]; then
@@ -99,13 +121,23 @@ work="$(mktemp -d "${TMPDIR:-/tmp}/ldp-demo.XXXXXX")"
 [ -n "$out" ] || out="$work/results"
 mkdir -p "$out"
 broker_pid=""
-collector_pid=""
+collector_pids=()
+pg_started=0
+pg_dir=""
+# initdb refuses to run as root: as root the demo's database belongs to "nobody".
+pg_user=""
+[ "$(id -u)" -ne 0 ] || pg_user="nobody"
+as_pg_user() { if [ -n "$pg_user" ]; then runuser -u "$pg_user" -- "$@"; else "$@"; fi; }
 cleanup() {
     trap - EXIT INT TERM
-    if [ -n "$collector_pid" ] && kill -0 "$collector_pid" 2>/dev/null; then
-        kill -TERM "$collector_pid" 2>/dev/null || true
-        for _ in $(seq 100); do kill -0 "$collector_pid" 2>/dev/null || break; sleep 0.1; done
-        kill -KILL "$collector_pid" 2>/dev/null || true
+    local pid
+    for pid in ${collector_pids[@]+"${collector_pids[@]}"}; do kill -TERM "$pid" 2>/dev/null || true; done
+    for pid in ${collector_pids[@]+"${collector_pids[@]}"}; do
+        for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+        kill -KILL "$pid" 2>/dev/null || true
+    done
+    if [ "$pg_started" -eq 1 ]; then
+        as_pg_user "$pg_bin/pg_ctl" -D "$pg_dir/data" -m fast -w stop >/dev/null 2>&1 || true
     fi
     if [ -n "$broker_pid" ] && kill -0 "$broker_pid" 2>/dev/null; then
         kill -TERM "$broker_pid" 2>/dev/null || true
@@ -113,7 +145,8 @@ cleanup() {
         kill -KILL "$broker_pid" 2>/dev/null || true
     fi
     if [ "$keep" -eq 0 ]; then
-        for part in pki secrets broker collector; do rm -rf "${work:?}/$part"; done
+        for part in pki secrets broker collector-*; do rm -rf "${work:?}/"$part; done
+        [ -z "$pg_dir" ] || rm -rf "$pg_dir"
         rmdir "$work" 2>/dev/null || true
     fi
 }
@@ -146,7 +179,6 @@ deploy/make-broker-users.sh --user collector --user fleet-sim "$work/broker/pass
 # --- the broker: deploy/mosquitto/mosquitto.conf with its paths and ports moved here -----
 mqtt_port="$(free_port)"
 mtls_port="$(free_port)"
-http_port="$(free_port)"
 mkdir -p "$work/broker/data"
 cat deploy/mosquitto/acl deploy/mosquitto/acl.fleet-sim >"$work/broker/acl"
 cp "$work/pki/ca.pem" "$work/pki/broker.pem" "$work/pki/broker.key" "$work/broker/"
@@ -165,18 +197,47 @@ say "starting Mosquitto on 127.0.0.1:$mqtt_port (TLS, passwords, ACL)"
 broker_pid=$!
 wait_for 15 "import socket; socket.create_connection(('127.0.0.1', $mqtt_port), timeout=0.5)" "Mosquitto"
 
-# --- the collector, with its dashboard on loopback ----------------------------------------
-# Its retention window must reach back to the first simulated period (6-hour periods).
+# --- the checkpoint store: a SQLite file, or a PostgreSQL server of the demo's own --------
+if [ "$postgres" -eq 1 ]; then
+    # A cluster of the demo's own, reachable only through its Unix socket, with trust
+    # authentication for local connections (a deployment uses a password: docs/deploy.md).
+    # It lives directly under /tmp: the server's account must reach it (as root, "nobody",
+    # which may not enter $TMPDIR), and a socket's path must stay under 108 bytes.
+    pg_dir="$(mktemp -d /tmp/ldp-demo-pg.XXXXXX)"
+    [ -z "$pg_user" ] || chown "$pg_user" "$pg_dir"
+    say "starting PostgreSQL $("$pg_bin/postgres" --version | awk '{print $3}') on a socket in $pg_dir"
+    as_pg_user "$pg_bin/initdb" -D "$pg_dir/data" -U ldp --auth=trust -E UTF8 --no-sync \
+        >"$pg_dir/initdb.log" 2>&1 ||
+        { echo "run-demo: initdb failed (see $pg_dir/initdb.log)" >&2; keep=1; exit 1; }
+    as_pg_user "$pg_bin/pg_ctl" -D "$pg_dir/data" -l "$pg_dir/server.log" -w -t 60 \
+        -o "-c listen_addresses='' -c unix_socket_directories='$pg_dir'" start >/dev/null ||
+        { echo "run-demo: PostgreSQL did not start (see $pg_dir/server.log)" >&2; keep=1; exit 1; }
+    pg_started=1
+    as_pg_user "$pg_bin/createdb" -h "$pg_dir" -U ldp ldp
+    store_line="url = \"postgresql://ldp@/ldp?host=$pg_dir\""
+else
+    store_line="path = \"$work/collector-1/collector.sqlite3\""
+fi
+
+# --- the collectors, each with its dashboard on loopback ----------------------------------
+# Their retention window must reach back to the first simulated period (6-hour periods).
 retention=$(((days + 2) * 4))
-mkdir -p "$work/collector"
-cat >"$work/collector/collector.toml" <<EOF
+group_line=""
+[ "$collectors" -eq 1 ] || group_line='shared_group = "demo"'
+http_ports=()
+for i in $(seq "$collectors"); do
+    http_ports+=("$(free_port)")
+    dir="$work/collector-$i"
+    mkdir -p "$dir"
+    cat >"$dir/collector.toml" <<EOF
 registry = "$root/deploy/fleet.usecases.toml"
-instance = "demo"
+instance = "demo-$i"
 
 [mqtt]
 host = "127.0.0.1"
 port = $mqtt_port
-client_id = "ldp-collector-demo"
+client_id = "ldp-collector-demo-$i"
+$group_line
 username = "collector"
 password_file = "$work/secrets/collector.password"
 [mqtt.tls]
@@ -187,20 +248,25 @@ retention_periods = $retention
 require_device_identity = true
 
 [store]
-path = "$work/collector/collector.sqlite3"
+$store_line
 
 [http]
 host = "127.0.0.1"
-port = $http_port
+port = ${http_ports[$((i - 1))]}
 
 [estimation]
 workers = 1
 EOF
-say "starting the collector (dashboard on http://127.0.0.1:$http_port/)"
-.venv/bin/ldp-collector --config "$work/collector/collector.toml" --log-level WARNING run \
-    >"$work/collector/collector.log" 2>&1 &
-collector_pid=$!
-wait_for 60 "import json, urllib.request; h = json.load(urllib.request.urlopen('http://127.0.0.1:$http_port/healthz', timeout=2)); assert h.get('connected')" "the collector"
+done
+http_port="${http_ports[0]}"
+for i in $(seq "$collectors"); do
+    dir="$work/collector-$i"
+    port="${http_ports[$((i - 1))]}"
+    say "starting collector $i of $collectors (dashboard on http://127.0.0.1:$port/)"
+    .venv/bin/ldp-collector --config "$dir/collector.toml" --log-level WARNING run >"$dir/collector.log" 2>&1 &
+    collector_pids+=($!)
+    wait_for 60 "import json, urllib.request; h = json.load(urllib.request.urlopen('http://127.0.0.1:$port/healthz', timeout=2)); assert h.get('connected')" "collector $i"
+done
 
 # --- the fleet -----------------------------------------------------------------------------
 say "running ldp-fleet: $devices devices, $days days"
@@ -216,9 +282,12 @@ status=0
 
 echo
 echo "Dashboard (the same estimates, latest period per use case): http://127.0.0.1:$http_port/"
+if [ "$collectors" -gt 1 ]; then
+    echo "Every collector of the group serves the same estimates:$(printf ' http://127.0.0.1:%s/' "${http_ports[@]}")"
+fi
 echo "Results: $out/results.json, plots in $out/plots/"
 if [ "$no_wait" -eq 0 ] || [ "$keep" -eq 1 ]; then
-    echo "From the command line: .venv/bin/ldp-collector --config $work/collector/collector.toml estimate emoji"
+    echo "From the command line: .venv/bin/ldp-collector --config $work/collector-1/collector.toml estimate emoji"
 fi
 if [ "$no_wait" -eq 1 ]; then
     exit "$status"
@@ -231,7 +300,9 @@ else
     end=-1
 fi
 while [ "$end" -lt 0 ] || [ $SECONDS -lt $end ]; do
-    kill -0 "$collector_pid" 2>/dev/null || { echo "run-demo: the collector stopped (see $work)" >&2; keep=1; exit 1; }
+    for pid in "${collector_pids[@]}"; do
+        kill -0 "$pid" 2>/dev/null || { echo "run-demo: a collector stopped (see $work)" >&2; keep=1; exit 1; }
+    done
     sleep 1
 done
 exit "$status"
