@@ -38,16 +38,28 @@ from benchmarks.harness import emit, progress, rate
 from collector.mqtt import MqttPublisher
 from protocol.hcms import HadamardCountMeanSketch
 from protocol.one_bit_mean import OneBitMean
+from protocol.randomized_response import RandomizedResponse
 from protocol.randomness import SeededRandom
 from protocol.registry import Registry, parse_registry
 from protocol.wire import Report, encode_report
 
-__all__ = ["LABEL", "build_counters", "build_single", "main", "publish"]
+__all__ = ["LABEL", "build_counters", "build_flags", "build_single", "main", "publish"]
 
 ROOT = Path(__file__).resolve().parent.parent
 REGISTRY = ROOT / "deploy" / "usecases.example.toml"
 LABEL = "load generator: privatized reports from the batch APIs; no agents, no device state, limits or ledger"
 _CHUNK = 50_000
+
+
+def _sources(seed: int) -> tuple[SeededRandom, np.random.Generator]:
+    """The devices' coins and, from another stream, the true values and report ids.
+
+    Both were once seeded with ``seed`` alone: ``SeededRandom`` is PCG64 too, so the coins
+    repeated the very draws that chose the values, and a randomized-response "keep" fell
+    exactly where the true bit was 1 - the reports were biased (a 30 % share estimated as
+    64 %). A second seed word gives an independent stream.
+    """
+    return SeededRandom(seed), np.random.default_rng([seed, 0x10AD])
 
 
 def _report_ids(gen: np.random.Generator, count: int) -> list[bytes]:
@@ -61,8 +73,7 @@ def build_single(registry: Registry, count: int, *, seed: int, period: int | Non
     mech = uc.mechanism
     if not isinstance(mech, HadamardCountMeanSketch):
         raise TypeError(f"{uc.name} is not a Hadamard CMS use case")
-    rng = SeededRandom(seed)
-    gen = np.random.default_rng(seed)
+    rng, gen = _sources(seed)
     domains = [f"site{i}.example" for i in range(2000)]
     slot = uc.period.index_at(time.time()) if period is None else period
     topic = f"ldp/v1/reports/{uc.name}"
@@ -81,22 +92,30 @@ def build_single(registry: Registry, count: int, *, seed: int, period: int | Non
 
 
 def build_counters(
-    registry: Registry, count: int, *, seed: int, records: int = 20, period: int | None = None
+    registry: Registry,
+    count: int,
+    *,
+    seed: int,
+    records: int = 20,
+    period: int | None = None,
+    use_case: str = "app-usage-seconds",
+    mean_s: float = 3_600.0,
 ) -> list[tuple[str, bytes]]:
-    """``count`` reports of ``records`` 1BitMean answers each (``app-usage-seconds``).
+    """``count`` reports of ``records`` 1BitMean answers each (default ``app-usage-seconds``).
 
     Each message is one device's round: its permanent state (α and memo bits, 000 §3.1) is
     drawn once, and each of its ``records`` counters is answered from it with a fresh
-    output-perturbation coin (000 §4), as the agent does.
+    output-perturbation coin (000 §4), as the agent does. The true values are
+    Exponential(``mean_s``) clipped at the mechanism's ``m``: their mean is
+    ``mean_s * (1 - exp(-m / mean_s))``.
     """
-    uc = registry.use_cases["app-usage-seconds"]
+    uc = registry.use_cases[use_case]
     mech = uc.mechanism
     if not isinstance(mech, OneBitMean):
         raise TypeError(f"{uc.name} is not a 1BitMean use case")
     if records > uc.daily_limit:
         raise ValueError(f"{records} records per report exceed {uc.name}'s daily limit of {uc.daily_limit}")
-    rng = SeededRandom(seed)
-    gen = np.random.default_rng(seed)
+    rng, gen = _sources(seed)
     slot = uc.period.index_at(time.time()) if period is None else period
     topic = f"ldp/v1/reports/{uc.name}"
     out: list[tuple[str, bytes]] = []
@@ -109,12 +128,38 @@ def build_counters(
         states_rep = type(states)(
             m=states.m, s=states.s, epsilon=states.epsilon, alphas=states.alphas[rows], memo=states.memo[rows]
         )
-        values = np.minimum(gen.exponential(3_600.0, size=devices * records).astype(np.int64), mech.m)
+        values = np.minimum(gen.exponential(mean_s, size=devices * records).astype(np.int64), mech.m)
         bits = mech.privatize_many(values, states_rep, rng).bits.reshape(devices, records).tolist()
         ids = _report_ids(gen, devices)
         for i in range(devices):
             report = Report(
                 use_case=uc.name, registry_hash=registry.hash, period=slot, report_id=ids[i], records=bits[i]
+            )
+            out.append((topic, encode_report(report)))
+    return out
+
+
+def build_flags(
+    registry: Registry, count: int, *, seed: int, use_case: str, share: float = 0.3, period: int | None = None
+) -> list[tuple[str, bytes]]:
+    """``count`` one-record randomized-response reports of ``use_case``; a device's true bit is 1
+    with probability ``share`` (the mean the estimate should find)."""
+    uc = registry.use_cases[use_case]
+    mech = uc.mechanism
+    if not isinstance(mech, RandomizedResponse):
+        raise TypeError(f"{uc.name} is not a randomized-response use case")
+    rng, gen = _sources(seed)
+    slot = uc.period.index_at(time.time()) if period is None else period
+    topic = f"ldp/v1/reports/{uc.name}"
+    out: list[tuple[str, bytes]] = []
+    for start in range(0, count, _CHUNK):
+        n = min(_CHUNK, count - start)
+        truth = (gen.random(n) < share).astype(np.uint8)
+        bits = mech.privatize_many(truth, rng).bits.tolist()
+        ids = _report_ids(gen, n)
+        for i in range(n):
+            report = Report(
+                use_case=uc.name, registry_hash=registry.hash, period=slot, report_id=ids[i], records=[bits[i]]
             )
             out.append((topic, encode_report(report)))
     return out

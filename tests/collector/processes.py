@@ -83,13 +83,23 @@ class CollectorProcess:
 
     Readiness comes over ``NOTIFY_SOCKET`` (an abstract Unix datagram socket), exactly as
     systemd's Type=notify would receive it: "READY=1" once the subscription is granted.
+
+    Args:
+        config: the collector's config file.
+        log: where its output goes.
+        prefix: a command the collector runs under (``ip netns exec NS`` puts it on another
+            network host).
+        notify_path: a filesystem path for the notify socket instead of an abstract address
+            (abstract Unix addresses belong to one network namespace).
     """
 
-    def __init__(self, config: Path, *, log: Path) -> None:
+    def __init__(self, config: Path, *, log: Path, prefix: Sequence[str] = (), notify_path: Path | None = None) -> None:
         self.config = config
         self.log = log
+        self.prefix = list(prefix)
         self.process: subprocess.Popen[bytes] | None = None
-        self._notify = NotifyListener()  # read continuously, as systemd does
+        # Read continuously, as systemd does.
+        self._notify = NotifyListener(None if notify_path is None else str(notify_path))
         self._since = 0
         self.starts = 0
 
@@ -108,7 +118,7 @@ class CollectorProcess:
         self._since = self._notify.mark()  # this instance's messages come after the earlier ones
         with self.log.open("ab") as out:
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "collector", "--config", str(self.config), "run"],
+                [*self.prefix, sys.executable, "-m", "collector", "--config", str(self.config), "run"],
                 cwd=ROOT,
                 env=env,
                 stdout=out,
@@ -268,12 +278,31 @@ class BackgroundPublishers:
         self.resent = 0
         self.allowed: int | None = None
         self._reserved = 0
+        self._gate = threading.Lock()
         self.done = threading.Event()
         self._thread = threading.Thread(target=self._main, name="publishers", daemon=True)
 
+    @property
+    def in_flight(self) -> int:
+        """Messages taken past the gate but not yet acknowledged by the broker."""
+        return self._reserved - self.published
+
     def allow(self, count: int | None) -> None:
         """Let the publishers send up to ``count`` messages in all (None: no limit)."""
-        self.allowed = count
+        with self._gate:
+            self.allowed = count
+
+    def hold(self) -> None:
+        """Close the gate where it stands: nothing more is taken (what was taken still goes out)."""
+        with self._gate:
+            self.allowed = self._reserved
+
+    def _take(self, count: int) -> bool:
+        with self._gate:  # the check and the reservation at once, against hold()
+            if self.allowed is not None and self._reserved + count > self.allowed:
+                return False
+            self._reserved += count
+            return True
 
     def start(self) -> None:
         """Start publishing."""
@@ -293,11 +322,12 @@ class BackgroundPublishers:
         start, sent = time.monotonic(), 0
         for i in range(0, len(stream), self.chunk):
             part = stream[i : i + self.chunk]
-            if self.allowed is not None and self._reserved + len(part) > self.allowed:
-                while self.allowed is not None and self._reserved + len(part) > self.allowed:
-                    await asyncio.sleep(0.01)  # polling the gate that the test thread moves
+            waited = False
+            while not self._take(len(part)):
+                waited = True
+                await asyncio.sleep(0.01)  # polling the gate that the test thread moves
+            if waited:
                 start, sent = time.monotonic(), 0  # the rate counts from the gate's opening, no burst
-            self._reserved += len(part)
             stats = await publisher.publish_all(part, deadline_s=300)
             self.published += len(part)
             self.resent += stats.resent
