@@ -79,12 +79,23 @@ def connect(url: str, *, password: str | None, instance: str, readonly: bool) ->
     return conn
 
 
+_PASSWORD_SOURCES = (
+    "the password comes from store.password_file, the systemd credential store-password, "
+    "or, for commands run by hand, libpq's ~/.pgpass"
+)
+
+
 def unavailable(exc: psycopg.Error, location: str) -> StoreUnavailable | None:
     """The StoreUnavailable for a failure that can pass, or None for one that cannot."""
     state = exc.sqlstate or ""
     known = _TRANSIENT_STATES.get(state) or _TRANSIENT_CLASSES.get(state[:2])
+    message = str(exc)
     if known is None and isinstance(exc, psycopg.OperationalError) and not state:
-        known = ("connection", "the database server cannot be reached")
+        if "no password supplied" in message or "authentication failed" in message:
+            # libpq reports these at connect time without a SQLSTATE; they are not a network fault.
+            known = ("authentication", f"the database server refused our credentials ({_PASSWORD_SOURCES})")
+        else:
+            known = ("connection", "the database server cannot be reached")
     if known is None and isinstance(exc, psycopg.InterfaceError):
         known = ("connection", "the connection to the database server is unusable")
     if known is None:
@@ -112,7 +123,11 @@ def probe(config: StoreConfig, registry: Registry) -> str:
                 row = conn.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone()
                 found = int(bytes(row[0]).decode()) if row is not None else -1
     except psycopg.Error as exc:
-        raise ConfigError(config.source, field, f"cannot use {config.url}: {str(exc).strip()}") from exc
+        problem = f"cannot use {config.url}: {str(exc).strip()}"
+        if password is None and ("no password supplied" in problem or "password authentication failed" in problem):
+            # The commands an operator runs by hand do not get the service's systemd credential.
+            problem += f"; no password was given ({_PASSWORD_SOURCES})"
+        raise ConfigError(config.source, field, problem) from exc
     server = f"PostgreSQL {version // 10000}.{version % 10000}"
     if found is None:
         return f"{field}: {config.url}: {server}; the checkpoint schema {SCHEMA_VERSION} will be created"
