@@ -167,10 +167,20 @@ def _status(config: CollectorConfig, as_json: bool) -> int:
     for name, info in status["use_cases"].items():
         periods = info["periods"]
         latest = periods[-1] if periods else None
-        tail = f"latest period {latest['period']}: {latest['reports']} reports" if latest else "no data"
-        print(f"  {name:32s} {info['mechanism']:13s} {len(periods):4d} periods  {tail}")
-    counters = status["counters"]
-    print("counters: " + ", ".join(f"{k}={v}" for k, v in sorted(counters.items())))
+        tail = (
+            f"latest from {latest['period_start']}: {latest['reports']:,} reports, {latest['records']:,} records"
+            if latest
+            else "no data"
+        )
+        count = f"{len(periods):,} period{'' if len(periods) == 1 else 's'}"
+        print(f"  {name:32s} {info['mechanism']:13s} {count:<11s} {tail}")
+    instances = status["instances"]
+    whose = f" (all of {', '.join(sorted(instances))})" if len(instances) > 1 else ""
+    print(f"counters{whose}: " + ", ".join(f"{k} {v:,}" for k, v in sorted(status["counters"].items())))
+    if len(instances) > 1:
+        # A group shares one store: each member's own share, so an idle or stuck member shows.
+        for instance, counters in sorted(instances.items()):
+            print(f"  {instance}: " + ", ".join(f"{k} {v:,}" for k, v in sorted(counters.items())))
     return 0
 
 

@@ -540,7 +540,14 @@ def status_of(
             "min_reports": uc.collector.min_reports,
             "release_threshold": uc.collector.release_threshold,
             "periods": [
-                {"period": k.period, "reports": k.reports, "records": k.records} for k in totals if k.use_case == name
+                {
+                    "period": k.period,
+                    "period_start": _period_bounds(uc, k.period)[0],
+                    "reports": k.reports,
+                    "records": k.records,
+                }
+                for k in totals
+                if k.use_case == name
             ],
         }
     return {
