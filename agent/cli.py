@@ -418,24 +418,18 @@ def _leaves(exc: BaseException) -> list[BaseException]:
     return [exc]
 
 
-# The errors a verb ends with, without a traceback, each with the exit status's kind.
-_VERB_ERROR_KINDS: tuple[tuple[type[Exception] | tuple[type[Exception], ...], str], ...] = (
-    ((ConfigError, PolicyError), "config"),
+# The errors a verb ends with, without a traceback, each with the kind its exit status is.
+_VERB_ERROR_KINDS: tuple[tuple[type[Exception], str], ...] = (
+    (ConfigError, "config"),
+    (PolicyError, "config"),
     (ValueRefusedError, "value-refused"),
     (UseCaseStoppedError, "use-case-stopped"),
-    ((StateUnreadableError, KeyUnavailableError), "state-unreadable"),
-    ((StateWriteError, AgentBusyError), "error"),
+    (StateUnreadableError, "state-unreadable"),
+    (KeyUnavailableError, "state-unreadable"),
+    (StateWriteError, "error"),
+    (AgentBusyError, "error"),
 )
-_VERB_ERRORS = (
-    ConfigError,
-    PolicyError,
-    ValueRefusedError,
-    UseCaseStoppedError,
-    StateUnreadableError,
-    KeyUnavailableError,
-    StateWriteError,
-    AgentBusyError,
-)
+_VERB_ERRORS = tuple(t for t, _ in _VERB_ERROR_KINDS)
 
 
 def _dispatch(cfg: AgentConfig, args: argparse.Namespace, clock: Clock) -> int:
