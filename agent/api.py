@@ -77,6 +77,84 @@ def _error(kind: str, message: str) -> dict[str, Any]:
     return {"ok": False, "error": kind, "message": message}
 
 
+def _record(agent: Agent, request: dict[str, Any], on_change: Callable[[], None] | None) -> dict[str, Any]:
+    name = request.get("use_case")
+    if not isinstance(name, str):
+        return _error("bad-request", 'record needs a string "use_case"')
+    key = request.get("key")
+    if key is not None and not isinstance(key, str):
+        return _error("bad-request", '"key" must be a string')
+    if "text" in request:
+        text = request["text"]
+        if not isinstance(text, str):
+            return _error("bad-request", '"text" must be a string')
+        use_case = agent.registry.use_cases.get(name)
+        if use_case is None:
+            raise ValueRefusedError(
+                f"unknown use case {name!r}; the registry has: {', '.join(agent.registry.use_cases)}"
+            )
+        value: object = coerce_text(use_case, text)
+    elif "value" in request:
+        value = request["value"]
+    else:
+        return _error("bad-request", 'record needs "value" or "text"')
+    outcome = agent.record(name, value, key=key)
+    return {
+        "ok": True,
+        "outcome": outcome.outcome,
+        "counter": outcome.counter,
+        "offered": outcome.offered,
+        "limit": outcome.limit,
+        "over_limit": outcome.over_limit,
+        "note": outcome.note,
+    }
+
+
+def _consent(agent: Agent, request: dict[str, Any], on_change: Callable[[], None] | None) -> dict[str, Any]:
+    action = request.get("action")
+    if action == "grant":
+        doc = agent.grant_consent()
+        if on_change:
+            on_change()
+        return {"ok": True, "consent": True, "granted_at": doc.granted_at}
+    if action == "revoke":
+        removed = agent.revoke_consent()
+        if on_change:
+            on_change()
+        return {"ok": True, "consent": False, "files_removed": removed}
+    if action == "show":
+        c = agent.consent
+        return {"ok": True, "consent": c is not None, "granted_at": None if c is None else c.granted_at}
+    return _error("bad-request", 'consent "action" is one of grant, revoke, show')
+
+
+def _status(agent: Agent, request: dict[str, Any], on_change: Callable[[], None] | None) -> dict[str, Any]:
+    return {"ok": True, "status": _plain(agent.status())}
+
+
+def _ledger(agent: Agent, request: dict[str, Any], on_change: Callable[[], None] | None) -> dict[str, Any]:
+    return {"ok": True, "ledger": ledger_json(agent.ledger())}
+
+
+_OPS: dict[str, Callable[[Agent, dict[str, Any], Callable[[], None] | None], dict[str, Any]]] = {
+    "record": _record,
+    "consent": _consent,
+    "status": _status,
+    "ledger": _ledger,
+}
+
+# The agent's refusals a request may meet, each with the "error" kind its reply names;
+# any other exception is a fault of the agent, not of the request, and propagates.
+_REFUSAL_KINDS: tuple[tuple[type[Exception], str], ...] = (
+    (ValueRefusedError, "value-refused"),
+    (ConsentRequiredError, "consent-required"),
+    (UseCaseStoppedError, "use-case-stopped"),
+    (StateUnreadableError, "state-unreadable"),
+    (StateWriteError, "state-unwritable"),
+)
+_REFUSALS = tuple(t for t, _ in _REFUSAL_KINDS)
+
+
 def handle_request(agent: Agent, request: object, *, on_change: Callable[[], None] | None = None) -> dict[str, Any]:
     """Serve one decoded request; never raises for a bad request.
 
@@ -88,69 +166,13 @@ def handle_request(agent: Agent, request: object, *, on_change: Callable[[], Non
     if not isinstance(request, dict) or not isinstance(request.get("op"), str):
         return _error("bad-request", 'expected a JSON object with a string "op"')
     op = request["op"]
-    try:
-        if op == "record":
-            name = request.get("use_case")
-            if not isinstance(name, str):
-                return _error("bad-request", 'record needs a string "use_case"')
-            key = request.get("key")
-            if key is not None and not isinstance(key, str):
-                return _error("bad-request", '"key" must be a string')
-            if "text" in request:
-                text = request["text"]
-                if not isinstance(text, str):
-                    return _error("bad-request", '"text" must be a string')
-                use_case = agent.registry.use_cases.get(name)
-                if use_case is None:
-                    raise ValueRefusedError(
-                        f"unknown use case {name!r}; the registry has: {', '.join(agent.registry.use_cases)}"
-                    )
-                value: object = coerce_text(use_case, text)
-            elif "value" in request:
-                value = request["value"]
-            else:
-                return _error("bad-request", 'record needs "value" or "text"')
-            outcome = agent.record(name, value, key=key)
-            return {
-                "ok": True,
-                "outcome": outcome.outcome,
-                "counter": outcome.counter,
-                "offered": outcome.offered,
-                "limit": outcome.limit,
-                "over_limit": outcome.over_limit,
-                "note": outcome.note,
-            }
-        if op == "consent":
-            action = request.get("action")
-            if action == "grant":
-                doc = agent.grant_consent()
-                if on_change:
-                    on_change()
-                return {"ok": True, "consent": True, "granted_at": doc.granted_at}
-            if action == "revoke":
-                removed = agent.revoke_consent()
-                if on_change:
-                    on_change()
-                return {"ok": True, "consent": False, "files_removed": removed}
-            if action == "show":
-                c = agent.consent
-                return {"ok": True, "consent": c is not None, "granted_at": None if c is None else c.granted_at}
-            return _error("bad-request", 'consent "action" is one of grant, revoke, show')
-        if op == "status":
-            return {"ok": True, "status": _plain(agent.status())}
-        if op == "ledger":
-            return {"ok": True, "ledger": ledger_json(agent.ledger())}
+    handler = _OPS.get(op)
+    if handler is None:
         return _error("bad-request", f"unknown op {op!r} (record, consent, status, ledger)")
-    except ValueRefusedError as e:
-        return _error("value-refused", str(e))
-    except ConsentRequiredError as e:
-        return _error("consent-required", str(e))
-    except UseCaseStoppedError as e:
-        return _error("use-case-stopped", str(e))
-    except StateUnreadableError as e:
-        return _error("state-unreadable", str(e))
-    except StateWriteError as e:
-        return _error("state-unwritable", str(e))
+    try:
+        return handler(agent, request, on_change)
+    except _REFUSALS as e:
+        return _error(next(kind for t, kind in _REFUSAL_KINDS if isinstance(e, t)), str(e))
 
 
 @contextlib.asynccontextmanager

@@ -230,30 +230,32 @@ def _print_record(use_case: str, reply: dict[str, Any]) -> None:
         print(f"{use_case}: {reply['note']}")
 
 
-def _client(cfg: AgentConfig, args: argparse.Namespace, clock: Clock) -> int:
+def _client_request(args: argparse.Namespace) -> dict[str, Any]:
     if args.verb == "record":
         request: dict[str, Any] = {"op": "record", "use_case": args.use_case, "text": args.value}
         if args.key is not None:
             request["key"] = args.key
-    elif args.verb == "consent":
-        request = {"op": "consent", "action": args.action}
+        return request
+    if args.verb == "consent":
+        return {"op": "consent", "action": args.action}
+    return {"op": args.verb}
+
+
+def _print_consent(args: argparse.Namespace, reply: dict[str, Any], as_json: bool) -> None:
+    if as_json:
+        print(json.dumps(reply))
+    elif args.action == "revoke":
+        print(f"consent revoked; {reply['files_removed']} state files deleted")
     else:
-        request = {"op": args.verb}
-    reply = _request(cfg, request, clock)
-    if not reply.get("ok"):
-        kind = str(reply.get("error", "error"))
-        print(f"ldp-agent: {reply.get('message', kind)}", file=sys.stderr)
-        return EXIT_CODES.get(kind, 1)
+        print(f"consent: {'granted ' + _when(reply['granted_at']) if reply['consent'] else 'not granted'}")
+
+
+def _print_reply(args: argparse.Namespace, reply: dict[str, Any]) -> None:
     as_json = getattr(args, "json", False)
     if args.verb == "record":
         _print_record(args.use_case, reply)
     elif args.verb == "consent":
-        if as_json:
-            print(json.dumps(reply))
-        elif args.action == "revoke":
-            print(f"consent revoked; {reply['files_removed']} state files deleted")
-        else:
-            print(f"consent: {'granted ' + _when(reply['granted_at']) if reply['consent'] else 'not granted'}")
+        _print_consent(args, reply, as_json)
     elif args.verb == "ledger":
         entries = [e for e in reply["ledger"] if args.use_case in (None, e["use_case"])]
         if as_json:
@@ -265,6 +267,15 @@ def _client(cfg: AgentConfig, args: argparse.Namespace, clock: Clock) -> int:
             print(json.dumps(reply["status"], indent=1))
         else:
             _print_status(reply["status"])
+
+
+def _client(cfg: AgentConfig, args: argparse.Namespace, clock: Clock) -> int:
+    reply = _request(cfg, _client_request(args), clock)
+    if not reply.get("ok"):
+        kind = str(reply.get("error", "error"))
+        print(f"ldp-agent: {reply.get('message', kind)}", file=sys.stderr)
+        return EXIT_CODES.get(kind, 1)
+    _print_reply(args, reply)
     return 0
 
 
@@ -276,13 +287,24 @@ def check_config(cfg: AgentConfig, environ: dict[str, str] | None = None) -> lis
         PolicyError: the registry asks for more than the local policy allows.
     """
     from agent.daemon import check_probes, load_registry  # noqa: PLC0415
-    from agent.sealed import load_key  # noqa: PLC0415
 
     env = dict(os.environ) if environ is None else environ
     source = str(cfg.source or "<config>")
     registry = load_registry(cfg)
     check_probes(cfg, registry)
     lines = [f"registry.path: {cfg.registry.path}: {len(registry.use_cases)} use cases ({registry.hash_hex})"]
+    lines += _check_broker(cfg)
+    lines.append(_check_key(cfg, source, env))
+    for field, path in (("state.directory", cfg.state.directory), ("api.socket", cfg.api.socket.parent)):
+        existing = next((d for d in (path, *path.parents) if d.exists()), None)
+        if existing is None or not existing.is_dir():
+            raise ConfigError(source, field, f"{existing} is not a directory; {path} cannot be made")
+    lines += _check_probes(cfg, source)
+    return lines
+
+
+def _check_broker(cfg: AgentConfig) -> list[str]:
+    lines = []
     b = cfg.broker
     if tls_context(b) is not None:
         lines.append(f"broker.ca_file: {b.ca_file or 'the system trust store'}: CA certificates load")
@@ -291,22 +313,27 @@ def check_config(cfg: AgentConfig, environ: dict[str, str] | None = None) -> lis
             lines.append(f"broker.key_file: {b.key_file}: its private key loads")
     if read_password(b) is not None:
         lines.append(f"broker.password_file: {b.password_file}: a password")
+    return lines
+
+
+def _check_key(cfg: AgentConfig, source: str, env: dict[str, str]) -> str:
+    from agent.sealed import load_key  # noqa: PLC0415
+
     st = cfg.state
     if st.key_credential is not None and not env.get("CREDENTIALS_DIRECTORY"):
-        lines.append(f"state.key_credential: {st.key_credential}: given by systemd at start (not checked here)")
-    elif st.key_file is not None and st.create_key and not st.key_file.exists():
-        lines.append(f"state.key_file: {st.key_file}: missing; created at start (create_key = true)")
-    else:
-        field = "state.key_credential" if st.key_credential is not None else "state.key_file"
-        try:
-            load_key(key_file=st.key_file, key_credential=st.key_credential, environ=env)
-        except KeyUnavailableError as e:
-            raise ConfigError(source, field, str(e)) from None
-        lines.append(f"{field}: {st.key_credential or st.key_file}: a 32-byte key, readable by this user only")
-    for field, path in (("state.directory", st.directory), ("api.socket", cfg.api.socket.parent)):
-        existing = next((d for d in (path, *path.parents) if d.exists()), None)
-        if existing is None or not existing.is_dir():
-            raise ConfigError(source, field, f"{existing} is not a directory; {path} cannot be made")
+        return f"state.key_credential: {st.key_credential}: given by systemd at start (not checked here)"
+    if st.key_file is not None and st.create_key and not st.key_file.exists():
+        return f"state.key_file: {st.key_file}: missing; created at start (create_key = true)"
+    field = "state.key_credential" if st.key_credential is not None else "state.key_file"
+    try:
+        load_key(key_file=st.key_file, key_credential=st.key_credential, environ=env)
+    except KeyUnavailableError as e:
+        raise ConfigError(source, field, str(e)) from None
+    return f"{field}: {st.key_credential or st.key_file}: a 32-byte key, readable by this user only"
+
+
+def _check_probes(cfg: AgentConfig, source: str) -> list[str]:
+    lines = []
     for i, probe in enumerate(cfg.probes):
         if isinstance(probe, ActiveSecondsProbe) and probe.path is not None:
             if probe.path.exists():
@@ -391,6 +418,20 @@ def _leaves(exc: BaseException) -> list[BaseException]:
     return [exc]
 
 
+# The errors a verb ends with, without a traceback, each with the kind its exit status is.
+_VERB_ERROR_KINDS: tuple[tuple[type[Exception], str], ...] = (
+    (ConfigError, "config"),
+    (PolicyError, "config"),
+    (ValueRefusedError, "value-refused"),
+    (UseCaseStoppedError, "use-case-stopped"),
+    (StateUnreadableError, "state-unreadable"),
+    (KeyUnavailableError, "state-unreadable"),
+    (StateWriteError, "error"),
+    (AgentBusyError, "error"),
+)
+_VERB_ERRORS = tuple(t for t, _ in _VERB_ERROR_KINDS)
+
+
 def _dispatch(cfg: AgentConfig, args: argparse.Namespace, clock: Clock) -> int:
     try:
         if args.verb == "check-config":
@@ -399,21 +440,6 @@ def _dispatch(cfg: AgentConfig, args: argparse.Namespace, clock: Clock) -> int:
             print(f"{cfg.source}: ok; every file it names exists, is readable and parses")
             return ExitStatus.OK
         return _run(cfg, clock) if args.verb == "run" else _client(cfg, args, clock)
-    except (ConfigError, PolicyError) as e:
+    except _VERB_ERRORS as e:
         print(f"ldp-agent: {e}", file=sys.stderr)
-        return EXIT_CODES["config"]
-    except ValueRefusedError as e:
-        print(f"ldp-agent: {e}", file=sys.stderr)
-        return EXIT_CODES["value-refused"]
-    except UseCaseStoppedError as e:
-        print(f"ldp-agent: {e}", file=sys.stderr)
-        return EXIT_CODES["use-case-stopped"]
-    except (StateUnreadableError, KeyUnavailableError) as e:
-        print(f"ldp-agent: {e}", file=sys.stderr)
-        return EXIT_CODES["state-unreadable"]
-    except StateWriteError as e:
-        print(f"ldp-agent: {e}", file=sys.stderr)
-        return EXIT_CODES["error"]
-    except AgentBusyError as e:
-        print(f"ldp-agent: {e}", file=sys.stderr)
-        return EXIT_CODES["error"]
+        return EXIT_CODES[next(kind for t, kind in _VERB_ERROR_KINDS if isinstance(e, t))]

@@ -402,29 +402,34 @@ class Agent:
                     f"device is {manifest.device.hex()}): it was copied in"
                 )
                 continue
-            expected = 0 if entry is None else entry.generation
-            spent = self._epsilon_total(slot, doc)
-            floor = 0.0 if entry is None else entry.epsilon_total
-            if doc.generation < expected:
-                slot.broken = (
-                    f"state file {slot.path} is an older copy (generation {doc.generation}; the manifest expects "
-                    f"{expected}): it was rolled back"
-                )
-            elif doc.generation > expected + 1:
-                slot.broken = (
-                    f"state file {slot.path} is ahead of the manifest (generation {doc.generation}; the manifest "
-                    f"has {expected}): the manifest {path} was rolled back"
-                )
-            elif spent + EPSILON_SLACK < floor:
-                slot.broken = (
-                    f"state file {slot.path} has spent ε {spent:g}, less than the {floor:g} the manifest recorded"
-                )
-            elif doc.generation == expected + 1:
-                # The write of the file landed and the manifest's did not (a crash between the two
-                # renames). Accepted exactly once: the manifest moves forward before anything else.
-                log.warning("use case %s: completing a state write interrupted by a crash (%s)", name, slot.path)
-                manifest = manifest.with_entry(name, ManifestEntry(doc.generation, spent))
+            manifest = self._check_generation(name, slot, doc, entry, manifest)
         return manifest, None
+
+    def _check_generation(
+        self, name: str, slot: _Slot, doc: UseCaseDoc, entry: ManifestEntry | None, manifest: ManifestDoc
+    ) -> ManifestDoc:
+        """Compare the generation and ε spent of one of this device's files with its manifest entry."""
+        expected = 0 if entry is None else entry.generation
+        spent = self._epsilon_total(slot, doc)
+        floor = 0.0 if entry is None else entry.epsilon_total
+        if doc.generation < expected:
+            slot.broken = (
+                f"state file {slot.path} is an older copy (generation {doc.generation}; the manifest expects "
+                f"{expected}): it was rolled back"
+            )
+        elif doc.generation > expected + 1:
+            slot.broken = (
+                f"state file {slot.path} is ahead of the manifest (generation {doc.generation}; the manifest "
+                f"has {expected}): the manifest {self._path(_MANIFEST)} was rolled back"
+            )
+        elif spent + EPSILON_SLACK < floor:
+            slot.broken = f"state file {slot.path} has spent ε {spent:g}, less than the {floor:g} the manifest recorded"
+        elif doc.generation == expected + 1:
+            # The write of the file landed and the manifest's did not (a crash between the two
+            # renames). Accepted exactly once: the manifest moves forward before anything else.
+            log.warning("use case %s: completing a state write interrupted by a crash (%s)", name, slot.path)
+            manifest = manifest.with_entry(name, ManifestEntry(doc.generation, spent))
+        return manifest
 
     def _epsilon_total(self, slot: _Slot, doc: UseCaseDoc) -> float:
         return float(self._budget(slot, doc).epsilon_total)

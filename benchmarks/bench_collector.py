@@ -288,7 +288,7 @@ def _collectors(
     return out
 
 
-def _collector_run(
+def _collector_run(  # noqa: PLR0912, PLR0915  one measured run read top to bottom; its steps share the clocks
     broker: Broker,
     items: Sequence[tuple[str, bytes]],
     registry: Registry,

@@ -68,6 +68,17 @@ def _get(url: str) -> tuple[float, bytes]:
     return time.perf_counter() - start, body
 
 
+async def _folded(store: StoreThread[CheckpointStore], live: LiveAggregates, period: int) -> Any:
+    """The view's entry of the period once it has folded the last commit (in the background, as in the service)."""
+    last = await store.call(lambda s: s.last_seq())
+    for _ in range(60_000):
+        entry = live._entries.get((USE_CASE, period))  # white-box: wait until current
+        if entry is not None and entry.seq == last:
+            break
+        await asyncio.sleep(0.01)
+    return live._entries[(USE_CASE, period)]
+
+
 async def _run(records: int, commits: int, repeats: int, seed: int, work: Path) -> dict[str, Any]:
     registry = parse_registry(REGISTRY.read_bytes(), source=str(REGISTRY))
     uc = registry.use_cases[USE_CASE]
@@ -113,14 +124,7 @@ async def _run(records: int, commits: int, repeats: int, seed: int, work: Path) 
                     compact = functools.partial(CheckpointStore.compact, use_case=use_case, period=key_period)
                     compactions += bool(await store.call(compact))
                 progress(f"  {c + 1} commits, {compactions} compactions")
-        # Let the view fold the last commits (it does so in the background, as in the service).
-        last = await store.call(lambda s: s.last_seq())
-        for _ in range(60_000):
-            entry = live._entries.get((USE_CASE, period))  # white-box: wait until current
-            if entry is not None and entry.seq == last:
-                break
-            await asyncio.sleep(0.01)
-        entry = live._entries[(USE_CASE, period)]
+        entry = await _folded(store, live, period)
         assert entry.info.records == records
 
         api = HttpApi(config, live=live)

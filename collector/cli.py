@@ -189,6 +189,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     return quiet_on_closed_pipe(lambda: _main(argv))
 
 
+def _dispatch(config: CollectorConfig, args: argparse.Namespace) -> int:
+    if args.verb == "check-config":
+        for line in check_config(config):
+            print(f"  {line}")
+        print(f"{config.source}: ok; every file it names exists, is readable and parses")
+        return 0
+    if args.verb == "run":
+        check_config(config)  # fail fast, naming the file, rather than at the first estimate
+        return _run(config)
+    if args.verb == "estimate":
+        return _estimate(config, args.use_case, args.period, args.json, args.all)
+    return _status(config, args.json)
+
+
 def _main(argv: Sequence[str] | None) -> int:
     words = list(sys.argv[1:] if argv is None else argv)
     if words and words[0] == "plan":
@@ -199,18 +213,7 @@ def _main(argv: Sequence[str] | None) -> int:
     args = _parser().parse_args(words)
     logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
-        config = load_config(_config_path(args.config))
-        if args.verb == "check-config":
-            for line in check_config(config):
-                print(f"  {line}")
-            print(f"{config.source}: ok; every file it names exists, is readable and parses")
-            return 0
-        if args.verb == "run":
-            check_config(config)  # fail fast, naming the file, rather than at the first estimate
-            return _run(config)
-        if args.verb == "estimate":
-            return _estimate(config, args.use_case, args.period, args.json, args.all)
-        return _status(config, args.json)
+        return _dispatch(load_config(_config_path(args.config)), args)
     except ConfigError as exc:
         print(f"ldp-collector: {exc}", file=sys.stderr)
         return EXIT_CONFIG

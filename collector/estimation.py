@@ -63,6 +63,7 @@ from collector.store import KeyInfo, Store, open_store
 from protocol.interfaces import (
     Aggregate,
     EstimateKind,
+    Mechanism,
     as_discovery,
     as_frequencies,
     as_histogram,
@@ -304,38 +305,9 @@ def estimate_aggregate(
     rule = _rule(use_case, confidence)
     estimate: dict[str, Any]
     if kind.scalar:
-        scalar = as_mean(mech)
-        e = scalar.estimate_mean(aggregate)
-        estimate = {
-            "value": _num(e.value),
-            "standard_error": _num(e.standard_error),
-            "ci": _interval(e.value, e.standard_error, z),
-        }
-        c = scalar.estimate_count(aggregate)
-        if c is not None:
-            estimate["count"] = {"value": _num(c.value), "standard_error": _num(c.standard_error)}
-        elif scalar.value_range is not None:
-            low, high = scalar.value_range
-            estimate["range"] = [_whole(low), _whole(high)]
+        estimate = _scalar_estimate(mech, aggregate, z)
     elif kind is EstimateKind.HISTOGRAM:
-        histogram = as_histogram(mech)
-        h = histogram.estimate_histogram(aggregate)
-        edges = list(histogram.bucket_edges)
-        consistent = project_simplex(h.values)
-        estimate = {
-            "buckets": [
-                {
-                    "low": _num(edges[i]),
-                    "high": _num(edges[i + 1]),
-                    "value": _num(h.values[i]),
-                    "standard_error": _num(h.standard_errors[i]),
-                    "ci": _interval(float(h.values[i]), float(h.standard_errors[i]), z),
-                    "consistent": _num(consistent[i]),
-                }
-                for i in range(len(h))
-            ],
-            "n": h.n,
-        }
+        estimate = _histogram_estimate(mech, aggregate, z)
     elif kind is EstimateKind.DICTIONARY:
         words = load_dictionary(use_case, registry_dir or Path.cwd())
         if not words:
@@ -363,6 +335,44 @@ def estimate_aggregate(
     result["estimate"] = estimate
     result["released"] = True
     return result
+
+
+def _scalar_estimate(mech: Mechanism, aggregate: Aggregate, z: float) -> dict[str, Any]:
+    scalar = as_mean(mech)
+    e = scalar.estimate_mean(aggregate)
+    estimate: dict[str, Any] = {
+        "value": _num(e.value),
+        "standard_error": _num(e.standard_error),
+        "ci": _interval(e.value, e.standard_error, z),
+    }
+    c = scalar.estimate_count(aggregate)
+    if c is not None:
+        estimate["count"] = {"value": _num(c.value), "standard_error": _num(c.standard_error)}
+    elif scalar.value_range is not None:
+        low, high = scalar.value_range
+        estimate["range"] = [_whole(low), _whole(high)]
+    return estimate
+
+
+def _histogram_estimate(mech: Mechanism, aggregate: Aggregate, z: float) -> dict[str, Any]:
+    histogram = as_histogram(mech)
+    h = histogram.estimate_histogram(aggregate)
+    edges = list(histogram.bucket_edges)
+    consistent = project_simplex(h.values)
+    return {
+        "buckets": [
+            {
+                "low": _num(edges[i]),
+                "high": _num(edges[i + 1]),
+                "value": _num(h.values[i]),
+                "standard_error": _num(h.standard_errors[i]),
+                "ci": _interval(float(h.values[i]), float(h.standard_errors[i]), z),
+                "consistent": _num(consistent[i]),
+            }
+            for i in range(len(h))
+        ],
+        "n": h.n,
+    }
 
 
 def _whole(x: float) -> int | float:

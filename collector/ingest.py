@@ -267,7 +267,7 @@ class Ingest:
                 await asyncio.shield(last.future)
                 self._finish(last)
 
-    def _accept(self, deliveries: Sequence[Delivery]) -> None:
+    def _accept(self, deliveries: Sequence[Delivery]) -> None:  # noqa: PLR0912, PLR0915  per-message hot loop, locals bound for speed
         if time.monotonic() - self._windows_at > 1.0:
             self._refresh_windows()
         if not self._tokens and deliveries:

@@ -218,38 +218,52 @@ async def run_service(
             config.mqtt.host,
             config.mqtt.port,
         )
-        async with asyncio.TaskGroup() as tg:
-            t_transport = tg.create_task(transport.run(), name="mqtt")
-            t_ingest = tg.create_task(ingest.run(), name="ingest")
-            t_maintenance = tg.create_task(_maintenance(service, clock), name="maintenance")
-            t_live = tg.create_task(live.run(), name="materialise")
-            # Its own task, not part of maintenance: a failing store must not stop the pings.
-            t_watchdog = (
-                tg.create_task(notifier.run_watchdog(lambda: _count_dropped(metrics, notifier)), name="watchdog")
-                if notifier.enabled and notifier.watchdog_interval is not None
-                else None
-            )
-            t_http = tg.create_task(http_starter(service), name="http") if http_starter else None
-
-            async def ready() -> None:
-                await transport.wait_subscribed()
-                if on_ready is not None:
-                    on_ready(service)
-                notifier.notify("READY=1")
-
-            t_ready = tg.create_task(ready(), name="ready")
-            await stop.wait()
-            notifier.notify("STOPPING=1")
-            log.info("stopping: committing buffered reports")
-            t_ingest.cancel()
-            await asyncio.wait({t_ingest})
-            await transport.close()
-            for task in (t_transport, t_maintenance, t_live, t_watchdog, t_http, t_ready):
-                if task is not None:
-                    task.cancel()
+        await _run_tasks(service, clock, stop, http_starter, on_ready)
     finally:
         if live is not None:
             await asyncio.to_thread(live.close)
         store.close()
         if notifier is not None:
             notifier.close()
+
+
+async def _run_tasks(
+    service: Service,
+    clock: WallClock,
+    stop: asyncio.Event,
+    http_starter: Callable[[Service], Coroutine[Any, Any, None]] | None,
+    on_ready: Callable[[Service], None] | None,
+) -> None:
+    """Run the service's tasks until ``stop`` is set; then commit what is buffered and end them."""
+    async with asyncio.TaskGroup() as tg:
+        t_transport = tg.create_task(service.transport.run(), name="mqtt")
+        t_ingest = tg.create_task(service.ingest.run(), name="ingest")
+        t_maintenance = tg.create_task(_maintenance(service, clock), name="maintenance")
+        t_live = tg.create_task(service.live.run(), name="materialise")
+        # Its own task, not part of maintenance: a failing store must not stop the pings.
+        t_watchdog = (
+            tg.create_task(
+                service.notifier.run_watchdog(lambda: _count_dropped(service.metrics, service.notifier)),
+                name="watchdog",
+            )
+            if service.notifier.enabled and service.notifier.watchdog_interval is not None
+            else None
+        )
+        t_http = tg.create_task(http_starter(service), name="http") if http_starter else None
+
+        async def ready() -> None:
+            await service.transport.wait_subscribed()
+            if on_ready is not None:
+                on_ready(service)
+            service.notifier.notify("READY=1")
+
+        t_ready = tg.create_task(ready(), name="ready")
+        await stop.wait()
+        service.notifier.notify("STOPPING=1")
+        log.info("stopping: committing buffered reports")
+        t_ingest.cancel()
+        await asyncio.wait({t_ingest})
+        await service.transport.close()
+        for task in (t_transport, t_maintenance, t_live, t_watchdog, t_http, t_ready):
+            if task is not None:
+                task.cancel()

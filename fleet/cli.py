@@ -38,6 +38,7 @@ from agent.policy import check_registry
 from fleet.report import (
     CollectorClient,
     CollectorUnavailableError,
+    UseCaseSummary,
     compare_period,
     format_results,
     summarize,
@@ -230,6 +231,36 @@ def build_plan(args: argparse.Namespace) -> tuple[FleetPlan, Registry]:
     Raises:
         FleetError: for anything wrong in the inputs (the message says what and where).
     """
+    text, registry = _read_registry(args)
+    names = _use_case_names(args, registry)
+    specs, populations, devices = _generators(args, registry, names)
+    if devices < 1 or args.days < 1:
+        raise FleetError("--devices and --days must be at least 1")
+    if args.workers < 1 or args.connections < 1:
+        raise FleetError("--workers and --connections must be at least 1")
+    plan = FleetPlan(
+        registry_text=text,
+        registry_path=str(args.registry),
+        use_cases=names,
+        generators=specs,
+        populations=populations,
+        devices=devices,
+        days=args.days,
+        start=_start_of(args),
+        seed=args.seed,
+        broker=_broker(args),
+        connections=args.connections,
+        jitter_seconds=args.jitter,
+        state_dir=str(args.state_dir) if args.state_dir else None,
+    )
+    try:
+        build_generators(plan, registry)  # fail here, before any worker starts
+    except GeneratorError as e:
+        raise FleetError(str(e)) from None
+    return plan, registry
+
+
+def _read_registry(args: argparse.Namespace) -> tuple[bytes, Registry]:
     try:
         text = read_registry_bytes(args.registry)  # the simulated devices parse the same bytes
     except SettingFileError as e:
@@ -240,12 +271,23 @@ def build_plan(args: argparse.Namespace) -> tuple[FleetPlan, Registry]:
         check_registry(registry, PolicyConfig())
     except (RegistryError, PolicyError) as e:
         raise FleetError(str(e)) from None
+    return text, registry
+
+
+def _use_case_names(args: argparse.Namespace, registry: Registry) -> tuple[str, ...]:
     names = tuple(args.use_case) or tuple(registry.use_cases)
     unknown = [n for n in names if n not in registry.use_cases]
     if unknown:
         raise FleetError(f"--use-case {unknown[0]!r} is not in {args.registry} ({', '.join(registry.use_cases)})")
     if len(set(names)) != len(names):
         raise FleetError("--use-case: a use case is named twice")
+    return names
+
+
+def _generators(
+    args: argparse.Namespace, registry: Registry, names: tuple[str, ...]
+) -> tuple[dict[str, GeneratorSpec], dict[str, str], int]:
+    """Each use case's generator, the population files, and the number of devices."""
     populations = {n: str(Path(v)) for n, v in _assignments(args.population, "--population", names).items()}
     specs: dict[str, GeneratorSpec] = {}
     try:
@@ -264,18 +306,17 @@ def build_plan(args: argparse.Namespace) -> tuple[FleetPlan, Registry]:
                     raise FleetError(f"{name}: generator population needs path=FILE (or --population)")
                 populations[name] = specs[name].params["path"]
             specs.setdefault(name, default_spec(registry.use_cases[name]))
-        devices = args.devices
+        devices: int = args.devices
         if devices is None:
             series = [load_population(Path(p)) for p in populations.values()]
             sizes = [len(s.series) for s in series if s.series is not None]
             devices = min(sizes) if sizes else 1000
     except GeneratorError as e:
         raise FleetError(str(e)) from None
-    if devices < 1 or args.days < 1:
-        raise FleetError("--devices and --days must be at least 1")
-    if args.workers < 1 or args.connections < 1:
-        raise FleetError("--workers and --connections must be at least 1")
-    broker = None
+    return specs, populations, devices
+
+
+def _broker(args: argparse.Namespace) -> BrokerConfig:
     host, port = _host_port(args.broker)
     try:
         broker = BrokerConfig(
@@ -297,26 +338,7 @@ def build_plan(args: argparse.Namespace) -> tuple[FleetPlan, Registry]:
         raise FleetError(f"--{e.field.rpartition('.')[2].replace('_', '-')}: {e.problem}") from None
     except ValueError as e:
         raise FleetError(f"broker settings: {e}") from None
-    plan = FleetPlan(
-        registry_text=text,
-        registry_path=str(args.registry),
-        use_cases=names,
-        generators=specs,
-        populations=populations,
-        devices=devices,
-        days=args.days,
-        start=_start_of(args),
-        seed=args.seed,
-        broker=broker,
-        connections=args.connections,
-        jitter_seconds=args.jitter,
-        state_dir=str(args.state_dir) if args.state_dir else None,
-    )
-    try:
-        build_generators(plan, registry)  # fail here, before any worker starts
-    except GeneratorError as e:
-        raise FleetError(str(e)) from None
-    return plan, registry
+    return broker
 
 
 # --------------------------------------------------------------------------- progress
@@ -452,16 +474,21 @@ def simulate(plan: FleetPlan, *, workers: int, display: ProgressDisplay, timeout
             else:
                 raise TransportError(f"worker {msg[1]}: {msg[2]}")
     finally:
-        for proc in procs:
-            proc.join(timeout=5 if len(results) == len(procs) else 0.1)
-            if proc.is_alive():
-                proc.terminate()
-                proc.join(timeout=5)
+        _reap(procs, finished=len(results) == len(procs))
         channel.close()
     merged = ShardResult()
     for i in sorted(results):
         merged = merged.merge(results[i])
     return merged
+
+
+def _reap(procs: Sequence[multiprocessing.process.BaseProcess], *, finished: bool) -> None:
+    """Wait for the workers to exit (briefly unless they all reported); end those that do not."""
+    for proc in procs:
+        proc.join(timeout=5 if finished else 0.1)
+        if proc.is_alive():
+            proc.terminate()
+            proc.join(timeout=5)
 
 
 def _truth_json(use_case: UseCase, tally: Tally) -> dict[str, Any]:
@@ -471,6 +498,71 @@ def _truth_json(use_case: UseCase, tally: Tally) -> dict[str, Any]:
     if kind == "histogram":
         return {"reports": tally.n, "shares": [b / tally.n for b in tally.buckets] if tally.n else []}
     return {"reports": tally.n, "counts": dict(sorted(tally.counts.items(), key=lambda kv: -kv[1]))}
+
+
+def _compare_with_collector(
+    client: CollectorClient,
+    plan: FleetPlan,
+    registry: Registry,
+    result: ShardResult,
+    display: ProgressDisplay,
+    *,
+    timeout: float,
+) -> tuple[dict[str, list[dict[str, Any]]], float]:
+    """Wait until the collector holds what was sent; compare its estimates with the truth, period by period.
+
+    Returns the comparison rows per use case and the seconds spent waiting for ingest.
+    """
+    expected = {uc: {p: v[0] for p, v in periods.items()} for uc, periods in result.published.items()}
+    t0 = time.monotonic()
+    last = [0.0]
+
+    def shown(have: int, want: int) -> None:
+        if time.monotonic() - last[0] > 2.0 or have >= want:
+            last[0] = time.monotonic()
+            display.message(f"collector: {have:,} of {want:,} reports committed")
+
+    counts = client.wait_ingested(expected, timeout=timeout, progress=shown)
+    ingest_seconds = time.monotonic() - t0
+    rows: dict[str, list[dict[str, Any]]] = {}
+    for name in plan.use_cases:
+        uc = registry.use_cases[name]
+        rows[name] = []
+        for period in sorted(result.truth.get(name, {})):
+            tally = result.truth[name][period]
+            estimate = client.estimate(name, period)
+            row = compare_period(uc, tally, estimate)
+            if counts.get(name, {}).get(period, 0) != tally.n:
+                row["note"] = (
+                    f"the collector holds {counts.get(name, {}).get(period, 0)} reports for this period, "
+                    f"the fleet sent {tally.n}: the store has data from elsewhere"
+                )
+            rows[name].append(row)
+    return rows, ingest_seconds
+
+
+def _print_verdict(
+    summaries: list[UseCaseSummary], registry: Registry, tolerance: float, ok: bool, stdout: TextIO
+) -> None:
+    print(format_results(summaries, registry, tolerance=tolerance), file=stdout)
+    print("", file=stdout)
+    verdict = (
+        f"all {sum(s.compared for s in summaries):,} errors within {tolerance:g} SE"
+        if ok
+        else "some errors are beyond the tolerance: " + ", ".join(s.name for s in summaries if not s.ok)
+    )
+    print(f"ldp-fleet: {verdict}", file=stdout)
+
+
+def _print_truth(plan: FleetPlan, registry: Registry, result: ShardResult, stdout: TextIO) -> None:
+    """Without a collector: each period's true values, briefly."""
+    for name in plan.use_cases:
+        for period, tally in sorted(result.truth.get(name, {}).items()):
+            truth = _truth_json(registry.use_cases[name], tally)
+            brief = {k: v for k, v in truth.items() if k != "counts"} | (
+                {"top": list(truth["counts"].items())[:3]} if "counts" in truth else {}
+            )
+            print(f"{name} period {period}: {json.dumps(brief, ensure_ascii=False)}", file=stdout)
 
 
 def run_fleet(args: argparse.Namespace, *, stdout: TextIO | None = None, stderr: TextIO | None = None) -> int:
@@ -502,33 +594,12 @@ def run_fleet(args: argparse.Namespace, *, stdout: TextIO | None = None, stderr:
             f"{result.messages:,} reports acknowledged by the broker"
             + (f", {result.retries} publish retries" if result.retries else "")
         )
-        expected = {uc: {p: v[0] for p, v in periods.items()} for uc, periods in result.published.items()}
         rows: dict[str, list[dict[str, Any]]] = {}
         ingest_seconds = None
         if client is not None:
-            t0 = time.monotonic()
-            last = [0.0]
-
-            def shown(have: int, want: int) -> None:
-                if time.monotonic() - last[0] > 2.0 or have >= want:
-                    last[0] = time.monotonic()
-                    display.message(f"collector: {have:,} of {want:,} reports committed")
-
-            counts = client.wait_ingested(expected, timeout=args.ingest_timeout, progress=shown)
-            ingest_seconds = time.monotonic() - t0
-            for name in plan.use_cases:
-                uc = registry.use_cases[name]
-                rows[name] = []
-                for period in sorted(result.truth.get(name, {})):
-                    tally = result.truth[name][period]
-                    estimate = client.estimate(name, period)
-                    row = compare_period(uc, tally, estimate)
-                    if counts.get(name, {}).get(period, 0) != tally.n:
-                        row["note"] = (
-                            f"the collector holds {counts.get(name, {}).get(period, 0)} reports for this period, "
-                            f"the fleet sent {tally.n}: the store has data from elsewhere"
-                        )
-                    rows[name].append(row)
+            rows, ingest_seconds = _compare_with_collector(
+                client, plan, registry, result, display, timeout=args.ingest_timeout
+            )
     except (TransportError, CollectorUnavailableError, TimeoutError) as e:
         display.finish()
         print(f"ldp-fleet: {e}", file=stderr)
@@ -581,22 +652,9 @@ def run_fleet(args: argparse.Namespace, *, stdout: TextIO | None = None, stderr:
     if args.json:
         stdout.write(text)
     elif client is not None:
-        print(format_results(summaries, registry, tolerance=args.tolerance), file=stdout)
-        print("", file=stdout)
-        verdict = (
-            f"all {sum(s.compared for s in summaries):,} errors within {args.tolerance:g} SE"
-            if ok
-            else "some errors are beyond the tolerance: " + ", ".join(s.name for s in summaries if not s.ok)
-        )
-        print(f"ldp-fleet: {verdict}", file=stdout)
+        _print_verdict(summaries, registry, args.tolerance, ok, stdout)
     else:
-        for name in plan.use_cases:
-            for period, tally in sorted(result.truth.get(name, {}).items()):
-                truth = _truth_json(registry.use_cases[name], tally)
-                brief = {k: v for k, v in truth.items() if k != "counts"} | (
-                    {"top": list(truth["counts"].items())[:3]} if "counts" in truth else {}
-                )
-                print(f"{name} period {period}: {json.dumps(brief, ensure_ascii=False)}", file=stdout)
+        _print_truth(plan, registry, result, stdout)
     # What was not sent is said, on stderr so that --json output stays one document.
     for line in _dropped_lines(result, unused_rows):
         print(f"ldp-fleet: {line}", file=stderr)

@@ -298,6 +298,30 @@ def _finite(v: float | None) -> bool:
     return v is not None and math.isfinite(v)
 
 
+def _draw_truth(
+    fig: Figure,
+    ax: Axes,
+    x: Sequence[str] | Sequence[dt.datetime],
+    positions: list[Any],
+    truth: Sequence[float],
+    *,
+    over_time: bool,
+    rows: bool,
+) -> None:
+    """The truth: a line on a date axis over time, else bars in columns (or in rows) with their labels."""
+    if over_time:
+        ax.plot(positions, truth, color=TRUTH_COLOR, linewidth=2, marker="o", markersize=3, label="truth")
+        locator = mdates.AutoDateLocator(minticks=3, maxticks=7)  # type: ignore[no-untyped-call]
+        ax.xaxis.set_major_locator(locator)
+        ax.xaxis.set_major_formatter(mdates.ConciseDateFormatter(locator))  # type: ignore[no-untyped-call]
+    elif rows:
+        ax.barh(positions, truth, height=0.7, color=TRUTH_BAR_COLOR, label="truth")
+        _row_axis(ax, [str(v) for v in x])
+    else:
+        ax.bar(positions, truth, width=0.7, color=TRUTH_BAR_COLOR, label="truth")
+        _category_axis(fig, ax, [str(v) for v in x])
+
+
 def estimate_chart(
     *,
     title: str,
@@ -331,17 +355,7 @@ def estimate_chart(
     with _drawing():
         fig, ax = _new_figure(height=max(_SIZE[1], 1.6 + 0.24 * len(x)) if rows else _SIZE[1])
         positions: list[Any] = list(x) if over_time else list(range(len(x)))
-        if over_time:
-            ax.plot(positions, truth, color=TRUTH_COLOR, linewidth=2, marker="o", markersize=3, label="truth")
-            locator = mdates.AutoDateLocator(minticks=3, maxticks=7)  # type: ignore[no-untyped-call]
-            ax.xaxis.set_major_locator(locator)
-            ax.xaxis.set_major_formatter(mdates.ConciseDateFormatter(locator))  # type: ignore[no-untyped-call]
-        elif rows:
-            ax.barh(positions, truth, height=0.7, color=TRUTH_BAR_COLOR, label="truth")
-            _row_axis(ax, [str(v) for v in x])
-        else:
-            ax.bar(positions, truth, width=0.7, color=TRUTH_BAR_COLOR, label="truth")
-            _category_axis(fig, ax, [str(v) for v in x])
+        _draw_truth(fig, ax, x, positions, truth, over_time=over_time, rows=rows)
         points = [
             (p, float(e), z * s if s is not None and _finite(s) else 0.0)
             for p, e, s in zip(positions, estimate, standard_error, strict=True)

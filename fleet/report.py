@@ -307,6 +307,71 @@ def _withheld_row(r: Mapping[str, Any]) -> str:
     return f"  {r['period_start'] or r['period']!s:20s} {r['reports']!s:>8s}  not released: {r['withheld_reason']}"
 
 
+def _mean_lines(s: UseCaseSummary, uc: UseCase) -> list[str]:
+    """A mean's (or proportion's) periods, one line each."""
+    lines: list[str] = []
+    label = uc.mechanism.kind.value  # "proportion" or "mean"
+    lines.append(
+        f"  {'period start':20s} {'reports':>8s} {label + ' est.':>12s} {'truth':>12s} {'error':>11s} "
+        f"{'SE':>10s} {'error/SE':>9s}"
+    )
+    for r in s.periods:
+        if not r["released"]:
+            lines.append(_withheld_row(r))
+            continue
+        lines.append(
+            f"  {r['period_start']:20s} {r['reports']:>8d} {_f(r['estimate']):>12s} {_f(r['truth']):>12s} "
+            f"{_f(r['error'], 3):>11s} {_f(r['standard_error'], 3):>10s} {_f(r['z'], 2):>9s}"
+        )
+    return lines
+
+
+def _distribution_lines(s: UseCaseSummary, detail: int) -> list[str]:
+    """A histogram's or frequencies' periods, each with its worst entry; then the latest period's entries."""
+    lines: list[str] = []
+    what = "bucket" if s.kind == "histogram" else "value"
+    lines.append(
+        f"  {'period start':20s} {'reports':>8s} {'compared':>8s}  worst {what:12s} {'estimate':>10s} "
+        f"{'truth':>10s} {'error':>10s} {'SE':>9s} {'error/SE':>8s}"
+    )
+    for r in s.periods:
+        if not r["released"]:
+            lines.append(_withheld_row(r))
+            continue
+        w = r.get("worst") or {}
+        lines.append(
+            f"  {r['period_start']:20s} {r['reports']:>8d} {len(r['items']):>8d}  "
+            f"{_short(str(w.get('key', '-')), 18):18s} {_f(w.get('estimate'), 4):>10s} "
+            f"{_f(w.get('truth'), 4):>10s} {_f(w.get('error'), 3):>10s} {_f(w.get('standard_error'), 3):>9s} "
+            f"{_f(w.get('z'), 2):>8s}"
+        )
+    latest = next((r for r in reversed(s.periods) if r["released"]), None)
+    if latest is not None and detail > 0:
+        items = latest["items"]
+        if s.kind == "frequencies":
+            items = sorted(items, key=lambda it: -(it["truth"] or 0))[:detail]
+            heading = f"top {len(items)} by true count"
+        else:
+            heading = "every bucket (shares of devices)"
+        lines.append(f"  latest period {latest['period_start']}, {heading}:")
+        lines.append(
+            f"    {what:24s} {'estimate':>10s} {'truth':>10s} {'error':>10s} {'SE':>9s} {'error/SE':>8s}  released"
+        )
+        for it in items:
+            flag = "yes" if it.get("released", True) else "withheld"
+            lines.append(
+                f"    {_short(it['key'], 24):24s} {_f(it['estimate'], 4):>10s} {_f(it['truth'], 4):>10s} "
+                f"{_f(it['error'], 3):>10s} {_f(it['standard_error'], 3):>9s} {_f(it['z'], 2):>8s}  {flag}"
+            )
+        if latest.get("not_released_count"):
+            lines.append(
+                f"    ({latest['not_released_count']} reported values not released by the collector; "
+                f"{latest.get('not_estimated_count', 0)} of them outside its dictionary, the rest "
+                "withheld by its release rule and compared above)"
+            )
+    return lines
+
+
 def format_results(summaries: list[UseCaseSummary], registry: Registry, *, tolerance: float, detail: int = 8) -> str:
     """A readable report: per use case and period the estimate, truth, error and SE."""
     out: list[str] = []
@@ -318,61 +383,9 @@ def format_results(summaries: list[UseCaseSummary], registry: Registry, *, toler
             f"daily limit {uc.daily_limit})"
         )
         if s.kind == "mean":
-            label = uc.mechanism.kind.value  # "proportion" or "mean"
-            out.append(
-                f"  {'period start':20s} {'reports':>8s} {label + ' est.':>12s} {'truth':>12s} {'error':>11s} "
-                f"{'SE':>10s} {'error/SE':>9s}"
-            )
-            for r in s.periods:
-                if not r["released"]:
-                    out.append(_withheld_row(r))
-                    continue
-                out.append(
-                    f"  {r['period_start']:20s} {r['reports']:>8d} {_f(r['estimate']):>12s} {_f(r['truth']):>12s} "
-                    f"{_f(r['error'], 3):>11s} {_f(r['standard_error'], 3):>10s} {_f(r['z'], 2):>9s}"
-                )
+            out += _mean_lines(s, uc)
         else:
-            what = "bucket" if s.kind == "histogram" else "value"
-            out.append(
-                f"  {'period start':20s} {'reports':>8s} {'compared':>8s}  worst {what:12s} {'estimate':>10s} "
-                f"{'truth':>10s} {'error':>10s} {'SE':>9s} {'error/SE':>8s}"
-            )
-            for r in s.periods:
-                if not r["released"]:
-                    out.append(_withheld_row(r))
-                    continue
-                w = r.get("worst") or {}
-                out.append(
-                    f"  {r['period_start']:20s} {r['reports']:>8d} {len(r['items']):>8d}  "
-                    f"{_short(str(w.get('key', '-')), 18):18s} {_f(w.get('estimate'), 4):>10s} "
-                    f"{_f(w.get('truth'), 4):>10s} {_f(w.get('error'), 3):>10s} {_f(w.get('standard_error'), 3):>9s} "
-                    f"{_f(w.get('z'), 2):>8s}"
-                )
-            latest = next((r for r in reversed(s.periods) if r["released"]), None)
-            if latest is not None and detail > 0:
-                items = latest["items"]
-                if s.kind == "frequencies":
-                    items = sorted(items, key=lambda it: -(it["truth"] or 0))[:detail]
-                    heading = f"top {len(items)} by true count"
-                else:
-                    heading = "every bucket (shares of devices)"
-                out.append(f"  latest period {latest['period_start']}, {heading}:")
-                out.append(
-                    f"    {what:24s} {'estimate':>10s} {'truth':>10s} {'error':>10s} {'SE':>9s} {'error/SE':>8s}"
-                    "  released"
-                )
-                for it in items:
-                    flag = "yes" if it.get("released", True) else "withheld"
-                    out.append(
-                        f"    {_short(it['key'], 24):24s} {_f(it['estimate'], 4):>10s} {_f(it['truth'], 4):>10s} "
-                        f"{_f(it['error'], 3):>10s} {_f(it['standard_error'], 3):>9s} {_f(it['z'], 2):>8s}  {flag}"
-                    )
-                if latest.get("not_released_count"):
-                    out.append(
-                        f"    ({latest['not_released_count']} reported values not released by the collector; "
-                        f"{latest.get('not_estimated_count', 0)} of them outside its dictionary, the rest "
-                        "withheld by its release rule and compared above)"
-                    )
+            out += _distribution_lines(s, detail)
         verdict = (
             f"every error within {tolerance:g} SE"
             if s.ok

@@ -559,6 +559,19 @@ async def run_shard(
     return shard.result
 
 
+def _record(shard: _Shard, device: _Device, name: str, value: object | None, period: int) -> None:
+    """Give the device's agent its value of the period (none: the device has no value); count refusals."""
+    if value is None:
+        return
+    try:
+        outcome = device.agent.record(name, value)
+    except (ValueRefusedError, UseCaseStoppedError):
+        shard.result.refused[name] = shard.result.refused.get(name, 0) + 1
+        return
+    if outcome.outcome == "recorded":
+        device.recorded[(name, period)] = value
+
+
 async def _simulate(
     shard: _Shard,
     *,
@@ -609,17 +622,7 @@ async def _simulate(
                 device = fleet[int(i)]
                 clock.set(float(due[i]))
                 for name, column in values.items():
-                    value = column[device.number]
-                    if value is None:
-                        continue
-                    period = first[name] + slot // slots_per_period[name]
-                    try:
-                        outcome = device.agent.record(name, value)
-                    except (ValueRefusedError, UseCaseStoppedError):
-                        shard.result.refused[name] = shard.result.refused.get(name, 0) + 1
-                        continue
-                    if outcome.outcome == "recorded":
-                        device.recorded[(name, period)] = value
+                    _record(shard, device, name, column[device.number], first[name] + slot // slots_per_period[name])
                 device.daemon.run_cycle()
                 await queue.put(device)
                 if done % 16 == 0:

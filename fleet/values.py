@@ -468,50 +468,68 @@ class ValueGenerator:
             raise GeneratorError(f"{self.use_case.name} records strings; generator {kind} makes numbers")
         if self.type != "string" and kind in ("zipf", "exp-strings"):
             raise GeneratorError(f"{self.use_case.name} records numbers; generator {kind} makes strings")
-        if kind == "constant":
-            self._used.add("value")
-            raw = self._params.get("value")
-            if raw is None:
-                raise GeneratorError(f"{self.use_case.name}: generator constant needs value=<value>")
-            value: object = raw if self.type == "string" else _number_or_none(raw)
-            if value is None:
-                raise GeneratorError(f"{self.use_case.name}: value must be a number; got {raw!r}")
-            return lambda rng, n: [self._coerce(value)] * n
-        if kind == "uniform":
-            low, high = self._float("low", 0.0), self._float("high")
-            if high < low:
-                raise GeneratorError(f"{self.use_case.name}: uniform needs low <= high")
-            return lambda rng, n: self._numbers(rng.uniform(low, high, n))
-        if kind == "normal":
-            mean, sd = self._float("mean"), self._float("sd", low=0.0)
-            return lambda rng, n: self._numbers(rng.normal(mean, sd, n))
-        if kind == "exponential":
-            mean = self._float("mean", low=0.0)
-            return lambda rng, n: self._numbers(rng.exponential(mean, n))
-        if kind == "bernoulli":
-            p = self._float("p", 0.3, low=0.0)
-            if p > 1:
-                raise GeneratorError(f"{self.use_case.name}: p must be in [0, 1]; got {p:g}")
-            return lambda rng, n: self._numbers((rng.random(n) < p).astype(np.float64))
-        if kind == "drift":
-            start = self._float("start", low=0.0)
-            spread = self._float("spread", start / 2, low=0.0)
-            rate = self._float("rate", 0.05, low=-1.0)
-            noise = self._float("noise", 0.1, low=0.0)
-            self._drift = (start, spread, rate, noise)
-            if self.per_device:
-                raise GeneratorError(f"{self.use_case.name}: drift changes every period (per=period)")
-            return None
-        if kind in ("zipf", "exp-strings"):
-            choices = self._choices()
-            ranks = np.arange(1, len(choices) + 1, dtype=np.float64)
-            if kind == "zipf":
-                weights = ranks ** -self._float("s", 1.1, low=0.0)
-            else:
-                weights = np.exp(-(ranks - 1) / self._float("scale", 10.0, low=1e-9))
-            p = weights / weights.sum()
-            return lambda rng, n: [choices[i] for i in rng.choice(len(choices), size=n, p=p)]
-        # population
+        setups: dict[str, Callable[[], Callable[[np.random.Generator, int], list[object]] | None]] = {
+            "constant": self._setup_constant,
+            "uniform": self._setup_uniform,
+            "normal": self._setup_normal,
+            "exponential": self._setup_exponential,
+            "bernoulli": self._setup_bernoulli,
+            "drift": self._setup_drift,
+            "zipf": lambda: self._setup_strings(kind),
+            "exp-strings": lambda: self._setup_strings(kind),
+        }
+        return setups.get(kind, self._setup_population)()
+
+    def _setup_constant(self) -> Callable[[np.random.Generator, int], list[object]]:
+        self._used.add("value")
+        raw = self._params.get("value")
+        if raw is None:
+            raise GeneratorError(f"{self.use_case.name}: generator constant needs value=<value>")
+        value: object = raw if self.type == "string" else _number_or_none(raw)
+        if value is None:
+            raise GeneratorError(f"{self.use_case.name}: value must be a number; got {raw!r}")
+        return lambda rng, n: [self._coerce(value)] * n
+
+    def _setup_uniform(self) -> Callable[[np.random.Generator, int], list[object]]:
+        low, high = self._float("low", 0.0), self._float("high")
+        if high < low:
+            raise GeneratorError(f"{self.use_case.name}: uniform needs low <= high")
+        return lambda rng, n: self._numbers(rng.uniform(low, high, n))
+
+    def _setup_normal(self) -> Callable[[np.random.Generator, int], list[object]]:
+        mean, sd = self._float("mean"), self._float("sd", low=0.0)
+        return lambda rng, n: self._numbers(rng.normal(mean, sd, n))
+
+    def _setup_exponential(self) -> Callable[[np.random.Generator, int], list[object]]:
+        mean = self._float("mean", low=0.0)
+        return lambda rng, n: self._numbers(rng.exponential(mean, n))
+
+    def _setup_bernoulli(self) -> Callable[[np.random.Generator, int], list[object]]:
+        p = self._float("p", 0.3, low=0.0)
+        if p > 1:
+            raise GeneratorError(f"{self.use_case.name}: p must be in [0, 1]; got {p:g}")
+        return lambda rng, n: self._numbers((rng.random(n) < p).astype(np.float64))
+
+    def _setup_drift(self) -> None:
+        start = self._float("start", low=0.0)
+        spread = self._float("spread", start / 2, low=0.0)
+        rate = self._float("rate", 0.05, low=-1.0)
+        noise = self._float("noise", 0.1, low=0.0)
+        self._drift = (start, spread, rate, noise)
+        if self.per_device:
+            raise GeneratorError(f"{self.use_case.name}: drift changes every period (per=period)")
+
+    def _setup_strings(self, kind: str) -> Callable[[np.random.Generator, int], list[object]]:
+        choices = self._choices()
+        ranks = np.arange(1, len(choices) + 1, dtype=np.float64)
+        if kind == "zipf":
+            weights = ranks ** -self._float("s", 1.1, low=0.0)
+        else:
+            weights = np.exp(-(ranks - 1) / self._float("scale", 10.0, low=1e-9))
+        p = weights / weights.sum()
+        return lambda rng, n: [choices[i] for i in rng.choice(len(choices), size=n, p=p)]
+
+    def _setup_population(self) -> Callable[[np.random.Generator, int], list[object]] | None:
         self._used.add("path")
         pop = self.population
         if pop is None:

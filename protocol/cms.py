@@ -676,7 +676,7 @@ class CMSAggregate:
                 batch always fits).
         """
         mech = self.mechanism
-        k, m = mech.k, mech.m
+        k = mech.k
         n = len(batch)
         if batch.bits.shape != (n, mech.record_bytes) or batch.bits.dtype != np.uint8:
             raise ValueError(f"batch bits must be uint8 of shape ({n}, {mech.record_bytes})")
@@ -693,24 +693,7 @@ class CMSAggregate:
             added = added[rows]
         counts = self._row_counts[rows] + added
         self._widen_for(counts)
-        threads = min(os.cpu_count() or 1, 8) if n * m >= _THREADED_CELLS and k > 1 else 1
-        step = max(1, _CHUNK_BYTES // m)
-        if threads == 1:
-            # Small batches (a collector folds a message of a few records at a time): no pool.
-            for start in range(0, n, step):
-                j = batch.indices[start : start + step]
-                _fold_rows(self._ones, j, batch.bits[start : start + step], m=m, lo=0, hi=k)
-        else:
-            bounds = [k * t // threads for t in range(threads + 1)]
-            spans = [(bounds[t], bounds[t + 1]) for t in range(threads)]
-            with ThreadPoolExecutor(max_workers=threads) as pool:
-                for start in range(0, n, step):
-                    j = batch.indices[start : start + step]
-                    packed = batch.bits[start : start + step]
-                    # Threads own disjoint row ranges, so their updates never overlap.
-                    futures = [pool.submit(_fold_rows, self._ones, j, packed, m=m, lo=lo, hi=hi) for lo, hi in spans]
-                    for fut in futures:
-                        fut.result()
+        self._fold(batch)
         self._row_counts[rows] = counts
         self._n += n
         self._second_moment = None
@@ -719,6 +702,29 @@ class CMSAggregate:
                 self._row_squares[rows] = self._squares(rows)
             else:  # a batch touching most rows: one pass at the next query, not one per add
                 self._row_squares = None
+
+    def _fold(self, batch: CMSBatch) -> None:
+        """Add the batch's bits to the sketch's cells, in chunks (by row range across threads when large)."""
+        k, m = self.mechanism.k, self.mechanism.m
+        n = len(batch)
+        threads = min(os.cpu_count() or 1, 8) if n * m >= _THREADED_CELLS and k > 1 else 1
+        step = max(1, _CHUNK_BYTES // m)
+        if threads == 1:
+            # Small batches (a collector folds a message of a few records at a time): no pool.
+            for start in range(0, n, step):
+                j = batch.indices[start : start + step]
+                _fold_rows(self._ones, j, batch.bits[start : start + step], m=m, lo=0, hi=k)
+            return
+        bounds = [k * t // threads for t in range(threads + 1)]
+        spans = [(bounds[t], bounds[t + 1]) for t in range(threads)]
+        with ThreadPoolExecutor(max_workers=threads) as pool:
+            for start in range(0, n, step):
+                j = batch.indices[start : start + step]
+                packed = batch.bits[start : start + step]
+                # Threads own disjoint row ranges, so their updates never overlap.
+                futures = [pool.submit(_fold_rows, self._ones, j, packed, m=m, lo=lo, hi=hi) for lo, hi in spans]
+                for fut in futures:
+                    fut.result()
 
     def merge(self, other: Self) -> Self:
         """The aggregate of both inputs' reports."""

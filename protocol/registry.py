@@ -77,7 +77,7 @@ import numpy as np
 from protocol import cms, dbitflip, hcms, one_bit_mean, randomized_response, rappor, sfp
 from protocol.envelope import HASH_SIZE, MAX_REPORT_BYTES, largest_report_size
 from protocol.errors import LdpError, ParameterError
-from protocol.interfaces import EstimateKind, Mechanism, mechanism_entries, mechanism_entry
+from protocol.interfaces import EstimateKind, Mechanism, MechanismEntry, mechanism_entries, mechanism_entry
 from protocol.schema import Range, SchemaError, decode
 
 __all__ = [
@@ -446,56 +446,8 @@ def _parse_use_case(r: _Errors, name: str, raw: Mapping[str, Any], salt: bytes |
     except ValueError:
         raise r.error("period", "bad-value", f'must be "6h" or "1d"; got {t.period!r}') from None
 
-    # The public hash seed: explicit, or derived from the registry salt and the name.
-    seed: bytes | None = None
-    if spec.hashed:
-        if t.seed is not None:
-            seed = r.hex_bytes("seed", t.seed, min_len=16, max_len=64)
-        elif salt is not None:
-            seed = hashlib.blake2b(name.encode(), key=salt, digest_size=32, person=_SEED_PERSON).digest()
-        else:
-            raise r.error(
-                "seed",
-                "missing-field",
-                f'{mech_name} needs a public hash seed: give seed = "<hex>" or a top-level salt',
-            )
-    elif t.seed is not None:
-        raise r.error("seed", "unknown-key", f"{mech_name} uses no hash seed; remove the key")
-
-    raw_params = t.parameters
-    params = _Errors(r.source, name, prefix="parameters.")
-    allowed = spec.required | spec.optional
-    if spec.epsilon_parameter and "epsilon" in raw_params:
-        raise params.error("epsilon", "unknown-key", f"for {mech_name} ε is the use case's `epsilon`; remove it here")
-    for key in raw_params:
-        if key not in allowed:
-            problem = f"unknown key in the parameters of {mech_name}; allowed keys: {', '.join(sorted(allowed))}"
-            raise params.error(key, "unknown-key", problem)
-    for key in sorted(spec.required):
-        if key not in raw_params:
-            raise params.error(key, "missing-field", f"{mech_name} requires parameter {key!r}; add it")
-
-    kwargs: dict[str, Any] = {}
-    for key, value in raw_params.items():
-        convert = spec.converters.get(key)
-        if convert is None:
-            kwargs[key] = value
-            continue
-        try:
-            kwargs[key] = convert(value)
-        except ParameterError as exc:
-            sub = key if exc.name == key else f"{key}.{exc.name}"
-            raise params.error(sub, "bad-parameter", f"{mech_name}: {exc}") from None
-    if spec.epsilon_parameter:
-        kwargs["epsilon"] = t.epsilon
-    if seed is not None:
-        kwargs["seed"] = seed
-    try:
-        mechanism = spec.build(**kwargs)
-    except ParameterError as exc:
-        raise params.error(exc.name, "bad-parameter", f"{mech_name}: {exc}") from None
-    except (ValueError, TypeError) as exc:
-        raise params.error("", "bad-parameter", f"{mech_name} rejects its parameters: {exc}") from None
+    seed = _seed(r, spec, t, name, salt)
+    mechanism = _build_mechanism(r, spec, t, name, seed)
 
     cost = float(mechanism.epsilon_report)
     if cost > t.epsilon + _EPSILON_SLACK:
@@ -542,6 +494,64 @@ def _parse_use_case(r: _Errors, name: str, raw: Mapping[str, Any], salt: bytes |
         ),
         description=t.description,
     )
+
+
+def _seed(r: _Errors, spec: MechanismEntry, t: _UseCaseTable, name: str, salt: bytes | None) -> bytes | None:
+    """The public hash seed: explicit, or derived from the registry salt and the name (None: not hashed)."""
+    mech_name = t.mechanism
+    if not spec.hashed:
+        if t.seed is not None:
+            raise r.error("seed", "unknown-key", f"{mech_name} uses no hash seed; remove the key")
+        return None
+    if t.seed is not None:
+        return r.hex_bytes("seed", t.seed, min_len=16, max_len=64)
+    if salt is not None:
+        return hashlib.blake2b(name.encode(), key=salt, digest_size=32, person=_SEED_PERSON).digest()
+    raise r.error(
+        "seed",
+        "missing-field",
+        f'{mech_name} needs a public hash seed: give seed = "<hex>" or a top-level salt',
+    )
+
+
+def _build_mechanism(r: _Errors, spec: MechanismEntry, t: _UseCaseTable, name: str, seed: bytes | None) -> Mechanism:
+    """The mechanism the use case's ``parameters`` describe; each key is checked and converted first."""
+    mech_name = t.mechanism
+    raw_params = t.parameters
+    params = _Errors(r.source, name, prefix="parameters.")
+    allowed = spec.required | spec.optional
+    if spec.epsilon_parameter and "epsilon" in raw_params:
+        raise params.error("epsilon", "unknown-key", f"for {mech_name} ε is the use case's `epsilon`; remove it here")
+    for key in raw_params:
+        if key not in allowed:
+            problem = f"unknown key in the parameters of {mech_name}; allowed keys: {', '.join(sorted(allowed))}"
+            raise params.error(key, "unknown-key", problem)
+    for key in sorted(spec.required):
+        if key not in raw_params:
+            raise params.error(key, "missing-field", f"{mech_name} requires parameter {key!r}; add it")
+
+    kwargs: dict[str, Any] = {}
+    for key, value in raw_params.items():
+        convert = spec.converters.get(key)
+        if convert is None:
+            kwargs[key] = value
+            continue
+        try:
+            kwargs[key] = convert(value)
+        except ParameterError as exc:
+            sub = key if exc.name == key else f"{key}.{exc.name}"
+            raise params.error(sub, "bad-parameter", f"{mech_name}: {exc}") from None
+    if spec.epsilon_parameter:
+        kwargs["epsilon"] = t.epsilon
+    if seed is not None:
+        kwargs["seed"] = seed
+    try:
+        mechanism = spec.build(**kwargs)
+    except ParameterError as exc:
+        raise params.error(exc.name, "bad-parameter", f"{mech_name}: {exc}") from None
+    except (ValueError, TypeError) as exc:
+        raise params.error("", "bad-parameter", f"{mech_name} rejects its parameters: {exc}") from None
+    return mechanism
 
 
 def _check_report_size(source: str, uc: UseCase) -> None:
@@ -627,7 +637,7 @@ def _discovery(col: _Errors, c: _CollectorTable, mech_name: str, mechanism: Mech
 # --- canonical hash ------------------------------------------------------------------------
 
 
-def _canonical(value: object) -> object:
+def _canonical(value: object) -> object:  # noqa: PLR0911  one case per kind of value a registry holds
     """A plain, order-independent form of a parsed value for hashing."""
     if value is None or isinstance(value, bool | str | bytes):
         return value

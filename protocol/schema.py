@@ -148,7 +148,7 @@ class _Decoder:
     def __init__(self, hooks: Mapping[type, Hook]) -> None:
         self.hooks = hooks
 
-    def value(self, tp: Any, raw: object, where: str) -> Any:
+    def value(self, tp: Any, raw: object, where: str) -> Any:  # noqa: PLR0911, PLR0912  one case per type form, in precedence order
         origin = get_origin(tp)
         if origin is Annotated:
             inner, *meta = get_args(tp)

@@ -262,7 +262,7 @@ only a few dozen msgpack objects to the work a hostile message can cause."""
 _INT_WIDTH: Final = {0xCC: 1, 0xCD: 2, 0xCE: 4, 0xCF: 8}
 
 
-def _encoder_layout(data: bytes) -> tuple[str, int] | None:
+def _encoder_layout(data: bytes) -> tuple[str, int] | None:  # noqa: PLR0911, PLR0912  hand-read fast path, one test per byte
     """The use case and declared record count of a message laid out exactly as
     :func:`encode_report` writes it (``{v, u, h, p, i, r}`` in that order, 16-byte bins), read
     by hand: about a third of the cost of a general header scan, and every honest report
@@ -431,7 +431,7 @@ def _fixed_bytes(env: dict[str, Any], key: str, size: int) -> bytes:
     return value
 
 
-def decode_report(
+def decode_report(  # noqa: PLR0912, PLR0915  the strict decoder, one check per envelope field, on every message
     data: bytes | bytearray | memoryview,
     registry: Registry,
     *,

@@ -341,51 +341,66 @@ def _plan_sketch(a: argparse.Namespace, kind: str) -> Result:
             raise PlanError("--k >= 1 and --m >= 2 (a power of two for hcms)")
         out.update(_sketch_row(kind, eps=eps, k=k, m=m, n=n, top_share=share, p=p))
         return out
-    rows: list[Result] = []
     if a.bandwidth is not None:
-        budget = float(a.bandwidth)
-        for e in _K_POWERS:
-            k = 1 << e
-            if a.k is not None and k != int(a.k):
-                continue
-            room = budget - e - (0 if kind == "cms" else 1)
-            if kind == "cms":
-                m = math.floor(room) if a.m is None else int(a.m)
-            else:
-                m = (1 << math.floor(room)) if a.m is None and room >= 1 else (int(a.m) if a.m else 0)
-            if m < 2 or m > _M_MAX or _bandwidth(kind, k, m) > budget + 1e-9:
-                continue
-            rows.append(_sketch_row(kind, eps=eps, k=k, m=m, n=n, top_share=share, p=p))
-        rows = [r for r in rows if r["k"] * r["m"] <= a.max_cells]
-        if a.target_se is not None:
-            rows = [r for r in rows if r["standard_error"] <= a.target_se]
-        if not rows:
-            raise PlanError("no (k, m) fits the bandwidth, --max-cells (and the target); raise --bandwidth")
-        # Within 1% of the smallest SE the choice hardly matters to the error: take the cheapest server.
-        floor = min(r["standard_error"] for r in rows)
-        best = min((r for r in rows if r["standard_error"] <= 1.01 * floor), key=lambda r: r["server_cost"])
+        rows, best = _sketch_within_bandwidth(a, kind, eps=eps, n=n, share=share, p=p)
     elif a.target_se is not None:
-        for e in _K_POWERS:
-            k = 1 << e
-            if a.k is not None and k != int(a.k):
-                continue
-            m_opt = (
-                _smallest_m(kind, eps=eps, k=k, n=n, top_share=share, target=a.target_se) if a.m is None else int(a.m)
-            )
-            if m_opt is None:
-                continue
-            row = _sketch_row(kind, eps=eps, k=k, m=m_opt, n=n, top_share=share, p=p)
-            if row["standard_error"] <= a.target_se and k * m_opt <= a.max_cells:
-                rows.append(row)
-        if not rows:
-            raise PlanError("the target SE is below what any k, m within --max-cells can give at this epsilon and n")
-        best = min(rows, key=lambda r: (r["bandwidth_bits"], r["server_cost"]))
+        rows, best = _sketch_for_target(a, kind, eps=eps, n=n, share=share, p=p)
     else:
         raise PlanError("give --k and --m, or --target-se, or --bandwidth")
     out.update(best)
     out["options"] = sorted(rows, key=lambda r: r["k"])
     out["choice"] = "smallest SE within the bandwidth" if a.bandwidth is not None else "least bandwidth"
     return out
+
+
+def _sketch_within_bandwidth(
+    a: argparse.Namespace, kind: str, *, eps: float, n: float, share: float, p: int
+) -> tuple[list[Result], Result]:
+    """The (k, m) that fit ``--bandwidth`` (and the cell and SE limits), and the one to take."""
+    budget = float(a.bandwidth)
+    rows: list[Result] = []
+    for e in _K_POWERS:
+        k = 1 << e
+        if a.k is not None and k != int(a.k):
+            continue
+        room = budget - e - (0 if kind == "cms" else 1)
+        if kind == "cms":
+            m = math.floor(room) if a.m is None else int(a.m)
+        else:
+            m = (1 << math.floor(room)) if a.m is None and room >= 1 else (int(a.m) if a.m else 0)
+        if m < 2 or m > _M_MAX or _bandwidth(kind, k, m) > budget + 1e-9:
+            continue
+        rows.append(_sketch_row(kind, eps=eps, k=k, m=m, n=n, top_share=share, p=p))
+    rows = [r for r in rows if r["k"] * r["m"] <= a.max_cells]
+    if a.target_se is not None:
+        rows = [r for r in rows if r["standard_error"] <= a.target_se]
+    if not rows:
+        raise PlanError("no (k, m) fits the bandwidth, --max-cells (and the target); raise --bandwidth")
+    # Within 1% of the smallest SE the choice hardly matters to the error: take the cheapest server.
+    floor = min(r["standard_error"] for r in rows)
+    best = min((r for r in rows if r["standard_error"] <= 1.01 * floor), key=lambda r: r["server_cost"])
+    return rows, best
+
+
+def _sketch_for_target(
+    a: argparse.Namespace, kind: str, *, eps: float, n: float, share: float, p: int
+) -> tuple[list[Result], Result]:
+    """The (k, m) that reach ``--target-se`` within ``--max-cells``, and the one with the least bandwidth."""
+    rows: list[Result] = []
+    for e in _K_POWERS:
+        k = 1 << e
+        if a.k is not None and k != int(a.k):
+            continue
+        m_opt = _smallest_m(kind, eps=eps, k=k, n=n, top_share=share, target=a.target_se) if a.m is None else int(a.m)
+        if m_opt is None:
+            continue
+        row = _sketch_row(kind, eps=eps, k=k, m=m_opt, n=n, top_share=share, p=p)
+        if row["standard_error"] <= a.target_se and k * m_opt <= a.max_cells:
+            rows.append(row)
+    if not rows:
+        raise PlanError("the target SE is below what any k, m within --max-cells can give at this epsilon and n")
+    best = min(rows, key=lambda r: (r["bandwidth_bits"], r["server_cost"]))
+    return rows, best
 
 
 # ------------------------------------------------------------------------ sfp
@@ -829,6 +844,22 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--k", type=int, required=True, help="number of buckets")
     sp.add_argument("--d", type=int, help="buckets each device reports on (solved for when omitted)")
 
+    _add_sketch_parsers(sub)
+    _add_sfp_parser(sub)
+    _add_rappor_parser(sub)
+
+    sp = sub.add_parser(
+        "use-case", help="a use case of a registry, any mechanism: the SE its module's formula gives at n reports"
+    )
+    sp.add_argument("--registry", required=True, help="the use-case registry (TOML)")
+    sp.add_argument("use_case", metavar="USE_CASE", help="the use case's name")
+    sp.add_argument("--n", type=_count, help="number of reports (solved for from --target-se when omitted)")
+    sp.add_argument("--target-se", type=_count, help="target standard error of the headline estimate")
+    sp.add_argument("--json", action="store_true", help="print JSON instead of text")
+    return parser
+
+
+def _add_sketch_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     titles = {"cms": "Count Mean Sketch (003 Thm 4.2)", "hcms": "Hadamard Count Mean Sketch (003 Thm 4.4)"}
     for kind, title in titles.items():
         sp = sub.add_parser(kind, help=f"{title}: SE of a count, bandwidth and server cost")
@@ -850,6 +881,8 @@ def build_parser() -> argparse.ArgumentParser:
             help="share of the reports held by the most frequent value; bounds sum f^2 <= F n^2 (default 0.1)",
         )
 
+
+def _add_sfp_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     sp = sub.add_parser("sfp", help="Sequence Fragment Puzzle (003 §4.3): word and fragment SEs")
     sp.add_argument("--epsilon", type=_count, default=2.0, help="epsilon of the word record (003 §6.1: 2)")
     sp.add_argument("--epsilon-fragment", type=_count, default=6.0, help="epsilon' of the fragment record (6)")
@@ -871,6 +904,8 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--top-share", type=_probability, default=0.1, help="share of the most frequent word")
     sp.add_argument("--json", action="store_true", help="print JSON instead of text")
 
+
+def _add_rappor_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     sp = sub.add_parser("rappor", help="RAPPOR (004 Thm 1-2, Appendix): epsilons, SE, detectable strings")
     sp.add_argument("--variant", choices=["standard", "one-time", "basic", "basic-one-time"], default="standard")
     sp.add_argument("--k", type=int, default=128, help="Bloom filter bits (categories for basic)")
@@ -887,16 +922,6 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sp.add_argument("--target-share", type=_probability, help="solve n so a string with this share is detectable")
     sp.add_argument("--json", action="store_true", help="print JSON instead of text")
-
-    sp = sub.add_parser(
-        "use-case", help="a use case of a registry, any mechanism: the SE its module's formula gives at n reports"
-    )
-    sp.add_argument("--registry", required=True, help="the use-case registry (TOML)")
-    sp.add_argument("use_case", metavar="USE_CASE", help="the use case's name")
-    sp.add_argument("--n", type=_count, help="number of reports (solved for from --target-se when omitted)")
-    sp.add_argument("--target-se", type=_count, help="target standard error of the headline estimate")
-    sp.add_argument("--json", action="store_true", help="print JSON instead of text")
-    return parser
 
 
 def _run(args: argparse.Namespace) -> Result:

@@ -372,49 +372,51 @@ class PostgresStore:
         with conn.cursor(binary=True) as cur:
             cur.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
             try:
-                digests = {
-                    str(k): bytes(v) for k, v in cur.execute("SELECT key, value FROM meta WHERE key LIKE 'digest:%%'")
-                }
-                for (uc,) in cur.execute("SELECT id FROM use_cases").fetchall():
-                    if digests.pop(f"digest:use_cases:{uc}", None) != self._use_case_digest(cur, uc):
-                        raise self._damaged(f"table use_cases, id {uc}: the checksum does not match the row")
-                by_instance: dict[str, list[tuple[str, int]]] = defaultdict(list)
-                for instance, name, value in cur.execute(
-                    "SELECT instance, name, value FROM counters ORDER BY instance, name"
-                ):
-                    by_instance[str(instance)].append((str(name), int(value)))
-                for instance, rows in by_instance.items():
-                    if digests.pop(f"digest:counters:{instance}", None) != digest("counters", instance, rows):
-                        raise self._damaged(f"table counters, instance {instance!r}: the checksum does not match")
-                if digests:
-                    raise self._damaged(
-                        f"table meta: checksums of rows that do not exist ({', '.join(sorted(digests))})"
-                    )
-                newest, clock = cur.execute(
-                    "SELECT (SELECT max(version) FROM segments), (SELECT version FROM clock)"
-                ).fetchone() or (None, None)
-                if newest is not None and (clock is None or clock < newest):
-                    raise self._damaged(f"table clock: segments go up to version {newest}, the clock says {clock!r}")
-                for uc, period, reports, records, data in cur.execute(
-                    "SELECT uc, period, reports, records, data FROM aggregates"
-                ):
-                    self._open("aggregates", (uc, period, "", reports, records), data)
-                for uc, period, kind, reports, records, data in cur.execute(
-                    "SELECT uc, period, kind, reports, records, data FROM segments"
-                ):
-                    self._open("segments", (uc, period, kind, reports, records), data)
-                with conn.cursor("verify_seen", binary=True) as seen:
-                    seen.itersize = 20000
-                    seen.execute("SELECT rid, uc, period FROM seen")
-                    for stored, uc, period in seen:
-                        rid = bytes(stored)
-                        if len(rid) != RID_BYTES + TAG_BYTES or rid_tag(rid[:RID_BYTES], uc, period) != rid:
-                            raise self._damaged(f"table seen: report id {rid!r} does not match its tag")
+                self._verify_digests(cur)
+                self._verify_blobs(conn, cur)
             except (TypeError, ValueError, OverflowError, AttributeError, msgpack.UnpackException) as exc:
                 raise self._damaged(f"a row has a value of the wrong type ({exc})") from exc
             finally:
                 if not conn.broken:
                     cur.execute("COMMIT")
+
+    def _verify_digests(self, cur: psycopg.Cursor[Any]) -> None:
+        """The rows checksummed in ``meta`` (use cases, counters) and the commit clock."""
+        digests = {str(k): bytes(v) for k, v in cur.execute("SELECT key, value FROM meta WHERE key LIKE 'digest:%%'")}
+        for (uc,) in cur.execute("SELECT id FROM use_cases").fetchall():
+            if digests.pop(f"digest:use_cases:{uc}", None) != self._use_case_digest(cur, uc):
+                raise self._damaged(f"table use_cases, id {uc}: the checksum does not match the row")
+        by_instance: dict[str, list[tuple[str, int]]] = defaultdict(list)
+        for instance, name, value in cur.execute("SELECT instance, name, value FROM counters ORDER BY instance, name"):
+            by_instance[str(instance)].append((str(name), int(value)))
+        for instance, rows in by_instance.items():
+            if digests.pop(f"digest:counters:{instance}", None) != digest("counters", instance, rows):
+                raise self._damaged(f"table counters, instance {instance!r}: the checksum does not match")
+        if digests:
+            raise self._damaged(f"table meta: checksums of rows that do not exist ({', '.join(sorted(digests))})")
+        newest, clock = cur.execute(
+            "SELECT (SELECT max(version) FROM segments), (SELECT version FROM clock)"
+        ).fetchone() or (None, None)
+        if newest is not None and (clock is None or clock < newest):
+            raise self._damaged(f"table clock: segments go up to version {newest}, the clock says {clock!r}")
+
+    def _verify_blobs(self, conn: psycopg.Connection[Any], cur: psycopg.Cursor[Any]) -> None:
+        """The sealed aggregates and segments, and the tags of the report ids."""
+        for uc, period, reports, records, data in cur.execute(
+            "SELECT uc, period, reports, records, data FROM aggregates"
+        ):
+            self._open("aggregates", (uc, period, "", reports, records), data)
+        for uc, period, kind, reports, records, data in cur.execute(
+            "SELECT uc, period, kind, reports, records, data FROM segments"
+        ):
+            self._open("segments", (uc, period, kind, reports, records), data)
+        with conn.cursor("verify_seen", binary=True) as seen:
+            seen.itersize = 20000
+            seen.execute("SELECT rid, uc, period FROM seen")
+            for stored, uc, period in seen:
+                rid = bytes(stored)
+                if len(rid) != RID_BYTES + TAG_BYTES or rid_tag(rid[:RID_BYTES], uc, period) != rid:
+                    raise self._damaged(f"table seen: report id {rid!r} does not match its tag")
 
     # -- commit ----------------------------------------------------------------------------
 
@@ -465,13 +467,7 @@ class PostgresStore:
         if self.readonly:
             raise StoreError(f"{self.location}: opened read-only")
         start = time.perf_counter()
-        sender_of: dict[bytes, bytes] = {}
-        if senders is not None:
-            if len(senders) != len(reports):
-                raise ValueError(f"{len(senders)} senders for {len(reports)} reports")
-            for r, sender in zip(reports, senders, strict=True):
-                if sender:
-                    sender_of.setdefault(r.report_id, sender)
+        sender_of = _sender_of(reports, senders)
         uc_of = {name: row.id for name, row in self._use_cases.items()}
         ids = sorted({uc_of[r.use_case.name] for r in reports})
         self._ensure_partitions({(uc_of[r.use_case.name], r.period) for r in reports})
@@ -523,14 +519,7 @@ class PostgresStore:
                         ),
                     )
             groups = group_by_key(fresh)
-            segments: list[_Segment] = []
-            records = 0
-            for (name, period), members in groups.items():
-                row = self._use_cases[name]
-                kind, blob, count = make_segment(row, members)
-                records += count
-                sealed = seal("segments", (row.id, period, kind, len(members), count), blob)
-                segments.append((row.id, period, kind, len(members), count, sealed))
+            segments, records = self._segments(groups)
             duplicates = len(current) - len(fresh) - over
             added = total_counters(
                 counters, fresh=len(fresh), records=records, expired=expired, duplicates=duplicates, over=over
@@ -561,6 +550,18 @@ class PostgresStore:
             expired_ids,
             over_ids,
         )
+
+    def _segments(self, groups: Mapping[tuple[str, int], Sequence[FoldedReport]]) -> tuple[list[_Segment], int]:
+        """The sealed segment rows of a commit's groups, and the records they hold."""
+        segments: list[_Segment] = []
+        records = 0
+        for (name, period), members in groups.items():
+            row = self._use_cases[name]
+            kind, blob, count = make_segment(row, members)
+            records += count
+            sealed = seal("segments", (row.id, period, kind, len(members), count), blob)
+            segments.append((row.id, period, kind, len(members), count, sealed))
+        return segments, records
 
     def _remember(
         self, cur: psycopg.Cursor[Any], unique: Sequence[tuple[bytes, FoldedReport]], uc_of: Mapping[str, int]
@@ -963,3 +964,15 @@ class PostgresStore:
             cur.execute("UPDATE clock SET compactions = compactions + 1")
             cur.execute("COMMIT")
         return len(segs)
+
+
+def _sender_of(reports: Sequence[FoldedReport], senders: Sequence[bytes] | None) -> dict[bytes, bytes]:
+    """Each report id's sender (the first one that names it), for the per-device allowance."""
+    sender_of: dict[bytes, bytes] = {}
+    if senders is not None:
+        if len(senders) != len(reports):
+            raise ValueError(f"{len(senders)} senders for {len(reports)} reports")
+        for r, sender in zip(reports, senders, strict=True):
+            if sender:
+                sender_of.setdefault(r.report_id, sender)
+    return sender_of

@@ -132,22 +132,20 @@ def current_period(registry: Registry, use_case: str, now: float | None = None) 
     return registry.use_cases[use_case].period.index_at(time.time() if now is None else now)
 
 
+# A device's true value, per use case of the test registry.
+_VALUES: dict[str, Callable[[np.random.Generator], Any]] = {
+    "flag": lambda rng: int(rng.random() < 0.3),
+    "usage": lambda rng: int(rng.integers(0, 3_601)),
+    "hist": lambda rng: float(rng.integers(0, 100)),
+    "home": lambda rng: HOMEPAGES[int(rng.zipf(1.5)) % len(HOMEPAGES)],
+    "domains": lambda rng: DOMAINS[int(rng.zipf(1.3)) % len(DOMAINS)],
+    "emoji": lambda rng: EMOJI[int(rng.zipf(1.4)) % len(EMOJI)],
+    "words": lambda rng: WORDS[int(rng.zipf(1.6)) % len(WORDS)],
+}
+
+
 def _value(use_case: str, i: int, rng: np.random.Generator) -> Any:
-    if use_case == "flag":
-        return int(rng.random() < 0.3)
-    if use_case == "usage":
-        return int(rng.integers(0, 3_601))
-    if use_case == "hist":
-        return float(rng.integers(0, 100))
-    if use_case == "home":
-        return HOMEPAGES[int(rng.zipf(1.5)) % len(HOMEPAGES)]
-    if use_case == "domains":
-        return DOMAINS[int(rng.zipf(1.3)) % len(DOMAINS)]
-    if use_case == "emoji":
-        return EMOJI[int(rng.zipf(1.4)) % len(EMOJI)]
-    if use_case == "words":
-        return WORDS[int(rng.zipf(1.6)) % len(WORDS)]
-    raise KeyError(use_case)
+    return _VALUES[use_case](rng)  # KeyError for a use case it has no values for
 
 
 def privatized_reports(

@@ -66,6 +66,24 @@ _UNSUPPORTED = frozenset(
 )
 
 
+def _moved(line: str, key: str, value: str, *, directory: Path, ports: Mapping[int, int], user: str) -> str:
+    """One setting of the production config as the test broker has it (unchanged if it names nothing to move)."""
+    if key == "listener":
+        port = int(value.split(maxsplit=1)[0])
+        if port not in ports:
+            raise ValueError(f"listener {value!r}: tests/deploy only knows listeners {sorted(ports)}")
+        return f"listener {ports[port]} 127.0.0.1"
+    if key in _INPUT_FILES:
+        return f"{key} {directory / 'etc' / Path(value).name}"
+    if key == "persistence_location":
+        return f"{key} {directory / 'persist'}/"
+    if key == "pid_file":
+        return f"{key} {directory / 'mosquitto.pid'}"
+    if key == "user":
+        return f"user {user}"
+    return line
+
+
 def rewrite_config(text: str, *, directory: Path, ports: Mapping[int, int], user: str) -> str:
     """The production config with its listeners, paths, user and log moved for a test.
 
@@ -88,28 +106,15 @@ def rewrite_config(text: str, *, directory: Path, ports: Mapping[int, int], user
             continue
         key, _, value = stripped.partition(" ")
         value = value.strip()
-        if key == "listener":
-            port = int(value.split()[0])
-            if port not in ports:
-                raise ValueError(f"listener {value!r}: tests/deploy only knows listeners {sorted(ports)}")
-            out.append(f"listener {ports[port]} 127.0.0.1")
-        elif key in _INPUT_FILES:
-            out.append(f"{key} {directory / 'etc' / Path(value).name}")
-        elif key == "persistence_location":
-            out.append(f"{key} {directory / 'persist'}/")
-        elif key == "pid_file":
-            out.append(f"{key} {directory / 'mosquitto.pid'}")
-        elif key == "log_dest":
+        if key == "log_dest":
             # One log file in the test directory, whatever the production destinations are.
             if not logged:
                 out.append(f"log_dest file {directory / 'mosquitto.log'}")
                 logged = True
-        elif key == "user":
-            out.append(f"user {user}")
         elif key in _UNSUPPORTED:
             raise ValueError(f"{key}: tests/deploy cannot relocate this option; teach rewrite_config about it")
         else:
-            out.append(line)
+            out.append(_moved(line, key, value, directory=directory, ports=ports, user=user))
     result = "\n".join(out) + "\n"
     settings = "\n".join(ln for ln in result.splitlines() if not ln.lstrip().startswith("#"))
     for path in re.findall(r"(?<![\w/])/[^\s]*", settings):

@@ -65,23 +65,23 @@ _INTS = (
 _FLOATS = (0.0, -0.0, 1.0, 0.5, math.nan, math.inf, -math.inf, 1e308)
 
 
+# The scalar kinds of random_object (0 to 6), each drawing from the same generator.
+_LEAVES: tuple[Callable[[random.Random], Any], ...] = (
+    lambda rng: rng.choice(_INTS),
+    lambda rng: rng.randrange(-300, 300),
+    lambda rng: rng.choice(_FLOATS),
+    lambda rng: rng.choice(["", "a", "records", "r", "v", "t-rr", "é", "x" * rng.randrange(40)]),
+    lambda rng: rng.randbytes(rng.choice((0, 1, 2, 3, 4, 8, 15, 16, 17, 32, 128, 129, rng.randrange(300)))),
+    lambda rng: rng.choice((True, False, None)),
+    lambda rng: [],
+)
+
+
 def random_object(rng: random.Random, depth: int = 0) -> Any:
     """A random value of any type msgpack can produce, nested a little."""
     kind = rng.randrange(10 if depth < 4 else 7)
-    if kind == 0:
-        return rng.choice(_INTS)
-    if kind == 1:
-        return rng.randrange(-300, 300)
-    if kind == 2:
-        return rng.choice(_FLOATS)
-    if kind == 3:
-        return rng.choice(["", "a", "records", "r", "v", "t-rr", "é", "x" * rng.randrange(40)])
-    if kind == 4:
-        return rng.randbytes(rng.choice((0, 1, 2, 3, 4, 8, 15, 16, 17, 32, 128, 129, rng.randrange(300))))
-    if kind == 5:
-        return rng.choice((True, False, None))
-    if kind == 6:
-        return []
+    if kind < len(_LEAVES):
+        return _LEAVES[kind](rng)
     if kind in (7, 8):
         return [random_object(rng, depth + 1) for _ in range(rng.randrange(5))]
     return {
