@@ -582,7 +582,10 @@ class PostgresStore:
             "INSERT INTO seen (uc, period, rid) SELECT %b::integer, %b::bigint, "
             f"substring(%b::bytea FROM i * {width} + 1 FOR {width}) FROM generate_series(0, %b::integer - 1) AS i "
             "ON CONFLICT DO NOTHING RETURNING rid",
-            [(uc, period, b"".join(rids), len(rids)) for (uc, period), rids in by_key.items()],
+            # Keys and ids in one global order, so two members inserting overlapping ids (a
+            # redelivery taken by both) wait on each other's rows in the same order and never
+            # deadlock (the allowance upsert below sorts its tags for the same reason).
+            [(uc, period, b"".join(sorted(rids)), len(rids)) for (uc, period), rids in sorted(by_key.items())],
             returning=True,
         )
         fresh: set[bytes] = set()
