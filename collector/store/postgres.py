@@ -130,14 +130,12 @@ from collector.store.codec import (
     UseCaseRow,
     allowance_tag,
     digest,
-    fold_segment,
     group_by_key,
     make_segment,
     pack,
     rid_tag,
     seal,
     total_counters,
-    unseal,
 )
 from collector.store.interface import CommitResult, FoldedReport, KeyInfo, report_allowance, use_case_fingerprint
 from collector.store.postgres_schema import (
@@ -152,6 +150,7 @@ from collector.store.postgres_schema import (
     partitions_below,
 )
 from collector.store.postgres_session import DDL_LOCK_TIMEOUT, connect, unavailable
+from collector.store.reads import SegmentReads
 from protocol.errors import StateError
 from protocol.interfaces import Aggregate
 from protocol.registry import Registry
@@ -162,7 +161,7 @@ _Segment = tuple[int, int, str, int, int, bytes]
 """A segment row to insert: use case id, period, kind, reports, records, sealed data."""
 
 
-class PostgresStore:
+class PostgresStore(SegmentReads):
     """The PostgreSQL checkpoint database of a group of collectors.
 
     Not thread-safe: each user drives its store from one thread (one connection each).
@@ -263,9 +262,6 @@ class PostgresStore:
             f"the checkpoint database {self.location} is damaged: {what}. Stop every collector using it "
             "and restore it from a backup"
         )
-
-    def _open(self, table: str, key: tuple[object, ...], data: object) -> Any:
-        return unseal(table, key, data, self._damaged)
 
     # -- set-up ----------------------------------------------------------------------------
 
@@ -705,32 +701,15 @@ class PostgresStore:
             raise self._damaged(f"the {row.use_case.name} base aggregate cannot be restored ({exc})") from exc
         return agg, int(base[0]), int(base[1])
 
-    def _fold(self, row: UseCaseRow, agg: Aggregate, segment: tuple[Any, ...], period: int) -> Aggregate:
-        kind, reports, records, blob = segment
-        data = self._open("segments", (row.id, period, kind, reports, records), blob)
-        return fold_segment(row, agg, kind, data, self.location)
-
-    def aggregate(self, use_case: str, period: int) -> tuple[Aggregate, KeyInfo]:
-        """The aggregate of one (use case, period): its base with every segment folded in.
-
-        Raises:
-            KeyError: the use case is not in the registry.
-        """
-        agg, info, _seq = self.aggregate_at(use_case, period)
-        return agg, info
-
     def aggregate_at(self, use_case: str, period: int) -> tuple[Aggregate, KeyInfo, int]:
         """:meth:`aggregate`, with the version it is current to (for :meth:`catch_up`).
 
         Raises:
             KeyError: the use case is not in the registry.
         """
-        row = self._use_cases.get(use_case)
+        row = self._stored_row(use_case)
         if row is None:
-            if use_case in self.registry.use_cases:
-                empty = self.registry.use_cases[use_case].mechanism.new_aggregate()
-                return empty, KeyInfo(use_case, period, 0, 0), self.last_seq()
-            raise KeyError(use_case)
+            return self._empty_at(use_case, period)
         with self._snapshot() as cur:
             seq = int(cur.execute("SELECT version FROM clock").fetchone()[0])  # type: ignore[index]
             agg, reports, records = self._base(cur, row, period)
@@ -755,11 +734,9 @@ class PostgresStore:
         Raises:
             KeyError: the use case is not in the registry.
         """
-        row = self._use_cases.get(info.use_case)
+        row = self._stored_row(info.use_case)
         if row is None:
-            if info.use_case in self.registry.use_cases:
-                return (aggregate, info, self.last_seq()) if info.reports == 0 else None
-            raise KeyError(info.use_case)
+            return (aggregate, info, self.last_seq()) if info.reports == 0 else None
         with self._snapshot() as cur:
             last = int(cur.execute("SELECT version FROM clock").fetchone()[0])  # type: ignore[index]
             if last == seq:
@@ -807,7 +784,6 @@ class PostgresStore:
         ids = {row.id: name for name, row in self._use_cases.items() if use_case is None or name == use_case}
         if not ids:
             return []
-        totals: dict[tuple[str, int], list[int]] = {}
         with self._failures():
             rows = (
                 self._connection()
@@ -819,11 +795,7 @@ class PostgresStore:
                 )
                 .fetchall()
             )
-        for uc, period, reports, records in rows:
-            t = totals.setdefault((ids[uc], int(period)), [0, 0])
-            t[0] += int(reports)
-            t[1] += int(records)
-        return [KeyInfo(name, period, t[0], t[1]) for (name, period), t in sorted(totals.items())]
+        return self._add_totals(rows, ids)
 
     def counters(self, instance: str | None = None) -> dict[str, int]:
         """Persisted ingest counters (of one instance, or summed over all)."""

@@ -58,7 +58,6 @@ import sqlite3
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
 
 import msgpack
 
@@ -70,16 +69,15 @@ from collector.store.codec import (
     UseCaseRow,
     allowance_tag,
     digest,
-    fold_segment,
     group_by_key,
     make_segment,
     pack,
     rid_tag,
     seal,
     total_counters,
-    unseal,
 )
 from collector.store.interface import CommitResult, FoldedReport, KeyInfo, report_allowance, use_case_fingerprint
+from collector.store.reads import SegmentReads
 from protocol.errors import StateError
 from protocol.interfaces import Aggregate
 from protocol.registry import Registry
@@ -188,7 +186,7 @@ def _rollback(db: sqlite3.Connection) -> None:
             db.execute("ROLLBACK")
 
 
-class CheckpointStore:
+class CheckpointStore(SegmentReads):
     """The SQLite checkpoint database of one or several collectors.
 
     Not thread-safe: the service drives it from one dedicated thread.
@@ -388,10 +386,6 @@ class CheckpointStore:
                 f"{self.path} is not the database {self.marker} records (store id {recorded}, found {store_id}): "
                 f"restore the right file, or delete {self.marker} to adopt this one"
             )
-
-    def _open(self, table: str, key: tuple[object, ...], data: object) -> Any:
-        """The unpacked payload of a sealed row (see :func:`~collector.store.codec.seal`), checked."""
-        return unseal(table, key, data, self._damaged)
 
     def _use_case_digest(self, uc: int) -> bytes:
         row = self._db.execute(
@@ -665,32 +659,15 @@ class CheckpointStore:
             raise StoreError(f"{self.path}: the {row.use_case.name} base aggregate is damaged ({exc})") from exc
         return agg, int(base[0]), int(base[1])
 
-    def _fold(self, row: UseCaseRow, agg: Aggregate, segment: tuple[Any, ...], period: int) -> Aggregate:
-        kind, reports, records, blob = segment
-        data = self._open("segments", (row.id, period, kind, reports, records), blob)
-        return fold_segment(row, agg, kind, data, str(self.path))
-
-    def aggregate(self, use_case: str, period: int) -> tuple[Aggregate, KeyInfo]:
-        """The aggregate of one (use case, period): its base with every segment folded in.
-
-        Raises:
-            KeyError: the use case is not in the registry.
-        """
-        agg, info, _seq = self.aggregate_at(use_case, period)
-        return agg, info
-
     def aggregate_at(self, use_case: str, period: int) -> tuple[Aggregate, KeyInfo, int]:
         """:meth:`aggregate`, with the sequence number it is current to (for :meth:`catch_up`).
 
         Raises:
             KeyError: the use case is not in the registry.
         """
-        row = self._use_cases.get(use_case)
+        row = self._stored_row(use_case)
         if row is None:
-            if use_case in self.registry.use_cases:
-                empty = self.registry.use_cases[use_case].mechanism.new_aggregate()
-                return empty, KeyInfo(use_case, period, 0, 0), self.last_seq()
-            raise KeyError(use_case)
+            return self._empty_at(use_case, period)
         db = self._db
         db.execute("BEGIN")  # one snapshot for base and segments
         try:
@@ -726,11 +703,9 @@ class CheckpointStore:
         Raises:
             KeyError: the use case is not in the registry.
         """
-        row = self._use_cases.get(info.use_case)
+        row = self._stored_row(info.use_case)
         if row is None:
-            if info.use_case in self.registry.use_cases:
-                return (aggregate, info, self.last_seq()) if info.reports == 0 else None
-            raise KeyError(info.use_case)
+            return (aggregate, info, self.last_seq()) if info.reports == 0 else None
         db = self._db
         db.execute("BEGIN")
         try:
@@ -769,7 +744,6 @@ class CheckpointStore:
 
     def totals(self, use_case: str | None = None) -> list[KeyInfo]:
         """Every (use case, period) with data, with its report and record totals, oldest first."""
-        totals: dict[tuple[str, int], list[int]] = {}
         ids = {row.id: name for name, row in self._use_cases.items() if use_case is None or name == use_case}
         if not ids:
             return []
@@ -779,11 +753,7 @@ class CheckpointStore:
             f"UNION ALL SELECT uc, period, sum(reports), sum(records) FROM segments WHERE uc IN ({marks}) "
             "GROUP BY uc, period"
         )
-        for uc, period, reports, records in self._db.execute(query, [*ids, *ids]):
-            t = totals.setdefault((ids[uc], int(period)), [0, 0])
-            t[0] += int(reports)
-            t[1] += int(records)
-        return [KeyInfo(name, period, t[0], t[1]) for (name, period), t in sorted(totals.items())]
+        return self._add_totals(self._db.execute(query, [*ids, *ids]), ids)
 
     def counters(self, instance: str | None = None) -> dict[str, int]:
         """Persisted ingest counters (of one instance, or summed over all)."""

@@ -1,0 +1,92 @@
+"""What both store backends do alike around reading: kept once, beside the SQL that differs.
+
+:class:`SegmentReads` is the base of :class:`~collector.store.sqlite.CheckpointStore` and
+:class:`~collector.store.postgres.PostgresStore`. Each backend reads its base aggregates and
+segments with its own SQL and snapshot; this class holds what is the same around that: how a
+use case the registry names but no collector has stored yet reads (empty), how an unknown one
+fails (``KeyError``), how a sealed blob is opened and a segment folded, and how per-key totals
+from the base and the segments add up.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Iterable
+from typing import Any
+
+from collector.errors import StoreError
+from collector.store.codec import UseCaseRow, fold_segment, unseal
+from collector.store.interface import KeyInfo
+from protocol.interfaces import Aggregate
+from protocol.registry import Registry
+
+__all__ = ["SegmentReads"]
+
+
+class SegmentReads(ABC):
+    """The backends' shared reading logic; subclasses set ``registry`` and ``_use_cases``."""
+
+    registry: Registry
+    _use_cases: dict[str, UseCaseRow]
+
+    @property
+    @abstractmethod
+    def location(self) -> str:
+        """The database, for messages."""
+
+    @abstractmethod
+    def last_seq(self) -> int:
+        """The version of the latest segment committed (0 before the first)."""
+
+    @abstractmethod
+    def aggregate_at(self, use_case: str, period: int) -> tuple[Aggregate, KeyInfo, int]:
+        """The aggregate of one key with the version it is current to."""
+
+    @abstractmethod
+    def _damaged(self, what: str) -> StoreError:
+        """The error that stops the collector: the database is damaged (``what`` says how)."""
+
+    def aggregate(self, use_case: str, period: int) -> tuple[Aggregate, KeyInfo]:
+        """The aggregate of one (use case, period): its base with every segment folded in.
+
+        Raises:
+            KeyError: the use case is not in the registry.
+        """
+        agg, info, _seq = self.aggregate_at(use_case, period)
+        return agg, info
+
+    def _stored_row(self, use_case: str) -> UseCaseRow | None:
+        """The use case's stored row; None for a registry use case nothing was stored for yet.
+
+        Raises:
+            KeyError: the use case is not in the registry.
+        """
+        row = self._use_cases.get(use_case)
+        if row is None and use_case not in self.registry.use_cases:
+            raise KeyError(use_case)
+        return row
+
+    def _empty_at(self, use_case: str, period: int) -> tuple[Aggregate, KeyInfo, int]:
+        """What :meth:`aggregate_at` gives for a use case nothing was stored for: empty, current now."""
+        empty = self.registry.use_cases[use_case].mechanism.new_aggregate()
+        return empty, KeyInfo(use_case, period, 0, 0), self.last_seq()
+
+    def _open(self, table: str, key: tuple[object, ...], data: object) -> Any:
+        """The unpacked payload of a sealed row (see :func:`~collector.store.codec.seal`), checked."""
+        return unseal(table, key, data, self._damaged)
+
+    def _fold(self, row: UseCaseRow, agg: Aggregate, segment: tuple[Any, ...], period: int) -> Aggregate:
+        """Fold one stored segment ``(kind, reports, records, data)`` into ``agg``."""
+        kind, reports, records, blob = segment
+        data = self._open("segments", (row.id, period, kind, reports, records), blob)
+        return fold_segment(row, agg, kind, data, self.location)
+
+    @staticmethod
+    def _add_totals(rows: Iterable[tuple[Any, ...]], names: dict[int, str]) -> list[KeyInfo]:
+        """Per-key totals from ``(uc, period, reports, records)`` rows of bases and segment sums, oldest first."""
+        totals: dict[tuple[str, int], list[int]] = {}
+        for uc, period, reports, records in rows:
+            t = totals.setdefault((names[uc], int(period)), [0, 0])
+            t[0] += int(reports)
+            t[1] += int(records)
+        return [KeyInfo(name, period, t[0], t[1]) for (name, period), t in sorted(totals.items())]
