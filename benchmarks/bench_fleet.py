@@ -93,7 +93,7 @@ def bench(devices: int, days: int = 2) -> list[dict[str, Any]]:
                 host="127.0.0.1",
                 port=stack.broker_port,
                 ca_file=stack.ca_file,
-                username="devices",
+                username="fleet-sim",  # the simulator's own user (deploy/mosquitto/acl.fleet-sim)
                 password_file=stack.password_file,
             )
             rows.append(
