@@ -326,9 +326,12 @@ async function render() {
   };
   kv("instance", status.instance);
   kv("registry", status.registry_hash.slice(0, 12));
-  kv("reports folded", fmt(status.counters.reports || 0));
+  // In a group the reports folded are every member's (one shared store); the live figures
+  // after them are this member's own, and say so.
+  const members = Object.keys(status.instances || {}).length;
+  kv("reports folded", fmt(status.counters.reports || 0) + (members > 1 ? ` by ${members} collectors` : ""));
   if (status.live) {
-    kv("messages", fmt(counters.messages));
+    kv(members > 1 ? "messages to this one" : "messages", fmt(counters.messages));
     kv("duplicates", fmt(counters.duplicates));
     kv("lag", fmt(counters.aggregation_lag_seconds, 3) + " s");
     kv("checkpoint age", fmt(counters.checkpoint_age_seconds, 3) + " s");
