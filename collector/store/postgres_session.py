@@ -85,14 +85,21 @@ _PASSWORD_SOURCES = (
 )
 
 
+def _refused_credentials(message: str) -> bool:
+    """Whether libpq's message says the server refused our password or we sent none.
+
+    libpq reports these at connect time without a SQLSTATE; they are not a network fault.
+    """
+    return "no password supplied" in message or "authentication failed" in message
+
+
 def unavailable(exc: psycopg.Error, location: str) -> StoreUnavailable | None:
     """The StoreUnavailable for a failure that can pass, or None for one that cannot."""
     state = exc.sqlstate or ""
     known = _TRANSIENT_STATES.get(state) or _TRANSIENT_CLASSES.get(state[:2])
     message = str(exc)
     if known is None and isinstance(exc, psycopg.OperationalError) and not state:
-        if "no password supplied" in message or "authentication failed" in message:
-            # libpq reports these at connect time without a SQLSTATE; they are not a network fault.
+        if _refused_credentials(message):
             known = ("authentication", f"the database server refused our credentials ({_PASSWORD_SOURCES})")
         else:
             known = ("connection", "the database server cannot be reached")
@@ -124,7 +131,7 @@ def probe(config: StoreConfig, registry: Registry) -> str:
                 found = int(bytes(row[0]).decode()) if row is not None else -1
     except psycopg.Error as exc:
         problem = f"cannot use {config.url}: {str(exc).strip()}"
-        if password is None and ("no password supplied" in problem or "password authentication failed" in problem):
+        if password is None and _refused_credentials(problem):
             # The commands an operator runs by hand do not get the service's systemd credential.
             problem += f"; no password was given ({_PASSWORD_SOURCES})"
         raise ConfigError(config.source, field, problem) from exc
