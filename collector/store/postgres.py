@@ -718,10 +718,7 @@ class PostgresStore(SegmentReads):
                 "ORDER BY version",
                 (row.id, period, seq),
             )
-            for segment in cur:
-                agg = self._fold(row, agg, segment, period)
-                reports += int(segment[1])
-                records += int(segment[2])
+            agg, reports, records = self._fold_segments(row, period, (agg, reports, records), cur)
         return agg, KeyInfo(use_case, period, reports, records), seq
 
     def catch_up(self, aggregate: Aggregate, info: KeyInfo, seq: int) -> tuple[Aggregate, KeyInfo, int] | None:
@@ -751,16 +748,14 @@ class PostgresStore(SegmentReads):
             ).fetchone()
             if held is None or int(held[0]) != info.reports:
                 return None
-            reports, records = info.reports, info.records
             cur.execute(
                 "SELECT kind, reports, records, data FROM segments WHERE uc = %s AND period = %s AND version > %s "
                 "AND version <= %s ORDER BY version",
                 (row.id, info.period, seq, last),
             )
-            for segment in cur:
-                aggregate = self._fold(row, aggregate, segment, info.period)
-                reports += int(segment[1])
-                records += int(segment[2])
+            aggregate, reports, records = self._fold_segments(
+                row, info.period, (aggregate, info.reports, info.records), cur
+            )
         return aggregate, KeyInfo(info.use_case, info.period, reports, records), last
 
     def _scalar(self, query: str, params: Sequence[Any] = ()) -> Any:
@@ -921,10 +916,7 @@ class PostgresStore(SegmentReads):
             if not segs:
                 cur.execute("ROLLBACK")
                 return 0
-            for seg in segs:
-                agg = self._fold(row, agg, seg[1:], period)
-                reports += int(seg[2])
-                records += int(seg[3])
+            agg, reports, records = self._fold_segments(row, period, (agg, reports, records), (s[1:] for s in segs))
             sealed = seal("aggregates", (row.id, period, "", reports, records), pack(agg.to_plain()))
             cur.execute(
                 "INSERT INTO aggregates (uc, period, reports, records, data) VALUES (%s, %s, %s, %s, %s) "

@@ -4,14 +4,14 @@
 :class:`~collector.store.postgres.PostgresStore`. Each backend reads its base aggregates and
 segments with its own SQL and snapshot; this class holds what is the same around that: how a
 use case the registry names but no collector has stored yet reads (empty), how an unknown one
-fails (``KeyError``), how a sealed blob is opened and a segment folded, and how per-key totals
+fails (``KeyError``), how a sealed blob is opened and segments folded, and how per-key totals
 from the base and the segments add up.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from collector.errors import StoreError
@@ -75,11 +75,24 @@ class SegmentReads(ABC):
         """The unpacked payload of a sealed row (see :func:`~collector.store.codec.seal`), checked."""
         return unseal(table, key, data, self._damaged)
 
-    def _fold(self, row: UseCaseRow, agg: Aggregate, segment: tuple[Any, ...], period: int) -> Aggregate:
-        """Fold one stored segment ``(kind, reports, records, data)`` into ``agg``."""
-        kind, reports, records, blob = segment
-        data = self._open("segments", (row.id, period, kind, reports, records), blob)
-        return fold_segment(row, agg, kind, data, self.location)
+    def _fold_segments(
+        self,
+        row: UseCaseRow,
+        period: int,
+        start: tuple[Aggregate, int, int],
+        segments: Iterable[Sequence[Any]],
+    ) -> tuple[Aggregate, int, int]:
+        """Fold stored segments ``(kind, reports, records, data)`` into ``start = (aggregate, reports, records)``.
+
+        Each segment's blob is checked against its key and totals before it is folded.
+        """
+        agg, reports, records = start
+        for kind, seg_reports, seg_records, blob in segments:
+            data = self._open("segments", (row.id, period, kind, seg_reports, seg_records), blob)
+            agg = fold_segment(row, agg, kind, data, self.location)
+            reports += int(seg_reports)
+            records += int(seg_records)
+        return agg, reports, records
 
     @staticmethod
     def _add_totals(rows: Iterable[tuple[Any, ...]], names: dict[int, str]) -> list[KeyInfo]:

@@ -673,14 +673,12 @@ class CheckpointStore(SegmentReads):
         try:
             seq = self.last_seq()
             agg, reports, records = self._base(row, period)
-            for segment in db.execute(
+            segments = db.execute(
                 "SELECT kind, reports, records, data FROM segments WHERE uc = ? AND period = ? AND seq <= ? "
                 "ORDER BY seq",
                 (row.id, period, seq),
-            ):
-                agg = self._fold(row, agg, segment, period)
-                reports += int(segment[1])
-                records += int(segment[2])
+            )
+            agg, reports, records = self._fold_segments(row, period, (agg, reports, records), segments)
         except sqlite3.DatabaseError as exc:
             raise self._damaged(f"SQLite reports: {exc}") from exc
         finally:
@@ -722,15 +720,14 @@ class CheckpointStore(SegmentReads):
             ).fetchone()[0]
             if int(held) != info.reports:
                 return None
-            reports, records = info.reports, info.records
-            for segment in db.execute(
+            segments = db.execute(
                 "SELECT kind, reports, records, data FROM segments WHERE uc = ? AND period = ? AND seq > ? "
                 "AND seq <= ? ORDER BY seq",
                 (row.id, info.period, seq, last),
-            ):
-                aggregate = self._fold(row, aggregate, segment, info.period)
-                reports += int(segment[1])
-                records += int(segment[2])
+            )
+            aggregate, reports, records = self._fold_segments(
+                row, info.period, (aggregate, info.reports, info.records), segments
+            )
         except sqlite3.DatabaseError as exc:
             raise self._damaged(f"SQLite reports: {exc}") from exc
         finally:
@@ -873,10 +870,7 @@ class CheckpointStore(SegmentReads):
             if not segs:
                 _rollback(db)
                 return 0
-            for seg in segs:
-                agg = self._fold(row, agg, seg[1:], period)
-                reports += int(seg[2])
-                records += int(seg[3])
+            agg, reports, records = self._fold_segments(row, period, (agg, reports, records), (s[1:] for s in segs))
             sealed = seal("aggregates", (row.id, period, "", reports, records), pack(agg.to_plain()))
             db.execute(
                 "INSERT INTO aggregates (uc, period, reports, records, data) VALUES (?, ?, ?, ?, ?) "
