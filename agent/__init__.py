@@ -7,18 +7,17 @@ collection cycle every 6 hours (UTC-aligned, jittered) closes periods, samples w
 daily limit and the lifetime ε cap, and stages msgpack reports, which an MQTT publisher
 sends with QoS 1 and removes only once the broker acknowledged them.
 
-Modules: ``config`` (TOML), ``errors``, ``clock``, ``sealed`` (AES-GCM files), ``state``
+Modules: ``config`` (TOML), ``errors``, ``sealed`` (AES-GCM files), ``state``
 (sealed documents), ``accounting`` (daily limit, ε cap), ``usecases`` (per-mechanism rules),
 ``policy`` (local caps), ``core`` (the agent), ``probes``, ``api`` (Unix socket), ``transport``
-and ``mqtt`` (publishing), ``publisher``, ``schedule``, ``systemd`` (sd_notify), ``daemon``,
-``cli``.
+and ``mqtt`` (publishing), ``publisher``, ``schedule``, ``daemon``, ``cli``. The clock and sd_notify are
+:mod:`runtime`'s, shared with the collector.
 """
 
 __all__ = [
     "accounting",
     "api",
     "cli",
-    "clock",
     "config",
     "core",
     "daemon",
@@ -30,7 +29,6 @@ __all__ = [
     "schedule",
     "sealed",
     "state",
-    "systemd",
     "transport",
     "usecases",
 ]

@@ -41,7 +41,6 @@ from agent.publisher import Publisher, ReceiptPolicy
 from agent.schedule import next_cycle_after, plausible_next
 from agent.sealed import Sealer, create_key_file, load_key
 from agent.state import AgentDoc
-from agent.systemd import Notifier
 from agent.transport import Connection, ReceiptConnection, Transport
 from agent.usecases import Kind, kind_of
 from protocol.interfaces import ValueType
@@ -51,6 +50,7 @@ from runtime.backoff import Backoff
 from runtime.clock import Clock, SystemClock
 from runtime.errors import SettingFileError
 from runtime.registry_file import read_registry, registry_field
+from runtime.sd_notify import Notifier
 
 __all__ = ["Daemon", "StateLock", "check_probes", "load_registry", "open_agent", "run_daemon"]
 

@@ -30,11 +30,11 @@ from collector.live import LiveAggregates
 from collector.metrics import IngestMetrics, metrics_registry
 from collector.mqtt import MqttTransport
 from collector.store import Store, open_store
-from collector.systemd import Notifier
 from protocol.registry import Registry, RegistryError
 from runtime.clock import SystemClock, WallClock
 from runtime.errors import SettingFileError
 from runtime.registry_file import read_registry, registry_field
+from runtime.sd_notify import Notifier
 
 __all__ = ["MAINTENANCE_INTERVAL_S", "Service", "check_size_caps", "load_registry", "run_service"]
 

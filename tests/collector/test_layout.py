@@ -26,7 +26,7 @@ def test_only_the_mqtt_adapter_speaks_mqtt_and_no_client_library_is_used() -> No
     imports = _imports_by_module()
     assert not any(names & {"paho", "aiomqtt"} for names in imports.values())
     sockets = {name for name, names in imports.items() if names & {"socket", "ssl"}}
-    assert sockets <= {"mqtt.py", "systemd.py"}  # systemd.py: the systemd notify datagram only
+    assert sockets <= {"mqtt.py"}  # the systemd notify datagram is runtime/sd_notify.py's
 
 
 def test_collector_needs_no_dev_only_dependency() -> None:
