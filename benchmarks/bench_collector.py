@@ -66,16 +66,6 @@ REGISTRY = ROOT / "deploy" / "usecases.example.toml"
 TOPIC = "ldp/v1/reports/#"
 
 
-def _hcms_stream(registry: Registry, count: int) -> list[tuple[str, bytes]]:
-    """The ``single`` shape (``benchmarks.bench_store`` reuses it)."""
-    return build_single(registry, count, seed=11)
-
-
-def _counter_stream(registry: Registry, count: int, records: int = 20) -> list[tuple[str, bytes]]:
-    """The ``counters`` shape (``benchmarks.bench_store`` reuses it)."""
-    return build_counters(registry, count, seed=3, records=records)
-
-
 def _stat(pid: int) -> list[str]:
     return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
 

@@ -37,8 +37,9 @@ from typing import Any
 
 import psycopg
 
-from benchmarks.bench_collector import REGISTRY, _counter_stream, _hcms_stream
+from benchmarks.bench_collector import REGISTRY
 from benchmarks.harness import emit, progress, rate
+from benchmarks.load import build_counters, build_single
 from collector.config import StoreConfig
 from collector.store import CheckpointStore, Store
 from collector.store.codec import AGGREGATE, pack, seal, unseal
@@ -142,16 +143,16 @@ def _run(kind: str, where: str, payloads: list[bytes], members: int, batch: int)
 def bench(single: int, counters: int, batch: int) -> dict[str, Any]:
     """Every shape, store and member count; one JSON-ready document."""
     registry = parse_registry(REGISTRY.read_bytes(), source=str(REGISTRY))
-    shapes = [("single", single, _hcms_stream), ("counters", counters, _counter_stream)]
+    shapes = [("single", single, build_single, 11), ("counters", counters, build_counters, 3)]
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="bench-store-") as tmp, running_postgres(Path(tmp) / "pg") as server:
         server.run_sql("ALTER SYSTEM SET fsync = on")
         server.run_sql("ALTER SYSTEM SET full_page_writes = on")
         server.run_sql("SELECT pg_reload_conf()")
         databases = 0
-        for tag, n, make in shapes:
+        for tag, n, make, seed in shapes:
             progress(f"{tag}: generating {n} reports")
-            payloads = [p for _, p in make(registry, n)]
+            payloads = [p for _, p in make(registry, n, seed=seed)]
             runs = [("sqlite", 1), ("postgres", 1), ("postgres", 3)]
             if tag == "counters":
                 runs += [("postgres-upsert", 1), ("postgres-upsert", 3)]
@@ -168,7 +169,7 @@ def bench(single: int, counters: int, batch: int) -> dict[str, Any]:
     by = {(r["shape"], r["store"], r["members"]): r["reports_per_s"] for r in rows}
     ratios = {
         f"{tag}_postgres_1_over_sqlite_1": round(by[(tag, "postgres", 1)] / by[(tag, "sqlite", 1)], 3)
-        for tag, _, _ in shapes
+        for tag, _, _, _ in shapes
     }
     return {
         "benchmark": "store",
