@@ -127,6 +127,24 @@ class _ConnectionLostError(Exception):
     """The connection ended (closed by the peer, keepalive expired, server DISCONNECT)."""
 
 
+_SHORT_READ = 64 * 1024
+"""A read shorter than this found the socket nearly empty: the collector is keeping up."""
+
+_COALESCE_S = 0.02
+"""After a short read, how long the socket is left to fill before the next one.
+
+A collector that keeps up with its stream otherwise wakes for every few segments the broker
+writes. Each wake-up (a read, a parse, an ingest pass) has a fixed cost, and on the
+reference machine a process that works in short bursts between sleeps is also charged more
+CPU per unit of work than one kept busy. Measured with ``benchmarks.bench_collector``
+(``live``, three members sharing the stream, 20 records a message): about 1,250 reads per
+member for 20,000 messages without the pause, 170 with it, and 21.6-23.8 instead of
+27.6-30.0 us of collector CPU a message. 20 ms is small next to the commit interval
+(``ingest.commit_interval_s``, 250 ms by default), which bounds when a report is counted
+and acknowledged; a busy collector never pauses (its reads are long).
+"""
+
+
 def encode_varint(value: int) -> bytes:
     """MQTT Variable Byte Integer (§1.5.5), 1 to 4 bytes."""
     if not 0 <= value <= 268435455:
@@ -632,7 +650,7 @@ class MqttTransport:
         leftover = b"".join(_packet(f, b) for f, b in packets[1:]) + rest
         pinger = asyncio.create_task(self._keepalive(writer), name="mqtt-keepalive")
         try:
-            await self._read_loop(reader, leftover)
+            await self._read_loop(reader, writer.transport, leftover)
         finally:
             pinger.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -655,7 +673,7 @@ class MqttTransport:
                 writer.transport.abort()
                 return
 
-    async def _read_loop(self, reader: asyncio.StreamReader, rest: bytes) -> None:
+    async def _read_loop(self, reader: asyncio.StreamReader, transport: asyncio.BaseTransport, rest: bytes) -> None:
         limit = self.config.buffer_bytes
         cap = self.config.receive_maximum
         while True:
@@ -673,6 +691,12 @@ class MqttTransport:
             if not data:
                 raise _ConnectionLostError("closed by the broker")
             self._last_rx = time.monotonic()
+            if len(data) < _SHORT_READ and isinstance(transport, asyncio.ReadTransport):
+                # We are keeping up: let the next messages gather in the socket, then take
+                # them in one read and one pass of ingest (see _COALESCE_S).
+                transport.pause_reading()
+                await asyncio.sleep(_COALESCE_S)
+                transport.resume_reading()
             # A packet is refused as soon as its header says it is larger than the Maximum
             # Packet Size we announced (MQTT 5 §3.1.2.11.4), before its body is buffered, so
             # the tail kept between reads stays below that size plus one read.
