@@ -68,6 +68,37 @@ async def test_estimates_follow_commits_reading_only_what_was_added(
 
 
 @run_async
+async def test_a_key_no_request_asked_for_is_not_materialised(
+    site: StoreSite, registry: Registry, registry_path: Path
+) -> None:
+    """Commits to a key this member does not serve cost it nothing; the first request reads the key whole."""
+    config = _config(site, registry_path)
+    period = current_period(registry, "emoji", PERIOD_NOW)
+    writer = site.open(registry, instance="w")
+    live = LiveAggregates(config, registry)
+    runner = asyncio.create_task(live.run())
+    try:
+        for i in range(3):
+            _commit(writer, registry, "emoji", 20, period=period, seed=40 + i)
+            live.committed([("emoji", period)])
+        # The fold runs on the aggregates thread; a status read queued behind it there
+        # returns only once the fold task has run.
+        await asyncio.sleep(0)
+        await live.status()
+        stats = live.statistics()
+        assert (stats.resident, stats.loads, stats.catch_ups) == (0, 0, 0)
+        _, result = await live.estimate("emoji", period)
+        assert result == compute_estimate(config, "emoji", period)
+        assert result["reports"] == 60
+        assert (live.statistics().resident, live.statistics().loads) == (1, 1)
+    finally:
+        runner.cancel()
+        await asyncio.gather(runner, return_exceptions=True)
+        await asyncio.to_thread(live.close)
+        writer.close()
+
+
+@run_async
 async def test_a_repeated_request_reuses_the_estimate_until_a_commit_changes_it(
     site: StoreSite, registry: Registry, registry_path: Path
 ) -> None:
