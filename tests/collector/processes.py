@@ -188,7 +188,7 @@ _readers: collections.OrderedDict[tuple[str, int], Store] = collections.OrderedD
 _READERS = 4
 
 
-def _postgres_counters(url: str, registry: Registry) -> dict[str, int]:
+def _postgres_counters(url: str, registry: Registry, instance: str | None) -> dict[str, int]:
     key = (url, id(registry))
     store = _readers.pop(key, None)
     for attempt in range(2):
@@ -197,7 +197,7 @@ def _postgres_counters(url: str, registry: Registry) -> dict[str, int]:
             if store is None:
                 return {}
         try:
-            counters = store.counters()
+            counters = store.counters(instance)
         except StoreUnavailable:
             store.close()
             store = None
@@ -211,8 +211,9 @@ def _postgres_counters(url: str, registry: Registry) -> dict[str, int]:
     raise AssertionError("unreachable")
 
 
-def committed(store_path: Path | str, registry: Registry) -> dict[str, int]:
-    """Lifetime counters committed in the store, summed over its instances (empty if it does not exist yet).
+def committed(store_path: Path | str, registry: Registry, instance: str | None = None) -> dict[str, int]:
+    """Lifetime counters committed in the store by ``instance``, or summed over its instances
+    (empty if it does not exist yet).
 
     ``store_path`` is a SQLite file or a PostgreSQL URL (whose read-only connection is kept for
     the next call).
@@ -221,12 +222,12 @@ def committed(store_path: Path | str, registry: Registry) -> dict[str, int]:
         StoreUnavailable: the PostgreSQL server cannot be reached.
     """
     if isinstance(store_path, str):
-        return _postgres_counters(store_path, registry)
+        return _postgres_counters(store_path, registry, instance)
     store = open_readonly(store_path, registry)
     if store is None:
         return {}
     try:
-        return store.counters()
+        return store.counters(instance)
     finally:
         store.close()
 

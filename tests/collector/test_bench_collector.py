@@ -1,0 +1,38 @@
+"""The collector benchmark runs end to end on a small stream and says what it measured.
+
+Not a measurement (figures at this size are noise): the run itself asserts that every
+report of the warm-up and of the stream was committed exactly once; this checks the shape
+of the document the issue's targets are read from, and that each drain mode did what its
+name says.
+"""
+
+from __future__ import annotations
+
+from benchmarks.bench_collector import MODES, Setup, bench
+
+MESSAGES = 600
+
+
+def test_a_small_group_run_reports_every_mode_and_target() -> None:
+    doc = bench(0, MESSAGES, setups=(Setup("postgresql", 1), Setup("postgresql", 3)), modes=MODES, references=False)
+
+    (row,) = doc["results"]
+    assert row["shape"] == "counters"
+    assert row["messages"] == MESSAGES
+    assert row["warmup_messages"] > 0
+    one, three = row["collector_postgresql_1"], row["collector_postgresql_3"]
+    assert "isolated_msgs_per_s" not in one  # one member alone is the backlog run
+    for mode in ("backlog", "live"):
+        assert one[f"{mode}_messages_per_member"] == [MESSAGES]
+        assert sum(three[f"{mode}_messages_per_member"]) == MESSAGES
+        assert one[f"{mode}_collector_cpu_us_per_msg"] > 0
+    # One at a time: each member drained its own share of the shared subscription.
+    assert sum(three["isolated_messages_per_member"]) == MESSAGES
+    assert all(count > 0 for count in three["isolated_messages_per_member"])
+    assert one["warmup_collector_cpu_s_per_member"] > 0
+
+    targets = {t["target"].split(":")[0]: t for t in doc["targets"]}
+    assert set(targets) == {"counters backlog", "counters live", "counters isolated"}
+    assert "observed" not in targets["counters isolated"]
+    assert all("observed" in targets[f"counters {mode}"] for mode in ("backlog", "live"))
+    assert all(isinstance(t["pass"], bool) for t in targets.values())
