@@ -33,6 +33,4 @@ def test_a_small_group_run_reports_every_mode_and_target() -> None:
 
     targets = {t["target"].split(":")[0]: t for t in doc["targets"]}
     assert set(targets) == {"counters backlog", "counters live", "counters isolated"}
-    assert "observed" not in targets["counters isolated"]
-    assert all("observed" in targets[f"counters {mode}"] for mode in ("backlog", "live"))
     assert all(isinstance(t["pass"], bool) for t in targets.values())
