@@ -98,6 +98,11 @@ to the start (the default start is --days days before today, 00:00 UTC).
 """
 
 
+def _count(n: int, noun: str) -> str:
+    """``1 day``, ``2 days``, ``1,000 devices``."""
+    return f"{n:,} {noun}" if n == 1 else f"{n:,} {noun}s"
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="ldp-fleet",
@@ -579,7 +584,7 @@ def run_fleet(args: argparse.Namespace, *, stdout: TextIO | None = None, stderr:
     client = CollectorClient(args.collector_url) if args.collector_url else None
     start_iso = dt.datetime.fromtimestamp(plan.start, dt.UTC).isoformat().replace("+00:00", "Z")
     display.message(
-        f"ldp-fleet: {plan.devices:,} devices, {plan.days} days from {start_iso}, use cases: "
+        f"ldp-fleet: {_count(plan.devices, 'device')}, {_count(plan.days, 'day')} from {start_iso}, use cases: "
         f"{', '.join(f'{n} ({plan.generators[n]})' for n in plan.use_cases)}; registry {registry.hash_hex[:16]}"
     )
     try:
@@ -590,7 +595,7 @@ def run_fleet(args: argparse.Namespace, *, stdout: TextIO | None = None, stderr:
         simulated = time.monotonic() - wall
         display.finish()
         display.message(
-            f"simulated {plan.devices:,} devices x {plan.days} days in {simulated:.1f} s: "
+            f"simulated {_count(plan.devices, 'device')} x {_count(plan.days, 'day')} in {simulated:.1f} s: "
             f"{result.messages:,} reports acknowledged by the broker"
             + (f", {result.retries} publish retries" if result.retries else "")
         )

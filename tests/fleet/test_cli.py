@@ -100,6 +100,22 @@ def test_nothing_sent_because_every_value_was_refused_is_not_success(
     assert "{" not in captured.out + captured.err
 
 
+def test_counts_are_said_in_the_singular_and_the_plural(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """'1 device, 1 day', not '1 devices, 1 days'."""
+    truth = {"emoji": {0: Tally(n=1, total=1.0)}}
+    monkeypatch.setattr("fleet.cli.simulate", _simulated(ShardResult(messages=1, truth=truth)))
+    main(["--registry", str(REGISTRY), "--use-case", "emoji", "--devices", "1", "--days", "1"])
+    err = capsys.readouterr().err
+    assert "ldp-fleet: 1 device, 1 day from " in err
+    assert "simulated 1 device x 1 day in " in err
+    main(["--registry", str(REGISTRY), "--use-case", "emoji", "--devices", "1200", "--days", "2"])
+    err = capsys.readouterr().err
+    assert "ldp-fleet: 1,200 devices, 2 days from " in err
+    assert "simulated 1,200 devices x 2 days in " in err
+
+
 def test_time_series_rows_past_the_days_are_said_and_json_goes_to_stdout(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
