@@ -24,7 +24,9 @@ For each shape and each consumer the same QoS 1 stream goes through a fresh brok
   cores to itself - what each member costs on a machine of its own. Its rate is not the
   group's.
 
-Before the measured stream, collectors take a warm-up stream (a tenth as long, other
+Each collector setup runs ``--repeat`` times (default 3), interleaved with the others; its
+figures are the medians of its runs (``..._runs`` lists the rates and CPU per message of
+each). Before the measured stream, collectors take a warm-up stream (a tenth as long, other
 report ids, same use case and period); the CPU it cost is printed per member
 (``warmup_collector_cpu_s_per_member``), not counted in the figures per message.
 
@@ -57,6 +59,7 @@ import os
 import re
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -509,6 +512,24 @@ def _cores_held(enabled: bool) -> Iterator[int]:
             loop.wait()
 
 
+_EVERY_RUN = ("_msgs_per_s", "_collector_cpu_us_per_msg")
+"""Figures also printed run by run (``<key>_runs``) when the collectors ran more than once."""
+
+
+def _median_of(runs: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """One setup's figures over its runs: each number the median of its runs; the details
+    that are not single numbers (cores busy, counts per member) the first run's."""
+    out = dict(runs[0])
+    for key, first in runs[0].items():
+        if isinstance(first, bool) or not isinstance(first, int | float):
+            continue
+        values = [run[key] for run in runs]
+        out[key] = round(statistics.median(values), 3)
+        if len(runs) > 1 and key.endswith(_EVERY_RUN):
+            out[f"{key}_runs"] = values
+    return out
+
+
 def _ratio(a: float, b: float) -> float:
     return round(a / b, 3) if b else float("inf")
 
@@ -521,8 +542,9 @@ def bench(
     modes: Sequence[str] = MODES,
     references: bool = True,
     hold_cores: bool = False,
+    repeat: int = 1,
 ) -> dict[str, Any]:
-    """Run every shape, consumer and collector setup; one JSON-ready document."""
+    """Run every shape, consumer and collector setup (the collectors ``repeat`` times); one JSON-ready document."""
     registry = parse_registry(REGISTRY.read_bytes(), source=str(REGISTRY))
     shapes = [
         ("single", "hcms safari-energy-domains (k=1024, m=32768), 1 record per message", 1, single, build_single),
@@ -558,9 +580,17 @@ def bench(
                     progress(f"{tag}: paho-mqtt, manual acknowledgement")
                     with running_broker(work / f"broker-{tag}-paho") as broker:
                         row["paho_manual_ack"] = _paho_manual_ack(broker, items, tag)
+                # Repeats interleaved (1, 2, 3 members, then again): a slow spell of the
+                # machine lands on every setup alike rather than on one of them.
+                runs: dict[Setup, list[dict[str, Any]]] = {setup: [] for setup in setups}
+                for r in range(repeat):
+                    for setup in setups:
+                        progress(f"{tag}: {setup.members} collector(s) on {setup.backend}, run {r + 1} of {repeat}")
+                        runs[setup].append(
+                            _collectors(items, warmup, registry, work, setup=setup, tag=f"{tag}{r}", db=db, modes=modes)
+                        )
                 for setup in setups:
-                    progress(f"{tag}: {setup.members} collector(s) on {setup.backend}")
-                    result = _collectors(items, warmup, registry, work, setup=setup, tag=tag, db=db, modes=modes)
+                    result = _median_of(runs[setup])
                     for mode in modes:
                         if f"{mode}_msgs_per_s" not in result:
                             continue
@@ -580,6 +610,7 @@ def bench(
         "python": sys.version.split()[0],
         "seconds": round(time.perf_counter() - started, 1),
         "idle_priority_loops": held,
+        "collector_runs": repeat,
         "results": rows,
         "targets": targets,
     }
@@ -638,6 +669,12 @@ def main(argv: Sequence[str] | None = None) -> None:
         help="comma-separated drains: backlog, live, isolated (default all three)",
     )
     parser.add_argument(
+        "--repeat",
+        type=int,
+        default=3,
+        help="runs of each collector setup, interleaved; figures are their medians (default 3)",
+    )
+    parser.add_argument(
         "--hold-cores",
         action="store_true",
         help="run a SCHED_IDLE busy loop per core, so no core idles (see _cores_held)",
@@ -646,6 +683,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     members = [int(m) for m in args.members.split(",") if m.strip()]
     if any(m < 1 for m in members):
         parser.error("--members takes positive group sizes")
+    if args.repeat < 1:
+        parser.error("--repeat takes a positive count")
     modes = [m for m in args.modes.split(",") if m]
     if not modes or any(m not in MODES for m in modes):
         parser.error(f"--modes takes some of {', '.join(MODES)}")
@@ -658,6 +697,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             modes=modes,
             references=not args.no_references,
             hold_cores=args.hold_cores,
+            repeat=args.repeat,
         )
     )
 

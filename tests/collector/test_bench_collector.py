@@ -8,7 +8,7 @@ name says.
 
 from __future__ import annotations
 
-from benchmarks.bench_collector import MODES, Setup, bench
+from benchmarks.bench_collector import MODES, Setup, _median_of, bench
 
 MESSAGES = 600
 
@@ -34,3 +34,16 @@ def test_a_small_group_run_reports_every_mode_and_target() -> None:
     targets = {t["target"].split(":")[0]: t for t in doc["targets"]}
     assert set(targets) == {"counters backlog", "counters live", "counters isolated"}
     assert all(isinstance(t["pass"], bool) for t in targets.values())
+
+
+def test_repeated_runs_are_summarised_by_their_medians() -> None:
+    runs = [
+        {"live_msgs_per_s": 10.0, "live_collector_cpu_us_per_msg": 30.0, "per": [1], "n": 3},
+        {"live_msgs_per_s": 30.0, "live_collector_cpu_us_per_msg": 20.0, "per": [2], "n": 3},
+        {"live_msgs_per_s": 20.0, "live_collector_cpu_us_per_msg": 90.0, "per": [3], "n": 3},
+    ]
+    out = _median_of(runs)
+    assert (out["live_msgs_per_s"], out["live_collector_cpu_us_per_msg"]) == (20.0, 30.0)
+    assert out["live_collector_cpu_us_per_msg_runs"] == [30.0, 20.0, 90.0]
+    assert out["per"] == [1]  # details that are not one number: the first run's
+    assert "n_runs" not in out
