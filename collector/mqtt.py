@@ -130,7 +130,7 @@ class _ConnectionLostError(Exception):
 _SHORT_READ = 64 * 1024
 """A read shorter than this found the socket nearly empty: the collector is keeping up."""
 
-_COALESCE_S = 0.02
+READ_PAUSE_S = 0.02
 """After a short read, how long the socket is left to fill before the next one.
 
 A collector that keeps up with its stream otherwise wakes for every few segments the broker
@@ -141,7 +141,9 @@ CPU per unit of work than one kept busy. Measured with ``benchmarks.bench_collec
 member for 20,000 messages without the pause, 170 with it, and 21.6-23.8 instead of
 27.6-30.0 us of collector CPU a message. 20 ms is small next to the commit interval
 (``ingest.commit_interval_s``, 250 ms by default), which bounds when a report is counted
-and acknowledged; a busy collector never pauses (its reads are long).
+and acknowledged; the service never pauses longer than a quarter of it, so an operator who
+shortens the interval for latency shortens the pause too. A busy collector never pauses
+(its reads are long).
 """
 
 
@@ -410,8 +412,11 @@ class MqttTransport:
         config: broker address, client id, topic, shared-subscription group, limits.
     """
 
-    def __init__(self, config: MqttConfig) -> None:
+    def __init__(self, config: MqttConfig, *, read_pause_s: float = READ_PAUSE_S) -> None:
+        """``read_pause_s``: how long the socket is left to fill after a short read (see
+        :data:`READ_PAUSE_S`; the service passes at most a quarter of its commit interval)."""
         self.config = config
+        self._read_pause_s = read_pause_s
         # "ldp/v1/reports/#" -> b"ldp/v1/reports/": what comes after it, up to the last level
         # (the use case), is the sender's identity.
         self._prefix = config.topic[:-1].encode() if config.topic.endswith("/#") else None
@@ -691,11 +696,11 @@ class MqttTransport:
             if not data:
                 raise _ConnectionLostError("closed by the broker")
             self._last_rx = time.monotonic()
-            if len(data) < _SHORT_READ and isinstance(transport, asyncio.ReadTransport):
+            if len(data) < _SHORT_READ and self._read_pause_s > 0 and isinstance(transport, asyncio.ReadTransport):
                 # We are keeping up: let the next messages gather in the socket, then take
-                # them in one read and one pass of ingest (see _COALESCE_S).
+                # them in one read and one pass of ingest (see READ_PAUSE_S).
                 transport.pause_reading()
-                await asyncio.sleep(_COALESCE_S)
+                await asyncio.sleep(self._read_pause_s)
                 transport.resume_reading()
             # A packet is refused as soon as its header says it is larger than the Maximum
             # Packet Size we announced (MQTT 5 §3.1.2.11.4), before its body is buffered, so

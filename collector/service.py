@@ -28,7 +28,7 @@ from collector.http import serve_http
 from collector.ingest import Ingest, StoreThread
 from collector.live import LiveAggregates
 from collector.metrics import IngestMetrics, metrics_registry
-from collector.mqtt import MqttTransport
+from collector.mqtt import READ_PAUSE_S, MqttTransport
 from collector.store import Store, open_store
 from protocol.registry import Registry, RegistryError
 from runtime.clock import SystemClock, WallClock
@@ -188,7 +188,8 @@ async def run_service(
     try:
         low_water = await store.call(lambda s: s.low_water())
         metrics = IngestMetrics()
-        transport = MqttTransport(config.mqtt)
+        # The read pause (collector.mqtt.READ_PAUSE_S) stays well inside the commit interval.
+        transport = MqttTransport(config.mqtt, read_pause_s=min(READ_PAUSE_S, config.ingest.commit_interval_s / 4))
         ingest = Ingest(
             registry=registry,
             transport=transport,

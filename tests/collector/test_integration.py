@@ -15,7 +15,7 @@ from paho.mqtt.enums import CallbackAPIVersion
 
 from collector.config import CollectorConfig, load_config
 from collector.metrics import render_prometheus
-from collector.mqtt import MqttPublisher
+from collector.mqtt import READ_PAUSE_S, MqttPublisher
 from collector.service import Service, run_service
 from collector.store import CheckpointStore
 from protocol.registry import Registry
@@ -101,6 +101,10 @@ async def test_reports_from_several_clients_sum_exactly(
     items = _mixed_stream(registry, 60, seed=500)
     parts = [items[i::4] for i in range(4)]
     async with _running(config) as service:
+        # After a short read the socket is left to fill, never longer than a quarter of the
+        # commit interval (white-box: the pause the service chose).
+        pause = service.transport._read_pause_s
+        assert pause == min(READ_PAUSE_S, config.ingest.commit_interval_s / 4) > 0
         await asyncio.gather(
             asyncio.to_thread(_paho_publish, mosquitto, "device-a", parts[0], v5=True),
             asyncio.to_thread(_paho_publish, mosquitto, "device-b", parts[1], v5=False),
