@@ -699,9 +699,12 @@ class MqttTransport:
             if len(data) < _SHORT_READ and self._read_pause_s > 0 and isinstance(transport, asyncio.ReadTransport):
                 # We are keeping up: let the next messages gather in the socket, then take
                 # them in one read and one pass of ingest (see READ_PAUSE_S).
-                transport.pause_reading()
+                # A closed TLS transport has no protocol left to pause or resume (it raises).
+                if not transport.is_closing():
+                    transport.pause_reading()
                 await asyncio.sleep(self._read_pause_s)
-                transport.resume_reading()
+                if not transport.is_closing():
+                    transport.resume_reading()
             # A packet is refused as soon as its header says it is larger than the Maximum
             # Packet Size we announced (MQTT 5 §3.1.2.11.4), before its body is buffered, so
             # the tail kept between reads stays below that size plus one read.

@@ -16,6 +16,7 @@ from collector.mqtt import (
     MqttPublisher,
     MqttTransport,
     _check_connack,
+    _ConnectionLostError,
     decode_varint,
     encode_varint,
     publish_packet,
@@ -180,3 +181,37 @@ async def test_qos0_messages_need_no_ack_and_topics_are_dropped(mosquitto: Broke
     finally:
         await transport.close()
         await asyncio.wait_for(runner, 60)
+
+
+class _ClosingTransport(asyncio.ReadTransport):
+    """A read transport closed while the reader pauses; like a closed TLS transport, it
+    refuses to be paused or resumed once closed."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.closed = False
+        self.calls: list[str] = []
+
+    def is_closing(self) -> bool:
+        return self.closed
+
+    def pause_reading(self) -> None:
+        assert not self.closed, "paused after close"
+        self.calls.append("pause")
+        self.closed = True  # the connection goes away during the pause
+
+    def resume_reading(self) -> None:
+        raise AssertionError("resumed after close")
+
+
+@run_async
+async def test_a_connection_closed_during_the_read_pause_ends_the_session_cleanly() -> None:
+    """The pause after a short read neither resumes a closed transport nor hides the end of the stream."""
+    transport = MqttTransport(MqttConfig(), read_pause_s=0.001)
+    reader = asyncio.StreamReader()
+    reader.feed_data(b"\x30")  # a short read: the first byte of a PUBLISH, the rest never comes
+    reader.feed_eof()
+    fake = _ClosingTransport()
+    with pytest.raises(_ConnectionLostError, match="closed by the broker"):
+        await transport._read_loop(reader, fake, b"")
+    assert fake.calls == ["pause"]
