@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 from collector.config import CollectorConfig, parse_config
@@ -21,6 +23,21 @@ def _config(site: StoreSite, registry_path: Path) -> CollectorConfig:
     return parse_config({"registry": str(registry_path), "store": site.table()})
 
 
+@contextlib.asynccontextmanager
+async def _view(
+    site: StoreSite, registry: Registry, registry_path: Path
+) -> AsyncIterator[tuple[CollectorConfig, Store, LiveAggregates]]:
+    """The collector config, a store that commits (instance "w") and a live view of it; both closed after."""
+    config = _config(site, registry_path)
+    writer = site.open(registry, instance="w")
+    live = LiveAggregates(config, registry)
+    try:
+        yield config, writer, live
+    finally:
+        await asyncio.to_thread(live.close)
+        writer.close()
+
+
 def _commit(store: Store, registry: Registry, name: str, count: int, *, period: int, seed: int) -> None:
     reports = privatized_reports(registry, name, count, period=period, seed=seed)
     result = store.commit([decode_report(encode_report(r), registry) for r in reports], {})
@@ -32,11 +49,8 @@ async def test_estimates_follow_commits_reading_only_what_was_added(
     site: StoreSite, registry: Registry, registry_path: Path
 ) -> None:
     """After each commit the view folds only the new segments and serves what the store path computes."""
-    config = _config(site, registry_path)
     period = current_period(registry, "emoji", PERIOD_NOW)
-    writer = site.open(registry, instance="w")
-    live = LiveAggregates(config, registry)
-    try:
+    async with _view(site, registry, registry_path) as (config, writer, live):
         _commit(writer, registry, "emoji", 60, period=period, seed=1)
         version, first = await live.estimate("emoji", period)
         assert first == compute_estimate(config, "emoji", period)
@@ -62,9 +76,6 @@ async def test_estimates_follow_commits_reading_only_what_was_added(
         assert stats.catch_ups == 3
         entry = live._entries[("emoji", period)]  # white-box: the aggregate itself
         assert plain_equal(entry.aggregate, writer.aggregate("emoji", period)[0])
-    finally:
-        await asyncio.to_thread(live.close)
-        writer.close()
 
 
 @run_async
@@ -72,30 +83,26 @@ async def test_a_key_no_request_asked_for_is_not_materialised(
     site: StoreSite, registry: Registry, registry_path: Path
 ) -> None:
     """Commits to a key this member does not serve cost it nothing; the first request reads the key whole."""
-    config = _config(site, registry_path)
     period = current_period(registry, "emoji", PERIOD_NOW)
-    writer = site.open(registry, instance="w")
-    live = LiveAggregates(config, registry)
-    runner = asyncio.create_task(live.run())
-    try:
-        for i in range(3):
-            _commit(writer, registry, "emoji", 20, period=period, seed=40 + i)
-            live.committed([("emoji", period)])
-        # The fold runs on the aggregates thread; a status read queued behind it there
-        # returns only once the fold task has run.
-        await asyncio.sleep(0)
-        await live.status()
-        stats = live.statistics()
-        assert (stats.resident, stats.loads, stats.catch_ups) == (0, 0, 0)
-        _, result = await live.estimate("emoji", period)
-        assert result == compute_estimate(config, "emoji", period)
-        assert result["reports"] == 60
-        assert (live.statistics().resident, live.statistics().loads) == (1, 1)
-    finally:
-        runner.cancel()
-        await asyncio.gather(runner, return_exceptions=True)
-        await asyncio.to_thread(live.close)
-        writer.close()
+    async with _view(site, registry, registry_path) as (config, writer, live):
+        runner = asyncio.create_task(live.run())
+        try:
+            for i in range(3):
+                _commit(writer, registry, "emoji", 20, period=period, seed=40 + i)
+                live.committed([("emoji", period)])
+            # The fold runs on the aggregates thread; a status read queued behind it there
+            # returns only once the fold task has run.
+            await asyncio.sleep(0)
+            await live.status()
+            stats = live.statistics()
+            assert (stats.resident, stats.loads, stats.catch_ups) == (0, 0, 0)
+            _, result = await live.estimate("emoji", period)
+            assert result == compute_estimate(config, "emoji", period)
+            assert result["reports"] == 60
+            assert (live.statistics().resident, live.statistics().loads) == (1, 1)
+        finally:
+            runner.cancel()
+            await asyncio.gather(runner, return_exceptions=True)
 
 
 @run_async
@@ -103,11 +110,8 @@ async def test_a_repeated_request_reuses_the_estimate_until_a_commit_changes_it(
     site: StoreSite, registry: Registry, registry_path: Path
 ) -> None:
     """The same version twice is one computation; a commit to another key does not invalidate it."""
-    config = _config(site, registry_path)
     period = current_period(registry, "domains", PERIOD_NOW)
-    writer = site.open(registry, instance="w")
-    live = LiveAggregates(config, registry)
-    try:
+    async with _view(site, registry, registry_path) as (_, writer, live):
         _commit(writer, registry, "domains", 50, period=period, seed=3)
         v1, r1 = await live.estimate("domains")
         v2, r2 = await live.estimate("domains")
@@ -123,9 +127,6 @@ async def test_a_repeated_request_reuses_the_estimate_until_a_commit_changes_it(
         assert v4 != v1
         assert r4["reports"] == 80
         assert live.statistics().estimates == 2
-    finally:
-        await asyncio.to_thread(live.close)
-        writer.close()
 
 
 @run_async
@@ -133,11 +134,8 @@ async def test_a_compaction_the_view_had_not_seen_is_read_afresh(
     site: StoreSite, registry: Registry, registry_path: Path
 ) -> None:
     """Segments compacted into the base before the view folded them make it reload the key, not miss them."""
-    config = _config(site, registry_path)
     period = current_period(registry, "hist", PERIOD_NOW)
-    writer = site.open(registry, instance="w")
-    live = LiveAggregates(config, registry)
-    try:
+    async with _view(site, registry, registry_path) as (config, writer, live):
         _commit(writer, registry, "hist", 30, period=period, seed=6)
         await live.estimate("hist", period)
         _commit(writer, registry, "hist", 25, period=period, seed=7)
@@ -154,9 +152,6 @@ async def test_a_compaction_the_view_had_not_seen_is_read_afresh(
         _, result = await live.estimate("hist", period)
         assert result == compute_estimate(config, "hist", period)
         assert live.statistics().loads == 2
-    finally:
-        await asyncio.to_thread(live.close)
-        writer.close()
 
 
 @run_async
@@ -198,11 +193,8 @@ async def test_memory_is_bounded_least_recently_used_first_out(
 @run_async
 async def test_series_and_status_match_the_store_path(site: StoreSite, registry: Registry, registry_path: Path) -> None:
     """The series and the status the API serves are the CLI's, plus the view's own counters."""
-    config = _config(site, registry_path)
     period = current_period(registry, "usage", PERIOD_NOW)
-    writer = site.open(registry, instance="w")
-    live = LiveAggregates(config, registry)
-    try:
+    async with _view(site, registry, registry_path) as (config, writer, live):
         for back in range(3):
             _commit(writer, registry, "usage", 30, period=period - back, seed=20 + back)
         assert await live.series("usage") == compute_series(config, "usage")
@@ -214,6 +206,3 @@ async def test_series_and_status_match_the_store_path(site: StoreSite, registry:
         _commit(writer, registry, "flag", 30, period=current_period(registry, "flag", PERIOD_NOW), seed=30)
         _, result = await live.estimate("flag")
         assert result["reports"] == 30
-    finally:
-        await asyncio.to_thread(live.close)
-        writer.close()
