@@ -696,13 +696,18 @@ class MqttTransport:
             if not data:
                 raise _ConnectionLostError("closed by the broker")
             self._last_rx = time.monotonic()
-            if len(data) < _SHORT_READ and self._read_pause_s > 0 and isinstance(transport, asyncio.ReadTransport):
+            if (
+                len(data) < _SHORT_READ
+                and self._read_pause_s > 0
+                and isinstance(transport, asyncio.ReadTransport)
+                and not transport.is_closing()
+            ):
                 # We are keeping up: let the next messages gather in the socket, then take
                 # them in one read and one pass of ingest (see READ_PAUSE_S).
-                # A closed TLS transport has no protocol left to pause or resume (it raises).
-                if not transport.is_closing():
-                    transport.pause_reading()
+                transport.pause_reading()
                 await asyncio.sleep(self._read_pause_s)
+                # Closed meanwhile: a closed TLS transport has no protocol left to resume (it
+                # raises); the next read ends the session.
                 if not transport.is_closing():
                     transport.resume_reading()
             # A packet is refused as soon as its header says it is larger than the Maximum
