@@ -47,7 +47,10 @@ of its SQLite throughput; with three members the collectors' CPU per message is 
 of one member's (adding members adds no cost per message), in each mode. ``isolated`` is the
 steadiest of the three: in the others every process shares the two cores, and a member
 receiving a third of a live stream works in shorter bursts, which this machine charges more
-CPU per unit of work (``_cores_held``).
+CPU per unit of work: the same msgpack-decode loop costs 0.78 us a unit flat out, 1.2 us in
+1,000-unit bursts 5 ms apart and 2.5 us in 50-unit bursts (an idle vCPU is halted, and a
+woken one starts cold; busy loops at ``SCHED_IDLE`` keeping every core running cut that to
+0.91 and 1.29 us, but did not move the collector ratios beyond their run-to-run spread).
 """
 
 from __future__ import annotations
@@ -343,9 +346,12 @@ def _collector_run(
     """
     n, w = len(items), len(warmup)
     directory = work / f"{tag}-{mode}-{setup.name}"
-    store: Path | str = (
-        db.fresh_url() if db is not None and setup.backend == "postgresql" else directory / "store.sqlite3"
-    )
+    store: Path | str
+    if setup.backend == "postgresql":
+        assert db is not None
+        store = db.fresh_url()
+    else:
+        store = directory / "store.sqlite3"
     procs = _members(broker, store, directory, setup=setup, name=f"{tag}-{mode}-{setup.name}")
     out: dict[str, Any] = {}
     try:
@@ -481,37 +487,6 @@ WARMUP_FRACTION = 10
 WARMUP_MIN = 2000
 
 
-# One busy loop per core at SCHED_IDLE: it runs only when nothing else wants the core.
-_HOLD_CORE = "import os\nos.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))\nwhile True:\n    pass\n"
-
-
-@contextlib.contextmanager
-def _cores_held(enabled: bool) -> Iterator[int]:
-    """Keep every core from idling for the ``with`` block; yields how many loops run.
-
-    On this virtual machine a process that works in bursts and sleeps between them is charged
-    more CPU per unit of work than one that never sleeps: the same msgpack-decode loop costs
-    0.78 us a unit flat out, 1.2 us in 1,000-unit bursts 5 ms apart and 2.5 us in 50-unit
-    bursts (an idle vCPU is halted, and a woken one starts cold). Three members each
-    receiving a third of the stream sleep more than one member receiving all of it, so
-    without this their CPU per message measures the idle cores, not the code. Loops at
-    ``SCHED_IDLE`` keep the vCPUs running (the in-guest stand-in for disabling deep idle
-    states) and yield to any other task at once; with them the bursts cost 0.91 and 1.29 us.
-    Off by default: in the collector runs the held cores did not move the ratios beyond the
-    run-to-run spread, so the default keeps the machine as a deployment would have it.
-    """
-    if not enabled:
-        yield 0
-        return
-    loops = [subprocess.Popen([sys.executable, "-c", _HOLD_CORE]) for _ in range(os.cpu_count() or 1)]
-    try:
-        yield len(loops)
-    finally:
-        for loop in loops:
-            loop.kill()
-            loop.wait()
-
-
 _EVERY_RUN = ("_msgs_per_s", "_collector_cpu_us_per_msg")
 """Figures also printed run by run (``<key>_runs``) when the collectors ran more than once."""
 
@@ -541,7 +516,6 @@ def bench(
     setups: Sequence[Setup] = SETUPS,
     modes: Sequence[str] = MODES,
     references: bool = True,
-    hold_cores: bool = False,
     repeat: int = 1,
 ) -> dict[str, Any]:
     """Run every shape, consumer and collector setup (the collectors ``repeat`` times); one JSON-ready document."""
@@ -553,7 +527,7 @@ def bench(
     rows = []
     targets: list[dict[str, Any]] = []
     started = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="bench-collector-") as tmp, _cores_held(hold_cores) as held:
+    with tempfile.TemporaryDirectory(prefix="bench-collector-") as tmp:
         work = Path(tmp)
         with _database(work, any(s.backend == "postgresql" for s in setups)) as db:
             for tag, what, records, n, make in shapes:
@@ -609,7 +583,6 @@ def bench(
         "cpus": os.cpu_count(),
         "python": sys.version.split()[0],
         "seconds": round(time.perf_counter() - started, 1),
-        "idle_priority_loops": held,
         "collector_runs": repeat,
         "results": rows,
         "targets": targets,
@@ -682,11 +655,6 @@ def main(argv: Sequence[str] | None = None) -> None:
         default=3,
         help="runs of each collector setup, interleaved; figures are their medians (default 3)",
     )
-    parser.add_argument(
-        "--hold-cores",
-        action="store_true",
-        help="run a SCHED_IDLE busy loop per core, so no core idles (see _cores_held)",
-    )
     args = parser.parse_args(argv)
     members = [int(m) for m in args.members.split(",") if m.strip()]
     if any(m < 1 for m in members):
@@ -704,7 +672,6 @@ def main(argv: Sequence[str] | None = None) -> None:
             setups=setups,
             modes=modes,
             references=not args.no_references,
-            hold_cores=args.hold_cores,
             repeat=args.repeat,
         )
     )
