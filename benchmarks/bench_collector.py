@@ -664,6 +664,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     modes = [m for m in args.modes.split(",") if m]
     if not modes or any(m not in MODES for m in modes):
         parser.error(f"--modes takes some of {', '.join(MODES)}")
+    if "isolated" in modes and "backlog" not in modes:
+        parser.error("--modes isolated is compared with one member's backlog drain: add backlog")
     setups = ([] if args.no_sqlite else [Setup("sqlite", 1)]) + [Setup("postgresql", m) for m in members]
     emit(
         bench(
