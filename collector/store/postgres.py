@@ -124,7 +124,6 @@ import psycopg
 from collector.config import StoreConfig, read_store_password
 from collector.errors import StoreError
 from collector.store.codec import (
-    BIG_SEGMENTS,
     RID_BYTES,
     TAG_BYTES,
     UseCaseRow,
@@ -862,7 +861,6 @@ class PostgresStore(SegmentReads):
 
     def compaction_candidates(self, compact_after: int) -> list[tuple[str, int]]:
         """Keys whose segments should be folded into their base now."""
-        names = {row.id: name for name, row in self._use_cases.items()}
         lows = self.low_water()
         with self._failures():
             rows = (
@@ -874,16 +872,7 @@ class PostgresStore(SegmentReads):
                 )
                 .fetchall()
             )
-        out = []
-        for uc, period, count, size, base_size in rows:
-            name = names.get(int(uc))
-            if name is None:
-                continue
-            closed = int(period) < lows.get(name, 0)
-            # Folding rewrites the whole base: wait until the segments are worth a quarter of it.
-            if (int(count) >= compact_after and int(size) * 4 >= int(base_size)) or int(size) >= BIG_SEGMENTS or closed:
-                out.append((name, int(period)))
-        return out
+        return self._worth_compacting(rows, compact_after, lows)
 
     def compact(self, use_case: str, period: int) -> int:
         """Fold the key's segments into its base, in one transaction; return segments folded.

@@ -4,18 +4,18 @@
 :class:`~collector.store.postgres.PostgresStore`. Each backend reads its base aggregates and
 segments with its own SQL and snapshot; this class holds what is the same around that: how a
 use case the registry names but no collector has stored yet reads (empty), how an unknown one
-fails (``KeyError``), how a sealed blob is opened and segments folded, and how per-key totals
-from the base and the segments add up.
+fails (``KeyError``), how a sealed blob is opened and segments folded, how per-key totals
+from the base and the segments add up, and which keys are worth compacting.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from collector.errors import StoreError
-from collector.store.codec import UseCaseRow, fold_segment, unseal
+from collector.store.codec import BIG_SEGMENTS, UseCaseRow, fold_segment, unseal
 from collector.store.interface import KeyInfo
 from protocol.interfaces import Aggregate
 from protocol.registry import Registry
@@ -103,3 +103,21 @@ class SegmentReads(ABC):
             t[0] += int(reports)
             t[1] += int(records)
         return [KeyInfo(name, period, t[0], t[1]) for (name, period), t in sorted(totals.items())]
+
+    def _worth_compacting(
+        self, rows: Iterable[tuple[Any, ...]], compact_after: int, lows: Mapping[str, int]
+    ) -> list[tuple[str, int]]:
+        """The keys to fold into their base now, from ``(uc, period, segments, segment bytes,
+        base bytes)`` rows: enough segments, a lot of segment data, or a period already closed."""
+        names = {row.id: name for name, row in self._use_cases.items()}
+        out = []
+        for uc, period, count, size, base_size in rows:
+            name = names.get(int(uc))
+            if name is None:
+                continue
+            closed = int(period) < lows.get(name, 0)
+            # Folding rewrites the whole base: wait until the segments are worth a quarter of it,
+            # so a large sketch is rewritten at most about once per quarter of its own size.
+            if (int(count) >= compact_after and int(size) * 4 >= int(base_size)) or int(size) >= BIG_SEGMENTS or closed:
+                out.append((name, int(period)))
+        return out

@@ -63,7 +63,6 @@ import msgpack
 
 from collector.errors import StoreError, StoreUnavailable
 from collector.store.codec import (
-    BIG_SEGMENTS,
     RID_BYTES,
     TAG_BYTES,
     UseCaseRow,
@@ -831,25 +830,12 @@ class CheckpointStore(SegmentReads):
 
     def compaction_candidates(self, compact_after: int) -> list[tuple[str, int]]:
         """Keys whose segments should be folded into their base now."""
-        names = {row.id: name for name, row in self._use_cases.items()}
-        lows = self.low_water()
-        out = []
-        for uc, period, count, size in self._db.execute(
-            "SELECT uc, period, count(*), sum(length(data)) FROM segments GROUP BY uc, period"
-        ):
-            name = names.get(int(uc))
-            if name is None:
-                continue
-            base = self._db.execute(
-                "SELECT length(data) FROM aggregates WHERE uc = ? AND period = ?", (uc, period)
-            ).fetchone()
-            base_size = int(base[0]) if base else 0
-            closed = int(period) < lows.get(name, 0)
-            # Folding rewrites the whole base: wait until the segments are worth a quarter of it,
-            # so a large sketch is rewritten at most about once per quarter of its own size.
-            if (int(count) >= compact_after and int(size) * 4 >= base_size) or int(size) >= BIG_SEGMENTS or closed:
-                out.append((name, int(period)))
-        return out
+        rows = self._db.execute(
+            "SELECT s.uc, s.period, s.n, s.size, coalesce(length(a.data), 0) FROM "
+            "(SELECT uc, period, count(*) AS n, sum(length(data)) AS size FROM segments "
+            "GROUP BY uc, period) s LEFT JOIN aggregates a ON a.uc = s.uc AND a.period = s.period"
+        ).fetchall()
+        return self._worth_compacting(rows, compact_after, self.low_water())
 
     def compact(self, use_case: str, period: int) -> int:
         """Fold the key's segments into its base, in one transaction; return segments folded."""
