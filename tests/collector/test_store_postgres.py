@@ -8,9 +8,9 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import psycopg
 import pytest
@@ -30,6 +30,8 @@ from tests.collector.test_faults import _check_exact, _stream
 from tests.support.broker import Broker, free_port
 from tests.support.postgres import PostgresServer, running_postgres
 
+T = TypeVar("T")
+
 
 def _store(server: PostgresServer, registry: Registry, instance: str = "a") -> PostgresStore:
     return PostgresStore(StoreConfig(url=server.url), registry, instance=instance)
@@ -42,6 +44,31 @@ def _payloads(registry: Registry, name: str, count: int, *, seed: int, period: i
 
 def _decoded(registry: Registry, payloads: Sequence[bytes]) -> list[DecodedReport]:
     return [decode_report(p, registry) for p in payloads]
+
+
+def _at_once(work: Callable[[int], T], count: int, *, timeout: float = 300) -> list[T]:
+    """``work(0)`` to ``work(count - 1)``, each in its own thread, released together (as members
+    would commit); their results in that order. The first exception any raised is raised here."""
+    start = threading.Barrier(count)
+    results: dict[int, T] = {}
+    errors: list[BaseException] = []
+
+    def run(index: int) -> None:
+        try:
+            start.wait()
+            results[index] = work(index)
+        except BaseException as exc:  # surfaced below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(count)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=timeout)
+    if errors:
+        raise errors[0]
+    assert len(results) == count, "a thread did not finish in time"
+    return [results[i] for i in range(count)]
 
 
 def _sql(server: PostgresServer, text: str) -> list[tuple[Any, ...]]:
@@ -68,26 +95,13 @@ def test_two_members_committing_the_same_ids_at_once_fold_each_exactly_once(
     payloads = _payloads(registry, "flag", 600, seed=1)
     reports = _decoded(registry, payloads)
     members = [_store(postgres, registry, "a"), _store(postgres, registry, "b")]
-    results: list[CommitResult] = []
-    start = threading.Barrier(2)
-    errors: list[BaseException] = []
 
-    def run(index: int) -> None:
+    def run(index: int) -> list[CommitResult]:
         mine = reports if index == 0 else reports[::-1]
-        try:
-            start.wait()
-            for i in range(0, len(mine), 50):
-                results.append(members[index].commit(mine[i : i + 50], {"messages": 50}))
-        except BaseException as exc:  # surfaced below
-            errors.append(exc)
+        return [members[index].commit(mine[i : i + 50], {"messages": 50}) for i in range(0, len(mine), 50)]
 
-    threads = [threading.Thread(target=run, args=(i,)) for i in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=300)
     try:
-        assert not errors, errors
+        results = [r for done in _at_once(run, 2) for r in done]
         assert sum(r.reports for r in results) == 600
         assert sum(r.duplicates for r in results) == 600
         key = ("flag", reports[0].period)
@@ -134,22 +148,14 @@ def test_one_device_through_two_members_gets_one_allowance(postgres: PostgresSer
     """The same identity's reports committed by two members, at once: one folded in all, the rest over-allowance."""
     reports = _decoded(registry, _payloads(registry, "flag", 40, seed=3))
     members = [_store(postgres, registry, "a"), _store(postgres, registry, "b")]
-    results: list[CommitResult] = []
-    start = threading.Barrier(2)
 
-    def run(index: int) -> None:
+    def run(index: int) -> list[CommitResult]:
         mine = reports[index::2]
-        start.wait()
-        for i in range(0, len(mine), 5):
-            part = mine[i : i + 5]
-            results.append(members[index].commit(part, {}, [b"mallory"] * len(part)))
+        parts = [mine[i : i + 5] for i in range(0, len(mine), 5)]
+        return [members[index].commit(part, {}, [b"mallory"] * len(part)) for part in parts]
 
-    threads = [threading.Thread(target=run, args=(i,)) for i in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=300)
     try:
+        results = [r for done in _at_once(run, 2) for r in done]
         assert sum(r.reports for r in results) == 1
         assert sum(r.over_allowance for r in results) == 39
         # Refused reports are not remembered as counted: a redelivery is judged again, as over-allowance.
@@ -220,18 +226,7 @@ def test_concurrent_compactions_of_one_key_fold_each_segment_once(postgres: Post
         for i in range(0, 40, 5):
             a.commit(reports[i : i + 5], {})
         key = ("emoji", reports[0].period)
-        results: list[int] = []
-        start = threading.Barrier(2)
-
-        def run(store: PostgresStore) -> None:
-            start.wait()
-            results.append(store.compact(*key))
-
-        threads = [threading.Thread(target=run, args=(s,)) for s in (a, b)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(timeout=120)
+        results = _at_once(lambda i: (a, b)[i].compact(*key), 2, timeout=120)
         # One folded the 8 segments; the other either found the key locked or nothing left to fold.
         assert sorted(results) == [0, 8]
         agg, info = b.aggregate(*key)
@@ -541,20 +536,9 @@ def test_members_pruning_at_once_drop_each_partition_once(postgres: PostgresServ
     now = current_period(registry, "flag")
     old = _decoded(registry, _payloads(registry, "flag", 12, seed=13, period=now - 4))
     members = [_store(postgres, registry, f"m{i}") for i in range(3)]
-    removed: list[int] = []
-    start = threading.Barrier(3)
-
-    def run(store: PostgresStore) -> None:
-        start.wait()
-        removed.append(store.prune({"flag": now}))
-
     try:
         members[0].commit(old, {})
-        threads = [threading.Thread(target=run, args=(m,)) for m in members]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(timeout=120)
+        removed = _at_once(lambda i: members[i].prune({"flag": now}), 3, timeout=120)
         assert sorted(removed) == [0, 0, 12]
         assert not {p for p in _partitions(postgres) if p.endswith(f"_p{now - 4}")}
         assert all(m.low_water()["flag"] == now for m in members)
