@@ -748,7 +748,7 @@ class Agent:
             budget = budget.spend(n, epsilon)
             report = Report(
                 use_case=uc.name,
-                registry_hash=self.registry.hash,
+                definition=uc.definition,
                 period=period,
                 report_id=new_report_id(self.rng),
                 records=sent,

@@ -26,14 +26,20 @@ __all__ = [
     "largest_report_size",
 ]
 
-FORMAT_VERSION: Final = 1
-"""The report format :mod:`protocol.wire` writes and reads."""
+FORMAT_VERSION: Final = 2
+"""The report format :mod:`protocol.wire` writes: 2, whose ``h`` is the use case's definition
+hash. The decoder also reads format 1 (``h``: the whole registry's hash), which agents of the
+previous release send (``docs/wire-format.md``)."""
+
+FORMATS_READ: Final = (1, 2)
+"""The report formats the decoder reads."""
 
 REPORT_ID_SIZE: Final = 16
 """Bytes of the random report id."""
 
 HASH_SIZE: Final = 16
-"""Bytes of the canonical registry hash carried in every report."""
+"""Bytes of the hash carried in every report: the use case's definition hash (format 2) or
+the registry's canonical hash (format 1)."""
 
 MAX_REPORT_BYTES: Final = 64 * 1024
 """Cap on one encoded report, shared end to end: the loader refuses a use case whose largest
@@ -46,19 +52,20 @@ after the device has charged its ε."""
 # Wire keys, in the order the encoder writes them; new fields go last (STYLE rule 6).
 K_VERSION: Final = "v"
 K_USE_CASE: Final = "u"
-K_REGISTRY: Final = "h"
+K_HASH: Final = "h"
 K_PERIOD: Final = "p"
 K_ID: Final = "i"
 K_RECORDS: Final = "r"
 FIELD_NAMES: Final = {
     K_VERSION: "version",
     K_USE_CASE: "use_case",
-    K_REGISTRY: "registry_hash",
+    K_HASH: "definition",
     K_PERIOD: "period",
     K_ID: "report_id",
     K_RECORDS: "records",
 }
-REQUIRED_V1: Final = (K_VERSION, K_USE_CASE, K_REGISTRY, K_PERIOD, K_ID, K_RECORDS)
+REQUIRED: Final = (K_VERSION, K_USE_CASE, K_HASH, K_PERIOD, K_ID, K_RECORDS)
+"""The keys of formats 1 and 2 (the same six; only the meaning of ``h`` differs)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -67,7 +74,9 @@ class Report:
 
     Attributes:
         use_case: the use case's name.
-        registry_hash: the 16-byte canonical hash of the registry the records were made under.
+        definition: the 16-byte hash the records were made under: the use case's definition
+            hash (:attr:`protocol.registry.UseCase.definition`, format 2), or in a format-1
+            report the registry's canonical hash.
         period: the slot index (``UseCase.period.index_at(t)``), never a finer time.
         report_id: 16 random bytes, fresh for every message (:func:`protocol.wire.new_report_id`).
         records: the output of ``mechanism.encode_records(records)``.
@@ -75,7 +84,7 @@ class Report:
     """
 
     use_case: str
-    registry_hash: bytes
+    definition: bytes
     period: int
     report_id: bytes
     records: Sequence[Any]
@@ -86,7 +95,7 @@ class Report:
         if not isinstance(self.use_case, str) or not self.use_case:
             raise ValueError(f"use_case must be a non-empty string; got {self.use_case!r}")
         for name, value, size in (
-            ("registry_hash", self.registry_hash, HASH_SIZE),
+            ("definition", self.definition, HASH_SIZE),
             ("report_id", self.report_id, REPORT_ID_SIZE),
         ):
             if type(value) is not bytes or len(value) != size:
@@ -103,7 +112,7 @@ def encode_report(report: Report) -> bytes:
         {
             K_VERSION: report.version,
             K_USE_CASE: report.use_case,
-            K_REGISTRY: report.registry_hash,
+            K_HASH: report.definition,
             K_PERIOD: report.period,
             K_ID: report.report_id,
             K_RECORDS: report.records,
@@ -120,7 +129,7 @@ def largest_report_size(*, use_case: str, max_period: int, daily_limit: int, max
     envelope = encode_report(
         Report(
             use_case=use_case,
-            registry_hash=bytes(HASH_SIZE),
+            definition=bytes(HASH_SIZE),
             period=max_period,
             report_id=bytes(REPORT_ID_SIZE),
             records=[],

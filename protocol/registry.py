@@ -54,7 +54,18 @@ canonical msgpack encoding of the *constructed* objects: for each use case, its 
 mechanism's name and every dataclass field of the mechanism (so defaults written out or left
 implicit, ``4`` or ``4.0``, key order, comments and formatting do not matter), the resolved
 seed, period, limits and collector settings. Descriptions are excluded. Any change that
-affects what a report means or how it is handled changes the hash.
+affects what a report means or how it is handled changes the hash. Reports of wire format 1
+carry it; the collector still reads them for the registry files it is given.
+
+**Definition hash.** Each use case is versioned on its own: :attr:`UseCase.definition` (16
+bytes, :func:`definition_hash`) covers exactly what changes what one of its reports means:
+its name, the mechanism's registry name and constructor parameters (the public seed
+included), the declared ε, the period, the daily limit and the lifetime cap. It leaves out
+the collector settings (a dictionary, a threshold or a correction changes what the collector
+releases, not what a report says), the description, the registry's other use cases and the
+names of the Python classes that implement them. Reports of wire format 2 carry it, so adding,
+changing or retiring one use case never touches the reports of the others
+(``docs/deploy.md``, "Changing the registry on a running fleet").
 """
 
 from __future__ import annotations
@@ -85,6 +96,7 @@ __all__ = [
     "HASH_SIZE",
     "MAX_REPORT_BYTES",
     "MECHANISM_NAMES",
+    "REF_HEX_DIGITS",
     "REGISTRY_FORMAT",
     "CollectorSettings",
     "Period",
@@ -92,6 +104,7 @@ __all__ = [
     "RegistryError",
     "UseCase",
     "WireMechanism",
+    "definition_hash",
     "mechanism_fingerprint",
     "parse_registry",
 ]
@@ -100,7 +113,11 @@ REGISTRY_FORMAT: Final = 1
 """The registry file format this module reads (top-level ``format = 1``)."""
 
 
+REF_HEX_DIGITS: Final = 8
+"""Hex digits of the definition hash in a definition's name (:attr:`UseCase.ref`)."""
+
 _HASH_DOMAIN: Final = b"ldp-telemetry/registry/v1\x00"
+_DEFINITION_DOMAIN: Final = b"ldp-telemetry/use-case-definition/v1\x00"
 _SEED_PERSON: Final = b"ldp-uc-seed"
 _NAME_RE: Final = re.compile(r"[a-z0-9][a-z0-9._-]{0,63}")
 _MAX_DAILY_LIMIT: Final = 10_000
@@ -233,6 +250,18 @@ class UseCase:
     def fingerprint(self) -> bytes:
         """:func:`mechanism_fingerprint` of this use case's mechanism."""
         return mechanism_fingerprint(self.mechanism)
+
+    @functools.cached_property
+    def definition(self) -> bytes:
+        """The 16-byte hash of this use case's definition (:func:`definition_hash`), carried in
+        every report made under it (wire format 2)."""
+        return definition_hash(self)
+
+    @property
+    def ref(self) -> str:
+        """``name@<first 8 hex digits of the definition>``: how people, the API and the store
+        name one definition of a use case (``emoji@3f2a9c1b``)."""
+        return f"{self.name}@{self.definition.hex()[:REF_HEX_DIGITS]}"
 
     @property
     def cost(self) -> float:
@@ -672,6 +701,44 @@ def mechanism_fingerprint(mechanism: Mechanism) -> bytes:
     doc = {"name": mechanism.name, "mechanism": _canonical(mechanism)}
     encoded = msgpack.packb(doc, use_bin_type=True)
     return hashlib.sha256(b"ldp-telemetry/mechanism/v1\x00" + encoded).digest()[:HASH_SIZE]
+
+
+def _definition_canonical(value: object) -> object:
+    """:func:`_canonical`, but with no Python class name in it: a dataclass (a mechanism or its
+    buckets) is its constructor fields, and its ``kind`` where it declares one, so renaming or
+    splitting a class leaves every definition hash as it was."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        fields = {f.name: _definition_canonical(getattr(value, f.name)) for f in dataclasses.fields(value) if f.init}
+        kind = getattr(type(value), "kind", None)
+        doc: dict[str, object] = {"fields": dict(sorted(fields.items()))}
+        if isinstance(kind, str):
+            doc["kind"] = kind
+        return doc
+    if isinstance(value, list | tuple):
+        return [_definition_canonical(v) for v in value]
+    if isinstance(value, Mapping):
+        return {str(k): _definition_canonical(value[k]) for k in sorted(value, key=str)}
+    return _canonical(value)
+
+
+def definition_hash(use_case: UseCase) -> bytes:
+    """The 16-byte hash of one use case's definition (the module docstring says what it covers).
+
+    The first half of SHA-256 over a domain tag and the canonical msgpack encoding of the
+    name, the mechanism's registry name, its constructor parameters, ε, period, daily limit
+    and lifetime cap (``4`` and ``4.0`` agree; key order and formatting do not matter).
+    """
+    doc = {
+        "name": use_case.name,
+        "mechanism": use_case.mechanism.name,
+        "parameters": _definition_canonical(use_case.mechanism),
+        "epsilon": _canonical(use_case.epsilon),
+        "period": use_case.period.value,
+        "daily_limit": use_case.daily_limit,
+        "lifetime_epsilon": _canonical(use_case.lifetime_epsilon),
+    }
+    encoded = msgpack.packb(doc, use_bin_type=True)
+    return hashlib.sha256(_DEFINITION_DOMAIN + encoded).digest()[:HASH_SIZE]
 
 
 def _canonical_hash(use_cases: Mapping[str, UseCase]) -> bytes:

@@ -1,13 +1,19 @@
 """The report: one msgpack message per use case per send, and its strict, total decoder.
 
 A report carries exactly what the collector needs to fold it and nothing that identifies
-the device (DESIGN invariant 4): the format version, the use case's name, the registry's
-canonical hash, the period index (the 6-hour or daily slot since the Unix epoch, never a
-finer time), a 16-byte random report id (drawn fresh from the CSPRNG for every message;
-it de-duplicates redeliveries and links nothing), and the records in the mechanism's
-compact form. On the wire it is a msgpack map with one-letter keys::
+the device (``docs/design.md``, invariant 4): the format version, the use case's name, the
+hash of the use case's definition (:attr:`protocol.registry.UseCase.definition`), the period
+index (the 6-hour or daily slot since the Unix epoch, never a finer time), a 16-byte random
+report id (drawn fresh from the CSPRNG for every message; it de-duplicates redeliveries and
+links nothing), and the records in the mechanism's compact form. On the wire it is a msgpack map with one-letter keys::
 
-    {"v": 1, "u": "emoji", "h": <bin 16>, "p": 81234, "i": <bin 16>, "r": [...]}
+    {"v": 2, "u": "emoji", "h": <bin 16>, "p": 81234, "i": <bin 16>, "r": [...]}
+
+Format 1, which agents of the previous release send, has the same six keys; its ``h`` is the
+canonical hash of the agent's whole registry. The decoder reads both against a
+:class:`~protocol.catalog.Catalog` (the definitions of every registry file the collector was
+given): a format-2 report is counted under the definition its hash names, a format-1 report
+under its registry's definition of the use case.
 
 Decoding is total (STYLE rule 8): for any ``bytes``, :func:`decode_report` either returns
 a :class:`DecodedReport` whose batch satisfies the mechanism's schema, or raises
@@ -16,7 +22,7 @@ a :class:`DecodedReport` whose batch satisfies the mechanism's schema, or raises
 multiple of the (capped) message size. The checks, in order: the size cap (before any
 decoding); msgpack well-formedness with the unpacker's length limits set to the cap and
 extension types refused; no trailing bytes; a map with no repeated key; the version, then
-no unknown and no missing key; use case; registry hash; period; report id; the records
+no unknown and no missing key; use case; definition hash (format 1: registry hash); period; report id; the records
 (plain msgpack types only, no timestamp values, at most :data:`MAX_DEPTH` deep, then the
 mechanism's own strict ``decode_records``); and the record count (at least one, at most
 the use case's daily limit).
@@ -33,19 +39,21 @@ from typing import Any, Final
 
 import msgpack
 
+from protocol.catalog import Catalog, catalog_of
 from protocol.envelope import (
     FIELD_NAMES,
     FORMAT_VERSION,
+    FORMATS_READ,
     HASH_SIZE,
+    K_HASH,
     K_ID,
     K_PERIOD,
     K_RECORDS,
-    K_REGISTRY,
     K_USE_CASE,
     K_VERSION,
     MAX_REPORT_BYTES,
     REPORT_ID_SIZE,
-    REQUIRED_V1,
+    REQUIRED,
     Report,
     encode_report,
     largest_report_size,
@@ -91,6 +99,7 @@ REASONS: Final = frozenset(
         "duplicate",
         "unknown-version",
         "unknown-use-case",
+        "unknown-definition",
         "registry-mismatch",
         "out-of-range",
         "bad-length",
@@ -109,8 +118,7 @@ class DecodedReport:
     """A report that passed every check.
 
     Attributes:
-        use_case: the registry's use case the report belongs to.
-        registry_hash: the registry hash it was made under (equal to the registry's).
+        use_case: the definition the report was made under (its ``ref`` names it).
         period: the slot index.
         report_id: the 16-byte report id (for de-duplication).
         batch: the records in the mechanism's columnar form, ready for ``aggregate.add``.
@@ -118,7 +126,6 @@ class DecodedReport:
     """
 
     use_case: UseCase
-    registry_hash: bytes
     period: int
     report_id: bytes
     batch: Any = field(repr=False)
@@ -145,9 +152,11 @@ def make_report(
 ) -> Report:
     """Build the report for a use case's privatized records, with a fresh report id.
 
+    The report carries the use case's definition hash (format 2).
+
     Args:
         use_case: the use case (from ``registry``).
-        registry: the registry whose hash the report carries.
+        registry: the registry it belongs to.
         period: the slot index the records belong to.
         records: privatized records of ``use_case.mechanism`` (at most ``daily_limit``).
         rng: the source of the report id (``SystemRandom()`` on devices).
@@ -163,7 +172,7 @@ def make_report(
         raise ValueError(f"period must be a slot index in [0, {use_case.period.max_index}]; got {period!r}")
     return Report(
         use_case=use_case.name,
-        registry_hash=registry.hash,
+        definition=use_case.definition,
         period=period,
         report_id=new_report_id(rng),
         records=use_case.mechanism.encode_plain(records),
@@ -306,22 +315,21 @@ def _encoder_layout(data: bytes) -> tuple[str, int] | None:  # noqa: PLR0911, PL
     return name, count
 
 
-def _check_bounds(data: bytes, use_case: UseCase, count: int) -> None:
-    """``oversize`` or ``too-many-records`` for a message over its use case's bounds."""
-    if len(data) > use_case.max_report_bytes + _SIZE_SLACK:
+def _check_bounds(data: bytes, name: str, bounds: tuple[int, int], count: int) -> None:
+    """``oversize`` or ``too-many-records`` for a message over its use case's bounds (the
+    largest report and record count of any of its definitions)."""
+    largest, limit = bounds
+    if len(data) > largest + _SIZE_SLACK:
         raise MalformedReportError(
             "oversize",
             "",
-            f"{len(data)} bytes exceed the {use_case.max_report_bytes} bytes of the largest "
-            f"report of use case {use_case.name!r}",
+            f"{len(data)} bytes exceed the {largest} bytes of the largest report of use case {name!r}",
         )
-    if count > use_case.daily_limit:
-        raise MalformedReportError(
-            "too-many-records", "records", f"{count} records declared; the limit is {use_case.daily_limit}"
-        )
+    if count > limit:
+        raise MalformedReportError("too-many-records", "records", f"{count} records declared; the limit is {limit}")
 
 
-def _check_headers(data: bytes, registry: Registry) -> None:
+def _check_headers(data: bytes, catalog: Catalog) -> None:
     """Refuse, from the msgpack headers alone, a report bigger than its use case allows.
 
     Reads the envelope's keys in order, skipping values, up to the records' array header,
@@ -336,9 +344,9 @@ def _check_headers(data: bytes, registry: Registry) -> None:
     """
     fast = _encoder_layout(data)
     if fast is not None:
-        known = registry.use_cases.get(fast[0])
+        known = catalog.largest_report(fast[0])
         if known is not None:
-            _check_bounds(data, known, fast[1])
+            _check_bounds(data, fast[0], known, fast[1])
         return
     unpacker = msgpack.Unpacker(
         raw=False,
@@ -349,7 +357,7 @@ def _check_headers(data: bytes, registry: Registry) -> None:
         max_map_len=len(data) // 2,
         max_ext_len=len(data),
     )
-    use_case: UseCase | None = None
+    bounds: tuple[int, int] | None = None
     try:
         unpacker.feed(data)
         keys = unpacker.read_map_header()
@@ -357,16 +365,12 @@ def _check_headers(data: bytes, registry: Registry) -> None:
             key = unpacker.unpack()
             if key == K_USE_CASE:
                 name = unpacker.unpack()
-                use_case = registry.use_cases.get(name) if type(name) is str else None
-                if use_case is not None:
-                    _check_bounds(data, use_case, 0)
+                bounds = catalog.largest_report(name) if type(name) is str else None
+                if bounds is not None:
+                    _check_bounds(data, name, bounds, 0)
             elif key == K_RECORDS:
                 count = unpacker.read_array_header()
-                limit = (
-                    use_case.daily_limit
-                    if use_case is not None
-                    else max(uc.daily_limit for uc in registry.use_cases.values())
-                )
+                limit = bounds[1] if bounds is not None else catalog.max_daily_limit
                 if count > limit:
                     raise MalformedReportError(
                         "too-many-records", "records", f"{count} records declared; the limit is {limit}"
@@ -431,9 +435,35 @@ def _fixed_bytes(env: dict[str, Any], key: str, size: int) -> bytes:
     return value
 
 
+def _definition(catalog: Catalog, version: int, name: str, digest: bytes) -> UseCase:
+    """The definition a report was made under: named by its hash (format 2) or by the
+    registry it came from (format 1)."""
+    if version >= 2:
+        use_case = catalog.by_definition(digest)
+        if use_case is None or use_case.name != name:
+            raise MalformedReportError(
+                "unknown-definition",
+                "definition",
+                f"use case {name[:80]!r} has no definition {digest.hex()} here (the collector's registry "
+                "files do not include the one the device runs)",
+            )
+        return use_case
+    registry = catalog.by_registry(digest)
+    if registry is None:
+        raise MalformedReportError(
+            "registry-mismatch", "definition", f"made under registry {digest.hex()}, which the collector was not given"
+        )
+    found = registry.use_cases.get(name)
+    if found is None:
+        raise MalformedReportError(
+            "unknown-use-case", "use_case", f"registry {digest.hex()} has no use case {name[:80]!r}"
+        )
+    return found
+
+
 def decode_report(  # noqa: PLR0912, PLR0915  the strict decoder, one check per envelope field, on every message
     data: bytes | bytearray | memoryview,
-    registry: Registry,
+    registry: Catalog | Registry,
     *,
     max_size: int = DEFAULT_MAX_SIZE,
     periods: range | None = None,
@@ -442,7 +472,9 @@ def decode_report(  # noqa: PLR0912, PLR0915  the strict decoder, one check per 
 
     Args:
         data: the message bytes, untrusted.
-        registry: the registry the collector runs; reports made under another one are refused.
+        registry: the definitions the collector accepts (a :class:`~protocol.catalog.Catalog`;
+            a single registry stands for the catalog of its own definitions). A report made
+            under any other definition (format 2) or registry (format 1) is refused.
         max_size: the size cap in bytes, checked before anything is decoded.
         periods: if given, the period indices accepted (e.g. the last few slots); otherwise
             any index from 0 to the period's :attr:`~protocol.registry.Period.max_index`.
@@ -462,7 +494,8 @@ def decode_report(  # noqa: PLR0912, PLR0915  the strict decoder, one check per 
     if len(data) == 0:
         raise MalformedReportError("truncated", "", "empty message")
     data = bytes(data)
-    _check_headers(data, registry)
+    catalog = catalog_of(registry)
+    _check_headers(data, catalog)
     obj, hook = _unpack(data, max_size)
     if not isinstance(obj, dict):
         _check_plain(obj, 1, "")  # a hostile deep structure says "too-deep" rather than "bad-type"
@@ -479,28 +512,24 @@ def decode_report(  # noqa: PLR0912, PLR0915  the strict decoder, one check per 
     version = env[K_VERSION]
     if type(version) is not int:
         raise MalformedReportError("bad-type", "version", "expected an integer")
-    if version != FORMAT_VERSION:
-        raise MalformedReportError("unknown-version", "version", f"this decoder reads version {FORMAT_VERSION}")
+    if version not in FORMATS_READ:
+        raise MalformedReportError(
+            "unknown-version", "version", f"this decoder reads versions {', '.join(map(str, FORMATS_READ))}"
+        )
     if env.keys() != FIELD_NAMES.keys():
         for key in env:
             if key not in FIELD_NAMES:
                 raise MalformedReportError("unknown-field", str(key), f"version {version} has no such key")
-        for key in REQUIRED_V1:
+        for key in REQUIRED:
             if key not in env:
                 raise MalformedReportError("missing-field", FIELD_NAMES[key], "required field is missing")
 
     name = env[K_USE_CASE]
     if type(name) is not str:
         raise MalformedReportError("bad-type", "use_case", "expected a string")
-    use_case = registry.use_cases.get(name)
-    if use_case is None:
+    if not catalog.definitions_of(name):
         raise MalformedReportError("unknown-use-case", "use_case", f"{name[:80]!r} is not in the registry")
-
-    registry_hash = _fixed_bytes(env, K_REGISTRY, HASH_SIZE)
-    if registry_hash != registry.hash:
-        raise MalformedReportError(
-            "registry-mismatch", "registry_hash", f"made under registry {registry_hash.hex()}, not {registry.hash_hex}"
-        )
+    use_case = _definition(catalog, version, name, _fixed_bytes(env, K_HASH, HASH_SIZE))
 
     period = env[K_PERIOD]
     if type(period) is not int:
@@ -528,7 +557,6 @@ def decode_report(  # noqa: PLR0912, PLR0915  the strict decoder, one check per 
         )
     return DecodedReport(
         use_case=use_case,
-        registry_hash=registry_hash,
         period=period,
         report_id=report_id,
         batch=batch,

@@ -272,7 +272,7 @@ def test_roundtrip_gives_back_the_same_report(case: Case, data: st.DataObject) -
     report, decoded = roundtrip(uc, records, period=period)
     assert decoded.use_case is uc
     assert decoded.version == FORMAT_VERSION
-    assert decoded.registry_hash == REGISTRY.hash
+    assert report.definition == uc.definition
     assert decoded.period == period
     assert decoded.report_id == report.report_id
     assert decoded.count == len(records)
@@ -404,7 +404,7 @@ def test_duplicate_key_inside_records_is_refused() -> None:
 
 def test_missing_and_unknown_fields() -> None:
     """Every envelope field is required and no other key is allowed."""
-    for key, name in (("u", "use_case"), ("h", "registry_hash"), ("p", "period"), ("i", "report_id"), ("r", "records")):
+    for key, name in (("u", "use_case"), ("h", "definition"), ("p", "period"), ("i", "report_id"), ("r", "records")):
         _reject(_variant(**{key: _DROP}), "missing-field", name)
     _reject(_variant(v=_DROP), "missing-field", "version")
     _reject(_variant(device="abc"), "unknown-field", "device")
@@ -412,22 +412,33 @@ def test_missing_and_unknown_fields() -> None:
 
 
 def test_unknown_version() -> None:
-    """Only format version 1 is read; a non-integer version is a type error."""
-    _reject(_variant(v=2), "unknown-version", "version")
+    """Formats 1 and 2 are read, no other; a non-integer version is a type error."""
+    _reject(_variant(v=3), "unknown-version", "version")
     _reject(_variant(v=0), "unknown-version", "version")
     _reject(_variant(v="1"), "bad-type", "version")
     _reject(_variant(v=True), "bad-type", "version")
     _reject(_variant(v=1.0), "bad-type", "version")
 
 
-def test_unknown_use_case_and_registry_mismatch() -> None:
-    """Reports of another use case or another registry version are refused."""
+def test_unknown_use_case_and_unknown_definition() -> None:
+    """Reports of another use case, or of a definition the collector was not given, are refused."""
     _reject(_variant(u="nope"), "unknown-use-case", "use_case")
     _reject(_variant(u=b"t-rr"), "bad-type", "use_case")
-    other = bytes(16)
-    _reject(_variant(h=other), "registry-mismatch", "registry_hash")
-    _reject(_variant(h=REGISTRY.hash[:15]), "bad-length", "registry_hash")
-    _reject(_variant(h=REGISTRY.hash.hex()), "bad-type", "registry_hash")
+    _reject(_variant(h=bytes(16)), "unknown-definition", "definition")
+    # Another use case's definition hash under this use case's name.
+    _reject(_variant(h=REGISTRY["t-cms"].definition), "unknown-definition", "definition")
+    # Format 1 carried the whole registry's hash: it is checked against the registries given.
+    _reject(_variant(v=1, h=REGISTRY["t-rr"].definition), "registry-mismatch", "definition")
+    _reject(_variant(h=REGISTRY["t-rr"].definition[:15]), "bad-length", "definition")
+    _reject(_variant(h=REGISTRY["t-rr"].definition.hex()), "bad-type", "definition")
+
+
+def test_format_1_reports_are_read_under_their_registry() -> None:
+    """A format-1 report (whole-registry hash) is decoded under that registry's definition."""
+    uc = REGISTRY["t-rr"]
+    decoded = decode_report(_variant(v=1, h=REGISTRY.hash), REGISTRY)
+    assert decoded.use_case is uc
+    assert decoded.version == 1
 
 
 def test_period_must_be_a_plausible_slot() -> None:
@@ -497,7 +508,7 @@ def test_report_carries_only_the_envelope_fields() -> None:
     """The report has no field that could identify a device or a finer time."""
     assert [f.name for f in dataclasses.fields(Report)] == [
         "use_case",
-        "registry_hash",
+        "definition",
         "period",
         "report_id",
         "records",
@@ -605,14 +616,14 @@ def test_report_refuses_malformed_envelopes_at_construction() -> None:
     """A Report with a short hash or id, a negative period or an empty name cannot be built."""
     good: dict[str, Any] = {
         "use_case": "t-rr",
-        "registry_hash": bytes(16),
+        "definition": bytes(16),
         "period": 1,
         "report_id": bytes(16),
         "records": [1],
     }
     Report(**good)
     bad_values: list[tuple[str, object]] = [
-        ("registry_hash", bytes(15)),
+        ("definition", bytes(15)),
         ("report_id", "x" * 16),
         ("period", -1),
         ("period", 1.0),
@@ -656,12 +667,12 @@ def test_max_report_size_is_the_largest_report(name: str) -> None:
     """max_report_bytes is exactly the size of a daily_limit report of largest records in the last period."""
     uc = REGISTRY[name]
     records = _largest_wire_records(uc.mechanism, uc.daily_limit)
-    env = {"v": 1, "u": uc.name, "h": REGISTRY.hash, "p": uc.period.max_index, "i": bytes(16), "r": records}
+    env = {"v": 2, "u": uc.name, "h": uc.definition, "p": uc.period.max_index, "i": bytes(16), "r": records}
     assert len(pack(env)) == uc.max_report_bytes == max_report_size(uc)
 
 
 def _flood(uc: UseCase, records: list[Any], *, records_first: bool = False) -> bytes:
-    env: dict[str, Any] = {"v": 1, "u": uc.name, "h": REGISTRY.hash, "p": 81_234, "i": bytes(16), "r": records}
+    env: dict[str, Any] = {"v": 2, "u": uc.name, "h": uc.definition, "p": 81_234, "i": bytes(16), "r": records}
     if records_first:
         env = {"r": records} | {k: v for k, v in env.items() if k != "r"}
     return pack(env)
@@ -700,7 +711,7 @@ min_reports = 0
         source="flood",
     )
     uc = reg["safari-energy-domains"]
-    env = {"v": 1, "u": uc.name, "h": reg.hash, "p": 20_000, "i": bytes(16), "r": [[100, 100, 1]] * 16_000}
+    env = {"v": 2, "u": uc.name, "h": uc.definition, "p": 20_000, "i": bytes(16), "r": [[100, 100, 1]] * 16_000}
     data = pack(env)
     assert 63_000 < len(data) <= DEFAULT_MAX_SIZE
     calls = _forbid_record_decoding(monkeypatch)
