@@ -85,7 +85,7 @@ def build_single(registry: Registry, count: int, *, seed: int, period: int | Non
         ids = _report_ids(gen, n)
         for i, (j, ell, bit) in enumerate(zip(batch.j.tolist(), batch.ell.tolist(), batch.bits.tolist(), strict=True)):
             report = Report(
-                use_case=uc.name, registry_hash=registry.hash, period=slot, report_id=ids[i], records=[[j, ell, bit]]
+                use_case=uc.name, definition=uc.definition, period=slot, report_id=ids[i], records=[[j, ell, bit]]
             )
             out.append((topic, encode_report(report)))
     return out
@@ -132,9 +132,7 @@ def build_counters(
         bits = mech.privatize_many(values, states_rep, rng).bits.reshape(devices, records).tolist()
         ids = _report_ids(gen, devices)
         for i in range(devices):
-            report = Report(
-                use_case=uc.name, registry_hash=registry.hash, period=slot, report_id=ids[i], records=bits[i]
-            )
+            report = Report(use_case=uc.name, definition=uc.definition, period=slot, report_id=ids[i], records=bits[i])
             out.append((topic, encode_report(report)))
     return out
 
@@ -159,7 +157,7 @@ def build_flags(
         ids = _report_ids(gen, n)
         for i in range(n):
             report = Report(
-                use_case=uc.name, registry_hash=registry.hash, period=slot, report_id=ids[i], records=[bits[i]]
+                use_case=uc.name, definition=uc.definition, period=slot, report_id=ids[i], records=[bits[i]]
             )
             out.append((topic, encode_report(report)))
     return out

@@ -7,11 +7,20 @@ Verbs:
   for one period (default: the latest with enough reports to be released, else the latest
   with data), read from the checkpoint database; safe
   while the service runs (SQLite WAL readers do not block the writer).
-* ``ldp-collector status [--json]`` - periods, report counts and lifetime counters.
-* ``ldp-collector check-config`` - decode the config and the registry, and check every file
-  they name (TLS CA, certificate and key, password file, dictionaries, the store's directory):
-  each must exist, be readable and parse; a problem names the file and the field. A
-  PostgreSQL store (``[store] url``) is connected to, and its schema version reported.
+* ``ldp-collector status [--json]`` - the definitions of every use case, their periods and
+  report counts, and lifetime counters.
+* ``ldp-collector check-config`` - decode the config and every registry file it names (the
+  current one and ``earlier_registries``), list each file's use cases with their definition
+  refs, and check every file they name (TLS CA, certificate and key, password file,
+  dictionaries, the store's directory): each must exist, be readable and parse; a problem
+  names the file and the field. A PostgreSQL store (``[store] url``) is connected to, and its
+  schema version reported.
+* ``ldp-collector migrate`` - open the checkpoint store for writing, migrating a store an
+  earlier release wrote to this release's schema, and say what it did; the service does the
+  same when it starts. Stop the service (every member of a group) first.
+
+A use case on the command line is its name (its current definition) or a definition's ref
+(``emoji@5338c1d1``, as ``status`` and ``check-config`` list them).
 
 The config file is ``--config PATH``, else ``$LDP_COLLECTOR_CONFIG``, else
 ``/etc/ldp-collector/collector.toml``. Exit statuses are the table of
@@ -33,9 +42,10 @@ from pathlib import Path
 from typing import Any
 
 from collector.config import CollectorConfig, check_files, load_config
+from collector.definitions import load_catalog
 from collector.errors import CollectorError, ConfigError, StoreError, StoreUnavailable
-from collector.estimation import compute_estimate, format_estimate, load_dictionary, store_status
-from collector.service import load_registry, run_service
+from collector.estimation import compute_estimate, format_estimate, load_dictionary, registry_dir, store_status
+from collector.service import run_service
 from protocol.exit_status import HELP as EXIT_HELP
 from protocol.exit_status import ExitStatus
 from runtime.console import package_version, quiet_on_closed_pipe
@@ -66,7 +76,7 @@ def _parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="verb", required=True)
     sub.add_parser("run", help="run the collector service")
     est = sub.add_parser("estimate", help="print the estimate of one use case")
-    est.add_argument("use_case")
+    est.add_argument("use_case", help="a use case's name (its current definition) or a definition's ref (name@hex)")
     est.add_argument("--period", type=int, help="period index (default: the latest that can be released)")
     est.add_argument("--json", action="store_true", help="machine-readable output")
     est.add_argument(
@@ -76,7 +86,8 @@ def _parser() -> argparse.ArgumentParser:
     )
     status = sub.add_parser("status", help="periods with data and lifetime counters")
     status.add_argument("--json", action="store_true")
-    sub.add_parser("check-config", help="decode the config and the registry and check every file they name")
+    sub.add_parser("check-config", help="decode the config and the registry files and check every file they name")
+    sub.add_parser("migrate", help="migrate a checkpoint store written by an earlier release (stop the service first)")
     sub.add_parser(
         "plan",
         help="choose mechanism parameters for an ε, n and target error (needs no config; see 'plan --help')",
@@ -86,13 +97,22 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def check_config(config: CollectorConfig) -> list[str]:
-    """Check the registry and every file the config and the registry name; one line per file.
+    """Check the registry files and every file the config and the registries name; one line per file.
 
     Raises:
         ConfigError: naming the file and the field of the first problem.
     """
-    registry = load_registry(config.registry, source=config.source)
-    lines = [f"registry: {config.registry}: {len(registry.use_cases)} use cases ({registry.hash_hex})"]
+    catalog = load_catalog(config)
+    lines = []
+    for i, registry in enumerate(catalog.registries):
+        field = "registry" if i == 0 else f"earlier_registries[{i - 1}]"
+        refs = ", ".join(uc.ref for uc in registry.use_cases.values())
+        lines.append(
+            f"{field}: {registry.source}: {len(registry.use_cases)} use cases (registry {registry.hash_hex[:16]}): "
+            f"{refs}"
+        )
+    for ref, day in catalog.retired.items():
+        lines.append(f"retire: {ref}: reports for periods from {day.isoformat()} on are refused (retired)")
     tls = config.mqtt.tls
     if tls is not None:
         from collector.mqtt import tls_context  # noqa: PLC0415 - the MQTT adapter, only for its TLS files
@@ -107,22 +127,48 @@ def check_config(config: CollectorConfig) -> list[str]:
     if config.store.url is not None:
         from collector.store.factory import describe_store  # noqa: PLC0415 - psycopg only when configured
 
-        lines.append(describe_store(config, registry))
-    for name, use_case in registry.use_cases.items():
-        field = f"use_cases.{name}.collector.dictionary"
+        lines.append(describe_store(config, catalog))
+    for use_case in catalog.use_cases.values():
+        field = f"use_cases.{use_case.name}.collector.dictionary"
         if use_case.collector.dictionary is None:
             continue
-        path = config.registry.parent / use_case.collector.dictionary
+        base = registry_dir(catalog, use_case)
+        path = base / use_case.collector.dictionary
         try:
-            words = load_dictionary(use_case, config.registry.parent) or ()
+            words = load_dictionary(use_case, base) or ()
         except StoreError as exc:
             cause = exc.__cause__
             problem = getattr(cause, "strerror", None) or str(cause or exc)
-            raise ConfigError(str(config.registry), field, f"cannot read the dictionary {path}: {problem}") from exc
+            where = catalog.sources(use_case)[0]
+            raise ConfigError(where, field, f"cannot read the dictionary {path}: {problem}") from exc
         if not words:
-            raise ConfigError(str(config.registry), field, f"the dictionary {path} has no entries")
-        lines.append(f"{field}: {path}: {len(words)} entries")
+            raise ConfigError(catalog.sources(use_case)[0], field, f"the dictionary {path} has no entries")
+        line = f"{field}: {path}: {len(words)} entries"
+        if line not in lines:
+            lines.append(line)
     return lines
+
+
+def migrate(config: CollectorConfig) -> list[str]:
+    """Open the store for writing (which migrates an older schema in place) and say what it holds.
+
+    Raises:
+        StoreError: the store is damaged, newer than this release, or cannot be reached.
+        ConfigError: a registry file cannot be loaded.
+    """
+    from collector.store import open_store  # noqa: PLC0415 - only this verb writes
+
+    catalog = load_catalog(config)
+    store = open_store(config, catalog)
+    try:
+        found = sorted(store.use_case_names())
+        return [
+            f"{store.location}: at this release's schema; {len(found)} of the {len(catalog.use_cases)} accepted "
+            "definitions have a row",
+            *(f"  {ref}" for ref in found),
+        ]
+    finally:
+        store.close()
 
 
 def _leaves(exc: BaseException) -> list[BaseException]:
@@ -164,16 +210,20 @@ def _status(config: CollectorConfig, as_json: bool) -> int:
         print(json.dumps(status, indent=2, sort_keys=True))
         return 0
     print(f"registry {status['registry_hash']}  store {status['store']}")
-    for name, info in status["use_cases"].items():
-        periods = info["periods"]
-        latest = periods[-1] if periods else None
-        tail = (
-            f"latest from {latest['period_start']}: {latest['reports']:,} reports, {latest['records']:,} records"
-            if latest
-            else "no data"
-        )
-        count = f"{len(periods):,} period{'' if len(periods) == 1 else 's'}"
-        print(f"  {name:32s} {info['mechanism']:13s} {count:<11s} {tail}")
+    for info in status["use_cases"].values():
+        for d in info["definitions"]:
+            periods = d["periods"]
+            latest = periods[-1] if periods else None
+            tail = (
+                f"latest from {latest['period_start']}: {latest['reports']:,} reports, {latest['records']:,} records"
+                if latest
+                else "no data"
+            )
+            count = f"{len(periods):,} period{'' if len(periods) == 1 else 's'}"
+            role = "current" if d["current"] else "earlier"
+            if d["retired_from"]:
+                role += f", retired from {d['retired_from']}"
+            print(f"  {d['definition']:40s} {d['mechanism']:13s} {count:<11s} {tail}  ({role})")
     instances = status["instances"]
     whose = f" (all of {', '.join(sorted(instances))})" if len(instances) > 1 else ""
     print(f"counters{whose}: " + ", ".join(f"{k} {v:,}" for k, v in sorted(status["counters"].items())))
@@ -200,6 +250,10 @@ def _dispatch(config: CollectorConfig, args: argparse.Namespace) -> int:
         return _run(config)
     if args.verb == "estimate":
         return _estimate(config, args.use_case, args.period, args.json, args.all)
+    if args.verb == "migrate":
+        for line in migrate(config):
+            print(line)
+        return 0
     return _status(config, args.json)
 
 

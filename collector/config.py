@@ -7,8 +7,13 @@ back silently. Relative paths are resolved against the config file's directory.
 
 Schema (every section and key optional except ``registry``; defaults shown)::
 
-    registry = "registry.toml"      # the use-case registry the agents use (same file)
+    registry = "registry.toml"      # the current use-case registry (the one agents move to)
+    earlier_registries = []         # earlier registry files agents in the field may still run
     instance = "collector"          # names this collector's rows in a shared store
+
+    [retire]                        # definitions whose reports are refused from a UTC day on:
+    # "homepage@9913d4c5" = 2026-12-15   a ref (name@hex, as check-config lists them), or
+    # "homepage" = 2026-12-15            a use-case name: every definition of it
 
     [mqtt]
     host = "127.0.0.1"
@@ -63,6 +68,7 @@ The characters SFP discovery assembles words from are a use-case setting
 
 from __future__ import annotations
 
+import datetime
 import os
 import urllib.parse
 from collections.abc import Mapping
@@ -246,7 +252,12 @@ class EstimationConfig:
 class CollectorConfig:
     """The whole configuration."""
 
-    registry: Path = field(metadata={"doc": "the path of the use-case registry, a TOML file"})
+    registry: Path = field(metadata={"doc": "the path of the current use-case registry, a TOML file"})
+    earlier_registries: tuple[Path, ...] = ()
+    """Earlier registry files whose definitions agents in the field may still report under
+    (``docs/deploy.md``, "Changing the registry on a running fleet")."""
+    retire: Mapping[str, datetime.date] = field(default_factory=lambda: MappingProxyType({}))
+    """Definition ref or use-case name -> the first UTC day whose periods are refused as retired."""
     instance: str = "collector"
     mqtt: MqttConfig = field(default_factory=MqttConfig)
     ingest: IngestConfig = field(default_factory=IngestConfig)

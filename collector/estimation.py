@@ -41,7 +41,6 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import math
-import os
 from collections.abc import Callable, Sequence
 from functools import lru_cache
 from pathlib import Path
@@ -57,9 +56,11 @@ from collector.decoding.plan import SFP_MAX_WORDS, discovery_top_t
 from collector.decoding.rappor import RapporDecoder
 from collector.decoding.release import DEFAULT_ALPHA, Release, ReleaseRule, release
 from collector.decoding.sketches import NOT_PRODUCIBLE, producible
+from collector.definitions import catalog_of_config
 from collector.errors import StoreError
 from collector.numbers import format_number
 from collector.store import KeyInfo, Store, open_store
+from protocol.catalog import Catalog
 from protocol.interfaces import (
     Aggregate,
     EstimateKind,
@@ -70,8 +71,7 @@ from protocol.interfaces import (
     as_mean,
 )
 from protocol.rappor import RapporAggregate
-from protocol.registry import Registry, UseCase
-from runtime.registry_file import read_registry
+from protocol.registry import UseCase
 
 __all__ = [
     "DEFAULT_SFP_ALPHABET",
@@ -83,7 +83,8 @@ __all__ = [
     "format_estimate",
     "load_dictionary",
     "project_simplex",
-    "registry_of",
+    "registry_dir",
+    "resolve",
     "series_of",
     "status_of",
     "store_status",
@@ -280,6 +281,7 @@ def estimate_aggregate(
     settings = use_case.collector
     result: dict[str, Any] = {
         "use_case": use_case.name,
+        "definition": use_case.ref,
         "description": use_case.description,
         "mechanism": name,
         "kind": kind.result,
@@ -419,20 +421,28 @@ def _candidates(
     return out
 
 
-@lru_cache(maxsize=4)
-def _registry(path: str, mtime_ns: int) -> Registry:
-    return read_registry(Path(path))
+def resolve(catalog: Catalog, text: str) -> UseCase:
+    """The definition ``text`` names: a use-case name (its current definition) or a ref
+    (``name@hex``, as the status lists them).
+
+    Raises:
+        KeyError: naming the use cases and definitions there are.
+    """
+    found = catalog.resolve(text)
+    if found is None:
+        raise KeyError(text)
+    return found
 
 
-def registry_of(config: CollectorConfig) -> Registry:
-    """The registry ``config`` names (parsed once per modification of the file)."""
-    path = config.registry
-    return _registry(str(path), os.stat(path).st_mtime_ns)
+def registry_dir(catalog: Catalog, use_case: UseCase) -> Path:
+    """Where a definition's relative dictionary path resolves: the directory of the first
+    registry file (the current one first) that holds the definition."""
+    return Path(catalog.sources(use_case)[0]).parent
 
 
-def _open(config: CollectorConfig) -> tuple[Registry, Store]:
-    registry = registry_of(config)
-    return registry, open_store(config, registry, readonly=True)
+def _open(config: CollectorConfig) -> tuple[Catalog, Store]:
+    catalog = catalog_of_config(config)
+    return catalog, open_store(config, catalog, readonly=True)
 
 
 def default_period(use_case: UseCase, infos: Sequence[KeyInfo]) -> int:
@@ -450,22 +460,23 @@ def default_period(use_case: UseCase, infos: Sequence[KeyInfo]) -> int:
 def compute_estimate(
     config: CollectorConfig, use_case: str, period: int | None = None, *, withheld: bool = False
 ) -> dict[str, Any]:
-    """The estimate of ``use_case`` for ``period``, read from the store (the CLI's path).
+    """The estimate of ``use_case`` (a name or a definition's ref) for ``period``, read from
+    the store (the CLI's path).
 
     The default period is :func:`default_period`; ``withheld`` also lists withheld entries.
     The running service answers from its materialised aggregates instead (``collector.live``),
     with the same :func:`estimate_aggregate`.
 
     Raises:
-        KeyError: the use case is not in the registry.
+        KeyError: no accepted definition has that name or ref.
         StoreError: the checkpoint database cannot be read.
     """
-    registry, store = _open(config)
+    catalog, store = _open(config)
     try:
-        uc = registry.use_cases[use_case]
+        uc = resolve(catalog, use_case)
         if period is None:
-            period = default_period(uc, store.totals(use_case))
-        aggregate, info = store.aggregate(use_case, period)
+            period = default_period(uc, store.totals(uc.ref))
+        aggregate, info = store.aggregate(uc.ref, period)
     finally:
         store.close()
     return estimate_aggregate(
@@ -473,7 +484,7 @@ def compute_estimate(
         aggregate,
         info,
         confidence=config.estimation.confidence,
-        registry_dir=config.registry.parent,
+        registry_dir=registry_dir(catalog, uc),
         withheld=withheld,
     )
 
@@ -505,6 +516,7 @@ def series_of(
         points.append(point)
     return {
         "use_case": use_case.name,
+        "definition": use_case.ref,
         "mechanism": use_case.mechanism.name,
         "kind": use_case.mechanism.kind.result,
         "confidence": confidence,
@@ -516,52 +528,73 @@ def compute_series(config: CollectorConfig, use_case: str, *, limit: int = 120) 
     """:func:`series_of` the latest ``limit`` periods, read from the store.
 
     Raises:
-        KeyError: the use case is not in the registry.
+        KeyError: no accepted definition has that name or ref.
     """
-    registry, store = _open(config)
+    catalog, store = _open(config)
     try:
-        uc = registry.use_cases[use_case]
-        infos = store.totals(use_case)[-limit:]
+        uc = resolve(catalog, use_case)
+        infos = store.totals(uc.ref)[-limit:]
         return series_of(
-            uc, infos, lambda period: store.aggregate(use_case, period)[0], confidence=config.estimation.confidence
+            uc, infos, lambda period: store.aggregate(uc.ref, period)[0], confidence=config.estimation.confidence
         )
     finally:
         store.close()
 
 
+def _definition_status(catalog: Catalog, uc: UseCase, totals: Sequence[KeyInfo]) -> dict[str, Any]:
+    """One definition: what it is, where it comes from, whether it is current or retired, its periods."""
+    retired = catalog.retired.get(uc.ref)
+    return {
+        "definition": uc.ref,
+        "hash": uc.definition.hex(),
+        "current": catalog.is_current(uc),
+        "registries": list(catalog.sources(uc)),
+        "retired_from": None if retired is None else retired.isoformat(),
+        "mechanism": uc.mechanism.name,
+        "kind": uc.mechanism.kind.result,
+        "description": uc.description,
+        "epsilon": uc.epsilon,
+        "epsilon_report": uc.cost,
+        "period": uc.period.value,
+        "daily_limit": uc.daily_limit,
+        "lifetime_epsilon": uc.lifetime_epsilon,
+        "min_reports": uc.collector.min_reports,
+        "release_threshold": uc.collector.release_threshold,
+        "periods": [
+            {
+                "period": k.period,
+                "period_start": _period_bounds(uc, k.period)[0],
+                "reports": k.reports,
+                "records": k.records,
+            }
+            for k in totals
+            if k.use_case == uc.ref
+        ],
+    }
+
+
 def status_of(
-    registry: Registry,
+    catalog: Catalog,
     totals: Sequence[KeyInfo],
     counters: dict[str, int],
     instances: dict[str, dict[str, int]],
     *,
     store_path: Path | str,
 ) -> dict[str, Any]:
-    """The registry, the periods with data per use case, and the lifetime counters."""
+    """Every use case with its definitions and their periods, and the lifetime counters.
+
+    Per use case name: the fields of its current definition (of its newest one, for a use
+    case the current registry no longer has) and ``definitions``, each accepted definition
+    with its own periods, current one first.
+    """
     use_cases: dict[str, Any] = {}
-    for name, uc in registry.use_cases.items():
-        use_cases[name] = {
-            "mechanism": uc.mechanism.name,
-            "kind": uc.mechanism.kind.result,
-            "description": uc.description,
-            "epsilon": uc.epsilon,
-            "epsilon_report": uc.cost,
-            "period": uc.period.value,
-            "min_reports": uc.collector.min_reports,
-            "release_threshold": uc.collector.release_threshold,
-            "periods": [
-                {
-                    "period": k.period,
-                    "period_start": _period_bounds(uc, k.period)[0],
-                    "reports": k.reports,
-                    "records": k.records,
-                }
-                for k in totals
-                if k.use_case == name
-            ],
-        }
+    for name in catalog.names():
+        definitions = [_definition_status(catalog, uc, totals) for uc in catalog.definitions_of(name)]
+        use_cases[name] = definitions[0] | {"in_current_registry": definitions[0]["current"]}
+        use_cases[name]["definitions"] = definitions
     return {
-        "registry_hash": registry.hash_hex,
+        "registry_hash": catalog.hash_hex,
+        "registries": [{"source": r.source, "hash": r.hash_hex} for r in catalog.registries],
         "store": str(store_path),
         "use_cases": use_cases,
         "counters": counters,
@@ -571,14 +604,14 @@ def status_of(
 
 def store_status(config: CollectorConfig) -> dict[str, Any]:
     """:func:`status_of` the store (the CLI's path)."""
-    registry, store = _open(config)
+    catalog, store = _open(config)
     try:
         totals = store.totals()
         counters = store.counters()
         per_instance = {instance: store.counters(instance) for instance in store.instances()}
     finally:
         store.close()
-    return status_of(registry, totals, counters, per_instance, store_path=config.store.location)
+    return status_of(catalog, totals, counters, per_instance, store_path=config.store.location)
 
 
 def _fmt(x: float | None) -> str:
@@ -588,7 +621,7 @@ def _fmt(x: float | None) -> str:
 def format_estimate(result: dict[str, Any]) -> str:
     """A human-readable rendering of :func:`estimate_aggregate`'s result."""
     head = (
-        f"{result['use_case']} ({result['mechanism']}), period {result['period']} "
+        f"{result['definition']} ({result['mechanism']}), period {result['period']} "
         f"[{result['period_start']} .. {result['period_end']}): "
         f"{_fmt(result['reports'])} reports, {_fmt(result['records'])} records"
     )

@@ -8,13 +8,18 @@ Routes (``GET`` and ``HEAD``; JSON unless stated):
                                            commit latency and batch histograms, process metrics
 ``/healthz``                               liveness: broker connection, checkpoint age; 503 while
                                            the checkpoint store cannot take commits
-``/api/v1/status``                         registry hash, periods per use case, lifetime counters,
-                                           live ingest metrics and transport state
+``/api/v1/status``                         registry hashes, the definitions of every use case with
+                                           their periods, lifetime counters, live ingest metrics
+                                           and transport state
 ``/api/v1/use-cases``                      the use cases with their mechanism and release rules
-``/api/v1/use-cases/{name}``               one use case and its periods with report counts
+``/api/v1/use-cases/{name}``               one use case, its definitions and their periods
 ``/api/v1/use-cases/{name}/estimate``      the estimate (``?period=P``; default the latest period;
                                            ``&withheld=1`` also lists withheld entries, flagged)
 ``/api/v1/use-cases/{name}/series``        per-period values (means, proportions) and report counts
+
+``{name}`` is a use case's name (its current definition) or one definition's ref
+(``emoji@5338c1d1``, as the status lists them): while a registry change rolls out, each
+definition has its own reports and estimates.
 =========================================  ==========================================================
 
 Estimates come from aggregates kept materialised in memory and current as commits land
@@ -51,8 +56,8 @@ from prometheus_client.exposition import choose_encoder
 
 from collector.config import CollectorConfig
 from collector.dashboard import DASHBOARD_HTML
+from collector.definitions import catalog_of_config
 from collector.errors import CollectorError, StoreError, StoreUnavailable
-from collector.estimation import registry_of
 from collector.live import LiveAggregates
 from collector.metrics import IngestMetrics, metrics_registry
 from collector.transport import TransportStatistics
@@ -179,7 +184,7 @@ class HttpApi:
         if live is None and service is not None:
             live = service.live
         self._owns_live = live is None
-        self.live = live or LiveAggregates(config, registry_of(config))
+        self.live = live or LiveAggregates(config, catalog_of_config(config))
         if service is not None:
             self.prometheus = service.prometheus
         else:
@@ -187,7 +192,7 @@ class HttpApi:
                 IngestMetrics(),
                 transport=lambda: None,
                 instance=config.instance,
-                registry_hash=self.live.registry.hash_hex,
+                registry_hash=self.live.catalog.hash_hex,
             )
         # The encoded estimate per request, with the version it was computed for.
         self._bodies: dict[tuple[str, int | None, bool], tuple[tuple[str, int, int], bytes]] = {}
@@ -312,10 +317,12 @@ class HttpApi:
     # -- the routes -----------------------------------------------------------------------------
 
     def _unknown(self, name: str) -> web.Response | None:
-        """404 for a use case the registry does not have (checked here, never by catching KeyError)."""
-        if name in self.live.registry.use_cases:
+        """404 for a name or ref no accepted definition has (checked here, never by catching KeyError)."""
+        catalog = self.live.catalog
+        if catalog.resolve(name) is not None:
             return None
-        return _error(404, f"unknown use case {name[:80]!r}")
+        known = ", ".join(catalog.names())
+        return _error(404, f"unknown use case or definition {name[:80]!r}; the use cases are {known}")
 
     async def _dashboard(self, request: web.Request) -> web.Response:
         return web.Response(text=DASHBOARD_HTML, content_type="text/html", charset="utf-8")
@@ -380,8 +387,13 @@ class HttpApi:
         name = request.match_info["name"]
         if (unknown := self._unknown(name)) is not None:
             return unknown
+        uc = self.live.catalog.resolve(name)
+        assert uc is not None
         status = await self.live.status()
-        return _json(200, {"name": name} | status["use_cases"].get(name, {"periods": []}))
+        info = status["use_cases"][uc.name]
+        if "@" in name:  # one definition: its own fields and periods
+            info = next(d for d in info["definitions"] if d["definition"] == uc.ref)
+        return _json(200, {"name": uc.name} | info)
 
     async def _series(self, request: web.Request) -> web.Response:
         name = request.match_info["name"]

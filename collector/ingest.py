@@ -6,11 +6,13 @@ The path of one message (003 §3.2.2 "Ingestion and Aggregation", made streaming
    arrival time and the rest of the topic are gone). The identity is kept next to the report
    only until its commit, where the store checks the per-device allowance under a keyed hash
    (docs/device-identity.md); it is never logged.
-2. ``protocol.wire.decode_report`` decodes it strictly against the registry; a malformed,
-   oversize or foreign message is counted under its reason and acknowledged, never raised.
-3. A report whose period lies outside the retention window (``period-expired``) or too far
-   ahead of the clock (``period-future``) is refused; a report id already in the current
-   batch is a duplicate.
+2. ``protocol.wire.decode_report`` decodes it strictly against the catalog of definitions
+   the collector accepts (its current registry and the earlier ones still in the field); a
+   malformed, oversize or foreign message is counted under its reason and acknowledged,
+   never raised. A report is counted under the definition it was made with.
+3. A report whose period lies outside the retention window (``period-expired``), too far
+   ahead of the clock (``period-future``), or on or after its definition's retirement day
+   (``retired``) is refused; a report id already in the current batch is a duplicate.
 4. Accepted reports wait in a bounded shuffle buffer (``commit_max_reports``). When it is
    full or ``commit_interval_s`` has passed since its first report, the buffer is randomly
    permuted and handed to the checkpoint store, which - in one transaction - drops report
@@ -59,6 +61,7 @@ from collector.errors import StoreUnavailable
 from collector.metrics import IngestMetrics
 from collector.store import CommitResult, Store
 from collector.transport import Delivery, Transport
+from protocol.catalog import Catalog, catalog_of
 from protocol.errors import MalformedReportError
 from protocol.receipts import MAX_CORRELATION_BYTES, Receipt, valid_response_topic
 from protocol.registry import Registry
@@ -80,18 +83,18 @@ RETRY_MAX_S = 30.0
 
 
 def period_windows(
-    registry: Registry, now: float, config: IngestConfig, low_water: Mapping[str, int]
+    catalog: Catalog, now: float, config: IngestConfig, low_water: Mapping[str, int]
 ) -> dict[str, tuple[int, int]]:
-    """The accepted period indices ``(low, high)``, inclusive, per use case at time ``now``.
+    """The accepted period indices ``(low, high)``, inclusive, per definition (by ref) at time ``now``.
 
     ``low`` never goes below the stored low-water mark, so a clock that jumps back cannot
     reopen a period whose report ids have been forgotten.
     """
     out = {}
-    for name, uc in registry.use_cases.items():
+    for ref, uc in catalog.use_cases.items():
         current = uc.period.index_at(now)
-        low = max(current - config.retention_periods + 1, low_water.get(name, 0), 0)
-        out[name] = (low, current + config.future_periods)
+        low = max(current - config.retention_periods + 1, low_water.get(ref, 0), 0)
+        out[ref] = (low, current + config.future_periods)
     return out
 
 
@@ -145,13 +148,13 @@ class Ingest:
     """The ingest loop: transport -> decode -> shuffle buffer -> checkpoint -> acknowledge.
 
     Args:
-        registry: the use-case registry in force (reports under another are refused).
+        catalog: the definitions accepted (reports under any other are refused).
         transport: where messages come from and acknowledgements go.
         store: the checkpoint store's thread.
         config: limits and batching.
         metrics: counters to update.
         clock: the wall clock (for the period window).
-        low_water: the stored low-water marks at start-up.
+        low_water: the stored low-water marks at start-up, by definition ref.
         on_commit: called with each commit's result once it is acknowledged (the service
             keeps its materialised aggregates current with it).
         receipt_prefix: response topics the collector answers (``mqtt.receipt_prefix``);
@@ -161,7 +164,7 @@ class Ingest:
     def __init__(
         self,
         *,
-        registry: Registry,
+        catalog: Catalog | Registry,
         transport: Transport,
         store: StoreThread[Store],
         config: IngestConfig,
@@ -171,7 +174,7 @@ class Ingest:
         on_commit: Callable[[CommitResult], None] | None = None,
         receipt_prefix: str = "ldp/v1/receipts/",
     ) -> None:
-        self.registry = registry
+        self.catalog = catalog = catalog_of(catalog)
         self.transport = transport
         self.store = store
         self.config = config
@@ -192,8 +195,12 @@ class Ingest:
         self._since = 0.0
         self._inflight: _Commit | None = None
         self._failed: _Commit | None = None  # a commit the store could not take, to retry
-        self._windows = period_windows(registry, self.clock.time(), config, self.low_water)
+        self._windows = period_windows(catalog, self.clock.time(), config, self.low_water)
         self._windows_at = time.monotonic()
+        # The first period refused as retired, per definition that has a retirement day.
+        self._retired = {
+            ref: first for ref, uc in catalog.use_cases.items() if (first := catalog.retired_from(uc)) is not None
+        }
 
     def raise_low_water(self, marks: Mapping[str, int]) -> None:
         """Adopt higher low-water marks before the store prunes below them."""
@@ -202,7 +209,7 @@ class Ingest:
         self._refresh_windows()
 
     def _refresh_windows(self) -> None:
-        self._windows = period_windows(self.registry, self.clock.time(), self.config, self.low_water)
+        self._windows = period_windows(self.catalog, self.clock.time(), self.config, self.low_water)
         self._windows_at = time.monotonic()
 
     async def run(self) -> None:
@@ -273,7 +280,8 @@ class Ingest:
         if not self._tokens and deliveries:
             self._since = time.monotonic()
             self.metrics.pending_since = self._since
-        registry = self.registry
+        catalog = self.catalog
+        retired = self._retired
         max_size = self.config.max_report_bytes
         windows = self._windows
         reports = self._reports
@@ -305,7 +313,7 @@ class Ingest:
                 reason = "no-identity"
             else:
                 try:
-                    report = decode_report(d.payload, registry, max_size=max_size)
+                    report = decode_report(d.payload, catalog, max_size=max_size)
                 except MalformedReportError as exc:
                     reason = exc.reason
                 except Exception:
@@ -318,11 +326,14 @@ class Ingest:
                     )
                     reason = "decoder-error"
                 else:
-                    low, high = windows[report.use_case.name]
+                    ref = report.use_case.ref
+                    low, high = windows[ref]
                     if report.period < low:
                         reason = "period-expired"
                     elif report.period > high:
                         reason = "period-future"
+                    elif retired and report.period >= retired.get(ref, report.period + 1):
+                        reason = "retired"
             if reason is not None:
                 counters["rejected:" + reason] += 1
                 rejected[reason] += 1
@@ -447,7 +458,7 @@ class Ingest:
                 outcome = "over-allowance"
             else:
                 outcome = "counted"
-            m.use_case_reports[report.use_case.name, outcome] += 1
+            m.use_case_reports[report.use_case.ref, outcome] += 1
         m.reports += result.reports
         m.records += result.records
         m.duplicates += result.duplicates

@@ -53,8 +53,9 @@ from typing import Any, TypeVar
 
 from collector.config import CollectorConfig
 from collector.errors import StoreError
-from collector.estimation import default_period, estimate_aggregate, series_of, status_of
+from collector.estimation import default_period, estimate_aggregate, registry_dir, resolve, series_of, status_of
 from collector.store import KeyInfo, Store, footprint, open_store
+from protocol.catalog import Catalog, catalog_of
 from protocol.interfaces import Aggregate
 from protocol.registry import Registry, UseCase
 
@@ -113,13 +114,15 @@ class LiveAggregates:
 
     Args:
         config: the collector configuration (store path, estimation settings).
-        registry: the registry in force.
+        catalog: the use-case definitions accepted; aggregates are keyed by definition ref.
         memory_bytes: the bound on resident array memory (default ``estimation.memory_mib``).
     """
 
-    def __init__(self, config: CollectorConfig, registry: Registry, *, memory_bytes: int | None = None) -> None:
+    def __init__(
+        self, config: CollectorConfig, catalog: Catalog | Registry, *, memory_bytes: int | None = None
+    ) -> None:
         self.config = config
-        self.registry = registry
+        self.catalog = catalog_of(catalog)
         self.bound = config.estimation.memory_mib << 20 if memory_bytes is None else memory_bytes
         self._io = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="aggregates")
         self._cpu = concurrent.futures.ThreadPoolExecutor(
@@ -147,7 +150,8 @@ class LiveAggregates:
     async def estimate(
         self, use_case: str, period: int | None = None, *, withheld: bool = False
     ) -> tuple[tuple[str, int, int], dict[str, Any]]:
-        """The estimate of ``use_case`` for ``period`` (default :func:`~collector.estimation.default_period`).
+        """The estimate of ``use_case`` (a name: its current definition; or a definition's ref) for
+        ``period`` (default :func:`~collector.estimation.default_period`).
 
         ``withheld`` also lists the entries that are not released, flagged (the API's ``?withheld=1``).
 
@@ -156,10 +160,10 @@ class LiveAggregates:
             the same computation - and the JSON-ready result of ``estimate_aggregate``.
 
         Raises:
-            KeyError: the use case is not in the registry.
+            KeyError: no accepted definition has that name or ref.
             StoreError: the checkpoint database cannot be read.
         """
-        uc = self.registry.use_cases[use_case]
+        uc = resolve(self.catalog, use_case)
         key, entry = await self._on(self._io, self._io_resolve, uc, period)
         version, result = await self._on(self._cpu, self._compute, uc, entry, withheld)
         return (key[0], key[1], version), result
@@ -168,9 +172,9 @@ class LiveAggregates:
         """:func:`~collector.estimation.series_of` the latest ``limit`` periods with data.
 
         Raises:
-            KeyError: the use case is not in the registry.
+            KeyError: no accepted definition has that name or ref.
         """
-        uc = self.registry.use_cases[use_case]
+        uc = resolve(self.catalog, use_case)
         return await self._on(self._io, self._io_series, uc, limit)
 
     async def status(self) -> dict[str, Any]:
@@ -233,7 +237,7 @@ class LiveAggregates:
                 entry.aggregate,
                 entry.info,
                 confidence=self.config.estimation.confidence,
-                registry_dir=self.config.registry.parent,
+                registry_dir=registry_dir(self.catalog, uc),
                 withheld=withheld,
             )
             entry.estimates[withheld] = (entry.version, result)
@@ -258,7 +262,7 @@ class LiveAggregates:
             store.close()
             self._store = store = None
         if store is None:
-            store = self._store = open_store(self.config, self.registry, readonly=True)
+            store = self._store = open_store(self.config, self.catalog, readonly=True)
             self._opened_at = store.last_seq()
         return store
 
@@ -271,8 +275,8 @@ class LiveAggregates:
 
     def _io_resolve(self, uc: UseCase, period: int | None) -> tuple[Key, _Entry]:
         if period is None:
-            period = default_period(uc, self._io_totals(uc.name))
-        key = (uc.name, period)
+            period = default_period(uc, self._io_totals(uc.ref))
+        key = (uc.ref, period)
         return key, self._io_sync(key)
 
     def _next_version(self) -> int:
@@ -349,18 +353,18 @@ class LiveAggregates:
                 self._io_sync(key)
 
     def _io_series(self, uc: UseCase, limit: int) -> dict[str, Any]:
-        infos = self._io_totals(uc.name)[-limit:]
+        infos = self._io_totals(uc.ref)[-limit:]
         # Only proportions and means are evaluated per period; their aggregates are tiny, and
         # only this thread folds, so reading them here without the lock is safe.
         confidence = self.config.estimation.confidence
-        return series_of(uc, infos, lambda period: self._io_sync((uc.name, period)).aggregate, confidence=confidence)
+        return series_of(uc, infos, lambda period: self._io_sync((uc.ref, period)).aggregate, confidence=confidence)
 
     def _io_status(self) -> dict[str, Any]:
         totals = self._io_totals()
         store = self._io_db()
         counters = store.counters()
         instances = {instance: store.counters(instance) for instance in store.instances()}
-        status = status_of(self.registry, totals, counters, instances, store_path=self.config.store.location)
+        status = status_of(self.catalog, totals, counters, instances, store_path=self.config.store.location)
         stats = self.statistics()
         status["materialised"] = dataclasses.asdict(stats)
         return status

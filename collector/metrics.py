@@ -101,7 +101,7 @@ class IngestMetrics:
             without blocking (``runtime.sd_notify``).
         receipt_requests_invalid: receipt requests ignored (a response topic outside
             ``mqtt.receipt_prefix``, or missing or oversize Correlation Data).
-        use_case_reports: reports settled by a commit, by (use case, outcome): ``counted``
+        use_case_reports: reports settled by a commit, by (definition ref, outcome): ``counted``
             (folded now, or already folded by an earlier delivery), ``period-expired`` or
             ``over-allowance`` - what the report's receipt says.
         commit_latency: a histogram of each commit's duration.
@@ -229,11 +229,13 @@ class ServiceCollector(Collector):
         yield _counter("ldp_collector_records_folded_total", "Records folded and committed.", m.records)
         by_use_case = CounterMetricFamily(
             "ldp_collector_use_case_reports_total",
-            "Reports settled by a commit, by use case and outcome (counted, or the reason it was refused).",
-            labels=["use_case", "outcome"],
+            "Reports settled by a commit, by use case, definition (the first 8 hex digits of its hash) and "
+            "outcome (counted, or the reason it was refused).",
+            labels=["use_case", "definition", "outcome"],
         )
-        for (use_case, outcome), value in sorted(m.use_case_reports.items()):
-            by_use_case.add_metric([use_case, outcome], value)
+        for (ref, outcome), value in sorted(m.use_case_reports.items()):
+            name, _, definition = ref.partition("@")
+            by_use_case.add_metric([name, definition, outcome], value)
         yield by_use_case
         yield _counter("ldp_collector_commits_total", "Checkpoint transactions committed.", m.commits)
         yield _counter("ldp_collector_commit_seconds_total", "Time spent in checkpoint transactions.", m.commit_seconds)

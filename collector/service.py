@@ -17,12 +17,12 @@ import logging
 import signal
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from prometheus_client import CollectorRegistry
 
 from collector.config import CollectorConfig
+from collector.definitions import load_catalog, load_registry
 from collector.errors import ConfigError, StoreUnavailable
 from collector.http import serve_http
 from collector.ingest import Ingest, StoreThread
@@ -30,13 +30,12 @@ from collector.live import LiveAggregates
 from collector.metrics import IngestMetrics, metrics_registry
 from collector.mqtt import READ_PAUSE_S, MqttTransport
 from collector.store import Store, open_store
-from protocol.registry import Registry, RegistryError
+from protocol.catalog import Catalog, catalog_of
+from protocol.registry import Registry
 from runtime.clock import SystemClock, WallClock
-from runtime.errors import SettingFileError
-from runtime.registry_file import read_registry, registry_field
 from runtime.sd_notify import Notifier
 
-__all__ = ["MAINTENANCE_INTERVAL_S", "Service", "check_size_caps", "load_registry", "run_service"]
+__all__ = ["MAINTENANCE_INTERVAL_S", "Service", "check_size_caps", "load_catalog", "load_registry", "run_service"]
 
 log = logging.getLogger(__name__)
 
@@ -44,45 +43,26 @@ MAINTENANCE_INTERVAL_S = 5.0
 """How often retention pruning and compaction run."""
 
 
-def load_registry(path: Path, *, source: str | None = None) -> Registry:
-    """Read and parse the use-case registry.
-
-    Args:
-        path: the registry file.
-        source: the config file that names it (``registry``), for a file that cannot be read.
-
-    Raises:
-        ConfigError: naming the config's ``registry`` field for a file that cannot be read,
-            and the registry file with the dotted field (``use_cases.<name>.<field>``) for
-            a bad one.
-    """
-    try:
-        return read_registry(path)
-    except SettingFileError as exc:
-        raise ConfigError(source or str(path), exc.setting if source else "", exc.problem) from None
-    except RegistryError as exc:
-        raise ConfigError(str(path), registry_field(exc), exc.problem) from None
-
-
 MQTT_FRAMING_BYTES = 1024
 """Room a PUBLISH packet needs beyond its payload: fixed header, topic
 (``ldp/v1/reports/<name of up to 64 characters>``), packet id and MQTT 5 properties."""
 
 
-def check_size_caps(config: CollectorConfig, registry: Registry) -> None:
-    """Refuse a configuration that would reject reports the registry allows.
+def check_size_caps(config: CollectorConfig, catalog: Catalog | Registry) -> None:
+    """Refuse a configuration that would reject reports any accepted definition allows.
 
     Raises:
         ConfigError: naming the config field, the use case and the figures.
     """
-    largest = max(registry.use_cases.values(), key=lambda uc: uc.max_report_bytes)
+    catalog = catalog_of(catalog)
+    largest = max(catalog.use_cases.values(), key=lambda uc: uc.max_report_bytes)
     need = largest.max_report_bytes
     if config.ingest.max_report_bytes < need:
         raise ConfigError(
             config.source,
             "ingest.max_report_bytes",
             f"{config.ingest.max_report_bytes:,} is below the {need:,} bytes of use case {largest.name!r}'s "
-            f"largest report in {registry.source}; raise it to at least {need:,}",
+            f"largest report in {catalog.sources(largest)[0]}; raise it to at least {need:,}",
         )
     if config.mqtt.max_packet_bytes < config.ingest.max_report_bytes + MQTT_FRAMING_BYTES:
         raise ConfigError(
@@ -102,7 +82,7 @@ class Service:
     """
 
     config: CollectorConfig
-    registry: Registry
+    catalog: Catalog
     store: StoreThread[Store]
     metrics: IngestMetrics
     transport: MqttTransport
@@ -129,8 +109,8 @@ async def _maintain(service: Service, clock: WallClock) -> None:
     cfg = service.config
     now = clock.time()
     marks = {
-        name: max(uc.period.index_at(now) - cfg.ingest.retention_periods + 1, 0)
-        for name, uc in service.registry.use_cases.items()
+        ref: max(uc.period.index_at(now) - cfg.ingest.retention_periods + 1, 0)
+        for ref, uc in service.catalog.use_cases.items()
     }
     # Raise the marks in ingest first: from now on it refuses those periods, so the ids
     # pruned next can never be needed again.
@@ -170,20 +150,20 @@ async def run_service(
         on_ready: called once the broker has granted the subscription (tests, embedding).
 
     Raises:
-        ConfigError: the registry cannot be loaded.
+        ConfigError: a registry file cannot be loaded.
         collector.errors.StoreError: the checkpoint database cannot be used.
         collector.errors.TransportError: the broker refused us for good.
     """
     clock = clock or SystemClock()
-    registry = load_registry(config.registry, source=config.source)
-    check_size_caps(config, registry)
+    catalog = load_catalog(config)
+    check_size_caps(config, catalog)
     loop = asyncio.get_running_loop()
     if stop is None:
         stop = asyncio.Event()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
     notifier: Notifier | None = None
-    store = StoreThread(lambda: open_store(config, registry))
+    store = StoreThread(lambda: open_store(config, catalog))
     live: LiveAggregates | None = None
     try:
         low_water = await store.call(lambda s: s.low_water())
@@ -191,7 +171,7 @@ async def run_service(
         # The read pause (collector.mqtt.READ_PAUSE_S) stays well inside the commit interval.
         transport = MqttTransport(config.mqtt, read_pause_s=min(READ_PAUSE_S, config.ingest.commit_interval_s / 4))
         ingest = Ingest(
-            registry=registry,
+            catalog=catalog,
             transport=transport,
             store=store,
             config=config.ingest,
@@ -201,20 +181,22 @@ async def run_service(
             receipt_prefix=config.mqtt.receipt_prefix,
         )
         # Opened after the store thread has created the database and registered the use cases.
-        live = LiveAggregates(config, registry)
+        live = LiveAggregates(config, catalog)
         ingest.on_commit = lambda result: live.committed(result.keys)
         notifier = Notifier()
         prometheus = metrics_registry(
-            metrics, transport=transport.statistics, instance=config.instance, registry_hash=registry.hash_hex
+            metrics, transport=transport.statistics, instance=config.instance, registry_hash=catalog.hash_hex
         )
-        service = Service(config, registry, store, metrics, transport, ingest, live, notifier, prometheus)
+        service = Service(config, catalog, store, metrics, transport, ingest, live, notifier, prometheus)
         if http_starter is None and config.http.enabled:
             http_starter = serve_http
         log.info(
-            "collector %s: registry %s (%s), store %s, broker %s:%d",
+            "collector %s: registry %s (%s; %d definitions from %d files), store %s, broker %s:%d",
             config.instance,
             config.registry,
-            registry.hash_hex,
+            catalog.hash_hex,
+            len(catalog.use_cases),
+            len(catalog.registries),
             config.store.location,
             config.mqtt.host,
             config.mqtt.port,

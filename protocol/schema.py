@@ -14,7 +14,8 @@ to the config file) passes a hook for that type.
 What a schema can say:
 
 * ``int``, ``float`` (an integer is accepted and made a float), ``bool``, ``str``,
-  ``pathlib.Path`` (a non-empty string), ``typing.Any`` (the raw TOML value);
+  ``pathlib.Path`` (a non-empty string), ``datetime.date`` (a TOML local date such as
+  ``2026-12-01``, or the same written as a string), ``typing.Any`` (the raw TOML value);
 * ``Annotated[int | float, Range(...)]`` for a range, ``Annotated[T | None, EMPTY_IS_NONE]``
   for an optional value that ``""`` switches off (TOML has no null);
 * ``Literal[...]``, ``T | None`` (absent means the default), ``tuple[T, ...]`` (an array),
@@ -34,6 +35,7 @@ a ``doc`` in a required field's metadata says, when it is missing, what it shoul
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import math
 import types
 import typing
@@ -194,6 +196,8 @@ class _Decoder:
             if not isinstance(raw, str) or not raw:
                 raise SchemaError(where, "bad-type", f"expected a path; got {_found(raw)}")
             return Path(raw)
+        if tp is datetime.date:
+            return _date(raw, where)
         if tp in (bool, str):
             return raw
         raise TypeError(f"schema decoder cannot handle {tp!r}")  # a bug in a schema, not in the file
@@ -242,6 +246,18 @@ class _Decoder:
             return cls(**kwargs)
         except Invalid as e:
             raise SchemaError(_join(where, e.field), e.kind, e.problem) from None
+
+
+def _date(raw: object, where: str) -> datetime.date:
+    """A TOML local date (``2026-12-01``), or the same as a string; not a date-time."""
+    if isinstance(raw, datetime.date) and not isinstance(raw, datetime.datetime):
+        return raw
+    if isinstance(raw, str):
+        try:
+            return datetime.date.fromisoformat(raw)
+        except ValueError:
+            pass
+    raise SchemaError(where, "bad-type", f"expected a date such as 2026-12-01; got {_found(raw)}")
 
 
 def _expected(tp: Any, rng: Range | None) -> str:

@@ -220,7 +220,7 @@ def group_by_key(reports: Sequence[FoldedReport]) -> dict[tuple[str, int], list[
     """Reports by (use case, period), in their order."""
     groups: dict[tuple[str, int], list[FoldedReport]] = defaultdict(list)
     for r in reports:
-        groups[(r.use_case.name, r.period)].append(r)
+        groups[(r.use_case.ref, r.period)].append(r)
     return groups
 
 

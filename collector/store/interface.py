@@ -5,7 +5,8 @@ SQLite file, the embedded default) and :class:`collector.store.postgres.Postgres
 PostgreSQL database shared by a group of collectors) both fulfil it, and
 :func:`collector.store.open_store` picks one from ``[store]`` of the config. The values
 that cross the seam (:class:`CommitResult`, :class:`KeyInfo`) and the rules both backends
-apply alike (:func:`report_allowance`, :func:`use_case_fingerprint`) live here.
+apply alike (:func:`report_allowance`, :func:`use_case_fingerprint`,
+:func:`legacy_fingerprint`) live here.
 """
 
 from __future__ import annotations
@@ -15,17 +16,24 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from protocol.catalog import Catalog
 from protocol.interfaces import Aggregate, Batch
-from protocol.registry import Registry, UseCase
+from protocol.registry import UseCase
 
 __all__ = [
+    "MIGRATE_COMMAND",
     "CommitResult",
     "FoldedReport",
     "KeyInfo",
     "Store",
+    "legacy_fingerprint",
     "report_allowance",
     "use_case_fingerprint",
 ]
+
+
+MIGRATE_COMMAND = "ldp-collector migrate"
+"""What an operator runs to migrate a store that a read-only command refuses as older."""
 
 
 def report_allowance(use_case: UseCase) -> int:
@@ -42,10 +50,16 @@ def report_allowance(use_case: UseCase) -> int:
 
 
 def use_case_fingerprint(use_case: UseCase) -> bytes:
-    """16 bytes that change whenever the meaning of the use case's aggregate changes.
+    """What a use case's row is keyed by next to its name (schema 3 on SQLite, 2 on
+    PostgreSQL): its definition hash, so each definition's reports fold into aggregates of
+    their own, the definition they were made with."""
+    return use_case.definition
 
-    The mechanism's canonical fingerprint (every parameter, seed included) and the period.
-    """
+
+def legacy_fingerprint(use_case: UseCase) -> bytes:
+    """What the previous release keyed a use case's row by: the mechanism's fingerprint and the
+    period. Opening an older store for writing re-keys such a row to the definition hash of
+    the first definition (the current registry's first) that maps to it."""
     return hashlib.sha256(use_case.fingerprint + use_case.period.value.encode()).digest()[:16]
 
 
@@ -122,13 +136,14 @@ class Store(Protocol):
     :class:`~collector.errors.StoreError` for one that cannot.
 
     Attributes:
-        registry: the use-case registry in force.
+        catalog: the use-case definitions accepted; aggregates, totals and low-water marks
+            are keyed by each definition's ref (``name@hex``).
         instance: this collector's name (its counters are kept under it).
         readonly: opened for reading only.
         location: where the store is, for messages (a file path or a URL without password).
     """
 
-    registry: Registry
+    catalog: Catalog
     instance: str
     readonly: bool
 
@@ -202,7 +217,7 @@ class Store(Protocol):
         ...
 
     def use_case_names(self) -> Iterable[str]:
-        """Use cases of the registry that have a row in this store."""
+        """Refs of the accepted definitions that have a row in this store."""
         ...
 
     def verify(self) -> None:

@@ -94,10 +94,14 @@ operator created and named, when it has no ``meta`` table), keeping the data is 
 server's job (its WAL and backups), and a marker on one member's disk would say nothing to
 the other members, on other hosts, nor to a member that joins the group later.
 
-**Schema versions.** ``meta.schema`` holds :data:`SCHEMA_VERSION`; opening migrates an older
-schema step by step under an advisory lock (several members may start at once) and refuses
-a newer one, naming both versions: a collector must never write into a layout it does not
-know.
+**Schema versions.** ``meta.schema`` holds :data:`SCHEMA_VERSION`; opening for writing
+migrates an older schema step by step under an advisory lock (several members may start at
+once) and refuses a newer one, naming both versions: a collector must never write into a
+layout it does not know. Schema 1 (the previous release) keyed use-case rows by the
+mechanism's fingerprint and the period; 2 keys them by the definition hash, and registering
+the definitions re-keys each old row to the definition that maps to it. Opening only for
+reading never migrates: an older schema is refused with the command that does
+(``ldp-collector migrate``).
 
 **Failures.** A lost connection, a server shutting down or restarting, a full disk, a
 read-only server (a standby after fail-over), a lock or deadlock timeout raise
@@ -136,7 +140,15 @@ from collector.store.codec import (
     seal,
     total_counters,
 )
-from collector.store.interface import CommitResult, FoldedReport, KeyInfo, report_allowance, use_case_fingerprint
+from collector.store.interface import (
+    MIGRATE_COMMAND,
+    CommitResult,
+    FoldedReport,
+    KeyInfo,
+    legacy_fingerprint,
+    report_allowance,
+    use_case_fingerprint,
+)
 from collector.store.postgres_schema import (
     LOCK_PARTITIONS,
     LOCK_PRUNE,
@@ -150,9 +162,10 @@ from collector.store.postgres_schema import (
 )
 from collector.store.postgres_session import DDL_LOCK_TIMEOUT, connect, unavailable
 from collector.store.reads import SegmentReads
+from protocol.catalog import Catalog, catalog_of
 from protocol.errors import StateError
 from protocol.interfaces import Aggregate
-from protocol.registry import Registry
+from protocol.registry import Registry, UseCase
 
 __all__ = ["SCHEMA_VERSION", "PostgresStore"]
 
@@ -167,7 +180,7 @@ class PostgresStore(SegmentReads):
 
     Args:
         config: ``[store]`` (``url``, ``password_file``).
-        registry: the use-case registry in force.
+        catalog: the use-case definitions accepted (aggregates are keyed by each one's ref).
         instance: this collector's name (its counters are kept under it; unique in the group).
         readonly: open for reading only (the CLI and the materialised aggregates of ``collector.live``).
 
@@ -177,12 +190,14 @@ class PostgresStore(SegmentReads):
         StoreError: the database holds a newer schema, or is damaged.
     """
 
-    def __init__(self, config: StoreConfig, registry: Registry, *, instance: str = "collector", readonly: bool = False):
+    def __init__(
+        self, config: StoreConfig, catalog: Catalog | Registry, *, instance: str = "collector", readonly: bool = False
+    ):
         if config.url is None:
             raise ValueError("a PostgreSQL store needs store.url")
         self.config = config
         self.url = config.url
-        self.registry = registry
+        self.catalog = catalog_of(catalog)
         self.instance = instance
         self.readonly = readonly
         self._password = read_store_password(config)
@@ -293,8 +308,9 @@ class PostgresStore(SegmentReads):
                 self._refuse_newer(found)
                 if found < SCHEMA_VERSION:
                     raise StoreError(
-                        f"{self.location} has checkpoint schema {found}; a collector started for writing upgrades "
-                        f"it to {SCHEMA_VERSION}"
+                        f"{self.location} has checkpoint schema {found}, written by an earlier release; this release "
+                        f"reads {SCHEMA_VERSION}. Migrate it with `{MIGRATE_COMMAND}` (stop every member of the group "
+                        "first; starting the service migrates it too)"
                     )
                 return
             cur.execute("BEGIN")
@@ -313,30 +329,47 @@ class PostgresStore(SegmentReads):
             cur.execute("COMMIT")
 
     def _register_use_cases(self) -> dict[str, UseCaseRow]:
+        """A row per accepted definition (made, or re-keyed from a previous release's row, when
+        writable), keyed by ref; one transaction under the schema lock, as members may start at once."""
         rows: dict[str, UseCaseRow] = {}
         conn = self._connection()
         with conn.cursor() as cur:
             cur.execute("BEGIN")
-            for name, uc in self.registry.use_cases.items():
-                fp = use_case_fingerprint(uc)
-                if not self.readonly:
-                    made = cur.execute(
-                        "INSERT INTO use_cases (name, fingerprint, mechanism, period_seconds) VALUES (%s, %s, %s, %s) "
-                        "ON CONFLICT (name, fingerprint) DO NOTHING RETURNING id",
-                        (name, fp, uc.mechanism.name, uc.period.seconds),
-                    ).fetchone()
-                    if made is not None:
-                        self._put_digest(cur, f"digest:use_cases:{made[0]}", self._use_case_digest(cur, made[0]))
+            if not self.readonly:
+                cur.execute("SELECT pg_advisory_xact_lock(%s)", (LOCK_SCHEMA,))
+                for uc in self.catalog.use_cases.values():
+                    self._adopt_or_insert(cur, uc)
+            for ref, uc in self.catalog.use_cases.items():
                 row = cur.execute(
-                    "SELECT id FROM use_cases WHERE name = %s AND fingerprint = %s", (name, fp)
+                    "SELECT id FROM use_cases WHERE name = %s AND fingerprint = %s", (uc.name, use_case_fingerprint(uc))
                 ).fetchone()
                 if row is not None:
-                    rows[name] = UseCaseRow.of(int(row[0]), uc)
+                    rows[ref] = UseCaseRow.of(int(row[0]), uc)
             cur.execute("COMMIT")
         return rows
 
+    def _adopt_or_insert(self, cur: psycopg.Cursor[Any], uc: UseCase) -> None:
+        """Make the definition's row; a row the previous release keyed by the mechanism's
+        fingerprint (schema 1) becomes this definition's, with its aggregates and report ids."""
+        fp = use_case_fingerprint(uc)
+        if cur.execute("SELECT 1 FROM use_cases WHERE name = %s AND fingerprint = %s", (uc.name, fp)).fetchone():
+            return
+        legacy = cur.execute(
+            "SELECT id FROM use_cases WHERE name = %s AND fingerprint = %s", (uc.name, legacy_fingerprint(uc))
+        ).fetchone()
+        if legacy is not None:
+            cur.execute("UPDATE use_cases SET fingerprint = %s WHERE id = %s", (fp, legacy[0]))
+            self._put_digest(cur, f"digest:use_cases:{legacy[0]}", self._use_case_digest(cur, legacy[0]))
+            return
+        made = cur.execute(
+            "INSERT INTO use_cases (name, fingerprint, mechanism, period_seconds) VALUES (%s, %s, %s, %s) RETURNING id",
+            (uc.name, fp, uc.mechanism.name, uc.period.seconds),
+        ).fetchone()
+        if made is not None:
+            self._put_digest(cur, f"digest:use_cases:{made[0]}", self._use_case_digest(cur, made[0]))
+
     def use_case_names(self) -> Iterable[str]:
-        """Use cases of the registry that have a row in this database."""
+        """Refs of the accepted definitions that have a row in this database."""
         return self._use_cases.keys()
 
     # -- checksums -------------------------------------------------------------------------
@@ -464,8 +497,8 @@ class PostgresStore(SegmentReads):
         start = time.perf_counter()
         sender_of = _sender_of(reports, senders)
         uc_of = {name: row.id for name, row in self._use_cases.items()}
-        ids = sorted({uc_of[r.use_case.name] for r in reports})
-        self._ensure_partitions({(uc_of[r.use_case.name], r.period) for r in reports})
+        ids = sorted({uc_of[r.use_case.ref] for r in reports})
+        self._ensure_partitions({(uc_of[r.use_case.ref], r.period) for r in reports})
         conn = self._connection()
         with conn.cursor() as cur:
             with conn.pipeline():
@@ -482,16 +515,16 @@ class PostgresStore(SegmentReads):
             lows = {int(i): int(w) for i, w in cur.fetchall()}
             stored = {str(n): int(v) for n, v in lows_cur.fetchall()}
             lows_cur.close()
-            current = [r for r in reports if r.period >= lows[uc_of[r.use_case.name]]]
+            current = [r for r in reports if r.period >= lows[uc_of[r.use_case.ref]]]
             expired = len(reports) - len(current)
             expired_ids = (
-                frozenset(r.report_id for r in reports if r.period < lows[uc_of[r.use_case.name]])
+                frozenset(r.report_id for r in reports if r.period < lows[uc_of[r.use_case.ref]])
                 if expired
                 else frozenset()
             )
             tagged: dict[bytes, FoldedReport] = {}
             for r in current:
-                tagged.setdefault(rid_tag(r.report_id, uc_of[r.use_case.name], r.period), r)
+                tagged.setdefault(rid_tag(r.report_id, uc_of[r.use_case.ref], r.period), r)
             unique = list(tagged.items())
             fresh_rids = self._remember(cur, unique, uc_of)
             fresh = [r for rid, r in unique if rid in fresh_rids]
@@ -508,9 +541,9 @@ class PostgresStore(SegmentReads):
                         "DELETE FROM seen WHERE (uc, period, rid) IN "
                         "(SELECT * FROM unnest(%b::integer[], %b::bigint[], %b::bytea[]))",
                         (
-                            [uc_of[r.use_case.name] for r in refused],
+                            [uc_of[r.use_case.ref] for r in refused],
                             [r.period for r in refused],
-                            [rid_tag(r.report_id, uc_of[r.use_case.name], r.period) for r in refused],
+                            [rid_tag(r.report_id, uc_of[r.use_case.ref], r.period) for r in refused],
                         ),
                     )
             groups = group_by_key(fresh)
@@ -569,7 +602,7 @@ class PostgresStore(SegmentReads):
         """
         by_key: dict[tuple[int, int], list[bytes]] = defaultdict(list)
         for rid, r in unique:
-            by_key[(uc_of[r.use_case.name], r.period)].append(rid)
+            by_key[(uc_of[r.use_case.ref], r.period)].append(rid)
         if not by_key:
             return set()
         width = RID_BYTES + TAG_BYTES
@@ -611,7 +644,7 @@ class PostgresStore(SegmentReads):
         uc_of: Mapping[str, int],
     ) -> tuple[list[FoldedReport], int]:
         """The reports within their device's allowance, and how many were beyond it (inside the transaction)."""
-        wanted = sorted({(uc_of[r.use_case.name], r.period) for r in fresh if r.report_id in sender_of})
+        wanted = sorted({(uc_of[r.use_case.ref], r.period) for r in fresh if r.report_id in sender_of})
         if not wanted:
             return list(fresh), 0
         # One random key per (use case, period), drawn by whichever member sees the period's
@@ -637,7 +670,7 @@ class PostgresStore(SegmentReads):
             sender = sender_of.get(r.report_id)
             if sender is None:
                 continue
-            uc = uc_of[r.use_case.name]
+            uc = uc_of[r.use_case.ref]
             slot = (uc, r.period, allowance_tag(sender, keys[(uc, r.period)]))
             slot_of[r.report_id] = slot
             want[slot] += 1
@@ -704,7 +737,7 @@ class PostgresStore(SegmentReads):
         """:meth:`aggregate`, with the version it is current to (for :meth:`catch_up`).
 
         Raises:
-            KeyError: the use case is not in the registry.
+            KeyError: no accepted definition has this ref.
         """
         row = self._stored_row(use_case)
         if row is None:
@@ -728,7 +761,7 @@ class PostgresStore(SegmentReads):
             segments after ``seq`` into the base, so the key must be read afresh.
 
         Raises:
-            KeyError: the use case is not in the registry.
+            KeyError: no accepted definition has this ref.
         """
         row = self._stored_row(info.use_case)
         if row is None:

@@ -28,8 +28,9 @@ __all__ = [
     "partitions_below",
 ]
 
-SCHEMA_VERSION = 1
-"""1: the tables below, with the checksums of SQLite schema 2."""
+SCHEMA_VERSION = 2
+"""2: use-case rows keyed by the definition hash (SQLite schema 3). 1: the same tables, rows
+keyed by the mechanism's fingerprint and the period (the previous release)."""
 
 TABLES = (
     "CREATE TABLE meta (key text PRIMARY KEY, value bytea NOT NULL)",
@@ -61,8 +62,12 @@ TABLES = (
     "PRIMARY KEY (instance, name))",
 )
 PARTITIONED = ("seen", "allowance_keys", "allowance")  # also the order they are locked in
-MIGRATIONS: dict[int, tuple[str, ...]] = {}
-"""Statements that take schema ``v`` to ``v + 1``, by ``v`` (none yet)."""
+MIGRATIONS: dict[int, tuple[str, ...]] = {
+    # 1 -> 2 changes what use_cases.fingerprint holds, not the layout: the store re-keys each
+    # row when it registers the definitions (collector.store.interface.legacy_fingerprint).
+    1: (),
+}
+"""Statements that take schema ``v`` to ``v + 1``, by ``v``."""
 
 # Advisory lock keys (pg_advisory_xact_lock(bigint)): "ldp" in the high bytes, then a purpose.
 LOCK_SCHEMA = 0x6C64700001

@@ -15,7 +15,7 @@ import psycopg
 from collector.config import StoreConfig, read_store_password
 from collector.errors import ConfigError, StoreUnavailable
 from collector.store.postgres_schema import SCHEMA_VERSION
-from protocol.registry import Registry
+from protocol.catalog import Catalog
 
 __all__ = ["DDL_LOCK_TIMEOUT", "connect", "probe", "unavailable"]
 
@@ -112,13 +112,13 @@ def unavailable(exc: psycopg.Error, location: str) -> StoreUnavailable | None:
     return StoreUnavailable(cause, location, f"{text}: {detail}")
 
 
-def probe(config: StoreConfig, registry: Registry) -> str:
+def probe(config: StoreConfig, catalog: Catalog) -> str:
     """``ldp-collector check-config``'s line for a PostgreSQL store: reachable, and its schema.
 
     Raises:
         ConfigError: the server cannot be reached, refuses us, or holds a newer schema.
     """
-    del registry  # the use cases are registered by the first collector that opens the store for writing
+    del catalog  # the use cases are registered by the first collector that opens the store for writing
     field = "store.url"
     password = read_store_password(config)
     assert config.url is not None

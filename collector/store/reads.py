@@ -3,7 +3,7 @@
 :class:`SegmentReads` is the base of :class:`~collector.store.sqlite.CheckpointStore` and
 :class:`~collector.store.postgres.PostgresStore`. Each backend reads its base aggregates and
 segments with its own SQL and snapshot; this class holds what is the same around that: how a
-use case the registry names but no collector has stored yet reads (empty), how an unknown one
+definition the catalog holds but no collector has stored yet reads (empty), how an unknown one
 fails (``KeyError``), how a sealed blob is opened and segments folded, how per-key totals
 from the base and the segments add up, and which keys are worth compacting.
 """
@@ -17,16 +17,16 @@ from typing import Any
 from collector.errors import StoreError
 from collector.store.codec import BIG_SEGMENTS, UseCaseRow, fold_segment, unseal
 from collector.store.interface import KeyInfo
+from protocol.catalog import Catalog
 from protocol.interfaces import Aggregate
-from protocol.registry import Registry
 
 __all__ = ["SegmentReads"]
 
 
 class SegmentReads(ABC):
-    """The backends' shared reading logic; subclasses set ``registry`` and ``_use_cases``."""
+    """The backends' shared reading logic; subclasses set ``catalog`` and ``_use_cases``."""
 
-    registry: Registry
+    catalog: Catalog
     _use_cases: dict[str, UseCaseRow]
 
     @property
@@ -50,25 +50,25 @@ class SegmentReads(ABC):
         """The aggregate of one (use case, period): its base with every segment folded in.
 
         Raises:
-            KeyError: the use case is not in the registry.
+            KeyError: no accepted definition has this ref.
         """
         agg, info, _seq = self.aggregate_at(use_case, period)
         return agg, info
 
     def _stored_row(self, use_case: str) -> UseCaseRow | None:
-        """The use case's stored row; None for a registry use case nothing was stored for yet.
+        """The use case's stored row; None for an accepted definition nothing was stored for yet.
 
         Raises:
-            KeyError: the use case is not in the registry.
+            KeyError: no accepted definition has this ref.
         """
         row = self._use_cases.get(use_case)
-        if row is None and use_case not in self.registry.use_cases:
+        if row is None and use_case not in self.catalog.use_cases:
             raise KeyError(use_case)
         return row
 
     def _empty_at(self, use_case: str, period: int) -> tuple[Aggregate, KeyInfo, int]:
         """What :meth:`aggregate_at` gives for a use case nothing was stored for: empty, current now."""
-        empty = self.registry.use_cases[use_case].mechanism.new_aggregate()
+        empty = self.catalog.use_cases[use_case].mechanism.new_aggregate()
         return empty, KeyInfo(use_case, period, 0, 0), self.last_seq()
 
     def _open(self, table: str, key: tuple[object, ...], data: object) -> Any:

@@ -44,9 +44,17 @@ silently wrong number; reads verify the blobs they fold. A marker file next to t
 (``<file>.id``) remembers that a database was created there: if the database goes missing,
 the collector refuses to start a fresh one in its place.
 
-Aggregates are keyed by the use case's name *and* a fingerprint of its mechanism's
-parameters and period: when the registry changes a use case's parameters, new reports go to
-new aggregates and the old ones stay readable, never mixed.
+Aggregates are keyed by the use case's name *and* its definition hash (schema 3): each
+definition a report can be made under (``protocol.catalog``) folds into aggregates of its own,
+never mixed with another's, and every definition the collector is given stays readable.
+
+**Schema versions.** ``meta.schema`` says what the file holds: 1 (no checksums), 2 (use-case
+rows keyed by the mechanism's fingerprint and the period, the previous release) and 3 (keyed
+by the definition hash). Opening for writing migrates an older file in place, each step in one
+transaction: 1 -> 2 seals every row, 2 -> 3 re-keys each use-case row to the definition that
+maps to it (``collector.store.interface.legacy_fingerprint``). A file opened only for reading
+(``ldp-collector status``, ``estimate``) is never changed: an older schema is refused with the
+command that migrates it (``ldp-collector migrate``), a newer one with the versions named.
 """
 
 from __future__ import annotations
@@ -75,16 +83,26 @@ from collector.store.codec import (
     seal,
     total_counters,
 )
-from collector.store.interface import CommitResult, FoldedReport, KeyInfo, report_allowance, use_case_fingerprint
+from collector.store.interface import (
+    MIGRATE_COMMAND,
+    CommitResult,
+    FoldedReport,
+    KeyInfo,
+    legacy_fingerprint,
+    report_allowance,
+    use_case_fingerprint,
+)
 from collector.store.reads import SegmentReads
+from protocol.catalog import Catalog, catalog_of
 from protocol.errors import StateError
 from protocol.interfaces import Aggregate
-from protocol.registry import Registry
+from protocol.registry import Registry, UseCase
 
 __all__ = ["SCHEMA_VERSION", "CheckpointStore"]
 
-SCHEMA_VERSION = 2
-"""2: checksums on aggregates, segments, report ids, use-case rows and counters."""
+SCHEMA_VERSION = 3
+"""3: use-case rows keyed by the definition hash. (2: checksums on aggregates, segments, report
+ids, use-case rows and counters, rows keyed by the mechanism's fingerprint; 1: no checksums.)"""
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value BLOB NOT NULL);
@@ -192,7 +210,7 @@ class CheckpointStore(SegmentReads):
 
     Args:
         path: the database file (created if missing, unless ``readonly``).
-        registry: the use-case registry in force.
+        catalog: the use-case definitions accepted (aggregates are keyed by each one's ref).
         instance: this collector's name (its counters are kept under it).
         readonly: open for reading only (the CLI and the materialised aggregates of ``collector.live``).
         synchronous: SQLite's ``synchronous`` setting; ``FULL`` survives power loss after an
@@ -202,14 +220,14 @@ class CheckpointStore(SegmentReads):
     def __init__(
         self,
         path: str | Path,
-        registry: Registry,
+        catalog: Catalog | Registry,
         *,
         instance: str = "collector",
         readonly: bool = False,
         synchronous: str = "FULL",
     ) -> None:
         self.path = Path(path)
-        self.registry = registry
+        self.catalog = catalog_of(catalog)
         self.instance = instance
         self.readonly = readonly
         try:
@@ -258,16 +276,34 @@ class CheckpointStore(SegmentReads):
 
     # -- set-up ------------------------------------------------------------------------
 
-    def _check_schema(self) -> None:
+    @property
+    def schema(self) -> int:
+        """The schema version of the file (:data:`SCHEMA_VERSION` once opened for writing)."""
         row = self._db.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone()
-        if row is None:
+        return 0 if row is None else int(row[0])
+
+    def _check_schema(self) -> None:
+        found = self.schema
+        if found == 0:
             if self.readonly:
                 raise StoreError(f"{self.path} is not a collector checkpoint database")
             self._db.execute("INSERT OR IGNORE INTO meta (key, value) VALUES ('schema', ?)", (SCHEMA_VERSION,))
-        elif int(row[0]) == 1 and not self.readonly:
+            return
+        if found > SCHEMA_VERSION:
+            raise StoreError(
+                f"{self.path} has checkpoint schema {found}, newer than the {SCHEMA_VERSION} this collector reads: "
+                "run a collector of the release that wrote it; this one will not write into a layout it does not know"
+            )
+        if found < SCHEMA_VERSION and self.readonly:
+            raise StoreError(
+                f"{self.path} has checkpoint schema {found}, written by an earlier release; this release reads "
+                f"{SCHEMA_VERSION}. Migrate it in place with `{MIGRATE_COMMAND}` (stop the service first; starting "
+                "the service migrates it too)"
+            )
+        if found == 1:
             self._upgrade_from_1()
-        elif int(row[0]) != SCHEMA_VERSION:
-            raise StoreError(f"{self.path} has checkpoint schema {row[0]}; this collector reads {SCHEMA_VERSION}")
+        if found <= 2:
+            self._db.execute("UPDATE meta SET value = ? WHERE key = 'schema'", (SCHEMA_VERSION,))
 
     def _upgrade_from_1(self) -> None:
         """Schema 1 had no checksums: seal every row as it stands, in one transaction."""
@@ -294,29 +330,54 @@ class CheckpointStore(SegmentReads):
                 self._put_digest(f"digest:use_cases:{uc}", self._use_case_digest(uc))
             for (instance,) in db.execute("SELECT DISTINCT instance FROM counters").fetchall():
                 self._put_digest(f"digest:counters:{instance}", self._counters_digest(instance))
-            db.execute("UPDATE meta SET value = ? WHERE key = 'schema'", (SCHEMA_VERSION,))
+            db.execute("UPDATE meta SET value = 2 WHERE key = 'schema'")
             db.execute("COMMIT")
         except BaseException:
             _rollback(db)
             raise
 
     def _register_use_cases(self) -> dict[str, UseCaseRow]:
+        """A row per accepted definition (made, or re-keyed from a previous release's row, when
+        writable), keyed by ref; one transaction, so a row and its checksum change together."""
+        db = self._db
+        if not self.readonly:
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                for uc in self.catalog.use_cases.values():
+                    self._adopt_or_insert(uc)
+                db.execute("COMMIT")
+            except BaseException:
+                _rollback(db)
+                raise
         rows: dict[str, UseCaseRow] = {}
-        for name, uc in self.registry.use_cases.items():
+        for ref, uc in self.catalog.use_cases.items():
             fp = use_case_fingerprint(uc)
-            if not self.readonly:
-                cur = self._db.execute(
-                    "INSERT OR IGNORE INTO use_cases (name, fingerprint, mechanism, period_seconds) "
-                    "VALUES (?, ?, ?, ?)",
-                    (name, fp, uc.mechanism.name, uc.period.seconds),
-                )
-                if cur.rowcount == 1 and cur.lastrowid is not None:
-                    self._put_digest(f"digest:use_cases:{cur.lastrowid}", self._use_case_digest(cur.lastrowid))
-            row = self._db.execute("SELECT id FROM use_cases WHERE name = ? AND fingerprint = ?", (name, fp)).fetchone()
+            row = db.execute("SELECT id FROM use_cases WHERE name = ? AND fingerprint = ?", (uc.name, fp)).fetchone()
             if row is None:
                 continue  # read-only and never collected
-            rows[name] = UseCaseRow.of(int(row[0]), uc)
+            rows[ref] = UseCaseRow.of(int(row[0]), uc)
         return rows
+
+    def _adopt_or_insert(self, uc: UseCase) -> None:
+        """Make the definition's row; a row the previous release keyed by the mechanism's
+        fingerprint (schema 2) becomes this definition's, with its aggregates and report ids."""
+        db = self._db
+        fp = use_case_fingerprint(uc)
+        if db.execute("SELECT 1 FROM use_cases WHERE name = ? AND fingerprint = ?", (uc.name, fp)).fetchone():
+            return
+        legacy = db.execute(
+            "SELECT id FROM use_cases WHERE name = ? AND fingerprint = ?", (uc.name, legacy_fingerprint(uc))
+        ).fetchone()
+        if legacy is not None:
+            db.execute("UPDATE use_cases SET fingerprint = ? WHERE id = ?", (fp, legacy[0]))
+            self._put_digest(f"digest:use_cases:{legacy[0]}", self._use_case_digest(legacy[0]))
+            return
+        cur = db.execute(
+            "INSERT INTO use_cases (name, fingerprint, mechanism, period_seconds) VALUES (?, ?, ?, ?)",
+            (uc.name, fp, uc.mechanism.name, uc.period.seconds),
+        )
+        if cur.lastrowid is not None:
+            self._put_digest(f"digest:use_cases:{cur.lastrowid}", self._use_case_digest(cur.lastrowid))
 
     def close(self) -> None:
         """Close the database connection."""
@@ -505,10 +566,10 @@ class CheckpointStore(SegmentReads):
         db.execute("BEGIN IMMEDIATE")
         try:
             lows = dict(db.execute("SELECT id, low_water FROM use_cases").fetchall())
-            current = [r for r in reports if r.period >= lows[self._use_cases[r.use_case.name].id]]
+            current = [r for r in reports if r.period >= lows[self._use_cases[r.use_case.ref].id]]
             expired = len(reports) - len(current)
             expired_ids = (
-                frozenset(r.report_id for r in reports if r.period < lows[self._use_cases[r.use_case.name].id])
+                frozenset(r.report_id for r in reports if r.period < lows[self._use_cases[r.use_case.ref].id])
                 if expired
                 else frozenset()
             )
@@ -540,7 +601,7 @@ class CheckpointStore(SegmentReads):
                 )
             db.executemany(
                 "INSERT INTO seen (rid, uc, period) VALUES (?, ?, ?)",
-                [(self._tagged(r), self._use_cases[r.use_case.name].id, r.period) for r in fresh],
+                [(self._tagged(r), self._use_cases[r.use_case.ref].id, r.period) for r in fresh],
             )
             duplicates = len(current) - len(fresh) - over
             all_counters = total_counters(
@@ -583,7 +644,7 @@ class CheckpointStore(SegmentReads):
             if sender is None:
                 kept.append(r)
                 continue
-            uc = self._use_cases[r.use_case.name].id
+            uc = self._use_cases[r.use_case.ref].id
             key = keys.get((uc, r.period))
             if key is None:
                 # One random key per (use case, period), drawn when the period's first identified
@@ -618,7 +679,7 @@ class CheckpointStore(SegmentReads):
         return kept, over
 
     def _tagged(self, report: FoldedReport) -> bytes:
-        return rid_tag(report.report_id, self._use_cases[report.use_case.name].id, report.period)
+        return rid_tag(report.report_id, self._use_cases[report.use_case.ref].id, report.period)
 
     def _fresh(self, reports: Sequence[FoldedReport]) -> list[FoldedReport]:
         ids = [self._tagged(r) for r in reports]
@@ -662,7 +723,7 @@ class CheckpointStore(SegmentReads):
         """:meth:`aggregate`, with the sequence number it is current to (for :meth:`catch_up`).
 
         Raises:
-            KeyError: the use case is not in the registry.
+            KeyError: no accepted definition has this ref.
         """
         row = self._stored_row(use_case)
         if row is None:
@@ -698,7 +759,7 @@ class CheckpointStore(SegmentReads):
             quarter of its size).
 
         Raises:
-            KeyError: the use case is not in the registry.
+            KeyError: no accepted definition has this ref.
         """
         row = self._stored_row(info.use_case)
         if row is None:
@@ -878,5 +939,5 @@ class CheckpointStore(SegmentReads):
         return len(segs)
 
     def use_case_names(self) -> Iterable[str]:
-        """Use cases of the registry that have a row in this database."""
+        """Refs of the accepted definitions that have a row in this database."""
         return self._use_cases.keys()

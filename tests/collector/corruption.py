@@ -49,8 +49,8 @@ def populate(path: Path, registry: Registry, *, seed: int = 7) -> None:
                 for chunk in (reports[:10], reports[10:20], reports[20:]):
                     store.commit(chunk, {"messages": len(chunk)})
                 if period != now:
-                    store.compact(name, period)
-        store.prune({"flag": current_period(registry, "flag", NOW) - 5})
+                    store.compact(registry[name].ref, period)
+        store.prune({registry["flag"].ref: current_period(registry, "flag", NOW) - 5})
     finally:
         store.close()
 

@@ -183,7 +183,7 @@ def bit_reports(
         yield encode_report(
             Report(
                 use_case=uc.name,
-                registry_hash=registry.hash,
+                definition=uc.definition,
                 period=period,
                 report_id=ids[16 * i : 16 * i + 16],
                 records=bits[i],
@@ -192,11 +192,11 @@ def bit_reports(
 
 
 def reference_aggregates(registry: Registry, payloads: Sequence[bytes]) -> dict[tuple[str, int], Any]:
-    """The in-process reference: every payload decoded and folded, keyed by (use case, period)."""
+    """The in-process reference: every payload decoded and folded, keyed by (definition ref, period)."""
     out: dict[tuple[str, int], Any] = {}
     for payload in payloads:
         report = decode_report(payload, registry)
-        key = (report.use_case.name, report.period)
+        key = (report.use_case.ref, report.period)
         if key not in out:
             out[key] = report.use_case.mechanism.new_aggregate()
         out[key].add(report.batch)

@@ -49,7 +49,7 @@ async def _ingest_all(
     metrics = IngestMetrics()
     store = StoreThread(lambda: site.open(registry, instance="t"))
     ingest = Ingest(
-        registry=registry,
+        catalog=registry,
         transport=transport,
         store=store,
         config=config or IngestConfig(commit_max_reports=256, commit_interval_s=0.01),
@@ -104,7 +104,13 @@ async def test_one_identity_sending_2000_reports_moves_the_estimate_by_one_devic
     gen = np.random.default_rng(6)
     attack = [
         encode_report(
-            Report(use_case="flag", registry_hash=registry.hash, period=period, report_id=gen.bytes(16), records=[1])
+            Report(
+                use_case="flag",
+                definition=registry["flag"].definition,
+                period=period,
+                report_id=gen.bytes(16),
+                records=[1],
+            )
         )
         for _ in range(ATTACKS)
     ]
@@ -117,7 +123,7 @@ async def test_one_identity_sending_2000_reports_moves_the_estimate_by_one_devic
     assert metrics.reports == len(honest) + 1
     store = site.open(registry, readonly=True)
     try:
-        agg, info = store.aggregate("flag", period)
+        agg, info = store.aggregate(registry["flag"].ref, period)
         counters = store.counters()
     finally:
         store.close()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -218,7 +219,7 @@ def test_estimate_prints_text_and_json(
     cfg = str(tmp_path / "collector.toml")
     assert main(["--config", cfg, "estimate", "usage"]) == 0
     out = capsys.readouterr().out
-    assert "usage (one-bit-mean)" in out
+    assert re.search(r"^usage@[0-9a-f]{8} \(one-bit-mean\), period ", out, re.M)
     assert "(SE); 95% CI" in out
     assert main(["--config", cfg, "estimate", "emoji", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)

@@ -247,4 +247,4 @@ async def test_internal_errors_are_500_with_a_generic_message_and_a_log_line(
             await _request(api.port, b"GET /api/v1/use-cases/nope/estimate HTTP/1.1\r\nHost: h\r\n\r\n")
         )
         assert status == 404
-        assert body == {"error": "unknown use case 'nope'"}
+        assert body["error"].startswith("unknown use case or definition 'nope'; the use cases are ")

@@ -67,7 +67,7 @@ async def _run_ingest(
     metrics = IngestMetrics()
     store = StoreThread(lambda: CheckpointStore(tmp_path / "ingest.sqlite3", registry, instance="t"))
     ingest = Ingest(
-        registry=registry,
+        catalog=registry,
         transport=transport,
         store=store,
         config=config or IngestConfig(commit_max_reports=64, commit_interval_s=0.01),
@@ -134,7 +134,7 @@ async def test_redelivered_and_replayed_reports_are_counted_once(
     try:
         stored = await _aggregates(store)
         reference = reference_aggregates(registry, payloads)
-        assert plain_equal(stored[("flag", period)], reference[("flag", period)])
+        assert plain_equal(stored[(registry["flag"].ref, period)], reference[(registry["flag"].ref, period)])
         assert metrics.reports == 500
         assert metrics.duplicates >= 200
         counters = await store.call(lambda s: s.counters())
@@ -186,7 +186,7 @@ async def test_acknowledgement_waits_for_the_commit(tmp_path: Path, registry: Re
 
     transport.ack = checking_ack  # type: ignore[method-assign]
     ingest = Ingest(
-        registry=registry,
+        catalog=registry,
         transport=transport,
         store=store,
         config=IngestConfig(commit_max_reports=50, commit_interval_s=0.01),
@@ -220,7 +220,7 @@ async def test_batching_does_not_change_the_sums(
     try:
         stored = await _aggregates(store)
         reference = reference_aggregates(registry, payloads)
-        assert plain_equal(stored[("usage", period)], reference[("usage", period)])
+        assert plain_equal(stored[(registry["usage"].ref, period)], reference[(registry["usage"].ref, period)])
         assert metrics.records == 120 * 20
     finally:
         store.close()
@@ -278,7 +278,7 @@ async def test_a_store_that_cannot_commit_gets_nothing_acknowledged_and_ingest_r
     _FailingStore.failing, _FailingStore.attempts = True, 0
     store = StoreThread(lambda: _FailingStore(tmp_path / "f.sqlite3", registry, instance="t"))
     ingest = Ingest(
-        registry=registry,
+        catalog=registry,
         transport=transport,
         store=store,
         config=IngestConfig(commit_max_reports=50, commit_interval_s=0.01),
@@ -301,7 +301,7 @@ async def test_a_store_that_cannot_commit_gets_nothing_acknowledged_and_ingest_r
         assert metrics.store_error == ""
         stored = await _aggregates(store)
         reference = reference_aggregates(registry, payloads)
-        assert plain_equal(stored[("usage", period)], reference[("usage", period)])
+        assert plain_equal(stored[(registry["usage"].ref, period)], reference[(registry["usage"].ref, period)])
         assert metrics.reports == len(payloads)
         assert len(transport.acked) == len(payloads)
     finally:

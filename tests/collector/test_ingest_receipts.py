@@ -60,7 +60,7 @@ async def test_receipts_follow_the_commit_with_each_outcome(
         original(receipts)  # type: ignore[arg-type]
 
     transport.send_receipts = checking  # type: ignore[method-assign]
-    ingest = Ingest(registry=registry, transport=transport, store=store, config=config, metrics=metrics, clock=clock)
+    ingest = Ingest(catalog=registry, transport=transport, store=store, config=config, metrics=metrics, clock=clock)
     task = asyncio.create_task(ingest.run())
     try:
         for i, p in enumerate(fresh):
@@ -104,11 +104,15 @@ async def test_receipts_follow_the_commit_with_each_outcome(
     assert metrics.reports == 20
     # Per use case, what the receipts said: the 20 fresh reports and the later resend counted
     # (fresh[0]'s repeat too, if it reached the store in another commit than the first).
-    assert set(metrics.use_case_reports) == {("flag", "counted")}
-    assert metrics.use_case_reports["flag", "counted"] in (21, 22)
-    assert 'ldp_collector_use_case_reports_total{outcome="counted",use_case="flag"}' in text
+    flag = registry["flag"]
+    assert set(metrics.use_case_reports) == {(flag.ref, "counted")}
+    assert metrics.use_case_reports[flag.ref, "counted"] in (21, 22)
+    definition = flag.definition.hex()[:8]
+    assert (
+        f'ldp_collector_use_case_reports_total{{definition="{definition}",outcome="counted",use_case="flag"}}' in text
+    )
     assert f"ldp_collector_commit_latency_seconds_count {float(metrics.commits)}\n" in text
-    assert f"ldp_collector_fold_batch_reports_sum {float(metrics.use_case_reports['flag', 'counted'])}\n" in text
+    assert f"ldp_collector_fold_batch_reports_sum {float(metrics.use_case_reports[flag.ref, 'counted'])}\n" in text
     assert sent_at_commit
     assert sent_at_commit[-1] == 20
     # The collector never persists a response topic (nor the prefix that marks one).
@@ -125,9 +129,9 @@ async def test_expired_at_commit_is_refused(tmp_path: Path, registry: Registry, 
     metrics = IngestMetrics()
     store = StoreThread(lambda: CheckpointStore(tmp_path / "e.sqlite3", registry, instance="t"))
     # Another collector sharing the database moved the mark past the report's period.
-    await store.call(lambda s: s.prune({"flag": now}))
+    await store.call(lambda s: s.prune({registry["flag"].ref: now}))
     ingest = Ingest(
-        registry=registry,
+        catalog=registry,
         transport=transport,
         store=store,
         config=IngestConfig(commit_max_reports=64, commit_interval_s=0.01),
@@ -157,7 +161,7 @@ async def test_over_allowance_and_missing_identity_are_refused(
     transport = MemoryTransport()
     store = StoreThread(lambda: CheckpointStore(tmp_path / "a.sqlite3", registry, instance="t"))
     ingest = Ingest(
-        registry=registry,
+        catalog=registry,
         transport=transport,
         store=store,
         config=IngestConfig(commit_max_reports=64, commit_interval_s=0.01, require_device_identity=True),

@@ -161,7 +161,7 @@ async def test_shared_subscription_splits_the_stream_and_counts_each_report_once
     assert first.metrics.duplicates + second.metrics.duplicates == len(payloads[::10])
     stored = _store_aggregates(store, registry)
     reference = reference_aggregates(registry, payloads)
-    assert plain_equal(stored[("usage", period)], reference[("usage", period)])
+    assert plain_equal(stored[(registry["usage"].ref, period)], reference[(registry["usage"].ref, period)])
 
 
 async def _until_committed_pair(a: Service, b: Service, reports: int, timeout: float = 120) -> None:
@@ -182,8 +182,8 @@ def _hostile(registry: Registry, other: Registry) -> tuple[list[tuple[str, bytes
         base.update(changes)
         return bytes(msgpack.packb(base, use_bin_type=True))
 
-    def valid(period: int, rid: bytes, reg: Registry = registry) -> bytes:
-        report = Report(use_case=flag.name, registry_hash=reg.hash, period=period, report_id=rid, records=[1])
+    def valid(period: int, rid: bytes, definition: bytes = flag.definition) -> bytes:
+        report = Report(use_case=flag.name, definition=definition, period=period, report_id=rid, records=[1])
         return encode_report(report)
 
     cases: list[tuple[bytes, str]] = [
@@ -193,9 +193,10 @@ def _hostile(registry: Registry, other: Registry) -> tuple[list[tuple[str, bytes
         (b"\x01", "bad-type"),
         (valid(now, b"\x01" * 16) + b"\x00", "trailing-bytes"),
         (b"\x00" * 70_000, "oversize"),
-        (valid(now, b"\x02" * 16, other), "registry-mismatch"),
+        (valid(now, b"\x02" * 16, b"\xee" * 16), "unknown-definition"),
+        (env(h=other.hash), "registry-mismatch"),  # format 1, made under a registry we were not given
         (env(u="no-such-use-case"), "unknown-use-case"),
-        (env(v=2), "unknown-version"),
+        (env(v=3), "unknown-version"),
         (env(r=[2]), "out-of-range"),
         (env(i=b"short"), "bad-length"),
         (env(x=1), "unknown-field"),

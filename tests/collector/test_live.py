@@ -41,7 +41,7 @@ async def _view(
 def _commit(store: Store, registry: Registry, name: str, count: int, *, period: int, seed: int) -> None:
     reports = privatized_reports(registry, name, count, period=period, seed=seed)
     result = store.commit([decode_report(encode_report(r), registry) for r in reports], {})
-    assert result.keys == ((name, period),)
+    assert result.keys == ((registry[name].ref, period),)
 
 
 @run_async
@@ -57,7 +57,7 @@ async def test_estimates_follow_commits_reading_only_what_was_added(
         assert first["reports"] == 60
         for i in range(3):
             _commit(writer, registry, "emoji", 40, period=period, seed=2 + i)
-            live.committed([("emoji", period)])
+            live.committed([(registry["emoji"].ref, period)])
             runner = asyncio.create_task(live.run())
             await asyncio.sleep(0)
             for _ in range(6000):  # a generous deadline (60 s); counted, not timed
@@ -74,8 +74,8 @@ async def test_estimates_follow_commits_reading_only_what_was_added(
         stats = live.statistics()
         assert stats.loads == 1  # the key was read whole once; every commit after was caught up
         assert stats.catch_ups == 3
-        entry = live._entries[("emoji", period)]  # white-box: the aggregate itself
-        assert plain_equal(entry.aggregate, writer.aggregate("emoji", period)[0])
+        entry = live._entries[(registry["emoji"].ref, period)]  # white-box: the aggregate itself
+        assert plain_equal(entry.aggregate, writer.aggregate(registry["emoji"].ref, period)[0])
 
 
 @run_async
@@ -89,7 +89,7 @@ async def test_a_key_no_request_asked_for_is_not_materialised(
         try:
             for i in range(3):
                 _commit(writer, registry, "emoji", 20, period=period, seed=40 + i)
-                live.committed([("emoji", period)])
+                live.committed([(registry["emoji"].ref, period)])
             # The fold runs on the aggregates thread; a status read queued behind it there
             # returns only once the fold task has run.
             await asyncio.sleep(0)
@@ -139,7 +139,7 @@ async def test_a_compaction_the_view_had_not_seen_is_read_afresh(
         _commit(writer, registry, "hist", 30, period=period, seed=6)
         await live.estimate("hist", period)
         _commit(writer, registry, "hist", 25, period=period, seed=7)
-        assert writer.compact("hist", period) == 2
+        assert writer.compact(registry["hist"].ref, period) == 2
         _, result = await live.estimate("hist", period)
         assert result == compute_estimate(config, "hist", period)
         assert result["reports"] == 55
@@ -147,7 +147,7 @@ async def test_a_compaction_the_view_had_not_seen_is_read_afresh(
         # A compaction of segments it had already folded changes nothing.
         _commit(writer, registry, "hist", 10, period=period, seed=8)
         await live.estimate("hist", period)
-        assert writer.compact("hist", period) == 1
+        assert writer.compact(registry["hist"].ref, period) == 1
         _commit(writer, registry, "hist", 10, period=period, seed=9)
         _, result = await live.estimate("hist", period)
         assert result == compute_estimate(config, "hist", period)
@@ -164,7 +164,7 @@ async def test_memory_is_bounded_least_recently_used_first_out(
     writer = site.open(registry, instance="w")
     for back in range(4):
         _commit(writer, registry, "emoji", 25, period=period - back, seed=10 + back)
-    size = footprint(writer.aggregate("emoji", period)[0])
+    size = footprint(writer.aggregate(registry["emoji"].ref, period)[0])
     live = LiveAggregates(config, registry, memory_bytes=2 * size)
     try:
         for back in range(4):
@@ -173,7 +173,7 @@ async def test_memory_is_bounded_least_recently_used_first_out(
         assert stats.resident == 2
         assert stats.bytes <= stats.bound
         assert stats.evictions == 2
-        assert set(live._entries) == {("emoji", period - 2), ("emoji", period - 3)}
+        assert set(live._entries) == {(registry["emoji"].ref, period - 2), (registry["emoji"].ref, period - 3)}
         # A period without data is answered but not kept: it evicts nothing.
         _, empty = await live.estimate("emoji", period + 5)
         assert (empty["reports"], empty["released"]) == (0, False)

@@ -44,8 +44,8 @@ def test_two_services_in_one_process_keep_their_own_numbers() -> None:
     a.rejected["oversize"] = 3
     a.observe_commit(seconds=0.003, batch=40)
     a.observe_commit(seconds=0.2, batch=1)
-    a.use_case_reports["usage", "counted"] += 40
-    a.use_case_reports["usage", "period-expired"] += 1
+    a.use_case_reports["usage@2ce04c5c", "counted"] += 40
+    a.use_case_reports["usage@2ce04c5c", "period-expired"] += 1
     ra = metrics_registry(a, transport=lambda: _stats(receipts_sent=5), instance="a", registry_hash="ab12")
     rb = metrics_registry(b, transport=lambda: None, instance="b", registry_hash="cd34")
     sa = _samples(generate_latest(ra).decode())
@@ -57,7 +57,8 @@ def test_two_services_in_one_process_keep_their_own_numbers() -> None:
     assert sa["ldp_collector_commit_latency_seconds_bucket", (("le", "0.005"),)] == 1
     assert sa["ldp_collector_fold_batch_reports_sum", ()] == 41
     assert sb["ldp_collector_fold_batch_reports_count", ()] == 0
-    assert sa["ldp_collector_use_case_reports_total", (("outcome", "counted"), ("use_case", "usage"))] == 40
+    labels = (("definition", "2ce04c5c"), ("outcome", "counted"), ("use_case", "usage"))
+    assert sa["ldp_collector_use_case_reports_total", labels] == 40
     assert sa["ldp_collector_receipts_sent_total", ()] == 5
     assert sa["ldp_broker_clients_connected", ()] == 3
     assert ("ldp_collector_broker_connected", ()) not in sb  # no transport, no transport metrics

@@ -89,6 +89,7 @@ def test_the_cli_writes_numbers_the_same_way() -> None:
         "period": 3,
         "period_start": "a",
         "period_end": "b",
+        "definition": "emoji@5338c1d1",
         "reports": 1_000_000,
         "records": 1_500,
         "released": True,

@@ -76,7 +76,7 @@ def test_any_grouping_and_order_of_commits_gives_the_same_aggregate(
                     for uc, period in store.compaction_candidates(1):
                         store.compact(uc, period)
             period = chosen[0].period
-            stored, info = store.aggregate(name, period)
+            stored, info = store.aggregate(registry[name].ref, period)
         finally:
             store.close()
     assert plain_equal(stored, _reference(registry, reports[name]))
@@ -133,6 +133,7 @@ def test_retention_forgets_old_ids_and_never_reopens_their_periods(site: StoreSi
     """Pruning drops ids below the low-water mark; the mark never goes down; old periods stay closed."""
     registry, reports = _fixture()
     flag = reports["flag"]
+    ref = registry["flag"].ref
     now = flag[0].period
     store = site.open(registry)
     try:
@@ -140,10 +141,10 @@ def test_retention_forgets_old_ids_and_never_reopens_their_periods(site: StoreSi
         store.commit(old, {})
         store.commit(flag[8:16], {})
         assert store.seen_count() == 16
-        assert store.prune({"flag": now - 1}) == 8
-        assert store.low_water()["flag"] == now - 1
-        store.prune({"flag": now - 10})  # a clock set back: the mark stays
-        assert store.low_water()["flag"] == now - 1
+        assert store.prune({ref: now - 1}) == 8
+        assert store.low_water()[ref] == now - 1
+        store.prune({ref: now - 10})  # a clock set back: the mark stays
+        assert store.low_water()[ref] == now - 1
         # The forgotten ids' period is closed: replays are refused as expired, not folded again.
         result = store.commit(old, {})
         assert (result.reports, result.expired) == (0, 8)
@@ -157,7 +158,6 @@ def test_retention_forgets_old_ids_and_never_reopens_their_periods(site: StoreSi
 def _with_period(report: DecodedReport, period: int) -> DecodedReport:
     return DecodedReport(
         use_case=report.use_case,
-        registry_hash=report.registry_hash,
         period=period,
         report_id=bytes(b ^ 0x5A for b in report.report_id),
         batch=report.batch,
@@ -171,15 +171,17 @@ def test_changed_parameters_start_new_aggregates(site: StoreSite, tmp_path: Path
     store.commit(reports["usage"], {})
     store.close()
     changed = load_registry(write_registry(tmp_path / "r2", REGISTRY_TEXT.replace("m = 3_600", "m = 7_200")))
+    assert changed["usage"].ref != registry["usage"].ref
+    assert changed["flag"].ref == registry["flag"].ref
     store = site.open(changed)
     try:
-        assert store.totals("usage") == []
-        assert store.totals("flag") == []  # flag had no data; unchanged use cases keep theirs
+        assert store.totals(changed["usage"].ref) == []
+        assert store.totals(changed["flag"].ref) == []  # flag had no data; unchanged use cases keep theirs
     finally:
         store.close()
     store = site.open(registry)
     try:
-        assert store.totals("usage")[0].reports == 24
+        assert store.totals(registry["usage"].ref)[0].reports == 24
     finally:
         store.close()
     assert site.query("SELECT count(*) FROM use_cases WHERE name = 'usage'") == [(2,)]

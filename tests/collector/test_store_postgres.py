@@ -104,7 +104,7 @@ def test_two_members_committing_the_same_ids_at_once_fold_each_exactly_once(
         results = [r for done in _at_once(run, 2) for r in done]
         assert sum(r.reports for r in results) == 600
         assert sum(r.duplicates for r in results) == 600
-        key = ("flag", reports[0].period)
+        key = (registry["flag"].ref, reports[0].period)
         agg, info = members[0].aggregate(*key)
         assert info.reports == 600
         assert plain_equal(agg, reference_aggregates(registry, payloads)[key])
@@ -124,7 +124,7 @@ def test_a_member_waits_for_the_other_holding_the_same_id_then_counts_it_a_dupli
     a, b = _store(postgres, registry, "a"), _store(postgres, registry, "b")
     done: list[CommitResult] = []
     try:
-        uc, period = a._use_cases["flag"].id, reports[0].period
+        uc, period = a._use_cases[registry["flag"].ref].id, reports[0].period
         a._ensure_partitions({(uc, period)})
         conn = a._connection()
         conn.execute("BEGIN")
@@ -181,10 +181,10 @@ def test_catch_up_misses_no_segment_whatever_order_members_commit_in(
     done: list[CommitResult] = []
     try:
         a.commit(reports[:10], {})
-        agg, info, seq = reader.aggregate_at("hist", period)
+        agg, info, seq = reader.aggregate_at(registry["hist"].ref, period)
         assert info.reports == 10
         # Member a is inside a commit: it has taken the next version and written its segment, not committed.
-        row = a._use_cases["hist"]
+        row = a._use_cases[registry["hist"].ref]
         kind, blob, count = make_segment(row, reports[10:20])
         sealed = seal("segments", (row.id, period, kind, 10, count), blob)
         held = a._connection()
@@ -211,7 +211,7 @@ def test_catch_up_misses_no_segment_whatever_order_members_commit_in(
         agg, info, seq = caught
         assert info.reports == 30
         assert seq == reader.last_seq()
-        assert plain_equal(agg, reference_aggregates(registry, payloads)[("hist", period)])
+        assert plain_equal(agg, reference_aggregates(registry, payloads)[(registry["hist"].ref, period)])
     finally:
         for s in (a, b, reader):
             s.close()
@@ -225,7 +225,7 @@ def test_concurrent_compactions_of_one_key_fold_each_segment_once(postgres: Post
     try:
         for i in range(0, 40, 5):
             a.commit(reports[i : i + 5], {})
-        key = ("emoji", reports[0].period)
+        key = (registry["emoji"].ref, reports[0].period)
         results = _at_once(lambda i: (a, b)[i].compact(*key), 2, timeout=120)
         # One folded the 8 segments; the other either found the key locked or nothing left to fold.
         assert sorted(results) == [0, 8]
@@ -318,22 +318,22 @@ def test_pruning_a_period_drops_its_partitions(postgres: PostgresServer, registr
     try:
         store.commit(old, {}, [f"dev-{i}".encode() for i in range(8)])
         store.commit(new, {}, [f"dev-{i}".encode() for i in range(8)])
-        uc = store._use_cases["flag"].id
+        uc = store._use_cases[registry["flag"].ref].id
         before = _partitions(postgres)
         for table in ("seen", "allowance", "allowance_keys"):
             assert {f"{table}_u{uc}_p{now - 3}", f"{table}_u{uc}_p{now}"} <= before
         assert _sql(postgres, f"SELECT count(*) FROM allowance WHERE period = {now - 3}") == [(8,)]
-        assert store.prune({"flag": now - 1}) == 8
+        assert store.prune({registry["flag"].ref: now - 1}) == 8
         after = _partitions(postgres)
         assert not {p for p in after if p.endswith(f"_u{uc}_p{now - 3}")}
         assert f"seen_u{uc}_p{now}" in after
         assert _sql(postgres, f"SELECT count(*) FROM allowance_keys WHERE period = {now - 3}") == [(0,)]
         assert store.seen_count() == 8
-        assert store.prune({"flag": now - 1}) == 0  # nothing more to do: no write
+        assert store.prune({registry["flag"].ref: now - 1}) == 0  # nothing more to do: no write
         # The closed period stays closed: its replays are expired, not folded again.
         replay = store.commit(old, {})
         assert (replay.reports, replay.expired) == (0, 8)
-        assert store.aggregate("flag", now - 3)[1].reports == 8  # the aggregate itself is kept
+        assert store.aggregate(registry["flag"].ref, now - 3)[1].reports == 8  # the aggregate itself is kept
     finally:
         store.close()
 
@@ -379,9 +379,9 @@ def test_a_stopped_server_is_store_unavailable_and_a_restart_resumes_exactly_onc
             server.start()
             result = store.commit(reports, {"messages": 20})  # ingest retries with what it holds
             assert (result.reports, result.duplicates) == (10, 10)
-            agg, info2 = store.aggregate("flag", reports[0].period)
+            agg, info2 = store.aggregate(registry["flag"].ref, reports[0].period)
             assert info2.reports == 20
-            assert plain_equal(agg, reference_aggregates(registry, payloads)[("flag", reports[0].period)])
+            assert plain_equal(agg, reference_aggregates(registry, payloads)[(registry["flag"].ref, reports[0].period)])
         finally:
             store.close()
 
@@ -471,7 +471,7 @@ def test_a_partition_gone_behind_the_stores_back_is_made_again(postgres: Postgre
     store = _store(postgres, registry)
     try:
         store.commit(reports[:5], {})
-        uc, period = store._use_cases["flag"].id, reports[0].period
+        uc, period = store._use_cases[registry["flag"].ref].id, reports[0].period
         _sql(postgres, f"DROP TABLE seen_u{uc}_p{period}, allowance_u{uc}_p{period}, allowance_keys_u{uc}_p{period}")
         assert store.commit(reports[5:], {}, [b"dev"] * 5).reports == 1
         assert f"seen_u{uc}_p{period}" in _partitions(postgres)
@@ -538,10 +538,10 @@ def test_members_pruning_at_once_drop_each_partition_once(postgres: PostgresServ
     members = [_store(postgres, registry, f"m{i}") for i in range(3)]
     try:
         members[0].commit(old, {})
-        removed = _at_once(lambda i: members[i].prune({"flag": now}), 3, timeout=120)
+        removed = _at_once(lambda i: members[i].prune({registry["flag"].ref: now}), 3, timeout=120)
         assert sorted(removed) == [0, 0, 12]
         assert not {p for p in _partitions(postgres) if p.endswith(f"_p{now - 4}")}
-        assert all(m.low_water()["flag"] == now for m in members)
+        assert all(m.low_water()[registry["flag"].ref] == now for m in members)
         members[0].verify()  # the use case row's checksum followed the mark
     finally:
         for m in members:
