@@ -133,7 +133,8 @@ def _status(agent: Agent, request: dict[str, Any], on_change: Callable[[], None]
 
 
 def _ledger(agent: Agent, request: dict[str, Any], on_change: Callable[[], None] | None) -> dict[str, Any]:
-    return {"ok": True, "ledger": ledger_json(agent.ledger())}
+    notices = [_plain(n.to_plain()) for n in agent.notices()]
+    return {"ok": True, "ledger": ledger_json(agent.ledger()), "notices": notices}
 
 
 _OPS: dict[str, Callable[[Agent, dict[str, Any], Callable[[], None] | None], dict[str, Any]]] = {

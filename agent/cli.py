@@ -186,7 +186,7 @@ def _print_status(status: dict[str, Any]) -> None:
     print(f"outbox:      {status['outbox']} reports waiting; ledger {status['ledger']}")
     print("use cases:")
     for row in status["use_cases"]:
-        line = f"  {row['use_case']:<28} {row['mechanism']:<13} {row['state']}"
+        line = f"  {row.get('definition', row['use_case']):<38} {row['mechanism']:<13} {row['state']}"
         if "epsilon_total" in row:
             line += (
                 f"; today {row['records_today']}/{row['daily_limit']} records, ε {row['epsilon_today']:.4g};"
@@ -195,7 +195,9 @@ def _print_status(status: dict[str, Any]) -> None:
         print(line)
 
 
-def _print_ledger(entries: list[dict[str, Any]]) -> None:
+def _print_ledger(entries: list[dict[str, Any]], notices: list[dict[str, Any]]) -> None:
+    for n in notices:
+        print(f"{_when(n['at'])}  {n['use_case']}  registry change: {n['text']}")
     if not entries:
         print("nothing has left this device")
         return
@@ -258,10 +260,11 @@ def _print_reply(args: argparse.Namespace, reply: dict[str, Any]) -> None:
         _print_consent(args, reply, as_json)
     elif args.verb == "ledger":
         entries = [e for e in reply["ledger"] if args.use_case in (None, e["use_case"])]
+        notices = [n for n in reply.get("notices", []) if args.use_case in (None, n["use_case"])]
         if as_json:
             print(json.dumps(entries, indent=1))
         else:
-            _print_ledger(entries)
+            _print_ledger(entries, notices)
     elif args.verb == "status":
         if as_json:
             print(json.dumps(reply["status"], indent=1))

@@ -29,7 +29,7 @@ import logging
 import math
 import os
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +55,7 @@ from agent.state import (
     ConsentDoc,
     LedgerDoc,
     LedgerEntry,
+    LedgerNotice,
     ManifestDoc,
     ManifestEntry,
     OutboxEntry,
@@ -74,7 +75,7 @@ from agent.usecases import (
 from protocol.errors import InputError, StateError
 from protocol.randomness import RandomSource, sample_without_replacement, uniform_ints
 from protocol.receipts import Receipt
-from protocol.registry import Registry, UseCase
+from protocol.registry import Period, Registry, UseCase
 from protocol.wire import Report, encode_report, new_report_id
 from runtime.backoff import Backoff
 from runtime.clock import Clock
@@ -198,6 +199,7 @@ class _Slot:
     path: Path
     doc: UseCaseDoc | None = None
     broken: str | None = None
+    stale: bool = False  # a wiped use case's file found again: removed at load
 
 
 class Agent:
@@ -281,6 +283,12 @@ class Agent:
             self._consent = None
         if self._consent is None:
             return
+        try:
+            raw = self._sealer.read(self._path("ledger" + _SUFFIX), "ledger", LEDGER_VERSION)
+            self._ledger = LedgerDoc() if raw is None else LedgerDoc.from_plain(raw)
+        except (StateUnreadableError, ValueError) as e:
+            self.ledger_broken = str(e)
+            log.error("the ledger is unreadable (%s): nothing is published until it is repaired", e)
         manifest, created, broken = self._read_manifest()
         loaded = {name: self._load_slot(uc) for name, uc in self.registry.use_cases.items()}
         if manifest is not None and broken is None:
@@ -297,15 +305,12 @@ class Agent:
                 self._write_manifest(manifest)
             self._manifest = manifest
         for name, slot in loaded.items():
+            self._slots[name] = slot
+        if self._manifest is not None:
+            self._apply_registry()
+        for name, slot in self._slots.items():
             if slot.broken:
                 log.error("use case %s stopped: %s", name, slot.broken)
-            self._slots[name] = slot
-        try:
-            raw = self._sealer.read(self._path("ledger" + _SUFFIX), "ledger", LEDGER_VERSION)
-            self._ledger = LedgerDoc() if raw is None else LedgerDoc.from_plain(raw)
-        except (StateUnreadableError, ValueError) as e:
-            self.ledger_broken = str(e)
-            log.error("the ledger is unreadable (%s): nothing is published until it is repaired", e)
 
     def _load_slot(self, use_case: UseCase) -> _Slot:
         slot = _Slot(use_case, kind_of(use_case), self._path(f"{_FILE_PREFIX}{use_case.name}{_SUFFIX}"))
@@ -315,29 +320,215 @@ class Agent:
                 return slot
             doc = UseCaseDoc.from_plain(raw)
             self._budget(slot, doc)  # validates the saved accounting
-            for data in doc.permanent.values():
-                load_permanent_state(use_case, data)  # validates the saved permanent state
+            # Permanent state is checked against the mechanism it was drawn for; under changed
+            # parameters it is replaced by a new memo (_apply_registry), never read.
+            if doc.fingerprint == fingerprint(use_case):
+                for data in doc.permanent.values():
+                    load_permanent_state(use_case, data)  # validates the saved permanent state
         except StateUnreadableError as e:
             slot.broken = f"state unreadable: {e.reason} ({slot.path})"
         except (ValueError, StateError) as e:
             slot.broken = f"state does not parse: {e} ({slot.path})"
         else:
-            if doc.fingerprint != fingerprint(use_case):
-                if doc.permanent:
-                    slot.broken = (
-                        "the registry changed this use case's parameters since its permanent randomness was "
-                        "drawn; it is not redrawn (a second memo is the averaging attack memoization prevents). "
-                        "Use a new use-case name, or revoke and grant consent to start over"
-                    )
-                else:
-                    log.warning("use case %s: parameters changed; its unsent records are discarded", use_case.name)
-                    fresh = self._new_doc(use_case, budget=doc.budget, last_closed=doc.last_closed)
-                    # The file on disk is still the old one: its identity and generation are what the
-                    # manifest check compares.
-                    fresh.device, fresh.generation = doc.device, doc.generation
-                    doc = fresh
             slot.doc = doc
         return slot
+
+    # ------------------------------------------------------------------ registry changes
+
+    def _apply_registry(self) -> None:
+        """Carry the state over to the registry loaded (``docs/privacy-accounting.md``, "Registry changes").
+
+        * A use case whose definition is unchanged keeps its file as it is, byte for byte.
+        * A changed one goes on from its state: records of open periods made under the old
+          definition are staged at once under it; ε spent and the day's count carry over; if
+          the mechanism's parameters changed under a drawn memo, a new memo is started and
+          charged its longitudinal ε at once against the same lifetime cap.
+        * A removed one has its file wiped; the manifest keeps its ε spent (and whether it had a
+          memo) so that, added back, it goes on from there instead of starting at 0.
+        Every change is written (the ledger's notice, the files, then the manifest) before
+        anything can be sent, so memory and disk agree from here on.
+        """
+        manifest = self._manifest
+        assert manifest is not None
+        now = self.clock.time()
+        writes, notices = self._carried_over(manifest, now)
+        stale = [slot.path for slot in self._slots.values() if slot.stale]
+        removed = sorted(n for n, e in manifest.entries.items() if n not in self.registry.use_cases and not e.removed)
+        for name in removed:
+            entry, text = self._tombstone(name, manifest.entries[name])
+            manifest = manifest.with_entry(name, entry)
+            notices.append(LedgerNotice(now, name, text))
+            stale.append(self._path(f"{_FILE_PREFIX}{name}{_SUFFIX}"))
+        if not writes and not removed and not stale:
+            return
+        for notice in notices:
+            log.warning("use case %s: %s", notice.use_case, notice.text)
+        self._add_notices(notices, now)
+        self._manifest = manifest
+        if writes:
+            self._write_slots(writes)
+        elif manifest != self._manifest_on_disk:
+            self._write_manifest(manifest)
+        # Last: the manifest already says these use cases are gone, so a crash before the unlink
+        # leaves a file the next load recognises as wiped.
+        for path in stale:
+            path.unlink(missing_ok=True)
+        if stale:
+            fsync_directory(self.state_dir)
+        for slot in self._slots.values():
+            slot.stale = False
+
+    def _carried_over(
+        self, manifest: ManifestDoc, now: float
+    ) -> tuple[list[tuple[_Slot, UseCaseDoc]], list[LedgerNotice]]:
+        """The use cases of the registry whose state must change, the new state, and the notices."""
+        writes: list[tuple[_Slot, UseCaseDoc]] = []
+        notices: list[LedgerNotice] = []
+        for name, slot in self._slots.items():
+            entry = manifest.entries.get(name)
+            if slot.broken:
+                continue
+            if slot.doc is not None:
+                carried = self._changed(slot, slot.doc, now)
+            elif entry is not None and entry.removed:
+                carried = self._readded(slot, entry, now)
+            else:
+                carried = None
+            if carried is not None:
+                writes.append((slot, carried[0]))
+                notices.append(LedgerNotice(now, name, carried[1]))
+        return writes, notices
+
+    def _changed(self, slot: _Slot, doc: UseCaseDoc, now: float) -> tuple[UseCaseDoc, str] | None:
+        """The state carried over to the slot's definition, and the ledger's notice; None if unchanged."""
+        uc = slot.use_case
+        if doc.definition == uc.definition:
+            return None
+        same_mechanism = doc.fingerprint == fingerprint(uc)
+        if doc.definition is None and same_mechanism and doc.period in (None, uc.period.value):
+            # A file of the previous release, which recorded no definition, under the same mechanism
+            # and period: the same use case as far as anything can tell. Adopted as it is; the
+            # definition is recorded with the next write.
+            doc.definition, doc.period = uc.definition, uc.period.value
+            return None
+        old = "an earlier definition" if doc.definition is None else f"{uc.name}@{doc.definition.hex()[:8]}"
+        new = copy.deepcopy(doc)
+        budget = self._budget(slot, doc).at(day_of(now))
+        said = [f"the registry changed this use case from {old} to {uc.ref}"]
+        staged = discarded = 0
+        for period in sorted(new.pending):
+            pending = new.pending.pop(period)
+            definition = pending.definition or doc.definition
+            if definition is None or pending.cost is None:
+                # Made by the previous release under a definition nobody recorded: it cannot be
+                # reported under its own, and was never charged.
+                discarded += len(pending.records)
+                continue
+            budget, n, _, left_out = self._stage(
+                uc, new, budget, period, pending.records, definition=definition, cost=pending.cost, now=now
+            )
+            staged += n
+            new.unsent_records += left_out + pending.offered - len(pending.records)
+        if staged:
+            said.append(f"{staged} records of open periods staged under the old definition")
+        if doc.period is not None and doc.period != uc.period.value:
+            # Counter totals are kept per period of the old length: they cannot be reported under
+            # the new one. Nothing of them was charged.
+            discarded += sum(len(t) for t in new.totals.values())
+            new.totals = {}
+            old_seconds = Period(doc.period).seconds
+            new.last_closed = ((doc.last_closed + 1) * old_seconds) // uc.period.seconds - 1
+            said.append(f"period {doc.period} -> {uc.period.value}")
+        if discarded:
+            new.unsent_records += discarded
+            said.append(f"{discarded} values of open periods discarded (never charged)")
+        if not same_mechanism and (doc.permanent or doc.memo_generation):
+            charge = self._memo_charge(uc)
+            if not budget.fits(0, charge):
+                slot.broken = (
+                    f"the registry changed this use case's parameters: a new memo would cost ε {charge:.4g}, more "
+                    f"than the {budget.remaining().epsilon:.4g} its lifetime cap leaves; it stops (its memo is never "
+                    "redrawn for free)"
+                )
+                return None
+            budget = budget.spend(0, charge)
+            new.permanent = {}
+            new.memo_generation += 1
+            said.append(
+                f"the mechanism's parameters changed, so a new memo is drawn (generation {new.memo_generation}), "
+                f"charged ε {charge:.4g} at once against the same lifetime cap"
+            )
+        new.fingerprint, new.definition, new.period = fingerprint(uc), uc.definition, uc.period.value
+        new.budget = budget.to_plain()
+        said.append(f"ε spent {budget.epsilon_total:.4g} of {budget.epsilon_cap:.4g}")
+        return new, "; ".join(said)
+
+    @staticmethod
+    def _memo_charge(use_case: UseCase) -> float:
+        """What starting a new memo costs: what one memo can reveal of an unchanged value however
+        many reports draw on it (the mechanism's ``epsilon_longitudinal``; 0 for a mechanism whose
+        reports each compose on their own)."""
+        return float(use_case.mechanism.privacy_figures().get("epsilon_longitudinal", 0.0))
+
+    def _readded(self, slot: _Slot, entry: ManifestEntry, now: float) -> tuple[UseCaseDoc, str] | None:
+        """A use case the registry had removed and has again: a fresh state that goes on from the
+        ε spent the manifest kept (a new memo charged, where the old one had been drawn)."""
+        uc = slot.use_case
+        budget = self._budget(slot, UseCaseDoc(fingerprint=b"", hash_key=b"", budget=dict(entry.budget or {})))
+        budget = budget.at(day_of(now))
+        if budget.epsilon_total + EPSILON_SLACK < entry.epsilon_total:
+            budget = replace(budget, epsilon_total=entry.epsilon_total)
+        doc = self._new_doc(uc)
+        said = f"added back to the registry as {uc.ref}: its state starts anew"
+        if entry.memo and uc.mechanism.privatization is not Kind.EVENT:
+            charge = self._memo_charge(uc)
+            if not budget.fits(0, charge):
+                slot.broken = (
+                    f"added back to the registry, but a new memo would cost ε {charge:.4g}, more than the "
+                    f"{budget.remaining().epsilon:.4g} its lifetime cap leaves; it stops"
+                )
+                return None
+            budget = budget.spend(0, charge)
+            doc.memo_generation = 1
+            said += f"; a new memo is drawn, charged ε {charge:.4g} at once"
+        doc.budget = budget.to_plain()
+        return doc, f"{said}; ε spent {budget.epsilon_total:.4g} of {budget.epsilon_cap:.4g} (never reset)"
+
+    def _tombstone(self, name: str, entry: ManifestEntry) -> tuple[ManifestEntry, str]:
+        """What the manifest keeps of a use case the registry removed, and the ledger's notice."""
+        path = self._path(f"{_FILE_PREFIX}{name}{_SUFFIX}")
+        try:
+            raw = self._sealer.read(path, f"usecase:{name}", USE_CASE_VERSION)
+            doc = None if raw is None else UseCaseDoc.from_plain(raw)
+        except (StateUnreadableError, ValueError):
+            doc = None
+        if doc is None:
+            # Nothing readable to go by: keep the manifest's figure, and assume a memo was drawn.
+            tomb = ManifestEntry(entry.generation, entry.epsilon_total, removed=True, budget=None, memo=True)
+            return (
+                tomb,
+                f"removed from the registry: its state was wiped; its ε spent ({entry.epsilon_total:.4g}) is kept",
+            )
+        spent = max(entry.epsilon_total, float(doc.budget.get("epsilon_total", 0.0) or 0.0))
+        memo = bool(doc.permanent) or doc.memo_generation > 0
+        tomb = ManifestEntry(entry.generation, spent, removed=True, budget=dict(doc.budget), memo=memo)
+        lost = len(doc.outbox)
+        text = (
+            f"removed from the registry: its state was wiped (permanent randomness, open periods"
+            f"{f', {lost} reports not yet delivered' if lost else ''}); its ε spent ({spent:.4g}) is kept should it "
+            "come back"
+        )
+        return tomb, text
+
+    def _add_notices(self, notices: Sequence[LedgerNotice], now: float) -> None:
+        """Append notices to the ledger (a ledger that cannot be read gets none; the log has them)."""
+        if not notices:
+            return
+        ledger = self._current_ledger(now)
+        if ledger is None:
+            return
+        ledger.notices.extend(notices)
+        self._write_ledger(ledger)
 
     def _read_manifest(self) -> tuple[ManifestDoc | None, bool, str | None]:
         """The manifest, whether it was just created, and why the whole state is suspect (or None)."""
@@ -379,8 +570,19 @@ class Agent:
             entry = manifest.entries.get(name)
             if slot.broken:
                 continue
+            if (
+                entry is not None
+                and entry.removed
+                and doc is not None
+                and not self._completes_readd(doc, entry, manifest)
+            ):
+                # The wiped file of a use case the registry had removed (a crash before its unlink, or
+                # a restored copy): it is never read again; the use case, added back, starts anew
+                # from what the manifest kept (_apply_registry).
+                slot.doc = doc = None
+                slot.stale = True
             if doc is None:
-                if entry is not None:
+                if entry is not None and not entry.removed:
                     slot.broken = (
                         f"state file {slot.path} is missing; the manifest expects generation {entry.generation}. "
                         "Its permanent randomness and ε spent are not redrawn or reset"
@@ -431,6 +633,11 @@ class Agent:
             manifest = manifest.with_entry(name, ManifestEntry(doc.generation, spent))
         return manifest
 
+    @staticmethod
+    def _completes_readd(doc: UseCaseDoc, entry: ManifestEntry, manifest: ManifestDoc) -> bool:
+        """A use case added back wrote its first file and crashed before the manifest followed."""
+        return doc.device == manifest.device and doc.generation == entry.generation + 1
+
     def _epsilon_total(self, slot: _Slot, doc: UseCaseDoc) -> float:
         return float(self._budget(slot, doc).epsilon_total)
 
@@ -444,6 +651,8 @@ class Agent:
             hash_key=self.rng.words(4).astype("<u8").tobytes(),
             budget=dict(budget or {}),
             last_closed=last_closed,
+            definition=use_case.definition,
+            period=use_case.period.value,
         )
 
     def _budget(self, slot: _Slot, doc: UseCaseDoc) -> Budget:
@@ -472,8 +681,10 @@ class Agent:
         updated = manifest
         for slot, doc in writes:
             name = slot.use_case.name
-            if slot.doc is not None and not _extends(slot.doc.permanent, doc.permanent):
-                # A bug, never a runtime condition: permanent randomness is append-only.
+            new_memo = slot.doc is not None and doc.memo_generation == slot.doc.memo_generation + 1
+            if slot.doc is not None and not new_memo and not _extends(slot.doc.permanent, doc.permanent):
+                # A bug, never a runtime condition: permanent randomness is append-only (a registry
+                # change starts a new memo only with a new memo generation, charged; _apply_registry).
                 raise RuntimeError(f"use case {name}: permanent state would change; refusing to write")
             entry = manifest.entries.get(name)
             spent = self._epsilon_total(slot, doc)
@@ -659,7 +870,7 @@ class Agent:
             totals = doc.totals.setdefault(period, {})
             totals[kh] = min(totals.get(kh, 0) + amount, float(1 << 53))
             return "recorded"
-        pending = doc.pending.setdefault(period, PendingRecords())
+        pending = doc.pending.setdefault(period, PendingRecords(definition=uc.definition, cost=uc.cost))
         if slot.kind is Kind.STRING:
             assert isinstance(value, str)
             seen = _keyed_hash(doc.hash_key, value.encode("utf-8"), _STRING_PERSON)
@@ -715,8 +926,8 @@ class Agent:
         closing = sorted(p for p in set(doc.totals) | set(doc.pending) if p < current)
         reports = records = unsent = 0
         spent = 0.0
-        cost = uc.cost
         for period in closing:
+            definition, cost = uc.definition, uc.cost
             if slot.kind is Kind.COUNTER:
                 wire: list[object] = []
                 for kh, total in sorted(doc.totals.pop(period).items()):
@@ -728,47 +939,18 @@ class Agent:
                 wire = list(pending.records)
                 # Records the reservoir already left out are unsent too (the daily limit at work).
                 unsent += pending.offered - len(pending.records)
+                # Privatized under the definition the period's records were made with.
+                definition = pending.definition or uc.definition
+                cost = uc.cost if pending.cost is None else pending.cost
             doc.last_closed = max(doc.last_closed, period)
-            if not wire:
-                continue
-            left = budget.remaining()
-            affordable = math.floor((left.epsilon + EPSILON_SLACK) / cost) if cost > 0 else len(wire)
-            n = min(len(wire), left.records_today, affordable, uc.daily_limit)
-            # The division above is in floating point: let the accountant itself decide the edge case,
-            # so float rounding can never turn into a refused spend (and a crash loop) below.
-            while n > 0 and not budget.fits(n, n * cost):
-                n -= 1
-            unsent += len(wire) - n
-            if n == 0:
-                continue
-            # A uniformly random subset when there are more records than the limits allow (003 §3.2.1).
-            chosen = sorted(sample_without_replacement(self.rng, len(wire), n)) if n < len(wire) else range(n)
-            sent = [wire[i] for i in chosen]
-            epsilon = n * cost
-            budget = budget.spend(n, epsilon)
-            report = Report(
-                use_case=uc.name,
-                definition=uc.definition,
-                period=period,
-                report_id=new_report_id(self.rng),
-                records=sent,
+            budget, n, epsilon, left_out = self._stage(
+                uc, doc, budget, period, wire, definition=definition, cost=cost, now=now
             )
-            doc.outbox.append(
-                OutboxEntry(
-                    report_id=report.report_id,
-                    period=period,
-                    payload=encode_report(report),
-                    records=n,
-                    epsilon=float(epsilon),
-                    created=float(now),
-                    day=budget.day,
-                    epsilon_today=float(budget.epsilon_today),
-                    epsilon_total=float(budget.epsilon_total),
-                )
-            )
-            reports += 1
-            records += n
-            spent += epsilon
+            unsent += left_out
+            if n:
+                reports += 1
+                records += n
+                spent += epsilon
         doc.unsent_records += unsent
         if unsent:
             log.info("use case %s: %d records not sent (daily limit or ε cap)", uc.name, unsent)
@@ -781,6 +963,64 @@ class Agent:
                 budget.epsilon_cap,
             )
         return reports, records, unsent, spent
+
+    def _stage(
+        self,
+        uc: UseCase,
+        doc: UseCaseDoc,
+        budget: Budget,
+        period: int,
+        wire: Sequence[object],
+        *,
+        definition: bytes,
+        cost: float,
+        now: float,
+    ) -> tuple[Budget, int, float, int]:
+        """Charge a report of a period's records and put it in the outbox.
+
+        A uniformly random subset when there are more records than the daily limit and the
+        lifetime ε cap allow (003 §3.2.1). The report carries ``definition``, the hash of the
+        definition the records were made under.
+
+        Returns:
+            The charged budget, the records staged, the ε charged, and the records left out.
+        """
+        if not wire:
+            return budget, 0, 0.0, 0
+        left = budget.remaining()
+        affordable = math.floor((left.epsilon + EPSILON_SLACK) / cost) if cost > 0 else len(wire)
+        n = min(len(wire), left.records_today, affordable, uc.daily_limit)
+        # The division above is in floating point: let the accountant itself decide the edge case,
+        # so float rounding can never turn into a refused spend (and a crash loop) below.
+        while n > 0 and not budget.fits(n, n * cost):
+            n -= 1
+        if n == 0:
+            return budget, 0, 0.0, len(wire)
+        chosen = sorted(sample_without_replacement(self.rng, len(wire), n)) if n < len(wire) else range(n)
+        sent = [wire[i] for i in chosen]
+        epsilon = n * cost
+        budget = budget.spend(n, epsilon)
+        report = Report(
+            use_case=uc.name,
+            definition=definition,
+            period=period,
+            report_id=new_report_id(self.rng),
+            records=sent,
+        )
+        doc.outbox.append(
+            OutboxEntry(
+                report_id=report.report_id,
+                period=period,
+                payload=encode_report(report),
+                records=n,
+                epsilon=float(epsilon),
+                created=float(now),
+                day=budget.day,
+                epsilon_today=float(budget.epsilon_today),
+                epsilon_total=float(budget.epsilon_total),
+            )
+        )
+        return budget, n, epsilon, len(wire) - n
 
     def _trim_outbox(self, name: str, doc: UseCaseDoc, now: float) -> None:
         fresh = [e for e in doc.outbox if now - e.created <= self.outbox_max_age]
@@ -856,7 +1096,10 @@ class Agent:
     def _current_ledger(self, now: float) -> LedgerDoc | None:
         if self._ledger is None:
             return None
-        return LedgerDoc([copy.copy(e) for e in self._ledger.entries if now - e.sent <= self.ledger_retention])
+        return LedgerDoc(
+            [copy.copy(e) for e in self._ledger.entries if now - e.sent <= self.ledger_retention],
+            [n for n in self._ledger.notices if now - n.at <= self.ledger_retention],
+        )
 
     def acknowledge(self, acked: Sequence[Pending]) -> None:
         """Reports the broker acknowledged (without receipts): add them to the ledger, then
@@ -972,6 +1215,18 @@ class Agent:
             raise StateUnreadableError(str(self._path("ledger" + _SUFFIX)), self.ledger_broken or "not loaded")
         return list(self._ledger.entries)
 
+    def notices(self) -> list[LedgerNotice]:
+        """What registry changes did to the state (new definitions, new memos, wiped use cases), oldest first.
+
+        Raises:
+            ConsentRequiredError: before the user opted in.
+            StateUnreadableError: if the ledger cannot be read.
+        """
+        self._require_consent()
+        if self._ledger is None:
+            raise StateUnreadableError(str(self._path("ledger" + _SUFFIX)), self.ledger_broken or "not loaded")
+        return list(self._ledger.notices)
+
     # ------------------------------------------------------------------ schedule and status
 
     def load_schedule(self) -> AgentDoc:
@@ -996,6 +1251,7 @@ class Agent:
             slot = self._slots.get(name)
             row: dict[str, Any] = {
                 "use_case": name,
+                "definition": uc.ref,
                 "mechanism": uc.mechanism.name,
                 "period": uc.period.value,
                 "daily_limit": uc.daily_limit,
@@ -1030,6 +1286,7 @@ class Agent:
             row["awaiting_receipt"] = 0 if doc is None else sum(1 for e in doc.outbox if e.attempts)
             row["dropped_reports"] = 0 if doc is None else doc.dropped_reports
             row["unsent_records"] = 0 if doc is None else doc.unsent_records
+            row["memo_generation"] = 0 if doc is None else doc.memo_generation
             out.append(row)
         return out
 

@@ -52,6 +52,7 @@ __all__ = [
     "ConsentDoc",
     "LedgerDoc",
     "LedgerEntry",
+    "LedgerNotice",
     "ManifestDoc",
     "ManifestEntry",
     "OutboxEntry",
@@ -175,15 +176,25 @@ class PendingRecords:
         records: at most ``daily_limit`` privatized records in wire form.
         offered: how many records were offered to the reservoir this period.
         seen: keyed hashes of the strings already recorded this period (strings only).
+        definition: the hash of the use-case definition the records were made under (None in
+            a file of the previous release: the use case's definition then).
+        cost: the ε one of the records costs (None in such a file: the use case's cost then).
     """
 
     records: list[Any] = field(default_factory=list)
     offered: int = 0
     seen: list[bytes] = field(default_factory=list)
+    definition: bytes | None = None
+    cost: float | None = None
 
     def to_plain(self) -> dict[str, Any]:
         """Plain data."""
-        return {"records": list(self.records), "offered": self.offered, "seen": list(self.seen)}
+        out: dict[str, Any] = {"records": list(self.records), "offered": self.offered, "seen": list(self.seen)}
+        if self.definition is not None:
+            out["definition"] = self.definition
+        if self.cost is not None:
+            out["cost"] = self.cost
+        return out
 
     @classmethod
     def from_plain(cls, data: object, where: str) -> PendingRecords:
@@ -195,7 +206,18 @@ class PendingRecords:
             raise ValueError(f"{where}: more records than were offered")
         if not all(isinstance(s, bytes) and len(s) == 32 for s in seen):
             raise ValueError(f"{where}.seen: expected 32-byte keyed hashes")
-        return cls(records=list(records), offered=offered, seen=list(seen))
+        # Absent in files of the previous release (new fields last, with defaults).
+        definition = _optional(data, "definition", None)
+        if definition is not None and (not isinstance(definition, bytes) or len(definition) != 16):
+            raise ValueError(f"{where}.definition: expected 16 bytes")
+        cost = _optional(data, "cost", None)
+        return cls(
+            records=list(records),
+            offered=offered,
+            seen=list(seen),
+            definition=definition,
+            cost=None if cost is None else float(_number(cost, f"{where}.cost")),
+        )
 
 
 @dataclass
@@ -216,6 +238,11 @@ class UseCaseDoc:
         device: the identity of the device whose manifest this file belongs to (None in a
             file written before manifests existed).
         generation: the file's write counter, checked against the manifest (0 in such a file).
+        definition: the hash of the use-case definition the state was last written under
+            (``protocol.registry.UseCase.definition``); None in a file of the previous release.
+        period: the period (``"6h"``, ``"1d"``) of that definition; None in such a file.
+        memo_generation: how many times the registry changed the mechanism under a drawn memo,
+            each time starting a new one (``docs/privacy-accounting.md``); 0 at first.
     """
 
     fingerprint: bytes
@@ -230,10 +257,13 @@ class UseCaseDoc:
     unsent_records: int = 0
     device: bytes | None = None
     generation: int = 0
+    definition: bytes | None = None
+    period: str | None = None
+    memo_generation: int = 0
 
     def to_plain(self) -> dict[str, Any]:
         """Plain data."""
-        return {
+        out: dict[str, Any] = {
             "fingerprint": self.fingerprint,
             "hash_key": self.hash_key,
             "permanent": dict(self.permanent),
@@ -247,6 +277,13 @@ class UseCaseDoc:
             "device": self.device,
             "generation": self.generation,
         }
+        if self.definition is not None:
+            out["definition"] = self.definition
+        if self.period is not None:
+            out["period"] = self.period
+        if self.memo_generation:
+            out["memo_generation"] = self.memo_generation
+        return out
 
     @classmethod
     def from_plain(cls, data: object) -> UseCaseDoc:
@@ -289,6 +326,13 @@ class UseCaseDoc:
             if len(device) != DEVICE_ID_BYTES:
                 raise ValueError(f"{w}.device: expected {DEVICE_ID_BYTES} bytes")
             generation = int(_number(_need(data, "generation", int, w), f"{w}.generation"))
+        # Absent in files of the previous release: the definition is then the registry's.
+        definition = data.get("definition")
+        if definition is not None and (not isinstance(definition, bytes) or len(definition) != 16):
+            raise ValueError(f"{w}.definition: expected 16 bytes")
+        period = data.get("period")
+        if period is not None and period not in ("6h", "1d"):
+            raise ValueError(f"{w}.period: expected '6h' or '1d'")
         return cls(
             fingerprint=_need(data, "fingerprint", bytes, w),
             hash_key=hash_key,
@@ -304,6 +348,9 @@ class UseCaseDoc:
             unsent_records=_need(data, "unsent_records", int, w),
             device=device,
             generation=generation,
+            definition=definition,
+            period=period,
+            memo_generation=int(_integer(data.get("memo_generation", 0), f"{w}.memo_generation")),
         )
 
 
@@ -376,20 +423,61 @@ def _status(value: object, where: str) -> str:
 
 
 @dataclass
-class LedgerDoc:
-    """The transparency ledger (sealed as ``ledger``)."""
+class LedgerNotice:
+    """Something the agent did to a use case's state that the user should be able to see: a
+    registry change started a new definition or a new memo, or removed a use case and wiped
+    its state. Nothing of it leaves the device.
 
-    entries: list[LedgerEntry] = field(default_factory=list)
+    Attributes:
+        at: wall-clock time (local only).
+        use_case: the use case's name.
+        text: what happened, in a sentence.
+    """
+
+    at: float
+    use_case: str
+    text: str
 
     def to_plain(self) -> dict[str, Any]:
         """Plain data."""
-        return {"entries": [e.to_plain() for e in self.entries]}
+        return {"at": self.at, "use_case": self.use_case, "text": self.text}
+
+    @classmethod
+    def from_plain(cls, data: object, where: str) -> LedgerNotice:
+        """Restore from :meth:`to_plain`."""
+        return cls(
+            at=float(_need(data, "at", (int, float), where)),
+            use_case=_need(data, "use_case", str, where),
+            text=_need(data, "text", str, where),
+        )
+
+
+@dataclass
+class LedgerDoc:
+    """The transparency ledger (sealed as ``ledger``): the reports that left the device, and
+    notices of what registry changes did to the state (absent in files of the previous release)."""
+
+    entries: list[LedgerEntry] = field(default_factory=list)
+    notices: list[LedgerNotice] = field(default_factory=list)
+
+    def to_plain(self) -> dict[str, Any]:
+        """Plain data."""
+        out: dict[str, Any] = {"entries": [e.to_plain() for e in self.entries]}
+        if self.notices:
+            out["notices"] = [n.to_plain() for n in self.notices]
+        return out
 
     @classmethod
     def from_plain(cls, data: object) -> LedgerDoc:
         """Restore from :meth:`to_plain`."""
         raw = _need(data, "entries", list, "ledger")
-        return cls([LedgerEntry.from_plain(e, f"ledger.entries[{i}]") for i, e in enumerate(raw)])
+        notices = _optional(data, "notices", [])
+        if not isinstance(notices, list):
+            raise ValueError("ledger.notices: expected a list")
+        return cls(
+            [LedgerEntry.from_plain(e, f"ledger.entries[{i}]") for i, e in enumerate(raw)],
+            [LedgerNotice.from_plain(n, f"ledger.notices[{i}]") for i, n in enumerate(notices)],
+        )
 
 
 @dataclass
@@ -447,10 +535,25 @@ class ManifestEntry:
     Attributes:
         generation: the generation of the file last written.
         epsilon_total: lifetime ε the use case had charged by then (shown even if it stops).
+        removed: the registry no longer has the use case: its file was wiped, and this entry
+            is what remains of it (a use case added back later goes on from here: its ε spent
+            is never reset, ``docs/privacy-accounting.md``).
+        budget: for a removed use case, its accounting when it was wiped (``Budget.to_plain``).
+        memo: for a removed use case, whether it had drawn permanent randomness.
     """
 
     generation: int
     epsilon_total: float
+    removed: bool = False
+    budget: dict[str, Any] | None = None
+    memo: bool = False
+
+    def to_plain(self) -> dict[str, Any]:
+        """Plain data (the fields of a removed use case only when it is one)."""
+        out: dict[str, Any] = {"generation": self.generation, "epsilon_total": self.epsilon_total}
+        if self.removed:
+            out.update(removed=True, budget=dict(self.budget or {}), memo=self.memo)
+        return out
 
 
 @dataclass(frozen=True)
@@ -473,9 +576,7 @@ class ManifestDoc:
         """Plain data."""
         return {
             "device": self.device,
-            "entries": {
-                n: {"generation": e.generation, "epsilon_total": e.epsilon_total} for n, e in self.entries.items()
-            },
+            "entries": {n: e.to_plain() for n, e in self.entries.items()},
         }
 
     @classmethod
@@ -491,8 +592,15 @@ class ManifestDoc:
                 raise ValueError("manifest.entries: keys are use-case names")
             generation = _need(raw, "generation", int, where)
             spent = _need(raw, "epsilon_total", (int, float), where)
+            removed = _optional(raw, "removed", False)
+            budget = _optional(raw, "budget", None)
+            if not isinstance(removed, bool) or (budget is not None and not isinstance(budget, dict)):
+                raise ValueError(f"{where}: a removed use case's entry is malformed")
             entries[name] = ManifestEntry(
                 generation=int(_number(generation, f"{where}.generation")),
                 epsilon_total=float(_number(spent, f"{where}.epsilon_total")),
+                removed=removed,
+                budget=None if budget is None else dict(budget),
+                memo=bool(_optional(raw, "memo", False)),
             )
         return cls(device=device, entries=entries)

@@ -547,8 +547,14 @@ class DBitFlip(MemoizedState):
     # --- the contract of protocol.interfaces (plain forms for the shells)
 
     def privacy_figures(self) -> dict[str, float]:
-        """ε of one report."""
-        return {"epsilon_report": self.epsilon_report}
+        """ε of one report; with memoization (dBitFlipPM) also what the memoized bits reveal of a
+        value however many reports draw on them, ε (000 §3.4): the cost of starting a new memo
+        when the registry changes the parameters. Without it every report's bits are fresh and
+        the per-report charge already composes."""
+        figures = {"epsilon_report": self.epsilon_report}
+        if self.memoize:
+            figures["epsilon_longitudinal"] = self.epsilon_report
+        return figures
 
     def check_value(self, value: object) -> int | float:
         """One recorded increment: a finite non-negative number (bucketed at collection)."""

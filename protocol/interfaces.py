@@ -219,8 +219,10 @@ class Mechanism(Protocol):
         ...
 
     def privacy_figures(self) -> Mapping[str, float]:
-        """Every ε figure of the mechanism by name (``epsilon_report`` always), and the
-        parameters a device's local policy bounds (RAPPOR's ``f``)."""
+        """Every ε figure of the mechanism by name (``epsilon_report`` always;
+        ``epsilon_longitudinal`` for a mechanism with memoized responses: what one memo reveals
+        of an unchanged value however many reports draw on it), and the parameters a device's
+        local policy bounds (RAPPOR's ``f``)."""
         ...
 
     # --- the device half, in plain forms

@@ -575,6 +575,10 @@ class OneBitMean(MemoizedState):
             "epsilon_report": self.epsilon_report,
             "epsilon_memo": self.epsilon_memo,
             "epsilon_counters": self.epsilon_counters,
+            # A counter that keeps its value rounds to one point with the device's fixed α, whose
+            # memoized bit has ε = epsilon_memo however often it is reported (000 §3.1): the cost
+            # of starting a new memo when the registry changes the parameters.
+            "epsilon_longitudinal": self.epsilon_memo,
         }
 
     def check_value(self, value: object) -> int:

@@ -629,6 +629,9 @@ class Rappor(MemoizedState):
             "epsilon_report": self.epsilon_report,
             "epsilon_one": self.epsilon_one,
             "epsilon_infinity": self.epsilon_infinity,
+            # What one memo can reveal of a value however many reports draw on it (004 Thm 1):
+            # the cost of starting a new memo when the registry changes the parameters.
+            "epsilon_longitudinal": self.epsilon_infinity,
             "f": self.f,
         }
 

@@ -127,7 +127,7 @@ def test_the_toy_flows_through_agent_collector_and_estimate(registry: Registry, 
             decoded.append(decode_report(pending.entry.payload, registry))
         for i in range(0, len(decoded), 250):
             store.commit(decoded[i : i + 250], {})
-        aggregate, info = store.aggregate("theme", period)
+        aggregate, info = store.aggregate(use_case.ref, period)
     finally:
         store.close()
     assert (info.reports, info.records) == (100, len(values))

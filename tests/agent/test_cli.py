@@ -438,9 +438,11 @@ def test_the_ledger_shows_each_reports_state(capsys: pytest.CaptureFixture[str])
         base | {"status": "refused: period-expired"},
         dict(base),  # written before receipts
     ]
-    cli._print_ledger(entries)
+    notices = [{"at": 1_700_000_000.0, "use_case": "flag", "text": "removed from the registry: its state was wiped"}]
+    cli._print_ledger(entries, notices)
     lines = [ln for ln in capsys.readouterr().out.splitlines() if not ln.startswith("    ")]
-    assert [ln.rsplit("  ", 1)[1] for ln in lines] == ["sent", "counted", "refused: period-expired", "sent"]
+    assert lines[0].endswith("flag  registry change: removed from the registry: its state was wiped")
+    assert [ln.rsplit("  ", 1)[1] for ln in lines[1:]] == ["sent", "counted", "refused: period-expired", "sent"]
 
 
 def test_the_agent_has_no_clock_switch_but_the_tests_launcher_injects_one(tmp_path: Path) -> None:

@@ -17,9 +17,9 @@ from agent.errors import ConsentRequiredError, UseCaseStoppedError, ValueRefused
 from agent.sealed import Sealer
 from agent.state import PendingRecords
 from protocol.randomness import SeededRandom
-from protocol.registry import Registry, parse_registry
+from protocol.registry import Registry
 from protocol.wire import decode_report
-from tests.agent.conftest import KEY, REGISTRY, read_sealed
+from tests.agent.conftest import KEY, read_sealed
 from tests.support.clocks import FakeClock
 
 DAY = 86_400.0
@@ -310,31 +310,6 @@ def test_unreadable_state_stops_that_use_case_and_is_kept(
     rows = {r["use_case"]: r for r in again.use_case_status()}
     assert rows["seconds"]["state"].startswith("stopped: state unreadable: authentication failed")
     assert rows["flag"]["state"] == "active"
-
-
-def test_changed_parameters_stop_a_memoized_use_case(
-    make_agent: Callable[..., Agent], clock: FakeClock, registry_path: Path
-) -> None:
-    """A registry that changes a memoized use case's parameters does not get fresh permanent randomness."""
-    agent = make_agent()
-    agent.grant_consent()
-    agent.record("seconds", 10)
-    agent.record("flag", 1)
-    changed = parse_registry(
-        REGISTRY.replace("m = 21600, gamma = 0.2", "m = 21600, gamma = 0.1").replace(
-            "epsilon = 1.0\n", "epsilon = 0.9\n"
-        ),
-        source="changed",
-    )
-    again = make_agent(registry_override=changed)
-    with pytest.raises(UseCaseStoppedError, match="not redrawn"):
-        again.record("seconds", 5)
-    again.record("flag", 1)  # randomized response keeps no permanent state: it goes on
-    clock.set(clock.time() + DAY)
-    again.collect()
-    (p,) = again.outbox()
-    assert p.use_case == "flag"
-    assert p.entry.records == 1
 
 
 def test_values_that_do_not_fit_are_refused_with_a_reason(make_agent: Callable[..., Agent]) -> None:
