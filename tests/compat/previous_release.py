@@ -1,0 +1,74 @@
+"""The previous release of this project, installed from its wheel, and a way to run its code.
+
+``tests/compat/previous/`` holds the wheel of release 0.1.0 (the last one whose reports carried
+the whole registry's hash), built from the git history by ``tests/compat/make_previous_release.sh``.
+A wheel of pure Python is installed by unpacking it; :func:`install` does that into a directory
+of its own, and :meth:`PreviousRelease.run` runs a script with that directory first on
+``sys.path``, so ``import agent`` (or ``collector``, ``protocol``) is the previous release's
+code, on this environment's numpy, msgpack, cryptography, aiomqtt and psycopg. Each script
+asserts that it runs the old code before it does anything.
+
+What the scripts write (agent state directories, checkpoint stores, reports) is what that
+release wrote: the compatibility tests open it with this release's code.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+__all__ = ["VERSION", "WHEEL", "PreviousRelease", "install"]
+
+VERSION = "0.1.0"
+WHEEL = Path(__file__).resolve().parent / "previous" / f"ldp_telemetry-{VERSION}-py3-none-any.whl"
+
+_PRELUDE = """
+import sys
+sys.path.insert(0, {root!r})
+import agent, collector, protocol
+for _module in (agent, collector, protocol):
+    assert _module.__file__.startswith({root!r}), f"not the previous release's code: {{_module.__file__}}"
+import protocol.envelope
+assert protocol.envelope.FORMAT_VERSION == 1, "the previous release writes wire format 1"
+"""
+
+
+@dataclass(frozen=True)
+class PreviousRelease:
+    """Release 0.1.0, unpacked into ``root``."""
+
+    root: Path
+
+    def command(self, script: str, *args: str) -> list[str]:
+        """The command line that runs ``script`` (Python source) under the previous release."""
+        code = _PRELUDE.format(root=str(self.root)) + textwrap.dedent(script)
+        return [sys.executable, "-c", code, *args]
+
+    def run(self, script: str, *args: str, timeout: float = 300.0) -> Any:
+        """Run ``script`` to its end; what it printed on its last line, parsed as JSON.
+
+        Raises:
+            AssertionError: the script failed (with its output).
+        """
+        done = subprocess.run(self.command(script, *args), capture_output=True, text=True, timeout=timeout, check=False)
+        if done.returncode != 0:
+            raise AssertionError(f"the previous release's script failed ({done.returncode}):\n{done.stderr[-4000:]}")
+        lines = done.stdout.strip().splitlines()
+        return json.loads(lines[-1]) if lines else None
+
+
+def install(directory: Path) -> PreviousRelease:
+    """Unpack the previous release's wheel into ``directory`` (a wheel of pure Python is
+    installed by unpacking it)."""
+    if not WHEEL.exists():
+        raise FileNotFoundError(f"{WHEEL} is missing; tests/compat/make_previous_release.sh makes it")
+    directory.mkdir(parents=True, exist_ok=True)
+    with zipfile.ZipFile(WHEEL) as wheel:
+        wheel.extractall(directory)
+    return PreviousRelease(directory)
