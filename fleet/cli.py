@@ -5,13 +5,16 @@ daily limits, ε accounting, permanent randomness and memo tables, privatizing o
 "device" and publishing msgpack reports with QoS 1 through the agent's MQTT transport
 (TLS and authentication as configured). Simulated time runs in 6-hour collection slots, so
 days pass in seconds; the values the devices record come from generators or from a
-population file the user supplies (:mod:`fleet.values`). When every report has been
-acknowledged by the broker, the simulator waits until the collector has committed them all,
-reads the collector's estimates over its HTTP API and prints them next to the truth, per use
-case and period, with the error in standard errors (:mod:`fleet.report`).
+population file the user supplies (:mod:`fleet.values`). Each report asks for the
+collector's commit receipt; when every report has its receipt (counted, or refused with a
+reason), the simulator reads the collector's estimates over its HTTP API and prints them next
+to the truth, per use-case definition and period, with the error in standard errors
+(:mod:`fleet.report`). ``--registry-change FILE`` moves half the fleet to a second registry
+mid-run, as a rollout does; every definition is then compared on its own.
 
-Exit status: 0 when every compared error is within the tolerance (5 SE by default), 1 when
-some is not, 2 for a usage or input error, 3 when the broker or the collector failed.
+Exit status (``protocol/exit_status.py``): 0 when every compared error is within the
+tolerance (5 SE by default), 9 when some is not, 2 for a usage or input error, 8 when the
+broker or the collector failed or a report was not counted, 3 when every value was refused.
 """
 
 from __future__ import annotations
@@ -44,8 +47,19 @@ from fleet.report import (
     summarize,
     write_plots,
 )
-from fleet.sim import FleetPlan, Progress, ShardResult, Tally, build_generators, run_shard, tally_kind
+from fleet.sim import (
+    SLOT_SECONDS,
+    FleetPlan,
+    Progress,
+    RegistryChange,
+    ShardResult,
+    Tally,
+    build_generators,
+    run_shard,
+    tally_kind,
+)
 from fleet.values import KINDS, GeneratorError, GeneratorSpec, default_spec, load_population, parse_spec
+from protocol.catalog import Catalog
 from protocol.exit_status import HELP as EXIT_HELP
 from protocol.exit_status import ExitStatus
 from protocol.registry import Registry, RegistryError, UseCase, parse_registry
@@ -129,6 +143,18 @@ def _parser() -> argparse.ArgumentParser:
         help=f"use-case registry, the collector's (default {DEFAULT_REGISTRY})",
     )
     sim.add_argument(
+        "--registry-change",
+        type=Path,
+        metavar="FILE",
+        help="a second registry: every second device moves to it at --change-at-day (a rollout); the collector "
+        "must be given both files (earlier_registries)",
+    )
+    sim.add_argument(
+        "--change-at-day",
+        type=int,
+        help="the simulated day (1 = the first) at whose start half the fleet moves (default: the middle day)",
+    )
+    sim.add_argument(
         "--use-case",
         action="append",
         default=[],
@@ -182,7 +208,17 @@ def _parser() -> argparse.ArgumentParser:
         "--collector-url", help="the collector's HTTP API, e.g. http://127.0.0.1:8650 (without it: truth only)"
     )
     out.add_argument(
-        "--ingest-timeout", type=float, default=600.0, help="seconds to wait for the collector to commit (default 600)"
+        "--ingest-timeout",
+        type=float,
+        default=600.0,
+        help="seconds to wait, after the last report, for the collector to count them all (default 600)",
+    )
+    out.add_argument(
+        "--receipts",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="ask for the collector's commit receipt for every report and end only when each has one "
+        "(default: on; --no-receipts: a report is done at the broker's acknowledgement)",
     )
     out.add_argument("--tolerance", type=float, default=5.0, help="pass when every |error| <= this many SE (default 5)")
     out.add_argument(
@@ -236,9 +272,11 @@ def build_plan(args: argparse.Namespace) -> tuple[FleetPlan, Registry]:
     Raises:
         FleetError: for anything wrong in the inputs (the message says what and where).
     """
-    text, registry = _read_registry(args)
-    names = _use_case_names(args, registry)
-    specs, populations, devices = _generators(args, registry, names)
+    text, registry = _read_registry(args.registry, "--registry")
+    change = _change(args, registry)
+    names = _use_case_names(args, registry, None if change is None else change.registry())
+    simulated = registry if change is None else _merged(registry, change.registry())
+    specs, populations, devices = _generators(args, simulated, names)
     if devices < 1 or args.days < 1:
         raise FleetError("--devices and --days must be at least 1")
     if args.workers < 1 or args.connections < 1:
@@ -257,33 +295,73 @@ def build_plan(args: argparse.Namespace) -> tuple[FleetPlan, Registry]:
         connections=args.connections,
         jitter_seconds=args.jitter,
         state_dir=str(args.state_dir) if args.state_dir else None,
+        change=change,
+        receipts=bool(args.receipts),
+        receipt_wait=float(args.ingest_timeout),
     )
     try:
-        build_generators(plan, registry)  # fail here, before any worker starts
+        build_generators(plan)  # fail here, before any worker starts
     except GeneratorError as e:
         raise FleetError(str(e)) from None
     return plan, registry
 
 
-def _read_registry(args: argparse.Namespace) -> tuple[bytes, Registry]:
+def _read_registry(path: Path, flag: str) -> tuple[bytes, Registry]:
     try:
-        text = read_registry_bytes(args.registry)  # the simulated devices parse the same bytes
+        text = read_registry_bytes(path)  # the simulated devices parse the same bytes
     except SettingFileError as e:
-        hint = " (run from the repository root, or pass --registry)" if args.registry == DEFAULT_REGISTRY else ""
-        raise FleetError(f"--registry: {e.problem}{hint}") from None
+        hint = " (run from the repository root, or pass --registry)" if path == DEFAULT_REGISTRY else ""
+        raise FleetError(f"{flag}: {e.problem}{hint}") from None
     try:
-        registry = parse_registry(text, source=str(args.registry))
+        registry = parse_registry(text, source=str(path))
         check_registry(registry, PolicyConfig())
     except (RegistryError, PolicyError) as e:
         raise FleetError(str(e)) from None
     return text, registry
 
 
-def _use_case_names(args: argparse.Namespace, registry: Registry) -> tuple[str, ...]:
-    names = tuple(args.use_case) or tuple(registry.use_cases)
-    unknown = [n for n in names if n not in registry.use_cases]
+def _change(args: argparse.Namespace, registry: Registry) -> RegistryChange | None:
+    """The registry change the command line asks for, checked against the first registry."""
+    if args.registry_change is None:
+        if args.change_at_day is not None:
+            raise FleetError("--change-at-day needs --registry-change")
+        return None
+    text, second = _read_registry(args.registry_change, "--registry-change")
+    day = args.change_at_day if args.change_at_day is not None else (args.days + 1) // 2 + 1
+    if not 2 <= day <= args.days:
+        raise FleetError(
+            f"--change-at-day must be a day after the first and within --days (2 to {args.days}); got {day}"
+            + ("; simulate at least 2 days" if args.days < 2 else "")
+        )
+    for name, uc in second.use_cases.items():
+        first = registry.use_cases.get(name)
+        if first is not None and first.period is not uc.period:
+            # A simulated value is drawn per period of one length; a device's value cannot be
+            # told apart from a report's period of another.
+            raise FleetError(
+                f"--registry-change: {name} has period {first.period.value} in {args.registry} and "
+                f"{uc.period.value} in {args.registry_change}; the simulator cannot change a period"
+            )
+    if second.hash == registry.hash:
+        raise FleetError(f"--registry-change: {args.registry_change} is the same registry as {args.registry}")
+    return RegistryChange(
+        registry_text=text, registry_path=str(args.registry_change), at_slot=(day - 1) * 86_400 // SLOT_SECONDS
+    )
+
+
+def _merged(first: Registry, second: Registry) -> Registry:
+    """The use cases a simulation with a change draws values for: the first registry's, and the
+    second's that the first does not have (a use case added)."""
+    use_cases = dict(first.use_cases) | {n: uc for n, uc in second.use_cases.items() if n not in first.use_cases}
+    return dataclasses.replace(first, use_cases=use_cases)
+
+
+def _use_case_names(args: argparse.Namespace, registry: Registry, second: Registry | None) -> tuple[str, ...]:
+    known = list(registry.use_cases) + [n for n in (second.use_cases if second else {}) if n not in registry.use_cases]
+    names = tuple(args.use_case) or tuple(known)
+    unknown = [n for n in names if n not in known]
     if unknown:
-        raise FleetError(f"--use-case {unknown[0]!r} is not in {args.registry} ({', '.join(registry.use_cases)})")
+        raise FleetError(f"--use-case {unknown[0]!r} is not in {args.registry} ({', '.join(known)})")
     if len(set(names)) != len(names):
         raise FleetError("--use-case: a use case is named twice")
     return names
@@ -505,51 +583,72 @@ def _truth_json(use_case: UseCase, tally: Tally) -> dict[str, Any]:
     return {"reports": tally.n, "counts": dict(sorted(tally.counts.items(), key=lambda kv: -kv[1]))}
 
 
+def _labels(catalog: Catalog, refs: Sequence[str]) -> dict[str, str]:
+    """How the results name each definition: its use case's name, or its ref where the
+    simulation reported under several definitions of that use case."""
+    names = [catalog.use_cases[r].name for r in refs]
+    return {r: r if names.count(catalog.use_cases[r].name) > 1 else catalog.use_cases[r].name for r in refs}
+
+
+def _simulated_refs(plan: FleetPlan, catalog: Catalog, result: ShardResult) -> list[str]:
+    """The definitions with a truth, in the catalog's order (the current registry's first)."""
+    return [
+        ref
+        for ref, uc in catalog.use_cases.items()
+        if uc.name in plan.use_cases and (ref in result.truth or ref in result.outcomes)
+    ]
+
+
 def _compare_with_collector(
     client: CollectorClient,
     plan: FleetPlan,
-    registry: Registry,
+    catalog: Catalog,
     result: ShardResult,
     display: ProgressDisplay,
     *,
     timeout: float,
 ) -> tuple[dict[str, list[dict[str, Any]]], float]:
-    """Wait until the collector holds what was sent; compare its estimates with the truth, period by period.
+    """Compare the collector's estimates with the truth, per definition and period.
 
-    Returns the comparison rows per use case and the seconds spent waiting for ingest.
+    With receipts every report's fate is known already (the run ends when each has its receipt);
+    without, this first waits until the collector holds as many reports as the broker acknowledged.
+    Returns the comparison rows per definition ref and the seconds spent waiting for ingest.
     """
-    expected = {uc: {p: v[0] for p, v in periods.items()} for uc, periods in result.published.items()}
     t0 = time.monotonic()
-    last = [0.0]
+    counts: dict[str, dict[int, int]] | None = None
+    if not plan.receipts:
+        expected = {ref: {p: v[0] for p, v in periods.items()} for ref, periods in result.published.items()}
+        last = [0.0]
 
-    def shown(have: int, want: int) -> None:
-        if time.monotonic() - last[0] > 2.0 or have >= want:
-            last[0] = time.monotonic()
-            display.message(f"collector: {have:,} of {want:,} reports committed")
+        def shown(have: int, want: int) -> None:
+            if time.monotonic() - last[0] > 2.0 or have >= want:
+                last[0] = time.monotonic()
+                display.message(f"collector: {have:,} of {want:,} reports committed")
 
-    counts = client.wait_ingested(expected, timeout=timeout, progress=shown)
+        counts = client.wait_ingested(expected, timeout=timeout, progress=shown)
     ingest_seconds = time.monotonic() - t0
     rows: dict[str, list[dict[str, Any]]] = {}
-    for name in plan.use_cases:
-        uc = registry.use_cases[name]
-        rows[name] = []
-        for period in sorted(result.truth.get(name, {})):
-            tally = result.truth[name][period]
-            estimate = client.estimate(name, period)
+    for ref in _simulated_refs(plan, catalog, result):
+        uc = catalog.use_cases[ref]
+        rows[ref] = []
+        for period in sorted(result.truth.get(ref, {})):
+            tally = result.truth[ref][period]
+            estimate = client.estimate(ref, period)
             row = compare_period(uc, tally, estimate)
-            if counts.get(name, {}).get(period, 0) != tally.n:
+            held = int(estimate.get("reports", 0)) if counts is None else counts.get(ref, {}).get(period, 0)
+            if held != tally.n:
                 row["note"] = (
-                    f"the collector holds {counts.get(name, {}).get(period, 0)} reports for this period, "
-                    f"the fleet sent {tally.n}: the store has data from elsewhere"
+                    f"the collector holds {held} reports for this period, the fleet's counted reports carry "
+                    f"{tally.n} values: the store has data from elsewhere"
                 )
-            rows[name].append(row)
+            rows[ref].append(row)
     return rows, ingest_seconds
 
 
 def _print_verdict(
-    summaries: list[UseCaseSummary], registry: Registry, tolerance: float, ok: bool, stdout: TextIO
+    summaries: list[UseCaseSummary], catalog: Catalog, tolerance: float, ok: bool, stdout: TextIO
 ) -> None:
-    print(format_results(summaries, registry, tolerance=tolerance), file=stdout)
+    print(format_results(summaries, catalog.use_cases, tolerance=tolerance), file=stdout)
     print("", file=stdout)
     verdict = (
         f"all {sum(s.compared for s in summaries):,} errors within {tolerance:g} SE"
@@ -559,15 +658,148 @@ def _print_verdict(
     print(f"ldp-fleet: {verdict}", file=stdout)
 
 
-def _print_truth(plan: FleetPlan, registry: Registry, result: ShardResult, stdout: TextIO) -> None:
+def _print_truth(plan: FleetPlan, catalog: Catalog, result: ShardResult, stdout: TextIO) -> None:
     """Without a collector: each period's true values, briefly."""
-    for name in plan.use_cases:
-        for period, tally in sorted(result.truth.get(name, {}).items()):
-            truth = _truth_json(registry.use_cases[name], tally)
+    refs = _simulated_refs(plan, catalog, result)
+    labels = _labels(catalog, refs)
+    for ref in refs:
+        for period, tally in sorted(result.truth.get(ref, {}).items()):
+            truth = _truth_json(catalog.use_cases[ref], tally)
             brief = {k: v for k, v in truth.items() if k != "counts"} | (
                 {"top": list(truth["counts"].items())[:3]} if "counts" in truth else {}
             )
-            print(f"{name} period {period}: {json.dumps(brief, ensure_ascii=False)}", file=stdout)
+            print(f"{labels[ref]} period {period}: {json.dumps(brief, ensure_ascii=False)}", file=stdout)
+
+
+def _receipt_lines(result: ShardResult, labels: dict[str, str]) -> list[str]:
+    """What the collector's receipts said of the fleet's own reports, per definition."""
+    total = sum(sum(said.values()) for said in result.outcomes.values())
+    lines = [
+        f"receipts: {result.counted:,} of the fleet's {total + result.missing:,} reports counted"
+        + (f", {result.missing:,} without a receipt" if result.missing else "")
+    ]
+    for ref, said in result.outcomes.items():
+        refused = {k: v for k, v in said.items() if k != "counted"}
+        if refused:
+            parts = ", ".join(f"{v:,} {k}" for k, v in sorted(refused.items()))
+            lines.append(f"  {labels.get(ref, ref)}: {said.get('counted', 0):,} counted, {parts}")
+    return lines
+
+
+def _undelivered(result: ShardResult) -> str | None:
+    """Why the fleet's reports were not all counted (None when they were, or were refused only as retired)."""
+    if result.missing:
+        return f"{result.missing:,} reports have no commit receipt: the collector did not count them in time"
+    unexpected = {
+        status: n
+        for said in result.outcomes.values()
+        for status, n in said.items()
+        if status not in ("counted", "refused: retired")
+    }
+    if unexpected:
+        return "the collector refused reports: " + ", ".join(f"{n:,} {status}" for status, n in unexpected.items())
+    return None
+
+
+def _document(
+    args: argparse.Namespace,
+    plan: FleetPlan,
+    registry: Registry,
+    catalog: Catalog,
+    result: ShardResult,
+    *,
+    ok: bool | None,
+    labels: dict[str, str],
+    refs: list[str],
+    summaries: list[UseCaseSummary],
+    timing: dict[str, float | None],
+    unused_rows: dict[str, dict[str, int]],
+) -> dict[str, Any]:
+    """The results document (``--json``, ``--output``)."""
+    start_iso = dt.datetime.fromtimestamp(plan.start, dt.UTC).isoformat().replace("+00:00", "Z")
+    simulated, ingest_seconds = timing["simulate_seconds"], timing["ingest_wait_seconds"]
+    return {
+        "ok": ok,
+        "tolerance_se": args.tolerance,
+        "config": {
+            "devices": plan.devices,
+            "days": plan.days,
+            "start": start_iso,
+            "seed": plan.seed,
+            "registry": plan.registry_path,
+            "registry_hash": registry.hash_hex,
+            "registry_change": None
+            if plan.change is None
+            else {
+                "registry": plan.change.registry_path,
+                "registry_hash": plan.change.registry().hash_hex,
+                "at_day": plan.change.at_slot * SLOT_SECONDS // 86_400 + 1,
+            },
+            "workers": args.workers,
+            "generators": {n: str(s) for n, s in plan.generators.items()},
+            "populations": plan.populations,
+        },
+        "timing": {
+            "simulate_seconds": simulated,
+            "setup_seconds": result.setup_seconds,
+            "ingest_wait_seconds": ingest_seconds,
+            "reports": result.messages,
+            "retries": result.retries,
+        },
+        "receipts": None
+        if not plan.receipts
+        else {"counted": result.counted, "missing": result.missing, "by_definition": result.outcomes},
+        "unsent": result.unsent,
+        "refused": result.refused,
+        "unused_population_rows": unused_rows,
+        "use_cases": {
+            labels[ref]: {
+                "definition": ref,
+                "current": catalog.is_current(catalog.use_cases[ref]),
+                "mechanism": catalog.use_cases[ref].mechanism.name,
+                "epsilon_per_report": catalog.use_cases[ref].cost,
+                "period": catalog.use_cases[ref].period.value,
+                "truth": {
+                    str(p): _truth_json(catalog.use_cases[ref], t) for p, t in sorted(result.truth.get(ref, {}).items())
+                },
+            }
+            | (
+                dataclasses.asdict(next(s for s in summaries if s.definition == ref))
+                if any(s.definition == ref for s in summaries)
+                else {}
+            )
+            for ref in refs
+        },
+    }
+
+
+def _announce(plan: FleetPlan, registry: Registry, display: ProgressDisplay) -> None:
+    """The first lines: what is simulated, and the registry change if any."""
+    start_iso = dt.datetime.fromtimestamp(plan.start, dt.UTC).isoformat().replace("+00:00", "Z")
+    display.message(
+        f"ldp-fleet: {_count(plan.devices, 'device')}, {_count(plan.days, 'day')} from {start_iso}, use cases: "
+        f"{', '.join(f'{n} ({plan.generators[n]})' for n in plan.use_cases)}; registry {registry.hash_hex[:16]}"
+    )
+    if plan.change is not None:
+        day = plan.change.at_slot * SLOT_SECONDS // 86_400 + 1
+        display.message(
+            f"ldp-fleet: half the devices move to {plan.change.registry_path} at the start of day {day} "
+            f"({plan.change.registry().hash_hex[:16]})"
+        )
+
+
+def _write_files(
+    args: argparse.Namespace, text: str, summaries: list[UseCaseSummary], *, stdout: TextIO, stderr: TextIO
+) -> None:
+    """``--output`` and ``--plots``."""
+    if args.output:
+        # Written before the plots, so the numbers are kept whatever happens to the pictures.
+        args.output.parent.mkdir(parents=True, exist_ok=True)
+        args.output.write_text(text, encoding="utf-8")
+        print(f"ldp-fleet: results in {args.output}", file=stderr if args.json else stdout)
+    if args.plots and summaries:
+        files = write_plots(summaries, args.plots)
+        print(f"ldp-fleet: {len(files)} plots in {args.plots}", file=stderr if args.json else stdout)
 
 
 def run_fleet(args: argparse.Namespace, *, stdout: TextIO | None = None, stderr: TextIO | None = None) -> int:
@@ -580,13 +812,10 @@ def run_fleet(args: argparse.Namespace, *, stdout: TextIO | None = None, stderr:
         print(f"ldp-fleet: {e}", file=stderr)
         return EXIT_USAGE
     unused_rows = _unused_series_rows(plan, registry)
+    catalog = plan.catalog()
     display = ProgressDisplay(plan, args.workers, stderr, quiet=args.quiet)
     client = CollectorClient(args.collector_url) if args.collector_url else None
-    start_iso = dt.datetime.fromtimestamp(plan.start, dt.UTC).isoformat().replace("+00:00", "Z")
-    display.message(
-        f"ldp-fleet: {_count(plan.devices, 'device')}, {_count(plan.days, 'day')} from {start_iso}, use cases: "
-        f"{', '.join(f'{n} ({plan.generators[n]})' for n in plan.use_cases)}; registry {registry.hash_hex[:16]}"
-    )
+    _announce(plan, registry, display)
     try:
         if client is not None:
             client.wait_connected(timeout=60.0)
@@ -599,84 +828,62 @@ def run_fleet(args: argparse.Namespace, *, stdout: TextIO | None = None, stderr:
             f"{result.messages:,} reports acknowledged by the broker"
             + (f", {result.retries} publish retries" if result.retries else "")
         )
+        refs = _simulated_refs(plan, catalog, result)
+        labels = _labels(catalog, refs)
+        if plan.receipts:
+            for line in _receipt_lines(result, labels):
+                display.message(f"ldp-fleet: {line}")
+        undelivered = _undelivered(result) if plan.receipts else None
         rows: dict[str, list[dict[str, Any]]] = {}
         ingest_seconds = None
-        if client is not None:
+        if client is not None and undelivered is None:
             rows, ingest_seconds = _compare_with_collector(
-                client, plan, registry, result, display, timeout=args.ingest_timeout
+                client, plan, catalog, result, display, timeout=args.ingest_timeout
             )
     except (TransportError, CollectorUnavailableError, TimeoutError) as e:
         display.finish()
         print(f"ldp-fleet: {e}", file=stderr)
         return EXIT_SERVICE
-    summaries = [summarize(n, registry.use_cases[n], rows[n], args.tolerance) for n in plan.use_cases if n in rows]
+    if undelivered is not None and result.messages:
+        print(f"ldp-fleet: {undelivered}", file=stderr)
+        return EXIT_SERVICE
+    summaries = [summarize(labels[r], catalog.use_cases[r], rows[r], args.tolerance) for r in refs if r in rows]
     ok = bool(summaries) and all(s.ok for s in summaries)
-    document = {
-        "ok": ok if client is not None else None,
-        "tolerance_se": args.tolerance,
-        "config": {
-            "devices": plan.devices,
-            "days": plan.days,
-            "start": start_iso,
-            "seed": plan.seed,
-            "registry": plan.registry_path,
-            "registry_hash": registry.hash_hex,
-            "workers": args.workers,
-            "generators": {n: str(s) for n, s in plan.generators.items()},
-            "populations": plan.populations,
-        },
-        "timing": {
-            "simulate_seconds": simulated,
-            "setup_seconds": result.setup_seconds,
-            "ingest_wait_seconds": ingest_seconds,
-            "reports": result.messages,
-            "retries": result.retries,
-        },
-        "unsent": result.unsent,
-        "refused": result.refused,
-        "unused_population_rows": unused_rows,
-        "use_cases": {
-            name: {
-                "mechanism": registry.use_cases[name].mechanism.name,
-                "epsilon_per_report": registry.use_cases[name].cost,
-                "period": registry.use_cases[name].period.value,
-                "truth": {
-                    str(p): _truth_json(registry.use_cases[name], t)
-                    for p, t in sorted(result.truth.get(name, {}).items())
-                },
-            }
-            | (
-                dataclasses.asdict(next(s for s in summaries if s.name == name))
-                if any(s.name == name for s in summaries)
-                else {}
-            )
-            for name in plan.use_cases
-        },
-    }
+    document = _document(
+        args,
+        plan,
+        registry,
+        catalog,
+        result,
+        ok=ok if client is not None else None,
+        labels=labels,
+        refs=refs,
+        summaries=summaries,
+        timing={"simulate_seconds": simulated, "ingest_wait_seconds": ingest_seconds},
+        unused_rows=unused_rows,
+    )
     text = json.dumps(_finite(document), indent=1, ensure_ascii=False, allow_nan=False) + "\n"
     if args.json:
         stdout.write(text)
     elif client is not None:
-        _print_verdict(summaries, registry, args.tolerance, ok, stdout)
+        _print_verdict(summaries, catalog, args.tolerance, ok, stdout)
     else:
-        _print_truth(plan, registry, result, stdout)
+        _print_truth(plan, catalog, result, stdout)
     # What was not sent is said, on stderr so that --json output stays one document.
     for line in _dropped_lines(result, unused_rows):
         print(f"ldp-fleet: {line}", file=stderr)
-    if args.output:
-        # Written before the plots, so the numbers are kept whatever happens to the pictures.
-        args.output.parent.mkdir(parents=True, exist_ok=True)
-        args.output.write_text(text, encoding="utf-8")
-        print(f"ldp-fleet: results in {args.output}", file=stderr if args.json else stdout)
-    if args.plots and summaries:
-        files = write_plots(summaries, args.plots)
-        print(f"ldp-fleet: {len(files)} plots in {args.plots}", file=stderr if args.json else stdout)
+    _write_files(args, text, summaries, stdout=stdout, stderr=stderr)
+    return _exit_status(result, compared=client is not None, ok=ok, stderr=stderr)
+
+
+def _exit_status(result: ShardResult, *, compared: bool, ok: bool, stderr: TextIO) -> int:
+    """The run's exit status once its results are out (``protocol/exit_status.py``)."""
     if result.messages == 0:
         refused = sum(result.refused.values())
         why = f"every value was refused ({refused:,})" if refused else "no period of the simulated days ended"
         print(f"ldp-fleet: nothing was sent: {why}", file=stderr)
         return EXIT_NOTHING_SENT if refused else ExitStatus.ERROR
-    if client is None:
+    if not compared:
         return EXIT_OK
     return EXIT_OK if ok else EXIT_BEYOND
 

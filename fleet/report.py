@@ -37,7 +37,7 @@ from typing import Any
 
 from fleet.sim import Tally, tally_kind
 from protocol.interfaces import EstimateKind, as_discovery
-from protocol.registry import Registry, UseCase
+from protocol.registry import UseCase
 
 __all__ = [
     "CollectorClient",
@@ -105,11 +105,12 @@ class CollectorClient:
         raise CollectorUnavailableError(f"collector at {self.url} not ready after {timeout:g} s: {last}")
 
     def report_counts(self) -> tuple[dict[str, dict[int, int]], dict[str, Any]]:
-        """Reports committed per use case and period, and the collector's counters."""
+        """Reports committed per use-case definition (by ref) and period, and the collector's counters."""
         status = self.get("/api/v1/status")
         counts = {
-            name: {int(p["period"]): int(p["reports"]) for p in info.get("periods", [])}
-            for name, info in status.get("use_cases", {}).items()
+            d["definition"]: {int(p["period"]): int(p["reports"]) for p in d.get("periods", [])}
+            for info in status.get("use_cases", {}).values()
+            for d in info.get("definitions", [])
         }
         return counts, {"counters": status.get("counters", {}), "live": status.get("live", {})}
 
@@ -145,7 +146,8 @@ class CollectorClient:
             time.sleep(0.5)
 
     def estimate(self, use_case: str, period: int) -> dict[str, Any]:
-        """The collector's estimate of one (use case, period), withheld entries included (flagged)."""
+        """The collector's estimate of one (use case or definition ref, period), withheld entries
+        included (flagged)."""
         path = f"/api/v1/use-cases/{urllib.parse.quote(use_case)}/estimate"
         result: dict[str, Any] = self.get(path, period=period, withheld=1)
         return result
@@ -257,11 +259,18 @@ def compare_period(use_case: UseCase, tally: Tally, result: Mapping[str, Any]) -
 
 @dataclass
 class UseCaseSummary:
-    """One use case's comparison over all periods."""
+    """One use-case definition's comparison over all periods.
+
+    Attributes:
+        name: how the report names it: the use case's name, or its definition's ref where the
+            simulation used several definitions of it.
+        definition: the definition's ref (``name@hex``).
+    """
 
     name: str
     mechanism: str
     kind: str
+    definition: str = ""
     periods: list[dict[str, Any]] = field(default_factory=list)
     max_abs_z: float | None = None
     compared: int = 0
@@ -271,7 +280,9 @@ class UseCaseSummary:
 
 def summarize(name: str, use_case: UseCase, rows: list[dict[str, Any]], tolerance: float) -> UseCaseSummary:
     """Count comparisons and those beyond ``tolerance`` standard errors."""
-    summary = UseCaseSummary(name=name, mechanism=use_case.mechanism.name, kind=tally_kind(use_case), periods=rows)
+    summary = UseCaseSummary(
+        name=name, mechanism=use_case.mechanism.name, kind=tally_kind(use_case), periods=rows, definition=use_case.ref
+    )
     zs: list[float] = []
     for row in rows:
         if "items" in row:
@@ -372,11 +383,16 @@ def _distribution_lines(s: UseCaseSummary, detail: int) -> list[str]:
     return lines
 
 
-def format_results(summaries: list[UseCaseSummary], registry: Registry, *, tolerance: float, detail: int = 8) -> str:
-    """A readable report: per use case and period the estimate, truth, error and SE."""
+def format_results(
+    summaries: list[UseCaseSummary], use_cases: Mapping[str, UseCase], *, tolerance: float, detail: int = 8
+) -> str:
+    """A readable report: per use-case definition and period the estimate, truth, error and SE.
+
+    ``use_cases`` maps each summary's definition ref (or its name) to the definition.
+    """
     out: list[str] = []
     for s in summaries:
-        uc = registry.use_cases[s.name]
+        uc = use_cases[s.definition or s.name]
         out.append("")
         out.append(
             f"{s.name} ({s.mechanism}, ε = {uc.cost:.4g} per report, period {uc.period.value}, "

@@ -21,10 +21,23 @@ the ones a real device runs. Only three things differ from a device:
   the collector gives every simulated device its own allowance, and the broker's ACL
   (``deploy/mosquitto/acl.fleet-sim``) still checks that only the simulator's user writes there.
 
-The truth is kept exactly: a device's value for a (use case, period) is tallied when the
-broker acknowledges the report that carries it, so values a device recorded but never sent
-(daily limit, lifetime ε cap) are not part of the truth, and the truth of a frequency use
-case is the counts of the values actually reported.
+The truth is kept exactly, per use-case *definition*: a device's value for a (use case,
+period) is tallied under the definition its report was made with (the hash the report
+carries) when the collector's commit receipt says the report was counted, or, without
+receipts, when the broker acknowledges it. Values a device recorded but never sent (daily
+limit, lifetime ε cap) are not part of the truth, and the truth of a frequency use case is
+the counts of the values actually reported.
+
+**Commit receipts.** Each pooled connection has a response topic of its own; a device's
+report is published on one with its report id as correlation data, and the receipt that
+comes back is routed to the device whose outbox holds that id (its agent settles it exactly
+as a device does: the ledger says counted or refused, the report leaves the outbox). A report
+without a receipt after ``receipt_timeout`` real seconds is sent again, byte for byte. The
+run ends when every report has its receipt, or after ``receipt_wait`` real seconds.
+
+**A registry change** (:class:`RegistryChange`): at a given slot, every second device restarts
+its agent with a second registry, as a device that takes an update does; its state carries
+over (``agent.core``), and its reports name the definitions they were made with.
 """
 
 from __future__ import annotations
@@ -51,11 +64,13 @@ from agent.errors import TransportError, UseCaseStoppedError, ValueRefusedError
 from agent.identity import device_identity
 from agent.schedule import next_cycle_after
 from agent.sealed import Sealer
-from agent.transport import Connection, Transport
+from agent.transport import Connection, ReceiptConnection, ReceiptTransport, Transport
 from fleet.clock import FakeClock
 from fleet.values import GeneratorSpec, Population, ValueGenerator, build_generator, load_population
+from protocol.catalog import Catalog
 from protocol.interfaces import EstimateKind, as_histogram
 from protocol.randomness import SeededRandom
+from protocol.receipts import Receipt
 from protocol.registry import Registry, UseCase, parse_registry
 from runtime.backoff import Backoff
 
@@ -65,6 +80,7 @@ __all__ = [
     "FleetPlan",
     "MemorySealer",
     "Progress",
+    "RegistryChange",
     "ShardResult",
     "Tally",
     "build_generators",
@@ -120,13 +136,39 @@ class MemorySealer(Sealer):
 
 
 @dataclass(frozen=True, kw_only=True)
+class RegistryChange:
+    """Every second device (the odd numbers) moves to a second registry at a slot, as a device
+    that takes an update restarts its agent with the new file (``ldp-fleet --registry-change``).
+
+    Attributes:
+        registry_text: the second registry file's bytes.
+        registry_path: where it was read from.
+        at_slot: the slot (6-hour step from the start) at whose beginning the devices move,
+            before they record that slot's values.
+    """
+
+    registry_text: bytes
+    registry_path: str
+    at_slot: int
+
+    @staticmethod
+    def moves(device: int) -> bool:
+        """Whether device ``device`` moves (half the fleet, spread over every worker)."""
+        return device % 2 == 1
+
+    def registry(self) -> Registry:
+        """The parsed second registry."""
+        return parse_registry(self.registry_text, source=self.registry_path)
+
+
+@dataclass(frozen=True, kw_only=True)
 class FleetPlan:
     """Everything a worker needs to simulate its devices (picklable, for worker processes).
 
     Attributes:
         registry_text: the registry file's bytes (parsed again in each worker).
         registry_path: where it was read from (dictionaries resolve against its directory).
-        use_cases: the simulated use cases.
+        use_cases: the simulated use cases (of either registry, with a change).
         generators: generator specification per use case.
         populations: population file per use case, where one is used.
         devices: how many devices the whole fleet has.
@@ -138,6 +180,11 @@ class FleetPlan:
         window: publishes in flight per connection.
         jitter_seconds: the agents' cycle jitter.
         state_dir: where sealed state goes (None: in memory).
+        change: half the fleet moves to a second registry mid-run (None: no change).
+        receipts: wait for the collector's commit receipts (the transport must offer them);
+            False: a report is done at the broker's acknowledgement.
+        receipt_timeout: real seconds after which a report without its receipt is sent again.
+        receipt_wait: real seconds the run waits, after the last slot, for the last receipts.
     """
 
     registry_text: bytes
@@ -154,6 +201,10 @@ class FleetPlan:
     window: int = 8
     jitter_seconds: float = 1800.0
     state_dir: str | None = None
+    change: RegistryChange | None = None
+    receipts: bool = False
+    receipt_timeout: float = 30.0
+    receipt_wait: float = 300.0
 
     @property
     def slots(self) -> int:
@@ -163,6 +214,22 @@ class FleetPlan:
     def registry(self) -> Registry:
         """The parsed registry."""
         return parse_registry(self.registry_text, source=self.registry_path)
+
+    def catalog(self) -> Catalog:
+        """Every definition a simulated device can report under (the second registry's first)."""
+        first = self.registry()
+        if self.change is None:
+            return Catalog.build(first)
+        return Catalog.build(self.change.registry(), [first])
+
+    def use_case(self, name: str) -> UseCase:
+        """The use case ``name`` as the simulation's values are drawn for it: the first registry's
+        definition, or the second's for a use case only it has."""
+        first = self.registry()
+        if name in first.use_cases:
+            return first[name]
+        assert self.change is not None, name
+        return self.change.registry()[name]
 
 
 def tally_kind(use_case: UseCase) -> str:
@@ -225,14 +292,19 @@ class ShardResult:
 
     Attributes:
         devices: how many devices it ran.
-        truth: use case -> period -> the reported values' tally.
-        published: use case -> period -> [reports, records] acknowledged by the broker.
+        truth: definition ref (``name@hex``) -> period -> the tally of the values its counted
+            (with receipts) or acknowledged (without) reports carried.
+        published: definition ref -> period -> [reports, records] acknowledged by the broker.
         unsent: use case -> values recorded but never reported (daily limit, ε cap, outbox drops).
         refused: use case -> values the agent refused (stopped use case, bad value).
-        messages: reports acknowledged.
-        retries: device publish attempts repeated after a connection failure.
+        messages: reports acknowledged by the broker (resends not counted).
+        retries: device publish attempts repeated after a connection failure, and reports sent
+            again for want of a receipt.
         setup_seconds: time to create the agents.
         run_seconds: time to simulate and publish.
+        outcomes: definition ref -> what the receipts said -> how many reports (``counted``,
+            ``refused: <reason>``); empty without receipts.
+        missing: reports still without a receipt when the run ended.
     """
 
     devices: int = 0
@@ -244,6 +316,13 @@ class ShardResult:
     retries: int = 0
     setup_seconds: float = 0.0
     run_seconds: float = 0.0
+    outcomes: dict[str, dict[str, int]] = field(default_factory=dict)
+    missing: int = 0
+
+    @property
+    def counted(self) -> int:
+        """Reports a receipt said were counted."""
+        return sum(o.get("counted", 0) for o in self.outcomes.values())
 
     def merge(self, other: ShardResult) -> ShardResult:
         """Both workers' results together."""
@@ -253,6 +332,7 @@ class ShardResult:
             retries=self.retries + other.retries,
             setup_seconds=max(self.setup_seconds, other.setup_seconds),
             run_seconds=max(self.run_seconds, other.run_seconds),
+            missing=self.missing + other.missing,
         )
         for src in (self, other):
             for uc, periods in src.truth.items():
@@ -268,6 +348,10 @@ class ShardResult:
                 out.unsent[uc] = out.unsent.get(uc, 0) + n
             for uc, n in src.refused.items():
                 out.refused[uc] = out.refused.get(uc, 0) + n
+            for ref, said in src.outcomes.items():
+                mine = out.outcomes.setdefault(ref, {})
+                for status, n in said.items():
+                    mine[status] = mine.get(status, 0) + n
         return out
 
 
@@ -288,8 +372,8 @@ class Progress:
     messages: int
 
 
-def build_generators(plan: FleetPlan, registry: Registry) -> dict[str, ValueGenerator]:
-    """The value generator of every simulated use case.
+def build_generators(plan: FleetPlan) -> dict[str, ValueGenerator]:
+    """The value generator of every simulated use case (drawn for :meth:`FleetPlan.use_case`).
 
     Raises:
         fleet.values.GeneratorError: for a generator that does not fit its use case.
@@ -302,7 +386,7 @@ def build_generators(plan: FleetPlan, registry: Registry) -> dict[str, ValueGene
         if path is not None and path not in populations:
             populations[path] = load_population(Path(path))
         out[name] = build_generator(
-            registry.use_cases[name],
+            plan.use_case(name),
             plan.generators[name],
             devices=plan.devices,
             seed=plan.seed,
@@ -320,6 +404,8 @@ class _Pooled:
     number: int
     stack: contextlib.AsyncExitStack | None = None
     connection: Connection | None = None
+    receipts: ReceiptConnection | None = None
+    listener: asyncio.Task[None] | None = None
     in_flight: int = 0
 
 
@@ -331,44 +417,93 @@ class ConnectionPool:
     sends; a device borrows a connection for one publish at a time. A connection that fails
     is closed and reopened with a capped backoff by the next device that needs it.
 
+    With ``on_receipts``, each connection is opened with a response topic of its own
+    (:meth:`agent.transport.ReceiptTransport.connect_receipts`), every publish asks for a
+    commit receipt, and a listener per connection (owned by the pool's task group) hands the
+    receipts that arrive to ``on_receipts``.
+
     Args:
         transport: opens connections.
         size: number of connections.
         window: publishes in flight per connection (below aiomqtt's warning threshold of 10).
+        on_receipts: called with each receipt message's receipts (None: no receipts asked).
     """
 
-    def __init__(self, transport: Transport, *, size: int, window: int) -> None:
+    def __init__(
+        self,
+        transport: Transport,
+        *,
+        size: int,
+        window: int,
+        on_receipts: Callable[[list[Receipt]], None] | None = None,
+    ) -> None:
+        if on_receipts is not None and not isinstance(transport, ReceiptTransport):
+            raise TypeError(f"{type(transport).__name__} cannot receive commit receipts")
         self._transport = transport
         self._slots = [_Pooled(i) for i in range(size)]
         self._free = asyncio.Semaphore(size * window)
         self._window = window
         self._lock = asyncio.Lock()
+        self._on_receipts = on_receipts
+        self._stack = contextlib.AsyncExitStack()
+        self._tasks: asyncio.TaskGroup | None = None
         self.reconnects = 0
 
     async def __aenter__(self) -> ConnectionPool:
-        for slot in self._slots:
-            await self._open(slot)
+        self._tasks = await self._stack.enter_async_context(asyncio.TaskGroup())
+        try:
+            for slot in self._slots:
+                await self._open(slot)
+        except BaseException:
+            await self.__aexit__(None, None, None)
+            raise
         return self
 
     async def __aexit__(self, *exc: object) -> None:
         for slot in self._slots:
             await self._close(slot)
+        await self._stack.aclose()
 
     async def _open(self, slot: _Pooled) -> None:
         stack = contextlib.AsyncExitStack()
         try:
-            slot.connection = await stack.enter_async_context(self._transport.connect())
+            if self._on_receipts is not None:
+                transport: ReceiptTransport = self._transport  # type: ignore[assignment]  # checked in __init__
+                conn = await stack.enter_async_context(transport.connect_receipts())
+                slot.receipts = conn
+                assert self._tasks is not None
+                slot.listener = self._tasks.create_task(self._listen(slot, conn), name=f"receipts-{slot.number}")
+            else:
+                slot.connection = await stack.enter_async_context(self._transport.connect())
         except BaseException:
             await stack.aclose()
             raise
         slot.stack = stack
 
+    async def _listen(self, slot: _Pooled, conn: ReceiptConnection) -> None:
+        """Hand over the connection's receipts until it ends (then it is repaired on demand)."""
+        assert self._on_receipts is not None
+        try:
+            while True:
+                self._on_receipts(await conn.receipts())
+        except TransportError:
+            if slot.receipts is conn:
+                slot.receipts = None
+
     async def _close(self, slot: _Pooled) -> None:
-        stack, slot.stack, slot.connection = slot.stack, None, None
+        listener, slot.listener = slot.listener, None
+        if listener is not None:
+            listener.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await listener
+        stack, slot.stack, slot.connection, slot.receipts = slot.stack, None, None, None
         if stack is not None:
             # A connection that already broke may fail again while closing: it is gone either way.
             with contextlib.suppress(TransportError):
                 await stack.aclose()
+
+    def _live(self, slot: _Pooled) -> bool:
+        return (slot.receipts if self._on_receipts is not None else slot.connection) is not None
 
     async def repair(self, *, attempt: int) -> None:
         """Reopen every broken connection (after a delay that grows with ``attempt``).
@@ -379,29 +514,33 @@ class ConnectionPool:
         await asyncio.sleep(_REPAIR_BACKOFF.ceiling(attempt))  # no jitter: the simulator replays exactly
         async with self._lock:
             for slot in self._slots:
-                if slot.connection is None:
+                if not self._live(slot):
                     await self._close(slot)
                     await self._open(slot)
                     self.reconnects += 1
 
-    async def publish(self, topic: str, payload: bytes) -> None:
+    async def publish(self, topic: str, payload: bytes, *, correlation: bytes | None = None) -> None:
         """Publish on the least busy live connection; return after the broker's acknowledgement.
+
+        With receipts, ``correlation`` (the report id) comes back in the commit receipt.
 
         Raises:
             TransportError: if it was not acknowledged (the connection is marked broken).
         """
         async with self._free:
-            live = [s for s in self._slots if s.connection is not None and s.in_flight < self._window]
+            live = [s for s in self._slots if self._live(s) and s.in_flight < self._window]
             if not live:
                 raise TransportError("no live broker connection in the pool")
             slot = min(live, key=lambda s: s.in_flight)
-            conn = slot.connection
-            assert conn is not None
             slot.in_flight += 1
             try:
-                await conn.publish(topic, payload)
+                if slot.receipts is not None:
+                    await slot.receipts.publish(topic, payload, correlation=correlation or b"")
+                else:
+                    assert slot.connection is not None
+                    await slot.connection.publish(topic, payload)
             except TransportError:
-                slot.connection = None
+                slot.connection = slot.receipts = None
                 raise
             finally:
                 slot.in_flight -= 1
@@ -439,60 +578,141 @@ class _Device:
         self.number = number
         rng = SeededRandom(device_seed(plan.seed, plan.start, number))
         key = rng.words(4).astype("<u8").tobytes()
-        state_dir = root / f"device-{number:07d}"
-        sealer = Sealer(key) if plan.state_dir is not None else MemorySealer(key)
-        self.agent = Agent(
-            registry=registry,
-            state_dir=state_dir,
-            sealer=sealer,
-            clock=clock,
-            rng=rng,
-            device_identity=shard.identity(number),
-        )
-        self.agent.grant_consent()
-        transport = _DeviceTransport(shard.pool, self._acked)
-        self.daemon = Daemon(
-            self.agent, transport, clock=clock, rng=rng, schedule=ScheduleConfig(jitter_seconds=plan.jitter_seconds)
-        )
+        self._state_dir = root / f"device-{number:07d}"
+        self._sealer = Sealer(key) if plan.state_dir is not None else MemorySealer(key)
+        self._clock = clock
+        self._plan = plan
         self.rng = rng
         self._shard = shard
-        # (use case, period) -> the value recorded, until the report carrying it is acknowledged.
+        self.agent = self._agent(registry)
+        self.agent.grant_consent()
+        # (use case, period) -> the value recorded, until the report carrying it is counted.
         self.recorded: dict[tuple[str, int], object] = {}
 
+    def _agent(self, registry: Registry) -> Agent:
+        agent = Agent(
+            registry=registry,
+            state_dir=self._state_dir,
+            sealer=self._sealer,
+            clock=self._clock,
+            rng=self.rng,
+            device_identity=self._shard.identity(self.number),
+        )
+        transport = _DeviceTransport(self._shard.pool, self._acked)
+        self.daemon = Daemon(
+            agent,
+            transport,
+            clock=self._clock,
+            rng=self.rng,
+            schedule=ScheduleConfig(jitter_seconds=self._plan.jitter_seconds),
+        )
+        return agent
+
+    def move(self, registry: Registry) -> None:
+        """Restart the agent with another registry, on the same state, as an updated device does."""
+        self.agent = self._agent(registry)
+
     def _acked(self, payload: bytes) -> None:
-        body = msgpack.unpackb(payload, raw=False)
-        self._shard.acknowledged(self, str(body["u"]), int(body["p"]), len(body["r"]))
+        self._shard.acknowledged(self, payload)
 
 
 class _Shard:
-    def __init__(self, plan: FleetPlan, registry: Registry, pool: ConnectionPool) -> None:
+    def __init__(self, plan: FleetPlan, pool: ConnectionPool | None = None) -> None:
         self.plan = plan
-        self.registry = registry
-        self.pool = pool
+        self.catalog = plan.catalog()
+        self.pool: ConnectionPool = pool  # type: ignore[assignment]  # set by run_shard before any device exists
         self.result = ShardResult()
-        self.kinds = {name: tally_kind(registry.use_cases[name]) for name in plan.use_cases}
+        # Reports sent and waiting for their receipt: report id -> (device, payload).
+        self.waiting: dict[bytes, tuple[_Device, bytes]] = {}
         self._identity = None if plan.broker is None else device_identity(plan.broker, source="ldp-fleet")
 
     def identity(self, number: int) -> str | None:
         """The sub-identity device ``number`` publishes under (None for an anonymous broker)."""
         return None if self._identity is None else f"{self._identity}/{number:07d}"
 
-    def acknowledged(self, device: _Device, use_case: str, period: int, records: int) -> None:
+    def _report(self, payload: bytes) -> tuple[UseCase, int, int]:
+        """The definition, period and record count of one of the fleet's own reports."""
+        body = msgpack.unpackb(payload, raw=False)
+        use_case = self.catalog.by_definition(bytes(body["h"]))
+        assert use_case is not None, "a simulated device reported under a definition the fleet does not know"
+        return use_case, int(body["p"]), len(body["r"])
+
+    def acknowledged(self, device: _Device, payload: bytes) -> None:
+        """The broker acknowledged a report (without receipts, this is where its value counts)."""
         res = self.result
         res.messages += 1
-        pub = res.published.setdefault(use_case, {}).setdefault(period, [0, 0])
+        use_case, period, records = self._report(payload)
+        pub = res.published.setdefault(use_case.ref, {}).setdefault(period, [0, 0])
         pub[0] += 1
         pub[1] += records
-        value = device.recorded.pop((use_case, period), None)
-        if value is not None and use_case in self.kinds:
-            tally = res.truth.setdefault(use_case, {}).setdefault(period, Tally())
-            tally.add(self.kinds[use_case], value, self.registry.use_cases[use_case])
+        if not self.plan.receipts:
+            self._tally(device, use_case, period)
+
+    def _tally(self, device: _Device, use_case: UseCase, period: int) -> None:
+        value = device.recorded.pop((use_case.name, period), None)
+        if value is not None and use_case.name in self.plan.use_cases:
+            tally = self.result.truth.setdefault(use_case.ref, {}).setdefault(period, Tally())
+            tally.add(tally_kind(use_case), value, use_case)
+
+    def receipts(self, receipts: list[Receipt]) -> None:
+        """Commit receipts arrived on a pooled connection: each goes to the device whose report it answers."""
+        by_device: dict[int, tuple[_Device, list[Receipt]]] = {}
+        for receipt in receipts:
+            found = self.waiting.pop(receipt.correlation, None)
+            if found is None:
+                continue  # a second answer, to a report sent again
+            device, payload = found
+            use_case, period, _ = self._report(payload)
+            status = "counted" if receipt.counted else f"refused: {receipt.reason or 'unknown'}"
+            said = self.result.outcomes.setdefault(use_case.ref, {})
+            said[status] = said.get(status, 0) + 1
+            if receipt.counted:
+                self._tally(device, use_case, period)
+            else:
+                device.recorded.pop((use_case.name, period), None)
+            by_device.setdefault(device.number, (device, []))[1].append(receipt)
+        for device, mine in by_device.values():
+            # The agent settles them as a device does: the ledger says so, the reports leave the outbox.
+            device.agent.settle(mine)
+
+    async def send(self, device: _Device) -> None:
+        """Publish the device's reports not sent yet, each asking for a receipt.
+
+        Raises:
+            TransportError: a publish was not acknowledged (what was sent before is recorded).
+        """
+        due = [p for p in device.agent.outbox() if p.entry.attempts == 0]
+        sent = []
+        try:
+            for p in due:
+                self.waiting[p.entry.report_id] = (device, p.entry.payload)
+                await self.pool.publish(p.topic, p.entry.payload, correlation=p.entry.report_id)
+                sent.append(p)
+                self.acknowledged(device, p.entry.payload)
+        finally:
+            for p in due[len(sent) :]:
+                self.waiting.pop(p.entry.report_id, None)
+            device.agent.mark_sent(sent)
+
+    async def resend_waiting(self) -> int:
+        """Send again, byte for byte, every report still without its receipt; how many."""
+        items = list(self.waiting.items())
+        for report_id, (device, payload) in items:
+            if report_id not in self.waiting:
+                continue  # answered meanwhile
+            use_case, _, _ = self._report(payload)
+            await self.pool.publish(device.agent.topic(use_case.name), payload, correlation=report_id)
+        self.result.retries += len(items)
+        return len(items)
 
 
 async def _drain(device: _Device, shard: _Shard) -> None:
     for attempt in range(MAX_PUBLISH_ATTEMPTS):
         try:
-            await device.daemon.publisher.drain_once()
+            if shard.plan.receipts:
+                await shard.send(device)
+            else:
+                await device.daemon.publisher.drain_once()
             return
         except TransportError as e:
             shard.result.retries += 1
@@ -500,6 +720,31 @@ async def _drain(device: _Device, shard: _Shard) -> None:
             with contextlib.suppress(TransportError):
                 await shard.pool.repair(attempt=attempt)
     raise TransportError(f"device {device.number}: reports not acknowledged after {MAX_PUBLISH_ATTEMPTS} attempts")
+
+
+async def _await_receipts(shard: _Shard) -> None:
+    """Wait until every report has its receipt (sending again what has none after the timeout), or give up."""
+    plan = shard.plan
+    deadline = time.monotonic() + plan.receipt_wait
+    sent_at = time.monotonic()
+    attempt = 0
+    while shard.waiting and time.monotonic() < deadline:
+        if time.monotonic() - sent_at >= plan.receipt_timeout:
+            log.warning(
+                "%d reports have had no commit receipt for %g s; sending them again",
+                len(shard.waiting),
+                plan.receipt_timeout,
+            )
+            try:
+                await shard.resend_waiting()
+            except TransportError as e:
+                log.warning("sending again failed (%s); reconnecting", e)
+                with contextlib.suppress(TransportError):
+                    await shard.pool.repair(attempt=attempt)
+                attempt += 1
+            sent_at = time.monotonic()
+        await asyncio.sleep(0.05)
+    shard.result.missing = len(shard.waiting)
 
 
 async def run_shard(
@@ -527,31 +772,37 @@ async def run_shard(
         fleet.values.GeneratorError: a generator does not fit its use case.
     """
     registry = plan.registry()
-    generators = build_generators(plan, registry)
+    generators = build_generators(plan)
     if transport is None:
         from agent.mqtt import MqttTransport  # noqa: PLC0415 - only when publishing to a real broker
 
         if plan.broker is None:
             raise ValueError("the plan names no broker and no transport was given")
-        # The pooled connections publish without commit receipts (each device's report is
-        # done at the broker's PUBACK); receipts would need a receipt topic per pooled
-        # connection and routing each receipt back to the device whose outbox holds the id.
-        broker = dataclasses.replace(plan.broker, receipts=False)
+        broker = dataclasses.replace(plan.broker, receipts=plan.receipts)
         transport = MqttTransport(broker, SeededRandom(device_seed(plan.seed, plan.start, -1 - worker)))
     started = time.monotonic()
+    shard = _Shard(plan)
     async with contextlib.AsyncExitStack() as stack:
         if root is None and plan.state_dir is None:
             # In-memory state still needs a directory per agent (it only stays empty).
             root = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="ldp-fleet-")))
         base = Path(root or plan.state_dir or ".")
-        pool = await stack.enter_async_context(ConnectionPool(transport, size=plan.connections, window=plan.window))
-        shard = _Shard(plan, registry, pool)
+        pool = ConnectionPool(
+            transport,
+            size=plan.connections,
+            window=plan.window,
+            on_receipts=shard.receipts if plan.receipts else None,
+        )
+        shard.pool = await stack.enter_async_context(pool)
         clock = FakeClock(float(plan.start))
         fleet = [_Device(d, plan=plan, registry=registry, clock=clock, root=base, shard=shard) for d in devices]
         shard.result.devices = len(fleet)
         shard.result.setup_seconds = time.monotonic() - started
         await _simulate(shard, generators=generators, fleet=fleet, clock=clock, worker=worker, progress=progress)
-    # What is still recorded but unacknowledged was held back by a limit: not part of the truth.
+        if plan.receipts:
+            await _await_receipts(shard)
+    # What is still recorded but not counted was held back by a limit (or its report refused):
+    # not part of the truth.
     for device in fleet:
         for use_case, _period in device.recorded:
             shard.result.unsent[use_case] = shard.result.unsent.get(use_case, 0) + 1
@@ -561,7 +812,7 @@ async def run_shard(
 
 def _record(shard: _Shard, device: _Device, name: str, value: object | None, period: int) -> None:
     """Give the device's agent its value of the period (none: the device has no value); count refusals."""
-    if value is None:
+    if value is None or name not in device.agent.registry.use_cases:
         return
     try:
         outcome = device.agent.record(name, value)
@@ -570,6 +821,14 @@ def _record(shard: _Shard, device: _Device, name: str, value: object | None, per
         return
     if outcome.outcome == "recorded":
         device.recorded[(name, period)] = value
+
+
+def _move(fleet: Sequence[_Device], change: RegistryChange, registry: Registry, clock: FakeClock, at: int) -> None:
+    """Half the fleet takes the second registry at the slot's boundary (each device restarts its agent)."""
+    clock.set(float(at))
+    for device in fleet:
+        if change.moves(device.number):
+            device.move(registry)
 
 
 async def _simulate(
@@ -581,12 +840,13 @@ async def _simulate(
     worker: int,
     progress: Callable[[Progress], None] | None,
 ) -> None:
-    plan, registry = shard.plan, shard.registry
-    use_cases = [registry.use_cases[name] for name in plan.use_cases]
+    plan = shard.plan
+    use_cases = [plan.use_case(name) for name in plan.use_cases]
     first = {uc.name: uc.period.index_at(plan.start) for uc in use_cases}
     slots_per_period = {uc.name: uc.period.seconds // SLOT_SECONDS for uc in use_cases}
     queue: asyncio.Queue[_Device] = asyncio.Queue(maxsize=4 * plan.connections * plan.window)
     last_report = time.monotonic()
+    moved = plan.change.registry() if plan.change is not None else None
 
     async def publisher() -> None:
         while True:
@@ -601,6 +861,8 @@ async def _simulate(
         for slot in range(plan.slots + 1):
             boundary = plan.start + slot * SLOT_SECONDS
             recording = slot < plan.slots
+            if moved is not None and plan.change is not None and slot == plan.change.at_slot:
+                _move(fleet, plan.change, moved, clock, boundary)
             # Values of the periods that start in this slot, for every device at once.
             values: dict[str, list[object | None]] = {}
             if recording:

@@ -126,7 +126,7 @@ def test_summary_counts_errors_beyond_the_tolerance(registry: Registry) -> None:
     summary = summarize(uc.name, uc, rows, 5.0)
     assert (summary.compared, summary.beyond, summary.ok) == (3, 1, False)
     assert summary.max_abs_z == 6.0
-    text = format_results([summary], registry, tolerance=5.0)
+    text = format_results([summary], {uc.ref: uc}, tolerance=5.0)
     assert "1 of 3 errors beyond 5 SE" in text
     assert "2024-03-01T00:00:00Z" in text
 

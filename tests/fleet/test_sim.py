@@ -73,7 +73,7 @@ def test_truth_counts_exactly_the_reports_published() -> None:
         first = uc.period.index_at(START)
         periods = {p for (n, p) in published if n == name}
         assert periods == set(range(first, first + 2 * 86_400 // uc.period.seconds))
-        for period, tally in result.truth[name].items():
+        for period, tally in result.truth[uc.ref].items():
             assert tally.n == published[(name, period)] == 30
     assert result.unsent == {}
     assert result.refused == {}
@@ -98,11 +98,12 @@ def test_truth_leaves_out_what_the_daily_limit_kept_back() -> None:
     result = _run(plan, range(10), transport)
     # Per device: day 0's cycles close periods 0 and 1 (the 18:00 cycle finds the day's 2 spent),
     # day 1's close 3 and 4, the closing cycle on day 2 closes 7: 5 of 8 periods are reported.
-    reported = sum(t.n for t in result.truth["seconds"].values())
+    ref = plan.registry()["seconds"].ref
+    reported = sum(t.n for t in result.truth[ref].values())
     assert reported == len(transport.published) == 10 * 5
     assert result.unsent["seconds"] == 10 * 3
     first = 1_700_006_400 // 21_600
-    assert sorted(result.truth["seconds"]) == [first + i for i in (0, 1, 3, 4, 7)]
+    assert sorted(result.truth[ref]) == [first + i for i in (0, 1, 3, 4, 7)]
 
 
 class FlakyTransport:
@@ -182,7 +183,7 @@ def test_generators_in_the_plan_are_used() -> None:
         }
     )
     result = _run(plan, range(5), MemoryTransport())
-    for tally in result.truth["app-usage-seconds"].values():
+    for tally in result.truth[plan.registry()["app-usage-seconds"].ref].values():
         assert tally.total == 5 * 1234
 
 
@@ -195,5 +196,5 @@ def test_the_deployment_registry_runs_too() -> None:
     registry = plan.registry()
     seen = {decode_report(m.payload, registry).use_case.name for m in transport.published}
     assert seen == set(registry.use_cases)
-    assert set(result.truth) == set(registry.use_cases)
+    assert set(result.truth) == {uc.ref for uc in registry.use_cases.values()}
     assert result.unsent == {}
