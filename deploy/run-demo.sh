@@ -21,6 +21,13 @@
 #   --postgres      keep the checkpoints in a PostgreSQL server started for the demo (in the
 #                   working directory, on a Unix socket) instead of a SQLite file; installs
 #                   Debian's postgresql package when it is missing
+#   --registry-change
+#                   a rollout: at the start of the middle day half the fleet moves to
+#                   deploy/fleet.usecases.v2.toml (one use case added, one memoized and one
+#                   event-level use case changed, one retired); the collector accepts both
+#                   registries and refuses the retired use case's reports for the days after
+#                   the change. Every definition is compared with its own truth, and every
+#                   report must be counted under its own definition (needs --days 3 or more)
 #
 # Needs Python 3.11+ and Mosquitto; installs Mosquitto with apt-get when it is missing (as
 # deploy/test.sh does), creates the virtual environment .venv and installs the package into
@@ -44,6 +51,7 @@ out=""
 keep=0
 collectors=1
 postgres=0
+registry_change=0
 fleet_args=()
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -57,6 +65,7 @@ while [ $# -gt 0 ]; do
         --keep) keep=1; shift ;;
         --collectors) [ $# -ge 2 ] || usage; collectors="$2"; shift 2 ;;
         --postgres) postgres=1; shift ;;
+        --registry-change) registry_change=1; shift ;;
         -h | --help) usage 0 ;;
         --) shift; fleet_args=("$@"); break ;;
         *) echo "run-demo: unknown option $1 (see --help)" >&2; exit 2 ;;
@@ -67,6 +76,8 @@ for n in "$devices" "$days" "$seed"; do
 done
 [[ "$collectors" =~ ^[1-9][0-9]?$ ]] || { echo "run-demo: --collectors takes 1 to 99" >&2; exit 2; }
 [ -z "$wait_seconds" ] || [[ "$wait_seconds" =~ ^[0-9]+$ ]] || { echo "run-demo: --wait takes seconds" >&2; exit 2; }
+[ "$registry_change" -eq 0 ] || [ "$days" -ge 3 ] ||
+    { echo "run-demo: --registry-change needs --days 3 or more (a day before the change, the change, and after)" >&2; exit 2; }
 if [ -z "$workers" ]; then
     # Two processes pay off once the fleet is large (each device costs a few ms per cycle).
     if [ "$devices" -ge 5000 ]; then workers=2; else workers=1; fi
@@ -219,6 +230,25 @@ else
     store_line="path = \"$work/collector-1/collector.sqlite3\""
 fi
 
+# --- the registries ------------------------------------------------------------------------
+# With --registry-change the collectors accept both files (the second is current), and the use
+# case the second one drops is retired from the day after the change: the devices that have not
+# moved still report it, and those reports are refused as "retired".
+registry_lines="registry = \"$root/deploy/fleet.usecases.toml\""
+fleet_registry_args=(--registry deploy/fleet.usecases.toml)
+if [ "$registry_change" -eq 1 ]; then
+    change_day=$((days / 2 + 1))
+    start=$(( $(date -u +%s) / 86400 * 86400 - days * 86400 ))
+    retire_day="$(date -u -d "@$((start + change_day * 86400))" +%F)"
+    registry_lines="registry = \"$root/deploy/fleet.usecases.v2.toml\"
+earlier_registries = [\"$root/deploy/fleet.usecases.toml\"]
+
+[retire]
+\"safari-energy-domains\" = $retire_day"
+    fleet_registry_args+=(--registry-change deploy/fleet.usecases.v2.toml --change-at-day "$change_day")
+    say "registry change: half the fleet moves to deploy/fleet.usecases.v2.toml on day $change_day; safari-energy-domains retired from $retire_day"
+fi
+
 # --- the collectors, each with its dashboard on loopback ----------------------------------
 # Their retention window must reach back to the first simulated period (6-hour periods).
 retention=$(((days + 2) * 4))
@@ -230,8 +260,8 @@ for i in $(seq "$collectors"); do
     dir="$work/collector-$i"
     mkdir -p "$dir"
     cat >"$dir/collector.toml" <<EOF
-registry = "$root/deploy/fleet.usecases.toml"
 instance = "demo-$i"
+$registry_lines
 
 [mqtt]
 host = "127.0.0.1"
@@ -272,7 +302,7 @@ done
 say "running ldp-fleet: $devices devices, $days days"
 status=0
 .venv/bin/ldp-fleet \
-    --registry deploy/fleet.usecases.toml \
+    "${fleet_registry_args[@]}" \
     --devices "$devices" --days "$days" --seed "$seed" --workers "$workers" \
     --broker "127.0.0.1:$mqtt_port" --ca-file "$work/pki/ca.pem" \
     --username fleet-sim --password-file "$work/secrets/fleet-sim.password" \

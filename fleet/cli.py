@@ -616,7 +616,9 @@ def _compare_with_collector(
     """
     t0 = time.monotonic()
     counts: dict[str, dict[int, int]] | None = None
-    if not plan.receipts:
+    if plan.receipts:
+        _check_counted_under_own_definition(client, result)
+    else:
         expected = {ref: {p: v[0] for p, v in periods.items()} for ref, periods in result.published.items()}
         last = [0.0]
 
@@ -643,6 +645,25 @@ def _compare_with_collector(
                 )
             rows[ref].append(row)
     return rows, ingest_seconds
+
+
+def _check_counted_under_own_definition(client: CollectorClient, result: ShardResult) -> None:
+    """Every report a receipt said was counted is held under the definition it was made with.
+
+    The collector may hold more (data from elsewhere in its store), never fewer.
+
+    Raises:
+        CollectorUnavailableError: naming the first definition and period that hold fewer.
+    """
+    held, _ = client.report_counts()
+    for ref, periods in sorted(result.counted_periods.items()):
+        for period, n in sorted(periods.items()):
+            have = held.get(ref, {}).get(period, 0)
+            if have < n:
+                raise CollectorUnavailableError(
+                    f"the collector holds {have:,} reports of {ref} for period {period}, where {n:,} of the fleet's "
+                    "were counted under that definition"
+                )
 
 
 def _print_verdict(
@@ -749,6 +770,7 @@ def _document(
         "receipts": None
         if not plan.receipts
         else {"counted": result.counted, "missing": result.missing, "by_definition": result.outcomes},
+        "epsilon_audit": {"checked": result.epsilon_checked, "problems": result.epsilon_problems},
         "unsent": result.unsent,
         "refused": result.refused,
         "unused_population_rows": unused_rows,
@@ -802,6 +824,23 @@ def _write_files(
         print(f"ldp-fleet: {len(files)} plots in {args.plots}", file=stderr if args.json else stdout)
 
 
+def _failure(result: ShardResult, undelivered: str | None, display: ProgressDisplay, stderr: TextIO) -> int | None:
+    """The exit status of a run whose reports were not all counted, or whose ε audit found a
+    problem (None when neither happened; the audit's all-clear is said)."""
+    if undelivered is not None and result.messages:
+        print(f"ldp-fleet: {undelivered}", file=stderr)
+        return EXIT_SERVICE
+    if result.epsilon_problems:
+        for problem in result.epsilon_problems:
+            print(f"ldp-fleet: ε audit: {problem}", file=stderr)
+        return ExitStatus.ERROR
+    display.message(
+        f"ldp-fleet: ε audit: {result.epsilon_checked:,} (device, use case) ledgers checked: ε spent never went "
+        "down and never passed a lifetime cap"
+    )
+    return None
+
+
 def run_fleet(args: argparse.Namespace, *, stdout: TextIO | None = None, stderr: TextIO | None = None) -> int:
     """Run the whole simulation as the command line asks; returns the exit status."""
     stdout = stdout or sys.stdout
@@ -844,10 +883,12 @@ def run_fleet(args: argparse.Namespace, *, stdout: TextIO | None = None, stderr:
         display.finish()
         print(f"ldp-fleet: {e}", file=stderr)
         return EXIT_SERVICE
-    if undelivered is not None and result.messages:
-        print(f"ldp-fleet: {undelivered}", file=stderr)
-        return EXIT_SERVICE
+    failed = _failure(result, undelivered, display, stderr)
+    if failed is not None:
+        return failed
     summaries = [summarize(labels[r], catalog.use_cases[r], rows[r], args.tolerance) for r in refs if r in rows]
+    for summary in summaries:
+        summary.current = catalog.is_current(catalog.use_cases[summary.definition])
     ok = bool(summaries) and all(s.ok for s in summaries)
     document = _document(
         args,
@@ -900,8 +941,8 @@ def _dropped_lines(result: ShardResult, unused_rows: dict[str, dict[str, int]]) 
     unsent = {k: v for k, v in result.unsent.items() if v}
     if unsent:
         lines.append(
-            f"{sum(unsent.values()):,} values recorded but not sent (the daily record limit, the lifetime ε cap "
-            f"or outbox drops): {_per_use_case(unsent)}"
+            f"{sum(unsent.values()):,} values recorded but not sent (the daily record limit, the lifetime ε cap, "
+            f"outbox drops, or a use case a registry change removed): {_per_use_case(unsent)}"
         )
     for name, counts in unused_rows.items():
         parts = []

@@ -265,12 +265,14 @@ class UseCaseSummary:
         name: how the report names it: the use case's name, or its definition's ref where the
             simulation used several definitions of it.
         definition: the definition's ref (``name@hex``).
+        current: the definition is the current registry's (the collector's ``registry``).
     """
 
     name: str
     mechanism: str
     kind: str
     definition: str = ""
+    current: bool = True
     periods: list[dict[str, Any]] = field(default_factory=list)
     max_abs_z: float | None = None
     compared: int = 0
@@ -394,8 +396,11 @@ def format_results(
     for s in summaries:
         uc = use_cases[s.definition or s.name]
         out.append("")
+        role = ""
+        if s.name != uc.name:  # one of several definitions of the use case
+            role = "current definition, " if s.current else "earlier definition, "
         out.append(
-            f"{s.name} ({s.mechanism}, ε = {uc.cost:.4g} per report, period {uc.period.value}, "
+            f"{s.name} ({role}{s.mechanism}, ε = {uc.cost:.4g} per report, period {uc.period.value}, "
             f"daily limit {uc.daily_limit})"
         )
         if s.kind == "mean":

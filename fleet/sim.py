@@ -46,6 +46,7 @@ import asyncio
 import contextlib
 import dataclasses
 import hashlib
+import itertools
 import logging
 import tempfile
 import time
@@ -57,6 +58,7 @@ from typing import Any
 import msgpack
 import numpy as np
 
+from agent.accounting import EPSILON_SLACK
 from agent.config import BrokerConfig, ScheduleConfig
 from agent.core import Agent
 from agent.daemon import Daemon
@@ -96,6 +98,9 @@ log = logging.getLogger("ldp_fleet")
 
 SLOT_SECONDS = 21_600
 """One collection slot: the agent's cycles run every 6 hours (000 §6)."""
+
+MAX_PROBLEMS = 20
+"""Findings of the ε audit kept per run (the count of pairs checked is kept in full)."""
 
 MAX_PUBLISH_ATTEMPTS = 8
 """A device's reports are retried this many times across reconnects before the run fails."""
@@ -305,6 +310,10 @@ class ShardResult:
         outcomes: definition ref -> what the receipts said -> how many reports (``counted``,
             ``refused: <reason>``); empty without receipts.
         missing: reports still without a receipt when the run ended.
+        counted_periods: definition ref -> period -> reports a receipt said were counted.
+        epsilon_checked: (device, use case) pairs whose ε spent was audited at the end.
+        epsilon_problems: what the audit found (ε spent that went down, or past a lifetime
+            cap, in a device's ledger or status); at most :data:`MAX_PROBLEMS` kept.
     """
 
     devices: int = 0
@@ -318,6 +327,9 @@ class ShardResult:
     run_seconds: float = 0.0
     outcomes: dict[str, dict[str, int]] = field(default_factory=dict)
     missing: int = 0
+    counted_periods: dict[str, dict[int, int]] = field(default_factory=dict)
+    epsilon_checked: int = 0
+    epsilon_problems: list[str] = field(default_factory=list)
 
     @property
     def counted(self) -> int:
@@ -333,6 +345,8 @@ class ShardResult:
             setup_seconds=max(self.setup_seconds, other.setup_seconds),
             run_seconds=max(self.run_seconds, other.run_seconds),
             missing=self.missing + other.missing,
+            epsilon_checked=self.epsilon_checked + other.epsilon_checked,
+            epsilon_problems=(self.epsilon_problems + other.epsilon_problems)[:MAX_PROBLEMS],
         )
         for src in (self, other):
             for uc, periods in src.truth.items():
@@ -352,6 +366,10 @@ class ShardResult:
                 mine = out.outcomes.setdefault(ref, {})
                 for status, n in said.items():
                     mine[status] = mine.get(status, 0) + n
+            for ref, counted in src.counted_periods.items():
+                into = out.counted_periods.setdefault(ref, {})
+                for period, n in counted.items():
+                    into[period] = into.get(period, 0) + n
         return out
 
 
@@ -667,6 +685,8 @@ class _Shard:
             said = self.result.outcomes.setdefault(use_case.ref, {})
             said[status] = said.get(status, 0) + 1
             if receipt.counted:
+                periods = self.result.counted_periods.setdefault(use_case.ref, {})
+                periods[period] = periods.get(period, 0) + 1
                 self._tally(device, use_case, period)
             else:
                 device.recorded.pop((use_case.name, period), None)
@@ -801,6 +821,11 @@ async def run_shard(
         await _simulate(shard, generators=generators, fleet=fleet, clock=clock, worker=worker, progress=progress)
         if plan.receipts:
             await _await_receipts(shard)
+    caps = _caps(shard.catalog)
+    for device in fleet:
+        checked, problems = _audit_epsilon(device, caps)
+        shard.result.epsilon_checked += checked
+        shard.result.epsilon_problems += problems[: MAX_PROBLEMS - len(shard.result.epsilon_problems)]
     # What is still recorded but not counted was held back by a limit (or its report refused):
     # not part of the truth.
     for device in fleet:
@@ -808,6 +833,36 @@ async def run_shard(
             shard.result.unsent[use_case] = shard.result.unsent.get(use_case, 0) + 1
     shard.result.run_seconds = time.monotonic() - started
     return shard.result
+
+
+def _caps(catalog: Catalog) -> dict[str, float]:
+    """The largest lifetime ε cap any definition of each use case allows."""
+    caps: dict[str, float] = {}
+    for uc in catalog.use_cases.values():
+        caps[uc.name] = max(caps.get(uc.name, 0.0), uc.lifetime_epsilon)
+    return caps
+
+
+def _audit_epsilon(device: _Device, caps: dict[str, float]) -> tuple[int, list[str]]:
+    """Check the privacy invariant on one device: per use case, the ε spent its ledger records
+    never goes down and never passes the lifetime cap, and its status shows no less than the
+    ledger (whatever registry changes it went through)."""
+    agent = device.agent
+    spent: dict[str, list[float]] = {}
+    for entry in agent.ledger():
+        spent.setdefault(entry.use_case, []).append(entry.epsilon_total)
+    shown = {r["use_case"]: r.get("epsilon_total") for r in agent.use_case_status()}
+    problems = []
+    for name, totals in spent.items():
+        where = f"device {device.number}, use case {name}"
+        if any(later + EPSILON_SLACK < earlier for earlier, later in itertools.pairwise(totals)):
+            problems.append(f"{where}: the ε spent its ledger records goes down ({totals})")
+        if max(totals) > caps.get(name, 0.0) + EPSILON_SLACK:
+            problems.append(f"{where}: ε spent {max(totals):g} passes the lifetime cap {caps.get(name, 0.0):g}")
+        now = shown.get(name)
+        if isinstance(now, float) and now + EPSILON_SLACK < totals[-1]:
+            problems.append(f"{where}: the status shows ε spent {now:g}, less than its ledger's {totals[-1]:g}")
+    return len(spent), problems
 
 
 def _record(shard: _Shard, device: _Device, name: str, value: object | None, period: int) -> None:

@@ -7,11 +7,13 @@ import contextlib
 from collections import Counter
 from collections.abc import AsyncIterator
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 from agent.errors import StateUnreadableError, TransportError
 from agent.transport import Connection, MemoryTransport
+from fleet import sim
 from fleet.sim import FleetPlan, MemorySealer, ShardResult, run_shard
 from fleet.values import default_spec, parse_spec
 from protocol.registry import parse_registry
@@ -198,3 +200,29 @@ def test_the_deployment_registry_runs_too() -> None:
     assert seen == set(registry.use_cases)
     assert set(result.truth) == {uc.ref for uc in registry.use_cases.values()}
     assert result.unsent == {}
+
+
+class _AuditedAgent:
+    """An agent stand-in whose ledger and status say what a test needs."""
+
+    def __init__(self, spent: list[float], shown: float) -> None:
+        self._spent = spent
+        self._shown = shown
+
+    def ledger(self) -> list[SimpleNamespace]:
+        return [SimpleNamespace(use_case="flag", epsilon_total=e) for e in self._spent]
+
+    def use_case_status(self) -> list[dict[str, object]]:
+        return [{"use_case": "flag", "epsilon_total": self._shown}]
+
+
+def test_the_epsilon_audit_finds_epsilon_that_goes_down_or_past_the_cap() -> None:
+    """The fleet's end-of-run audit names a ledger whose ε goes down, passes the cap, or a status below it."""
+    good = SimpleNamespace(number=1, agent=_AuditedAgent([1.0, 2.0, 3.0], 3.0))
+    assert sim._audit_epsilon(good, {"flag": 10.0}) == (1, [])  # type: ignore[arg-type]
+    down = SimpleNamespace(number=2, agent=_AuditedAgent([1.0, 3.0, 2.0], 3.0))
+    assert "goes down" in sim._audit_epsilon(down, {"flag": 10.0})[1][0]  # type: ignore[arg-type]
+    over = SimpleNamespace(number=3, agent=_AuditedAgent([5.0, 11.0], 11.0))
+    assert "passes the lifetime cap 10" in sim._audit_epsilon(over, {"flag": 10.0})[1][0]  # type: ignore[arg-type]
+    behind = SimpleNamespace(number=4, agent=_AuditedAgent([1.0, 2.0], 0.0))
+    assert "less than its ledger's 2" in sim._audit_epsilon(behind, {"flag": 10.0})[1][0]  # type: ignore[arg-type]
