@@ -2,7 +2,9 @@
 """The dashboard: one self-contained HTML page (inline CSS, JavaScript and SVG; no CDN).
 
 It reads the JSON API (relative URLs, so it works behind a path prefix) and draws, per use
-case: the mean or proportion per period over time with its confidence band; the histogram
+case (per definition, while a registry change rolls out: each definition that has reports gets
+a card of its own, titled with its ref, marked current or earlier, and retired when it is): the
+mean or proportion per period over time with its confidence band; the histogram
 with error bars (confidence intervals) and the consistent (projected) histogram; the table
 of discovered strings with counts, standard errors, intervals and p-values (the first 50
 rows, or ``?rows=N``, with how many more are hidden and a button showing them all); reports
@@ -58,6 +60,9 @@ DASHBOARD_HTML = (
   .hidden-rows button { font: inherit; margin-left: 6px; }
   .error { color: #b42318; padding: 16px 24px; white-space: pre-wrap; }
   .rejects { font-size: 12px; color: #d0d5dd; }
+  .role { display: inline-block; font-size: 11px; font-weight: 600; border-radius: 4px; padding: 1px 6px; margin-left: 8px; vertical-align: 2px; }
+  .role.current { background: #d1fadf; color: #05603a; }
+  .role.earlier { background: #fef0c7; color: #93370d; }
 </style>
 </head>
 <body data-ready="0">
@@ -272,9 +277,19 @@ function stringsTable(est, confidence) {
   return box;
 }
 
-function card(name, uc) {
+// While a registry change rolls out, a use case has several definitions with reports: each gets
+// its own card, titled with its ref (name@hash) and marked current or earlier (and retired).
+function roleText(uc) {
+  if (uc.current) return "current definition";
+  const from = uc.registries && uc.registries.length ? ` (${uc.registries.join(", ")})` : "";
+  return "earlier definition" + from + (uc.retired_from ? ` · retired from ${uc.retired_from}` : "");
+}
+
+function card(name, uc, several) {
   const c = el("section", {class: "card", id: "uc-" + name, "data-kind": uc.kind});
-  c.append(el("h2", {}, name));
+  const title = el("h2", {}, name);
+  if (several) title.append(el("span", {class: "role " + (uc.current ? "current" : "earlier")}, roleText(uc)));
+  c.append(title);
   // The ε a device is charged per report (the mechanism's exact figure), and the registry's
   // declared bound when that is looser.
   const declared = uc.epsilon > uc.epsilon_report * (1 + 1e-9) ? ` (declared ≤ ${fmt(uc.epsilon)})` : "";
@@ -284,8 +299,8 @@ function card(name, uc) {
   return c;
 }
 
-async function renderUseCase(name, uc) {
-  const c = card(name, uc);
+async function renderUseCase(name, uc, several) {
+  const c = card(name, uc, several);
   document.getElementById("cards").append(c);
   if (uc.periods.length === 0) { c.append(el("div", {class: "withheld"}, "no reports yet")); return; }
   const base = `api/v1/use-cases/${encodeURIComponent(name)}`;
@@ -325,7 +340,8 @@ async function render() {
     s.append(span);
   };
   kv("instance", status.instance);
-  kv("registry", status.registry_hash.slice(0, 12));
+  kv("registry", status.registry_hash.slice(0, 12) +
+     ((status.registries || []).length > 1 ? ` (+ ${status.registries.length - 1} earlier)` : ""));
   // In a group the reports folded are every member's (one shared store); the live figures
   // after them are this member's own, and say so.
   const members = Object.keys(status.instances || {}).length;
@@ -339,7 +355,12 @@ async function render() {
   }
   if (status.transport) kv("broker", status.transport.connected ? "connected" : "disconnected");
   if (rejected) s.append("  ·  ", el("span", {class: "rejects"}, "rejected: " + rejected));
-  for (const [name, uc] of Object.entries(status.use_cases)) await renderUseCase(name, uc);
+  for (const [name, uc] of Object.entries(status.use_cases)) {
+    // The current definition always; an earlier one while it has reports (devices still on it).
+    const live = (uc.definitions || [uc]).filter(d => d.current || d.periods.length > 0);
+    const several = live.length > 1 || !uc.in_current_registry;
+    for (const d of live) await renderUseCase(several ? d.definition : name, d, several);
+  }
 }
 
 // Fresh numbers once a minute (the server recomputes an estimate only when a commit changed it).

@@ -20,9 +20,18 @@ from collector.config import CollectorConfig, parse_config
 from collector.http import HttpApi
 from collector.numbers import format_number
 from collector.store import CheckpointStore
+from protocol.catalog import Catalog
 from protocol.registry import Registry
 from protocol.wire import decode_report, encode_report
-from tests.collector.support import EMOJI, current_period, privatized_reports, run_async
+from tests.collector.support import (
+    EMOJI,
+    REGISTRY_TEXT,
+    current_period,
+    load_registry,
+    privatized_reports,
+    run_async,
+    write_registry,
+)
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 SCREENSHOT_DIR = os.environ.get("LDP_SCREENSHOT_DIR")
@@ -266,3 +275,64 @@ async def test_dashboard_renders_plots_in_headless_chromium(
     assert screenshot.stat().st_size > 20_000
     if SCREENSHOT_DIR:
         shutil.copy(screenshot, Path(SCREENSHOT_DIR) / "dashboard.png")
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (apt-get install chromium)")
+@run_async
+async def test_dashboard_shows_each_live_definition_during_a_rollout(tmp_path: Path, registry: Registry) -> None:
+    """Two registries: a card per definition with reports, the current one marked; the API serves each by ref."""
+    v1_dir = tmp_path / "v1"
+    v1_path = write_registry(v1_dir)
+    v2_path = write_registry(tmp_path / "v2", REGISTRY_TEXT.replace('"cms"\nepsilon = 4\n', '"cms"\nepsilon = 3\n'))
+    v1, v2 = load_registry(v1_path), load_registry(v2_path)
+    assert v1["emoji"].ref != v2["emoji"].ref
+    assert v1["flag"].ref == v2["flag"].ref
+    catalog = Catalog.build(v2, [v1])
+    now = time.time()
+    store = CheckpointStore(tmp_path / "dash.sqlite3", catalog, instance="dash")
+    try:
+        for registry_, seed in ((v1, 1), (v2, 2)):
+            period = current_period(registry_, "emoji", now)
+            made = privatized_reports(registry_, "emoji", 200, period=period, seed=seed)
+            store.commit([decode_report(encode_report(r), catalog) for r in made], {})
+        made = privatized_reports(v2, "flag", 50, period=current_period(v2, "flag", now), seed=3)
+        store.commit([decode_report(encode_report(r), catalog) for r in made], {})
+    finally:
+        store.close()
+    config = parse_config(
+        {
+            "registry": str(v2_path),
+            "earlier_registries": [str(v1_path)],
+            "instance": "dash",
+            "store": {"path": str(tmp_path / "dash.sqlite3")},
+            "http": {"host": "127.0.0.1", "port": 0},
+        }
+    )
+    api = HttpApi(config)
+    port = await api.start()
+    serving = asyncio.create_task(api.serve())
+    try:
+        dom = (await _chromium(["--dump-dom", f"http://127.0.0.1:{port}/"], tmp_path / "profile")).decode()
+        old = json.loads((await asyncio.to_thread(_get, port, f"/api/v1/use-cases/{v1['emoji'].ref}/estimate"))[2])
+        new = json.loads((await asyncio.to_thread(_get, port, "/api/v1/use-cases/emoji/estimate"))[2])
+    finally:
+        serving.cancel()
+        await asyncio.gather(serving, return_exceptions=True)
+    assert 'data-ready="1"' in dom, dom[:3000]
+    assert 'data-layout-problems="0"' in dom
+    assert (old["definition"], old["reports"], old["epsilon_report"]) == (v1["emoji"].ref, 200, 4.0)
+    assert (new["definition"], new["reports"], new["epsilon_report"]) == (v2["emoji"].ref, 200, 3.0)
+    current = _text(_card(dom, v2["emoji"].ref))
+    earlier = _text(_card(dom, v1["emoji"].ref))
+    assert current.startswith(f"{v2['emoji'].ref} current definition")
+    assert earlier.startswith(f"{v1['emoji'].ref} earlier definition ({v1_path})")
+    assert "ε 3 per report" in current
+    assert "ε 4 per report" in earlier
+    assert "200 reports" in current
+    assert "200 reports" in earlier
+    # A use case with one definition keeps a card under its name, with no marker.
+    flag = _text(_card(dom, "flag"))
+    assert "definition" not in flag.split("ε")[0]
+    header = re.search(r'id="summary">(.*?)</span>\s*</header>', dom, re.S)
+    assert header
+    assert "(+ 1 earlier)" in _text(header[1])
