@@ -378,7 +378,7 @@ class HttpApi:
         return _json(
             200,
             [
-                {k: v for k, v in info.items() if k != "periods"} | {"name": name, "periods": len(info["periods"])}
+                _brief(info) | {"name": name, "definitions": [_brief(d) for d in info["definitions"]]}
                 for name, info in status["use_cases"].items()
             ],
         )
@@ -427,6 +427,11 @@ class HttpApi:
         assert isinstance(response.body, bytes)
         self._bodies[(name, period, withheld)] = (version, response.body)
         return response
+
+
+def _brief(info: dict[str, Any]) -> dict[str, Any]:
+    """A use case's or definition's status entry with its number of periods instead of the list."""
+    return {k: v for k, v in info.items() if k not in ("periods", "definitions")} | {"periods": len(info["periods"])}
 
 
 async def serve_http(service: ServiceView) -> None:

@@ -117,6 +117,9 @@ def test_half_the_fleet_moves_to_a_second_registry_and_every_report_counts_under
         assert info["current"] == catalog.is_current(catalog.use_cases[info["definition"]])
     # The collector names each definition, which is current, and the retirement.
     definitions = {d["definition"]: d for info in served["use_cases"].values() for d in info["definitions"]}
+    # Exactly once: the collector holds, per definition, as many reports as receipts said counted.
+    held = {ref: sum(p["reports"] for p in d["periods"]) for ref, d in definitions.items() if d["periods"]}
+    assert held == {ref: said["counted"] for ref, said in by_definition.items() if said.get("counted")}
     assert definitions[v1["emoji"].ref]["current"] is False
     assert definitions[v2["emoji"].ref]["current"] is True
     assert definitions[v1[RETIRED].ref]["retired_from"] == retire.isoformat()
