@@ -46,9 +46,9 @@ from collector.decoding.consistency import make_consistent
 from fleet.plots import line_chart, save_svg
 from protocol.buckets import LinearBuckets
 from protocol.dbitflip import DBitFlip
-from protocol.estimate import VectorEstimate
 from protocol.one_bit_mean import OneBitMean
 from protocol.randomness import RandomSource, SeededRandom, bernoulli, coin_at_most, dexp, uniform_ints
+from protocol.server.estimate import VectorEstimate
 
 EPSILONS = (0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0)
 GAMMAS = (0.0, 0.1, 1 / 3)

@@ -9,19 +9,21 @@ import numpy as np
 from benchmarks.harness import rate, seconds
 from protocol.randomized_response import RandomizedResponse
 from protocol.randomness import SeededRandom, SystemRandom
+from protocol.server.randomized_response import RRServer
 
 
 def bench(n: int) -> list[dict[str, Any]]:
     """One result row per configuration."""
     mech = RandomizedResponse(epsilon=1.0)
+    server = RRServer(mech)
     csprng = SystemRandom()
     values = (SeededRandom(1).words(n) & np.uint64(1)).astype(np.uint8)
     singles = min(n, 50_000)
     t_single = seconds(lambda: [mech.privatize(1, None, csprng) for _ in range(singles)])
     batch_holder: list[Any] = []
-    t_batch = seconds(lambda: batch_holder.append(mech.privatize_many(values, csprng)))
+    t_batch = seconds(lambda: batch_holder.append(server.privatize_many(values, csprng)))
     batch = batch_holder[0]
-    agg = mech.new_aggregate()
+    agg = server.new_aggregate()
     t_add = seconds(lambda: agg.add(batch))
     t_est = seconds(agg.estimate, repeat=3)
     return [

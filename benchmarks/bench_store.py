@@ -58,7 +58,7 @@ class UpsertStore(PostgresStore):
             if kind != AGGREGATE:
                 raise ValueError("the upsert layout holds only partial aggregates")
             row = names[uc]
-            mech = row.use_case.mechanism
+            mech = row.use_case.server
             key = (uc, period, kind, added_reports, added_records)
             part = mech.restore_aggregate(unseal("segments", key, data, self._damaged))
             reports, records = added_reports, added_records

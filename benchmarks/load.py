@@ -41,6 +41,7 @@ from protocol.one_bit_mean import OneBitMean
 from protocol.randomized_response import RandomizedResponse
 from protocol.randomness import SeededRandom
 from protocol.registry import Registry, parse_registry
+from protocol.server.randomized_response import RRServer
 from protocol.wire import Report, encode_report
 
 __all__ = ["LABEL", "build_counters", "build_flags", "build_single", "main", "publish"]
@@ -153,7 +154,7 @@ def build_flags(
     for start in range(0, count, _CHUNK):
         n = min(_CHUNK, count - start)
         truth = (gen.random(n) < share).astype(np.uint8)
-        bits = mech.privatize_many(truth, rng).bits.tolist()
+        bits = RRServer(mech).privatize_many(truth, rng).bits.tolist()
         ids = _report_ids(gen, n)
         for i in range(n):
             report = Report(

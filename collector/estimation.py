@@ -61,17 +61,16 @@ from collector.errors import StoreError
 from collector.numbers import format_number
 from collector.store import KeyInfo, Store, open_store
 from protocol.catalog import Catalog
-from protocol.interfaces import (
-    Aggregate,
-    EstimateKind,
-    Mechanism,
-    as_discovery,
-    as_frequencies,
-    as_histogram,
-    as_mean,
-)
+from protocol.interfaces import EstimateKind, as_frequencies, as_histogram
 from protocol.rappor import RapporAggregate
 from protocol.registry import UseCase
+from protocol.server.contract import (
+    Aggregate,
+    discovery_server,
+    frequency_server,
+    histogram_server,
+    mean_server,
+)
 
 __all__ = [
     "DEFAULT_SFP_ALPHABET",
@@ -199,7 +198,7 @@ def discovery_settings(use_case: UseCase, n: int) -> tuple[str, int]:
     if settings.top_t is not None:
         return alphabet, settings.top_t
     top_t = discovery_top_t(
-        as_discovery(use_case.mechanism),
+        discovery_server(use_case.server),
         n=n,
         alphabet_size=len(set(alphabet)),
         release_threshold=settings.release_threshold,
@@ -211,7 +210,7 @@ def discovery_settings(use_case: UseCase, n: int) -> tuple[str, int]:
 
 def _discover(use_case: UseCase, aggregate: Aggregate, rule: ReleaseRule, *, withheld: bool) -> dict[str, Any]:
     """003 Alg. 10 through the discovery protocol, every assembled string released by the rule."""
-    discovery = as_discovery(use_case.mechanism)
+    discovery = discovery_server(use_case.server)
     alphabet, top_t = discovery_settings(use_case, aggregate.n)
     while True:
         try:
@@ -307,22 +306,21 @@ def estimate_aggregate(
     rule = _rule(use_case, confidence)
     estimate: dict[str, Any]
     if kind.scalar:
-        estimate = _scalar_estimate(mech, aggregate, z)
+        estimate = _scalar_estimate(use_case, aggregate, z)
     elif kind is EstimateKind.HISTOGRAM:
-        estimate = _histogram_estimate(mech, aggregate, z)
+        estimate = _histogram_estimate(use_case, aggregate, z)
     elif kind is EstimateKind.DICTIONARY:
         words = load_dictionary(use_case, registry_dir or Path.cwd())
         if not words:
             result["withheld_reason"] = "no dictionary configured for this frequency oracle"
             return result
-        f = as_frequencies(mech).estimate_frequencies(aggregate, list(words))
+        f = frequency_server(use_case.server).estimate_frequencies(aggregate, list(words))
         detail = release(words, f.values, f.standard_errors, n=aggregate.n, rule=rule)
         estimate = _frequencies(detail, withheld=withheld)
     elif kind is EstimateKind.CATEGORIES:
         # 004 Appendix for basic RAPPOR: a category's count is T̂_i, released by the same rule.
-        oracle = as_frequencies(mech)
-        names = list(oracle.fixed_categories or ())
-        f = oracle.estimate_frequencies(aggregate, names)
+        names = list(as_frequencies(mech).fixed_categories or ())
+        f = frequency_server(use_case.server).estimate_frequencies(aggregate, names)
         detail = release(names, f.values, f.standard_errors, n=aggregate.n, rule=rule)
         estimate = _frequencies(detail, withheld=withheld)
     elif kind is EstimateKind.CANDIDATES:
@@ -339,8 +337,8 @@ def estimate_aggregate(
     return result
 
 
-def _scalar_estimate(mech: Mechanism, aggregate: Aggregate, z: float) -> dict[str, Any]:
-    scalar = as_mean(mech)
+def _scalar_estimate(use_case: UseCase, aggregate: Aggregate, z: float) -> dict[str, Any]:
+    scalar = mean_server(use_case.server)
     e = scalar.estimate_mean(aggregate)
     estimate: dict[str, Any] = {
         "value": _num(e.value),
@@ -350,16 +348,15 @@ def _scalar_estimate(mech: Mechanism, aggregate: Aggregate, z: float) -> dict[st
     c = scalar.estimate_count(aggregate)
     if c is not None:
         estimate["count"] = {"value": _num(c.value), "standard_error": _num(c.standard_error)}
-    elif scalar.value_range is not None:
-        low, high = scalar.value_range
+    elif use_case.mechanism.value_range is not None:
+        low, high = use_case.mechanism.value_range
         estimate["range"] = [_whole(low), _whole(high)]
     return estimate
 
 
-def _histogram_estimate(mech: Mechanism, aggregate: Aggregate, z: float) -> dict[str, Any]:
-    histogram = as_histogram(mech)
-    h = histogram.estimate_histogram(aggregate)
-    edges = list(histogram.bucket_edges)
+def _histogram_estimate(use_case: UseCase, aggregate: Aggregate, z: float) -> dict[str, Any]:
+    h = histogram_server(use_case.server).estimate_histogram(aggregate)
+    edges = list(as_histogram(use_case.mechanism).bucket_edges)
     consistent = project_simplex(h.values)
     return {
         "buckets": [
@@ -507,7 +504,7 @@ def series_of(
             "released": info.reports >= use_case.collector.min_reports and info.reports > 0,
         }
         if point["released"] and use_case.mechanism.kind.scalar:
-            e = as_mean(use_case.mechanism).estimate_mean(aggregate_of(info.period))
+            e = mean_server(use_case.server).estimate_mean(aggregate_of(info.period))
             point.update(
                 value=_num(e.value),
                 standard_error=_num(e.standard_error),

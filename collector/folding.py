@@ -19,13 +19,12 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from protocol.interfaces import Aggregate, Batch, Mechanism
-from protocol.plain import array_to_plain
+from protocol.server.contract import Batch
+from protocol.server.plain import array_to_plain
 
 T = TypeVar("T")
 
 __all__ = [
-    "aggregate_from_plain",
     "batch_from_plain",
     "batch_to_plain",
     "concat_batches",
@@ -117,8 +116,3 @@ def batch_from_plain(template: T, data: dict[str, Any]) -> T:
         else:
             columns[f.name] = batch_from_plain(inner, rec["fields"])
     return _replace(template, columns)
-
-
-def aggregate_from_plain(mechanism: Mechanism, data: object) -> Aggregate:
-    """Restore an aggregate of ``mechanism`` saved with its ``to_plain``."""
-    return mechanism.restore_aggregate(data)

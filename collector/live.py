@@ -56,8 +56,8 @@ from collector.errors import StoreError
 from collector.estimation import default_period, estimate_aggregate, registry_dir, resolve, series_of, status_of
 from collector.store import KeyInfo, Store, footprint, open_store
 from protocol.catalog import Catalog, catalog_of
-from protocol.interfaces import Aggregate
 from protocol.registry import Registry, UseCase
+from protocol.server.contract import Aggregate
 
 __all__ = ["Key", "LiveAggregates", "LiveStatistics"]
 

@@ -13,8 +13,6 @@ from __future__ import annotations
 import math
 
 import msgpack
-import numpy as np
-import numpy.typing as npt
 
 from protocol.errors import InputError, MalformedReportError, ParameterError
 
@@ -26,7 +24,6 @@ __all__ = [
     "check_probability",
     "check_seed",
     "count_value",
-    "decode_indexed_bits",
     "encoded_size",
     "number_value",
     "parse_number",
@@ -117,42 +114,6 @@ def check_indexed_bits(
     if pad and bits[-1] & ((1 << pad) - 1):
         raise MalformedReportError("bad-padding", f"{field}.bits", f"the last {pad} bits must be zero")
     return index, bits
-
-
-def decode_indexed_bits(
-    raw: object, *, bound: int, width: int, index_name: str
-) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.uint8]]:
-    """Strictly decode a list of ``[index, packed bits]`` records into columns.
-
-    Total (STYLE rule 8): any object either gives the columns or raises
-    :class:`~protocol.errors.MalformedReportError`; each record is checked by
-    :func:`check_indexed_bits`.
-
-    Returns:
-        The indices (``int64``, shape ``(n,)``) and the packed vectors (``uint8``, shape
-        ``(n, ceil(width / 8))``), both freshly allocated and writable.
-
-    Raises:
-        MalformedReportError: ``bad-type`` or ``bad-length``, naming ``records`` or
-            ``records[i]``, or any reason of :func:`check_indexed_bits`.
-    """
-    form = f"[{index_name}, bits]"
-    if not isinstance(raw, list):
-        raise MalformedReportError("bad-type", "records", f"expected a list of {form}")
-    n = len(raw)
-    indices = np.empty(n, dtype=np.int64)
-    parts: list[bytes] = []
-    for i, rec in enumerate(raw):
-        if not isinstance(rec, list):
-            raise MalformedReportError("bad-type", f"records[{i}]", f"expected a list {form}")
-        if len(rec) != 2:
-            raise MalformedReportError("bad-length", f"records[{i}]", f"expected 2 entries, got {len(rec)}")
-        indices[i], bits = check_indexed_bits(
-            rec[0], rec[1], bound=bound, width=width, field=f"records[{i}]", index_name=index_name
-        )
-        parts.append(bits)
-    packed = np.frombuffer(b"".join(parts), dtype=np.uint8).reshape(n, (width + 7) // 8).copy()
-    return indices, packed
 
 
 # --- recorded values (the agent's ``record``) ----------------------------------------------

@@ -35,7 +35,7 @@ records with index ``j``. Alg. 3's sketch ``M[j] = Σ k (c_ε ṽ / 2 + 1/2)`` w
 
 **Estimator (003 Alg. 4).** ``f̃(d) = (m/(m-1)) ((1/k) Σ_j M[j, h_j(d)] - n/m)``. With
 ``S(d) = Σ_j ones[j, h_j(d)]`` (gathered for a whole dictionary on the integer table by
-:func:`protocol.sketch.gather_sums`) and ``Σ_j n_j = n``, ``(1/k) Σ_j M[j, h_j(d)] =
+:func:`protocol.server.sketch.gather_sums`) and ``Σ_j n_j = n``, ``(1/k) Σ_j M[j, h_j(d)] =
 c_ε S(d) - (c_ε - 1) n / 2``, so ``f̃(d) = (m/(m-1)) (c_ε S(d) - (c_ε - 1) n/2 - n/m)``.
 It is unbiased over the coins and the hash family (003 Lemma A.1).
 
@@ -88,25 +88,23 @@ from typing import Any, ClassVar, Final, Self, TypeVar
 import numpy as np
 import numpy.typing as npt
 
-from protocol.checks import check_epsilon, check_indexed_bits, check_int, check_seed, decode_indexed_bits, encoded_size
+from protocol.checks import check_epsilon, check_indexed_bits, check_int, check_seed, encoded_size
 from protocol.errors import InputError, StateError
-from protocol.estimate import Estimate, VectorEstimate
 from protocol.hashing import Fingerprints, HashFamily, _fingerprint_key
 from protocol.interfaces import (
-    Aggregate,
-    Batch,
     EstimateKind,
     EventLevelStrings,
     MechanismEntry,
-    PlanFigures,
     Privatization,
     ValueType,
     own,
-    register_mechanism,
 )
-from protocol.plain import array_from_plain, array_to_plain, require
 from protocol.randomness import SCALE, Coin, RandomSource, coin_at_most, dexp, uniform_ints
-from protocol.sketch import gather_sums
+from protocol.server.contract import Aggregate, Batch, PlanFigures
+from protocol.server.estimate import Estimate, VectorEstimate
+from protocol.server.plain import array_from_plain, array_to_plain, require
+from protocol.server.records import decode_indexed_bits
+from protocol.server.sketch import gather_sums
 
 __all__ = [
     "ENTRY",
@@ -222,6 +220,7 @@ class CountMeanSketch(EventLevelStrings):
     """
 
     name: ClassVar[str] = "cms"
+    server: ClassVar[str] = "protocol.server.contract:Unsplit"  # both halves in this class, for now
     privatization: ClassVar[Privatization] = Privatization.EVENT
     value_type: ClassVar[ValueType] = ValueType.STRING
     value_range: ClassVar[tuple[float, float] | None] = None
@@ -852,7 +851,5 @@ class CMSAggregate:
 
 _PLAN_TOP_SHARE: Final = 0.1
 
-ENTRY: Final = register_mechanism(
-    MechanismEntry(name=CountMeanSketch.name, build=CountMeanSketch, epsilon_parameter=True, dictionary=True)
-)
+ENTRY: Final = MechanismEntry(name=CountMeanSketch.name, build=CountMeanSketch, epsilon_parameter=True, dictionary=True)
 """This module's entry in the mechanism table (:mod:`protocol.interfaces`)."""

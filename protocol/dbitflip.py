@@ -78,21 +78,18 @@ import numpy.typing as npt
 from protocol.buckets import Buckets, CustomBuckets, ExponentialBuckets, LinearBuckets, buckets_from_plain
 from protocol.checks import check_epsilon, check_int, encoded_size, number_value, parse_number
 from protocol.errors import MalformedReportError, ParameterError, StateError
-from protocol.estimate import VectorEstimate
 from protocol.interfaces import (
-    Aggregate,
-    Batch,
     EstimateKind,
     MechanismEntry,
     MemoizedState,
-    PlanFigures,
     Privatization,
     ValueType,
     own,
-    register_mechanism,
 )
-from protocol.plain import array_from_plain, array_to_plain, require
 from protocol.randomness import Coin, RandomSource, coin_at_most, dexp, uniform_ints
+from protocol.server.contract import Aggregate, Batch, PlanFigures
+from protocol.server.estimate import VectorEstimate
+from protocol.server.plain import array_from_plain, array_to_plain, require
 
 __all__ = [
     "ENTRY",
@@ -242,6 +239,7 @@ class DBitFlip(MemoizedState):
 
     state_type: ClassVar[type[DBitFlipState]] = DBitFlipState
     name: ClassVar[str] = "dbitflip"
+    server: ClassVar[str] = "protocol.server.contract:Unsplit"  # both halves in this class, for now
     kind: ClassVar[EstimateKind] = EstimateKind.HISTOGRAM
     privatization: ClassVar[Privatization] = Privatization.COUNTER
     value_type: ClassVar[ValueType] = ValueType.NUMBER
@@ -765,12 +763,10 @@ def _fisher_yates_subsets(rng: RandomSource, k: int, m: int, rows: int) -> npt.N
     return np.sort(pool[:, :m], axis=1)
 
 
-ENTRY: Final = register_mechanism(
-    MechanismEntry(
-        name=DBitFlip.name,
-        build=DBitFlip,
-        epsilon_parameter=True,
-        converters={"buckets": buckets_from_plain},
-    )
+ENTRY: Final = MechanismEntry(
+    name=DBitFlip.name,
+    build=DBitFlip,
+    epsilon_parameter=True,
+    converters={"buckets": buckets_from_plain},
 )
 """This module's entry in the mechanism table (:mod:`protocol.interfaces`)."""

@@ -26,7 +26,7 @@ fast Walsh-Hadamard transform (exact: every partial sum is an integer of magnitu
 most ``n < 2**53`` in float64) and cached until the next ``add``/``merge``. The estimate of
 Alg. 4 is then ``f̃(d) = (m / (m - 1)) ((1/k) Σ_j M^H[j, h_j(d)] - n/m)
 = (m / (m - 1)) (c_ε Σ_j T[j, h_j(d)] - n/m)``, gathered over a whole dictionary with
-:func:`protocol.sketch.gather_sums`.
+:func:`protocol.server.sketch.gather_sums`.
 
 **Variance (003 Appendix B).** Record ``i`` contributes ``X_i = c_ε w̃_i H[ℓ_i, h_{j_i}(d)]``
 to ``Z = (1/k) Σ_j M^H[j, h_j(d)]``. Since ``X_i**2 = c_ε**2`` and, for fixed hash functions,
@@ -77,23 +77,20 @@ import numpy.typing as npt
 
 from protocol.checks import check_epsilon, check_int, check_seed, encoded_size
 from protocol.errors import InputError, MalformedReportError, ParameterError, StateError
-from protocol.estimate import VectorEstimate
 from protocol.hashing import Fingerprints, HashFamily, fingerprint
 from protocol.interfaces import (
-    Aggregate,
-    Batch,
     EstimateKind,
     EventLevelStrings,
     MechanismEntry,
-    PlanFigures,
     Privatization,
     ValueType,
     own,
-    register_mechanism,
 )
-from protocol.plain import array_from_plain, array_to_plain, require
 from protocol.randomness import SCALE, Coin, RandomSource, bernoulli, coin_at_most, dexp, uniform_ints
-from protocol.sketch import gather_sums
+from protocol.server.contract import Aggregate, Batch, PlanFigures
+from protocol.server.estimate import VectorEstimate
+from protocol.server.plain import array_from_plain, array_to_plain, require
+from protocol.server.sketch import gather_sums
 
 __all__ = [
     "ENTRY",
@@ -261,6 +258,7 @@ class HadamardCountMeanSketch(EventLevelStrings):
     """
 
     name: ClassVar[str] = "hcms"
+    server: ClassVar[str] = "protocol.server.contract:Unsplit"  # both halves in this class, for now
     privatization: ClassVar[Privatization] = Privatization.EVENT
     value_type: ClassVar[ValueType] = ValueType.STRING
     value_range: ClassVar[tuple[float, float] | None] = None
@@ -673,9 +671,7 @@ class HCMSAggregate:
 
 _PLAN_TOP_SHARE: Final = 0.1
 
-ENTRY: Final = register_mechanism(
-    MechanismEntry(
-        name=HadamardCountMeanSketch.name, build=HadamardCountMeanSketch, epsilon_parameter=True, dictionary=True
-    )
+ENTRY: Final = MechanismEntry(
+    name=HadamardCountMeanSketch.name, build=HadamardCountMeanSketch, epsilon_parameter=True, dictionary=True
 )
 """This module's entry in the mechanism table (:mod:`protocol.interfaces`)."""

@@ -1,89 +1,64 @@
-"""The typed contract every mechanism module meets, and the table the registry builds from.
+"""A mechanism's device half: the typed contract of what every mechanism answers on a device.
 
-A mechanism is one typed contract, not a name (STYLE rule 19): the agent, the collector,
-the planner and the fleet ask the mechanism object what they need instead of switching on
-its registry string. The contract has two layers:
+A mechanism is one typed contract, not a name (``docs/design.md``, "Mechanisms"): the agent,
+the collector, the planner and the fleet ask the mechanism object what they need instead of
+switching on its registry string. It has two halves:
 
-* :class:`Mechanism`, what every mechanism answers: its :class:`Privatization` (when the
-  agent privatizes, DESIGN "When to privatize"), its :class:`ValueType` and the validation
-  and coercion of a recorded value, its per-device state and records in plain form (what the
-  agent seals to disk), its aggregate (restore, fold a batch, merge), its ε figures, and the
-  closed-form standard error the planner prints (:meth:`Mechanism.plan`).
-* one small protocol per kind of estimate, chosen by :attr:`Mechanism.kind`:
-  :class:`MeanMechanism` (a proportion or a mean), :class:`HistogramMechanism`,
-  :class:`FrequencyMechanism` (frequencies over a dictionary or a fixed set of categories),
-  :class:`CandidateMechanism` (frequencies over candidates decoded jointly, RAPPOR 004 §4)
-  and :class:`DiscoveryMechanism` (unknown strings, SFP 003 §4.3). :func:`as_mean` and the
-  other ``as_*`` functions narrow a mechanism to its kind's protocol, so mypy sees the types
-  through the seam.
+* the **device half**, here: the mechanism's frozen parameters (validated once), its
+  :class:`Privatization` (when the agent privatizes), its :class:`ValueType` and the validation
+  and coercion of a recorded value, its per-device state in plain form, the privatizer that
+  turns a value into a record's wire form, and its ε figures. It is pure Python: a device
+  installs no numpy (``tests/test_base_install.py``).
+* the **server half**, in :mod:`protocol.server` (numpy): decoding records, aggregates,
+  estimates, the planner's formulas. The device half's ``server`` attribute names it
+  (``"protocol.server.cms:CMSServer"``); :func:`protocol.server.contract.server_of` builds it.
 
-Each mechanism module keeps its typed halves (``setup``, ``privatize``, ``batch``,
-``new_aggregate`` with the mechanism's own record, batch and aggregate classes, see
-:class:`TypedMechanism`) next to the plain-form methods here; :func:`own` is how a plain-form
-method gets its own typed object back from an opaque one, with a clear error on a mix-up.
+Per kind of estimate, a few facts of the parameters are asked of the device half too (a
+histogram's bucket edges, a frequency oracle's fixed categories, a discovery mechanism's
+longest string): :class:`HistogramMechanism`, :class:`FrequencyMechanism` and
+:class:`DiscoveryMechanism`, narrowed by :func:`as_histogram` and its siblings.
 
-A module makes itself known to the registry with a :class:`MechanismEntry` (its name, its
-constructor, which of the use case's fields it takes) passed to :func:`register_mechanism`;
-:mod:`protocol.registry` registers the seven built-in ones. Adding an eighth mechanism is one
-module plus its entry.
+A module makes itself known with a :class:`MechanismEntry` (its name, its parameters' class,
+which of the use case's fields it takes); the registry builds use cases from an explicit tuple
+of entries (:data:`protocol.registry.BUILTIN_MECHANISMS`, and any a caller adds), so importing
+a module registers nothing.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import enum
-import threading
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from types import MappingProxyType
-from typing import Any, Protocol, Self, TypeVar, runtime_checkable
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from protocol.errors import InputError, StateError
-from protocol.estimate import Estimate, VectorEstimate
 from protocol.randomness import RandomSource
 
 __all__ = [
-    "Aggregate",
-    "Batch",
-    "CandidateMechanism",
-    "DiscoveredItem",
     "DiscoveryMechanism",
     "EstimateKind",
     "EventLevelStrings",
     "FrequencyMechanism",
     "HistogramMechanism",
-    "MeanMechanism",
     "Mechanism",
     "MechanismEntry",
     "MemoizedState",
     "NoPermanentState",
-    "PlanFigures",
+    "PlainRecords",
     "Privatization",
     "RecordValue",
-    "TypedMechanism",
     "ValueType",
-    "as_candidates",
     "as_discovery",
     "as_frequencies",
     "as_histogram",
-    "as_mean",
-    "mechanism_entries",
-    "mechanism_entry",
     "own",
-    "register_mechanism",
-    "registered_mechanism",
 ]
 
 RecordValue = int | float | str | bytes
 """A value the agent records, after the mechanism's validation and coercion."""
 
 T = TypeVar("T")
-ValueT_contra = TypeVar("ValueT_contra", contravariant=True)
-StateT = TypeVar("StateT")
-RecordT = TypeVar("RecordT")
-BatchT_co = TypeVar("BatchT_co", covariant=True)
-AggT_co = TypeVar("AggT_co", covariant=True)
 
 
 class Privatization(enum.Enum):
@@ -139,54 +114,9 @@ class EstimateKind(enum.Enum):
         return self in (EstimateKind.PROPORTION, EstimateKind.MEAN)
 
 
-@dataclass(frozen=True, kw_only=True)
-class PlanFigures:
-    """What the planner prints for a mechanism at ``n`` reports, from closed forms only.
-
-    Attributes:
-        n: the number of reports.
-        standard_error: the standard error of the headline estimate (``unit`` says of what).
-        unit: what the standard error is of (``"proportion"``, ``"mean"``, ``"bucket share"``,
-            ``"count"``).
-        figures: further named figures (ε, bandwidth, bounds).
-        formulas: the formulas used, each naming the paper and theorem.
-    """
-
-    n: float
-    standard_error: float
-    unit: str
-    figures: Mapping[str, float] = field(default_factory=dict)
-    formulas: tuple[str, ...] = ()
-
-
-class Batch(Protocol):
-    """Records in a mechanism's columnar form (a frozen dataclass of numpy arrays)."""
-
-    def __len__(self) -> int:
-        """The number of records."""
-        ...
-
-
-class Aggregate(Protocol):
-    """A mergeable server-side aggregate of one mechanism's records (folded via the mechanism)."""
-
-    @property
-    def n(self) -> int:
-        """Number of records folded in."""
-        ...
-
-    def merge(self, other: Self) -> Self:
-        """A new aggregate equal to folding both inputs' records."""
-        ...
-
-    def to_plain(self) -> object:
-        """Plain, msgpack-ready data (restored by :meth:`Mechanism.restore_aggregate`)."""
-        ...
-
-
 @runtime_checkable
 class Mechanism(Protocol):
-    """What every mechanism answers, in the forms the agent, collector and planner use."""
+    """A mechanism's device half: what every mechanism answers on a device (pure Python)."""
 
     @property
     def name(self) -> str:
@@ -195,7 +125,7 @@ class Mechanism(Protocol):
 
     @property
     def kind(self) -> EstimateKind:
-        """What is estimated from the aggregate (and which kind protocol the mechanism meets)."""
+        """What is estimated from the aggregate (and which kind protocol the server half meets)."""
         ...
 
     @property
@@ -225,8 +155,6 @@ class Mechanism(Protocol):
         local policy bounds (RAPPOR's ``f``)."""
         ...
 
-    # --- the device half, in plain forms
-
     def check_value(self, value: object) -> RecordValue:
         """The value coerced to what ``privatize`` takes; ``InputError`` says why not."""
         ...
@@ -255,55 +183,16 @@ class Mechanism(Protocol):
         """Typed records of this mechanism in wire form (``TypeError`` for another's records)."""
         ...
 
-    # --- the server half
-
-    def decode_records(self, raw: object) -> Batch:
-        """Strictly decode the records' wire form; ``MalformedReportError`` on anything malformed."""
-        ...
-
     @property
     def max_record_bytes(self) -> int:
         """Most bytes one record's wire form takes in msgpack (``protocol.checks.encoded_size``):
         the registry bounds a use case's largest report by it and ``daily_limit``."""
         ...
 
-    def empty_batch(self) -> Batch:
-        """A batch of no records (the template stored batches are rebuilt from)."""
-        ...
-
-    def new_aggregate(self) -> Aggregate:
-        """An empty aggregate."""
-        ...
-
-    def restore_aggregate(self, data: object) -> Aggregate:
-        """An aggregate saved with ``to_plain``; ``StateError`` if it does not fit."""
-        ...
-
-    def fold(self, aggregate: Aggregate, batch: Batch) -> None:
-        """Fold a batch of records into an aggregate of this mechanism, in place."""
-        ...
-
-    def plan(self, n: float) -> PlanFigures:
-        """The planner's figures at ``n`` reports, from the paper's variance formula."""
-        ...
-
-
-@runtime_checkable
-class MeanMechanism(Mechanism, Protocol):
-    """A proportion (randomized response) or a mean (1BitMean)."""
-
-    def estimate_mean(self, aggregate: Aggregate) -> Estimate:
-        """The proportion or mean with its standard error."""
-        ...
-
-    def estimate_count(self, aggregate: Aggregate) -> Estimate | None:
-        """The number of devices whose bit is 1, for proportions (``None`` for means)."""
-        ...
-
 
 @runtime_checkable
 class HistogramMechanism(Mechanism, Protocol):
-    """A histogram over fixed buckets (dBitFlip)."""
+    """A histogram over fixed buckets (dBitFlip): its buckets are a fact of the parameters."""
 
     @property
     def bucket_edges(self) -> tuple[float, ...]:
@@ -312,10 +201,6 @@ class HistogramMechanism(Mechanism, Protocol):
 
     def bucket_of(self, value: float) -> int:
         """The bucket a recorded value falls in."""
-        ...
-
-    def estimate_histogram(self, aggregate: Aggregate) -> VectorEstimate:
-        """The share of devices per bucket with standard errors."""
         ...
 
 
@@ -328,49 +213,10 @@ class FrequencyMechanism(Mechanism, Protocol):
         """The fixed categories (kind ``CATEGORIES``), or ``None``: a dictionary is queried."""
         ...
 
-    def estimate_frequencies(self, aggregate: Aggregate, candidates: Sequence[str]) -> VectorEstimate:
-        """The estimated count of each candidate (each category, in order, for ``CATEGORIES``)."""
-        ...
-
-
-@runtime_checkable
-class CandidateMechanism(Mechanism, Protocol):
-    """Frequencies over candidate strings decoded jointly (RAPPOR, 004 §4: the collector's
-    decoder regresses the aggregate on the candidates' design matrix)."""
-
-    def candidate_bits(self, candidates: Sequence[str | bytes]) -> object:
-        """The candidates' design matrix (see the mechanism module)."""
-        ...
-
-
-class DiscoveredItem(Protocol):
-    """One string found by a discovery mechanism."""
-
-    @property
-    def word(self) -> str:
-        """The string found (padding removed)."""
-        ...
-
-    @property
-    def count(self) -> float:
-        """Its estimated count."""
-        ...
-
-    @property
-    def standard_error(self) -> float:
-        """The count's standard error."""
-        ...
-
 
 @runtime_checkable
 class DiscoveryMechanism(Mechanism, Protocol):
     """Strings found without a dictionary (SFP, 003 §4.3)."""
-
-    def discover(
-        self, aggregate: Aggregate, *, alphabet: str, top_t: int, threshold: float
-    ) -> Sequence[DiscoveredItem]:
-        """The strings found, each with its count and standard error."""
-        ...
 
     def reported_as(self, value: str) -> str:
         """How a recorded string appears among the discovered ones (truncated, unpadded)."""
@@ -379,31 +225,6 @@ class DiscoveryMechanism(Mechanism, Protocol):
     @property
     def longest(self) -> int:
         """The longest string the mechanism can report whole."""
-        ...
-
-
-class TypedMechanism(Protocol[ValueT_contra, StateT, RecordT, BatchT_co, AggT_co]):
-    """The typed halves every mechanism module has, with its own record, batch and aggregate types."""
-
-    @property
-    def epsilon_report(self) -> float:
-        """ε of a single report."""
-        ...
-
-    def setup(self, rng: RandomSource) -> StateT:
-        """Draw the per-device permanent state."""
-        ...
-
-    def privatize(self, value: ValueT_contra, state: StateT, rng: RandomSource) -> tuple[RecordT, StateT]:
-        """Privatize ``value``; returns the record and the state to persist before sending."""
-        ...
-
-    def batch(self, records: Sequence[RecordT]) -> BatchT_co:
-        """Records in the columnar form the aggregate folds."""
-        ...
-
-    def new_aggregate(self) -> AggT_co:
-        """An empty aggregate for this mechanism's records."""
         ...
 
 
@@ -418,18 +239,8 @@ def own(value: object, cls: type[T], what: str) -> T:
     return value
 
 
-# Narrowing to a kind's protocol: the shells dispatch on ``mechanism.kind`` and then use the
-# kind's typed methods. A mechanism whose kind claims a protocol it does not meet is a bug in
-# its module, reported by name.
 def _not_a(mechanism: Mechanism, what: str) -> TypeError:
     return TypeError(f"mechanism {mechanism.name!r} (kind {mechanism.kind.value}) is not a {what}")
-
-
-def as_mean(mechanism: Mechanism) -> MeanMechanism:
-    """``mechanism`` as a :class:`MeanMechanism` (kinds ``PROPORTION`` and ``MEAN``)."""
-    if mechanism.kind.scalar and isinstance(mechanism, MeanMechanism):
-        return mechanism
-    raise _not_a(mechanism, "MeanMechanism")
 
 
 def as_histogram(mechanism: Mechanism) -> HistogramMechanism:
@@ -447,13 +258,6 @@ def as_frequencies(mechanism: Mechanism) -> FrequencyMechanism:
     raise _not_a(mechanism, "FrequencyMechanism")
 
 
-def as_candidates(mechanism: Mechanism) -> CandidateMechanism:
-    """``mechanism`` as a :class:`CandidateMechanism`."""
-    if mechanism.kind is EstimateKind.CANDIDATES and isinstance(mechanism, CandidateMechanism):
-        return mechanism
-    raise _not_a(mechanism, "CandidateMechanism")
-
-
 def as_discovery(mechanism: Mechanism) -> DiscoveryMechanism:
     """``mechanism`` as a :class:`DiscoveryMechanism`."""
     if mechanism.kind is EstimateKind.DISCOVERY and isinstance(mechanism, DiscoveryMechanism):
@@ -461,7 +265,7 @@ def as_discovery(mechanism: Mechanism) -> DiscoveryMechanism:
     raise _not_a(mechanism, "DiscoveryMechanism")
 
 
-# --- the mechanism table ---------------------------------------------------------------------
+# --- the entries the registry builds from -------------------------------------------------------
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -475,7 +279,7 @@ class MechanismEntry:
 
     Attributes:
         name: the registry name (``mechanism = "..."``).
-        build: the frozen dataclass of the mechanism's parameters.
+        build: the frozen dataclass of the mechanism's parameters (its device half).
         epsilon_parameter: the use case's ``epsilon`` is the constructor's ``epsilon``.
         converters: parameters whose TOML form differs from the constructor's (a table
             becomes a buckets object, an array a tuple), by parameter name.
@@ -522,48 +326,6 @@ class MechanismEntry:
         return key == "seed" or (key == "epsilon" and self.epsilon_parameter)
 
 
-_TABLE: dict[str, MechanismEntry] = {}
-_LOCK = threading.Lock()
-
-
-def register_mechanism(entry: MechanismEntry) -> MechanismEntry:
-    """Add a mechanism to the table the registry builds from.
-
-    Raises:
-        ValueError: a different mechanism is registered under that name already.
-    """
-    with _LOCK:
-        known = _TABLE.get(entry.name)
-        if known is not None and known != entry:
-            raise ValueError(f"a different mechanism is registered as {entry.name!r} already")
-        _TABLE[entry.name] = entry
-    return entry
-
-
-@contextmanager
-def registered_mechanism(entry: MechanismEntry) -> Iterator[MechanismEntry]:
-    """Register ``entry`` for the duration of a ``with`` block (tests and experiments)."""
-    with _LOCK:
-        if entry.name in _TABLE:
-            raise ValueError(f"a mechanism is registered as {entry.name!r} already")
-        _TABLE[entry.name] = entry
-    try:
-        yield entry
-    finally:
-        with _LOCK:
-            _TABLE.pop(entry.name, None)
-
-
-def mechanism_entry(name: str) -> MechanismEntry | None:
-    """The registered entry of ``name``, or ``None``."""
-    return _TABLE.get(name)
-
-
-def mechanism_entries() -> Mapping[str, MechanismEntry]:
-    """A snapshot of the table, in registration order."""
-    return MappingProxyType(dict(_TABLE))
-
-
 class _StatelessMechanism(Protocol):
     """What :class:`NoPermanentState` and :class:`EventLevelStrings` need from the mechanism they are mixed into."""
 
@@ -580,7 +342,33 @@ class _StatelessMechanism(Protocol):
     def encode_records(self, records: Sequence[Any], /) -> Sequence[object]: ...
 
 
-class NoPermanentState:
+class _Encoding(Protocol):
+    """What :class:`PlainRecords` needs from the mechanism it is mixed into."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def record_type(self) -> type[Any]: ...
+
+    def encode_records(self, records: Sequence[Any], /) -> Sequence[object]: ...
+
+
+class PlainRecords:
+    """The record's plain form, once for every mechanism: typed records in wire form.
+
+    A mechanism names its record class (``record_type``) and writes ``encode_records``; the
+    type check that keeps one mechanism from encoding another's records is here.
+    """
+
+    __slots__ = ()
+
+    def encode_plain(self: _Encoding, records: Sequence[object]) -> list[object]:
+        """Typed records of this mechanism in wire form (``TypeError`` for another's records)."""
+        return list(self.encode_records([own(r, self.record_type, f"{self.name} record") for r in records]))
+
+
+class NoPermanentState(PlainRecords):
     """The plain-form state methods of a mechanism that keeps no state on the device
     (randomized response, and through :class:`EventLevelStrings` CMS, HCMS and SFP).
 
@@ -612,9 +400,8 @@ class EventLevelStrings(NoPermanentState):
 
     They keep no permanent state (003 §3.2.1: every event is privatized at once with fresh
     coins), so a report costs its ε, a value is the text itself, a counter total is refused,
-    and the only state that fits is ``None``. Each module still states its own record,
-    batch and aggregate types (``encode_plain``, ``empty_batch``, ``restore_aggregate``,
-    ``fold``) and its value check.
+    and the only state that fits is ``None``. Each module still states its own record type
+    and its value check.
     """
 
     __slots__ = ()
@@ -659,7 +446,7 @@ class _MemoizingMechanism(Protocol):
     def encode_records(self, records: Sequence[Any], /) -> Sequence[object]: ...
 
 
-class MemoizedState:
+class MemoizedState(PlainRecords):
     """The plain-form half of the contract shared by mechanisms with permanent per-device state
     (dBitFlip, RAPPOR, 1BitMean).
 

@@ -83,23 +83,16 @@ from typing import Any, ClassVar, Final
 import numpy as np
 import numpy.typing as npt
 
-from protocol.bit_sum import BitSumAggregate
 from protocol.checks import check_epsilon, check_int, count_value, encoded_size, parse_number
 from protocol.errors import InputError, MalformedReportError, ParameterError, StateError
-from protocol.estimate import Estimate
 from protocol.interfaces import (
-    Aggregate,
-    Batch,
     EstimateKind,
     MechanismEntry,
     MemoizedState,
-    PlanFigures,
     Privatization,
     ValueType,
     own,
-    register_mechanism,
 )
-from protocol.plain import require
 from protocol.randomness import (
     SCALE,
     Coin,
@@ -110,6 +103,10 @@ from protocol.randomness import (
     dexp,
     uniform_ints,
 )
+from protocol.server.bit_sum import BitSumAggregate
+from protocol.server.contract import Aggregate, Batch, PlanFigures
+from protocol.server.estimate import Estimate
+from protocol.server.plain import require
 
 __all__ = [
     "ENTRY",
@@ -306,6 +303,7 @@ class OneBitMean(MemoizedState):
 
     state_type: ClassVar[type[OneBitMeanState]] = OneBitMeanState
     name: ClassVar[str] = "one-bit-mean"
+    server: ClassVar[str] = "protocol.server.contract:Unsplit"  # both halves in this class, for now
     kind: ClassVar[EstimateKind] = EstimateKind.MEAN
     privatization: ClassVar[Privatization] = Privatization.COUNTER
     value_type: ClassVar[ValueType] = ValueType.COUNT
@@ -653,5 +651,5 @@ class OneBitMeanAggregate(BitSumAggregate[OneBitMean]):
         return Estimate(float(value), se, self._n)
 
 
-ENTRY: Final = register_mechanism(MechanismEntry(name=OneBitMean.name, build=OneBitMean, epsilon_parameter=True))
+ENTRY: Final = MechanismEntry(name=OneBitMean.name, build=OneBitMean, epsilon_parameter=True)
 """This module's entry in the mechanism table (:mod:`protocol.interfaces`)."""

@@ -11,18 +11,29 @@ Bernoulli draws compare a uniform 64-bit word ``w`` with an integer threshold ``
 ratio at or below ``e**ε`` (see :func:`coin_at_most` and :func:`coin_at_least`), so the
 privacy claims hold for the implemented coins, not just for ideal ones; the rounding
 moves a probability by less than ``2**-64``.
+
+Every draw comes in two forms over one stream of words: the **pure** form a device uses
+(:meth:`RandomSource.draw`, :func:`flips`, :func:`uniform_draws`,
+:func:`sample_without_replacement`: Python integers, no numpy, so a device installs none) and
+the **vectorised** form the simulator and the batch privatizers use
+(:meth:`RandomSource.words`, :func:`bernoulli`, :func:`uniform_ints`: numpy arrays, numpy
+imported only when they run). Both consume the stream's words in the same order and give
+the same results for the same words, so a seeded device replays exactly
+(``tests/compat/test_device_coins.py``).
 """
 
 from __future__ import annotations
 
 import os
+import struct
 from dataclasses import dataclass
 from decimal import ROUND_CEILING, ROUND_FLOOR, Context, Decimal
 from fractions import Fraction
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-import numpy as np
-import numpy.typing as npt
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
 
 __all__ = [
     "SCALE",
@@ -35,7 +46,10 @@ __all__ = [
     "coin_at_least",
     "coin_at_most",
     "dexp",
+    "flips",
+    "random_bytes",
     "sample_without_replacement",
+    "uniform_draws",
     "uniform_ints",
 ]
 
@@ -46,10 +60,14 @@ _CTX = Context(prec=60)
 
 
 class RandomSource(Protocol):
-    """A source of independent, uniformly distributed 64-bit words."""
+    """A source of independent, uniformly distributed 64-bit words, in two forms of one stream."""
+
+    def draw(self, n: int) -> list[int]:
+        """The next ``n`` independent uniform words, as Python integers (the device's pure path)."""
+        ...
 
     def words(self, n: int) -> npt.NDArray[np.uint64]:
-        """Return ``n`` independent uniform words as a ``uint64`` array."""
+        """The next ``n`` independent uniform words as a ``uint64`` array (the vectorised path)."""
         ...
 
 
@@ -63,7 +81,12 @@ class SystemRandom:
     nothing that matters (measured 2026-11-24: 41 µs for 8 KiB, 6.6 ms for 1 MiB).
     """
 
+    def draw(self, n: int) -> list[int]:
+        return list(struct.unpack(f"<{n}Q", os.urandom(8 * n)))
+
     def words(self, n: int) -> npt.NDArray[np.uint64]:
+        import numpy as np  # noqa: PLC0415 - the vectorised path only; a device never takes it
+
         raw = os.urandom(8 * n)
         # A writable copy: callers may redraw entries in place.
         return np.frombuffer(raw, dtype="<u8").astype(np.uint64)
@@ -73,10 +96,25 @@ class SeededRandom:
     """A seeded, reproducible source (PCG64). For tests and the simulator only."""
 
     def __init__(self, seed: int) -> None:
+        import numpy as np  # noqa: PLC0415 - tests and the simulator only
+
         self._gen = np.random.Generator(np.random.PCG64(seed))
 
+    def draw(self, n: int) -> list[int]:
+        words: list[int] = self.words(n).tolist()
+        return words
+
     def words(self, n: int) -> npt.NDArray[np.uint64]:
-        return self._gen.integers(0, SCALE, size=n, dtype=np.uint64, endpoint=False)
+        import numpy as np  # noqa: PLC0415
+
+        out: npt.NDArray[np.uint64] = self._gen.integers(0, SCALE, size=n, dtype=np.uint64, endpoint=False)
+        return out
+
+
+def random_bytes(rng: RandomSource, n: int) -> bytes:
+    """``n`` uniform bytes: whole words, little-endian, cut to length (ids, keys, salts)."""
+    words = rng.draw(-(-n // 8))
+    return struct.pack(f"<{len(words)}Q", *words)[:n]
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,8 +161,89 @@ def coin_at_least(p: Decimal | Fraction) -> Coin:
     return Coin(int(_scaled(p).to_integral_value(rounding=ROUND_CEILING)))
 
 
+# --- the pure path (a device's) --------------------------------------------------------------
+
+
+def flips(rng: RandomSource, coin: Coin, size: int) -> list[bool]:
+    """``size`` independent flips of ``coin`` (True = heads); :func:`bernoulli`'s pure twin.
+
+    A certain coin (probability 0 or 1) draws nothing, as :func:`bernoulli` does.
+    """
+    if coin.numerator == 0:
+        return [False] * size
+    if coin.numerator == SCALE:
+        return [True] * size
+    threshold = coin.numerator
+    return [w < threshold for w in rng.draw(size)]
+
+
+def _chunks(words: list[int], bits: int, count: int) -> list[int]:
+    """The first ``count`` ``bits``-wide little-endian chunks of ``words`` (as numpy's view gives them)."""
+    per_word = 64 // bits
+    mask = (1 << bits) - 1
+    out = [(w >> (bits * i)) & mask for w in words for i in range(per_word)]
+    return out[:count]
+
+
+def uniform_draws(rng: RandomSource, n: int, size: int) -> list[int]:
+    """``size`` independent integers uniform on ``{0, ..., n - 1}``; :func:`uniform_ints`' pure twin
+    (the same words, the same chunks, the same rejections, the same results)."""
+    if n <= 0:
+        raise ValueError(f"range must be positive; got {n}")
+    if n == 1:
+        return [0] * size
+    if n > 1 << 32:
+        return _uniform_draws_wide(rng, n, size)
+    bits = 8 if n <= 1 << 8 else 16 if n <= 1 << 16 else 32
+    per_word = 64 // bits
+    k = (1 << bits) // n
+
+    def draw(count: int) -> list[int]:
+        return _chunks(rng.draw(-(-count // per_word)), bits, count)
+
+    c = draw(size)
+    if k * n != 1 << bits:
+        limit = k * n
+        redo = [i for i, x in enumerate(c) if x >= limit]
+        while redo:
+            fresh = draw(len(redo))
+            for i, x in zip(redo, fresh, strict=True):
+                c[i] = x
+            redo = [i for i, x in zip(redo, fresh, strict=True) if x >= limit]
+    return [x // k for x in c]
+
+
+def _uniform_draws_wide(rng: RandomSource, n: int, size: int) -> list[int]:
+    limit = SCALE - SCALE % n
+    out: list[int] = []
+    while len(out) < size:
+        need = size - len(out)
+        w = rng.draw(need + need // 4 + 4)
+        if limit < SCALE:
+            w = [x for x in w if x < limit]
+        out += [x % n for x in w[:need]]
+    return out
+
+
+def sample_without_replacement(rng: RandomSource, n: int, d: int) -> list[int]:
+    """``d`` distinct integers from ``{0, ..., n - 1}``, every subset equally likely (in draw order)."""
+    if not 0 <= d <= n:
+        raise ValueError(f"cannot draw {d} distinct items from {n}")
+    pool = list(range(n))
+    # Partial Fisher-Yates: position i swaps with a uniform position in [i, n).
+    for i in range(d):
+        j = i + uniform_draws(rng, n - i, 1)[0]
+        pool[i], pool[j] = pool[j], pool[i]
+    return pool[:d]
+
+
+# --- the vectorised path (the simulator's and the batch privatizers') -----------------------
+
+
 def bernoulli(rng: RandomSource, coin: Coin, size: int) -> npt.NDArray[np.bool_]:
     """``size`` independent flips of ``coin`` (True = heads)."""
+    import numpy as np  # noqa: PLC0415 - the vectorised path only
+
     if coin.numerator == 0:
         return np.zeros(size, dtype=np.bool_)
     if coin.numerator == SCALE:
@@ -152,6 +271,8 @@ def uniform_ints(rng: RandomSource, n: int, size: int) -> npt.NDArray[np.int64]:
     chunks, so the results are independent. Larger ranges reject whole words at or above
     the largest multiple of ``n`` below ``2**64``.
     """
+    import numpy as np  # noqa: PLC0415 - the vectorised path only
+
     if n <= 0:
         raise ValueError(f"range must be positive; got {n}")
     if n == 1:
@@ -180,6 +301,8 @@ def uniform_ints(rng: RandomSource, n: int, size: int) -> npt.NDArray[np.int64]:
 
 
 def _uniform_ints_wide(rng: RandomSource, n: int, size: int) -> npt.NDArray[np.int64]:
+    import numpy as np  # noqa: PLC0415 - the vectorised path only
+
     limit = SCALE - SCALE % n
     out = np.empty(size, dtype=np.int64)
     filled = 0
@@ -192,15 +315,3 @@ def _uniform_ints_wide(rng: RandomSource, n: int, size: int) -> npt.NDArray[np.i
         out[filled : filled + w.size] = (w % np.uint64(n)).astype(np.int64)
         filled += int(w.size)
     return out
-
-
-def sample_without_replacement(rng: RandomSource, n: int, d: int) -> list[int]:
-    """``d`` distinct integers from ``{0, ..., n - 1}``, every subset equally likely (in draw order)."""
-    if not 0 <= d <= n:
-        raise ValueError(f"cannot draw {d} distinct items from {n}")
-    pool = list(range(n))
-    # Partial Fisher-Yates: position i swaps with a uniform position in [i, n).
-    for i in range(d):
-        j = i + int(uniform_ints(rng, n - i, 1)[0])
-        pool[i], pool[j] = pool[j], pool[i]
-    return pool[:d]

@@ -66,23 +66,17 @@ from typing import Any, ClassVar, Final, Literal, Self
 import numpy as np
 import numpy.typing as npt
 
-from protocol.checks import check_int, check_probability, check_seed, decode_indexed_bits, encoded_size
+from protocol.checks import check_int, check_probability, check_seed, encoded_size
 from protocol.errors import InputError, ParameterError, StateError
-from protocol.estimate import VectorEstimate
 from protocol.hashing import Fingerprints, HashFamily, fingerprint
 from protocol.interfaces import (
-    Aggregate,
-    Batch,
     EstimateKind,
     MechanismEntry,
     MemoizedState,
-    PlanFigures,
     Privatization,
     ValueType,
     own,
-    register_mechanism,
 )
-from protocol.plain import array_from_plain, array_to_plain, require
 from protocol.randomness import (
     SCALE,
     Coin,
@@ -92,6 +86,10 @@ from protocol.randomness import (
     coin_at_most,
     uniform_ints,
 )
+from protocol.server.contract import Aggregate, Batch, PlanFigures
+from protocol.server.estimate import VectorEstimate
+from protocol.server.plain import array_from_plain, array_to_plain, require
+from protocol.server.records import decode_indexed_bits
 
 __all__ = [
     "ENTRY",
@@ -237,6 +235,7 @@ class Rappor(MemoizedState):
 
     state_type: ClassVar[type[RapporState]] = RapporState
     name: ClassVar[str] = "rappor"
+    server: ClassVar[str] = "protocol.server.contract:Unsplit"  # both halves in this class, for now
     privatization: ClassVar[Privatization] = Privatization.STRING
     value_type: ClassVar[ValueType] = ValueType.STRING
     value_range: ClassVar[tuple[float, float] | None] = None
@@ -828,13 +827,11 @@ class RapporAggregate:
         return self.estimate_bits().flat()
 
 
-ENTRY: Final = register_mechanism(
-    MechanismEntry(
-        name=Rappor.name,
-        build=Rappor,
-        epsilon_parameter=False,
-        converters={"categories": lambda v: tuple(v) if isinstance(v, list) else v},
-        dictionary=True,
-    )
+ENTRY: Final = MechanismEntry(
+    name=Rappor.name,
+    build=Rappor,
+    epsilon_parameter=False,
+    converters={"categories": lambda v: tuple(v) if isinstance(v, list) else v},
+    dictionary=True,
 )
 """This module's entry in the mechanism table (:mod:`protocol.interfaces`)."""

@@ -77,21 +77,24 @@ import hashlib
 import math
 import re
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Annotated, Any, Final, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, Final, TypeVar
 
 import msgpack
-import numpy as np
 
 from protocol import cms, dbitflip, hcms, one_bit_mean, randomized_response, rappor, sfp
 from protocol.envelope import HASH_SIZE, MAX_REPORT_BYTES, largest_report_size
 from protocol.errors import LdpError, ParameterError
-from protocol.interfaces import EstimateKind, Mechanism, MechanismEntry, mechanism_entries, mechanism_entry
+from protocol.interfaces import EstimateKind, Mechanism, MechanismEntry
 from protocol.schema import Range, SchemaError, decode
 
+if TYPE_CHECKING:
+    from protocol.server.contract import ServerMechanism
+
 __all__ = [
+    "BUILTIN_MECHANISMS",
     "CORRECTIONS",
     "HASH_SIZE",
     "MAX_REPORT_BYTES",
@@ -252,6 +255,14 @@ class UseCase:
         return mechanism_fingerprint(self.mechanism)
 
     @functools.cached_property
+    def server(self) -> ServerMechanism:
+        """The server half of this use case's mechanism (:mod:`protocol.server`; numpy), built
+        when a server first asks for it: a device never does."""
+        from protocol.server.contract import server_of  # noqa: PLC0415 - the server half, only where it runs
+
+        return server_of(self.mechanism)
+
+    @functools.cached_property
     def definition(self) -> bytes:
         """The 16-byte hash of this use case's definition (:func:`definition_hash`), carried in
         every report made under it (wire format 2)."""
@@ -306,12 +317,9 @@ class Registry:
         return name in self.use_cases
 
 
-# --- mechanisms: the table the modules register into ---------------------------------------
+# --- mechanisms: the entries a registry is built from ----------------------------------------
 
-# Importing the mechanism modules registers their entries (``ENTRY``) in the table of
-# protocol.interfaces; the registry builds every mechanism from that table, so a use case
-# may name any registered mechanism, including one registered by a test or an extension.
-_BUILTIN: Final = (
+BUILTIN_MECHANISMS: Final[tuple[MechanismEntry, ...]] = (
     randomized_response.ENTRY,
     one_bit_mean.ENTRY,
     dbitflip.ENTRY,
@@ -320,9 +328,11 @@ _BUILTIN: Final = (
     hcms.ENTRY,
     sfp.ENTRY,
 )
+"""The seven mechanisms of the source papers, in the order the docs list them. A caller that
+needs another (a test, an extension) passes its entry to :func:`parse_registry` beside these."""
 
-MECHANISM_NAMES: Final = tuple(e.name for e in _BUILTIN)
-"""The built-in mechanism names (a registry may also name mechanisms registered later)."""
+MECHANISM_NAMES: Final = tuple(e.name for e in BUILTIN_MECHANISMS)
+"""The built-in mechanism names."""
 
 CORRECTIONS: Final = ("bonferroni", "bh", "storey", "pfer")
 """The multiple-testing corrections a frequency use case may name (``collector.decoding.stats``)."""
@@ -402,12 +412,18 @@ class _Errors:
         return value
 
 
-def parse_registry(data: bytes | str, *, source: str = "<registry>") -> Registry:
+def parse_registry(
+    data: bytes | str,
+    *,
+    source: str = "<registry>",
+    mechanisms: Sequence[MechanismEntry] = BUILTIN_MECHANISMS,
+) -> Registry:
     """Parse and validate a registry file's contents.
 
     Args:
         data: the TOML text (bytes are decoded as UTF-8).
         source: the file name, used in every error message.
+        mechanisms: the mechanisms a use case may name (the built-in ones by default).
 
     Returns:
         The frozen registry, with each use case's mechanism constructed.
@@ -431,6 +447,7 @@ def parse_registry(data: bytes | str, *, source: str = "<registry>") -> Registry
             source=source, use_case=None, field="", kind="syntax", problem=f"invalid TOML: {exc}"
         ) from None
 
+    entries = {e.name: e for e in mechanisms}
     top = _Errors(source, None)
     file = top.decode(_RegistryTable, doc)
     if file.format != REGISTRY_FORMAT:
@@ -455,7 +472,7 @@ def parse_registry(data: bytes | str, *, source: str = "<registry>") -> Registry
             raise RegistryError(
                 source=source, use_case=name, field="", kind="bad-type", problem="expected a table [use_cases.NAME]"
             )
-        use_cases[name] = _parse_use_case(_Errors(source, name), name, table, salt)
+        use_cases[name] = _parse_use_case(_Errors(source, name), name, table, salt, entries)
 
     ordered = {name: use_cases[name] for name in sorted(use_cases)}
     for uc in ordered.values():
@@ -463,12 +480,14 @@ def parse_registry(data: bytes | str, *, source: str = "<registry>") -> Registry
     return Registry(use_cases=MappingProxyType(ordered), hash=_canonical_hash(ordered), source=source)
 
 
-def _parse_use_case(r: _Errors, name: str, raw: Mapping[str, Any], salt: bytes | None) -> UseCase:
+def _parse_use_case(
+    r: _Errors, name: str, raw: Mapping[str, Any], salt: bytes | None, entries: Mapping[str, MechanismEntry]
+) -> UseCase:
     t = r.decode(_UseCaseTable, raw)
     mech_name = t.mechanism
-    spec = mechanism_entry(mech_name)
+    spec = entries.get(mech_name)
     if spec is None:
-        known = ", ".join(mechanism_entries())
+        known = ", ".join(entries)
         raise r.error("mechanism", "unknown-mechanism", f"unknown mechanism {mech_name!r}; one of {known}")
     try:
         period = Period(t.period)
@@ -497,7 +516,7 @@ def _parse_use_case(r: _Errors, name: str, raw: Mapping[str, Any], salt: bytes |
     c = t.collector
     if c.dictionary is not None:
         if not spec.dictionary:
-            takers = ", ".join(e.name for e in mechanism_entries().values() if e.dictionary)
+            takers = ", ".join(e.name for e in entries.values() if e.dictionary)
             raise col.error("dictionary", "unknown-key", f"{mech_name} takes no dictionary; only {takers} do")
         if not c.dictionary:
             raise col.error("dictionary", "bad-value", "an empty path; give the dictionary file or remove the key")
@@ -675,10 +694,10 @@ def _canonical(value: object) -> object:  # noqa: PLR0911  one case per kind of 
     if isinstance(value, float):
         # 4 and 4.0 mean the same; -0.0 and 0.0 too.
         return int(value) if value.is_integer() else value
-    if isinstance(value, np.generic):
-        return _canonical(value.item())
-    if isinstance(value, np.ndarray):
-        return [_canonical(v) for v in value.tolist()]
+    if type(value).__module__ == "numpy":
+        # A numpy scalar or array (never in built-in parameters; an extension may hold one):
+        # its Python value, without importing numpy here.
+        return _canonical(value.tolist())  # type: ignore[attr-defined]
     if isinstance(value, enum.Enum):
         return _canonical(value.value)
     if isinstance(value, list | tuple):

@@ -74,22 +74,19 @@ from protocol.cms import (
     check_wire_record,
 )
 from protocol.errors import InputError, MalformedReportError, ParameterError, StateError
-from protocol.estimate import VectorEstimate
 from protocol.hashing import Fingerprints, HashFamily, derive_seed
 from protocol.interfaces import (
-    Aggregate,
-    Batch,
     EstimateKind,
     EventLevelStrings,
     MechanismEntry,
-    PlanFigures,
     Privatization,
     ValueType,
     own,
-    register_mechanism,
 )
-from protocol.plain import require
 from protocol.randomness import SCALE, RandomSource, uniform_ints
+from protocol.server.contract import Aggregate, Batch, PlanFigures
+from protocol.server.estimate import VectorEstimate
+from protocol.server.plain import require
 
 __all__ = [
     "ENTRY",
@@ -160,6 +157,7 @@ class SequenceFragmentPuzzle(EventLevelStrings):
     """
 
     name: ClassVar[str] = "sfp"
+    server: ClassVar[str] = "protocol.server.contract:Unsplit"  # both halves in this class, for now
     privatization: ClassVar[Privatization] = Privatization.EVENT
     value_type: ClassVar[ValueType] = ValueType.STRING
     value_range: ClassVar[tuple[float, float] | None] = None
@@ -654,7 +652,5 @@ def reconstruct(
     ]
 
 
-ENTRY: Final = register_mechanism(
-    MechanismEntry(name=SequenceFragmentPuzzle.name, build=SequenceFragmentPuzzle, epsilon_parameter=False)
-)
+ENTRY: Final = MechanismEntry(name=SequenceFragmentPuzzle.name, build=SequenceFragmentPuzzle, epsilon_parameter=False)
 """This module's entry in the mechanism table (:mod:`protocol.interfaces`)."""

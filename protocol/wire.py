@@ -547,7 +547,7 @@ def decode_report(  # noqa: PLR0912, PLR0915  the strict decoder, one check per 
     # checked for plain types and depth before the mechanism sees them.
     raw_records = env[K_RECORDS]
     _check_plain(raw_records, 2, "records")
-    batch = use_case.mechanism.decode_records(raw_records)
+    batch = use_case.server.decode_records(raw_records)
     count = len(batch)
     if count == 0:
         raise MalformedReportError("bad-length", "records", "a report carries at least one record")

@@ -4,16 +4,35 @@
 reads it here, so a missing or unreadable file gives one message everywhere, and a bad
 field is named by one dotted path (``use_cases.emoji.parameters.m``), whichever side
 reports it.
+
+The mechanisms a registry may name are the built-in seven
+(:data:`protocol.registry.BUILTIN_MECHANISMS`) and, for an extension, the entries the
+environment variable ``LDP_MECHANISMS`` names: comma-separated ``module:ATTRIBUTE`` paths to
+:class:`~protocol.interfaces.MechanismEntry` objects (``tests.krr:ENTRY``). Every daemon and
+tool reads registry files here, so they all see the same mechanisms.
 """
 
 from __future__ import annotations
 
+import importlib
+import os
 from pathlib import Path
 
-from protocol.registry import Registry, RegistryError, parse_registry
+from protocol.interfaces import MechanismEntry
+from protocol.registry import BUILTIN_MECHANISMS, Registry, RegistryError, parse_registry
 from runtime.errors import SettingFileError
 
-__all__ = ["MAX_REGISTRY_BYTES", "read_registry", "read_registry_bytes", "registry_field"]
+__all__ = [
+    "MAX_REGISTRY_BYTES",
+    "MECHANISMS_VARIABLE",
+    "mechanisms",
+    "read_registry",
+    "read_registry_bytes",
+    "registry_field",
+]
+
+MECHANISMS_VARIABLE = "LDP_MECHANISMS"
+"""The environment variable naming extension mechanisms' entries (``module:ATTRIBUTE``, comma-separated)."""
 
 MAX_REGISTRY_BYTES = 16 * 1024 * 1024
 """A registry file larger than this is refused unread (the example with dictionaries is a few KiB)."""
@@ -46,7 +65,27 @@ def read_registry(path: Path, *, setting: str = "registry") -> Registry:
         SettingFileError: the file cannot be read (missing, permission, a directory, too large).
         RegistryError: its contents are not a valid registry (:func:`registry_field` names the field).
     """
-    return parse_registry(read_registry_bytes(path, setting=setting), source=str(path))
+    return parse_registry(read_registry_bytes(path, setting=setting), source=str(path), mechanisms=mechanisms())
+
+
+def mechanisms(environ: dict[str, str] | None = None) -> tuple[MechanismEntry, ...]:
+    """The built-in mechanisms and those ``LDP_MECHANISMS`` names.
+
+    Raises:
+        SettingFileError: a name that does not resolve to a mechanism entry (naming the variable).
+    """
+    text = (os.environ if environ is None else environ).get(MECHANISMS_VARIABLE, "")
+    extra: list[MechanismEntry] = []
+    for path in filter(None, (p.strip() for p in text.split(","))):
+        module, _, attribute = path.partition(":")
+        try:
+            entry = getattr(importlib.import_module(module), attribute or "ENTRY")
+        except (ImportError, AttributeError) as exc:
+            raise SettingFileError(MECHANISMS_VARIABLE, f"cannot load the mechanism entry {path!r}: {exc}") from None
+        if not isinstance(entry, MechanismEntry):
+            raise SettingFileError(MECHANISMS_VARIABLE, f"{path!r} is not a mechanism entry")
+        extra.append(entry)
+    return (*BUILTIN_MECHANISMS, *extra)
 
 
 def registry_field(error: RegistryError) -> str:

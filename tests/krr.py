@@ -8,9 +8,12 @@ category nobody holds (the planner's figure). It is ε-LDP per report for the im
 coin: the keep coin is rounded down, which lowers ``p``, and the other categories are drawn
 uniformly, so every output ratio is ``p / q <= e**ε``.
 
-It exists to show that the contract of :mod:`protocol.interfaces` is all a mechanism needs:
-``tests/test_eighth_mechanism.py`` registers :data:`ENTRY` and drives it through the agent,
-the collector's store and estimate, and the planner, none of which names it.
+It exists to show that the two halves of the contract are all a mechanism needs: the device
+half (:class:`KaryRandomizedResponse`, :mod:`protocol.interfaces`) and the server half
+(:class:`KrrServer`, :mod:`protocol.server.contract`), here in one module.
+``tests/test_eighth_mechanism.py`` parses a registry with :data:`ENTRY` beside the built-in
+entries and drives it through the agent, the collector's store and estimate, and the planner,
+none of which names it.
 """
 
 from __future__ import annotations
@@ -19,43 +22,28 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
-from typing import ClassVar, Self
+from typing import Any, ClassVar, Self
 
 import numpy as np
 import numpy.typing as npt
 
 from protocol.checks import check_epsilon, encoded_size
 from protocol.errors import InputError, MalformedReportError, ParameterError, StateError
-from protocol.estimate import VectorEstimate
-from protocol.interfaces import (
-    Aggregate,
-    Batch,
-    EstimateKind,
-    MechanismEntry,
-    PlanFigures,
-    Privatization,
-    ValueType,
-    own,
-)
-from protocol.plain import require
-from protocol.randomness import Coin, RandomSource, bernoulli, coin_at_most, dexp, uniform_ints
+from protocol.interfaces import EstimateKind, MechanismEntry, NoPermanentState, Privatization, ValueType
+from protocol.randomness import Coin, RandomSource, coin_at_most, dexp, flips, uniform_draws
+from protocol.server.contract import PlainServer, PlanFigures
+from protocol.server.estimate import VectorEstimate
+from protocol.server.plain import require
 
-__all__ = ["ENTRY", "KaryRandomizedResponse", "KrrAggregate", "KrrBatch"]
+__all__ = ["ENTRY", "KaryRandomizedResponse", "KrrAggregate", "KrrBatch", "KrrServer"]
 
 
-@dataclass(frozen=True, eq=False)
-class KrrBatch:
-    """Reported category indices, one per record."""
-
-    categories: npt.NDArray[np.int64]
-
-    def __len__(self) -> int:
-        return int(self.categories.size)
+# --- the device half -----------------------------------------------------------------------------
 
 
 @dataclass(frozen=True, kw_only=True)
-class KaryRandomizedResponse:
-    """k-ary randomized response over fixed categories.
+class KaryRandomizedResponse(NoPermanentState):
+    """k-ary randomized response over fixed categories; a record is the reported category's index.
 
     Args:
         epsilon: ε of one report.
@@ -67,6 +55,8 @@ class KaryRandomizedResponse:
     privatization: ClassVar[Privatization] = Privatization.EVENT
     value_type: ClassVar[ValueType] = ValueType.STRING
     value_range: ClassVar[tuple[float, float] | None] = None
+    record_type: ClassVar[type[int]] = int
+    server: ClassVar[str] = "tests.krr:KrrServer"
     epsilon: float
     categories: tuple[str, ...]
 
@@ -103,7 +93,10 @@ class KaryRandomizedResponse:
         """``ln(p / q)`` for the implemented coin (at most ε)."""
         return math.log(self.p / self.q)
 
-    # --- the contract
+    @property
+    def fixed_categories(self) -> tuple[str, ...]:
+        """The categories."""
+        return self.categories
 
     def privacy_figures(self) -> dict[str, float]:
         """ε of one report."""
@@ -123,100 +116,69 @@ class KaryRandomizedResponse:
         """Not a counter."""
         raise InputError("krr is not a counter")
 
-    def setup_plain(self, rng: RandomSource) -> None:
-        """No permanent state."""
-        return
-
-    def check_state_plain(self, data: object) -> None:
-        """Only ``None`` fits."""
-        if data is not None:
-            raise StateError("krr keeps no permanent state")
-
-    def privatize_plain(self, value: object, state: object, rng: RandomSource) -> tuple[object, None]:
-        """The reported category's index (its wire form)."""
+    def privatize(self, value: str, state: None, rng: RandomSource) -> tuple[int, None]:
+        """The reported category's index: the own one with probability ``p``, else another, uniformly."""
         own_index = self.categories.index(self.check_value(value))
-        if bool(bernoulli(rng, self.keep_coin, 1)[0]):
+        if flips(rng, self.keep_coin, 1)[0]:
             return own_index, None
-        other = int(uniform_ints(rng, self.k - 1, 1)[0])
+        other = uniform_draws(rng, self.k - 1, 1)[0]
         return other + (other >= own_index), None
 
-    def encode_plain(self, records: Sequence[object]) -> list[object]:
+    def encode_records(self, records: Sequence[int]) -> list[Any]:
         """Records are their wire form already (category indices)."""
-        return [int(own(r, int, "krr record")) for r in records]
-
-    def decode_records(self, raw: object) -> KrrBatch:
-        """A list of category indices, strictly."""
-        if not isinstance(raw, list):
-            raise MalformedReportError("bad-type", "records", "expected a list")
-        for i, c in enumerate(raw):
-            if type(c) is not int or not 0 <= c < self.k:
-                raise MalformedReportError("out-of-range", f"records[{i}]", f"a category index in [0, {self.k})")
-        return KrrBatch(np.array(raw, dtype=np.int64))
+        return list(records)
 
     @property
     def max_record_bytes(self) -> int:
         """The largest category index, in msgpack."""
         return encoded_size(self.k - 1)
 
-    def empty_batch(self) -> KrrBatch:
-        """No records."""
-        return KrrBatch(np.zeros(0, dtype=np.int64))
 
-    def new_aggregate(self) -> KrrAggregate:
-        """An empty aggregate."""
-        return KrrAggregate(self, np.zeros(self.k, dtype=np.int64))
+ENTRY = MechanismEntry(
+    name=KaryRandomizedResponse.name,
+    build=KaryRandomizedResponse,
+    epsilon_parameter=True,
+    converters={"categories": lambda v: tuple(v) if isinstance(v, list) else v},
+)
+"""The entry a test parses registries with, beside ``protocol.registry.BUILTIN_MECHANISMS``."""
 
-    def restore_aggregate(self, data: object) -> KrrAggregate:
-        """An aggregate saved with ``to_plain``."""
-        counts = require(data, "counts", list, where="krr aggregate")
-        if len(counts) != self.k or not all(type(c) is int and c >= 0 for c in counts):
-            raise StateError(f"krr aggregate: expected {self.k} non-negative counts")
-        return KrrAggregate(self, np.array(counts, dtype=np.int64))
 
-    def fold(self, aggregate: Aggregate, batch: Batch) -> None:
-        """Count the reported categories."""
-        agg = own(aggregate, KrrAggregate, "krr aggregate")
-        agg.counts += np.bincount(own(batch, KrrBatch, "krr batch").categories, minlength=self.k)
+# --- the server half -----------------------------------------------------------------------------
 
-    @property
-    def fixed_categories(self) -> tuple[str, ...]:
-        """The categories."""
-        return self.categories
 
-    def estimate_frequencies(self, aggregate: Aggregate, candidates: Sequence[str]) -> VectorEstimate:
-        """``ĉ_v = (C_v - n q) / (p - q)`` with its plug-in SE."""
-        agg = own(aggregate, KrrAggregate, "krr aggregate")
-        if tuple(candidates) != self.categories:
-            raise ParameterError("candidates", "the categories, in order", candidates)
-        n, p, q = agg.n, self.p, self.q
-        counts = agg.counts.astype(np.float64)
-        values = (counts - n * q) / (p - q)
-        share = np.clip(counts / n, 0.0, 1.0) if n else np.zeros(self.k)
-        return VectorEstimate(values, np.sqrt(n * share * (1 - share)) / (p - q), n)
+@dataclass(frozen=True, eq=False)
+class KrrBatch:
+    """Reported category indices, one per record."""
 
-    def plan(self, n: float) -> PlanFigures:
-        """The SE of a category nobody holds, ``sqrt(n q (1 - q)) / (p - q)``."""
-        p, q = self.p, self.q
-        return PlanFigures(
-            n=n,
-            standard_error=math.sqrt(n * q * (1 - q)) / (p - q),
-            unit="count",
-            figures={"epsilon_report": self.epsilon_report},
-            formulas=("SE(count) = sqrt(n q (1-q))/(p-q), p = e^eps/(e^eps+k-1), q = (1-p)/(k-1)",),
-        )
+    categories: npt.NDArray[np.int64]
+
+    def __len__(self) -> int:
+        return int(self.categories.size)
 
 
 class KrrAggregate:
     """Reports per category; merges by addition."""
 
-    def __init__(self, mechanism: KaryRandomizedResponse, counts: npt.NDArray[np.int64]) -> None:
+    def __init__(self, mechanism: KaryRandomizedResponse, counts: npt.NDArray[np.int64] | None = None) -> None:
         self.mechanism = mechanism
-        self.counts = counts
+        self.counts = np.zeros(mechanism.k, dtype=np.int64) if counts is None else counts
+
+    @classmethod
+    def from_plain(cls, mechanism: KaryRandomizedResponse, data: object) -> Self:
+        """An aggregate saved with :meth:`to_plain`; ``StateError`` if it does not fit."""
+        counts = require(data, "counts", list, where="krr aggregate")
+        if len(counts) != mechanism.k or not all(type(c) is int and c >= 0 for c in counts):
+            raise StateError(f"krr aggregate: expected {mechanism.k} non-negative counts")
+        return cls(mechanism, np.array(counts, dtype=np.int64))
 
     @property
     def n(self) -> int:
         """Reports folded in."""
         return int(self.counts.sum())
+
+    def add(self, batch: KrrBatch) -> None:
+        """Count the reported categories."""
+        self.counts += np.bincount(batch.categories, minlength=self.mechanism.k)
 
     def merge(self, other: Self) -> Self:
         """Both inputs' reports."""
@@ -227,10 +189,40 @@ class KrrAggregate:
         return {"counts": [int(c) for c in self.counts]}
 
 
-ENTRY = MechanismEntry(
-    name=KaryRandomizedResponse.name,
-    build=KaryRandomizedResponse,
-    epsilon_parameter=True,
-    converters={"categories": lambda v: tuple(v) if isinstance(v, list) else v},
-)
-"""The entry a test registers (:func:`protocol.interfaces.registered_mechanism`)."""
+class KrrServer(PlainServer[KaryRandomizedResponse, KrrBatch, KrrAggregate]):
+    """k-ary randomized response's server half."""
+
+    batch_type: ClassVar[type[KrrBatch]] = KrrBatch
+    aggregate_type: ClassVar[type[KrrAggregate]] = KrrAggregate
+
+    def decode_records(self, raw: object) -> KrrBatch:
+        """A list of category indices, strictly."""
+        k = self.mechanism.k
+        if not isinstance(raw, list):
+            raise MalformedReportError("bad-type", "records", "expected a list")
+        for i, c in enumerate(raw):
+            if type(c) is not int or not 0 <= c < k:
+                raise MalformedReportError("out-of-range", f"records[{i}]", f"a category index in [0, {k})")
+        return KrrBatch(np.array(raw, dtype=np.int64))
+
+    def estimate_frequencies(self, aggregate: object, candidates: Sequence[str]) -> VectorEstimate:
+        """``ĉ_v = (C_v - n q) / (p - q)`` with its plug-in SE."""
+        agg, mech = self.own_aggregate(aggregate), self.mechanism
+        if tuple(candidates) != mech.categories:
+            raise ParameterError("candidates", "the categories, in order", candidates)
+        n, p, q = agg.n, mech.p, mech.q
+        counts = agg.counts.astype(np.float64)
+        values = (counts - n * q) / (p - q)
+        share = np.clip(counts / n, 0.0, 1.0) if n else np.zeros(mech.k)
+        return VectorEstimate(values, np.sqrt(n * share * (1 - share)) / (p - q), n)
+
+    def plan(self, n: float) -> PlanFigures:
+        """The SE of a category nobody holds, ``sqrt(n q (1 - q)) / (p - q)``."""
+        p, q = self.mechanism.p, self.mechanism.q
+        return PlanFigures(
+            n=n,
+            standard_error=math.sqrt(n * q * (1 - q)) / (p - q),
+            unit="count",
+            figures={"epsilon_report": self.mechanism.epsilon_report},
+            formulas=("SE(count) = sqrt(n q (1-q))/(p-q), p = e^eps/(e^eps+k-1), q = (1-p)/(k-1)",),
+        )

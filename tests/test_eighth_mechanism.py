@@ -1,9 +1,11 @@
-"""An eighth mechanism, registered from a test module, runs through agent, collector and planner.
+"""An eighth mechanism, from a test module, runs through agent, collector and planner.
 
-``tests/krr.py`` (k-ary randomized response) is written against :mod:`protocol.interfaces`
-only; nothing in ``agent/``, ``collector/`` or the registry names it. These tests register it,
-load a registry that uses it, record values on a real :class:`agent.core.Agent`, decode its
-reports with the wire codec, fold them in a real checkpoint store and estimate them with
+``tests/krr.py`` (k-ary randomized response) is one module with a device half and a server
+half, written against :mod:`protocol.interfaces` and :mod:`protocol.server.contract` only;
+nothing in ``agent/``, ``collector/`` or the registry names it. These tests load a registry
+that uses it (its entry passed beside the built-in ones, or named by ``LDP_MECHANISMS``),
+record values on a real :class:`agent.core.Agent`, decode its reports with the wire codec,
+fold them in a real checkpoint store and estimate them with
 :func:`collector.estimation.estimate_aggregate`, and plan it with the planner's generic verb.
 """
 
@@ -11,7 +13,6 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -24,18 +25,12 @@ from collector.decoding.plan import main as plan_main
 from collector.decoding.plan import plan_use_case
 from collector.estimation import estimate_aggregate
 from collector.store import CheckpointStore
-from protocol.interfaces import (
-    EstimateKind,
-    FrequencyMechanism,
-    Mechanism,
-    as_frequencies,
-    mechanism_entries,
-    registered_mechanism,
-)
+from protocol.interfaces import EstimateKind, FrequencyMechanism, Mechanism, as_frequencies
 from protocol.randomness import SeededRandom
-from protocol.registry import Registry, RegistryError, parse_registry
+from protocol.registry import BUILTIN_MECHANISMS, Registry, RegistryError, parse_registry
+from protocol.server.contract import ServerMechanism, frequency_server
 from protocol.wire import decode_report
-from tests.krr import ENTRY, KaryRandomizedResponse
+from tests.krr import ENTRY, KaryRandomizedResponse, KrrServer
 from tests.support.clocks import FakeClock
 
 KEY = bytes(range(32))
@@ -58,34 +53,29 @@ min_reports = 50
 """.replace("'", '"')
 
 
-@pytest.fixture
-def krr() -> Iterator[None]:
-    """The toy mechanism, registered for one test and removed after."""
-    with registered_mechanism(ENTRY):
-        yield
+MECHANISMS = (*BUILTIN_MECHANISMS, ENTRY)
 
 
 @pytest.fixture
-def registry(krr: None, tmp_path: Path) -> Registry:
+def registry(tmp_path: Path) -> Registry:
     """A registry with one use case of the toy mechanism."""
     path = tmp_path / "usecases.toml"
     path.write_text(REGISTRY, encoding="utf-8")
-    return parse_registry(path.read_bytes(), source=str(path))
+    return parse_registry(path.read_bytes(), source=str(path), mechanisms=MECHANISMS)
 
 
-def test_the_registry_builds_the_toy_only_while_it_is_registered(tmp_path: Path) -> None:
-    """Unregistered, the name is unknown; registered, the table builds it from its dataclass fields."""
+def test_the_registry_builds_the_toy_only_when_given_its_entry() -> None:
+    """Not given, the name is unknown; given, the registry builds it from its dataclass fields."""
     with pytest.raises(RegistryError) as err:
         parse_registry(REGISTRY, source="t.toml")
     assert err.value.kind == "unknown-mechanism"
-    with registered_mechanism(ENTRY):
-        registry = parse_registry(REGISTRY, source="t.toml")
-        assert set(mechanism_entries()) >= {"rr", "cms", "krr"}
-    assert "krr" not in mechanism_entries()
+    registry = parse_registry(REGISTRY, source="t.toml", mechanisms=MECHANISMS)
     mech = registry["theme"].mechanism
     assert isinstance(mech, KaryRandomizedResponse)
     assert isinstance(mech, Mechanism)
     assert isinstance(mech, FrequencyMechanism)
+    assert isinstance(registry["theme"].server, KrrServer)
+    assert isinstance(registry["theme"].server, ServerMechanism)
     assert mech.categories == CATEGORIES
     assert registry["theme"].cost == pytest.approx(mech.epsilon_report)
     assert mech.epsilon_report <= 2
@@ -142,17 +132,22 @@ def test_the_toy_flows_through_agent_collector_and_estimate(registry: Registry, 
     assert {"dark", "light"} <= set(items)
 
 
-def test_the_planner_plans_the_toy_from_its_own_formula(registry: Registry, tmp_path: Path) -> None:
-    """plan_use_case and 'plan use-case' print the module's SE; a target SE is solved for n."""
+def test_the_planner_plans_the_toy_from_its_own_formula(
+    registry: Registry, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """plan_use_case and 'plan use-case' (the entry named by LDP_MECHANISMS) print the module's SE."""
     use_case = registry["theme"]
     mech = as_frequencies(use_case.mechanism)
     assert mech.kind is EstimateKind.CATEGORIES
     out = plan_use_case(use_case, n=10_000)
-    p, q = KaryRandomizedResponse(epsilon=2, categories=CATEGORIES).p, mech.plan(1).standard_error
+    p = KaryRandomizedResponse(epsilon=2, categories=CATEGORIES).p
+    q = frequency_server(use_case.server).plan(1).standard_error
     assert out["mechanism"] == "krr"
     assert out["unit"] == "count"
     assert out["standard_error"] == pytest.approx(q * math.sqrt(10_000))
     assert 0 < p < 1
     path = tmp_path / "usecases.toml"
     path.write_text(REGISTRY, encoding="utf-8")
+    assert plan_main(["use-case", "--registry", str(path), "theme", "--n", "1e4", "--json"]) == 2  # unknown mechanism
+    monkeypatch.setenv("LDP_MECHANISMS", "tests.krr:ENTRY")
     assert plan_main(["use-case", "--registry", str(path), "theme", "--n", "1e4", "--json"]) == 0

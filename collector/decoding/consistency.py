@@ -36,7 +36,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from protocol.estimate import VectorEstimate
+from protocol.server.estimate import VectorEstimate
 
 __all__ = ["ConsistentEstimate", "make_consistent", "project_simplex"]
 

@@ -67,9 +67,10 @@ from protocol.cms import CountMeanSketch
 from protocol.dbitflip import DBitFlip
 from protocol.errors import ParameterError
 from protocol.hcms import HadamardCountMeanSketch
-from protocol.interfaces import DiscoveryMechanism
+from protocol.interfaces import as_discovery
 from protocol.randomized_response import RandomizedResponse
 from protocol.registry import RegistryError, UseCase
+from protocol.server.contract import DiscoveryServer, server_of
 from runtime.errors import SettingFileError
 from runtime.registry_file import read_registry
 
@@ -121,7 +122,7 @@ def _plan_rr(a: argparse.Namespace) -> Result:
     eps = _need(a.epsilon, "epsilon")
     mech = _mechanism(lambda: RandomizedResponse(epsilon=eps))
     p = mech.keep_probability
-    unit = mech.plan(1.0).standard_error  # SE · sqrt(n), the module's formula
+    unit = server_of(mech).plan(1.0).standard_error  # SE · sqrt(n), the module's formula
     out: Result = {"mechanism": "rr", "epsilon": eps, "keep_probability": p}
     n = a.n
     if a.target_se is not None:
@@ -209,7 +210,7 @@ def _dbitflip_numbers(eps: float, k: int, d: int, n: float, delta: float) -> dic
     # The per-bucket SEs are the module's (protocol.dbitflip.DBitFlip.plan); the buckets' edges
     # do not enter them, only their number.
     mech = _mechanism(lambda: DBitFlip(epsilon=eps, buckets=LinearBuckets(low=0, high=k, count=k), d=d, memoize=False))
-    figures = mech.plan(n)
+    figures = server_of(mech).plan(n)
     return {
         "standard_error_empty_bucket": figures.figures["standard_error_empty_bucket"],
         "standard_error_uniform_bucket": figures.standard_error,
@@ -500,7 +501,7 @@ def sfp_top_t(
 
 
 def discovery_top_t(
-    mechanism: DiscoveryMechanism,
+    server: DiscoveryServer,
     *,
     n: int,
     alphabet_size: int,
@@ -519,9 +520,9 @@ def discovery_top_t(
     """
     if n <= 0:
         return 1
-    figures = mechanism.plan(float(n))
+    figures = server.plan(float(n))
     positions = max(1, int(figures.figures.get("positions", 1)))
-    fragment_length = max(1, mechanism.longest // positions)
+    fragment_length = max(1, as_discovery(server.mechanism).longest // positions)
     return _top_t(
         word_se=figures.standard_error,
         frag_se=float(figures.figures.get("fragment_standard_error", 0.0)),
@@ -722,7 +723,7 @@ def plan_use_case(use_case: UseCase, *, n: float | None = None, target_se: float
             raise PlanError("give --n, or --target-se to solve for n")
         n = _solve_n(use_case, target_se)
         out["solved"] = {"n": n}
-    figures = mech.plan(float(n))
+    figures = server_of(mech).plan(float(n))
     out.update({"n": int(n), "standard_error": figures.standard_error, "unit": figures.unit})
     out.update(dict(figures.figures))
     out["formulas"] = list(figures.formulas)
@@ -732,17 +733,17 @@ def plan_use_case(use_case: UseCase, *, n: float | None = None, target_se: float
 def _solve_n(use_case: UseCase, target: float) -> int:
     """The smallest ``n`` whose standard error is at most ``target`` (bisection: SE falls with n)."""
     mech = use_case.mechanism
-    if not mech.plan(4.0).standard_error < mech.plan(1.0).standard_error:
-        unit = mech.plan(1.0).unit
+    if not server_of(mech).plan(4.0).standard_error < server_of(mech).plan(1.0).standard_error:
+        unit = server_of(mech).plan(1.0).unit
         raise PlanError(f"the SE of a {unit} grows with n; give --n instead of --target-se")
     lo, hi = 1, 2
-    while mech.plan(float(hi)).standard_error > target:
+    while server_of(mech).plan(float(hi)).standard_error > target:
         lo, hi = hi, hi * 2
         if hi > 1 << 62:
             raise PlanError("the target SE is out of reach at any n")
     while lo < hi:
         mid = (lo + hi) // 2
-        if mech.plan(float(mid)).standard_error <= target:
+        if server_of(mech).plan(float(mid)).standard_error <= target:
             hi = mid
         else:
             lo = mid + 1

@@ -112,8 +112,8 @@ from collector.decoding.consistency import ConsistentEstimate, make_consistent
 from collector.decoding.plain import ValueEstimate, finite
 from collector.decoding.release import Release, ReleaseRule, release
 from collector.decoding.stats import check_level, normal_quantile, normal_sf, reject, z_interval
-from protocol.estimate import Estimate, VectorEstimate
 from protocol.rappor import BitEstimates, Rappor, RapporAggregate
+from protocol.server.estimate import Estimate, VectorEstimate
 
 __all__ = [
     "CategoryDecoding",

@@ -31,8 +31,8 @@ from collector.errors import StoreError
 from collector.folding import batch_from_plain, batch_to_plain, concat_batches
 from collector.store.interface import FoldedReport
 from protocol.errors import StateError
-from protocol.interfaces import Aggregate, Batch
 from protocol.registry import UseCase
+from protocol.server.contract import Aggregate, Batch
 
 __all__ = [
     "AGGREGATE",
@@ -171,8 +171,8 @@ class UseCaseRow:
     @classmethod
     def of(cls, row_id: int, use_case: UseCase) -> UseCaseRow:
         """The row of ``use_case`` stored under ``row_id``."""
-        kind = AGGREGATE if footprint(use_case.mechanism.new_aggregate()) <= SMALL_AGGREGATE else RECORDS
-        return cls(row_id, use_case, kind, use_case.mechanism.empty_batch())
+        kind = AGGREGATE if footprint(use_case.server.new_aggregate()) <= SMALL_AGGREGATE else RECORDS
+        return cls(row_id, use_case, kind, use_case.server.empty_batch())
 
 
 def make_segment(row: UseCaseRow, members: Sequence[FoldedReport]) -> tuple[str, bytes, int]:
@@ -181,7 +181,7 @@ def make_segment(row: UseCaseRow, members: Sequence[FoldedReport]) -> tuple[str,
     count = sum(len(b) for b in batches)
     joined = concat_batches(batches)
     if row.kind == AGGREGATE:
-        mech = row.use_case.mechanism
+        mech = row.use_case.server
         agg = mech.new_aggregate()
         if joined is not None:
             mech.fold(agg, joined)
@@ -200,7 +200,7 @@ def fold_segment(row: UseCaseRow, agg: Aggregate, kind: str, data: Any, where: s
     Raises:
         StoreError: the segment cannot be folded (``where`` names the store).
     """
-    mech = row.use_case.mechanism
+    mech = row.use_case.server
     try:
         if kind == AGGREGATE:
             return agg.merge(mech.restore_aggregate(data))

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from protocol.catalog import Catalog
-from protocol.interfaces import Aggregate, Batch
 from protocol.registry import UseCase
+from protocol.server.contract import Aggregate, Batch
 
 __all__ = [
     "MIGRATE_COMMAND",

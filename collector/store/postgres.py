@@ -164,8 +164,8 @@ from collector.store.postgres_session import DDL_LOCK_TIMEOUT, connect, unavaila
 from collector.store.reads import SegmentReads
 from protocol.catalog import Catalog, catalog_of
 from protocol.errors import StateError
-from protocol.interfaces import Aggregate
 from protocol.registry import Registry, UseCase
+from protocol.server.contract import Aggregate
 
 __all__ = ["SCHEMA_VERSION", "PostgresStore"]
 
@@ -725,10 +725,10 @@ class PostgresStore(SegmentReads):
             "SELECT reports, records, data FROM aggregates WHERE uc = %s AND period = %s", (row.id, period)
         ).fetchone()
         if base is None:
-            return row.use_case.mechanism.new_aggregate(), 0, 0
+            return row.use_case.server.new_aggregate(), 0, 0
         plain = self._open("aggregates", (row.id, period, "", base[0], base[1]), base[2])
         try:
-            agg = row.use_case.mechanism.restore_aggregate(plain)
+            agg = row.use_case.server.restore_aggregate(plain)
         except StateError as exc:
             raise self._damaged(f"the {row.use_case.name} base aggregate cannot be restored ({exc})") from exc
         return agg, int(base[0]), int(base[1])

@@ -18,7 +18,7 @@ from collector.errors import StoreError
 from collector.store.codec import BIG_SEGMENTS, UseCaseRow, fold_segment, unseal
 from collector.store.interface import KeyInfo
 from protocol.catalog import Catalog
-from protocol.interfaces import Aggregate
+from protocol.server.contract import Aggregate
 
 __all__ = ["SegmentReads"]
 
@@ -68,7 +68,7 @@ class SegmentReads(ABC):
 
     def _empty_at(self, use_case: str, period: int) -> tuple[Aggregate, KeyInfo, int]:
         """What :meth:`aggregate_at` gives for a use case nothing was stored for: empty, current now."""
-        empty = self.catalog.use_cases[use_case].mechanism.new_aggregate()
+        empty = self.catalog.use_cases[use_case].server.new_aggregate()
         return empty, KeyInfo(use_case, period, 0, 0), self.last_seq()
 
     def _open(self, table: str, key: tuple[object, ...], data: object) -> Any:

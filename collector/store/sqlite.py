@@ -95,8 +95,8 @@ from collector.store.interface import (
 from collector.store.reads import SegmentReads
 from protocol.catalog import Catalog, catalog_of
 from protocol.errors import StateError
-from protocol.interfaces import Aggregate
 from protocol.registry import Registry, UseCase
+from protocol.server.contract import Aggregate
 
 __all__ = ["SCHEMA_VERSION", "CheckpointStore"]
 
@@ -711,10 +711,10 @@ class CheckpointStore(SegmentReads):
             "SELECT reports, records, data FROM aggregates WHERE uc = ? AND period = ?", (row.id, period)
         ).fetchone()
         if base is None:
-            return row.use_case.mechanism.new_aggregate(), 0, 0
+            return row.use_case.server.new_aggregate(), 0, 0
         plain = self._open("aggregates", (row.id, period, "", base[0], base[1]), base[2])
         try:
-            agg = row.use_case.mechanism.restore_aggregate(plain)
+            agg = row.use_case.server.restore_aggregate(plain)
         except StateError as exc:
             raise StoreError(f"{self.path}: the {row.use_case.name} base aggregate is damaged ({exc})") from exc
         return agg, int(base[0]), int(base[1])

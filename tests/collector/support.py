@@ -198,7 +198,7 @@ def reference_aggregates(registry: Registry, payloads: Sequence[bytes]) -> dict[
         report = decode_report(payload, registry)
         key = (report.use_case.ref, report.period)
         if key not in out:
-            out[key] = report.use_case.mechanism.new_aggregate()
+            out[key] = report.use_case.server.new_aggregate()
         out[key].add(report.batch)
     return out
 

@@ -25,8 +25,9 @@ from collector.metrics import IngestMetrics
 from collector.mqtt import MqttPublisher
 from collector.service import Service, run_service
 from collector.transport import MemoryTransport
-from protocol.randomized_response import RandomizedResponse, RRAggregate, RRBatch
+from protocol.randomized_response import RandomizedResponse
 from protocol.registry import Registry
+from protocol.server.randomized_response import RRAggregate, RRBatch
 from protocol.wire import Report, decode_report, encode_report
 from tests.collector.conftest import FixedClock
 from tests.collector.stores import StoreSite

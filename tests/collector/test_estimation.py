@@ -16,10 +16,10 @@ from collector.decoding.rappor import RapporDecoder
 from collector.estimation import estimate_aggregate, format_estimate, project_simplex, z_value
 from collector.store import KeyInfo
 from protocol.cms import CountMeanSketch
-from protocol.interfaces import Aggregate
 from protocol.randomness import SeededRandom
 from protocol.rappor import Rappor
 from protocol.registry import Registry, parse_registry
+from protocol.server.contract import Aggregate
 from tests.collector.support import EMOJI, privatized_reports
 
 
@@ -40,10 +40,10 @@ def test_z_value_is_the_normal_quantile() -> None:
 
 def _fold(registry: Registry, name: str, count: int, seed: int) -> tuple[Aggregate, KeyInfo]:
     uc = registry.use_cases[name]
-    agg = uc.mechanism.new_aggregate()
+    agg = uc.server.new_aggregate()
     reports = privatized_reports(registry, name, count, period=100, seed=seed)
     for r in reports:
-        uc.mechanism.fold(agg, uc.mechanism.decode_records(list(r.records)))
+        uc.server.fold(agg, uc.server.decode_records(list(r.records)))
     return agg, KeyInfo(name, 100, count, count)
 
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import math
 
 from benchmarks.load import REGISTRY, build_counters, build_single
-from protocol.interfaces import as_mean
 from protocol.registry import parse_registry
+from protocol.server.contract import mean_server
 from protocol.wire import decode_report
 
 
@@ -28,12 +28,12 @@ def test_counter_reports_estimate_the_mean() -> None:
     registry = parse_registry(REGISTRY.read_bytes())
     uc = registry.use_cases["app-usage-seconds"]
     messages = build_counters(registry, 1_000, seed=4, period=7)
-    aggregate = uc.mechanism.new_aggregate()
+    aggregate = uc.server.new_aggregate()
     for _, payload in messages:
         report = decode_report(payload, registry)
         assert report.count == 20
-        uc.mechanism.fold(aggregate, report.batch)
-    estimate = as_mean(uc.mechanism).estimate_mean(aggregate)
+        uc.server.fold(aggregate, report.batch)
+    estimate = mean_server(uc.server).estimate_mean(aggregate)
     # Values are Exponential(3600 s) clipped at m = 21,600: the mean is 3600 (1 - e^-6).
     truth = 3600.0 * (1 - math.exp(-6.0))
     assert abs(estimate.value - truth) <= 5 * estimate.standard_error

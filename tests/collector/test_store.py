@@ -45,7 +45,7 @@ def _fixture() -> tuple[Registry, dict[str, list[DecodedReport]]]:
 
 
 def _reference(registry: Registry, reports: list[DecodedReport]) -> Any:
-    mech = reports[0].use_case.mechanism
+    mech = reports[0].use_case.server
     agg = mech.new_aggregate()
     for r in reports:
         mech.fold(agg, r.batch)
@@ -94,7 +94,7 @@ def test_columnar_batches_concatenate_and_round_trip(name: str, data: st.DataObj
     assert joined is not None
     assert is_columnar(joined)
     assert len(joined) == sum(len(b) for b in batches)
-    mech = registry.use_cases[name].mechanism
+    mech = registry.use_cases[name].server
     restored = batch_from_plain(mech.empty_batch(), batch_to_plain(joined))
     one, parts = mech.new_aggregate(), mech.new_aggregate()
     mech.fold(one, restored)

@@ -35,14 +35,19 @@ class ScriptedRandom:
     def __init__(self, words: list[int]) -> None:
         self._words = list(words)
 
-    def words(self, n: int) -> npt.NDArray[np.uint64]:
+    def draw(self, n: int) -> list[int]:
         out, self._words = self._words[:n], self._words[n:]
-        out += [0] * (n - len(out))
-        return np.array(out, dtype=np.uint64)
+        return out + [0] * (n - len(out))
+
+    def words(self, n: int) -> npt.NDArray[np.uint64]:
+        return np.array(self.draw(n), dtype=np.uint64)
 
 
 class NoRandom:
     """A source that must not be used."""
+
+    def draw(self, n: int) -> list[int]:
+        raise AssertionError("no randomness may be drawn here")
 
     def words(self, n: int) -> npt.NDArray[np.uint64]:
         raise AssertionError("no randomness may be drawn here")

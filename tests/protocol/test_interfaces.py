@@ -1,4 +1,4 @@
-"""The mechanism contract: every built-in mechanism meets it, in plain forms, for its kind."""
+"""The mechanism contract: every built-in mechanism meets both halves of it, in plain forms, for its kind."""
 
 from __future__ import annotations
 
@@ -6,19 +6,17 @@ from pathlib import Path
 
 import pytest
 
-from protocol.interfaces import (
-    EstimateKind,
-    Mechanism,
-    Privatization,
-    as_candidates,
-    as_discovery,
-    as_frequencies,
-    as_histogram,
-    as_mean,
-    mechanism_entries,
-)
+from protocol.interfaces import EstimateKind, Mechanism, Privatization
 from protocol.randomness import SeededRandom
-from protocol.registry import MECHANISM_NAMES, Registry, parse_registry
+from protocol.registry import BUILTIN_MECHANISMS, MECHANISM_NAMES, Registry, parse_registry
+from protocol.server.contract import (
+    ServerMechanism,
+    candidate_server,
+    discovery_server,
+    frequency_server,
+    histogram_server,
+    mean_server,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "deploy" / "usecases.example.toml"
@@ -53,36 +51,38 @@ def example() -> Registry:
 
 
 def test_every_builtin_is_in_the_table_and_has_its_kind(example: Registry) -> None:
-    """The seven modules registered themselves; each states the kind and timing DESIGN gives it."""
-    assert set(MECHANISM_NAMES) <= set(mechanism_entries())
+    """The seven entries are the built-in table; each states the kind and timing docs/design.md gives it."""
+    assert [e.name for e in BUILTIN_MECHANISMS] == list(MECHANISM_NAMES)
     seen = set()
     for uc in example.use_cases.values():
         mech = uc.mechanism
         assert isinstance(mech, Mechanism)
+        assert isinstance(uc.server, ServerMechanism)
+        assert uc.server.mechanism is mech
         assert mech.kind is KINDS[mech.name], mech.name
         assert mech.privatization is PRIVATIZATION[mech.name], mech.name
         seen.add(mech.name)
     assert seen == set(MECHANISM_NAMES)
 
 
-def test_each_kind_narrows_to_its_protocol_and_no_other(example: Registry) -> None:
-    """as_mean / as_histogram / ... accept exactly the mechanisms of their kind."""
+def test_each_kind_narrows_to_its_server_protocol_and_no_other(example: Registry) -> None:
+    """mean_server / histogram_server / ... accept exactly the server halves of their kind."""
     narrow = {
-        EstimateKind.PROPORTION: as_mean,
-        EstimateKind.MEAN: as_mean,
-        EstimateKind.HISTOGRAM: as_histogram,
-        EstimateKind.DICTIONARY: as_frequencies,
-        EstimateKind.CATEGORIES: as_frequencies,
-        EstimateKind.CANDIDATES: as_candidates,
-        EstimateKind.DISCOVERY: as_discovery,
+        EstimateKind.PROPORTION: mean_server,
+        EstimateKind.MEAN: mean_server,
+        EstimateKind.HISTOGRAM: histogram_server,
+        EstimateKind.DICTIONARY: frequency_server,
+        EstimateKind.CATEGORIES: frequency_server,
+        EstimateKind.CANDIDATES: candidate_server,
+        EstimateKind.DISCOVERY: discovery_server,
     }
     for uc in example.use_cases.values():
-        mech = uc.mechanism
-        assert narrow[mech.kind](mech) is mech
+        server = uc.server
+        assert narrow[server.kind](server) is server
         for _kind, fn in narrow.items():
-            if fn is not narrow[mech.kind]:
-                with pytest.raises(TypeError, match=mech.name):
-                    fn(mech)
+            if fn is not narrow[server.kind]:
+                with pytest.raises(TypeError, match=uc.mechanism.name):
+                    fn(server)
 
 
 def test_plain_forms_round_trip_through_wire_and_aggregate(example: Registry) -> None:
@@ -97,15 +97,16 @@ def test_plain_forms_round_trip_through_wire_and_aggregate(example: Registry) ->
         mech.check_state_plain(state)
         wire, new_state = mech.privatize_plain(value, state, rng)
         mech.check_state_plain(new_state)
-        batch = mech.decode_records([wire])
+        server = uc.server
+        batch = server.decode_records([wire])
         assert len(batch) == 1
-        agg = mech.new_aggregate()
-        mech.fold(agg, batch)
-        mech.fold(agg, mech.empty_batch())
-        again = mech.restore_aggregate(agg.to_plain())
+        agg = server.new_aggregate()
+        server.fold(agg, batch)
+        server.fold(agg, server.empty_batch())
+        again = server.restore_aggregate(agg.to_plain())
         assert again.n == agg.n == 1
         assert agg.merge(again).n == 2
-        plan = mech.plan(1e6)
+        plan = server.plan(1e6)
         assert plan.standard_error > 0
         assert plan.formulas
         assert mech.privacy_figures()["epsilon_report"] == pytest.approx(mech.epsilon_report)
@@ -113,7 +114,7 @@ def test_plain_forms_round_trip_through_wire_and_aggregate(example: Registry) ->
 
 def test_a_mix_up_of_mechanisms_is_a_type_error(example: Registry) -> None:
     """Folding one mechanism's batch into another's aggregate is refused by name, never folded."""
-    cms, hcms = example["emoji"].mechanism, example["safari-energy-domains"].mechanism
-    batch = hcms.decode_records([hcms.privatize_plain("x", None, SeededRandom(1))[0]])
+    cms, hcms = example["emoji"], example["safari-energy-domains"]
+    batch = hcms.server.decode_records([hcms.mechanism.privatize_plain("x", None, SeededRandom(1))[0]])
     with pytest.raises(TypeError, match="cms"):
-        cms.fold(cms.new_aggregate(), batch)
+        cms.server.fold(cms.server.new_aggregate(), batch)

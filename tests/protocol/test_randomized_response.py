@@ -10,8 +10,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from protocol.errors import InputError, ParameterError
-from protocol.randomized_response import RandomizedResponse, RRAggregate, RRBatch
+from protocol.randomized_response import RandomizedResponse
 from protocol.randomness import SeededRandom
+from protocol.server.randomized_response import RRAggregate, RRBatch, RRServer
 from tests.protocol.ldp import assert_tight_ldp
 
 
@@ -45,8 +46,9 @@ def test_unbiased_with_honest_standard_error() -> None:
     values = (np.arange(n) < truth * n).astype(np.uint8)
     estimates, ses = [], []
     for _ in range(reps):
-        agg = mech.new_aggregate()
-        agg.add(mech.privatize_many(values, rng))
+        server = RRServer(mech)
+        agg = server.new_aggregate()
+        agg.add(server.privatize_many(values, rng))
         est = agg.estimate()
         assert abs(est.value - truth) <= 5 * est.standard_error
         estimates.append(est.value)
@@ -70,7 +72,7 @@ def test_merge_is_associative_and_commutative(parts: list[list[int]]) -> None:
     mech = RandomizedResponse(epsilon=2.0)
     aggs = []
     for bits in parts:
-        agg = mech.new_aggregate()
+        agg = RRServer(mech).new_aggregate()
         agg.add(RRBatch(np.array(bits, dtype=np.uint8)))
         aggs.append(agg)
     a, b, c = aggs

@@ -9,6 +9,8 @@ from fractions import Fraction
 import numpy as np
 import numpy.typing as npt
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from protocol.randomness import (
     SCALE,
@@ -19,7 +21,10 @@ from protocol.randomness import (
     coin_at_least,
     coin_at_most,
     dexp,
+    flips,
+    random_bytes,
     sample_without_replacement,
+    uniform_draws,
     uniform_ints,
 )
 
@@ -31,8 +36,11 @@ class Scripted:
         self.left = list(words)
 
     def words(self, n: int) -> npt.NDArray[np.uint64]:
+        return np.array(self.draw(n), dtype=np.uint64)
+
+    def draw(self, n: int) -> list[int]:
         out, self.left = self.left[:n], self.left[n:]
-        return np.array(out, dtype=np.uint64)
+        return out
 
 
 def test_coin_rounding_brackets_the_real_probability() -> None:
@@ -102,3 +110,34 @@ def test_system_random_gives_writable_independent_words() -> None:
         assert a.shape == (n,)
         assert a.flags.writeable
         assert not np.array_equal(a, b)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    n=st.one_of(st.integers(1, 300), st.integers(1, 1 << 33), st.sampled_from([255, 256, 257, 65_537, 1 << 32])),
+    size=st.integers(0, 40),
+    seed=st.integers(0, 2**32),
+)
+def test_the_pure_draws_equal_the_vectorised_ones_word_for_word(n: int, size: int, seed: int) -> None:
+    """Same stream, same results: uniform_draws is uniform_ints, flips is bernoulli, and they leave
+    the stream at the same place."""
+    a, b = SeededRandom(seed), SeededRandom(seed)
+    assert uniform_draws(a, n, size) == uniform_ints(b, n, size).tolist()
+    coin = Coin(int(SCALE * 0.3))
+    assert flips(a, coin, size) == bernoulli(b, coin, size).tolist()
+    assert a.draw(3) == b.words(3).tolist()
+
+
+def test_certain_coins_draw_nothing() -> None:
+    """Probability 0 or 1 takes no word from the stream, in both forms."""
+    a, b = SeededRandom(4), SeededRandom(4)
+    assert flips(a, Coin(0), 5) == [False] * 5
+    assert flips(a, Coin(SCALE), 5) == [True] * 5
+    assert a.draw(2) == b.draw(2)
+
+
+def test_random_bytes_are_the_stream_little_endian() -> None:
+    """random_bytes cuts whole little-endian words, as numpy's tobytes does."""
+    a, b = SeededRandom(9), SeededRandom(9)
+    assert random_bytes(a, 16) == b.words(2).astype("<u8").tobytes()
+    assert len(random_bytes(a, 5)) == 5

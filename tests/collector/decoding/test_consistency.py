@@ -11,8 +11,8 @@ from scipy.optimize import minimize
 from collector.decoding.consistency import make_consistent, project_simplex
 from protocol.buckets import LinearBuckets
 from protocol.dbitflip import DBitFlip
-from protocol.estimate import VectorEstimate
 from protocol.randomness import SeededRandom
+from protocol.server.estimate import VectorEstimate
 
 finite = st.floats(min_value=-100.0, max_value=100.0, allow_nan=False)
 

@@ -13,7 +13,7 @@ import numpy as np
 import numpy.typing as npt
 
 from protocol.errors import StateError
-from protocol.plain import require
+from protocol.server.plain import require
 
 __all__ = ["BitBatch", "BitSumAggregate"]
 
