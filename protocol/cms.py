@@ -90,7 +90,7 @@ import numpy.typing as npt
 
 from protocol.checks import check_epsilon, check_indexed_bits, check_int, check_seed, encoded_size
 from protocol.errors import InputError, StateError
-from protocol.hashing import Fingerprints, HashFamily, _fingerprint_key
+from protocol.hashing import HashFamily, fingerprint_key
 from protocol.interfaces import (
     EstimateKind,
     EventLevelStrings,
@@ -102,6 +102,7 @@ from protocol.interfaces import (
 from protocol.randomness import SCALE, Coin, RandomSource, coin_at_most, dexp, uniform_ints
 from protocol.server.contract import Aggregate, Batch, PlanFigures
 from protocol.server.estimate import Estimate, VectorEstimate
+from protocol.server.hashing import Fingerprints, evaluate, family_fingerprints
 from protocol.server.plain import array_from_plain, array_to_plain, require
 from protocol.server.records import decode_indexed_bits
 from protocol.server.sketch import gather_sums
@@ -160,7 +161,7 @@ class ScalarHash:
 
     def __init__(self, family: HashFamily) -> None:
         self._family = family
-        self._key = _fingerprint_key(family.seed)
+        self._key = fingerprint_key(family.seed)
 
     def fingerprint(self, data: bytes) -> int:
         """The 64-bit fingerprint of ``data`` under the family's seed."""
@@ -404,7 +405,7 @@ class CountMeanSketch(EventLevelStrings):
         codes = np.fromiter(
             (position.setdefault(as_value_bytes(v), len(position)) for v in values), dtype=np.int64, count=len(values)
         )
-        fp = self.family.fingerprints(list(position))
+        fp = family_fingerprints(self.family, list(position))
         return self.privatize_fingerprints(Fingerprints(lo=fp.lo[codes], hi=fp.hi[codes]), rng)
 
     def privatize_fingerprints(self, fp: Fingerprints, rng: RandomSource) -> CMSBatch:
@@ -417,7 +418,7 @@ class CountMeanSketch(EventLevelStrings):
             stop = min(n, start + step)
             flips, j = self._flip_matrix(rng, stop - start)
             part = Fingerprints(lo=fp.lo[start:stop], hi=fp.hi[start:stop])
-            h = self.family.evaluate(part, j)
+            h = evaluate(self.family, part, j)
             rows = np.arange(stop - start)
             flips[rows, h] = ~flips[rows, h]
             indices[start:stop] = j
@@ -812,7 +813,7 @@ class CMSAggregate:
             InputError: if a candidate is neither ``str`` nor ``bytes``.
         """
         checked = [as_value_bytes(v) for v in candidates]
-        return self.estimate_fingerprints(self.mechanism.family.fingerprints(checked), workers=workers)
+        return self.estimate_fingerprints(family_fingerprints(self.mechanism.family, checked), workers=workers)
 
     def estimate_fingerprints(self, fp: Fingerprints, *, workers: int | None = None) -> VectorEstimate:
         """As :meth:`estimate`, for candidates already fingerprinted under the mechanism's family."""

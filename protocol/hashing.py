@@ -30,27 +30,25 @@ The papers ask for three-wise independent families (003 Alg. 1); the mean and va
 computations behind 003 Thm 4.2 and 4.4 only use ``Pr[h(d) = h(d')] = 1/m`` for ``d != d'``,
 which 2-independence gives. The collision rate is checked by a test.
 
-The server evaluates one function for a whole dictionary at a time with a handful of
-numpy passes (:meth:`HashFamily.evaluate_row`), which is what makes dictionary queries
-over hundreds of thousands of candidates and tens of thousands of functions feasible.
+This module is what a device needs, in pure Python: one value's fingerprint and one
+function of the family at a time. The server evaluates one function for a whole dictionary
+at a time with a handful of numpy passes (:mod:`protocol.server.hashing`), which is what
+makes dictionary queries over hundreds of thousands of candidates and tens of thousands of
+functions feasible; both compute the same numbers (a test compares them).
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable
+import struct
 from dataclasses import dataclass
 from functools import cached_property
 
-import numpy as np
-import numpy.typing as npt
-
 from protocol.errors import ParameterError
 
-__all__ = ["Fingerprints", "HashFamily", "derive_seed", "fingerprint", "fingerprints"]
+__all__ = ["HashFamily", "as_bytes", "derive_seed", "fingerprint", "fingerprint_key"]
 
-_U32 = np.uint64(32)
-_MASK32 = np.uint64(0xFFFFFFFF)
+_MASK64 = (1 << 64) - 1
 
 
 def derive_seed(seed: bytes, label: str) -> bytes:
@@ -58,11 +56,13 @@ def derive_seed(seed: bytes, label: str) -> bytes:
     return hashlib.blake2b(seed, digest_size=32, person=b"ldp-derive", salt=label.encode()[:16]).digest()
 
 
-def _fingerprint_key(seed: bytes) -> bytes:
+def fingerprint_key(seed: bytes) -> bytes:
+    """The BLAKE2b key fingerprints under ``seed`` are computed with."""
     return hashlib.blake2b(seed, digest_size=32, person=b"ldp-fingerprint").digest()
 
 
-def _as_bytes(value: str | bytes) -> bytes:
+def as_bytes(value: str | bytes) -> bytes:
+    """A hashable value as bytes (``str`` as UTF-8); ``TypeError`` for anything else."""
     if isinstance(value, bytes):
         return value
     if isinstance(value, str):
@@ -72,27 +72,8 @@ def _as_bytes(value: str | bytes) -> bytes:
 
 def fingerprint(value: str | bytes, *, seed: bytes) -> int:
     """The 64-bit fingerprint of one value under ``seed``."""
-    digest = hashlib.blake2b(_as_bytes(value), digest_size=8, key=_fingerprint_key(seed)).digest()
+    digest = hashlib.blake2b(as_bytes(value), digest_size=8, key=fingerprint_key(seed)).digest()
     return int.from_bytes(digest, "little")
-
-
-@dataclass(frozen=True)
-class Fingerprints:
-    """Fingerprints of many values, split into the 32-bit halves the hash functions use."""
-
-    lo: npt.NDArray[np.uint64]
-    hi: npt.NDArray[np.uint64]
-
-    def __len__(self) -> int:
-        return int(self.lo.size)
-
-
-def fingerprints(values: Iterable[str | bytes], *, seed: bytes) -> Fingerprints:
-    """Fingerprints of ``values`` under ``seed``, ready for vectorised evaluation."""
-    key = _fingerprint_key(seed)
-    raw = b"".join(hashlib.blake2b(_as_bytes(v), digest_size=8, key=key).digest() for v in values)
-    x = np.frombuffer(raw, dtype="<u8").astype(np.uint64)
-    return Fingerprints(lo=x & _MASK32, hi=x >> _U32)
 
 
 @dataclass(frozen=True)
@@ -120,86 +101,35 @@ class HashFamily:
             raise ParameterError("range", "in [1, 2**32]", self.range)
 
     @cached_property
-    def _coefficients(self) -> npt.NDArray[np.uint64]:
-        stream = hashlib.shake_256(b"ldp-telemetry/hash-family/v1\x00" + self.seed).digest(24 * self.count)
-        return np.frombuffer(stream, dtype="<u8").astype(np.uint64).reshape(self.count, 3)
+    def coefficient_bytes(self) -> bytes:
+        """``a_j, b_j, c_j`` of every function, as ``3 * count`` little-endian 64-bit words."""
+        return hashlib.shake_256(b"ldp-telemetry/hash-family/v1\x00" + self.seed).digest(24 * self.count)
 
-    @cached_property
-    def _power_of_two_shift(self) -> np.uint64 | None:
-        if self.range & (self.range - 1):
-            return None
-        return np.uint64(64 - (self.range.bit_length() - 1))
-
-    def fingerprints(self, values: Iterable[str | bytes]) -> Fingerprints:
-        """Fingerprints of ``values`` under this family's seed."""
-        return fingerprints(values, seed=self.seed)
-
-    def _reduce(self, mixed: npt.NDArray[np.uint64]) -> npt.NDArray[np.uint64]:
-        shift = self._power_of_two_shift
-        if shift is not None:
-            if shift == 64:  # range 1
-                return np.zeros_like(mixed)
-            return mixed >> shift
-        return ((mixed >> _U32) * np.uint64(self.range)) >> _U32
-
-    def evaluate(self, fp: Fingerprints, index: npt.NDArray[np.integer] | int) -> npt.NDArray[np.int64]:
-        """``h_index[i](fp[i])`` elementwise (``index`` broadcasts against ``fp``)."""
-        idx = np.asarray(index, dtype=np.int64)
-        if idx.size and (int(idx.min()) < 0 or int(idx.max()) >= self.count):
-            raise IndexError(f"hash index out of range [0, {self.count})")
-        coef = self._coefficients
-        mixed = coef[idx, 0] * fp.lo + coef[idx, 1] * fp.hi + coef[idx, 2]
-        return self._reduce(mixed).astype(np.int64)
-
-    @cached_property
-    def _coefficient_rows(self) -> list[tuple[int, int, int]]:
-        return [(int(a), int(b), int(c)) for a, b, c in self._coefficients.tolist()]
-
-    def evaluate_fingerprint(self, fp: int, index: int) -> int:
-        """``h_index`` of one 64-bit fingerprint, in pure Python (a client's fast path).
-
-        Same result as :meth:`evaluate`; avoids numpy's per-call overhead, which dominates
-        when a device hashes one value.
-        """
+    def coefficients(self, index: int) -> tuple[int, int, int]:
+        """``(a, b, c)`` of ``h_index``: one row read from :attr:`coefficient_bytes`, so a device
+        that hashes with a few of a large family's functions never expands the rest."""
         if not 0 <= index < self.count:
             raise IndexError(f"hash index out of range [0, {self.count})")
-        a, b, c = self._coefficient_rows[index]
-        mixed = (a * (fp & 0xFFFFFFFF) + b * (fp >> 32) + c) & 0xFFFFFFFFFFFFFFFF
-        shift = self._power_of_two_shift
+        a, b, c = struct.unpack_from("<3Q", self.coefficient_bytes, 24 * index)
+        return a, b, c
+
+    @cached_property
+    def power_of_two_shift(self) -> int | None:
+        """``64 - log2(range)`` when the range is a power of two (the top bits are kept), else None."""
+        if self.range & (self.range - 1):
+            return None
+        return 64 - (self.range.bit_length() - 1)
+
+    def evaluate_fingerprint(self, fp: int, index: int) -> int:
+        """``h_index`` of one 64-bit fingerprint (a device hashes one value at a time; the
+        vectorised form over many is :func:`protocol.server.hashing.evaluate`)."""
+        a, b, c = self.coefficients(index)
+        mixed = (a * (fp & 0xFFFFFFFF) + b * (fp >> 32) + c) & _MASK64
+        shift = self.power_of_two_shift
         if shift is not None:
-            return 0 if shift == 64 else mixed >> int(shift)
+            return 0 if shift == 64 else mixed >> shift
         return ((mixed >> 32) * self.range) >> 32
 
     def evaluate_value(self, value: str | bytes, index: int) -> int:
         """``h_index(value)`` for a single value (what a client computes)."""
         return self.evaluate_fingerprint(fingerprint(value, seed=self.seed), index)
-
-    def evaluate_row(
-        self,
-        fp: Fingerprints,
-        index: int,
-        *,
-        out: npt.NDArray[np.uint64],
-        scratch: npt.NDArray[np.uint64],
-    ) -> npt.NDArray[np.uint64]:
-        """``h_index`` of every fingerprint, written into ``out`` without allocating.
-
-        The server's inner loop: ``out`` and ``scratch`` are preallocated ``uint64`` arrays
-        of ``len(fp)`` entries. Returns ``out`` (values in ``[0, range)``).
-        """
-        a, b, c = self._coefficients[index]
-        np.multiply(fp.lo, a, out=out)
-        np.multiply(fp.hi, b, out=scratch)
-        np.add(out, scratch, out=out)
-        np.add(out, c, out=out)
-        shift = self._power_of_two_shift
-        if shift is not None:
-            if shift == 64:
-                out[...] = 0
-            else:
-                np.right_shift(out, shift, out=out)
-        else:
-            np.right_shift(out, _U32, out=out)
-            np.multiply(out, np.uint64(self.range), out=out)
-            np.right_shift(out, _U32, out=out)
-        return out

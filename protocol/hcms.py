@@ -77,7 +77,7 @@ import numpy.typing as npt
 
 from protocol.checks import check_epsilon, check_int, check_seed, encoded_size
 from protocol.errors import InputError, MalformedReportError, ParameterError, StateError
-from protocol.hashing import Fingerprints, HashFamily, fingerprint
+from protocol.hashing import HashFamily, fingerprint
 from protocol.interfaces import (
     EstimateKind,
     EventLevelStrings,
@@ -89,6 +89,7 @@ from protocol.interfaces import (
 from protocol.randomness import SCALE, Coin, RandomSource, bernoulli, coin_at_most, dexp, uniform_ints
 from protocol.server.contract import Aggregate, Batch, PlanFigures
 from protocol.server.estimate import VectorEstimate
+from protocol.server.hashing import Fingerprints, evaluate, family_fingerprints
 from protocol.server.plain import array_from_plain, array_to_plain, require
 from protocol.server.sketch import gather_sums
 
@@ -308,22 +309,10 @@ class HadamardCountMeanSketch(EventLevelStrings):
         p = self.keep_coin.probability
         return math.log(p / (1 - p))
 
-    @cached_property
-    def _hash_coefficients(self) -> list[list[int]]:
-        # The client's single-record path evaluates h_j in pure Python: numpy's per-call
-        # overhead (~30 µs in HashFamily.evaluate_value) is ten times the rest of a report.
-        # Same vector multiply-shift as protocol.hashing, top log2(m) bits; a test pins the
-        # equality with HashFamily.evaluate_value. There is no public scalar evaluator.
-        coefficients: list[list[int]] = self.family._coefficients.tolist()
-        return coefficients
-
-    @cached_property
-    def _log2_m(self) -> int:
-        return self.m.bit_length() - 1
-
     def _hash(self, fp: int, j: int) -> int:
-        a, b, c = self._hash_coefficients[j]
-        return ((a * (fp & 0xFFFFFFFF) + b * (fp >> 32) + c) & 0xFFFFFFFFFFFFFFFF) >> (64 - self._log2_m)
+        # The client's single-record path evaluates h_j in pure Python (one row of the
+        # family's coefficients; protocol.hashing), never through numpy.
+        return self.family.evaluate_fingerprint(fp, j)
 
     # ---------------------------------------------------------------- client half
 
@@ -341,7 +330,7 @@ class HadamardCountMeanSketch(EventLevelStrings):
             w0 = int(rng.words(1)[0])
         j = w0 % self.k
         # Step 5: ℓ uniform in [m] (m is a power of two: the top bits of a word).
-        ell = w1 >> (64 - self._log2_m)
+        ell = w1 >> (64 - (self.m.bit_length() - 1))
         # Steps 2-4: w_ℓ = (H_m e_{h_j(d)})_ℓ = (-1)**popcount(ℓ AND h_j(d)).
         parity = (ell & self._hash(fingerprint(v, seed=self.seed), j)).bit_count() & 1
         # Steps 6-7: w̃ = b w_ℓ; bit 1 <=> w̃ = +1 <=> (b = +1) == (w_ℓ = +1).
@@ -361,7 +350,7 @@ class HadamardCountMeanSketch(EventLevelStrings):
             distinct = [_as_value_bytes(v) for v in position]
         except TypeError as exc:
             raise InputError(f"HCMS privatizes str or bytes values: {exc}") from exc
-        fp = self.family.fingerprints(distinct)
+        fp = family_fingerprints(self.family, distinct)
         return self.privatize_fingerprints(Fingerprints(lo=fp.lo[codes], hi=fp.hi[codes]), rng)
 
     def privatize_fingerprints(self, fp: Fingerprints, rng: RandomSource) -> HCMSBatch:
@@ -369,7 +358,7 @@ class HadamardCountMeanSketch(EventLevelStrings):
         n = len(fp)
         j = uniform_ints(rng, self.k, n)
         ell = uniform_ints(rng, self.m, n)
-        h = self.family.evaluate(fp, j)
+        h = evaluate(self.family, fp, j)
         parity = (np.bitwise_count(ell & h) & 1).astype(np.uint8)
         b_plus = bernoulli(rng, self.keep_coin, n).astype(np.uint8)
         return HCMSBatch(j=j, ell=ell, bits=b_plus ^ parity)
@@ -649,7 +638,7 @@ class HCMSAggregate:
     def estimate(self, candidates: Sequence[str | bytes], *, workers: int | None = None) -> VectorEstimate:
         """Estimated counts of ``candidates`` (003 Alg. 4 on ``M^H``) with standard errors."""
         checked = [_as_value_bytes(v) for v in candidates]
-        return self.estimate_fingerprints(self.mechanism.family.fingerprints(checked), workers=workers)
+        return self.estimate_fingerprints(family_fingerprints(self.mechanism.family, checked), workers=workers)
 
     def estimate_fingerprints(self, fp: Fingerprints, *, workers: int | None = None) -> VectorEstimate:
         """As :meth:`estimate`, for candidates already fingerprinted under the mechanism's family."""

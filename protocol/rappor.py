@@ -68,7 +68,7 @@ import numpy.typing as npt
 
 from protocol.checks import check_int, check_probability, check_seed, encoded_size
 from protocol.errors import InputError, ParameterError, StateError
-from protocol.hashing import Fingerprints, HashFamily, fingerprint
+from protocol.hashing import HashFamily, fingerprint
 from protocol.interfaces import (
     EstimateKind,
     MechanismEntry,
@@ -88,6 +88,7 @@ from protocol.randomness import (
 )
 from protocol.server.contract import Aggregate, Batch, PlanFigures
 from protocol.server.estimate import VectorEstimate
+from protocol.server.hashing import Fingerprints, evaluate, family_fingerprints
 from protocol.server.plain import array_from_plain, array_to_plain, require
 from protocol.server.records import decode_indexed_bits
 
@@ -397,7 +398,7 @@ class Rappor(MemoizedState):
         x = fingerprint(vb, seed=self.seed)
         fp = Fingerprints(lo=np.array([x & 0xFFFFFFFF], dtype=np.uint64), hi=np.array([x >> 32], dtype=np.uint64))
         idx = np.arange(cohort * self.h, (cohort + 1) * self.h, dtype=np.int64)
-        return [int(b) for b in self.family.evaluate(fp, idx)]
+        return [int(b) for b in evaluate(self.family, fp, idx)]
 
     def bloom_bits(self, value: str | bytes, cohort: int) -> npt.NDArray[np.bool_]:
         """Step 1 as a ``k``-entry boolean vector."""
@@ -502,10 +503,10 @@ class Rappor(MemoizedState):
                 raise InputError(f"RAPPOR takes str or bytes values; got {type(v).__name__}")
         number = {v: i for i, v in enumerate(distinct)}
         inverse = np.fromiter(map(number.__getitem__, values), dtype=np.int64, count=n)
-        fp_distinct = self.family.fingerprints(distinct)
+        fp_distinct = family_fingerprints(self.family, distinct)
         fp = Fingerprints(lo=fp_distinct.lo[inverse], hi=fp_distinct.hi[inverse])
         for i in range(self.h):
-            out[rows, self.family.evaluate(fp, cohorts * self.h + i)] = True
+            out[rows, evaluate(self.family, fp, cohorts * self.h + i)] = True
         return out
 
     def privatize_many(
@@ -595,10 +596,10 @@ class Rappor(MemoizedState):
         if self.basic:
             idx = self._category_indices(candidates)
             return np.broadcast_to(idx[:, None, None], (idx.size, self.cohorts, 1)).copy()
-        fp = self.family.fingerprints(candidates)
+        fp = family_fingerprints(self.family, candidates)
         out = np.empty((len(fp), self.cohorts, self.h), dtype=np.int64)
         for j in range(self.family.count):
-            out[:, j // self.h, j % self.h] = self.family.evaluate(fp, j)
+            out[:, j // self.h, j % self.h] = evaluate(self.family, fp, j)
         return out
 
     def candidate_bits(self, candidates: Sequence[str | bytes]) -> npt.NDArray[np.uint8]:

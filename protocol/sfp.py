@@ -74,7 +74,7 @@ from protocol.cms import (
     check_wire_record,
 )
 from protocol.errors import InputError, MalformedReportError, ParameterError, StateError
-from protocol.hashing import Fingerprints, HashFamily, derive_seed
+from protocol.hashing import HashFamily, derive_seed
 from protocol.interfaces import (
     EstimateKind,
     EventLevelStrings,
@@ -86,6 +86,7 @@ from protocol.interfaces import (
 from protocol.randomness import SCALE, RandomSource, uniform_ints
 from protocol.server.contract import Aggregate, Batch, PlanFigures
 from protocol.server.estimate import VectorEstimate
+from protocol.server.hashing import Fingerprints, family_fingerprints
 from protocol.server.plain import require
 
 __all__ = [
@@ -285,9 +286,9 @@ class SequenceFragmentPuzzle(EventLevelStrings):
             for p in range(self.positions)
         ]
         positions = uniform_ints(rng, self.positions, len(values))
-        frag_fp = self.fragment_cms.family.fingerprints(fragment_values)
+        frag_fp = family_fingerprints(self.fragment_cms.family, fragment_values)
         pick = codes * self.positions + positions
-        word_fp = self.word_cms.family.fingerprints([_utf8(s) for s in words])
+        word_fp = family_fingerprints(self.word_cms.family, [_utf8(s) for s in words])
         fragment = self.fragment_cms.privatize_fingerprints(Fingerprints(lo=frag_fp.lo[pick], hi=frag_fp.hi[pick]), rng)
         word = self.word_cms.privatize_fingerprints(Fingerprints(lo=word_fp.lo[codes], hi=word_fp.hi[codes]), rng)
         return SFPBatch(positions=positions, fragment=fragment, word=word)
@@ -612,7 +613,7 @@ def reconstruct(
     # Steps 8-10: the top T (piece, fragment) tuples per position, over all 256 x |Ω|**l pairs.
     encoded = [_utf8(f) for f in fragments]
     values = [bytes((w,)) + f for w in range(PUZZLE_PIECES) for f in encoded]
-    fp = mech.fragment_cms.family.fingerprints(values)
+    fp = family_fingerprints(mech.fragment_cms.family, values)
     per_position: list[dict[int, list[str]]] = []
     for position_aggregate in aggregate.fragments:
         if position_aggregate.n == 0:

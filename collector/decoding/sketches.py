@@ -35,6 +35,7 @@ from collector.decoding.plain import ValueEstimate, finite
 from collector.decoding.release import Release, ReleaseRule, release
 from protocol.cms import CMSAggregate, as_value_bytes
 from protocol.hcms import HCMSAggregate
+from protocol.server.hashing import family_fingerprints
 from protocol.sfp import SFPAggregate, reconstruct
 
 __all__ = [
@@ -170,7 +171,7 @@ def query_dictionary(
     family = aggregate.mechanism.family
     for start in range(0, size, _BLOCK):
         block = [as_value_bytes(v) for v in dictionary[start : start + _BLOCK]]
-        est = aggregate.estimate_fingerprints(family.fingerprints(block), workers=workers)
+        est = aggregate.estimate_fingerprints(family_fingerprints(family, block), workers=workers)
         counts[start : start + len(block)] = est.values
         ses[start : start + len(block)] = est.standard_errors
     detail = release(dictionary, counts, ses, n=aggregate.n, rule=rule)

@@ -20,7 +20,8 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import numpy.typing as npt
 
-from protocol.hashing import Fingerprints, HashFamily
+from protocol.hashing import HashFamily
+from protocol.server.hashing import Fingerprints, evaluate_row
 
 __all__ = ["gather_sums"]
 
@@ -37,7 +38,7 @@ def _gather_rows(
     scratch = np.empty(n, dtype=np.uint64)
     gathered = np.empty(n, dtype=table.dtype)
     for j in rows:
-        family.evaluate_row(fp, j, out=idx, scratch=scratch)
+        evaluate_row(family, fp, j, out=idx, scratch=scratch)
         # mode="clip" skips numpy's bounds check; indices are < range by construction.
         np.take(table[j], idx.view(np.int64), out=gathered, mode="clip")
         np.add(acc, gathered, out=acc)
@@ -57,7 +58,7 @@ def gather_sums(
     Args:
         table: a ``family.count x family.range`` array (counts or a transformed sketch).
         family: the hash family the sketch was built with.
-        fp: fingerprints of the candidates (``family.fingerprints(...)``).
+        fp: fingerprints of the candidates (:func:`protocol.server.hashing.family_fingerprints`).
         workers: threads to use; defaults to the number of CPUs.
         chunk: candidates per block, so the working arrays stay in cache.
     """

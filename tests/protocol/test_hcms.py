@@ -15,9 +15,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from protocol.errors import InputError, MalformedReportError, ParameterError, StateError
-from protocol.hashing import Fingerprints
 from protocol.hcms import HadamardCountMeanSketch, HCMSAggregate, HCMSBatch, HCMSRecord, hadamard_rows, sylvester
 from protocol.randomness import SeededRandom
+from protocol.server.hashing import Fingerprints, family_fingerprints
 from tests.protocol.ldp import assert_tight_ldp
 
 SEED = b"tests/hcms/public-seed"
@@ -272,7 +272,7 @@ def test_unbiased_with_honest_standard_error() -> None:
     for r in range(reps):
         seed = hashlib.blake2b(r.to_bytes(4, "little"), digest_size=16, person=b"hcms-test").digest()
         mech = HadamardCountMeanSketch(epsilon=4.0, k=128, m=256, seed=seed)
-        fp = mech.family.fingerprints(names)
+        fp = family_fingerprints(mech.family, names)
         agg = mech.new_aggregate()
         agg.add(mech.privatize_fingerprints(Fingerprints(lo=fp.lo[codes], hi=fp.hi[codes]), rng))
         est = agg.estimate(dictionary)
