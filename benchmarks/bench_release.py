@@ -44,6 +44,7 @@ import numpy as np
 
 from benchmarks.harness import emit, progress
 from collector.estimation import estimate_aggregate
+from collector.results import ReleaseDecision
 from collector.store import KeyInfo
 from protocol.randomness import SeededRandom
 from protocol.registry import UseCase, parse_registry
@@ -94,29 +95,31 @@ def _run(use_case: UseCase, values: list[str], truth: dict[str, int], *, seed: i
     t0 = time.perf_counter()
     result = estimate_aggregate(use_case, agg, info, withheld=True)
     estimate_s = time.perf_counter() - t0
-    est = result["estimate"]
+    est = result.estimate
+    if not isinstance(est, ReleaseDecision) or est.withheld_items is None:
+        raise TypeError(f"{use_case.name}: expected every entry of a frequency output")
     threshold = float(use_case.collector.release_threshold)
-    released = {str(it["value"]): it for it in est["items"]}
-    everything = released | {str(it["value"]): it for it in est["withheld_items"]}
-    ses = [it["standard_error"] for it in everything.values() if it["standard_error"] is not None]
+    released = {it.value: it for it in est.items}
+    everything = released | {it.value: it for it in est.withheld_items}
+    ses = [it.standard_error for it in everything.values() if it.standard_error is not None]
     median_se = float(np.median(ses)) if ses else float("nan")
 
     def se_of(value: str) -> float:
         entry = everything.get(value)
-        se = None if entry is None else entry["standard_error"]
+        se = None if entry is None else entry.standard_error
         return median_se if se is None else float(se)
 
     true_released = sum(1 for v in released if truth.get(v, 0) >= threshold)
     strong = [v for v, c in truth.items() if c >= threshold + 4 * se_of(v)]
     found_strong = sum(1 for v in strong if v in released)
-    naive = [v for v, it in everything.items() if it["count"] is not None and it["count"] >= threshold]
+    naive = [v for v, it in everything.items() if it.count is not None and it.count >= threshold]
     naive_true = sum(1 for v in naive if truth.get(v, 0) >= threshold)
     row: dict[str, Any] = {
         "use_case": use_case.name,
         "release_threshold": threshold,
-        "correction": est["correction"],
-        "alpha": est["alpha"],
-        "tested": est["tested"],
+        "correction": est.correction,
+        "alpha": est.alpha,
+        "tested": est.tested,
         "released": len(released),
         "precision": round(true_released / len(released), 4) if released else None,
         "false_released": len(released) - true_released,
@@ -131,11 +134,11 @@ def _run(use_case: UseCase, values: list[str], truth: dict[str, int], *, seed: i
         "privatize_s": round(privatize_s, 2),
         "estimate_s": round(estimate_s, 2),
     }
-    if "top_t" in est:
-        row["top_t"] = est["top_t"]
-        row["alphabet"] = est["alphabet"]
+    if est.top_t is not None:
+        row["top_t"] = est.top_t
+        row["alphabet"] = est.alphabet
         row["missed_strong"] = sorted(
-            ([v, truth[v], everything[v]["count"] if v in everything else None] for v in strong if v not in released),
+            ([v, truth[v], everything[v].count if v in everything else None] for v in strong if v not in released),
             key=lambda x: -int(x[1]),
         )
     return row

@@ -33,19 +33,20 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import logging
 import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from collector.config import CollectorConfig, check_files, load_config
 from collector.definitions import load_catalog
 from collector.errors import CollectorError, ConfigError, StoreError, StoreUnavailable
-from collector.estimation import compute_estimate, format_estimate, load_dictionary, registry_dir, store_status
+from collector.estimation import compute_estimate, load_dictionary, registry_dir
+from collector.rendering import format_estimate, format_status
+from collector.results import to_json
 from collector.service import run_service
+from collector.status import store_status
 from protocol.exit_status import HELP as EXIT_HELP
 from protocol.exit_status import ExitStatus
 from runtime.console import package_version, quiet_on_closed_pipe
@@ -197,40 +198,13 @@ def _run(config: CollectorConfig) -> int:
 
 def _estimate(config: CollectorConfig, use_case: str, period: int | None, as_json: bool, everything: bool) -> int:
     result = compute_estimate(config, use_case, period, withheld=everything)
-    if as_json:
-        print(json.dumps(result, indent=2, sort_keys=True, allow_nan=False))
-    else:
-        print(format_estimate(result))
-    return 0 if result.get("released") else EXIT_NOTHING
+    print(to_json(result, indent=2).decode() if as_json else format_estimate(result))
+    return 0 if result.released else EXIT_NOTHING
 
 
 def _status(config: CollectorConfig, as_json: bool) -> int:
-    status: dict[str, Any] = store_status(config)
-    if as_json:
-        print(json.dumps(status, indent=2, sort_keys=True))
-        return 0
-    print(f"registry {status['registry_hash']}  store {status['store']}")
-    for info in status["use_cases"].values():
-        for d in info["definitions"]:
-            periods = d["periods"]
-            latest = periods[-1] if periods else None
-            tail = (
-                f"latest from {latest['period_start']}: {latest['reports']:,} reports, {latest['records']:,} records"
-                if latest
-                else "no data"
-            )
-            count = f"{len(periods):,} period{'' if len(periods) == 1 else 's'}"
-            role = "current" if d["current"] else "earlier"
-            if d["retired_from"]:
-                role += f", retired from {d['retired_from']}"
-            print(f"  {d['definition']:40s} {d['mechanism']:13s} {count:<11s} {tail}  ({role})")
-    instances = status["instances"]
-    whose = f" (all of {', '.join(sorted(instances))})" if len(instances) > 1 else ""
-    print(f"counters{whose}: " + ", ".join(f"{k} {v:,}" for k, v in sorted(status["counters"].items())))
-    if len(instances) > 1:
-        # A group shares one store: each member's own share, so an idle or stuck member shows.
-        for instance, counters in sorted(instances.items()):
-            print(f"  {instance}: " + ", ".join(f"{k} {v:,}" for k, v in sorted(counters.items())))
+    status = store_status(config)
+    print(to_json(status, indent=2).decode() if as_json else format_status(status))
     return 0
 
 

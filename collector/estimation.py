@@ -45,10 +45,10 @@ from collections.abc import Callable, Sequence
 from functools import lru_cache
 from pathlib import Path
 from statistics import NormalDist
-from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+from msgspec.structs import replace as struct_replace
 
 from collector.config import CollectorConfig
 from collector.decoding.consistency import project_simplex as _project
@@ -58,7 +58,20 @@ from collector.decoding.release import DEFAULT_ALPHA, Release, ReleaseRule, rele
 from collector.decoding.sketches import NOT_PRODUCIBLE, producible
 from collector.definitions import catalog_of_config
 from collector.errors import StoreError
-from collector.numbers import format_number
+from collector.results import (
+    CountFigure,
+    EstimateForm,
+    EstimateResult,
+    FrequencyEntry,
+    HistogramBucket,
+    HistogramEstimate,
+    Interval,
+    ReleaseDecision,
+    ScalarEstimate,
+    Series,
+    SeriesPoint,
+    finite,
+)
 from collector.store import KeyInfo, Store, open_store
 from protocol.catalog import Catalog
 from protocol.interfaces import EstimateKind, as_frequencies, as_histogram
@@ -79,14 +92,13 @@ __all__ = [
     "default_period",
     "discovery_settings",
     "estimate_aggregate",
-    "format_estimate",
     "load_dictionary",
+    "open_readonly",
+    "period_bounds",
     "project_simplex",
     "registry_dir",
     "resolve",
     "series_of",
-    "status_of",
-    "store_status",
     "z_value",
 ]
 
@@ -102,14 +114,8 @@ def z_value(confidence: float) -> float:
     return NormalDist().inv_cdf(0.5 + confidence / 2)
 
 
-def _num(x: float) -> float | None:
-    """JSON has no NaN or infinity: those become null."""
-    x = float(x)
-    return x if math.isfinite(x) else None
-
-
-def _interval(value: float, se: float, z: float) -> list[float | None]:
-    return [_num(value - z * se), _num(value + z * se)]
+def _interval(value: float, se: float, z: float) -> Interval:
+    return (finite(value - z * se), finite(value + z * se))
 
 
 def project_simplex(values: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
@@ -149,7 +155,8 @@ def load_dictionary(use_case: UseCase, registry_dir: Path) -> tuple[str, ...] | 
         raise StoreError(f"use case {use_case.name}: cannot read the dictionary {path}: {exc}") from exc
 
 
-def _period_bounds(use_case: UseCase, period: int) -> tuple[str, str]:
+def period_bounds(use_case: UseCase, period: int) -> tuple[str, str]:
+    """The start and end of ``period`` of ``use_case``, as ISO 8601 UTC timestamps."""
     start = period * use_case.period.seconds
     return _iso(start), _iso(start + use_case.period.seconds)
 
@@ -169,21 +176,34 @@ def _rule(use_case: UseCase, confidence: float) -> ReleaseRule:
     )
 
 
-def _frequencies(detail: Release, *, withheld: bool) -> dict[str, Any]:
-    """The JSON form of a frequency output: the released entries, and the withheld ones if asked."""
+def _entry(detail: Release, i: int) -> FrequencyEntry:
+    e = detail.entry(i)
+    released = bool(detail.released[i])
+    return FrequencyEntry(
+        value=e.value if isinstance(e.value, str) else e.value.hex(),
+        count=finite(e.count),
+        standard_error=finite(e.standard_error),
+        ci=(finite(e.low), finite(e.high)),
+        z=finite(e.z),
+        p_value=finite(e.p_value),
+        released=released,
+        withheld_reason=None if released else detail.reasons[i],
+    )
+
+
+def _frequencies(detail: Release, *, withheld: bool) -> ReleaseDecision:
+    """A frequency output: the released entries, and the withheld ones if asked."""
     rule = detail.rule
-    out: dict[str, Any] = {
-        "items": [detail.plain_entry(i) for i in detail.order(detail.released)],
-        "withheld": detail.withheld_count,
-        "threshold": rule.threshold,
-        "tested": detail.tested,
-        "correction": rule.control,
-        "alpha": rule.alpha,
-        "test": rule.describe(),
-    }
-    if withheld:
-        out["withheld_items"] = [detail.plain_entry(i) for i in detail.order(~detail.released)]
-    return out
+    return ReleaseDecision(
+        items=tuple(_entry(detail, i) for i in detail.order(detail.released)),
+        withheld=detail.withheld_count,
+        threshold=rule.threshold,
+        tested=detail.tested,
+        correction=rule.control,
+        alpha=rule.alpha,
+        test=rule.describe(),
+        withheld_items=tuple(_entry(detail, i) for i in detail.order(~detail.released)) if withheld else None,
+    )
 
 
 def discovery_settings(use_case: UseCase, n: int) -> tuple[str, int]:
@@ -208,7 +228,7 @@ def discovery_settings(use_case: UseCase, n: int) -> tuple[str, int]:
     return alphabet, top_t
 
 
-def _discover(use_case: UseCase, aggregate: Aggregate, rule: ReleaseRule, *, withheld: bool) -> dict[str, Any]:
+def _discover(use_case: UseCase, aggregate: Aggregate, rule: ReleaseRule, *, withheld: bool) -> ReleaseDecision:
     """003 Alg. 10 through the discovery protocol, every assembled string released by the rule."""
     discovery = discovery_server(use_case.server)
     alphabet, top_t = discovery_settings(use_case, aggregate.n)
@@ -235,9 +255,7 @@ def _discover(use_case: UseCase, aggregate: Aggregate, rule: ReleaseRule, *, wit
         eligible=eligible,
         ineligible_reason=NOT_PRODUCIBLE,
     )
-    out = _frequencies(detail, withheld=withheld)
-    out.update(discovered=True, top_t=top_t, alphabet=alphabet)
-    return out
+    return struct_replace(_frequencies(detail, withheld=withheld), discovered=True, top_t=top_t, alphabet=alphabet)
 
 
 def estimate_aggregate(
@@ -250,15 +268,15 @@ def estimate_aggregate(
     sfp_alphabet: str | None = None,
     withheld: bool = False,
     workers: int | None = None,
-) -> dict[str, Any]:
-    """The JSON-ready estimate of one (use case, period) aggregate, with the release rules applied.
+) -> EstimateResult:
+    """The estimate of one (use case, period) aggregate, with the release rules applied.
 
     The one estimation path: the CLI, the HTTP API, the dashboard and
     ``benchmarks/bench_release.py`` all read what this returns. Which estimate is made is the
     mechanism's :attr:`~protocol.interfaces.Mechanism.kind`; the numbers come from the kind's
-    protocol (:mod:`protocol.interfaces`), never from its name. Every frequency output
-    (dictionary, categories, candidates, discovered strings) is released entry by entry by
-    :func:`collector.decoding.release.release`.
+    server protocol (:mod:`protocol.server.contract`), never from its name. Every frequency
+    output (dictionary, categories, candidates, discovered strings) is released entry by entry
+    by :func:`collector.decoding.release.release`.
 
     Args:
         use_case: the use case.
@@ -272,132 +290,129 @@ def estimate_aggregate(
             ``withheld_reason``), so that every entry can be checked against a truth.
         workers: unused; kept so callers written for threaded dictionary queries still work.
     """
-    mech = use_case.mechanism
-    name = mech.name
-    kind = mech.kind
-    start, end = _period_bounds(use_case, info.period)
-    z = z_value(confidence)
+    start, end = period_bounds(use_case, info.period)
     settings = use_case.collector
-    result: dict[str, Any] = {
-        "use_case": use_case.name,
-        "definition": use_case.ref,
-        "description": use_case.description,
-        "mechanism": name,
-        "kind": kind.result,
-        "period": info.period,
-        "period_length": use_case.period.value,
-        "period_start": start,
-        "period_end": end,
-        "reports": info.reports,
-        "records": info.records,
-        "min_reports": settings.min_reports,
-        "release_threshold": settings.release_threshold,
-        "confidence": confidence,
-        "epsilon": use_case.epsilon,
-        "epsilon_report": use_case.cost,
-        "released": False,
-        "withheld_reason": None,
-        "estimate": None,
-    }
+    result = EstimateResult(
+        use_case=use_case.name,
+        definition=use_case.ref,
+        description=use_case.description,
+        mechanism=use_case.mechanism.name,
+        kind=use_case.mechanism.kind.result,
+        period=info.period,
+        period_length=use_case.period.value,
+        period_start=start,
+        period_end=end,
+        reports=info.reports,
+        records=info.records,
+        min_reports=settings.min_reports,
+        release_threshold=settings.release_threshold,
+        confidence=confidence,
+        epsilon=use_case.epsilon,
+        epsilon_report=use_case.cost,
+        released=False,
+        withheld_reason=None,
+        estimate=None,
+    )
     # 003 §3.2.2: below min_reports nothing of the period is estimated, not even as withheld.
     if info.reports < settings.min_reports or info.reports == 0:
-        result["withheld_reason"] = f"{info.reports} reports; at least {settings.min_reports} are needed before release"
-        return result
+        reason = f"{info.reports} reports; at least {settings.min_reports} are needed before release"
+        return struct_replace(result, withheld_reason=reason)
+    if sfp_alphabet is not None:
+        use_case = dataclasses.replace(use_case, collector=dataclasses.replace(settings, alphabet=sfp_alphabet))
+    found = _estimate_of_kind(use_case, aggregate, registry_dir or Path.cwd(), confidence, withheld=withheld)
+    if isinstance(found, str):
+        return struct_replace(result, withheld_reason=found)
+    return struct_replace(result, estimate=found, released=True)
+
+
+def _estimate_of_kind(
+    use_case: UseCase, aggregate: Aggregate, registry_dir: Path, confidence: float, *, withheld: bool
+) -> EstimateForm | str:
+    """The estimate the mechanism's kind gives, or why there is none."""
+    kind = use_case.mechanism.kind
     rule = _rule(use_case, confidence)
-    estimate: dict[str, Any]
     if kind.scalar:
-        estimate = _scalar_estimate(use_case, aggregate, z)
-    elif kind is EstimateKind.HISTOGRAM:
-        estimate = _histogram_estimate(use_case, aggregate, z)
-    elif kind is EstimateKind.DICTIONARY:
-        words = load_dictionary(use_case, registry_dir or Path.cwd())
-        if not words:
-            result["withheld_reason"] = "no dictionary configured for this frequency oracle"
-            return result
-        f = frequency_server(use_case.server).estimate_frequencies(aggregate, list(words))
-        detail = release(words, f.values, f.standard_errors, n=aggregate.n, rule=rule)
-        estimate = _frequencies(detail, withheld=withheld)
-    elif kind is EstimateKind.CATEGORIES:
-        # 004 Appendix for basic RAPPOR: a category's count is T̂_i, released by the same rule.
-        names = list(as_frequencies(mech).fixed_categories or ())
-        f = frequency_server(use_case.server).estimate_frequencies(aggregate, names)
-        detail = release(names, f.values, f.standard_errors, n=aggregate.n, rule=rule)
-        estimate = _frequencies(detail, withheld=withheld)
-    elif kind is EstimateKind.CANDIDATES:
-        estimate = _candidates(use_case, aggregate, registry_dir or Path.cwd(), rule, withheld=withheld)
-    elif kind is EstimateKind.DISCOVERY:
-        if sfp_alphabet is not None:
-            use_case = dataclasses.replace(use_case, collector=dataclasses.replace(settings, alphabet=sfp_alphabet))
-        estimate = _discover(use_case, aggregate, rule, withheld=withheld)
+        return _scalar_estimate(use_case, aggregate, z_value(confidence))
+    if kind is EstimateKind.HISTOGRAM:
+        return _histogram_estimate(use_case, aggregate, z_value(confidence))
+    if kind is EstimateKind.CANDIDATES:
+        return _candidates(use_case, aggregate, registry_dir, rule, withheld=withheld)
+    if kind is EstimateKind.DISCOVERY:
+        return _discover(use_case, aggregate, rule, withheld=withheld)
+    if kind in (EstimateKind.DICTIONARY, EstimateKind.CATEGORIES):
+        return _listed(use_case, aggregate, registry_dir, rule, withheld=withheld)
+    return f"no estimator for mechanism {use_case.mechanism.name!r}"
+
+
+def _listed(
+    use_case: UseCase, aggregate: Aggregate, registry_dir: Path, rule: ReleaseRule, *, withheld: bool
+) -> ReleaseDecision | str:
+    """Every entry of a list fixed in advance: a dictionary (CMS, HCMS) or the categories of
+    basic RAPPOR (004 Appendix: a category's count is T̂_i), released by the same rule."""
+    if use_case.mechanism.kind is EstimateKind.DICTIONARY:
+        names = load_dictionary(use_case, registry_dir)
+        if not names:
+            return "no dictionary configured for this frequency oracle"
     else:
-        result["withheld_reason"] = f"no estimator for mechanism {name!r}"
-        return result
-    result["estimate"] = estimate
-    result["released"] = True
-    return result
+        names = tuple(as_frequencies(use_case.mechanism).fixed_categories or ())
+    f = frequency_server(use_case.server).estimate_frequencies(aggregate, list(names))
+    detail = release(names, f.values, f.standard_errors, n=aggregate.n, rule=rule)
+    return _frequencies(detail, withheld=withheld)
 
 
-def _scalar_estimate(use_case: UseCase, aggregate: Aggregate, z: float) -> dict[str, Any]:
+def _scalar_estimate(use_case: UseCase, aggregate: Aggregate, z: float) -> ScalarEstimate:
     scalar = mean_server(use_case.server)
     e = scalar.estimate_mean(aggregate)
-    estimate: dict[str, Any] = {
-        "value": _num(e.value),
-        "standard_error": _num(e.standard_error),
-        "ci": _interval(e.value, e.standard_error, z),
-    }
     c = scalar.estimate_count(aggregate)
-    if c is not None:
-        estimate["count"] = {"value": _num(c.value), "standard_error": _num(c.standard_error)}
-    elif use_case.mechanism.value_range is not None:
-        low, high = use_case.mechanism.value_range
-        estimate["range"] = [_whole(low), _whole(high)]
-    return estimate
+    value_range = use_case.mechanism.value_range
+    return ScalarEstimate(
+        value=finite(e.value),
+        standard_error=finite(e.standard_error),
+        ci=_interval(e.value, e.standard_error, z),
+        count=None if c is None else CountFigure(value=finite(c.value), standard_error=finite(c.standard_error)),
+        range=value_range if c is None else None,
+    )
 
 
-def _histogram_estimate(use_case: UseCase, aggregate: Aggregate, z: float) -> dict[str, Any]:
+def _histogram_estimate(use_case: UseCase, aggregate: Aggregate, z: float) -> HistogramEstimate:
     h = histogram_server(use_case.server).estimate_histogram(aggregate)
     edges = list(as_histogram(use_case.mechanism).bucket_edges)
     consistent = project_simplex(h.values)
-    return {
-        "buckets": [
-            {
-                "low": _num(edges[i]),
-                "high": _num(edges[i + 1]),
-                "value": _num(h.values[i]),
-                "standard_error": _num(h.standard_errors[i]),
-                "ci": _interval(float(h.values[i]), float(h.standard_errors[i]), z),
-                "consistent": _num(consistent[i]),
-            }
+    return HistogramEstimate(
+        buckets=tuple(
+            HistogramBucket(
+                low=finite(edges[i]),
+                high=finite(edges[i + 1]),
+                value=finite(h.values[i]),
+                standard_error=finite(h.standard_errors[i]),
+                ci=_interval(float(h.values[i]), float(h.standard_errors[i]), z),
+                consistent=finite(consistent[i]),
+            )
             for i in range(len(h))
-        ],
-        "n": h.n,
-    }
-
-
-def _whole(x: float) -> int | float:
-    """An integral bound as an int (JSON ``[0, 21600]``, as before the contract)."""
-    return int(x) if float(x).is_integer() else x
+        ),
+        n=h.n,
+    )
 
 
 def _candidates(
     use_case: UseCase, aggregate: Aggregate, registry_dir: Path, rule: ReleaseRule, *, withheld: bool
-) -> dict[str, Any]:
+) -> ReleaseDecision:
     if not isinstance(aggregate, RapporAggregate):
         # The joint decoder (004 §4) regresses RAPPOR's bit counts on the candidates' design
         # matrix; it is written for RAPPOR's aggregate.
         raise TypeError(f"use case {use_case.name}: no candidate decoder for a {type(aggregate).__name__}")
     words = load_dictionary(use_case, registry_dir)
     if not words:
-        return {
-            "items": [],
-            "withheld": 0,
-            "threshold": rule.threshold,
-            "tested": 0,
-            "correction": rule.control,
-            "alpha": rule.alpha,
-            "test": rule.describe(),
-            "note": "no candidate dictionary",
-        }
+        return ReleaseDecision(
+            items=(),
+            withheld=0,
+            threshold=rule.threshold,
+            tested=0,
+            correction=rule.control,
+            alpha=rule.alpha,
+            test=rule.describe(),
+            note="no candidate dictionary",
+        )
     # 004 §4: Lasso selection, least-squares refit, SE and p-values; then the release rule
     # over every candidate (the decoder's own test against 0 only decides what is refit).
     decoder = RapporDecoder(
@@ -407,15 +422,13 @@ def _candidates(
     )
     decoding = decoder.decode(aggregate, list(words))
     detail = release(decoding.candidates, decoding.counts, decoding.standard_errors, n=decoding.n, rule=rule)
-    out = _frequencies(detail, withheld=withheld)
-    out.update(
+    return struct_replace(
+        _frequencies(detail, withheld=withheld),
         selected=int(decoding.selected.sum()),
-        unexplained={
-            "count": _num(decoding.unexplained.value),
-            "standard_error": _num(decoding.unexplained.standard_error),
-        },
+        unexplained=CountFigure(
+            value=finite(decoding.unexplained.value), standard_error=finite(decoding.unexplained.standard_error)
+        ),
     )
-    return out
 
 
 def resolve(catalog: Catalog, text: str) -> UseCase:
@@ -437,7 +450,8 @@ def registry_dir(catalog: Catalog, use_case: UseCase) -> Path:
     return Path(catalog.sources(use_case)[0]).parent
 
 
-def _open(config: CollectorConfig) -> tuple[Catalog, Store]:
+def open_readonly(config: CollectorConfig) -> tuple[Catalog, Store]:
+    """The configuration's catalog and its store, opened read-only (the CLI's reads)."""
     catalog = catalog_of_config(config)
     return catalog, open_store(config, catalog, readonly=True)
 
@@ -456,7 +470,7 @@ def default_period(use_case: UseCase, infos: Sequence[KeyInfo]) -> int:
 
 def compute_estimate(
     config: CollectorConfig, use_case: str, period: int | None = None, *, withheld: bool = False
-) -> dict[str, Any]:
+) -> EstimateResult:
     """The estimate of ``use_case`` (a name or a definition's ref) for ``period``, read from
     the store (the CLI's path).
 
@@ -468,7 +482,7 @@ def compute_estimate(
         KeyError: no accepted definition has that name or ref.
         StoreError: the checkpoint database cannot be read.
     """
-    catalog, store = _open(config)
+    catalog, store = open_readonly(config)
     try:
         uc = resolve(catalog, use_case)
         if period is None:
@@ -488,46 +502,47 @@ def compute_estimate(
 
 def series_of(
     use_case: UseCase, infos: Sequence[KeyInfo], aggregate_of: Callable[[int], Aggregate], *, confidence: float
-) -> dict[str, Any]:
+) -> Series:
     """Per-period points of ``use_case`` over ``infos``: report counts, and for proportions and
     means the value with SE and CI (``aggregate_of(period)`` gives a period's aggregate)."""
     z = z_value(confidence)
     points = []
     for info in infos:
-        start, end = _period_bounds(use_case, info.period)
-        point: dict[str, Any] = {
-            "period": info.period,
-            "period_start": start,
-            "period_end": end,
-            "reports": info.reports,
-            "records": info.records,
-            "released": info.reports >= use_case.collector.min_reports and info.reports > 0,
-        }
-        if point["released"] and use_case.mechanism.kind.scalar:
+        start, end = period_bounds(use_case, info.period)
+        point = SeriesPoint(
+            period=info.period,
+            period_start=start,
+            period_end=end,
+            reports=info.reports,
+            records=info.records,
+            released=info.reports >= use_case.collector.min_reports and info.reports > 0,
+        )
+        if point.released and use_case.mechanism.kind.scalar:
             e = mean_server(use_case.server).estimate_mean(aggregate_of(info.period))
-            point.update(
-                value=_num(e.value),
-                standard_error=_num(e.standard_error),
+            point = struct_replace(
+                point,
+                value=finite(e.value),
+                standard_error=finite(e.standard_error),
                 ci=_interval(e.value, e.standard_error, z),
             )
         points.append(point)
-    return {
-        "use_case": use_case.name,
-        "definition": use_case.ref,
-        "mechanism": use_case.mechanism.name,
-        "kind": use_case.mechanism.kind.result,
-        "confidence": confidence,
-        "points": points,
-    }
+    return Series(
+        use_case=use_case.name,
+        definition=use_case.ref,
+        mechanism=use_case.mechanism.name,
+        kind=use_case.mechanism.kind.result,
+        confidence=confidence,
+        points=tuple(points),
+    )
 
 
-def compute_series(config: CollectorConfig, use_case: str, *, limit: int = 120) -> dict[str, Any]:
+def compute_series(config: CollectorConfig, use_case: str, *, limit: int = 120) -> Series:
     """:func:`series_of` the latest ``limit`` periods, read from the store.
 
     Raises:
         KeyError: no accepted definition has that name or ref.
     """
-    catalog, store = _open(config)
+    catalog, store = open_readonly(config)
     try:
         uc = resolve(catalog, use_case)
         infos = store.totals(uc.ref)[-limit:]
@@ -536,134 +551,3 @@ def compute_series(config: CollectorConfig, use_case: str, *, limit: int = 120) 
         )
     finally:
         store.close()
-
-
-def _definition_status(catalog: Catalog, uc: UseCase, totals: Sequence[KeyInfo]) -> dict[str, Any]:
-    """One definition: what it is, where it comes from, whether it is current or retired, its periods."""
-    retired = catalog.retired.get(uc.ref)
-    return {
-        "definition": uc.ref,
-        "hash": uc.definition.hex(),
-        "current": catalog.is_current(uc),
-        "registries": list(catalog.sources(uc)),
-        "retired_from": None if retired is None else retired.isoformat(),
-        "mechanism": uc.mechanism.name,
-        "kind": uc.mechanism.kind.result,
-        "description": uc.description,
-        "epsilon": uc.epsilon,
-        "epsilon_report": uc.cost,
-        "period": uc.period.value,
-        "daily_limit": uc.daily_limit,
-        "lifetime_epsilon": uc.lifetime_epsilon,
-        "min_reports": uc.collector.min_reports,
-        "release_threshold": uc.collector.release_threshold,
-        "periods": [
-            {
-                "period": k.period,
-                "period_start": _period_bounds(uc, k.period)[0],
-                "reports": k.reports,
-                "records": k.records,
-            }
-            for k in totals
-            if k.use_case == uc.ref
-        ],
-    }
-
-
-def status_of(
-    catalog: Catalog,
-    totals: Sequence[KeyInfo],
-    counters: dict[str, int],
-    instances: dict[str, dict[str, int]],
-    *,
-    store_path: Path | str,
-) -> dict[str, Any]:
-    """Every use case with its definitions and their periods, and the lifetime counters.
-
-    Per use case name: the fields of its current definition (of its newest one, for a use
-    case the current registry no longer has) and ``definitions``, each accepted definition
-    with its own periods, current one first.
-    """
-    use_cases: dict[str, Any] = {}
-    for name in catalog.names():
-        definitions = [_definition_status(catalog, uc, totals) for uc in catalog.definitions_of(name)]
-        use_cases[name] = definitions[0] | {"in_current_registry": definitions[0]["current"]}
-        use_cases[name]["definitions"] = definitions
-    return {
-        "registry_hash": catalog.hash_hex,
-        "registries": [{"source": r.source, "hash": r.hash_hex} for r in catalog.registries],
-        "store": str(store_path),
-        "use_cases": use_cases,
-        "counters": counters,
-        "instances": instances,
-    }
-
-
-def store_status(config: CollectorConfig) -> dict[str, Any]:
-    """:func:`status_of` the store (the CLI's path)."""
-    catalog, store = _open(config)
-    try:
-        totals = store.totals()
-        counters = store.counters()
-        per_instance = {instance: store.counters(instance) for instance in store.instances()}
-    finally:
-        store.close()
-    return status_of(catalog, totals, counters, per_instance, store_path=config.store.location)
-
-
-def _fmt(x: float | None) -> str:
-    return format_number(x)
-
-
-def format_estimate(result: dict[str, Any]) -> str:
-    """A human-readable rendering of :func:`estimate_aggregate`'s result."""
-    head = (
-        f"{result['definition']} ({result['mechanism']}), period {result['period']} "
-        f"[{result['period_start']} .. {result['period_end']}): "
-        f"{_fmt(result['reports'])} reports, {_fmt(result['records'])} records"
-    )
-    lines = [head]
-    if not result["released"]:
-        lines.append(f"  not released: {result['withheld_reason']}")
-        return "\n".join(lines)
-    level = f"{100 * result['confidence']:g}% CI"
-    est = result["estimate"]
-    if result["kind"] in ("proportion", "mean"):
-        lines.append(
-            f"  {result['kind']}: {_fmt(est['value'])} ± {_fmt(est['standard_error'])} (SE); "
-            f"{level} {_fmt(est['ci'][0])} .. {_fmt(est['ci'][1])}"
-        )
-        if "count" in est:
-            lines.append(f"  count: {_fmt(est['count']['value'])} ± {_fmt(est['count']['standard_error'])} (SE)")
-    elif result["kind"] == "histogram":
-        lines.append(f"  {'bucket':>24s}  {'share':>10s}  {'SE':>10s}  {'consistent':>10s}")
-        for b in est["buckets"]:
-            label = f"[{_fmt(b['low'])}, {_fmt(b['high'])})"
-            lines.append(
-                f"  {label:>24s}  {_fmt(b['value']):>10s}  {_fmt(b['standard_error']):>10s}  "
-                f"{_fmt(b['consistent']):>10s}"
-            )
-    else:
-        lines.append(f"  {'value':40s}  {'count':>12s}  {'SE':>10s}")
-        for item in est["items"]:
-            count, se = _fmt(item["count"]), _fmt(item["standard_error"])
-            lines.append(f"  {item['value'][:40]:40s}  {count:>12s}  {se:>10s}")
-        if est.get("withheld"):
-            threshold = _fmt(est["threshold"])
-            lines.append(f"  ({est['withheld']} entries withheld: below the threshold {threshold} or not significant)")
-        if est.get("correction") and est.get("alpha") is not None:
-            lines.append(f"  ({est['tested']} entries tested; {_correction_text(est['correction'], est['alpha'])})")
-        if "withheld_items" in est:
-            lines.append(f"  withheld (not released): {len(est['withheld_items'])}")
-            lines.append(f"  {'value':40s}  {'count':>12s}  {'SE':>10s}  reason")
-            for item in est["withheld_items"]:
-                count, se = _fmt(item["count"]), _fmt(item["standard_error"])
-                lines.append(f"  {item['value'][:40]:40s}  {count:>12s}  {se:>10s}  {item['withheld_reason']}")
-    return "\n".join(lines)
-
-
-def _correction_text(correction: str, alpha: float) -> str:
-    # pfer's level counts false releases; the others' is a rate (collector.decoding.stats).
-    if correction == "pfer":
-        return f"pfer: at most {alpha:g} false releases expected"
-    return f"{correction} at alpha = {alpha:g}"

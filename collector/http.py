@@ -44,10 +44,9 @@ it), so ``collector.service`` imports it and not the other way round.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Any, Protocol
+from typing import Protocol
 
 from aiohttp import web
 from aiohttp.http_exceptions import BadHttpMessage, LineTooLong
@@ -60,6 +59,7 @@ from collector.definitions import catalog_of_config
 from collector.errors import CollectorError, StoreError, StoreUnavailable
 from collector.live import LiveAggregates
 from collector.metrics import IngestMetrics, metrics_registry
+from collector.results import ServiceStatus, UseCaseBrief, named, to_json
 from collector.transport import TransportStatistics
 from protocol.registry import Period
 
@@ -117,8 +117,8 @@ class ServiceView(Protocol):
 
 
 def _json(status: int, data: object) -> web.Response:
-    body = json.dumps(data, sort_keys=True, allow_nan=False).encode()
-    return web.Response(status=status, body=body, content_type="application/json")
+    # The edge: a typed result (collector.results) or plain data becomes JSON here, keys sorted.
+    return web.Response(status=status, body=to_json(data), content_type="application/json")
 
 
 def _error(status: int, message: str) -> web.Response:
@@ -334,14 +334,14 @@ class HttpApi:
         return response
 
     async def _health(self, request: web.Request) -> web.Response:
-        body: dict[str, Any] = {"status": "ok", "instance": self.config.instance}
+        body: dict[str, object] = {"status": "ok", "instance": self.config.instance}
         if self.service is None:
             return _json(200, body)
         metrics = self.service.metrics
         snap = metrics.snapshot()
         body.update(
             connected=self.service.transport.statistics().connected,
-            checkpoint_age_seconds=snap["checkpoint_age_seconds"],
+            checkpoint_age_seconds=snap.checkpoint_age_seconds,
         )
         if metrics.store_error:
             # Up, but not counting: reports wait at the broker until the store takes commits again.
@@ -351,37 +351,21 @@ class HttpApi:
 
     async def _status(self, request: web.Request) -> web.Response:
         status = await self.live.status()
-        status["instance"] = self.config.instance
-        if self.service is not None:
-            status["live"] = self.service.metrics.snapshot()
-            t = self.service.transport.statistics()
-            status["transport"] = {
-                "connected": t.connected,
-                "connects": t.connects,
-                "buffered": t.buffered,
-                "unacked": t.unacked,
-                "capacity": t.capacity,
-                "received": t.received,
-                "acked": t.acked,
-                "stale_acks": t.stale_acks,
-                "dropped": t.dropped,
-                "protocol_errors": t.protocol_errors,
-                "over_receive_maximum": t.over_receive_maximum,
-                "receipts_sent": t.receipts_sent,
-                "receipts_dropped": t.receipts_dropped,
-                "broker": dict(t.broker),
-            }
-        return _json(200, status)
+        service = self.service
+        return _json(
+            200,
+            ServiceStatus.of(
+                status,
+                instance=self.config.instance,
+                materialised=self.live.statistics(),
+                live=None if service is None else service.metrics.snapshot(),
+                transport=None if service is None else service.transport.statistics(),
+            ),
+        )
 
     async def _use_cases(self, request: web.Request) -> web.Response:
         status = await self.live.status()
-        return _json(
-            200,
-            [
-                _brief(info) | {"name": name, "definitions": [_brief(d) for d in info["definitions"]]}
-                for name, info in status["use_cases"].items()
-            ],
-        )
+        return _json(200, [UseCaseBrief.of(name, info) for name, info in status.use_cases.items()])
 
     async def _use_case(self, request: web.Request) -> web.Response:
         name = request.match_info["name"]
@@ -390,10 +374,10 @@ class HttpApi:
         uc = self.live.catalog.resolve(name)
         assert uc is not None
         status = await self.live.status()
-        info = status["use_cases"][uc.name]
+        info = status.use_cases[uc.name]
         if "@" in name:  # one definition: its own fields and periods
-            info = next(d for d in info["definitions"] if d["definition"] == uc.ref)
-        return _json(200, {"name": uc.name} | info)
+            return _json(200, named(uc.name, next(d for d in info.definitions if d.definition == uc.ref)))
+        return _json(200, named(uc.name, info))
 
     async def _series(self, request: web.Request) -> web.Response:
         name = request.match_info["name"]
@@ -427,11 +411,6 @@ class HttpApi:
         assert isinstance(response.body, bytes)
         self._bodies[(name, period, withheld)] = (version, response.body)
         return response
-
-
-def _brief(info: dict[str, Any]) -> dict[str, Any]:
-    """A use case's or definition's status entry with its number of periods instead of the list."""
-    return {k: v for k, v in info.items() if k not in ("periods", "definitions")} | {"periods": len(info["periods"])}
 
 
 async def serve_http(service: ServiceView) -> None:

@@ -43,7 +43,6 @@ from __future__ import annotations
 import asyncio
 import collections
 import concurrent.futures
-import dataclasses
 import functools
 import logging
 import threading
@@ -53,13 +52,15 @@ from typing import Any, TypeVar
 
 from collector.config import CollectorConfig
 from collector.errors import StoreError
-from collector.estimation import default_period, estimate_aggregate, registry_dir, resolve, series_of, status_of
+from collector.estimation import default_period, estimate_aggregate, registry_dir, resolve, series_of
+from collector.results import CollectorStatus, EstimateResult, MaterialisedStatus, Series
+from collector.status import status_of
 from collector.store import KeyInfo, Store, footprint, open_store
 from protocol.catalog import Catalog, catalog_of
 from protocol.registry import Registry, UseCase
 from protocol.server.contract import Aggregate
 
-__all__ = ["Key", "LiveAggregates", "LiveStatistics"]
+__all__ = ["Key", "LiveAggregates"]
 
 log = logging.getLogger(__name__)
 
@@ -80,33 +81,8 @@ class _Entry:
     nbytes: int
     lock: threading.Lock = field(default_factory=threading.Lock)
     # The latest estimate per ``withheld`` flag, with the version it was computed at.
-    estimates: dict[bool, tuple[int, dict[str, Any]]] = field(default_factory=dict)
+    estimates: dict[bool, tuple[int, EstimateResult]] = field(default_factory=dict)
     measured: int = 0  # footprint after the last estimate (caches an estimate may add)
-
-
-@dataclass(frozen=True, slots=True)
-class LiveStatistics:
-    """A snapshot of the materialised aggregates.
-
-    Attributes:
-        resident: aggregates held.
-        bytes: their array memory.
-        bound: the most array memory held.
-        loads: aggregates read whole from the store (first use, eviction, after a compaction).
-        catch_ups: times new segments were folded into a resident aggregate.
-        evictions: aggregates dropped to stay under the bound.
-        estimates: estimates computed.
-        reused: requests answered with an estimate already computed for the same version.
-    """
-
-    resident: int
-    bytes: int
-    bound: int
-    loads: int
-    catch_ups: int
-    evictions: int
-    estimates: int
-    reused: int
 
 
 class LiveAggregates:
@@ -149,7 +125,7 @@ class LiveAggregates:
 
     async def estimate(
         self, use_case: str, period: int | None = None, *, withheld: bool = False
-    ) -> tuple[tuple[str, int, int], dict[str, Any]]:
+    ) -> tuple[tuple[str, int, int], EstimateResult]:
         """The estimate of ``use_case`` (a name: its current definition; or a definition's ref) for
         ``period`` (default :func:`~collector.estimation.default_period`).
 
@@ -168,7 +144,7 @@ class LiveAggregates:
         version, result = await self._on(self._cpu, self._compute, uc, entry, withheld)
         return (key[0], key[1], version), result
 
-    async def series(self, use_case: str, *, limit: int = 120) -> dict[str, Any]:
+    async def series(self, use_case: str, *, limit: int = 120) -> Series:
         """:func:`~collector.estimation.series_of` the latest ``limit`` periods with data.
 
         Raises:
@@ -177,8 +153,8 @@ class LiveAggregates:
         uc = resolve(self.catalog, use_case)
         return await self._on(self._io, self._io_series, uc, limit)
 
-    async def status(self) -> dict[str, Any]:
-        """:func:`~collector.estimation.status_of` the store, with :meth:`statistics` under ``materialised``."""
+    async def status(self) -> CollectorStatus:
+        """:func:`~collector.status.status_of` the store."""
         return await self._on(self._io, self._io_status)
 
     def committed(self, keys: Iterable[Key]) -> None:
@@ -201,9 +177,9 @@ class LiveAggregates:
             except StoreError as exc:
                 log.warning("materialised aggregates not updated: %s", exc)
 
-    def statistics(self) -> LiveStatistics:
+    def statistics(self) -> MaterialisedStatus:
         """A snapshot of the counters (approximate while the aggregates thread works)."""
-        return LiveStatistics(
+        return MaterialisedStatus(
             resident=len(self._entries),
             bytes=self._bytes,
             bound=self.bound,
@@ -226,7 +202,7 @@ class LiveAggregates:
 
     # -- the estimate threads ---------------------------------------------------------------
 
-    def _compute(self, uc: UseCase, entry: _Entry, withheld: bool) -> tuple[int, dict[str, Any]]:
+    def _compute(self, uc: UseCase, entry: _Entry, withheld: bool) -> tuple[int, EstimateResult]:
         with entry.lock:
             cached = entry.estimates.get(withheld)
             if cached is not None and cached[0] == entry.version:
@@ -352,19 +328,16 @@ class LiveAggregates:
             if key in self._entries:
                 self._io_sync(key)
 
-    def _io_series(self, uc: UseCase, limit: int) -> dict[str, Any]:
+    def _io_series(self, uc: UseCase, limit: int) -> Series:
         infos = self._io_totals(uc.ref)[-limit:]
         # Only proportions and means are evaluated per period; their aggregates are tiny, and
         # only this thread folds, so reading them here without the lock is safe.
         confidence = self.config.estimation.confidence
         return series_of(uc, infos, lambda period: self._io_sync((uc.ref, period)).aggregate, confidence=confidence)
 
-    def _io_status(self) -> dict[str, Any]:
+    def _io_status(self) -> CollectorStatus:
         totals = self._io_totals()
         store = self._io_db()
         counters = store.counters()
         instances = {instance: store.counters(instance) for instance in store.instances()}
-        status = status_of(self.catalog, totals, counters, instances, store_path=self.config.store.location)
-        stats = self.statistics()
-        status["materialised"] = dataclasses.asdict(stats)
-        return status
+        return status_of(self.catalog, totals, counters, instances, store_path=self.config.store.location)

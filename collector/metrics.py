@@ -33,6 +33,7 @@ from prometheus_client import (
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from collector.results import IngestSnapshot
 from collector.transport import TransportStatistics
 
 __all__ = [
@@ -137,28 +138,28 @@ class IngestMetrics:
         self.commit_latency.observe(seconds)
         self.fold_batch.observe(batch)
 
-    def snapshot(self, now: float | None = None) -> dict[str, object]:
-        """Plain, JSON-ready values."""
+    def snapshot(self, now: float | None = None) -> IngestSnapshot:
+        """The counters now, rounded as a person reads them."""
         now = time.time() if now is None else now
-        return {
-            "messages": self.messages,
-            "rejected": dict(sorted(self.rejected.items())),
-            "duplicates": self.duplicates,
-            "reports": self.reports,
-            "records": self.records,
-            "commits": self.commits,
-            "commit_seconds": round(self.commit_seconds, 6),
-            "checkpoint_age_seconds": round(now - self.last_commit, 3) if self.last_commit else None,
-            "aggregation_lag_seconds": round(self.current_lag(), 6),
-            "buffer_fill": round(self.pending / self.capacity, 6),
-            "compactions": self.compactions,
-            "pruned": self.pruned,
-            "store_available": not self.store_error,
-            "store_error": self.store_error_detail or None,
-            "store_failures": dict(sorted(self.store_failures.items())),
-            "receipt_requests_invalid": self.receipt_requests_invalid,
-            "uptime_seconds": round(now - self.started, 3),
-        }
+        return IngestSnapshot(
+            messages=self.messages,
+            rejected=dict(sorted(self.rejected.items())),
+            duplicates=self.duplicates,
+            reports=self.reports,
+            records=self.records,
+            commits=self.commits,
+            commit_seconds=round(self.commit_seconds, 6),
+            checkpoint_age_seconds=round(now - self.last_commit, 3) if self.last_commit else None,
+            aggregation_lag_seconds=round(self.current_lag(), 6),
+            buffer_fill=round(self.pending / self.capacity, 6),
+            compactions=self.compactions,
+            pruned=self.pruned,
+            store_available=not self.store_error,
+            store_error=self.store_error_detail or None,
+            store_failures=dict(sorted(self.store_failures.items())),
+            receipt_requests_invalid=self.receipt_requests_invalid,
+            uptime_seconds=round(now - self.started, 3),
+        )
 
     def current_lag(self) -> float:
         """The larger of the last commit's lag and the age of the oldest pending report."""

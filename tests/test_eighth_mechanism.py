@@ -24,6 +24,7 @@ from agent.usecases import Kind, coerce_text, kind_of
 from collector.decoding.plan import main as plan_main
 from collector.decoding.plan import plan_use_case
 from collector.estimation import estimate_aggregate
+from collector.results import ReleaseDecision
 from collector.store import CheckpointStore
 from protocol.interfaces import EstimateKind, FrequencyMechanism, Mechanism, as_frequencies
 from protocol.randomness import SeededRandom
@@ -122,13 +123,16 @@ def test_the_toy_flows_through_agent_collector_and_estimate(registry: Registry, 
         store.close()
     assert (info.reports, info.records) == (100, len(values))
     result = estimate_aggregate(use_case, aggregate, info)
-    assert result["released"]
-    assert result["kind"] == "frequencies"
-    items = {item["value"]: item for item in result["estimate"]["items"]}
-    withheld = result["estimate"]["withheld"]
+    assert result.released
+    assert result.kind == "frequencies"
+    assert isinstance(result.estimate, ReleaseDecision)
+    items = {item.value: item for item in result.estimate.items}
+    withheld = result.estimate.withheld
     assert len(items) + withheld == len(CATEGORIES)
     for name, item in items.items():
-        assert abs(item["count"] - truth[name]) <= 5 * item["standard_error"], name
+        assert item.count is not None
+        assert item.standard_error is not None
+        assert abs(item.count - truth[name]) <= 5 * item.standard_error, name
     assert {"dark", "light"} <= set(items)
 
 

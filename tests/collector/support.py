@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import json
 import time
 from collections.abc import Callable, Coroutine, Iterator, Sequence
 from pathlib import Path
@@ -11,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from collector.results import to_json
 from protocol.randomness import SeededRandom
 from protocol.registry import Registry, parse_registry
 from protocol.wire import Report, decode_report, encode_report, make_report
@@ -201,6 +203,11 @@ def reference_aggregates(registry: Registry, payloads: Sequence[bytes]) -> dict[
             out[key] = report.use_case.server.new_aggregate()
         out[key].add(report.batch)
     return out
+
+
+def plain(result: object) -> Any:
+    """A typed result as the API's JSON reads it back (what a script or the dashboard sees)."""
+    return json.loads(to_json(result))
 
 
 def plain_equal(a: Any, b: Any) -> bool:

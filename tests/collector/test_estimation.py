@@ -13,14 +13,15 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from collector.decoding.rappor import RapporDecoder
-from collector.estimation import estimate_aggregate, format_estimate, project_simplex, z_value
+from collector.estimation import estimate_aggregate, project_simplex, z_value
+from collector.rendering import format_estimate
 from collector.store import KeyInfo
 from protocol.cms import CountMeanSketch
 from protocol.randomness import SeededRandom
 from protocol.rappor import Rappor
 from protocol.registry import Registry, parse_registry
 from protocol.server.contract import Aggregate
-from tests.collector.support import EMOJI, privatized_reports
+from tests.collector.support import EMOJI, plain, privatized_reports
 
 
 @given(st.lists(st.floats(min_value=-5, max_value=5, allow_nan=False), min_size=1, max_size=40))
@@ -47,10 +48,15 @@ def _fold(registry: Registry, name: str, count: int, seed: int) -> tuple[Aggrega
     return agg, KeyInfo(name, 100, count, count)
 
 
+def plain_estimate(*args: Any, **kwargs: Any) -> Any:
+    """:func:`estimate_aggregate`'s result as the API's JSON (what a reader sees)."""
+    return plain(estimate_aggregate(*args, **kwargs))
+
+
 def test_nothing_is_released_below_min_reports(registry: Registry) -> None:
     """A period with fewer than min_reports reports gives no numbers at all, only the reason."""
     agg, info = _fold(registry, "usage", 19, seed=1)
-    result = estimate_aggregate(registry.use_cases["usage"], agg, info)
+    result = plain_estimate(registry.use_cases["usage"], agg, info)
     assert not result["released"]
     assert result["estimate"] is None
     assert "at least 20" in result["withheld_reason"]
@@ -59,7 +65,7 @@ def test_nothing_is_released_below_min_reports(registry: Registry) -> None:
 def test_frequencies_below_the_release_threshold_are_withheld(registry: Registry, registry_path: Path) -> None:
     """Dictionary entries whose estimated count is below the threshold T are not shown (003 §3.2.2)."""
     agg, info = _fold(registry, "emoji", 600, seed=2)
-    result = estimate_aggregate(registry.use_cases["emoji"], agg, info, registry_dir=registry_path.parent)
+    result = plain_estimate(registry.use_cases["emoji"], agg, info, registry_dir=registry_path.parent)
     est = result["estimate"]
     assert result["released"]
     assert est["tested"] == len(EMOJI)
@@ -73,7 +79,7 @@ def test_frequencies_below_the_release_threshold_are_withheld(registry: Registry
 def test_histogram_estimate_has_intervals_and_a_consistent_version(registry: Registry) -> None:
     """Each bucket has value, SE, CI and a consistent share; the consistent shares sum to 1."""
     agg, info = _fold(registry, "hist", 500, seed=3)
-    est = estimate_aggregate(registry.use_cases["hist"], agg, info)["estimate"]
+    est = plain_estimate(registry.use_cases["hist"], agg, info)["estimate"]
     assert len(est["buckets"]) == 8
     assert math.isclose(sum(b["consistent"] for b in est["buckets"]), 1.0, rel_tol=1e-9)
     for b in est["buckets"]:
@@ -116,13 +122,14 @@ def test_rappor_estimate_uses_the_use_cases_correction(registry: Registry, regis
     """The registry's correction and alpha reach the decoder and are reported with the estimate."""
     uc = registry.use_cases["home"]
     agg, info = _fold(registry, "home", 400, seed=4)
-    default = estimate_aggregate(uc, agg, info, registry_dir=registry_path.parent)["estimate"]
+    default = plain_estimate(uc, agg, info, registry_dir=registry_path.parent)["estimate"]
     assert (default["correction"], default["alpha"]) == ("bh", 0.05)
     pfer = replace(uc, collector=replace(uc.collector, correction="pfer", alpha=2.0))
-    result = estimate_aggregate(pfer, agg, info, registry_dir=registry_path.parent)
+    typed = estimate_aggregate(pfer, agg, info, registry_dir=registry_path.parent)
+    result = plain(typed)
     chosen = result["estimate"]
     assert (chosen["correction"], chosen["alpha"]) == ("pfer", 2.0)
-    assert f"({chosen['tested']} entries tested; pfer: at most 2 false releases expected)" in format_estimate(result)
+    assert f"({chosen['tested']} entries tested; pfer: at most 2 false releases expected)" in format_estimate(typed)
     # pfer at 2 rejects at least what Bonferroni at 0.05 does (same p-values, a higher threshold).
     assert {d["value"] for d in default["items"]} <= {d["value"] for d in chosen["items"]}
 
@@ -163,7 +170,7 @@ dictionary = "dict.txt"
         source="test",
     ).use_cases["tags"]
     assert uc.mechanism == mech
-    est = estimate_aggregate(uc, agg, KeyInfo("tags", 0, 200_000, 200_000), registry_dir=tmp_path, withheld=True)[
+    est = plain_estimate(uc, agg, KeyInfo("tags", 0, 200_000, 200_000), registry_dir=tmp_path, withheld=True)[
         "estimate"
     ]
     truth = dict(zip(strings, counts.tolist(), strict=True))
@@ -187,13 +194,13 @@ def test_sfp_release_keeps_apostrophes_and_survives_a_too_large_t(registry: Regi
     agg = mech.new_aggregate()
     agg.add(mech.privatize_many(values, SeededRandom(8)))
     info = KeyInfo("words", 0, len(values), len(values))
-    est = estimate_aggregate(uc, agg, info, withheld=True)["estimate"]
+    est = plain_estimate(uc, agg, info, withheld=True)["estimate"]
     assert est["alphabet"] == "abcdefghijklmnopqrstuvwxyz' "
     assert {i["value"] for i in est["items"]} == set(truth)
     assert all(" " not in i["value"] for i in est["items"])
     # Every one of the 256 x 10^2 pairs per position kept would assemble about 256 x 100^3
     # words, far beyond the 2 x 10^6 the puzzle scores: T is halved until it fits.
     crowded = replace(uc, collector=replace(uc.collector, top_t=1 << 20, alphabet="dinostey' "))
-    small = estimate_aggregate(crowded, agg, info)["estimate"]
+    small = plain_estimate(crowded, agg, info)["estimate"]
     assert small["top_t"] < 25_600
     assert set(truth) <= {i["value"] for i in small["items"]}

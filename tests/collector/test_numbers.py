@@ -9,8 +9,9 @@ import subprocess
 
 import pytest
 
-from collector.estimation import format_estimate
 from collector.numbers import FORMAT_JS, format_number
+from collector.rendering import format_estimate
+from collector.results import EstimateResult, FrequencyEntry, ReleaseDecision
 
 NODE = shutil.which("node")
 
@@ -83,24 +84,32 @@ def test_dashboard_formatter_writes_the_same() -> None:
 
 def test_the_cli_writes_numbers_the_same_way() -> None:
     """format_estimate writes its figures with format_number (no 1e+06, no stripped whole-number zeros)."""
-    result = {
-        "use_case": "emoji",
-        "mechanism": "cms",
-        "period": 3,
-        "period_start": "a",
-        "period_end": "b",
-        "definition": "emoji@5338c1d1",
-        "reports": 1_000_000,
-        "records": 1_500,
-        "released": True,
-        "confidence": 0.95,
-        "kind": "frequencies",
-        "estimate": {
-            "items": [{"value": "heart", "count": 10955.8, "standard_error": 70.2}],
-            "withheld": 3,
-            "threshold": 1000,
-        },
-    }
+    entry = FrequencyEntry(
+        value="heart", count=10955.8, standard_error=70.2, ci=(None, None), z=None, p_value=None, released=True
+    )
+    result = EstimateResult(
+        use_case="emoji",
+        definition="emoji@5338c1d1",
+        description="",
+        mechanism="cms",
+        kind="frequencies",
+        period=3,
+        period_length="1d",
+        period_start="a",
+        period_end="b",
+        reports=1_000_000,
+        records=1_500,
+        min_reports=1,
+        release_threshold=1000,
+        confidence=0.95,
+        epsilon=4.0,
+        epsilon_report=4.0,
+        released=True,
+        withheld_reason=None,
+        estimate=ReleaseDecision(
+            items=(entry,), withheld=3, threshold=1000, tested=4, correction="bh", alpha=0.05, test="t"
+        ),
+    )
     text = format_estimate(result)
     assert "1,000,000 reports, 1500 records" in text
     assert "10,956" in text

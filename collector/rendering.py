@@ -1,0 +1,100 @@
+"""Estimates and status as text for a person at a terminal (``ldp-collector estimate`` and
+``status``): the typed results of :mod:`collector.results`, with every number formatted by
+:func:`collector.numbers.format_number` so a reader never miscounts digits."""
+
+from __future__ import annotations
+
+from collector.numbers import format_number
+from collector.results import CollectorStatus, EstimateResult, FrequencyEntry, HistogramEstimate, ReleaseDecision
+
+__all__ = ["format_estimate", "format_status"]
+
+
+def _fmt(x: float | None) -> str:
+    return format_number(x)
+
+
+def format_estimate(result: EstimateResult) -> str:
+    """A human-readable rendering of an estimate."""
+    head = (
+        f"{result.definition} ({result.mechanism}), period {result.period} "
+        f"[{result.period_start} .. {result.period_end}): "
+        f"{_fmt(result.reports)} reports, {_fmt(result.records)} records"
+    )
+    lines = [head]
+    est = result.estimate
+    if not result.released or est is None:
+        lines.append(f"  not released: {result.withheld_reason}")
+        return "\n".join(lines)
+    level = f"{100 * result.confidence:g}% CI"
+    if isinstance(est, HistogramEstimate):
+        lines.append(f"  {'bucket':>24s}  {'share':>10s}  {'SE':>10s}  {'consistent':>10s}")
+        for b in est.buckets:
+            label = f"[{_fmt(b.low)}, {_fmt(b.high)})"
+            lines.append(
+                f"  {label:>24s}  {_fmt(b.value):>10s}  {_fmt(b.standard_error):>10s}  {_fmt(b.consistent):>10s}"
+            )
+    elif isinstance(est, ReleaseDecision):
+        lines.extend(_release_lines(est))
+    else:
+        lines.append(
+            f"  {result.kind}: {_fmt(est.value)} ± {_fmt(est.standard_error)} (SE); "
+            f"{level} {_fmt(est.ci[0])} .. {_fmt(est.ci[1])}"
+        )
+        if est.count is not None:
+            lines.append(f"  count: {_fmt(est.count.value)} ± {_fmt(est.count.standard_error)} (SE)")
+    return "\n".join(lines)
+
+
+def _entry_line(item: FrequencyEntry) -> str:
+    return f"  {item.value[:40]:40s}  {_fmt(item.count):>12s}  {_fmt(item.standard_error):>10s}"
+
+
+def _release_lines(est: ReleaseDecision) -> list[str]:
+    lines = [f"  {'value':40s}  {'count':>12s}  {'SE':>10s}"]
+    lines.extend(_entry_line(item) for item in est.items)
+    if est.withheld:
+        threshold = _fmt(est.threshold)
+        lines.append(f"  ({est.withheld} entries withheld: below the threshold {threshold} or not significant)")
+    if est.correction and est.alpha is not None:
+        lines.append(f"  ({est.tested} entries tested; {_correction_text(est.correction, est.alpha)})")
+    if est.withheld_items is not None:
+        lines.append(f"  withheld (not released): {len(est.withheld_items)}")
+        lines.append(f"  {'value':40s}  {'count':>12s}  {'SE':>10s}  reason")
+        lines.extend(f"{_entry_line(item)}  {item.withheld_reason}" for item in est.withheld_items)
+    return lines
+
+
+def _correction_text(correction: str, alpha: float) -> str:
+    # pfer's level counts false releases; the others' is a rate (collector.decoding.stats).
+    if correction == "pfer":
+        return f"pfer: at most {alpha:g} false releases expected"
+    return f"{correction} at alpha = {alpha:g}"
+
+
+def format_status(status: CollectorStatus) -> str:
+    """Every definition with its periods, and the counters (of each collector sharing the store)."""
+    lines = [f"registry {status.registry_hash}  store {status.store}"]
+    for info in status.use_cases.values():
+        for d in info.definitions:
+            latest = d.periods[-1] if d.periods else None
+            tail = (
+                f"latest from {latest.period_start}: {latest.reports:,} reports, {latest.records:,} records"
+                if latest
+                else "no data"
+            )
+            count = f"{len(d.periods):,} period{'' if len(d.periods) == 1 else 's'}"
+            role = "current" if d.current else "earlier"
+            if d.retired_from:
+                role += f", retired from {d.retired_from}"
+            lines.append(f"  {d.definition:40s} {d.mechanism:13s} {count:<11s} {tail}  ({role})")
+    instances = status.instances
+    whose = f" (all of {', '.join(sorted(instances))})" if len(instances) > 1 else ""
+    lines.append(f"counters{whose}: " + ", ".join(f"{k} {v:,}" for k, v in sorted(status.counters.items())))
+    if len(instances) > 1:
+        # A group shares one store: each member's own share, so an idle or stuck member shows.
+        lines.extend(
+            f"  {instance}: " + ", ".join(f"{k} {v:,}" for k, v in sorted(counters.items()))
+            for instance, counters in sorted(instances.items())
+        )
+    return "\n".join(lines)
