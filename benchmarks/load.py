@@ -35,13 +35,13 @@ from typing import Any
 import numpy as np
 
 from benchmarks.harness import emit, progress, rate
-from collector.mqtt import MqttPublisher
 from protocol.hcms import HadamardCountMeanSketch
 from protocol.one_bit_mean import OneBitMean
 from protocol.randomized_response import RandomizedResponse
 from protocol.randomness import SeededRandom
 from protocol.registry import Registry, parse_registry
 from protocol.wire import Report, encode_report
+from tests.support.mqtt_publisher import MqttPublisher
 
 __all__ = ["LABEL", "build_counters", "build_flags", "build_single", "main", "publish"]
 

@@ -39,10 +39,6 @@ Guarantees:
   raises :class:`~collector.errors.TransportError` and ends the service; so does a TLS file
   that is gone or broken at a reconnect (a :class:`~collector.errors.ConfigError` naming the
   field and the file).
-
-:class:`MqttPublisher` is the other half, used by tests, benchmarks and load generation: it
-pipelines QoS 1 publishes within a window and resends unacknowledged ones after a
-reconnect, as an agent's outbox does.
 """
 
 from __future__ import annotations
@@ -54,7 +50,7 @@ import logging
 import ssl
 import struct
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from collector.config import MqttConfig, TlsConfig, read_password
@@ -68,9 +64,7 @@ from runtime.tls import client_context
 __all__ = [
     "BROKER_COUNTERS",
     "MqttProtocolError",
-    "MqttPublisher",
     "MqttTransport",
-    "PublishStatistics",
     "connect_packet",
     "decode_varint",
     "encode_varint",
@@ -866,159 +860,3 @@ class MqttTransport:
         raise TransportError(
             f"the broker refused the subscription to {self.config.topic_filter!r} (reason code 0x{code:02x})"
         )
-
-
-@dataclass(frozen=True, slots=True)
-class PublishStatistics:
-    """What a :class:`MqttPublisher` run did."""
-
-    published: int
-    resent: int
-    connects: int
-    seconds: float
-
-
-class MqttPublisher:
-    """Pipelined QoS 1 publishing with resend after reconnect (tests, benchmarks, load).
-
-    Args:
-        host: broker address.
-        port: broker port.
-        client_id: the client id (each connection uses a clean session).
-        window: most unacknowledged publishes in flight.
-        version: 5 (MQTT 5) or 4 (MQTT 3.1.1).
-    """
-
-    def __init__(self, host: str, port: int, *, client_id: str, window: int = 2000, version: int = 5) -> None:
-        if version not in (4, 5):
-            raise ValueError(f"version must be 4 or 5; got {version}")
-        self.host = host
-        self.port = port
-        self.client_id = client_id
-        self.window = min(window, 65535)
-        self.version = version
-
-    async def publish_all(
-        self, messages: Iterable[tuple[str, bytes]], *, qos: int = 1, deadline_s: float = 600.0
-    ) -> PublishStatistics:
-        """Publish every ``(topic, payload)``; return once the broker has acknowledged all of them.
-
-        Raises:
-            TimeoutError: not all acknowledged within ``deadline_s``.
-        """
-        start = time.monotonic()
-        state = _PublishState(iter(messages), self.window, qos)
-        retry = Retry(Backoff(initial=0.05, cap=2.0))
-        while not state.finished:
-            if time.monotonic() - start > deadline_s:
-                raise TimeoutError(f"publishing did not finish in {deadline_s} s")
-            try:
-                reader, writer = await asyncio.wait_for(asyncio.open_connection(self.host, self.port), _CONNECT_TIMEOUT)
-            except (OSError, TimeoutError) as exc:
-                log.info("publisher cannot connect (%s); retrying", exc or type(exc).__name__)
-                await asyncio.sleep(retry.next_delay())
-                continue
-            try:
-                await self._session(reader, writer, state)
-            except (OSError, EOFError, TimeoutError, _ConnectionLostError, MqttProtocolError) as exc:
-                log.info("publisher connection lost (%s); reconnecting", exc or type(exc).__name__)
-                await asyncio.sleep(retry.next_delay())
-            else:
-                retry.reset()
-            finally:
-                writer.close()
-                with contextlib.suppress(OSError, TimeoutError):
-                    await asyncio.wait_for(writer.wait_closed(), 1.0)
-        return PublishStatistics(state.published, state.resent, state.connects, time.monotonic() - start)
-
-    async def _session(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, state: _PublishState) -> None:
-        writer.write(connect_packet(client_id=self.client_id, clean_start=True, keepalive=60, version=self.version))
-        rest = b""
-        while True:
-            data = await asyncio.wait_for(reader.read(4096), _CONNECT_TIMEOUT)
-            if not data:
-                raise _ConnectionLostError("closed before CONNACK")
-            packets, rest = split_packets(rest + data)
-            if packets:
-                break
-        if packets[0][0] >> 4 != CONNACK:
-            raise MqttProtocolError("expected CONNACK")
-        _check_connack(packets[0][1], version=self.version)
-        state.connects += 1
-        # A new clean session: resend everything not yet acknowledged, flagged DUP.
-        for packet in state.inflight.values():
-            writer.write(bytes([packet[0] | 0x08]) + packet[1:])
-            state.resent += 1
-        acked = asyncio.Event()
-        ack_task = asyncio.create_task(self._read_acks(reader, state, acked), name="publisher-acks")
-        try:
-            while not state.finished:
-                if ack_task.done():
-                    ack_task.result()
-                if not state.free or state.exhausted:
-                    acked.clear()
-                    waiter = asyncio.create_task(acked.wait())
-                    await asyncio.wait({waiter, ack_task}, return_when=asyncio.FIRST_COMPLETED)
-                    waiter.cancel()
-                    continue
-                writer.write(state.next_packets(self.version))
-                await writer.drain()
-            writer.write(_DISCONNECT_NORMAL)
-            await writer.drain()
-        finally:
-            ack_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, _ConnectionLostError, OSError):
-                await ack_task
-
-    @staticmethod
-    async def _read_acks(reader: asyncio.StreamReader, state: _PublishState, acked: asyncio.Event) -> None:
-        tail = b""
-        while True:
-            chunk = await reader.read(1 << 16)
-            if not chunk:
-                raise _ConnectionLostError("closed by the broker")
-            packets, tail = split_packets(tail + chunk)
-            for first, body in packets:
-                if first >> 4 == PUBACK:
-                    if len(body) < 2:
-                        raise MqttProtocolError("PUBACK shorter than its packet id")
-                    state.release((body[0] << 8) | body[1])
-            acked.set()
-
-
-class _PublishState:
-    """What a publisher run has sent and what still awaits acknowledgement, across reconnects."""
-
-    def __init__(self, items: Iterator[tuple[str, bytes]], window: int, qos: int) -> None:
-        self.items = items
-        self.qos = qos
-        self.inflight: dict[int, bytes] = {}  # packet id -> encoded PUBLISH (without DUP)
-        self.free = collections.deque(range(1, window + 1))
-        self.published = self.resent = self.connects = 0
-        self.exhausted = False
-
-    @property
-    def finished(self) -> bool:
-        return self.exhausted and not self.inflight
-
-    def release(self, packet_id: int) -> None:
-        if self.inflight.pop(packet_id, None) is not None:
-            self.free.append(packet_id)
-
-    def next_packets(self, version: int) -> bytes:
-        out: list[bytes] = []
-        while self.free and len(out) < 256:
-            item = next(self.items, None)
-            if item is None:
-                self.exhausted = True
-                break
-            topic, payload = item
-            self.published += 1
-            if self.qos == 0:
-                out.append(publish_packet(topic.encode(), payload, qos=0, version=version))
-                continue
-            pid = self.free.popleft()
-            packet = publish_packet(topic.encode(), payload, qos=1, packet_id=pid, version=version)
-            self.inflight[pid] = packet
-            out.append(packet)
-        return b"".join(out)

@@ -13,7 +13,6 @@ from collector.config import MqttConfig
 from collector.errors import TransportError
 from collector.mqtt import (
     MqttProtocolError,
-    MqttPublisher,
     MqttTransport,
     _check_connack,
     _ConnectionLostError,
@@ -25,6 +24,7 @@ from collector.mqtt import (
 from collector.transport import NO_ACK, Delivery
 from tests.collector.support import run_async
 from tests.support.broker import Broker
+from tests.support.mqtt_publisher import MqttPublisher
 
 
 @given(st.integers(min_value=0, max_value=268435455))
