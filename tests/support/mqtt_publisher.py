@@ -3,7 +3,7 @@
 It publishes a stream of ``(topic, payload)`` pairs as fast as the broker acknowledges them:
 up to ``window`` publishes in flight, and after a reconnect it resends every one not yet
 acknowledged (flagged DUP), as an agent's outbox does. It speaks MQTT 5 or 3.1.1 with the
-packets of :mod:`collector.mqtt`. It is not product code (devices publish with the
+packets of :mod:`collector.mqtt.packets`. It is not product code (devices publish with the
 agent); the benchmarks import it too, running from the repository root.
 """
 
@@ -18,13 +18,14 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from collector.errors import TransportError
-from collector.mqtt import (
-    _FATAL_CONNACK,
-    _FATAL_CONNACK_V4,
+from collector.mqtt.packets import (
     CONNACK,
+    DISCONNECT_PACKET,
     PUBACK,
     MqttProtocolError,
     connect_packet,
+    decode_connack,
+    permanent_refusal,
     publish_packet,
     split_packets,
 )
@@ -35,7 +36,6 @@ __all__ = ["MqttPublisher", "PublishStatistics"]
 log = logging.getLogger(__name__)
 
 _CONNECT_TIMEOUT = 10.0
-_DISCONNECT_PACKET = b"\xe0\x00"
 
 
 class _ConnectionLostError(Exception):
@@ -137,20 +137,18 @@ class MqttPublisher:
                     continue
                 writer.write(state.next_packets(self.version))
                 await writer.drain()
-            writer.write(_DISCONNECT_PACKET)
+            writer.write(DISCONNECT_PACKET)
             await writer.drain()
             acks.cancel()
 
     def _check_accepted(self, body: bytes) -> None:
-        if len(body) < 2 or body[0] & 0xFE:
-            raise MqttProtocolError("malformed CONNACK")
-        code = body[1]
-        if not code:
+        connack = decode_connack(body, version=self.version)
+        if not connack.reason:
             return
-        cause = (_FATAL_CONNACK if self.version == 5 else _FATAL_CONNACK_V4).get(code)
+        cause = permanent_refusal(connack.reason, version=self.version)
         if cause is not None:
-            raise TransportError(f"the broker refused the connection: {cause} (reason code 0x{code:02x})")
-        raise _ConnectionLostError(f"the broker refused the connection for now (reason code 0x{code:02x})")
+            raise TransportError(f"the broker refused the connection: {cause} (reason code 0x{connack.reason:02x})")
+        raise _ConnectionLostError(f"the broker refused the connection for now (reason code 0x{connack.reason:02x})")
 
     @staticmethod
     async def _read_acks(reader: asyncio.StreamReader, state: _PublishState, acked: asyncio.Event) -> None:
