@@ -35,7 +35,6 @@ from typing import Any
 import numpy as np
 
 from benchmarks.harness import emit, progress, rate
-from collector.mqtt import MqttPublisher
 from protocol.hcms import HadamardCountMeanSketch
 from protocol.one_bit_mean import OneBitMean
 from protocol.randomized_response import RandomizedResponse
@@ -43,6 +42,7 @@ from protocol.randomness import SeededRandom
 from protocol.registry import Registry, parse_registry
 from protocol.server.randomized_response import RRServer
 from protocol.wire import Report, encode_report
+from tests.support.mqtt_publisher import MqttPublisher
 
 __all__ = ["LABEL", "build_counters", "build_flags", "build_single", "main", "publish"]
 

@@ -52,7 +52,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 import numpy as np
 
@@ -214,6 +214,23 @@ class Ingest:
 
     async def run(self) -> None:
         """Ingest until cancelled; on cancellation, commit and acknowledge what is buffered."""
+        ended: Exception | None = None
+        try:
+            # The task that waits on the transport belongs to this group: it never outlives
+            # run(). An exception of the loop is raised again below as itself, not wrapped in
+            # the group's ExceptionGroup, after the waiting task is gone.
+            async with asyncio.TaskGroup() as tasks:
+                try:
+                    await self._ingest(tasks)
+                except Exception as exc:
+                    ended = exc
+            if ended is not None:
+                raise ended
+        finally:
+            await self._drain()
+
+    async def _ingest(self, tasks: asyncio.TaskGroup) -> None:
+        """The loop of :meth:`run`: receive, accept, commit when due, acknowledge what committed."""
         receiving: asyncio.Task[list[Delivery]] | None = None
         try:
             while True:
@@ -222,10 +239,10 @@ class Ingest:
                     continue
                 if receiving is None:
                     room = self.config.commit_max_reports - len(self._tokens)
-                    receiving = asyncio.create_task(self.transport.receive(max(room, 1)), name="ingest-receive")
-                waits: set[asyncio.Future[object]] = {receiving}  # type: ignore[arg-type]
+                    receiving = tasks.create_task(self.transport.receive(max(room, 1)), name="ingest-receive")
+                waits: set[asyncio.Future[Any]] = {receiving}
                 if self._inflight is not None:
-                    waits.add(self._inflight.future)  # type: ignore[arg-type]
+                    waits.add(self._inflight.future)
                 timeout = None
                 if self._tokens:
                     timeout = max(0.0, self._since + self.config.commit_interval_s - time.monotonic())
@@ -245,10 +262,7 @@ class Ingest:
                     await self._start_commit()
         finally:
             if receiving is not None:
-                receiving.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await receiving
-            await self._drain()
+                receiving.cancel()  # the group awaits it
 
     async def _drain(self) -> None:
         """Finish the running commit and commit what is buffered (shutdown path).

@@ -1,7 +1,8 @@
 """A scripted MQTT broker on loopback, for feeding the collector's client what no real broker sends.
 
 It accepts any number of connections in a thread of its own. On each, it reads CONNECT,
-answers CONNACK (with the properties a test gives), grants the SUBSCRIBE at QoS 1, then
+answers CONNACK (with the reason code and properties a test gives), answers the SUBSCRIBE
+with the reason code a test gives (QoS 1 granted by default), then
 writes the test's bytes for that connection (``script[i]`` on the ``i``-th connection;
 nothing on later ones) and keeps the connection open, answering PINGREQ, until the client
 closes it. It records what it saw, so a test can wait for a reconnect or a PINGREQ.
@@ -28,6 +29,8 @@ class FakeBroker:
 
     script: Sequence[bytes]
     connack_properties: bytes = b""
+    connack_reason: int = 0
+    suback_code: int = 1
     port: int = 0
     connections: int = 0
     pings: int = 0
@@ -69,10 +72,11 @@ class FakeBroker:
                 for first, body in packets:
                     if first >> 4 == 1:  # CONNECT
                         props = encode_varint(len(self.connack_properties)) + self.connack_properties
-                        writer.write(bytes([CONNACK << 4]) + encode_varint(2 + len(props)) + b"\x00\x00" + props)
+                        head = bytes([0, self.connack_reason])
+                        writer.write(bytes([CONNACK << 4]) + encode_varint(2 + len(props)) + head + props)
                     elif first >> 4 == SUBSCRIBE:
                         pid = body[:2]
-                        writer.write(bytes([SUBACK << 4, 4]) + pid + b"\x00\x01")
+                        writer.write(bytes([SUBACK << 4, 4]) + pid + bytes([0, self.suback_code]))
                         subscribed = True
             await writer.drain()
             if index < len(self.script):
@@ -107,9 +111,13 @@ class FakeBroker:
 
 
 @contextlib.contextmanager
-def running_fake_broker(script: Sequence[bytes], *, connack_properties: bytes = b"") -> Iterator[FakeBroker]:
+def running_fake_broker(
+    script: Sequence[bytes], *, connack_properties: bytes = b"", connack_reason: int = 0, suback_code: int = 1
+) -> Iterator[FakeBroker]:
     """A fake broker on 127.0.0.1 at a free port, serving ``script`` (one entry per connection)."""
-    broker = FakeBroker(script=script, connack_properties=connack_properties)
+    broker = FakeBroker(
+        script=script, connack_properties=connack_properties, connack_reason=connack_reason, suback_code=suback_code
+    )
     loop = asyncio.new_event_loop()
     started = threading.Event()
     stop: asyncio.Event | None = None

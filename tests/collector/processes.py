@@ -16,10 +16,10 @@ from typing import Any
 
 from collector.config import StoreConfig
 from collector.errors import StoreError, StoreUnavailable
-from collector.mqtt import MqttPublisher
 from collector.store import CheckpointStore, Store
 from collector.store.postgres import PostgresStore
 from protocol.registry import Registry
+from tests.support.mqtt_publisher import MqttPublisher
 from tests.support.notify import NotifyListener
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -22,7 +22,6 @@ from collector import service as service_module
 from collector.config import CollectorConfig, IngestConfig, load_config
 from collector.ingest import Ingest, StoreThread
 from collector.metrics import IngestMetrics
-from collector.mqtt import MqttPublisher
 from collector.service import Service, run_service
 from collector.transport import MemoryTransport
 from protocol.randomized_response import RandomizedResponse
@@ -33,6 +32,7 @@ from tests.collector.conftest import FixedClock
 from tests.collector.stores import StoreSite
 from tests.collector.support import bit_reports, current_period, run_async
 from tests.support.broker import Broker, free_port
+from tests.support.mqtt_publisher import MqttPublisher
 
 ATTACKS = 2000
 

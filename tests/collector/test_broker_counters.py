@@ -10,9 +10,10 @@ from pathlib import Path
 
 from collector.config import MqttConfig
 from collector.metrics import IngestMetrics, render_prometheus
-from collector.mqtt import MqttPublisher, MqttTransport
+from collector.mqtt import MqttTransport
 from tests.collector.support import run_async
 from tests.support.broker import running_broker
+from tests.support.mqtt_publisher import MqttPublisher
 
 
 @run_async

@@ -27,12 +27,12 @@ from pathlib import Path
 import pytest
 
 from benchmarks.load import build_counters, build_flags
-from collector.mqtt import MqttPublisher
 from protocol.registry import Registry
 from tests.collector.group import CollectorGroup, StoreTarget, open_reader, wait_committed
 from tests.collector.processes import BackgroundPublishers
 from tests.collector.support import current_period, plain_equal, reference_aggregates
 from tests.support.broker import Broker
+from tests.support.mqtt_publisher import MqttPublisher
 from tests.support.postgres import PostgresServer
 
 REPORTS = int(os.environ.get("LDP_GROUP_FAULT_REPORTS", "200000"))

@@ -15,7 +15,7 @@ from paho.mqtt.enums import CallbackAPIVersion
 
 from collector.config import CollectorConfig, load_config
 from collector.metrics import render_prometheus
-from collector.mqtt import READ_PAUSE_S, MqttPublisher
+from collector.mqtt import READ_PAUSE_S
 from collector.service import Service, run_service
 from collector.store import CheckpointStore
 from protocol.registry import Registry
@@ -30,6 +30,7 @@ from tests.collector.support import (
     run_async,
 )
 from tests.support.broker import Broker
+from tests.support.mqtt_publisher import MqttPublisher
 
 
 @contextlib.asynccontextmanager

@@ -1,84 +1,24 @@
-"""The MQTT 5 adapter: packet codec properties, flow control, stale acknowledgements, refusals."""
+"""The MQTT 5 transport against a real Mosquitto: flow control, stale acknowledgements, QoS 0; and the read pause.
+
+The codec's own properties are in ``test_mqtt_codec.py``; refusals and malformed packets
+from a scripted broker in ``test_mqtt_hostile.py``.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
 
 from collector.config import MqttConfig
-from collector.errors import TransportError
-from collector.mqtt import (
-    MqttProtocolError,
-    MqttPublisher,
-    MqttTransport,
-    _check_connack,
-    _ConnectionLostError,
-    decode_varint,
-    encode_varint,
-    publish_packet,
-    split_packets,
-)
+from collector.mqtt import CONNECT, SUBSCRIBE, MqttTransport
+from collector.mqtt.transport import open_broker_connection
 from collector.transport import NO_ACK, Delivery
 from tests.collector.support import run_async
 from tests.support.broker import Broker
-
-
-@given(st.integers(min_value=0, max_value=268435455))
-def test_varint_round_trips(value: int) -> None:
-    """Every Variable Byte Integer decodes to the value it encodes, in 1 to 4 bytes."""
-    data = encode_varint(value)
-    assert 1 <= len(data) <= 4
-    assert decode_varint(data + b"\x00", 0) == (value, len(data))
-    assert decode_varint(data[:-1], 0) is None
-
-
-def test_varint_longer_than_four_bytes_is_a_protocol_error() -> None:
-    """A fifth continuation byte is refused rather than read on."""
-    with pytest.raises(MqttProtocolError):
-        decode_varint(b"\xff\xff\xff\xff\x01", 0)
-
-
-@given(
-    st.lists(st.tuples(st.binary(min_size=1, max_size=40), st.binary(max_size=300)), min_size=1, max_size=12),
-    st.lists(st.integers(min_value=0, max_value=5000), max_size=8),
-)
-def test_split_packets_reassembles_any_fragmentation(payloads: list[tuple[bytes, bytes]], cuts: list[int]) -> None:
-    """Packets cut at arbitrary byte positions come out whole and in order."""
-    packets = [publish_packet(t, p, qos=1, packet_id=i + 1) for i, (t, p) in enumerate(payloads)]
-    stream = b"".join(packets)
-    points = sorted({c % (len(stream) + 1) for c in cuts})
-    got: list[tuple[int, bytes]] = []
-    rest = b""
-    start = 0
-    for point in [*points, len(stream)]:
-        found, rest = split_packets(rest + stream[start:point])
-        got += found
-        start = point
-    assert rest == b""
-    assert [bytes([f]) + encode_varint(len(b)) + b for f, b in got] == packets
-
-
-def test_refusals_that_retrying_cannot_fix_are_transport_errors() -> None:
-    """Bad credentials end the service; 'server busy' is retried."""
-    with pytest.raises(TransportError, match="bad user name or password"):
-        _check_connack(b"\x00\x86\x00", version=5)
-    with pytest.raises(Exception, match="for now") as info:
-        _check_connack(b"\x00\x89\x00", version=5)
-    assert not isinstance(info.value, TransportError)
-    assert _check_connack(b"\x01\x00\x00", version=5).session_present is True
-
-
-def test_a_subscription_granted_below_qos_1_is_refused() -> None:
-    """QoS 0 would make acknowledgement after commit meaningless: the service stops instead."""
-    transport = MqttTransport(MqttConfig())
-    with pytest.raises(TransportError, match="only at QoS 0"):
-        transport._handle_suback(b"\x00\x01\x00\x00")
-    with pytest.raises(TransportError, match="0x87"):
-        transport._handle_suback(b"\x00\x01\x00\x87")
+from tests.support.mqtt_publisher import MqttPublisher
 
 
 async def _collect(transport: MqttTransport, count: int, *, ack: bool, timeout: float = 120) -> list[Delivery]:
@@ -126,7 +66,14 @@ async def test_receive_maximum_bounds_unacknowledged_messages(mosquitto: Broker)
 async def test_acks_of_a_dropped_connection_are_discarded_and_messages_redelivered(mosquitto: Broker) -> None:
     """After a reconnect, old tokens are not acknowledged; the broker redelivers those messages."""
     config = MqttConfig(host=mosquitto.host, port=mosquitto.port, client_id="stale", reconnect_max_s=0.2)
-    transport = MqttTransport(config)
+    writers: list[asyncio.StreamWriter] = []
+
+    async def open_connection(config: MqttConfig) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        reader, writer = await open_broker_connection(config)
+        writers.append(writer)
+        return reader, writer
+
+    transport = MqttTransport(config, open_connection=open_connection)
     runner = asyncio.create_task(transport.run())
     try:
         await asyncio.wait_for(transport.wait_subscribed(), 60)
@@ -135,9 +82,7 @@ async def test_acks_of_a_dropped_connection_are_discarded_and_messages_redeliver
             ("ldp/v1/reports/x", p) for p in payloads
         )
         first = await _collect(transport, 20, ack=False)
-        writer = transport._writer
-        assert writer is not None
-        writer.transport.abort()  # the connection drops before anything is acknowledged
+        writers[-1].transport.abort()  # the connection drops before anything is acknowledged
         deadline = time.monotonic() + 120  # a hang guard only
         while transport.statistics().connects < 2 or not transport.statistics().connected:
             assert time.monotonic() < deadline
@@ -183,14 +128,31 @@ async def test_qos0_messages_need_no_ack_and_topics_are_dropped(mosquitto: Broke
         await asyncio.wait_for(runner, 60)
 
 
-class _ClosingTransport(asyncio.ReadTransport):
-    """A read transport closed while the reader pauses; like a closed TLS transport, it
-    refuses to be paused or resumed once closed."""
+class _ClosingTransport(asyncio.Transport):
+    """A connection that closes while the reader pauses; like a closed TLS transport, it
+    refuses to be paused or resumed once closed.
 
-    def __init__(self) -> None:
+    It answers CONNECT with CONNACK and the SUBSCRIBE with a short read (the first byte of a
+    PUBLISH whose rest never comes) followed by the end of the stream.
+    """
+
+    def __init__(self, reader: asyncio.StreamReader, protocol: asyncio.StreamReaderProtocol) -> None:
         super().__init__()
+        self.reader = reader
+        self.protocol = protocol
         self.closed = False
+        self.ended = False
         self.calls: list[str] = []
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        if self.ended:
+            return
+        if data[0] >> 4 == CONNECT:
+            self.reader.feed_data(b"\x20\x03\x00\x00\x00")
+        elif data[0] >> 4 == SUBSCRIBE:
+            self.reader.feed_data(b"\x30")
+            self.reader.feed_eof()
+            self.ended = True
 
     def is_closing(self) -> bool:
         return self.closed
@@ -203,15 +165,45 @@ class _ClosingTransport(asyncio.ReadTransport):
     def resume_reading(self) -> None:
         raise AssertionError("resumed after close")
 
+    def close(self) -> None:
+        if not self.ended:
+            self.reader.feed_eof()
+            self.ended = True
+        self.closed = True
+        self.protocol.connection_lost(None)
+
+    def abort(self) -> None:
+        self.close()
+
 
 @run_async
-async def test_a_connection_closed_during_the_read_pause_ends_the_session_cleanly() -> None:
+async def test_a_connection_closed_during_the_read_pause_ends_the_session_cleanly(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     """The pause after a short read neither resumes a closed transport nor hides the end of the stream."""
-    transport = MqttTransport(MqttConfig(), read_pause_s=0.001)
-    reader = asyncio.StreamReader()
-    reader.feed_data(b"\x30")  # a short read: the first byte of a PUBLISH, the rest never comes
-    reader.feed_eof()
-    fake = _ClosingTransport()
-    with pytest.raises(_ConnectionLostError, match="closed by the broker"):
-        await transport._read_loop(reader, fake, b"")
-    assert fake.calls == ["pause"]
+    caplog.set_level(logging.WARNING, logger="collector.mqtt")
+    loop = asyncio.get_running_loop()
+    fakes: list[_ClosingTransport] = []
+    reconnecting = asyncio.Event()
+
+    async def open_connection(config: MqttConfig) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        if fakes:
+            reconnecting.set()
+            raise OSError("no second connection in this test")
+        reader = asyncio.StreamReader()
+        protocol = asyncio.StreamReaderProtocol(reader)
+        fake = _ClosingTransport(reader, protocol)
+        protocol.connection_made(fake)
+        fakes.append(fake)
+        return reader, asyncio.StreamWriter(fake, protocol, reader, loop)
+
+    config = MqttConfig(reconnect_min_s=0.001, reconnect_max_s=0.001)
+    transport = MqttTransport(config, read_pause_s=0.001, open_connection=open_connection)
+    runner = asyncio.create_task(transport.run())
+    try:
+        await asyncio.wait_for(reconnecting.wait(), 30)
+    finally:
+        await transport.close()
+        await asyncio.wait_for(runner, 30)  # an AssertionError of the fake would surface here
+    assert fakes[0].calls == ["pause"]
+    assert any(r.getMessage().endswith("lost: closed by the broker") for r in caplog.records)

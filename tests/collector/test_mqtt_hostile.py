@@ -3,7 +3,9 @@
 Each malformed or limit-breaking packet ends the connection with a logged protocol error and
 a reconnect; nothing escapes :meth:`MqttTransport.run`, memory stays bounded (a packet
 declared larger than our Maximum Packet Size is refused from its header), and a real
-``ldp-collector run`` fed ``30 00`` keeps running. The parser is total on arbitrary bytes.
+``ldp-collector run`` fed ``30 00`` keeps running. A refusal that retrying cannot fix ends
+:meth:`MqttTransport.run` with a ``TransportError``. The codec itself is fuzzed in
+``test_mqtt_codec.py``.
 """
 
 from __future__ import annotations
@@ -14,12 +16,10 @@ import struct
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 from collector.config import MqttConfig
 from collector.errors import TransportError
-from collector.mqtt import MqttProtocolError, MqttTransport, _ConnectionLostError, encode_varint
+from collector.mqtt import MqttTransport, encode_varint
 from runtime.backoff import Backoff
 from tests.collector.fake_broker import publish, running_fake_broker
 from tests.collector.processes import CollectorProcess, write_config
@@ -167,30 +167,38 @@ async def test_backoff_starts_again_after_a_healthy_session(monkeypatch: pytest.
     assert bounds[:6] == [0.01] * 6
 
 
-@settings(max_examples=400, deadline=None)
-@given(st.binary(max_size=300))
-def test_the_parser_is_total(data: bytes) -> None:
-    """Any bytes after the subscription either parse or raise the protocol error (or a clean disconnect)."""
-    transport = MqttTransport(MqttConfig(receive_maximum=5, max_packet_bytes=200))
-    try:
-        rest = transport._parse(data)
-    except (MqttProtocolError, _ConnectionLostError, TransportError):
-        return
-    assert len(rest) <= len(data)
-    for delivery in transport._buffer:
-        assert isinstance(delivery.payload, bytes)
+@pytest.mark.parametrize(
+    ("code", "message"),
+    [(0, "only at QoS 0; acknowledgement after commit needs QoS 1"), (0x87, r"refused the subscription .*0x87")],
+)
+@run_async
+async def test_a_subscription_granted_below_qos_1_ends_the_transport(code: int, message: str) -> None:
+    """QoS 0 would make acknowledgement after commit meaningless: run() stops with a TransportError instead."""
+    with running_fake_broker([], suback_code=code) as broker:
+        config = MqttConfig(host="127.0.0.1", port=broker.port, client_id="q0", reconnect_min_s=0.01)
+        transport = MqttTransport(config)
+        with pytest.raises(TransportError, match=message):
+            await asyncio.wait_for(transport.run(), 30)
+        assert broker.connections == 1
 
 
-@settings(max_examples=200, deadline=None)
-@given(st.lists(st.binary(min_size=1, max_size=40), min_size=1, max_size=20), st.integers(0, 3))
-def test_valid_publishes_always_parse(payloads: list[bytes], cut: int) -> None:
-    """Well-formed QoS 1 PUBLISHes parse to exactly their payloads, whatever the tail left for the next read."""
-    stream = b"".join(publish(b"t", p, packet_id=i + 1) for i, p in enumerate(payloads))
-    transport = MqttTransport(MqttConfig())
-    rest = transport._parse(stream[: len(stream) - cut] if cut else stream)
-    rest = transport._parse(rest + (stream[len(stream) - cut :] if cut else b""))
-    assert rest == b""
-    assert [d.payload for d in transport._buffer] == payloads
+@run_async
+async def test_refusals_that_retrying_cannot_fix_are_transport_errors() -> None:
+    """Bad credentials end run(); 'server busy' is retried with a new connection."""
+    with running_fake_broker([], connack_reason=0x86) as broker:
+        transport = MqttTransport(MqttConfig(host="127.0.0.1", port=broker.port, client_id="bad"))
+        with pytest.raises(TransportError, match=r"bad user name or password \(reason code 0x86\)"):
+            await asyncio.wait_for(transport.run(), 30)
+    with running_fake_broker([], connack_reason=0x89) as broker:
+        config = MqttConfig(host="127.0.0.1", port=broker.port, client_id="busy", reconnect_min_s=0.01)
+        transport = MqttTransport(config)
+        runner = asyncio.create_task(transport.run())
+        try:
+            await asyncio.to_thread(broker.wait_for, lambda b: b.connections >= 3)
+            assert not runner.done(), "run() ended"
+        finally:
+            await transport.close()
+            await asyncio.wait_for(runner, 10)
 
 
 def test_ldp_collector_run_fed_30_00_keeps_running(tmp_path: Path) -> None:

@@ -19,7 +19,8 @@ from cryptography.x509.oid import NameOID
 
 from collector.config import MqttConfig, TlsConfig
 from collector.errors import ConfigError, TransportError
-from collector.mqtt import MqttTransport, _tls_context
+from collector.mqtt import MqttTransport
+from collector.mqtt.tls import broker_tls_context
 from tests.collector.support import run_async
 from tests.support.broker import free_port, running_broker
 
@@ -106,7 +107,7 @@ async def test_tls_with_password_subscribes_and_a_wrong_password_is_fatal(tmp_pa
         # A client that does not trust the broker's CA never gets as far as MQTT.
         untrusting = replace(base, tls=TlsConfig())
         with pytest.raises(ssl.SSLCertVerificationError):
-            await asyncio.open_connection(broker.host, tls_port, ssl=_tls_context(untrusting))
+            await asyncio.open_connection(broker.host, tls_port, ssl=broker_tls_context(untrusting))
 
 
 @run_async

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import msgpack
 
-from collector.mqtt import MqttPublisher
+from tests.support.mqtt_publisher import MqttPublisher
 
 __all__ = ["main", "read_stream", "write_stream"]
 

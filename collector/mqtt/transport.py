@@ -1,0 +1,468 @@
+"""MQTT 5 on asyncio streams: the collector's subscriber, with acknowledgement after commit.
+
+Why not a general-purpose client: the collector needs exactly one behaviour that common
+Python clients make hard or slow. A QoS 1 message must be acknowledged (PUBACK) only after
+its contribution is committed to the checkpoint store; aiomqtt acknowledges on receipt,
+and paho reads every packet with several one-byte ``recv`` calls under the GIL (about
+10,000 messages/s on the reference machine, before any work is done; docs/mqtt-client.md).
+The protocol itself - packets, limits, what a read means - is :mod:`collector.mqtt.codec`;
+this module moves its bytes over a socket and acts on its events.
+
+Guarantees:
+
+* **Persistent session**: Clean Start is 0 and the Session Expiry Interval is set, so the
+  broker keeps our subscription and queues messages while the collector is down; after a
+  reconnect it resends unacknowledged messages (MQTT 5 §4.4).
+* **Acknowledge after commit**: :meth:`MqttTransport.ack` sends PUBACK only for tokens of
+  the live connection. A token from a connection that has since dropped is ignored: its
+  packet id may already name another message on the new connection, and the broker will
+  redeliver the original anyway (the report-id table absorbs the repeat).
+* **Bounded memory, backpressure**: the CONNECT Receive Maximum caps unacknowledged QoS 1
+  messages in flight to us (the broker stops sending until we acknowledge, MQTT 5 §4.9);
+  the reader stops reading the socket while that many await acknowledgement, or while
+  ``buffer_bytes`` of payload wait for ingest, so TCP pushes back. QoS 0 messages beyond
+  the buffer are dropped and counted.
+* **Metadata stripped**: a :class:`~collector.transport.Delivery` carries only the
+  payload, the sender's identity and a receipt request (see :mod:`collector.mqtt.codec`).
+* **Loss at the broker is visible**: a second, QoS 0 subscription to a few of Mosquitto's
+  ``$SYS/broker/...`` counters (:data:`~collector.mqtt.packets.BROKER_COUNTERS`: messages
+  dropped on full queues, messages and bytes stored, clients connected) keeps their last
+  values for :meth:`MqttTransport.statistics` and the Prometheus metrics; they never reach
+  ingest. The ACL lets only the collector credential read them; a broker that refuses the
+  subscription costs a log line, nothing more.
+* **Reconnect outside the session** with capped, jittered exponential backoff
+  (:mod:`runtime.backoff`, reset after a healthy session); a refusal that retrying cannot
+  fix (bad credentials, subscription not granted at QoS 1) raises
+  :class:`~collector.errors.TransportError` and ends the service; so does a TLS file that is
+  gone or broken at a reconnect (a :class:`~collector.errors.ConfigError` naming the field
+  and the file).
+* **Every task has an owner**: :meth:`MqttTransport.run` is run by its caller's task group;
+  the keep-alive of a connection is a task of that connection's own group, ended with it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+
+from collector.config import MqttConfig, read_password
+from collector.errors import TransportError
+from collector.mqtt.codec import (
+    BrokerCounter,
+    Connected,
+    ConnectionRefused,
+    CountersRefused,
+    Disconnected,
+    Event,
+    Subscribed,
+    SubscriberCodec,
+    SubscriptionRefused,
+)
+from collector.mqtt.packets import (
+    DISCONNECT_PACKET,
+    PINGREQ_PACKET,
+    MqttProtocolError,
+    disconnect_packet,
+    publish_packet,
+)
+from collector.mqtt.tls import broker_tls_context
+from collector.transport import Delivery, TransportStatistics
+from protocol.receipts import Receipt, encode_receipts
+from runtime.backoff import Backoff, Retry
+
+__all__ = ["READ_PAUSE_S", "BrokerConnector", "MqttTransport", "open_broker_connection"]
+
+log = logging.getLogger(__name__)
+
+_RECEIPTS_PER_MESSAGE = 2000  # about 40 KiB of receipts in one PUBLISH
+_CONNECT_TIMEOUT = 10.0
+
+_SHORT_READ = 64 * 1024
+"""A read shorter than this found the socket nearly empty: the collector is keeping up."""
+
+READ_PAUSE_S = 0.02
+"""After a short read, how long the socket is left to fill before the next one.
+
+A collector that keeps up with its stream otherwise wakes for every few segments the broker
+writes. Each wake-up (a read, a parse, an ingest pass) has a fixed cost, and on the
+reference machine a process that works in short bursts between sleeps is also charged more
+CPU per unit of work than one kept busy. Measured with ``benchmarks.bench_collector``
+(``live``, three members sharing the stream, 20 records a message): about 1,250 reads per
+member for 20,000 messages without the pause, 170 with it, and 21.6-23.8 instead of
+27.6-30.0 us of collector CPU a message. 20 ms is small next to the commit interval
+(``ingest.commit_interval_s``, 250 ms by default), which bounds when a report is counted
+and acknowledged; the service never pauses longer than a quarter of it, so an operator who
+shortens the interval for latency shortens the pause too. A busy collector never pauses
+(its reads are long).
+"""
+
+BrokerConnector = Callable[[MqttConfig], Awaitable[tuple[asyncio.StreamReader, asyncio.StreamWriter]]]
+"""Opens one connection to the broker a config names (tests pass their own streams)."""
+
+
+async def open_broker_connection(config: MqttConfig) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """A TCP connection to the broker ``config`` names, over TLS when ``[mqtt.tls]`` is set.
+
+    Raises:
+        ConfigError: a TLS file is gone or broken (read again at every connection).
+        OSError: the broker cannot be reached.
+    """
+    return await asyncio.open_connection(config.host, config.port, ssl=broker_tls_context(config), limit=1 << 20)
+
+
+class _ConnectionLostError(Exception):
+    """The connection ended (closed by the peer, keepalive expired, server DISCONNECT)."""
+
+
+class MqttTransport:
+    """A persistent MQTT 5 QoS 1 subscription whose messages are acknowledged on request.
+
+    Run :meth:`run` as a task (it connects, reconnects and never returns unless the broker
+    refuses us for good); call :meth:`receive` and :meth:`ack` from the ingest task.
+
+    Args:
+        config: broker address, client id, topic, shared-subscription group, limits.
+        read_pause_s: how long the socket is left to fill after a short read (see
+            :data:`READ_PAUSE_S`; the service passes at most a quarter of its commit interval).
+        open_connection: opens each connection (default: :func:`open_broker_connection`).
+    """
+
+    def __init__(
+        self,
+        config: MqttConfig,
+        *,
+        read_pause_s: float = READ_PAUSE_S,
+        open_connection: BrokerConnector = open_broker_connection,
+    ) -> None:
+        self.config = config
+        self._read_pause_s = read_pause_s
+        self._open_connection = open_connection
+        self._password = read_password(config)
+        # "ldp/v1/reports/#" -> b"ldp/v1/reports/": what comes after it, up to the last level
+        # (the use case), is the sender's identity.
+        prefix = config.topic[:-1].encode() if config.topic.endswith("/#") else None
+        self._codec = SubscriberCodec(
+            receive_maximum=config.receive_maximum, max_packet_bytes=config.max_packet_bytes, topic_prefix=prefix
+        )
+        self._ready = asyncio.Event()
+        self._drained = asyncio.Event()
+        self._drained.set()
+        self._subscribed = asyncio.Event()
+        self._writer: asyncio.StreamWriter | None = None
+        self._connects = 0
+        self._last_rx = 0.0
+        self._last_tx = 0.0
+        self._broker: dict[str, float] = {}
+        self.session_present = False
+        self._closing = False
+        self._keepalive_s = config.keepalive_s
+        self._healthy = False  # this connection was subscribed: the next reconnect starts from the shortest delay
+        self._protocol_errors = 0
+        self._receipts_sent = 0
+        self._receipts_dropped = 0
+        self._paused = False
+        self._credit = asyncio.Event()  # set whenever fewer than Receive Maximum messages await acknowledgement
+        self._credit.set()
+
+    # -- ingest side ---------------------------------------------------------------------
+
+    async def receive(self, max_count: int) -> list[Delivery]:
+        """Wait until at least one delivery is buffered; return up to ``max_count``."""
+        codec = self._codec
+        while not codec.buffered:
+            self._ready.clear()
+            await self._ready.wait()
+        out = codec.take(max_count)
+        if codec.buffered_bytes <= self.config.buffer_bytes // 2:
+            self._drained.set()
+        return out
+
+    def ack(self, tokens: Sequence[int]) -> None:
+        """Send PUBACK for every token of the live connection; drop the others."""
+        writer = self._writer
+        if writer is None or writer.is_closing():
+            self._codec.drop_acks(tokens)
+            return
+        data = self._codec.acknowledge(tokens)
+        if not data:
+            return
+        writer.write(data)
+        self._last_tx = time.monotonic()
+        if self._codec.has_credit:
+            self._credit.set()
+
+    def send_receipts(self, receipts: Mapping[bytes, Sequence[Receipt]]) -> None:
+        """Publish commit receipts at QoS 0, one message per response topic (chunked).
+
+        QoS 0 is enough: a lost receipt only makes the agent resend the identical report,
+        which de-duplication counts once and answers again. Receipts for a connection that
+        has since dropped are sent on the new one; topics outside ``mqtt.receipt_prefix``
+        never reach here (ingest checks them with ``protocol.receipts.valid_response_topic``).
+        """
+        writer = self._writer
+        if writer is None or writer.is_closing():
+            self._receipts_dropped += sum(len(v) for v in receipts.values())
+            return
+        packets: list[bytes] = []
+        for topic, items in receipts.items():
+            for start in range(0, len(items), _RECEIPTS_PER_MESSAGE):
+                chunk = items[start : start + _RECEIPTS_PER_MESSAGE]
+                packets.append(publish_packet(topic, encode_receipts(chunk), qos=0))
+                self._receipts_sent += len(chunk)
+        if packets:
+            writer.write(b"".join(packets))
+            self._last_tx = time.monotonic()
+
+    def statistics(self) -> TransportStatistics:
+        """A snapshot of the counters."""
+        codec = self._codec
+        counts = codec.statistics()
+        return TransportStatistics(
+            connected=self._writer is not None and self._subscribed.is_set(),
+            connects=self._connects,
+            buffered=codec.buffered,
+            capacity=self.config.receive_maximum,
+            unacked=max(codec.in_flight, 0),
+            received=counts.received,
+            acked=counts.acked,
+            stale_acks=counts.stale_acks,
+            dropped=counts.dropped,
+            protocol_errors=self._protocol_errors,
+            over_receive_maximum=counts.over_receive_maximum,
+            receipts_sent=self._receipts_sent,
+            receipts_dropped=self._receipts_dropped,
+            broker=dict(self._broker),
+        )
+
+    async def wait_subscribed(self) -> None:
+        """Return once a connection is up and the broker has granted the subscription."""
+        await self._subscribed.wait()
+
+    # -- connection side -----------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Connect and keep connected, with capped, jittered exponential backoff.
+
+        Raises:
+            TransportError: the broker refused us in a way reconnecting cannot fix.
+        """
+        cfg = self.config
+        retry = Retry(Backoff(initial=cfg.reconnect_min_s, cap=cfg.reconnect_max_s))
+        while not self._closing:
+            self._healthy = False
+            try:
+                await self._session()
+            except MqttProtocolError as exc:
+                # The broker broke the protocol or a limit we announced: say which, tell it
+                # with a DISCONNECT reason code (MQTT 5 §3.14.2.1), and start a new connection.
+                self._protocol_errors += 1
+                if not self._closing:
+                    log.warning(
+                        "protocol error from the broker at %s:%d (reason 0x%02x): %s; reconnecting",
+                        cfg.host,
+                        cfg.port,
+                        exc.reason,
+                        exc,
+                    )
+                    self._disconnect_with(exc.reason)
+            except (OSError, EOFError, TimeoutError, _ConnectionLostError) as exc:
+                if not self._closing:
+                    what = "lost" if self._writer is not None else "failed"
+                    log.warning(
+                        "broker connection to %s:%d %s: %s", cfg.host, cfg.port, what, exc or type(exc).__name__
+                    )
+            finally:
+                await self._close()
+            if self._closing:
+                return
+            if self._healthy:
+                retry.reset()  # a session that worked: the next drop waits from reconnect_min_s again
+            # Jitter keeps a fleet of collectors from reconnecting in lock step after a broker restart.
+            await asyncio.sleep(retry.next_delay())
+
+    async def close(self) -> None:
+        """Disconnect politely (the session and its queue stay on the broker); :meth:`run` returns."""
+        self._closing = True
+        writer = self._writer
+        if writer is not None and not writer.is_closing():
+            with contextlib.suppress(OSError):
+                writer.write(DISCONNECT_PACKET)
+                await asyncio.wait_for(writer.drain(), 1.0)
+        await self._close()
+
+    def _disconnect_with(self, reason: int) -> None:
+        writer = self._writer
+        if writer is not None and not writer.is_closing():
+            with contextlib.suppress(OSError, RuntimeError):
+                writer.write(disconnect_packet(reason))
+
+    async def _close(self) -> None:
+        writer, self._writer = self._writer, None
+        self._subscribed.clear()
+        # Tokens handed out on this connection are now stale.
+        self._codec.connection_lost()
+        self._credit.set()
+        if writer is not None:
+            writer.close()
+            with contextlib.suppress(OSError, TimeoutError):
+                await asyncio.wait_for(writer.wait_closed(), 1.0)
+
+    async def _session(self) -> None:
+        """One connection, from CONNECT until it ends; it always ends by an exception."""
+        reader, writer = await self._connect()
+        # The keep-alive lives exactly as long as this connection: this group owns it. The
+        # read loop's exception is raised again outside the group, unwrapped, so that run()
+        # can tell a protocol error from a lost connection (a group would wrap it in an
+        # ExceptionGroup); an exception of the keep-alive itself propagates as the group's.
+        ended: Exception | None = None
+        async with asyncio.TaskGroup() as tasks:
+            pinger = tasks.create_task(self._keepalive(writer), name="mqtt-keepalive")
+            try:
+                await self._read_loop(reader, writer.transport)
+            except Exception as exc:
+                ended = exc
+            finally:
+                pinger.cancel()
+        if ended is not None:
+            raise ended
+
+    async def _connect(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        """Open a connection, send CONNECT, wait for CONNACK, subscribe."""
+        cfg = self.config
+        codec = self._codec
+        reader, writer = await asyncio.wait_for(self._open_connection(cfg), _CONNECT_TIMEOUT)
+        self._writer = writer
+        writer.write(
+            codec.connect(
+                client_id=cfg.client_id,
+                keepalive=cfg.keepalive_s,
+                session_expiry=cfg.session_expiry_s,
+                username=cfg.username,
+                password=self._password,
+            )
+        )
+        await writer.drain()
+        deadline = time.monotonic() + _CONNECT_TIMEOUT
+        event: Event | None = None
+        while event is None:
+            data = await asyncio.wait_for(reader.read(65536), max(0.01, deadline - time.monotonic()))
+            if not data:
+                raise _ConnectionLostError("closed before CONNACK")
+            codec.receive_data(data)
+            event = codec.next_event()
+        self._on_event(event)
+        writer.write(codec.subscribe(cfg.topic_filter))
+        log.info(
+            "connected to %s:%d as %s (session present: %s); subscribing to %s",
+            cfg.host,
+            cfg.port,
+            cfg.client_id,
+            self.session_present,
+            cfg.topic_filter,
+        )
+        return reader, writer
+
+    def _on_event(self, event: Event) -> None:
+        """Act on one event of the codec; raise when it ends the connection."""
+        match event:
+            case Connected():
+                self.session_present = event.session_present
+                # §3.2.2.3.14: the broker's Server Keep Alive replaces the value we asked for.
+                self._keepalive_s = event.server_keep_alive or self.config.keepalive_s
+                self._connects += 1
+                self._last_rx = self._last_tx = time.monotonic()
+            case ConnectionRefused():
+                if event.permanent_cause is not None:
+                    raise TransportError(
+                        f"the broker refused the connection: {event.permanent_cause} (reason code 0x{event.reason:02x})"
+                    )
+                raise _ConnectionLostError(
+                    f"the broker refused the connection for now (reason code 0x{event.reason:02x})"
+                )
+            case Subscribed():
+                self._subscribed.set()
+                self._healthy = True
+            case SubscriptionRefused(reason=0):
+                raise TransportError(
+                    f"the broker granted {self.config.topic_filter!r} only at QoS 0; "
+                    "acknowledgement after commit needs QoS 1"
+                )
+            case SubscriptionRefused():
+                raise TransportError(
+                    f"the broker refused the subscription to {self.config.topic_filter!r} "
+                    f"(reason code 0x{event.reason:02x})"
+                )
+            case CountersRefused():
+                log.warning(
+                    "the broker refused its $SYS counters (reason codes %s): no broker metrics", event.reasons.hex()
+                )
+            case BrokerCounter():
+                self._broker[event.topic] = event.value
+            case Disconnected():
+                raise _ConnectionLostError(f"the broker sent DISCONNECT (reason code 0x{event.reason:02x})")
+
+    def _handle_received(self) -> None:
+        """Parse what the codec holds, acting on each event; wake ingest for the deliveries."""
+        codec = self._codec
+        try:
+            while (event := codec.next_event()) is not None:
+                self._on_event(event)
+        finally:
+            # Deliveries parsed before an error are handed on: they are well formed.
+            if codec.buffered:
+                self._ready.set()
+
+    async def _keepalive(self, writer: asyncio.StreamWriter) -> None:
+        interval = self._keepalive_s
+        if interval <= 0:  # keep alive switched off by the broker (§3.1.2.10)
+            return
+        while True:
+            await asyncio.sleep(interval / 4)
+            now = time.monotonic()
+            if now - self._last_tx >= interval / 2:
+                writer.write(PINGREQ_PACKET)
+                self._last_tx = now
+            # Reading is paused while ingest catches up: silence then is ours, not the broker's.
+            if not self._paused and now - self._last_rx > interval * 1.5:
+                log.warning("no traffic from the broker for %.1f s; reconnecting", now - self._last_rx)
+                writer.transport.abort()
+                return
+
+    async def _read_loop(self, reader: asyncio.StreamReader, transport: asyncio.BaseTransport) -> None:
+        limit = self.config.buffer_bytes
+        codec = self._codec
+        while True:
+            self._handle_received()
+            self._paused = True
+            while codec.buffered_bytes > limit:
+                self._drained.clear()
+                await self._drained.wait()
+            while not codec.has_credit:
+                self._credit.clear()
+                await self._credit.wait()
+            self._paused = False
+            data = await reader.read(1 << 18)
+            if not data:
+                raise _ConnectionLostError("closed by the broker")
+            self._last_rx = time.monotonic()
+            if (
+                len(data) < _SHORT_READ
+                and self._read_pause_s > 0
+                and isinstance(transport, asyncio.ReadTransport)
+                and not transport.is_closing()
+            ):
+                # We are keeping up: let the next messages gather in the socket, then take
+                # them in one read and one pass of ingest (see READ_PAUSE_S).
+                transport.pause_reading()
+                await asyncio.sleep(self._read_pause_s)
+                # Closed meanwhile: a closed TLS transport has no protocol left to resume (it
+                # raises); the next read ends the session.
+                if not transport.is_closing():
+                    transport.resume_reading()
+            # A packet is refused as soon as its header says it is larger than the Maximum
+            # Packet Size we announced (MQTT 5 §3.1.2.11.4), before its body is buffered, so
+            # the tail kept between reads stays below that size plus one read.
+            codec.receive_data(data)
