@@ -30,20 +30,35 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TypeVar
 
-from fleet.sim import Tally, tally_kind
+import msgspec
+
+from collector.results import (
+    EstimateResult,
+    HistogramEstimate,
+    ReleaseDecision,
+    ScalarEstimate,
+    ServiceStatus,
+    from_json,
+)
+from fleet.sim import ShardResult, Tally, tally_kind
+from protocol.catalog import Catalog
 from protocol.interfaces import EstimateKind, as_discovery
 from protocol.registry import UseCase
 
 __all__ = [
     "CollectorClient",
     "CollectorUnavailableError",
+    "Comparison",
+    "NotReleased",
+    "PeriodComparison",
     "UseCaseSummary",
+    "check_counted_under_own_definition",
     "compare_period",
+    "compare_with_collector",
     "format_results",
     "summarize",
     "write_plots",
@@ -52,6 +67,16 @@ __all__ = [
 
 class CollectorUnavailableError(RuntimeError):
     """The collector's HTTP API did not answer, or did not ingest what was published in time."""
+
+
+class Health(msgspec.Struct, frozen=True):
+    """What ``/healthz`` says (only what the simulator reads of it)."""
+
+    status: str
+    connected: bool = True
+
+
+ResponseT = TypeVar("ResponseT")
 
 
 class CollectorClient:
@@ -66,23 +91,30 @@ class CollectorClient:
         self.url = url.rstrip("/")
         self.timeout = timeout
 
-    def get(self, path: str, **query: object) -> Any:
-        """GET ``path`` and decode its JSON.
+    def get(self, path: str, kind: type[ResponseT], **query: object) -> ResponseT:
+        """GET ``path`` and read its JSON as ``kind`` (the collector's own result types).
 
         Raises:
-            CollectorUnavailableError: on a connection failure or an HTTP error.
+            CollectorUnavailableError: on a connection failure, an HTTP error, or an answer
+                that is not a ``kind``.
         """
         target = self.url + path
         if query:
             target += "?" + urllib.parse.urlencode({k: str(v) for k, v in query.items()})
         try:
             with urllib.request.urlopen(target, timeout=self.timeout) as response:
-                return json.loads(response.read().decode("utf-8"))
+                body = response.read()
         except urllib.error.HTTPError as e:
             detail = e.read().decode("utf-8", "replace")[:500]
             raise CollectorUnavailableError(f"GET {target}: HTTP {e.code}: {detail}") from None
         except (urllib.error.URLError, OSError, ValueError) as e:
             raise CollectorUnavailableError(f"GET {target}: {e}") from None
+        try:
+            return from_json(body, kind)
+        except msgspec.ValidationError as e:
+            raise CollectorUnavailableError(f"GET {target}: not the answer expected: {e}") from None
+        except msgspec.DecodeError as e:
+            raise CollectorUnavailableError(f"GET {target}: not JSON: {e}") from None
 
     def wait_connected(self, timeout: float) -> None:
         """Wait until the collector reports a live broker subscription.
@@ -94,25 +126,29 @@ class CollectorClient:
         last = "no answer"
         while time.monotonic() < deadline:
             try:
-                health = self.get("/healthz")
+                health = self.get("/healthz", Health)
             except CollectorUnavailableError as e:
                 last = str(e)
             else:
-                if health.get("connected", True):
+                if health.connected:
                     return
                 last = f"collector not connected to its broker: {health}"
             time.sleep(0.2)
         raise CollectorUnavailableError(f"collector at {self.url} not ready after {timeout:g} s: {last}")
 
-    def report_counts(self) -> tuple[dict[str, dict[int, int]], dict[str, Any]]:
-        """Reports committed per use-case definition (by ref) and period, and the collector's counters."""
-        status = self.get("/api/v1/status")
+    def status(self) -> ServiceStatus:
+        """The collector's status."""
+        return self.get("/api/v1/status", ServiceStatus)
+
+    def report_counts(self) -> tuple[dict[str, dict[int, int]], ServiceStatus]:
+        """Reports committed per use-case definition (by ref) and period, and the collector's status."""
+        status = self.status()
         counts = {
-            d["definition"]: {int(p["period"]): int(p["reports"]) for p in d.get("periods", [])}
-            for info in status.get("use_cases", {}).values()
-            for d in info.get("definitions", [])
+            d.definition: {p.period: p.reports for p in d.periods}
+            for info in status.use_cases.values()
+            for d in info.definitions
         }
-        return counts, {"counters": status.get("counters", {}), "live": status.get("live", {})}
+        return counts, status
 
     def wait_ingested(
         self,
@@ -130,7 +166,7 @@ class CollectorClient:
         want = sum(n for periods in expected.values() for n in periods.values())
         deadline = time.monotonic() + timeout
         while True:
-            counts, extra = self.report_counts()
+            counts, status = self.report_counts()
             have = sum(
                 min(counts.get(uc, {}).get(p, 0), n) for uc, periods in expected.items() for p, n in periods.items()
             )
@@ -141,19 +177,70 @@ class CollectorClient:
             if time.monotonic() > deadline:
                 raise CollectorUnavailableError(
                     f"the collector committed {have} of the {want} reports the broker acknowledged within "
-                    f"{timeout:g} s; collector counters: {json.dumps(extra)}"
+                    f"{timeout:g} s; collector counters: {json.dumps(status.counters)}, "
+                    f"rejected: {json.dumps(status.live.rejected if status.live else {})}"
                 )
             time.sleep(0.5)
 
-    def estimate(self, use_case: str, period: int) -> dict[str, Any]:
+    def estimate(self, use_case: str, period: int) -> EstimateResult:
         """The collector's estimate of one (use case or definition ref, period), withheld entries
         included (flagged)."""
         path = f"/api/v1/use-cases/{urllib.parse.quote(use_case)}/estimate"
-        result: dict[str, Any] = self.get(path, period=period, withheld=1)
-        return result
+        return self.get(path, EstimateResult, period=period, withheld=1)
 
 
 # --------------------------------------------------------------------------- comparison
+
+
+class Comparison(msgspec.Struct, frozen=True):
+    """One estimated number next to its truth: ``error = estimate - truth``, ``z = error / SE``."""
+
+    key: str
+    estimate: float | None
+    truth: float
+    error: float | None
+    standard_error: float | None
+    z: float | None
+    released: bool = True
+
+
+class NotReleased(msgspec.Struct, frozen=True):
+    """A reported value the collector did not release, with its true count."""
+
+    key: str
+    truth: int
+    estimated: bool
+
+
+class PeriodComparison(msgspec.Struct, frozen=True):
+    """The collector's estimate of one (use case, period) next to what the devices held.
+
+    Scalar estimates fill ``comparison``; histograms and frequencies fill ``items`` (one per
+    bucket or estimated value, each flagged ``released``) and ``worst``; frequencies also say
+    what was not released. ``max_abs_z`` is the largest ``|z|`` compared (``None``: nothing).
+    """
+
+    period: int
+    period_start: str
+    reports: int
+    truth_reports: int
+    released: bool
+    withheld_reason: str | None
+    kind: str
+    max_abs_z: float | None = None
+    comparison: Comparison | None = None
+    items: tuple[Comparison, ...] = ()
+    worst: Comparison | None = None
+    withheld: int | None = None
+    tested: int | None = None
+    not_released: tuple[NotReleased, ...] = ()
+    not_released_count: int = 0
+    not_estimated_count: int = 0
+    note: str | None = None
+
+    def compared(self) -> list[Comparison]:
+        """Every comparison of the period."""
+        return [self.comparison] if self.comparison is not None else list(self.items)
 
 
 def _z(error: float, se: float | None) -> float | None:
@@ -164,101 +251,97 @@ def _z(error: float, se: float | None) -> float | None:
     return error / se
 
 
-def _item(key: str, estimate: float | None, truth: float, se: float | None, *, released: bool = True) -> dict[str, Any]:
+def _compare(key: str, estimate: float | None, truth: float, se: float | None, *, released: bool = True) -> Comparison:
     est = float("nan") if estimate is None else float(estimate)
     error = est - truth
-    return {
-        "key": key,
-        "estimate": estimate,
-        "truth": truth,
-        "error": None if math.isnan(error) else error,
-        "standard_error": se,
-        "z": None if math.isnan(error) else _z(error, se),
-        "released": released,
-    }
+    return Comparison(
+        key=key,
+        estimate=estimate,
+        truth=truth,
+        error=None if math.isnan(error) else error,
+        standard_error=se,
+        z=None if math.isnan(error) else _z(error, se),
+        released=released,
+    )
 
 
-def compare_period(use_case: UseCase, tally: Tally, result: Mapping[str, Any]) -> dict[str, Any]:
+def _worst(items: Iterable[Comparison]) -> Comparison | None:
+    return max((it for it in items if it.z is not None), key=lambda it: abs(it.z or 0.0), default=None)
+
+
+def compare_period(use_case: UseCase, tally: Tally, result: EstimateResult) -> PeriodComparison:
     """Compare the collector's estimate of one (use case, period) with its truth.
 
     Args:
         use_case: the use case.
         tally: what the reporting devices held.
-        result: the collector's estimate JSON.
-
-    Returns:
-        A JSON-ready row: ``estimate``, ``truth``, ``error``, ``standard_error`` and ``z`` for
-        scalar estimates; ``items`` (one per bucket or estimated value, each flagged
-        ``released``) and the worst one
-        for vector estimates; ``max_abs_z`` either way.
+        result: the collector's estimate.
     """
-    kind = tally_kind(use_case)
-    row: dict[str, Any] = {
-        "period": result.get("period"),
-        "period_start": result.get("period_start"),
-        "reports": result.get("reports"),
-        "truth_reports": tally.n,
-        "released": bool(result.get("released")),
-        "withheld_reason": result.get("withheld_reason"),
-        "kind": result.get("kind"),
-    }
-    est = result.get("estimate") or {}
-    if not row["released"]:
-        row["max_abs_z"] = None
+    row = PeriodComparison(
+        period=result.period,
+        period_start=result.period_start,
+        reports=result.reports,
+        truth_reports=tally.n,
+        released=result.released,
+        withheld_reason=result.withheld_reason,
+        kind=result.kind,
+    )
+    est = result.estimate
+    if not result.released or est is None:
         return row
-    items: list[dict[str, Any]]
-    if kind == "mean":
+    if isinstance(est, ScalarEstimate):
         truth = tally.total / tally.n if tally.n else float("nan")
-        row.update(_item(use_case.name, est.get("value"), truth, est.get("standard_error")))
-        del row["key"]
-        z = row["z"]
-        row["max_abs_z"] = None if z is None else abs(z)
-        return row
-    if kind == "histogram":
-        items = []
-        for i, bucket in enumerate(est.get("buckets", [])):
-            share = tally.buckets[i] / tally.n if tally.n and tally.buckets else 0.0
-            label = f"[{bucket.get('low'):g}, {bucket.get('high'):g})"
-            items.append(_item(label, bucket.get("value"), share, bucket.get("standard_error")))
-    else:
-        mech = use_case.mechanism
-        discovery = as_discovery(mech) if mech.kind is EstimateKind.DISCOVERY else None
-        truth_counts: dict[str, int] = {}
-        for value, count in tally.counts.items():
-            # A discovery mechanism reports strings as it can find them (SFP: truncated, unpadded).
-            key = discovery.reported_as(value) if discovery is not None else value
-            truth_counts[key] = truth_counts.get(key, 0) + count
-        # Every entry the collector estimated, released or not (a collector that does not
-        # list withheld entries gives only the released ones).
-        entries = list(est.get("items", [])) + list(est.get("withheld_items", []))
-        items = [
-            _item(
-                str(it["value"]),
-                it.get("count"),
-                float(truth_counts.get(str(it["value"]), 0)),
-                it.get("standard_error"),
-                released=bool(it.get("released", True)),
+        one = _compare(use_case.name, est.value, truth, est.standard_error)
+        return msgspec.structs.replace(row, comparison=one, max_abs_z=None if one.z is None else abs(one.z))
+    if isinstance(est, HistogramEstimate):
+        items = tuple(
+            _compare(
+                f"[{bucket.low:g}, {bucket.high:g})",
+                bucket.value,
+                tally.buckets[i] / tally.n if tally.n and tally.buckets else 0.0,
+                bucket.standard_error,
             )
-            for it in entries
-        ]
-        released = {it["key"] for it in items if it["released"]}
-        estimated = {it["key"] for it in items}
-        missing = sorted(((v, c) for v, c in truth_counts.items() if v not in released), key=lambda vc: -vc[1])
-        row["withheld"] = est.get("withheld")
-        row["not_released"] = [{"key": v, "truth": c, "estimated": v in estimated} for v, c in missing[:20]]
-        row["not_released_count"] = len(missing)
-        row["not_estimated_count"] = sum(1 for v in truth_counts if v not in estimated)
-        row["tested"] = est.get("tested")
-    row["items"] = items
-    zs = [abs(it["z"]) for it in items if it["z"] is not None]
-    row["max_abs_z"] = max(zs) if zs else None
-    worst = max((it for it in items if it["z"] is not None), key=lambda it: abs(it["z"]), default=None)
-    row["worst"] = worst
-    return row
+            for i, bucket in enumerate(est.buckets)
+        )
+        return _with_items(row, items)
+    return _frequencies(row, use_case, tally, est)
 
 
-@dataclass
-class UseCaseSummary:
+def _with_items(row: PeriodComparison, items: tuple[Comparison, ...], **more: object) -> PeriodComparison:
+    zs = [abs(it.z) for it in items if it.z is not None]
+    return msgspec.structs.replace(row, items=items, worst=_worst(items), max_abs_z=max(zs) if zs else None, **more)
+
+
+def _frequencies(row: PeriodComparison, use_case: UseCase, tally: Tally, est: ReleaseDecision) -> PeriodComparison:
+    mech = use_case.mechanism
+    discovery = as_discovery(mech) if mech.kind is EstimateKind.DISCOVERY else None
+    truth_counts: dict[str, int] = {}
+    for value, count in tally.counts.items():
+        # A discovery mechanism reports strings as it can find them (SFP: truncated, unpadded).
+        key = discovery.reported_as(value) if discovery is not None else value
+        truth_counts[key] = truth_counts.get(key, 0) + count
+    # Every entry the collector estimated, released or not (a collector that does not list
+    # withheld entries gives only the released ones).
+    entries = est.items + (est.withheld_items or ())
+    items = tuple(
+        _compare(it.value, it.count, float(truth_counts.get(it.value, 0)), it.standard_error, released=it.released)
+        for it in entries
+    )
+    released = {it.key for it in items if it.released}
+    estimated = {it.key for it in items}
+    missing = sorted(((v, c) for v, c in truth_counts.items() if v not in released), key=lambda vc: -vc[1])
+    return _with_items(
+        row,
+        items,
+        withheld=est.withheld,
+        tested=est.tested,
+        not_released=tuple(NotReleased(key=v, truth=c, estimated=v in estimated) for v, c in missing[:20]),
+        not_released_count=len(missing),
+        not_estimated_count=sum(1 for v in truth_counts if v not in estimated),
+    )
+
+
+class UseCaseSummary(msgspec.Struct, frozen=True):
     """One use-case definition's comparison over all periods.
 
     Attributes:
@@ -271,31 +354,96 @@ class UseCaseSummary:
     name: str
     mechanism: str
     kind: str
-    definition: str = ""
-    current: bool = True
-    periods: list[dict[str, Any]] = field(default_factory=list)
-    max_abs_z: float | None = None
-    compared: int = 0
-    beyond: int = 0
-    ok: bool = True
+    definition: str
+    current: bool
+    periods: tuple[PeriodComparison, ...]
+    max_abs_z: float | None
+    compared: int
+    beyond: int
+    ok: bool
 
 
-def summarize(name: str, use_case: UseCase, rows: list[dict[str, Any]], tolerance: float) -> UseCaseSummary:
+def summarize(
+    name: str, use_case: UseCase, rows: Sequence[PeriodComparison], tolerance: float, *, current: bool = True
+) -> UseCaseSummary:
     """Count comparisons and those beyond ``tolerance`` standard errors."""
-    summary = UseCaseSummary(
-        name=name, mechanism=use_case.mechanism.name, kind=tally_kind(use_case), periods=rows, definition=use_case.ref
+    zs = [abs(it.z) for row in rows for it in row.compared() if it.z is not None]
+    beyond = sum(1 for z in zs if z > tolerance)
+    return UseCaseSummary(
+        name=name,
+        mechanism=use_case.mechanism.name,
+        kind=tally_kind(use_case),
+        definition=use_case.ref,
+        current=current,
+        periods=tuple(rows),
+        max_abs_z=max(zs) if zs else None,
+        compared=len(zs),
+        beyond=beyond,
+        ok=beyond == 0 and bool(zs),
     )
-    zs: list[float] = []
-    for row in rows:
-        if "items" in row:
-            zs.extend(abs(it["z"]) for it in row["items"] if it["z"] is not None)
-        elif row.get("z") is not None:
-            zs.append(abs(row["z"]))
-    summary.compared = len(zs)
-    summary.beyond = sum(1 for z in zs if z > tolerance)
-    summary.max_abs_z = max(zs) if zs else None
-    summary.ok = summary.beyond == 0 and summary.compared > 0
-    return summary
+
+
+def compare_with_collector(
+    client: CollectorClient,
+    catalog: Catalog,
+    refs: Sequence[str],
+    result: ShardResult,
+    *,
+    timeout: float,
+    receipts: bool,
+    progress: Callable[[int, int], None] | None = None,
+) -> tuple[dict[str, list[PeriodComparison]], float]:
+    """Compare the collector's estimates with the truth, per definition and period.
+
+    With receipts every report's fate is known already (the run ends when each has its
+    receipt); without, this first waits until the collector holds as many reports as the
+    broker acknowledged. Returns the comparisons per definition ref and the seconds spent
+    waiting for ingest.
+    """
+    t0 = time.monotonic()
+    counts: dict[str, dict[int, int]] | None = None
+    if receipts:
+        check_counted_under_own_definition(client, result)
+    else:
+        expected = {ref: {p: v[0] for p, v in periods.items()} for ref, periods in result.published.items()}
+        counts = client.wait_ingested(expected, timeout=timeout, progress=progress)
+    ingest_seconds = time.monotonic() - t0
+    rows: dict[str, list[PeriodComparison]] = {}
+    for ref in refs:
+        uc = catalog.use_cases[ref]
+        rows[ref] = []
+        for period in sorted(result.truth.get(ref, {})):
+            tally = result.truth[ref][period]
+            estimate = client.estimate(ref, period)
+            row = compare_period(uc, tally, estimate)
+            held = estimate.reports if counts is None else counts.get(ref, {}).get(period, 0)
+            if held != tally.n:
+                row = msgspec.structs.replace(
+                    row,
+                    note=f"the collector holds {held} reports for this period, the fleet's counted reports carry "
+                    f"{tally.n} values: the store has data from elsewhere",
+                )
+            rows[ref].append(row)
+    return rows, ingest_seconds
+
+
+def check_counted_under_own_definition(client: CollectorClient, result: ShardResult) -> None:
+    """Every report a receipt said was counted is held under the definition it was made with.
+
+    The collector may hold more (data from elsewhere in its store), never fewer.
+
+    Raises:
+        CollectorUnavailableError: naming the first definition and period that hold fewer.
+    """
+    held, _ = client.report_counts()
+    for ref, periods in sorted(result.counted_periods.items()):
+        for period, n in sorted(periods.items()):
+            have = held.get(ref, {}).get(period, 0)
+            if have < n:
+                raise CollectorUnavailableError(
+                    f"the collector holds {have:,} reports of {ref} for period {period}, where {n:,} of the fleet's "
+                    "were counted under that definition"
+                )
 
 
 # --------------------------------------------------------------------------- text
@@ -315,9 +463,9 @@ def _short(text: str, width: int) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
-def _withheld_row(r: Mapping[str, Any]) -> str:
+def _withheld_row(r: PeriodComparison) -> str:
     """The line of a period the collector did not release: its start, reports and the reason."""
-    return f"  {r['period_start'] or r['period']!s:20s} {r['reports']!s:>8s}  not released: {r['withheld_reason']}"
+    return f"  {r.period_start or r.period!s:20s} {r.reports!s:>8s}  not released: {r.withheld_reason}"
 
 
 def _mean_lines(s: UseCaseSummary, uc: UseCase) -> list[str]:
@@ -329,12 +477,13 @@ def _mean_lines(s: UseCaseSummary, uc: UseCase) -> list[str]:
         f"{'SE':>10s} {'error/SE':>9s}"
     )
     for r in s.periods:
-        if not r["released"]:
+        c = r.comparison
+        if c is None:
             lines.append(_withheld_row(r))
             continue
         lines.append(
-            f"  {r['period_start']:20s} {r['reports']:>8d} {_f(r['estimate']):>12s} {_f(r['truth']):>12s} "
-            f"{_f(r['error'], 3):>11s} {_f(r['standard_error'], 3):>10s} {_f(r['z'], 2):>9s}"
+            f"  {r.period_start:20s} {r.reports:>8d} {_f(c.estimate):>12s} {_f(c.truth):>12s} "
+            f"{_f(c.error, 3):>11s} {_f(c.standard_error, 3):>10s} {_f(c.z, 2):>9s}"
         )
     return lines
 
@@ -348,40 +497,50 @@ def _distribution_lines(s: UseCaseSummary, detail: int) -> list[str]:
         f"{'truth':>10s} {'error':>10s} {'SE':>9s} {'error/SE':>8s}"
     )
     for r in s.periods:
-        if not r["released"]:
+        if not r.released:
             lines.append(_withheld_row(r))
             continue
-        w = r.get("worst") or {}
+        w = r.worst
         lines.append(
-            f"  {r['period_start']:20s} {r['reports']:>8d} {len(r['items']):>8d}  "
-            f"{_short(str(w.get('key', '-')), 18):18s} {_f(w.get('estimate'), 4):>10s} "
-            f"{_f(w.get('truth'), 4):>10s} {_f(w.get('error'), 3):>10s} {_f(w.get('standard_error'), 3):>9s} "
-            f"{_f(w.get('z'), 2):>8s}"
+            f"  {r.period_start:20s} {r.reports:>8d} {len(r.items):>8d}  "
+            + (
+                f"{_short(w.key, 18):18s} {_f(w.estimate, 4):>10s} {_f(w.truth, 4):>10s} {_f(w.error, 3):>10s} "
+                f"{_f(w.standard_error, 3):>9s} {_f(w.z, 2):>8s}"
+                if w is not None
+                else f"{'-':18s} {_f(None, 4):>10s} {_f(None, 4):>10s} {_f(None, 3):>10s} {_f(None, 3):>9s} "
+                f"{_f(None, 2):>8s}"
+            )
         )
-    latest = next((r for r in reversed(s.periods) if r["released"]), None)
+    latest = next((r for r in reversed(s.periods) if r.released), None)
     if latest is not None and detail > 0:
-        items = latest["items"]
-        if s.kind == "frequencies":
-            items = sorted(items, key=lambda it: -(it["truth"] or 0))[:detail]
-            heading = f"top {len(items)} by true count"
-        else:
-            heading = "every bucket (shares of devices)"
-        lines.append(f"  latest period {latest['period_start']}, {heading}:")
+        lines += _latest_lines(s, latest, what, detail)
+    return lines
+
+
+def _latest_lines(s: UseCaseSummary, latest: PeriodComparison, what: str, detail: int) -> list[str]:
+    """The latest released period's entries: every bucket, or the top values by true count."""
+    items = list(latest.items)
+    if s.kind == "frequencies":
+        items = sorted(items, key=lambda it: -(it.truth or 0))[:detail]
+        heading = f"top {len(items)} by true count"
+    else:
+        heading = "every bucket (shares of devices)"
+    lines = [
+        f"  latest period {latest.period_start}, {heading}:",
+        f"    {what:24s} {'estimate':>10s} {'truth':>10s} {'error':>10s} {'SE':>9s} {'error/SE':>8s}  released",
+    ]
+    for it in items:
+        flag = "yes" if it.released else "withheld"
         lines.append(
-            f"    {what:24s} {'estimate':>10s} {'truth':>10s} {'error':>10s} {'SE':>9s} {'error/SE':>8s}  released"
+            f"    {_short(it.key, 24):24s} {_f(it.estimate, 4):>10s} {_f(it.truth, 4):>10s} "
+            f"{_f(it.error, 3):>10s} {_f(it.standard_error, 3):>9s} {_f(it.z, 2):>8s}  {flag}"
         )
-        for it in items:
-            flag = "yes" if it.get("released", True) else "withheld"
-            lines.append(
-                f"    {_short(it['key'], 24):24s} {_f(it['estimate'], 4):>10s} {_f(it['truth'], 4):>10s} "
-                f"{_f(it['error'], 3):>10s} {_f(it['standard_error'], 3):>9s} {_f(it['z'], 2):>8s}  {flag}"
-            )
-        if latest.get("not_released_count"):
-            lines.append(
-                f"    ({latest['not_released_count']} reported values not released by the collector; "
-                f"{latest.get('not_estimated_count', 0)} of them outside its dictionary, the rest "
-                "withheld by its release rule and compared above)"
-            )
+    if latest.not_released_count:
+        lines.append(
+            f"    ({latest.not_released_count} reported values not released by the collector; "
+            f"{latest.not_estimated_count} of them outside its dictionary, the rest "
+            "withheld by its release rule and compared above)"
+        )
     return lines
 
 
@@ -421,11 +580,11 @@ def format_results(
 # --------------------------------------------------------------------------- plots
 
 
-def _period_starts(rows: list[dict[str, Any]]) -> list[dt.datetime] | None:
-    """The periods' starts as times for a date axis, or None if one is missing or unreadable."""
+def _period_starts(rows: Sequence[PeriodComparison]) -> list[dt.datetime] | None:
+    """The periods' starts as times for a date axis, or None if one is unreadable."""
     try:
-        return [dt.datetime.fromisoformat(str(r["period_start"])) for r in rows]
-    except (KeyError, ValueError):
+        return [dt.datetime.fromisoformat(r.period_start) for r in rows]
+    except ValueError:
         return None
 
 
@@ -450,18 +609,20 @@ def write_plots(summaries: list[UseCaseSummary], directory: Path, *, z: float = 
     directory.mkdir(parents=True, exist_ok=True)
     written = []
     for s in summaries:
-        released = [r for r in s.periods if r["released"]]
+        released = [r for r in s.periods if r.released]
         if not released:
             continue
         if s.kind == "mean":
             what = "proportion" if s.mechanism == "rr" else "mean"
-            starts = _period_starts(released)
+            scalar = [r for r in released if r.comparison is not None]
+            points = [r.comparison for r in scalar if r.comparison is not None]
+            starts = _period_starts(scalar)
             fig = estimate_chart(
                 title=f"{s.name}: {what} per period, estimate and truth",
-                x=starts if starts is not None else [str(r["period_start"] or r["period"]) for r in released],
-                truth=[float(r["truth"]) for r in released],
-                estimate=[r["estimate"] for r in released],
-                standard_error=[r["standard_error"] for r in released],
+                x=starts if starts is not None else [r.period_start or str(r.period) for r in scalar],
+                truth=[c.truth for c in points],
+                estimate=[c.estimate for c in points],
+                standard_error=[c.standard_error for c in points],
                 z=z,
                 value_label=f"{what} of the reported values",
                 category_label="period start (UTC)",
@@ -469,19 +630,19 @@ def write_plots(summaries: list[UseCaseSummary], directory: Path, *, z: float = 
         else:
             # The latest period that released entries (a frequency use case may release none in
             # a period: every count below the threshold); the title names the period shown.
-            latest = next((r for r in reversed(released) if r["items"]), released[-1])
-            items = latest["items"]
+            latest = next((r for r in reversed(released) if r.items), released[-1])
+            items = list(latest.items)
             if s.kind == "frequencies":
-                items = sorted(items, key=lambda it: -(it["truth"] or 0))[:top]
+                items = sorted(items, key=lambda it: -(it.truth or 0))[:top]
                 what, value_label, category_label = f"top {len(items)} values", "reports", "value, by true count"
             else:
                 what, value_label, category_label = "share per bucket", "share of reporting devices", "bucket"
             fig = estimate_chart(
-                title=f"{s.name}: {what}, period from {latest['period_start']}",
-                x=[it["key"] for it in items],
-                truth=[float(it["truth"]) for it in items],
-                estimate=[it["estimate"] for it in items],
-                standard_error=[it["standard_error"] for it in items],
+                title=f"{s.name}: {what}, period from {latest.period_start}",
+                x=[it.key for it in items],
+                truth=[it.truth for it in items],
+                estimate=[it.estimate for it in items],
+                standard_error=[it.standard_error for it in items],
                 z=z,
                 value_label=value_label,
                 category_label=category_label,

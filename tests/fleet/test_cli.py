@@ -7,7 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from fleet.cli import _parser, main, shard_ranges
+from fleet.arguments import build_parser
+from fleet.cli import main
+from fleet.runner import shard_ranges
 from fleet.sim import ShardResult, Tally
 from protocol.exit_status import ExitStatus
 
@@ -138,7 +140,7 @@ def test_time_series_rows_past_the_days_are_said_and_json_goes_to_stdout(
 def test_default_broker_is_the_shipped_tls_listener() -> None:
     """The default --broker is the TLS port of deploy/mosquitto/mosquitto.conf, and TLS is on by default."""
     conf = (REGISTRY.parent / "mosquitto" / "mosquitto.conf").read_text(encoding="utf-8")
-    args = _parser().parse_args([])
+    args = build_parser().parse_args([])
     assert args.broker == "127.0.0.1:8883"
     assert args.tls is True
     assert "listener 8883" in conf

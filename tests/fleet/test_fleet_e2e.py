@@ -55,9 +55,10 @@ def test_fleet_through_tls_broker_and_acl_matches_the_truth(tmp_path: Path, caps
     assert doc["config"]["devices"] == 240
     assert doc["timing"]["reports"] == 240 * (2 * 12 + 4 * 3)  # 6-hour use cases x 12 periods, daily x 3
     for name, uc in doc["use_cases"].items():
-        assert uc["compared"] > 0, name
-        assert uc["max_abs_z"] <= 5.0, name
-        for row in uc["periods"]:
+        compared = uc["comparison"]
+        assert compared["compared"] > 0, name
+        assert compared["max_abs_z"] <= 5.0, name
+        for row in compared["periods"]:
             assert row["released"], (name, row)
             assert row["reports"] == row["truth_reports"] == 240, (name, row)
     assert "all" in printed

@@ -104,7 +104,9 @@ def test_half_the_fleet_moves_to_a_second_registry_and_every_report_counts_under
     stayed = DEVICES // 2  # the devices that did not move still report the retired use case
     assert refused == {(v1[RETIRED].ref, "refused: retired"): stayed * (DAYS - CHANGE_DAY)}
     # Each definition reported under and compared on its own: the changed use cases under both.
-    compared = {info["definition"] for info in results["use_cases"].values() if info.get("compared")}
+    compared = {
+        info["definition"] for info in results["use_cases"].values() if info.get("comparison", {}).get("compared")
+    }
     for name in ("emoji", "default-browser"):
         assert {v1[name].ref, v2[name].ref} <= compared, name
         assert v1[name].ref != v2[name].ref
@@ -113,7 +115,7 @@ def test_half_the_fleet_moves_to_a_second_registry_and_every_report_counts_under
     for name in ("dark-mode-enabled", "app-usage-seconds", "app-usage-histogram"):
         assert v1[name].ref == v2[name].ref  # unchanged: one definition, whoever reports it
     for info in results["use_cases"].values():
-        assert info["ok"], info["definition"]
+        assert info["comparison"]["ok"], info["definition"]
         assert info["current"] == catalog.is_current(catalog.use_cases[info["definition"]])
     # The collector names each definition, which is current, and the retirement.
     definitions = {d["definition"]: d for info in served["use_cases"].values() for d in info["definitions"]}

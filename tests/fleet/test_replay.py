@@ -68,11 +68,12 @@ def test_replayed_counters_estimate_the_csv_mean(tmp_path: Path) -> None:
     assert doc["config"]["devices"] == DEVICES  # taken from the file
     start = dt.datetime.fromisoformat(doc["config"]["start"].replace("Z", "+00:00")).timestamp()
     first = int(start // 21_600)
-    rows = doc["use_cases"]["app-usage-seconds"]["periods"]
+    rows = doc["use_cases"]["app-usage-seconds"]["comparison"]["periods"]
     assert [r["period"] - first for r in rows] == list(range(PERIODS))
     for row in rows:
         values = truth[row["period"] - first]
         assert row["reports"] == len(values)
         csv_mean = float(np.mean(values))
-        assert row["truth"] == pytest.approx(csv_mean)
-        assert abs(row["estimate"] - csv_mean) <= 5 * row["standard_error"], row
+        compared = row["comparison"]
+        assert compared["truth"] == pytest.approx(csv_mean)
+        assert abs(compared["estimate"] - csv_mean) <= 5 * compared["standard_error"], row

@@ -7,8 +7,10 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 
+from collector.results import EstimateResult
 from fleet.report import compare_period, format_results, summarize, write_plots
 from fleet.sim import Tally
 from protocol.registry import Registry, parse_registry
@@ -23,16 +25,50 @@ def registry() -> Registry:
     return parse_registry(REGISTRY_PATH.read_bytes(), source=str(REGISTRY_PATH))
 
 
-def _result(kind: str, estimate: dict[str, Any], *, released: bool = True) -> dict[str, Any]:
-    return {
-        "period": 100,
-        "period_start": "2024-03-01T00:00:00Z",
-        "reports": 4,
-        "released": released,
-        "withheld_reason": None if released else "4 reports; at least 50 are needed before release",
-        "kind": kind,
-        "estimate": estimate if released else None,
-    }
+_ENTRY: dict[str, Any] = {"ci": [None, None], "z": None, "p_value": None, "released": True}
+_RELEASE: dict[str, Any] = {"withheld": 0, "threshold": 0, "tested": 0, "correction": "bh", "alpha": 0.05, "test": "t"}
+
+
+def _form(kind: str, estimate: dict[str, Any]) -> dict[str, Any]:
+    """The API's JSON of an estimate, the fields a test does not care about filled in."""
+    if kind in ("mean", "proportion"):
+        return {"form": "scalar", "ci": [None, None]} | estimate
+    if kind == "histogram":
+        buckets = [{"ci": [None, None], "consistent": None} | b for b in estimate["buckets"]]
+        return {"form": "histogram"} | estimate | {"buckets": buckets}
+    out: dict[str, Any] = {"form": "frequencies"} | _RELEASE | estimate
+    for key in ("items", "withheld_items"):
+        if key in out:
+            out[key] = [_ENTRY | it for it in out[key]]
+    return out
+
+
+def _result(kind: str, estimate: dict[str, Any], *, released: bool = True, start: str = "") -> EstimateResult:
+    """An estimate as the fleet reads it from the collector's API."""
+    return msgspec.convert(
+        {
+            "use_case": "u",
+            "definition": "u@00000000",
+            "description": "",
+            "mechanism": "m",
+            "period": 100,
+            "period_length": "1d",
+            "period_start": start or "2024-03-01T00:00:00Z",
+            "period_end": "2024-03-02T00:00:00Z",
+            "reports": 4,
+            "records": 4,
+            "min_reports": 1,
+            "release_threshold": 0,
+            "confidence": 0.95,
+            "epsilon": 1.0,
+            "epsilon_report": 1.0,
+            "released": released,
+            "withheld_reason": None if released else "4 reports; at least 50 are needed before release",
+            "kind": kind,
+            "estimate": _form(kind, estimate) if released else None,
+        },
+        EstimateResult,
+    )
 
 
 def test_mean_error_and_z(registry: Registry) -> None:
@@ -41,10 +77,11 @@ def test_mean_error_and_z(registry: Registry) -> None:
     row = compare_period(
         registry.use_cases["app-usage-seconds"], tally, _result("mean", {"value": 270.0, "standard_error": 8.0})
     )
-    assert row["truth"] == 250.0
-    assert row["error"] == 20.0
-    assert row["z"] == 2.5
-    assert row["max_abs_z"] == 2.5
+    assert row.comparison is not None
+    assert row.comparison.truth == 250.0
+    assert row.comparison.error == 20.0
+    assert row.comparison.z == 2.5
+    assert row.max_abs_z == 2.5
 
 
 def test_histogram_compares_shares_per_bucket(registry: Registry) -> None:
@@ -61,10 +98,11 @@ def test_histogram_compares_shares_per_bucket(registry: Registry) -> None:
         for i in range(16)
     ]
     row = compare_period(uc, tally, _result("histogram", {"buckets": buckets, "n": 4}))
-    assert row["items"][0]["truth"] == 0.5
-    assert row["items"][0]["z"] == 0.0
-    assert row["worst"]["z"] == pytest.approx(-2.5)
-    assert row["max_abs_z"] == pytest.approx(2.5)
+    assert row.items[0].truth == 0.5
+    assert row.items[0].z == 0.0
+    assert row.worst is not None
+    assert row.worst.z == pytest.approx(-2.5)
+    assert row.max_abs_z == pytest.approx(2.5)
 
 
 def test_frequencies_compare_released_values_and_list_the_rest(registry: Registry) -> None:
@@ -79,9 +117,9 @@ def test_frequencies_compare_released_values_and_list_the_rest(registry: Registr
         "tested": 5,
     }
     row = compare_period(registry.use_cases["emoji"], tally, _result("frequencies", estimate))
-    assert [(it["key"], it["truth"], it["z"]) for it in row["items"]] == [("a", 3.0, 0.5), ("z", 0.0, 0.5)]
-    assert row["not_released_count"] == 2
-    assert {d["key"] for d in row["not_released"]} == {"b", "c"}
+    assert [(it.key, it.truth, it.z) for it in row.items] == [("a", 3.0, 0.5), ("z", 0.0, 0.5)]
+    assert row.not_released_count == 2
+    assert {d.key for d in row.not_released} == {"b", "c"}
 
 
 def test_frequencies_compare_withheld_entries_too(registry: Registry) -> None:
@@ -97,20 +135,21 @@ def test_frequencies_compare_withheld_entries_too(registry: Registry) -> None:
         "tested": 3,
     }
     row = compare_period(registry.use_cases["emoji"], tally, _result("frequencies", estimate))
-    got = [(it["key"], it["truth"], it["z"], it["released"]) for it in row["items"]]
+    got = [(it.key, it.truth, it.z, it.released) for it in row.items]
     assert got == [("a", 3.0, 0.5, True), ("b", 1.0, -5.0, False), ("z", 0.0, 0.5, False)]
-    assert row["max_abs_z"] == 5.0
-    assert row["worst"]["key"] == "b"
-    assert row["not_released_count"] == 2
-    assert row["not_estimated_count"] == 1
+    assert row.max_abs_z == 5.0
+    assert row.worst is not None
+    assert row.worst.key == "b"
+    assert row.not_released_count == 2
+    assert row.not_estimated_count == 1
 
 
 def test_unreleased_period_is_not_compared(registry: Registry) -> None:
     """A period the collector does not release carries its reason and no comparison."""
     uc = registry.use_cases["dark-mode-enabled"]
     row = compare_period(uc, Tally(n=4, total=1), _result("proportion", {}, released=False))
-    assert row["released"] is False
-    assert row["max_abs_z"] is None
+    assert row.released is False
+    assert row.max_abs_z is None
     summary = summarize(uc.name, uc, [row], 5.0)
     assert summary.compared == 0
     assert not summary.ok
@@ -136,8 +175,11 @@ def test_zero_standard_error(registry: Registry) -> None:
     uc = registry.use_cases["dark-mode-enabled"]
     exact = compare_period(uc, Tally(n=2, total=1), _result("proportion", {"value": 0.5, "standard_error": 0.0}))
     wrong = compare_period(uc, Tally(n=2, total=1), _result("proportion", {"value": 0.6, "standard_error": 0.0}))
-    assert exact["z"] == 0.0
-    assert math.isinf(wrong["z"])
+    assert exact.comparison is not None
+    assert wrong.comparison is not None
+    assert exact.comparison.z == 0.0
+    assert wrong.comparison.z is not None
+    assert math.isinf(wrong.comparison.z)
 
 
 SVG = "{http://www.w3.org/2000/svg}"
@@ -162,9 +204,10 @@ def test_plots_are_well_formed_svg(tmp_path: Path, registry: Registry) -> None:
     means = []
     for day, t in enumerate((10_100.0, 12_000.0, 9_000.0), start=1):
         row = compare_period(
-            mean_uc, Tally(n=10, total=10.0 * t), _result("mean", {"value": t + 300, "standard_error": 200.0})
+            mean_uc,
+            Tally(n=10, total=10.0 * t),
+            _result("mean", {"value": t + 300, "standard_error": 200.0}, start=f"2024-03-0{day}T00:00:00Z"),
         )
-        row["period_start"] = f"2024-03-0{day}T00:00:00Z"
         means.append(row)
     freq = compare_period(
         freq_uc,
@@ -203,8 +246,9 @@ def test_plots_when_the_latest_period_released_no_entry(tmp_path: Path, registry
         Tally(n=3, counts={"a": 2, "b": 1}),
         _result("frequencies", {"items": [{"value": "a", "count": 2.5, "standard_error": 1.0}]}),
     )
-    latest = compare_period(uc, Tally(n=3, counts={"a": 2, "b": 1}), _result("frequencies", nothing))
-    latest["period_start"] = "2024-03-02T00:00:00Z"
+    latest = compare_period(
+        uc, Tally(n=3, counts={"a": 2, "b": 1}), _result("frequencies", nothing, start="2024-03-02T00:00:00Z")
+    )
     (path,) = write_plots([summarize(uc.name, uc, [earlier, latest], 5.0)], tmp_path / "one")
     assert "emoji: top 1 values, period from 2024-03-01T00:00:00Z" in _texts(path)
     assert _estimates_drawn(path)
