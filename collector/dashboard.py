@@ -21,9 +21,55 @@ benchmarks) is drawn by the first, ``fleet/plots.py``; do not add a third.
 
 from __future__ import annotations
 
-from collector.numbers import FORMAT_JS
+import json
 
-__all__ = ["DASHBOARD_HTML"]
+from collector.numbers import FORMAT_JS
+from collector.results import json_schema
+
+__all__ = ["DASHBOARD_HTML", "SCHEMA_CHECK_JS"]
+
+SCHEMA_CHECK_JS = r"""
+// Every response the page reads is checked against the JSON Schema generated from the
+// collector's result types (collector/results.py, embedded below as SCHEMA): reading a field
+// the schema does not define throws, so a field renamed there fails this page (and its
+// headless test) instead of drawing "undefined".
+function schemaOf(s) {
+  while (s && s.$ref) s = SCHEMA.$defs[s.$ref.split("/").pop()];
+  return s || {};
+}
+function variantsOf(s) {
+  s = schemaOf(s);
+  return s.anyOf ? s.anyOf.flatMap(variantsOf) : [s];
+}
+function checked(value, schema, path) {
+  if (value === null || typeof value !== "object") return value;
+  const variants = variantsOf(schema);
+  if (Array.isArray(value)) {
+    const item = i => ({anyOf: variants.flatMap(v => v.prefixItems ? [v.prefixItems[i] || {}] : v.items ? [v.items] : [])});
+    return new Proxy(value, {get(t, k, r) {
+      const x = Reflect.get(t, k, r);
+      return typeof k === "string" && /^[0-9]+$/.test(k) ? checked(x, item(+k), `${path}[${k}]`) : x;
+    }});
+  }
+  const fields = new Map(), values = [];
+  let strict = false;
+  for (const v of variants) {
+    if (v.properties) strict = true;
+    for (const [k, p] of Object.entries(v.properties || {})) fields.set(k, (fields.get(k) || []).concat([p]));
+    if (v.additionalProperties && typeof v.additionalProperties === "object") values.push(v.additionalProperties);
+  }
+  if (!strict && values.length === 0) return value;  // a schema that says nothing of its fields
+  return new Proxy(value, {get(t, k, r) {
+    if (typeof k !== "string" || k === "then" || k in Object.prototype) return Reflect.get(t, k, r);
+    if (fields.has(k)) return checked(t[k], {anyOf: fields.get(k)}, `${path}.${k}`);
+    if (values.length && !strict) return checked(t[k], {anyOf: values}, `${path}.${k}`);
+    throw new Error(`the dashboard reads ${path}.${k}, which the API's schema does not define`);
+  }});
+}
+"""
+"""The schema check of every response the page reads (a function of the page's ``SCHEMA``)."""
+
+_SCHEMA_JSON = json.dumps(json_schema(), sort_keys=True).replace("</", "<\\/")
 
 DASHBOARD_HTML = (
     r"""<!doctype html>
@@ -72,11 +118,15 @@ DASHBOARD_HTML = (
 </header>
 <div class="error" id="error" hidden></div>
 <main id="cards"></main>
+<script type="application/json" id="schema">"""
+    + _SCHEMA_JSON
+    + r"""</script>
 <script>
 "use strict";
 const NS = "http://www.w3.org/2000/svg";
-
+const SCHEMA = JSON.parse(document.getElementById("schema").textContent);
 """
+    + SCHEMA_CHECK_JS
     + FORMAT_JS
     + r"""
 function el(tag, attrs, ...children) {
@@ -93,10 +143,10 @@ function sv(tag, attrs, ...children) {
   return node;
 }
 
-async function getJSON(url) {
+async function getJSON(url, kind) {
   const r = await fetch(url, {cache: "no-store"});
   if (!r.ok) throw new Error(url + ": HTTP " + r.status + " " + (await r.text()));
-  return r.json();
+  return checked(await r.json(), SCHEMA.responses[kind], kind);
 }
 
 function scale(d0, d1, r0, r1) {
@@ -304,7 +354,7 @@ async function renderUseCase(name, uc, several) {
   document.getElementById("cards").append(c);
   if (uc.periods.length === 0) { c.append(el("div", {class: "withheld"}, "no reports yet")); return; }
   const base = `api/v1/use-cases/${encodeURIComponent(name)}`;
-  const [est, series] = await Promise.all([getJSON(base + "/estimate"), getJSON(base + "/series")]);
+  const [est, series] = await Promise.all([getJSON(base + "/estimate", "estimate"), getJSON(base + "/series", "series")]);
   c.append(el("div", {class: "sub"}, `latest period ${est.period_start} … ${est.period_end}: ${fmt(est.reports)} reports, ${fmt(est.records)} records`));
   if (!est.released) {
     c.append(el("div", {class: "withheld"}, "not released: " + est.withheld_reason));
@@ -328,7 +378,7 @@ async function renderUseCase(name, uc, several) {
 }
 
 async function render() {
-  const status = await getJSON("api/v1/status");
+  const status = await getJSON("api/v1/status", "status");
   const counters = (status.live || {});
   const rejected = Object.entries(counters.rejected || {}).map(([k, v]) => `${k} ${fmt(v)}`).join(", ");
   const s = document.getElementById("summary");
