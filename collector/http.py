@@ -16,6 +16,8 @@ Routes (``GET`` and ``HEAD``; JSON unless stated):
 ``/api/v1/use-cases/{name}/estimate``      the estimate (``?period=P``; default the latest period;
                                            ``&withheld=1`` also lists withheld entries, flagged)
 ``/api/v1/use-cases/{name}/series``        per-period values (means, proportions) and report counts
+``/api/v1/schema``                         the JSON Schema of the estimate, series and status
+                                           answers (generated from ``collector/results.py``)
 
 ``{name}`` is a use case's name (its current definition) or one definition's ref
 (``emoji@5338c1d1``, as the status lists them): while a registry change rolls out, each
@@ -59,7 +61,7 @@ from collector.definitions import catalog_of_config
 from collector.errors import CollectorError, StoreError, StoreUnavailable
 from collector.live import LiveAggregates
 from collector.metrics import IngestMetrics, metrics_registry
-from collector.results import ServiceStatus, UseCaseBrief, named, to_json
+from collector.results import ServiceStatus, UseCaseBrief, json_schema, named, to_json
 from collector.transport import TransportStatistics
 from protocol.registry import Period
 
@@ -123,6 +125,9 @@ def _json(status: int, data: object) -> web.Response:
 
 def _error(status: int, message: str) -> web.Response:
     return _json(status, {"error": message})
+
+
+_SCHEMA = json_schema()
 
 
 class _Protocol(web.RequestHandler):
@@ -215,6 +220,7 @@ class HttpApi:
             ("/metrics", self._metrics),
             ("/healthz", self._health),
             ("/api/v1/status", self._status),
+            ("/api/v1/schema", self._schema),
             ("/api/v1/use-cases", self._use_cases),
             ("/api/v1/use-cases/{name}", self._use_case),
             ("/api/v1/use-cases/{name}/estimate", self._estimate),
@@ -348,6 +354,9 @@ class HttpApi:
             body.update(status="unhealthy", cause=metrics.store_error, detail=metrics.store_error_detail)
             return _json(503, body)
         return _json(200, body)
+
+    async def _schema(self, request: web.Request) -> web.Response:
+        return _json(200, _SCHEMA)
 
     async def _status(self, request: web.Request) -> web.Response:
         status = await self.live.status()

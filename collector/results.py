@@ -13,8 +13,8 @@ type checks and generates the JSON Schema from the one declaration (docs/design.
 finite is carried as ``None`` (``null``) from the moment it is built (:func:`finite`), so
 that two results compare equal exactly when their JSON does.
 
-The shapes are the API's (docs/operations.md lists them): an estimate's ``estimate`` is one
-of three forms, told apart by its ``form`` field.
+The shapes are the API's (``/api/v1/schema`` serves their JSON Schema): an estimate's
+``estimate`` is one of three forms, told apart by its ``form`` field.
 """
 
 from __future__ import annotations

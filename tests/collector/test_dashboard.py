@@ -19,6 +19,7 @@ import pytest
 from collector.config import CollectorConfig, parse_config
 from collector.http import HttpApi
 from collector.numbers import format_number
+from collector.results import EstimateResult, ServiceStatus, from_json, json_schema
 from collector.store import CheckpointStore
 from protocol.catalog import Catalog
 from protocol.registry import Registry
@@ -121,6 +122,10 @@ async def test_api_routes_answer_with_estimates_and_errors(
         assert (await get("/api/v1/use-cases/nope/estimate"))[0] == 404
         assert (await get("/api/v1/use-cases/usage/estimate?period=x"))[0] == 400
         assert (await get("/nowhere"))[0] == 404
+        # The answers' schema is served, and the answers above are what it and the types say.
+        assert ok_json(*await get("/api/v1/schema")) == json_schema()
+        from_json(json.dumps(data), ServiceStatus)
+        from_json(json.dumps(est), EstimateResult)
         status, ctype, body = await get("/metrics")
         assert status == 200
         assert ctype.startswith("text/plain")
