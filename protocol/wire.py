@@ -425,7 +425,7 @@ def _child_path(parent: str, depth: int, key: object, indexed: bool) -> str:
     return f"{parent}.{key}"
 
 
-def _fixed_bytes(env: dict[str, Any], key: str, size: int) -> bytes:
+def _fixed_bytes(env: dict[Any, Any], key: str, size: int) -> bytes:
     value = env[key]
     name = FIELD_NAMES[key]
     if type(value) is not bytes:
@@ -461,7 +461,7 @@ def _definition(catalog: Catalog, version: int, name: str, digest: bytes) -> Use
     return found
 
 
-def decode_report(  # noqa: PLR0912, PLR0915  the strict decoder, one check per envelope field, on every message
+def decode_report(
     data: bytes | bytearray | memoryview,
     registry: Catalog | Registry,
     *,
@@ -496,17 +496,40 @@ def decode_report(  # noqa: PLR0912, PLR0915  the strict decoder, one check per 
     data = bytes(data)
     catalog = catalog_of(registry)
     _check_headers(data, catalog)
+    env = _envelope(data, max_size)
+    version = _version_and_keys(env)
+    name = env[K_USE_CASE]
+    if type(name) is not str:
+        raise MalformedReportError("bad-type", "use_case", "expected a string")
+    if not catalog.definitions_of(name):
+        raise MalformedReportError("unknown-use-case", "use_case", f"{name[:80]!r} is not in the registry")
+    use_case = _definition(catalog, version, name, _fixed_bytes(env, K_HASH, HASH_SIZE))
+    period = _period(env, use_case, periods)
+    report_id = _fixed_bytes(env, K_ID, REPORT_ID_SIZE)
+    return DecodedReport(
+        use_case=use_case,
+        period=period,
+        report_id=report_id,
+        batch=_records(env, use_case),
+        version=version,
+    )
+
+
+def _envelope(data: bytes, max_size: int) -> dict[Any, Any]:
+    """The message unpacked: a map with no repeated key (in it or in the records)."""
     obj, hook = _unpack(data, max_size)
     if not isinstance(obj, dict):
         _check_plain(obj, 1, "")  # a hostile deep structure says "too-deep" rather than "bad-type"
         raise MalformedReportError("bad-type", "", f"expected a map; got {type(obj).__name__}")
-    env: dict[str, Any] = obj
     for dup_map, dup_key in hook.duplicated:
-        if dup_map is env:
+        if dup_map is obj:
             raise MalformedReportError("duplicate", FIELD_NAMES.get(dup_key, str(dup_key)), "envelope key repeats")
         raise MalformedReportError("duplicate", "records", f"a map key {dup_key!r} repeats inside the records")
+    return obj
 
-    # The version decides which keys exist, so it is read first.
+
+def _version_and_keys(env: dict[Any, Any]) -> int:
+    """The format version (read first: it decides which keys exist), and exactly its keys."""
     if K_VERSION not in env:
         raise MalformedReportError("missing-field", "version", "no format version")
     version = env[K_VERSION]
@@ -523,14 +546,10 @@ def decode_report(  # noqa: PLR0912, PLR0915  the strict decoder, one check per 
         for key in REQUIRED:
             if key not in env:
                 raise MalformedReportError("missing-field", FIELD_NAMES[key], "required field is missing")
+    return version
 
-    name = env[K_USE_CASE]
-    if type(name) is not str:
-        raise MalformedReportError("bad-type", "use_case", "expected a string")
-    if not catalog.definitions_of(name):
-        raise MalformedReportError("unknown-use-case", "use_case", f"{name[:80]!r} is not in the registry")
-    use_case = _definition(catalog, version, name, _fixed_bytes(env, K_HASH, HASH_SIZE))
 
+def _period(env: dict[Any, Any], use_case: UseCase, periods: range | None) -> int:
     period = env[K_PERIOD]
     if type(period) is not int:
         raise MalformedReportError("bad-type", "period", "expected an integer slot index")
@@ -540,11 +559,12 @@ def decode_report(  # noqa: PLR0912, PLR0915  the strict decoder, one check per 
         )
     if periods is not None and period not in periods:
         raise MalformedReportError("out-of-range", "period", f"slot {period} is outside the accepted {periods}")
+    return period
 
-    report_id = _fixed_bytes(env, K_ID, REPORT_ID_SIZE)
 
-    # Every other envelope field was checked for its exact type above; the records are
-    # checked for plain types and depth before the mechanism sees them.
+def _records(env: dict[Any, Any], use_case: UseCase) -> object:
+    """The records, checked for plain types and depth before the mechanism's strict decoder
+    sees them (every other envelope field was checked for its exact type already)."""
     raw_records = env[K_RECORDS]
     _check_plain(raw_records, 2, "records")
     batch = use_case.server.decode_records(raw_records)
@@ -555,10 +575,4 @@ def decode_report(  # noqa: PLR0912, PLR0915  the strict decoder, one check per 
         raise MalformedReportError(
             "too-many-records", "records", f"{count} records exceed the daily limit of {use_case.daily_limit}"
         )
-    return DecodedReport(
-        use_case=use_case,
-        period=period,
-        report_id=report_id,
-        batch=batch,
-        version=version,
-    )
+    return batch
