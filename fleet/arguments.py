@@ -86,7 +86,13 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--version", action="version", version=f"%(prog)s {package_version()}")
-    sim = p.add_argument_group("simulation")
+    _simulation_options(p.add_argument_group("simulation"))
+    _broker_options(p.add_argument_group("broker (as an agent connects)"))
+    _result_options(p.add_argument_group("collector and results"))
+    return p
+
+
+def _simulation_options(sim: argparse._ArgumentGroup) -> None:
     sim.add_argument("--devices", type=int, help="simulated devices (default 1000, or the time series' devices)")
     sim.add_argument("--days", type=int, default=7, help="simulated days (default 7)")
     sim.add_argument(
@@ -142,7 +148,9 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument(
         "--state-dir", type=Path, help="keep the devices' sealed state in files here (default: sealed, in memory)"
     )
-    net = p.add_argument_group("broker (as an agent connects)")
+
+
+def _broker_options(net: argparse._ArgumentGroup) -> None:
     net.add_argument(
         "--broker",
         default=DEFAULT_BROKER,
@@ -160,7 +168,9 @@ def build_parser() -> argparse.ArgumentParser:
     net.add_argument("--username", help="broker user name (the ACL's devices role)")
     net.add_argument("--password-file", type=Path, help="file holding the password (mode 0600)")
     net.add_argument("--connections", type=int, default=4, help="pooled broker connections per worker (default 4)")
-    out = p.add_argument_group("collector and results")
+
+
+def _result_options(out: argparse._ArgumentGroup) -> None:
     out.add_argument(
         "--collector-url", help="the collector's HTTP API, e.g. http://127.0.0.1:8650 (without it: truth only)"
     )
@@ -184,7 +194,6 @@ def build_parser() -> argparse.ArgumentParser:
     out.add_argument("--output", type=Path, metavar="FILE", help="write the results document (JSON) to FILE")
     out.add_argument("--plots", type=Path, metavar="DIR", help="write one SVG per use case here")
     out.add_argument("--quiet", action="store_true", help="no progress display")
-    return p
 
 
 def _host_port(text: str) -> tuple[str, int]:

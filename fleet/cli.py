@@ -26,6 +26,7 @@ import logging
 import sys
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import TextIO
 
 import msgspec
@@ -138,6 +139,63 @@ def _failure(result: ShardResult, undelivered: str | None, display: ProgressDisp
     return None
 
 
+@dataclass(frozen=True)
+class _Run:
+    """What a simulation gave: the devices' result, and the comparisons with the collector."""
+
+    result: ShardResult
+    simulated: float
+    refs: list[str]
+    labels: dict[str, str]
+    not_counted: str | None
+    rows: dict[str, list[PeriodComparison]]
+    ingest_seconds: float | None
+
+
+def _simulate_and_compare(
+    args: argparse.Namespace,
+    plan: FleetPlan,
+    catalog: Catalog,
+    display: ProgressDisplay,
+    client: CollectorClient | None,
+) -> _Run:
+    """Run the devices; then, when every report was counted, compare the collector's estimates.
+
+    Raises:
+        TransportError, CollectorUnavailableError, TimeoutError: the broker or the collector failed.
+    """
+    if client is not None:
+        client.wait_connected(timeout=60.0)
+    wall = time.monotonic()
+    result = simulate(plan, workers=args.workers, display=display, timeout=args.timeout)
+    simulated = time.monotonic() - wall
+    display.finish()
+    display.message(
+        f"simulated {count(plan.devices, 'device')} x {count(plan.days, 'day')} in {simulated:.1f} s: "
+        f"{result.messages:,} reports acknowledged by the broker"
+        + (f", {result.retries} publish retries" if result.retries else "")
+    )
+    refs = simulated_refs(plan, catalog, result)
+    labels = labels_of(catalog, refs)
+    if plan.receipts:
+        for line in receipt_lines(result, labels):
+            display.message(f"ldp-fleet: {line}")
+    not_counted = undelivered(result) if plan.receipts else None
+    rows: dict[str, list[PeriodComparison]] = {}
+    ingest_seconds = None
+    if client is not None and not_counted is None:
+        rows, ingest_seconds = compare_with_collector(
+            client,
+            catalog,
+            refs,
+            result,
+            timeout=args.ingest_timeout,
+            receipts=plan.receipts,
+            progress=_ingest_progress(display),
+        )
+    return _Run(result, simulated, refs, labels, not_counted, rows, ingest_seconds)
+
+
 def run_fleet(args: argparse.Namespace, *, stdout: TextIO | None = None, stderr: TextIO | None = None) -> int:
     """Run the whole simulation as the command line asks; returns the exit status."""
     stdout = stdout or sys.stdout
@@ -153,52 +211,25 @@ def run_fleet(args: argparse.Namespace, *, stdout: TextIO | None = None, stderr:
     client = CollectorClient(args.collector_url) if args.collector_url else None
     _announce(plan, registry, display)
     try:
-        if client is not None:
-            client.wait_connected(timeout=60.0)
-        wall = time.monotonic()
-        result = simulate(plan, workers=args.workers, display=display, timeout=args.timeout)
-        simulated = time.monotonic() - wall
-        display.finish()
-        display.message(
-            f"simulated {count(plan.devices, 'device')} x {count(plan.days, 'day')} in {simulated:.1f} s: "
-            f"{result.messages:,} reports acknowledged by the broker"
-            + (f", {result.retries} publish retries" if result.retries else "")
-        )
-        refs = simulated_refs(plan, catalog, result)
-        labels = labels_of(catalog, refs)
-        if plan.receipts:
-            for line in receipt_lines(result, labels):
-                display.message(f"ldp-fleet: {line}")
-        not_counted = undelivered(result) if plan.receipts else None
-        rows: dict[str, list[PeriodComparison]] = {}
-        ingest_seconds = None
-        if client is not None and not_counted is None:
-            rows, ingest_seconds = compare_with_collector(
-                client,
-                catalog,
-                refs,
-                result,
-                timeout=args.ingest_timeout,
-                receipts=plan.receipts,
-                progress=_ingest_progress(display),
-            )
+        run = _simulate_and_compare(args, plan, catalog, display, client)
     except (TransportError, CollectorUnavailableError, TimeoutError) as e:
         display.finish()
         print(f"ldp-fleet: {e}", file=stderr)
         return EXIT_SERVICE
-    failed = _failure(result, not_counted, display, stderr)
+    result = run.result
+    failed = _failure(result, run.not_counted, display, stderr)
     if failed is not None:
         return failed
     summaries = [
         summarize(
-            labels[r],
+            run.labels[r],
             catalog.use_cases[r],
-            rows[r],
+            run.rows[r],
             args.tolerance,
             current=catalog.is_current(catalog.use_cases[r]),
         )
-        for r in refs
-        if r in rows
+        for r in run.refs
+        if r in run.rows
     ]
     ok = bool(summaries) and all(s.ok for s in summaries)
     document = build_document(
@@ -209,10 +240,10 @@ def run_fleet(args: argparse.Namespace, *, stdout: TextIO | None = None, stderr:
         ok=ok if client is not None else None,
         tolerance=args.tolerance,
         workers=args.workers,
-        labels=labels,
-        refs=refs,
+        labels=run.labels,
+        refs=run.refs,
         summaries=summaries,
-        timing=(simulated, ingest_seconds),
+        timing=(run.simulated, run.ingest_seconds),
         unused_rows=unused_rows,
     )
     text = to_json(document, indent=1).decode() + "\n"
