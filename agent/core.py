@@ -71,8 +71,11 @@ from agent.usecases import (
     fingerprint,
     kind_of,
     load_permanent_state,
+    memo_charge,
+    privatize,
+    setup,
 )
-from protocol.errors import InputError, StateError
+from protocol.errors import StateError
 from protocol.randomness import RandomSource, sample_without_replacement, uniform_ints
 from protocol.receipts import Receipt
 from protocol.registry import Period, Registry, UseCase
@@ -443,7 +446,7 @@ class Agent:
             new.unsent_records += discarded
             said.append(f"{discarded} values of open periods discarded (never charged)")
         if not same_mechanism and (doc.permanent or doc.memo_generation):
-            charge = self._memo_charge(uc)
+            charge = memo_charge(uc)
             if not budget.fits(0, charge):
                 slot.broken = (
                     f"the registry changed this use case's parameters: a new memo would cost ε {charge:.4g}, more "
@@ -463,13 +466,6 @@ class Agent:
         said.append(f"ε spent {budget.epsilon_total:.4g} of {budget.epsilon_cap:.4g}")
         return new, "; ".join(said)
 
-    @staticmethod
-    def _memo_charge(use_case: UseCase) -> float:
-        """What starting a new memo costs: what one memo can reveal of an unchanged value however
-        many reports draw on it (the mechanism's ``epsilon_longitudinal``; 0 for a mechanism whose
-        reports each compose on their own)."""
-        return float(use_case.mechanism.privacy_figures().get("epsilon_longitudinal", 0.0))
-
     def _readded(self, slot: _Slot, entry: ManifestEntry, now: float) -> tuple[UseCaseDoc, str] | None:
         """A use case the registry had removed and has again: a fresh state that goes on from the
         ε spent the manifest kept (a new memo charged, where the old one had been drawn)."""
@@ -480,8 +476,8 @@ class Agent:
             budget = replace(budget, epsilon_total=entry.epsilon_total)
         doc = self._new_doc(uc)
         said = f"added back to the registry as {uc.ref}: its state starts anew"
-        if entry.memo and uc.mechanism.privatization is not Kind.EVENT:
-            charge = self._memo_charge(uc)
+        if entry.memo and slot.kind is not Kind.EVENT:
+            charge = memo_charge(uc)
             if not budget.fits(0, charge):
                 slot.broken = (
                     f"added back to the registry, but a new memo would cost ε {charge:.4g}, more than the "
@@ -850,23 +846,15 @@ class Agent:
             raise ValueRefusedError(f"a counter key is a non-empty string of at most 256 characters; got {key!r}")
         check_value(uc, value)
 
-    def _privatize(self, uc: UseCase, value: object, state: object) -> tuple[object, object]:
-        """The record's wire form and the plain state to save (the mechanism checks the value)."""
-        try:
-            return uc.mechanism.privatize_plain(value, state, self.rng)
-        except InputError as e:
-            raise ValueRefusedError(f"use case {uc.name!r} ({uc.mechanism.name}): {e}") from None
-
     def _record_into(self, slot: _Slot, doc: UseCaseDoc, value: object, key: str | None) -> str:
         uc = slot.use_case
-        mech = uc.mechanism
         period = self._period_for_record(slot, doc)
         if slot.kind is Kind.COUNTER:
             amount = check_counter_value(uc, value)
             kh = _keyed_hash(doc.hash_key, (key or "").encode("utf-8"), _COUNTER_PERSON)
             if kh not in doc.permanent:
                 # First use of this counter key: draw its permanent state (000 §3.1 steps 2-3).
-                doc.permanent[kh] = mech.setup_plain(self.rng)
+                doc.permanent[kh] = setup(uc, self.rng)
             totals = doc.totals.setdefault(period, {})
             totals[kh] = min(totals.get(kh, 0) + amount, float(1 << 53))
             return "recorded"
@@ -880,13 +868,13 @@ class Agent:
                 doc.unsent_records += 1
                 return "dropped"
             stored = doc.permanent.get(b"\0" * 32)
-            state = mech.setup_plain(self.rng) if stored is None else stored
-            wire, state = self._privatize(uc, value, state)
+            state = setup(uc, self.rng) if stored is None else stored
+            wire, state = privatize(uc, value, state, self.rng)
             # The memo entry B' for this value is persisted in the same write as the record.
             doc.permanent[b"\0" * 32] = state
             pending.seen.append(seen)
         else:
-            wire, _ = self._privatize(uc, value, None)
+            wire, _ = privatize(uc, value, None, self.rng)
         reservoir_offer(pending, wire, uc.daily_limit, self.rng)
         return "recorded"
 
@@ -932,7 +920,7 @@ class Agent:
                 wire: list[object] = []
                 for kh, total in sorted(doc.totals.pop(period).items()):
                     # Answer from the memo (000 §3.1 step 4, §3.4); the raw total is erased with the period.
-                    record, _ = self._privatize(uc, counter_input(uc, total), doc.permanent[kh])
+                    record, _ = privatize(uc, counter_input(uc, total), doc.permanent[kh], self.rng)
                     wire.append(record)
             else:
                 pending = doc.pending.pop(period)
