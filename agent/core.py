@@ -505,7 +505,8 @@ class Agent:
                 tomb,
                 f"removed from the registry: its state was wiped; its ε spent ({entry.epsilon_total:.4g}) is kept",
             )
-        spent = max(entry.epsilon_total, float(doc.budget.get("epsilon_total", 0.0) or 0.0))
+        saved = doc.budget.get("epsilon_total", 0.0)
+        spent = max(entry.epsilon_total, float(saved) if isinstance(saved, int | float) else 0.0)
         memo = bool(doc.permanent) or doc.memo_generation > 0
         tomb = ManifestEntry(entry.generation, spent, removed=True, budget=dict(doc.budget), memo=memo)
         lost = len(doc.outbox)

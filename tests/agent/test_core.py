@@ -186,7 +186,7 @@ def test_reservoir_keeps_a_uniform_subset() -> None:
         pending = PendingRecords()
         for i in range(n):
             reservoir_offer(pending, i, cap, rng)
-        counts[pending.records] += 1
+        counts[np.array(pending.records)] += 1
     p = cap / n
     se = math.sqrt(p * (1 - p) / trials)
     assert np.all(np.abs(counts / trials - p) < 5 * se), counts / trials
