@@ -17,7 +17,8 @@ tests use. Each of its jobs is a module of its own, working on the state directo
   cap, staging reports in the outbox;
 * :mod:`agent.outbox` - the outbox, the ledger and commit receipts;
 * :mod:`agent.registry_change` - carrying the state over to a changed registry
-  (docs/privacy-accounting.md, "Registry changes").
+  (docs/privacy-accounting.md, "Registry changes");
+* :mod:`agent.status` - the typed status, built here once.
 
 Consent comes first: nothing is recorded, collected or listed before the user opted in.
 """
@@ -27,8 +28,8 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Iterable, Sequence
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 from agent import collection, outbox, recording
 from agent.accounting import Budget, day_of
@@ -39,10 +40,11 @@ from agent.recording import RecordOutcome, reservoir_offer
 from agent.registry_change import apply_registry
 from agent.sealed import Sealer
 from agent.state import AgentDoc, ConsentDoc, LedgerEntry, LedgerNotice
-from agent.statefiles import StateFiles, budget_of
+from agent.statefiles import Slot, StateFiles, budget_of
+from agent.status import AgentStatus, UseCaseStatus
 from protocol.randomness import RandomSource
 from protocol.receipts import Receipt
-from protocol.registry import Registry
+from protocol.registry import Registry, UseCase
 from runtime.clock import Clock
 
 __all__ = ["Agent", "CycleSummary", "Pending", "RecordOutcome", "receipt_wait", "reservoir_offer"]
@@ -290,68 +292,68 @@ class Agent:
         if self._files.consent is not None:
             self._files.write_schedule(doc)
 
-    def use_case_status(self) -> list[dict[str, Any]]:
+    def use_case_status(self) -> tuple[UseCaseStatus, ...]:
         """Per use case: state, limits, spending and what waits."""
         now = self.clock.time()
-        out = []
-        for name, uc in self.registry.use_cases.items():
-            slot = self._files.slots.get(name)
-            row: dict[str, Any] = {
-                "use_case": name,
-                "definition": uc.ref,
-                "mechanism": uc.mechanism.name,
-                "period": uc.period.value,
-                "daily_limit": uc.daily_limit,
-                "epsilon_per_record": uc.cost,
-                "epsilon_cap": uc.lifetime_epsilon,
-            }
-            if slot is None:
-                row["state"] = "no consent"
-                out.append(row)
-                continue
-            if slot.broken:
-                row["state"] = f"stopped: {slot.broken}"
-                manifest = self._files.manifest
-                entry = None if manifest is None else manifest.entries.get(name)
-                if entry is not None:
-                    # What the manifest recorded: a stopped use case's ε spent is still shown, never lower.
-                    row["epsilon_total"] = entry.epsilon_total
-                out.append(row)
-                continue
-            doc = slot.doc
-            budget = (
-                budget_of(uc, doc).at(day_of(now))
-                if doc is not None
-                else Budget(daily_limit=uc.daily_limit, epsilon_cap=uc.lifetime_epsilon)
-            )
-            row["state"] = "stopped: lifetime ε cap reached" if budget.exhausted(uc.cost) else "active"
-            row["records_today"] = budget.records_today
-            row["epsilon_today"] = budget.epsilon_today
-            row["epsilon_total"] = budget.epsilon_total
-            row["pending_records"] = 0 if doc is None else sum(len(p.records) for p in doc.pending.values())
-            row["open_counters"] = 0 if doc is None else sum(len(t) for t in doc.totals.values())
-            row["outbox"] = 0 if doc is None else len(doc.outbox)
-            row["awaiting_receipt"] = 0 if doc is None else sum(1 for e in doc.outbox if e.attempts)
-            row["dropped_reports"] = 0 if doc is None else doc.dropped_reports
-            row["unsent_records"] = 0 if doc is None else doc.unsent_records
-            row["memo_generation"] = 0 if doc is None else doc.memo_generation
-            out.append(row)
-        return out
+        return tuple(
+            self._use_case_status(uc, self._files.slots.get(name), now) for name, uc in self.registry.use_cases.items()
+        )
 
-    def status(self) -> dict[str, Any]:
+    def _use_case_status(self, uc: UseCase, slot: Slot | None, now: float) -> UseCaseStatus:
+        base = UseCaseStatus(
+            use_case=uc.name,
+            definition=uc.ref,
+            mechanism=uc.mechanism.name,
+            period=uc.period.value,
+            daily_limit=uc.daily_limit,
+            epsilon_per_record=uc.cost,
+            epsilon_cap=uc.lifetime_epsilon,
+            state="no consent",
+        )
+        if slot is None:
+            return base
+        if slot.broken:
+            manifest = self._files.manifest
+            entry = None if manifest is None else manifest.entries.get(uc.name)
+            # What the manifest recorded: a stopped use case's ε spent is still shown, never lower.
+            return replace(
+                base, state=f"stopped: {slot.broken}", epsilon_total=None if entry is None else entry.epsilon_total
+            )
+        doc = slot.doc
+        budget = (
+            budget_of(uc, doc).at(day_of(now))
+            if doc is not None
+            else Budget(daily_limit=uc.daily_limit, epsilon_cap=uc.lifetime_epsilon)
+        )
+        return replace(
+            base,
+            state="stopped: lifetime ε cap reached" if budget.exhausted(uc.cost) else "active",
+            records_today=budget.records_today,
+            epsilon_today=budget.epsilon_today,
+            epsilon_total=budget.epsilon_total,
+            pending_records=0 if doc is None else sum(len(p.records) for p in doc.pending.values()),
+            open_counters=0 if doc is None else sum(len(t) for t in doc.totals.values()),
+            outbox=0 if doc is None else len(doc.outbox),
+            awaiting_receipt=0 if doc is None else sum(1 for e in doc.outbox if e.attempts),
+            dropped_reports=0 if doc is None else doc.dropped_reports,
+            unsent_records=0 if doc is None else doc.unsent_records,
+            memo_generation=0 if doc is None else doc.memo_generation,
+        )
+
+    def status(self) -> AgentStatus:
         """A snapshot for ``ldp-agent status``."""
         consent = self._files.consent
         schedule = self.load_schedule() if consent is not None else AgentDoc()
-        return {
-            "consent": consent is not None,
-            "consent_granted_at": None if consent is None else consent.granted_at,
-            "registry": self.registry.hash_hex,
-            "registry_source": self.registry.source,
-            "next_cycle": schedule.next_cycle or None,
-            "last_cycle": schedule.last_cycle or None,
-            "cycles": schedule.cycles,
-            "outbox": self.outbox_size,
-            "ledger": self._files.ledger_broken or "ok",
-            "use_cases": self.use_case_status(),
-            "pid": os.getpid(),
-        }
+        return AgentStatus(
+            consent=consent is not None,
+            consent_granted_at=None if consent is None else consent.granted_at,
+            registry=self.registry.hash_hex,
+            registry_source=self.registry.source,
+            next_cycle=schedule.next_cycle or None,
+            last_cycle=schedule.last_cycle or None,
+            cycles=schedule.cycles,
+            outbox=self.outbox_size,
+            ledger=self._files.ledger_broken or "ok",
+            use_cases=self.use_case_status(),
+            pid=os.getpid(),
+        )
