@@ -8,27 +8,37 @@ daily limit and the lifetime ε cap, and stages msgpack reports, which an MQTT p
 sends with QoS 1 and removes only once the broker acknowledged them.
 
 Modules: ``config`` (TOML), ``errors``, ``sealed`` (AES-GCM files), ``state``
-(sealed documents), ``accounting`` (daily limit, ε cap), ``usecases`` (per-mechanism rules),
-``policy`` (local caps), ``core`` (the agent), ``probes``, ``api`` (Unix socket), ``transport``
-and ``mqtt`` (publishing), ``publisher``, ``schedule``, ``daemon``, ``cli``. The clock and sd_notify are
-:mod:`runtime`'s, shared with the collector.
+(sealed documents), ``plain`` (the types of msgpack and JSON data), ``accounting`` (daily
+limit, ε cap), ``usecases`` (per-mechanism rules, the one caller of the mechanisms),
+``policy`` (local caps), ``core`` (the agent, one object over its jobs: ``statefiles`` (the
+state directory and its manifest), ``recording``, ``collection``, ``outbox`` (outbox, ledger,
+receipts), ``registry_change``, ``status``), ``probes``, ``api`` (Unix socket), ``transport``
+and ``mqtt`` (publishing), ``publisher``, ``schedule``, ``daemon``, ``cli``. The clock and
+sd_notify are :mod:`runtime`'s, shared with the collector.
 """
 
 __all__ = [
     "accounting",
     "api",
     "cli",
+    "collection",
     "config",
     "core",
     "daemon",
     "errors",
     "mqtt",
+    "outbox",
+    "plain",
     "policy",
     "probes",
     "publisher",
+    "recording",
+    "registry_change",
     "schedule",
     "sealed",
     "state",
+    "statefiles",
+    "status",
     "transport",
     "usecases",
 ]

@@ -14,9 +14,9 @@ a new day, as a real day would; nothing on a device can tell the two apart.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any
 
 from agent.errors import AgentError
+from agent.plain import PlainDoc
 
 __all__ = ["EPSILON_SLACK", "Budget", "LimitReachedError", "Remaining", "day_of"]
 
@@ -135,7 +135,7 @@ class Budget:
         """The same spending under (possibly new) limits from the registry."""
         return replace(self, daily_limit=daily_limit, epsilon_cap=epsilon_cap)
 
-    def to_plain(self) -> dict[str, Any]:
+    def to_plain(self) -> PlainDoc:
         """Plain data for the sealed use-case file (the limits come from the registry)."""
         return {
             "day": self.day,

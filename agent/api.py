@@ -28,9 +28,9 @@ import contextlib
 import json
 import logging
 import os
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TypeAlias
 
 from agent.core import Agent
 from agent.errors import (
@@ -40,6 +40,7 @@ from agent.errors import (
     UseCaseStoppedError,
     ValueRefusedError,
 )
+from agent.plain import Json, JsonObject, Plain
 from agent.state import LedgerEntry
 from agent.usecases import coerce_text
 
@@ -57,27 +58,31 @@ REQUEST_TIMEOUT = 10.0
 """Seconds a client has to send its request line."""
 
 
-def _plain(value: Any) -> Any:
-    """JSON-ready: bytes as hex."""
+def _json(value: Plain) -> Json:
+    """JSON-ready: bytes as hex, map keys as strings."""
     if isinstance(value, bytes):
         return value.hex()
     if isinstance(value, list | tuple):
-        return [_plain(v) for v in value]
-    if isinstance(value, dict):
-        return {str(k): _plain(v) for k, v in value.items()}
+        return [_json(v) for v in value]
+    if isinstance(value, Mapping):
+        return {str(k): _json(v) for k, v in value.items()}
     return value
 
 
-def ledger_json(entries: list[LedgerEntry]) -> list[dict[str, Any]]:
-    """Ledger entries as JSON-ready dicts (bytes as hex)."""
-    return [_plain(e.to_plain()) for e in entries]
+def ledger_json(entries: list[LedgerEntry]) -> list[Json]:
+    """Ledger entries as JSON objects (bytes as hex)."""
+    return [_json(e.to_plain()) for e in entries]
 
 
-def _error(kind: str, message: str) -> dict[str, Any]:
+def _error(kind: str, message: str) -> JsonObject:
     return {"ok": False, "error": kind, "message": message}
 
 
-def _record(agent: Agent, request: dict[str, Any], on_change: Callable[[], None] | None) -> dict[str, Any]:
+Request: TypeAlias = Mapping[str, Json]
+"""A decoded request: a JSON object, whose fields each handler checks."""
+
+
+def _record(agent: Agent, request: Request, on_change: Callable[[], None] | None) -> JsonObject:
     name = request.get("use_case")
     if not isinstance(name, str):
         return _error("bad-request", 'record needs a string "use_case"')
@@ -110,7 +115,7 @@ def _record(agent: Agent, request: dict[str, Any], on_change: Callable[[], None]
     }
 
 
-def _consent(agent: Agent, request: dict[str, Any], on_change: Callable[[], None] | None) -> dict[str, Any]:
+def _consent(agent: Agent, request: Request, on_change: Callable[[], None] | None) -> JsonObject:
     action = request.get("action")
     if action == "grant":
         doc = agent.grant_consent()
@@ -128,16 +133,16 @@ def _consent(agent: Agent, request: dict[str, Any], on_change: Callable[[], None
     return _error("bad-request", 'consent "action" is one of grant, revoke, show')
 
 
-def _status(agent: Agent, request: dict[str, Any], on_change: Callable[[], None] | None) -> dict[str, Any]:
-    return {"ok": True, "status": _plain(agent.status())}
+def _status(agent: Agent, request: Request, on_change: Callable[[], None] | None) -> JsonObject:
+    return {"ok": True, "status": agent.status().to_json()}
 
 
-def _ledger(agent: Agent, request: dict[str, Any], on_change: Callable[[], None] | None) -> dict[str, Any]:
-    notices = [_plain(n.to_plain()) for n in agent.notices()]
+def _ledger(agent: Agent, request: Request, on_change: Callable[[], None] | None) -> JsonObject:
+    notices = [_json(n.to_plain()) for n in agent.notices()]
     return {"ok": True, "ledger": ledger_json(agent.ledger()), "notices": notices}
 
 
-_OPS: dict[str, Callable[[Agent, dict[str, Any], Callable[[], None] | None], dict[str, Any]]] = {
+_OPS: dict[str, Callable[[Agent, Request, Callable[[], None] | None], JsonObject]] = {
     "record": _record,
     "consent": _consent,
     "status": _status,
@@ -156,7 +161,7 @@ _REFUSAL_KINDS: tuple[tuple[type[Exception], str], ...] = (
 _REFUSALS = tuple(t for t, _ in _REFUSAL_KINDS)
 
 
-def handle_request(agent: Agent, request: object, *, on_change: Callable[[], None] | None = None) -> dict[str, Any]:
+def handle_request(agent: Agent, request: object, *, on_change: Callable[[], None] | None = None) -> JsonObject:
     """Serve one decoded request; never raises for a bad request.
 
     Args:
@@ -206,7 +211,7 @@ async def serve(
             with contextlib.suppress(ConnectionError):
                 await writer.wait_closed()
 
-    async def _serve_one(reader: asyncio.StreamReader) -> dict[str, Any]:
+    async def _serve_one(reader: asyncio.StreamReader) -> JsonObject:
         try:
             line = await asyncio.wait_for(reader.readline(), timeout=REQUEST_TIMEOUT)
         except ValueError:  # longer than the reader's limit

@@ -15,9 +15,8 @@ import logging
 import os
 import socket
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
 
 from agent.config import ActiveSecondsProbe, AgentConfig, load_config, read_password, tls_context
 from agent.errors import (
@@ -30,6 +29,8 @@ from agent.errors import (
     UseCaseStoppedError,
     ValueRefusedError,
 )
+from agent.plain import Json, JsonObject
+from agent.status import AgentStatus
 from protocol.exit_status import HELP as EXIT_HELP
 from protocol.exit_status import ExitStatus
 from runtime.clock import Clock, SystemClock
@@ -131,13 +132,13 @@ def _setup_logging(level: str) -> None:
     logging.basicConfig(level=getattr(logging, level.upper()), format=fmt, stream=sys.stderr)
 
 
-def _when(t: float | None) -> str:
-    if not t:
+def _when(t: object) -> str:
+    if not t or not isinstance(t, int | float):
         return "-"
     return dt.datetime.fromtimestamp(t, dt.UTC).strftime("%Y-%m-%d %H:%M:%SZ")
 
 
-def call(path: Path, request: dict[str, Any], *, timeout: float = 30.0) -> dict[str, Any]:
+def call(path: Path, request: JsonObject, *, timeout: float = 30.0) -> JsonObject:
     """Send one request to the running agent's socket and return its reply.
 
     Raises:
@@ -157,7 +158,7 @@ def call(path: Path, request: dict[str, Any], *, timeout: float = 30.0) -> dict[
     return reply
 
 
-def _request(cfg: AgentConfig, request: dict[str, Any], clock: Clock) -> dict[str, Any]:
+def _request(cfg: AgentConfig, request: JsonObject, clock: Clock) -> JsonObject:
     try:
         return call(cfg.api.socket, request)
     except (FileNotFoundError, ConnectionRefusedError):
@@ -179,23 +180,46 @@ def _request(cfg: AgentConfig, request: dict[str, Any], clock: Clock) -> dict[st
         ) from None
 
 
-def _print_status(status: dict[str, Any]) -> None:
-    print(f"consent:     {'granted ' + _when(status['consent_granted_at']) if status['consent'] else 'not granted'}")
-    print(f"registry:    {status['registry']} ({status['registry_source']})")
-    print(f"next cycle:  {_when(status['next_cycle'])}   last cycle: {_when(status['last_cycle'])}")
-    print(f"outbox:      {status['outbox']} reports waiting; ledger {status['ledger']}")
+def _print_status(status: AgentStatus) -> None:
+    print(f"consent:     {'granted ' + _when(status.consent_granted_at) if status.consent else 'not granted'}")
+    print(f"registry:    {status.registry} ({status.registry_source})")
+    print(f"next cycle:  {_when(status.next_cycle)}   last cycle: {_when(status.last_cycle)}")
+    print(f"outbox:      {status.outbox} reports waiting; ledger {status.ledger}")
     print("use cases:")
-    for row in status["use_cases"]:
-        line = f"  {row.get('definition', row['use_case']):<38} {row['mechanism']:<13} {row['state']}"
-        if "epsilon_total" in row:
-            line += (
-                f"; today {row['records_today']}/{row['daily_limit']} records, ε {row['epsilon_today']:.4g};"
-                f" lifetime ε {row['epsilon_total']:.4g}/{row['epsilon_cap']:g}; outbox {row['outbox']}"
-            )
+    for row in status.use_cases:
+        line = f"  {row.definition:<38} {row.mechanism:<13} {row.state}"
+        if row.records_today is not None and row.epsilon_today is not None:
+            line += f"; today {row.records_today}/{row.daily_limit} records, ε {row.epsilon_today:.4g}"
+        if row.epsilon_total is not None:
+            # A stopped use case shows the ε spent its manifest recorded, and nothing else.
+            line += f"; lifetime ε {row.epsilon_total:.4g}/{row.epsilon_cap:g}"
+        if row.outbox is not None:
+            line += f"; outbox {row.outbox}"
         print(line)
 
 
-def _print_ledger(entries: list[dict[str, Any]], notices: list[dict[str, Any]]) -> None:
+def _integer(value: Json) -> int:
+    """A count in a reply (0 if it is not a number)."""
+    return int(value) if isinstance(value, int | float) else 0
+
+
+def _length(value: object) -> int:
+    """How many records a ledger entry of a reply lists."""
+    return len(value) if isinstance(value, list) else 0
+
+
+def _objects(value: Json) -> list[Mapping[str, Json]]:
+    """The JSON objects of a list in a reply.
+
+    Raises:
+        ConnectionError: the agent sent something else.
+    """
+    if not isinstance(value, list) or not all(isinstance(v, Mapping) for v in value):
+        raise ConnectionError("the agent sent a malformed reply")
+    return [v for v in value if isinstance(v, Mapping)]
+
+
+def _print_ledger(entries: Sequence[Mapping[str, object]], notices: Sequence[Mapping[str, object]]) -> None:
     for n in notices:
         print(f"{_when(n['at'])}  {n['use_case']}  registry change: {n['text']}")
     if not entries:
@@ -203,14 +227,14 @@ def _print_ledger(entries: list[dict[str, Any]], notices: list[dict[str, Any]]) 
         return
     for e in entries:
         print(
-            f"{_when(e['sent'])}  {e['use_case']}  period {e['period']}  {len(e['records'])} records"
+            f"{_when(e['sent'])}  {e['use_case']}  period {e['period']}  {_length(e['records'])} records"
             f"  ε {e['epsilon']:.4g} (day {e['epsilon_today']:.4g}, total {e['epsilon_total']:.4g})"
             f"  {e.get('status', 'sent')}"
         )
         print(f"    {json.dumps(e['records'])}")
 
 
-def _print_record(use_case: str, reply: dict[str, Any]) -> None:
+def _print_record(use_case: str, reply: JsonObject) -> None:
     """Say what happened to a recorded value: kept for the period, sampled by the limit, or not added."""
     outcome = reply.get("outcome")
     if outcome == "duplicate":
@@ -220,7 +244,7 @@ def _print_record(use_case: str, reply: dict[str, Any]) -> None:
     elif reply.get("counter"):
         print(f"{use_case}: recorded: added to this period's total, privatized and sent once when the period ends")
     else:
-        offered, limit, over = int(reply.get("offered", 0)), int(reply.get("limit", 0)), int(reply.get("over_limit", 0))
+        offered, limit, over = (_integer(reply.get(k, 0)) for k in ("offered", "limit", "over_limit"))
         if over:
             print(
                 f"{use_case}: recorded, over the daily limit: {offered} values this period, at most {limit} "
@@ -232,9 +256,9 @@ def _print_record(use_case: str, reply: dict[str, Any]) -> None:
         print(f"{use_case}: {reply['note']}")
 
 
-def _client_request(args: argparse.Namespace) -> dict[str, Any]:
+def _client_request(args: argparse.Namespace) -> JsonObject:
     if args.verb == "record":
-        request: dict[str, Any] = {"op": "record", "use_case": args.use_case, "text": args.value}
+        request: JsonObject = {"op": "record", "use_case": args.use_case, "text": args.value}
         if args.key is not None:
             request["key"] = args.key
         return request
@@ -243,7 +267,7 @@ def _client_request(args: argparse.Namespace) -> dict[str, Any]:
     return {"op": args.verb}
 
 
-def _print_consent(args: argparse.Namespace, reply: dict[str, Any], as_json: bool) -> None:
+def _print_consent(args: argparse.Namespace, reply: JsonObject, as_json: bool) -> None:
     if as_json:
         print(json.dumps(reply))
     elif args.action == "revoke":
@@ -252,15 +276,15 @@ def _print_consent(args: argparse.Namespace, reply: dict[str, Any], as_json: boo
         print(f"consent: {'granted ' + _when(reply['granted_at']) if reply['consent'] else 'not granted'}")
 
 
-def _print_reply(args: argparse.Namespace, reply: dict[str, Any]) -> None:
+def _print_reply(args: argparse.Namespace, reply: JsonObject) -> None:
     as_json = getattr(args, "json", False)
     if args.verb == "record":
         _print_record(args.use_case, reply)
     elif args.verb == "consent":
         _print_consent(args, reply, as_json)
     elif args.verb == "ledger":
-        entries = [e for e in reply["ledger"] if args.use_case in (None, e["use_case"])]
-        notices = [n for n in reply.get("notices", []) if args.use_case in (None, n["use_case"])]
+        entries = [e for e in _objects(reply["ledger"]) if args.use_case in (None, e["use_case"])]
+        notices = [n for n in _objects(reply.get("notices", [])) if args.use_case in (None, n["use_case"])]
         if as_json:
             print(json.dumps(entries, indent=1))
         else:
@@ -269,7 +293,7 @@ def _print_reply(args: argparse.Namespace, reply: dict[str, Any]) -> None:
         if as_json:
             print(json.dumps(reply["status"], indent=1))
         else:
-            _print_status(reply["status"])
+            _print_status(AgentStatus.from_json(reply["status"]))
 
 
 def _client(cfg: AgentConfig, args: argparse.Namespace, clock: Clock) -> int:

@@ -42,7 +42,7 @@ from agent.schedule import next_cycle_after, plausible_next
 from agent.sealed import Sealer, create_key_file, load_key
 from agent.state import AgentDoc
 from agent.transport import Connection, ReceiptConnection, Transport
-from agent.usecases import Kind, kind_of
+from agent.usecases import Kind, counter_input, kind_of
 from protocol.interfaces import ValueType
 from protocol.randomness import RandomSource, SystemRandom
 from protocol.registry import Registry, RegistryError
@@ -250,9 +250,9 @@ class Daemon:
                 continue
             batch = items
             bounds = use_case.mechanism.value_range
-            if use_case.mechanism.privatization is Kind.COUNTER and bounds is not None:
+            if kind_of(use_case) is Kind.COUNTER and bounds is not None:
                 # A probe interval can exceed the counter's range (a long suspend): clip to it.
-                batch = [(n, use_case.mechanism.counter_input(v), k) for n, v, k in items if isinstance(v, int)]
+                batch = [(n, counter_input(use_case, v), k) for n, v, k in items if isinstance(v, int)]
             try:
                 self.agent.record_many(batch)
             except ConsentRequiredError:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from agent.config import PolicyConfig
 from agent.errors import PolicyError
+from agent.usecases import privacy_figures
 from protocol.registry import Registry, UseCase
 
 __all__ = ["check_registry", "check_use_case"]
@@ -47,7 +48,7 @@ def check_use_case(use_case: UseCase, policy: PolicyConfig) -> None:
         )
     # The mechanism names its figures (protocol.interfaces.Mechanism.privacy_figures); the
     # policy bounds the ones it has a cap for, whichever mechanism gives them.
-    figures = use_case.mechanism.privacy_figures()
+    figures = privacy_figures(use_case)
     f = figures.get("f")
     if f is not None and f < policy.min_rappor_f - _SLACK:
         raise PolicyError(

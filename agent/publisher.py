@@ -9,7 +9,7 @@ and tries again with the same stored bytes: a retry never re-randomizes (STYLE r
 With commit receipts (:class:`ReceiptPolicy`) a broker acknowledgement only marks a report
 sent: the connection stays open, subscribed to its own receipt topic, and a report leaves
 the outbox when the collector's receipt names it (counted or refused). A report without a
-receipt after its wait (:func:`agent.core.receipt_wait`) is sent again, identical, on the
+receipt after its wait (:func:`agent.outbox.receipt_wait`) is sent again, identical, on the
 current connection. The connection closes when the outbox is empty; a broken one is
 replaced, with backoff, by one with a new client id and so a new response topic (receipts
 sent to the old one are lost; those reports are re-sent when their wait ends).
@@ -18,13 +18,13 @@ sent to the old one are lost; those reports are re-sent when their wait ends).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from agent.core import Agent, Pending
+from agent.core import Agent
 from agent.errors import TransportError
+from agent.outbox import Pending
 from agent.transport import ReceiptConnection, ReceiptTransport, Transport
 from protocol.randomness import RandomSource, uniform_ints
 from runtime.backoff import Backoff, Retry
@@ -46,7 +46,7 @@ class ReceiptPolicy:
 
     Attributes:
         timeout: seconds after a send before a report without a receipt is sent again
-            (doubling per send, jittered; :func:`agent.core.receipt_wait`).
+            (doubling per send, jittered; :func:`agent.outbox.receipt_wait`).
         cap: the longest such wait.
     """
 
@@ -104,6 +104,7 @@ class Publisher:
         self._transport = transport
         self._clock = clock
         self._rng = rng
+        self._receipt_transport = transport if isinstance(transport, ReceiptTransport) else None
         self._retry = Retry(backoff or Backoff(), jitter=_jitter(rng))
         self._wake = asyncio.Event()
         self._idle = asyncio.Event()
@@ -162,7 +163,8 @@ class Publisher:
     async def receipt_session(self) -> int:
         """One connection with commit receipts: send what is due, settle what is answered.
 
-        Returns when the outbox is empty.
+        Returns when the outbox is empty. The task that listens for receipts belongs to a task
+        group of the connection's: it ends with it.
 
         Returns:
             The number of reports settled on this connection.
@@ -172,66 +174,93 @@ class Publisher:
                 connection ended (what was sent and settled before is already recorded).
         """
         policy = self._receipts
-        if policy is None:
+        transport = self._receipt_transport
+        if policy is None or transport is None:
             raise RuntimeError("receipt_session without a receipt policy")
         if not self._agent.outbox():
             return 0
-        transport: ReceiptTransport = self._transport  # type: ignore[assignment]
         settled_before = self._settled
         async with transport.connect_receipts() as conn:
             self._connections += 1
-            listener = asyncio.create_task(self._listen(conn), name="receipts")
-            try:
-                while True:
-                    self._wake.clear()
-                    if listener.done():
-                        listener.result()  # the connection ended: raises TransportError
-                    due, later = self._agent.due(self._clock.time(), policy.timeout, policy.cap)
-                    if not due and later is None:
-                        break
-                    resends = sum(1 for p in due if p.entry.attempts)
-                    if resends:
-                        log.info("%d reports had no commit receipt in time; sending them again", resends)
-                    sent: list[Pending] = []
-                    try:
-                        for p in due:
-                            await conn.publish(p.topic, p.entry.payload, correlation=p.entry.report_id)
-                            sent.append(p)
-                    finally:
-                        # Persist the sends even when cancelled (SIGTERM) or after a failure.
-                        self._agent.mark_sent(sent)
-                        self._acknowledged += len(sent)
-                    if due:
-                        continue  # a receipt may have settled everything while we sent
-                    await self._wait(listener, later)
-            finally:
-                listener.cancel()
-                with contextlib.suppress(asyncio.CancelledError, TransportError):
-                    await listener
+            failed: TransportError | None = None
+            async with asyncio.TaskGroup() as tg:
+                listener = tg.create_task(self._listen(conn), name="receipts")
+                try:
+                    await self._exchange(conn, listener, policy)
+                except TransportError as e:
+                    # Raised below, outside the group (a group would wrap it in an exception
+                    # group), still inside the connection, which sees it as before.
+                    failed = e
+                finally:
+                    listener.cancel()
+            if failed is not None:
+                raise failed
         return self._settled - settled_before
 
-    async def _listen(self, conn: ReceiptConnection) -> None:
+    async def _exchange(
+        self, conn: ReceiptConnection, listener: asyncio.Task[TransportError], policy: ReceiptPolicy
+    ) -> None:
+        """Send what is due and wait for receipts, until nothing waits.
+
+        Raises:
+            TransportError: a publish was not acknowledged, or the connection ended.
+        """
         while True:
-            receipts = await conn.receipts()
+            self._wake.clear()
+            if listener.done():
+                raise listener.result()  # the connection ended
+            due, later = self._agent.due(self._clock.time(), policy.timeout, policy.cap)
+            if not due and later is None:
+                return
+            resends = sum(1 for p in due if p.entry.attempts)
+            if resends:
+                log.info("%d reports had no commit receipt in time; sending them again", resends)
+            sent: list[Pending] = []
+            try:
+                for p in due:
+                    await conn.publish(p.topic, p.entry.payload, correlation=p.entry.report_id)
+                    sent.append(p)
+            finally:
+                # Persist the sends even when cancelled (SIGTERM) or after a failure.
+                self._agent.mark_sent(sent)
+                self._acknowledged += len(sent)
+            if due:
+                continue  # a receipt may have settled everything while we sent
+            await self._wait(later)
+
+    async def _listen(self, conn: ReceiptConnection) -> TransportError:
+        """Settle receipts as they arrive, until the connection ends.
+
+        Returns:
+            The error that ended the connection (the session raises it; a task of a group that
+            raised would cancel the session at once, in the middle of a send).
+        """
+        while True:
+            try:
+                receipts = await conn.receipts()
+            except TransportError as e:
+                self._wake.set()
+                return e
             settled = self._agent.settle(receipts)
             if settled:
                 self._settled += settled
                 self._wake.set()
 
-    async def _wait(self, listener: asyncio.Task[None], until: float | None) -> None:
-        """Until a receipt or a new report arrives, the connection ends, or ``until``."""
-        waker = asyncio.create_task(self._wake.wait())
-        waits: set[asyncio.Future[object]] = {waker, listener}  # type: ignore[arg-type]
-        sleeper = None
-        if until is not None:
-            sleeper = asyncio.create_task(self._clock.sleep_until(until))
-            waits.add(sleeper)  # type: ignore[arg-type]
-        try:
-            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for t in (waker, sleeper):
-                if t is not None and not t.done():
-                    t.cancel()
+    async def _wait(self, until: float | None) -> None:
+        """Until a receipt or a new report arrives, the connection ends, or ``until``.
+
+        Each of them sets the wake event: a receipt and the connection's end in :meth:`_listen`,
+        a new report in :meth:`kick`, and ``until`` the alarm task this wait owns.
+        """
+        async with asyncio.TaskGroup() as tg:
+            alarm = None if until is None else tg.create_task(self._alarm(until), name="receipt-wait")
+            await self._wake.wait()
+            if alarm is not None:
+                alarm.cancel()
+
+    async def _alarm(self, until: float) -> None:
+        await self._clock.sleep_until(until)
+        self._wake.set()
 
     async def run(self) -> None:
         """Publish whenever kicked, until cancelled."""

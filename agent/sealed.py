@@ -29,6 +29,7 @@ from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from agent.errors import KeyUnavailableError, StateUnreadableError, StateWriteError
+from agent.plain import Plain
 from runtime.errors import SettingFileError
 from runtime.secret_files import credential_path, read_secret_file
 
@@ -161,7 +162,7 @@ class Sealer:
     def _aad(purpose: str, version: int) -> bytes:
         return b"ldp-agent-state\x00" + purpose.encode("utf-8") + b"\x00v" + str(version).encode("ascii")
 
-    def seal(self, purpose: str, version: int, document: Any) -> bytes:
+    def seal(self, purpose: str, version: int, document: Plain) -> bytes:
         """Encrypt a msgpack-ready document for ``purpose`` at schema ``version``."""
         nonce = secrets.token_bytes(_NONCE)
         plain = msgpack.packb(document, use_bin_type=True)
@@ -207,6 +208,6 @@ class Sealer:
             raise StateUnreadableError(str(path), f"larger than {MAX_FILE_BYTES} bytes")
         return self.open(purpose, version, blob, where=str(path))
 
-    def write(self, path: Path, purpose: str, version: int, document: Any) -> None:
+    def write(self, path: Path, purpose: str, version: int, document: Plain) -> None:
         """Seal ``document`` and atomically replace ``path`` with it."""
         atomic_write(path, self.seal(purpose, version, document))

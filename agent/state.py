@@ -41,6 +41,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from agent.plain import Plain, PlainDoc
+
 __all__ = [
     "AGENT_VERSION",
     "CONSENT_VERSION",
@@ -130,7 +132,7 @@ class OutboxEntry:
     sent_at: float = 0.0
     attempts: int = 0
 
-    def to_plain(self) -> dict[str, Any]:
+    def to_plain(self) -> PlainDoc:
         """Plain data."""
         return {
             "sent_at": self.sent_at,
@@ -181,15 +183,15 @@ class PendingRecords:
         cost: the ε one of the records costs (None in such a file: the use case's cost then).
     """
 
-    records: list[Any] = field(default_factory=list)
+    records: list[Plain] = field(default_factory=list)
     offered: int = 0
     seen: list[bytes] = field(default_factory=list)
     definition: bytes | None = None
     cost: float | None = None
 
-    def to_plain(self) -> dict[str, Any]:
+    def to_plain(self) -> PlainDoc:
         """Plain data."""
-        out: dict[str, Any] = {"records": list(self.records), "offered": self.offered, "seen": list(self.seen)}
+        out: PlainDoc = {"records": list(self.records), "offered": self.offered, "seen": list(self.seen)}
         if self.definition is not None:
             out["definition"] = self.definition
         if self.cost is not None:
@@ -247,11 +249,11 @@ class UseCaseDoc:
 
     fingerprint: bytes
     hash_key: bytes
-    permanent: dict[bytes, Any] = field(default_factory=dict)
+    permanent: dict[bytes, Plain] = field(default_factory=dict)
     totals: dict[int, dict[bytes, int | float]] = field(default_factory=dict)
     pending: dict[int, PendingRecords] = field(default_factory=dict)
     last_closed: int = -1
-    budget: dict[str, Any] = field(default_factory=dict)
+    budget: PlainDoc = field(default_factory=dict)
     outbox: list[OutboxEntry] = field(default_factory=list)
     dropped_reports: int = 0
     unsent_records: int = 0
@@ -261,9 +263,9 @@ class UseCaseDoc:
     period: str | None = None
     memo_generation: int = 0
 
-    def to_plain(self) -> dict[str, Any]:
+    def to_plain(self) -> PlainDoc:
         """Plain data."""
-        out: dict[str, Any] = {
+        out: PlainDoc = {
             "fingerprint": self.fingerprint,
             "hash_key": self.hash_key,
             "permanent": dict(self.permanent),
@@ -376,7 +378,7 @@ class LedgerEntry:
     report_id: bytes
     use_case: str
     period: int
-    records: list[Any]
+    records: list[Plain]
     epsilon: float
     day: int
     epsilon_today: float
@@ -384,7 +386,7 @@ class LedgerEntry:
     sent: float
     status: str = "sent"
 
-    def to_plain(self) -> dict[str, Any]:
+    def to_plain(self) -> PlainDoc:
         """Plain data."""
         return {
             "status": self.status,
@@ -438,7 +440,7 @@ class LedgerNotice:
     use_case: str
     text: str
 
-    def to_plain(self) -> dict[str, Any]:
+    def to_plain(self) -> PlainDoc:
         """Plain data."""
         return {"at": self.at, "use_case": self.use_case, "text": self.text}
 
@@ -460,9 +462,9 @@ class LedgerDoc:
     entries: list[LedgerEntry] = field(default_factory=list)
     notices: list[LedgerNotice] = field(default_factory=list)
 
-    def to_plain(self) -> dict[str, Any]:
+    def to_plain(self) -> PlainDoc:
         """Plain data."""
-        out: dict[str, Any] = {"entries": [e.to_plain() for e in self.entries]}
+        out: PlainDoc = {"entries": [e.to_plain() for e in self.entries]}
         if self.notices:
             out["notices"] = [n.to_plain() for n in self.notices]
         return out
@@ -494,7 +496,7 @@ class AgentDoc:
     cycles: int = 0
     last_cycle: float = 0.0
 
-    def to_plain(self) -> dict[str, Any]:
+    def to_plain(self) -> PlainDoc:
         """Plain data."""
         return {"next_cycle": self.next_cycle, "cycles": self.cycles, "last_cycle": self.last_cycle}
 
@@ -518,7 +520,7 @@ class ConsentDoc:
 
     granted_at: float
 
-    def to_plain(self) -> dict[str, Any]:
+    def to_plain(self) -> PlainDoc:
         """Plain data."""
         return {"granted_at": self.granted_at}
 
@@ -545,12 +547,12 @@ class ManifestEntry:
     generation: int
     epsilon_total: float
     removed: bool = False
-    budget: dict[str, Any] | None = None
+    budget: PlainDoc | None = None
     memo: bool = False
 
-    def to_plain(self) -> dict[str, Any]:
+    def to_plain(self) -> PlainDoc:
         """Plain data (the fields of a removed use case only when it is one)."""
-        out: dict[str, Any] = {"generation": self.generation, "epsilon_total": self.epsilon_total}
+        out: PlainDoc = {"generation": self.generation, "epsilon_total": self.epsilon_total}
         if self.removed:
             out.update(removed=True, budget=dict(self.budget or {}), memo=self.memo)
         return out
@@ -572,7 +574,7 @@ class ManifestDoc:
         """A copy with ``name``'s entry replaced."""
         return ManifestDoc(self.device, {**self.entries, name: entry})
 
-    def to_plain(self) -> dict[str, Any]:
+    def to_plain(self) -> PlainDoc:
         """Plain data."""
         return {
             "device": self.device,

@@ -17,16 +17,24 @@ The mechanism says when it privatizes (:class:`~protocol.interfaces.Privatizatio
 What a value must look like, how a typed value is parsed and what a counter's total is
 privatized as are the mechanism's too (:meth:`~protocol.interfaces.Mechanism.check_value`,
 ``parse_value``, ``counter_input``); here they only gain the use case's name in the message.
+
+Every call the agent makes into a mechanism goes through this module (drawing permanent
+state, privatizing, the ε figures), so a change of the mechanism contract
+(:class:`protocol.interfaces.Mechanism`) is met here and nowhere else in the agent.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
+from typing import cast
 
 from agent.errors import ValueRefusedError
+from agent.plain import Plain
 from protocol.checks import MAX_COUNTER
 from protocol.errors import InputError
 from protocol.interfaces import HistogramMechanism, Privatization, RecordValue
+from protocol.randomness import RandomSource
 from protocol.registry import UseCase
 
 __all__ = [
@@ -40,6 +48,10 @@ __all__ = [
     "fingerprint",
     "kind_of",
     "load_permanent_state",
+    "memo_charge",
+    "privacy_figures",
+    "privatize",
+    "setup",
 ]
 
 Kind = Privatization
@@ -67,6 +79,42 @@ def load_permanent_state(use_case: UseCase, data: object) -> None:
         protocol.errors.StateError: if ``data`` does not fit the mechanism.
     """
     use_case.mechanism.check_state_plain(data)
+
+
+def _plain(value: object) -> Plain:
+    # The contract's plain forms (permanent state, a record's wire form) are msgpack-ready data
+    # by its definition (protocol.interfaces, "in plain form"): what the agent seals as it is.
+    return cast("Plain", value)
+
+
+def setup(use_case: UseCase, rng: RandomSource) -> Plain:
+    """Draw a device's permanent state for ``use_case`` in plain form (None if its mechanism keeps none)."""
+    return _plain(use_case.mechanism.setup_plain(rng))
+
+
+def privatize(use_case: UseCase, value: object, state: Plain, rng: RandomSource) -> tuple[Plain, Plain]:
+    """Privatize ``value`` with the device's plain ``state``: the record's wire form and the plain state to save.
+
+    Raises:
+        ValueRefusedError: the mechanism refused the value, naming the use case.
+    """
+    try:
+        record, saved = use_case.mechanism.privatize_plain(value, state, rng)
+    except InputError as e:
+        raise ValueRefusedError(f"use case {use_case.name!r} ({use_case.mechanism.name}): {e}") from None
+    return _plain(record), _plain(saved)
+
+
+def privacy_figures(use_case: UseCase) -> Mapping[str, float]:
+    """Every ε figure of ``use_case``'s mechanism by name, and the parameters a local policy bounds."""
+    return use_case.mechanism.privacy_figures()
+
+
+def memo_charge(use_case: UseCase) -> float:
+    """What starting a new memo costs: what one memo can reveal of an unchanged value however
+    many reports draw on it (the mechanism's ``epsilon_longitudinal``; 0 for a mechanism whose
+    reports each compose on their own)."""
+    return float(privacy_figures(use_case).get("epsilon_longitudinal", 0.0))
 
 
 def _refused(use_case: UseCase, exc: InputError) -> ValueRefusedError:

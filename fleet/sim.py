@@ -851,7 +851,7 @@ def _audit_epsilon(device: _Device, caps: dict[str, float]) -> tuple[int, list[s
     spent: dict[str, list[float]] = {}
     for entry in agent.ledger():
         spent.setdefault(entry.use_case, []).append(entry.epsilon_total)
-    shown = {r["use_case"]: r.get("epsilon_total") for r in agent.use_case_status()}
+    shown = {r.use_case: r.epsilon_total for r in agent.use_case_status()}
     problems = []
     for name, totals in spent.items():
         where = f"device {device.number}, use case {name}"

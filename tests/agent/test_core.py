@@ -186,7 +186,7 @@ def test_reservoir_keeps_a_uniform_subset() -> None:
         pending = PendingRecords()
         for i in range(n):
             reservoir_offer(pending, i, cap, rng)
-        counts[pending.records] += 1
+        counts[np.array(pending.records)] += 1
     p = cap / n
     se = math.sqrt(p * (1 - p) / trials)
     assert np.all(np.abs(counts / trials - p) < 5 * se), counts / trials
@@ -231,9 +231,9 @@ def test_clock_moved_backwards_does_not_reset_the_day(make_agent: Callable[..., 
     clock.set(t0 + 2 * SIX_HOURS + 60)  # day D again, the re-opened period has ended
     agent.collect()
     assert sum(p.entry.records for p in agent.outbox()) == 8
-    (row,) = [r for r in agent.use_case_status() if r["use_case"] == "seconds"]
-    assert row["records_today"] == 8
-    assert row["unsent_records"] == 12
+    (row,) = [r for r in agent.use_case_status() if r.use_case == "seconds"]
+    assert row.records_today == 8
+    assert row.unsent_records == 12
     assert {p.entry.period for p in agent.outbox()} == {int(t0 // SIX_HOURS)}
 
 
@@ -254,8 +254,8 @@ def test_lifetime_cap_is_never_exceeded_and_stops_the_use_case(
     total = sum(p.entry.epsilon for p in agent.outbox())
     assert total <= cap + EPSILON_SLACK
     assert max(p.entry.epsilon_total for p in agent.outbox()) == pytest.approx(total)
-    (row,) = [r for r in agent.use_case_status() if r["use_case"] == "flag"]
-    assert row["state"] == "stopped: lifetime ε cap reached"
+    (row,) = [r for r in agent.use_case_status() if r.use_case == "flag"]
+    assert row.state == "stopped: lifetime ε cap reached"
 
 
 def test_permanent_state_survives_restarts_unchanged(
@@ -307,9 +307,9 @@ def test_unreadable_state_stops_that_use_case_and_is_kept(
     clock.set(clock.time() + DAY)
     again.collect()
     assert path.read_bytes() == bytes(data)
-    rows = {r["use_case"]: r for r in again.use_case_status()}
-    assert rows["seconds"]["state"].startswith("stopped: state unreadable: authentication failed")
-    assert rows["flag"]["state"] == "active"
+    rows = {r.use_case: r for r in again.use_case_status()}
+    assert rows["seconds"].state.startswith("stopped: state unreadable: authentication failed")
+    assert rows["flag"].state == "active"
 
 
 def test_values_that_do_not_fit_are_refused_with_a_reason(make_agent: Callable[..., Agent]) -> None:
@@ -396,6 +396,6 @@ def test_outbox_is_bounded(make_agent: Callable[..., Agent], clock: FakeClock) -
         clock.set(clock.time() + DAY)
         agent.collect()
     assert len(agent.outbox()) == 2
-    (row,) = [r for r in agent.use_case_status() if r["use_case"] == "flag"]
-    assert row["dropped_reports"] == 1
+    (row,) = [r for r in agent.use_case_status() if r.use_case == "flag"]
+    assert row.dropped_reports == 1
     assert day_of(clock.time()) > 0

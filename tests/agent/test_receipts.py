@@ -8,6 +8,7 @@ from collections.abc import Callable
 import pytest
 
 from agent.core import Agent, receipt_wait
+from agent.errors import TransportError
 from agent.publisher import Publisher, ReceiptPolicy
 from agent.state import LedgerEntry, OutboxEntry
 from agent.transport import MemoryTransport, Published
@@ -180,3 +181,32 @@ def test_receipt_wait_doubles_up_to_the_cap_with_jitter(attempts: int) -> None:
         waits.add(receipt_wait(e, 10.0, 40.0))
     assert all(ceiling <= w <= 1.5 * ceiling for w in waits)
     assert len(waits) > 1
+
+
+def test_a_session_leaves_no_task_behind(make_agent: Callable[..., Agent], clock: FakeClock) -> None:
+    """The receipt listener and the wait's alarm belong to their session: none outlives it, whether the
+    connection breaks (the session raises the TransportError itself) or the outbox empties."""
+    agent = _agent_with_reports(make_agent, clock)
+    transport = MemoryTransport()  # answers nothing until told to
+    publisher = Publisher(agent, transport, clock=clock, rng=SeededRandom(1), receipts=POLICY)
+
+    async def scenario() -> tuple[set[str], set[asyncio.Task[object]], int, set[asyncio.Task[object]]]:
+        session = asyncio.create_task(publisher.receipt_session())
+        await clock.advance(1.0)  # sent; waiting for receipts, with an alarm for the resend
+        during = {t.get_name() for t in asyncio.all_tasks()}
+        transport.disconnect()
+        with pytest.raises(TransportError):
+            await session
+        after_break = asyncio.all_tasks() - {asyncio.current_task()}
+        transport.answer = lambda m: Receipt(m.correlation or b"?", counted=True)
+        session = asyncio.create_task(publisher.receipt_session())
+        await clock.advance(100.0)
+        settled = await session
+        return during, after_break, settled, asyncio.all_tasks() - {asyncio.current_task()}
+
+    during, after_break, settled, after_end = asyncio.run(scenario())
+    assert {"receipts", "receipt-wait"} <= during
+    assert after_break == set()
+    assert settled == 3
+    assert after_end == set()
+    assert agent.outbox() == []

@@ -51,7 +51,7 @@ def _uc_doc(state: Path, name: str) -> dict[str, object]:
 
 
 def _spent(agent: Agent) -> dict[str, float]:
-    return {r["use_case"]: float(r.get("epsilon_total", 0.0)) for r in agent.use_case_status()}
+    return {r.use_case: float(r.epsilon_total or 0.0) for r in agent.use_case_status()}
 
 
 def _definitions(agent: Agent) -> list[tuple[str, bytes]]:

@@ -10,10 +10,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agent.errors import KeyUnavailableError, StateUnreadableError
+from agent.plain import Plain, PlainDoc
 from agent.sealed import Sealer, atomic_write, create_key_file, load_key
 
 KEY = bytes(range(32))
-DOC = {"alpha": 3, "memo": b"\x01\x02", "totals": {5: {b"k" * 32: 12}}, "name": "x", "eps": 0.5}
+DOC: PlainDoc = {"alpha": 3, "memo": b"\x01\x02", "totals": {5: {b"k" * 32: 12}}, "name": "x", "eps": 0.5}
 
 plain = st.recursive(
     st.none() | st.booleans() | st.integers(-(2**63), 2**64 - 1) | st.floats(allow_nan=False) | st.text() | st.binary(),
@@ -24,7 +25,7 @@ plain = st.recursive(
 
 @settings(max_examples=60, deadline=None)
 @given(doc=plain)
-def test_seal_open_round_trip(doc: object) -> None:
+def test_seal_open_round_trip(doc: Plain) -> None:
     """Any msgpack-ready document opens to itself."""
     s = Sealer(KEY)
     assert s.open("ledger", 1, s.seal("ledger", 1, doc)) == doc

@@ -18,6 +18,7 @@ import pytest
 from agent.core import Agent
 from agent.errors import UseCaseStoppedError
 from agent.sealed import Sealer
+from agent.status import UseCaseStatus
 from protocol.randomness import SeededRandom
 from protocol.registry import Registry
 from tests.agent.conftest import KEY, read_sealed
@@ -39,8 +40,14 @@ def _use(agent: Agent, clock: FakeClock, days: int = 1) -> None:
         agent.collect()
 
 
-def _rows(agent: Agent) -> dict[str, dict[str, Any]]:
-    return {r["use_case"]: r for r in agent.use_case_status()}
+def _rows(agent: Agent) -> dict[str, UseCaseStatus]:
+    return {r.use_case: r for r in agent.use_case_status()}
+
+
+def _spent(row: UseCaseStatus) -> float:
+    """The ε spent a status row shows (every row of a consenting agent shows one here)."""
+    assert row.epsilon_total is not None
+    return row.epsilon_total
 
 
 def _permanent(state: Path, name: str) -> Any:
@@ -50,15 +57,15 @@ def _permanent(state: Path, name: str) -> Any:
 def _assert_stopped_only(agent: Agent, name: str, path: Path, reason: str) -> None:
     """``name`` is stopped naming ``path``; every other use case still records and reports."""
     rows = _rows(agent)
-    assert rows[name]["state"].startswith("stopped:")
-    assert str(path) in rows[name]["state"]
-    assert reason in rows[name]["state"]
+    assert rows[name].state.startswith("stopped:")
+    assert str(path) in rows[name].state
+    assert reason in rows[name].state
     value: object = {"seconds": 5, "hist": 3.0, "procs": "sshd", "flag": 0, "words": "x"}[name]
     with pytest.raises(UseCaseStoppedError, match=str(path)):
         agent.record(name, value)
     for other, row in rows.items():
         if other != name:
-            assert row["state"] == "active", (other, row["state"])
+            assert row.state == "active", (other, row.state)
     assert agent.record("flag", 1).outcome == "recorded"
 
 
@@ -70,19 +77,19 @@ def test_deleted_file_stops_the_use_case_and_is_never_redrawn(
     agent = make_agent()
     agent.grant_consent()
     _use(agent, clock, days=2)
-    spent = _rows(agent)[name]["epsilon_total"]
+    spent = _spent(_rows(agent)[name])
     assert spent > 0
     path = tmp_path / "state" / f"uc-{name}.sealed"
     path.unlink()
     again = make_agent(seed=99)
     _assert_stopped_only(again, name, path, "is missing")
-    assert _rows(again)[name]["epsilon_total"] == pytest.approx(spent)  # ε spent is still shown, not reset
+    assert _spent(_rows(again)[name]) == pytest.approx(spent)  # ε spent is still shown, not reset
     clock.set(clock.time() + DAY)
     again.collect()
     assert not path.exists()  # no fresh memo was drawn and written
     assert all(p.use_case != name for p in again.outbox())
     third = make_agent(seed=100)
-    assert str(path) in _rows(third)[name]["state"]
+    assert str(path) in _rows(third)[name].state
     assert not path.exists()
 
 
@@ -96,19 +103,19 @@ def test_older_copy_stops_the_use_case(
     _use(agent, clock)
     path = tmp_path / "state" / f"uc-{name}.sealed"
     old = path.read_bytes()
-    old_spent = _rows(agent)[name]["epsilon_total"]
+    old_spent = _spent(_rows(agent)[name])
     _use(agent, clock, days=2)
-    spent = _rows(agent)[name]["epsilon_total"]
+    spent = _spent(_rows(agent)[name])
     assert spent > old_spent
     path.write_bytes(old)
     again = make_agent(seed=99)
     _assert_stopped_only(again, name, path, "older copy")
-    assert _rows(again)[name]["epsilon_total"] == pytest.approx(spent)
+    assert _spent(_rows(again)[name]) == pytest.approx(spent)
     clock.set(clock.time() + DAY)
     again.collect()
     assert path.read_bytes() == old  # kept as found, for inspection; never rewritten
     path.write_bytes(Sealer(KEY).seal(f"usecase:{name}", 1, read_sealed_bytes(old, name)))
-    assert str(path) in _rows(make_agent())[name]["state"]  # re-sealed with a fresh nonce, it is still old
+    assert str(path) in _rows(make_agent())[name].state  # re-sealed with a fresh nonce, it is still old
 
 
 def read_sealed_bytes(blob: bytes, name: str) -> dict[str, Any]:
@@ -141,13 +148,13 @@ def test_another_devices_copy_stops_the_use_case(
     agent = make_agent()
     agent.grant_consent()
     _use(agent, clock)
-    spent = _rows(agent)[name]["epsilon_total"]
+    spent = _spent(_rows(agent)[name])
     other = _other_device(tmp_path, registry, clock, KEY if same_key else bytes(range(1, 33)))
     path = tmp_path / "state" / f"uc-{name}.sealed"
     shutil.copyfile(other / path.name, path)
     again = make_agent(seed=99)
     _assert_stopped_only(again, name, path, "another device" if same_key else "authentication failed")
-    assert _rows(again)[name]["epsilon_total"] == pytest.approx(spent)
+    assert _spent(_rows(again)[name]) == pytest.approx(spent)
 
 
 def test_deleted_manifest_stops_every_use_case(
@@ -161,12 +168,12 @@ def test_deleted_manifest_stops_every_use_case(
     manifest.unlink()
     again = make_agent()
     for row in _rows(again).values():
-        assert row["state"].startswith("stopped:")
-        assert str(manifest) in row["state"]
+        assert row.state.startswith("stopped:")
+        assert str(manifest) in row.state
     assert not manifest.exists()  # not silently recreated
     again.revoke_consent()
     again.grant_consent()  # the documented way to start over
-    assert all(r["state"] == "active" for r in _rows(again).values())
+    assert all(r.state == "active" for r in _rows(again).values())
 
 
 def test_files_from_before_manifests_are_adopted(
@@ -186,10 +193,10 @@ def test_files_from_before_manifests_are_adopted(
     legacy = (state / "uc-procs.sealed").read_bytes()
     (state / "manifest.sealed").unlink()
     again = make_agent()
-    assert all(r["state"] == "active" for r in _rows(again).values())
+    assert all(r.state == "active" for r in _rows(again).values())
     _use(again, clock)
     (state / "uc-procs.sealed").write_bytes(legacy)
-    assert "older copy" in _rows(make_agent())["procs"]["state"]
+    assert "older copy" in _rows(make_agent())["procs"].state
 
 
 def test_consistent_rollback_of_the_whole_directory_is_not_detected(
@@ -205,7 +212,7 @@ def test_consistent_rollback_of_the_whole_directory_is_not_detected(
     _use(agent, clock)
     shutil.rmtree(state)
     shutil.copytree(snapshot, state)
-    assert all(r["state"] == "active" for r in _rows(make_agent()).values())
+    assert all(r.state == "active" for r in _rows(make_agent()).values())
 
 
 # ---------------------------------------------------------------------------- kills between the writes
@@ -259,7 +266,7 @@ def test_kill_between_the_file_and_manifest_renames_is_recovered_once(
     kill_at = 1
     while True:
         before = {n: _permanent(state, n) for n in MEMOIZED}
-        spent = {n: r["epsilon_total"] for n, r in _rows(make_agent()).items()}
+        spent = {n: _spent(r) for n, r in _rows(make_agent()).items()}
         generation = read_sealed(state / "manifest.sealed", "manifest")["entries"]
         proc = subprocess.run(
             [sys.executable, "-c", _CHILD, str(state), str(kill_at), str(clock.time() + kill_at * DAY)],
@@ -276,7 +283,7 @@ def test_kill_between_the_file_and_manifest_renames_is_recovered_once(
         killed += 1
         restarted = make_agent(seed=500 + kill_at)
         rows = _rows(restarted)
-        assert all(r["state"] == "active" for r in rows.values()), rows
+        assert all(r.state == "active" for r in rows.values()), rows
         for n in MEMOIZED:
             after = _permanent(state, n)
             for k, v in before[n].items():
@@ -284,7 +291,7 @@ def test_kill_between_the_file_and_manifest_renames_is_recovered_once(
                     assert v["memo"].items() <= after[k]["memo"].items()
                 else:
                     assert after[k] == v
-            assert rows[n]["epsilon_total"] >= spent[n]
+            assert _spent(rows[n]) >= spent[n]
         entries = read_sealed(state / "manifest.sealed", "manifest")["entries"]
         for n, e in generation.items():
             assert entries[n]["generation"] >= e["generation"]
@@ -306,6 +313,6 @@ def test_the_crash_window_is_accepted_only_once(
     agent.record("procs", "zsh")
     # The crash: the file's rename landed, the manifest's did not.
     (state / "manifest.sealed").write_bytes(manifest_before)
-    assert _rows(make_agent())["procs"]["state"] == "active"
+    assert _rows(make_agent())["procs"].state == "active"
     path.write_bytes(previous)
-    assert "older copy" in _rows(make_agent())["procs"]["state"]
+    assert "older copy" in _rows(make_agent())["procs"].state

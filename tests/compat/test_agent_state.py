@@ -79,7 +79,7 @@ def test_the_previous_releases_state_is_opened_as_it_is_and_carried_on(
     agent = Agent(registry=registry, state_dir=state, sealer=Sealer(KEY), clock=clock, rng=SeededRandom(8))
     # Opening writes nothing: every file is as the previous release left it, byte for byte.
     assert {p.name: p.read_bytes() for p in state.glob("*.sealed")} == files
-    assert {r["use_case"]: r["epsilon_total"] for r in agent.use_case_status()} == old["spent"]
+    assert {r.use_case: r.epsilon_total for r in agent.use_case_status()} == old["spent"]
     assert [p.entry.payload.hex() for p in agent.outbox()] == old["outbox"]
     assert len(agent.ledger()) == 2
     # Its waiting reports are format 1 and a collector of this release given the registry counts them.

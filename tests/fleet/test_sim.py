@@ -212,8 +212,8 @@ class _AuditedAgent:
     def ledger(self) -> list[SimpleNamespace]:
         return [SimpleNamespace(use_case="flag", epsilon_total=e) for e in self._spent]
 
-    def use_case_status(self) -> list[dict[str, object]]:
-        return [{"use_case": "flag", "epsilon_total": self._shown}]
+    def use_case_status(self) -> list[SimpleNamespace]:
+        return [SimpleNamespace(use_case="flag", epsilon_total=self._shown)]
 
 
 def test_the_epsilon_audit_finds_epsilon_that_goes_down_or_past_the_cap() -> None:

@@ -1,0 +1,295 @@
+"""The outbox, the ledger of what left the device, and the receipts that settle a report.
+
+A report is staged in its use case's outbox by a collection cycle and leaves it only after
+the broker acknowledged it (and after it entered the ledger), so a crash at any point either
+loses nothing or resends identical bytes.
+
+With commit receipts (``protocol.receipts``, DESIGN invariant 8) a report's states are:
+**waiting** (in the outbox, never sent) -> **sent** (the broker acknowledged a send; still in
+the outbox with the time and the number of sends; in the ledger as "sent") -> **counted** or
+**refused: <reason>** (the collector's receipt arrived: the report leaves the outbox and the
+ledger says so). A sent report without a receipt after :func:`receipt_wait` is sent again,
+byte for byte; the collector's de-duplication makes that harmless.
+
+The ledger is always written before the outbox: a crash in between re-sends bytes the
+collector de-duplicates by report id, and the ledger keeps one entry per id.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import msgpack
+
+from agent.errors import StateUnreadableError
+from agent.state import LedgerDoc, LedgerEntry, LedgerNotice, OutboxEntry, UseCaseDoc
+from agent.statefiles import SUFFIX, Slot, StateFiles
+from protocol.receipts import Receipt
+from runtime.backoff import Backoff
+from runtime.clock import Clock
+
+__all__ = [
+    "Pending",
+    "acknowledge",
+    "add_notices",
+    "due",
+    "ledger_entries",
+    "ledger_notices",
+    "mark_sent",
+    "outbox_size",
+    "receipt_wait",
+    "settle",
+    "waiting",
+]
+
+log = logging.getLogger("ldp_agent")
+
+
+@dataclass(frozen=True, slots=True)
+class Pending:
+    """A report waiting in the outbox."""
+
+    use_case: str
+    topic: str
+    entry: OutboxEntry
+
+
+def receipt_wait(entry: OutboxEntry, timeout: float, cap: float) -> float:
+    """Seconds after its last send before a report without a receipt is sent again.
+
+    ``timeout`` doubles with each send, up to ``cap``, and is stretched by up to half again
+    (jitter), so that devices cut off together do not all resend at the same instant. The
+    jitter is drawn from the report id (uniformly random bytes) and the attempt number: it
+    needs no stored state and differs between reports and attempts.
+    """
+    ceiling = Backoff(initial=timeout, cap=cap).ceiling(entry.attempts - 1)
+    digest = hashlib.sha256(entry.report_id + entry.attempts.to_bytes(8, "big")).digest()
+    fraction = int.from_bytes(digest[:4], "big") / 2**32
+    return ceiling * (1.0 + fraction / 2)
+
+
+# ---------------------------------------------------------------------- the outbox
+
+
+def waiting(files: StateFiles, topic: Callable[[str], str]) -> list[Pending]:
+    """Reports waiting for the broker, oldest first (none while the ledger is unreadable).
+
+    Args:
+        files: the state.
+        topic: the MQTT topic of a use case's reports.
+    """
+    if files.consent is None or files.ledger_broken:
+        return []
+    out = [
+        Pending(name, topic(name), e)
+        for name, slot in files.slots.items()
+        if slot.doc is not None and not slot.broken
+        for e in slot.doc.outbox
+    ]
+    out.sort(key=lambda p: (p.entry.created, p.use_case))
+    return out
+
+
+def outbox_size(files: StateFiles) -> int:
+    """Number of reports waiting."""
+    return sum(len(s.doc.outbox) for s in files.slots.values() if s.doc is not None)
+
+
+def due(pending: Sequence[Pending], now: float, timeout: float, cap: float) -> tuple[list[Pending], float | None]:
+    """Of the reports ``pending``, those to send now (never sent, or sent with no receipt for
+    :func:`receipt_wait`).
+
+    Returns:
+        The reports due, oldest first, and the earliest time a report not due now will be
+        (None when nothing else waits).
+    """
+    out: list[Pending] = []
+    later: float | None = None
+    for p in pending:
+        e = p.entry
+        if e.attempts == 0:
+            out.append(p)
+            continue
+        at = e.sent_at + receipt_wait(e, timeout, cap)
+        if at <= now:
+            out.append(p)
+        elif later is None or at < later:
+            later = at
+    return out, later
+
+
+def _drop_from_outbox(files: StateFiles, done: dict[str, set[bytes]]) -> None:
+    writes: list[tuple[Slot, UseCaseDoc]] = []
+    for name, ids in done.items():
+        slot = files.slots.get(name)
+        if slot is None or slot.doc is None or slot.broken:
+            continue
+        doc = copy.deepcopy(slot.doc)
+        doc.outbox = [e for e in doc.outbox if e.report_id not in ids]
+        writes.append((slot, doc))
+    files.write_slots(writes)
+
+
+def _by_use_case(reports: Sequence[Pending]) -> dict[str, set[bytes]]:
+    out: dict[str, set[bytes]] = {}
+    for p in reports:
+        out.setdefault(p.use_case, set()).add(p.entry.report_id)
+    return out
+
+
+# ---------------------------------------------------------------------- the ledger
+
+
+def _ledger_entry(p: Pending, now: float, status: str) -> LedgerEntry:
+    body = msgpack.unpackb(p.entry.payload, raw=False)
+    return LedgerEntry(
+        report_id=p.entry.report_id,
+        use_case=p.use_case,
+        period=p.entry.period,
+        records=list(body["r"]),
+        epsilon=p.entry.epsilon,
+        day=p.entry.day,
+        epsilon_today=p.entry.epsilon_today,
+        epsilon_total=p.entry.epsilon_total,
+        sent=now,
+        status=status,
+    )
+
+
+def _current_ledger(files: StateFiles, now: float, retention: float) -> LedgerDoc | None:
+    """A copy of the ledger without what is older than ``retention`` seconds (None if unreadable)."""
+    if files.ledger is None:
+        return None
+    return LedgerDoc(
+        [copy.copy(e) for e in files.ledger.entries if now - e.sent <= retention],
+        [n for n in files.ledger.notices if now - n.at <= retention],
+    )
+
+
+def _readable_ledger(files: StateFiles) -> LedgerDoc:
+    if files.ledger is None:
+        raise StateUnreadableError(str(files.path("ledger" + SUFFIX)), files.ledger_broken or "not loaded")
+    return files.ledger
+
+
+def ledger_entries(files: StateFiles) -> list[LedgerEntry]:
+    """What left the device, oldest first (the caller checked consent).
+
+    Raises:
+        StateUnreadableError: if the ledger cannot be read.
+    """
+    return list(_readable_ledger(files).entries)
+
+
+def ledger_notices(files: StateFiles) -> list[LedgerNotice]:
+    """What registry changes did to the state, oldest first (the caller checked consent).
+
+    Raises:
+        StateUnreadableError: if the ledger cannot be read.
+    """
+    return list(_readable_ledger(files).notices)
+
+
+def add_notices(files: StateFiles, notices: Sequence[LedgerNotice], *, now: float, retention: float) -> None:
+    """Append notices to the ledger (a ledger that cannot be read gets none; the log has them)."""
+    if not notices:
+        return
+    ledger = _current_ledger(files, now, retention)
+    if ledger is None:
+        return
+    ledger.notices.extend(notices)
+    files.write_ledger(ledger)
+
+
+# ---------------------------------------------------------------------- sends and receipts
+
+
+def acknowledge(files: StateFiles, acked: Sequence[Pending], *, clock: Clock, retention: float) -> None:
+    """Reports the broker acknowledged (without receipts): add them to the ledger, then drop
+    them from the outbox."""
+    if not acked:
+        return
+    now = clock.time()
+    ledger = _current_ledger(files, now, retention)
+    if ledger is None:
+        return
+    known = {e.report_id for e in ledger.entries}
+    for p in acked:
+        if p.entry.report_id in known:
+            continue
+        ledger.entries.append(_ledger_entry(p, now, "sent"))
+        known.add(p.entry.report_id)
+    files.write_ledger(ledger)
+    _drop_from_outbox(files, _by_use_case(acked))
+
+
+def mark_sent(files: StateFiles, sent: Sequence[Pending], *, clock: Clock, retention: float) -> None:
+    """Reports the broker acknowledged (with receipts): the ledger says "sent", and each
+    stays in the outbox with the time of this send and its count, waiting for its receipt."""
+    if not sent:
+        return
+    now = clock.time()
+    ledger = _current_ledger(files, now, retention)
+    if ledger is None:
+        return
+    known = {e.report_id for e in ledger.entries}
+    fresh = [p for p in sent if p.entry.report_id not in known]
+    if fresh:
+        ledger.entries.extend(_ledger_entry(p, now, "sent") for p in fresh)
+        files.write_ledger(ledger)
+    writes: list[tuple[Slot, UseCaseDoc]] = []
+    for name, ids in _by_use_case(sent).items():
+        slot = files.slots.get(name)
+        if slot is None or slot.doc is None or slot.broken:
+            continue
+        doc = copy.deepcopy(slot.doc)
+        for e in doc.outbox:
+            if e.report_id in ids:
+                e.sent_at = now
+                e.attempts += 1
+        writes.append((slot, doc))
+    files.write_slots(writes)
+
+
+def settle(
+    files: StateFiles, receipts: Sequence[Receipt], pending: Sequence[Pending], *, clock: Clock, retention: float
+) -> int:
+    """Commit receipts arrived: the ledger records the outcome, then the reports leave the outbox.
+
+    Args:
+        files: the state.
+        receipts: the receipts.
+        pending: the reports in the outbox (:func:`waiting`).
+        clock: the wall clock.
+        retention: seconds the ledger keeps an entry.
+
+    A receipt for a report no longer in the outbox (a second answer to a resend) is ignored.
+
+    Returns:
+        The number of reports settled.
+    """
+    outcome = {r.correlation: ("counted" if r.counted else f"refused: {r.reason or 'unknown'}") for r in receipts}
+    answered = [p for p in pending if p.entry.report_id in outcome]
+    if not answered:
+        return 0
+    now = clock.time()
+    ledger = _current_ledger(files, now, retention)
+    if ledger is None:
+        return 0
+    index = {e.report_id: e for e in ledger.entries}
+    for p in answered:
+        status = outcome[p.entry.report_id]
+        entry = index.get(p.entry.report_id)
+        if entry is None:
+            ledger.entries.append(_ledger_entry(p, now, status))
+        else:
+            entry.status = status
+        if status != "counted":
+            log.warning("use case %s: the collector refused a report (%s)", p.use_case, status[9:])
+    files.write_ledger(ledger)
+    _drop_from_outbox(files, _by_use_case(answered))
+    return len(answered)

@@ -1,0 +1,204 @@
+"""Recording values: each is privatized at once or added to a counter's running total.
+
+How a value is kept depends on when its mechanism privatizes (:mod:`agent.usecases`): a
+counter's value joins the period's total per counter key, answered from the key's memo when
+the period closes (000 §3.1); a string is privatized at once from its memo entry ``B'``, at
+most once per period (004 §2); an event is privatized at once with fresh coins (003 §3.2.1).
+A period's privatized records are a uniform reservoir of at most the daily limit, so what is
+sent is a uniform sample of the period's values. Every value of a batch is checked before
+anything is written, and each use case is written once per batch.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from agent.errors import UseCaseStoppedError, ValueRefusedError
+from agent.plain import Plain
+from agent.state import PendingRecords, UseCaseDoc
+from agent.statefiles import Slot, StateFiles, budget_of, new_use_case_doc
+from agent.usecases import Kind, check_counter_value, check_value, clamp_note, privatize, setup
+from protocol.randomness import RandomSource, uniform_ints
+from protocol.registry import Registry
+from runtime.clock import Clock
+
+__all__ = ["MAX_SEEN_PER_PERIOD", "RecordOutcome", "record_many", "reservoir_offer"]
+
+MAX_SEEN_PER_PERIOD = 4096
+"""Distinct strings remembered per period (beyond it new strings are dropped, and counted)."""
+
+_COUNTER_PERSON = b"ldp-counter-key"
+_STRING_PERSON = b"ldp-string-seen"
+_STRING_MEMO = b"\0" * 32
+"""Where a string use case keeps its one memo table among the permanent states."""
+
+
+def _keyed_hash(key: bytes, data: bytes, person: bytes) -> bytes:
+    return hashlib.blake2b(data, key=key, digest_size=32, person=person).digest()
+
+
+def reservoir_offer(pending: PendingRecords, record: Plain, capacity: int, rng: RandomSource) -> None:
+    """Offer a record to a period's reservoir (Algorithm R).
+
+    After ``n`` offers the reservoir is a uniformly random subset of size ``min(n, capacity)``
+    of the offered records, so what is sent is a uniform sample of the period's (003 §3.2.1),
+    while at most ``capacity`` privatized records are ever kept.
+    """
+    pending.offered += 1
+    if len(pending.records) < capacity:
+        pending.records.append(record)
+        return
+    j = int(uniform_ints(rng, pending.offered, 1)[0])
+    if j < capacity:
+        pending.records[j] = record
+
+
+@dataclass(frozen=True, slots=True)
+class RecordOutcome:
+    """What happened to a recorded value: ``recorded``, or ``duplicate`` (a string already
+    recorded this period: its report is already pending), or ``dropped`` (too many distinct
+    strings this period).
+
+    Attributes:
+        use_case: the use case's name.
+        outcome: ``recorded``, ``duplicate`` or ``dropped``.
+        counter: a counter use case: the value went into the period's running total, which is
+            privatized and sent once when the period ends.
+        offered: event-level use cases: values recorded in this period so far (this one included).
+        limit: the use case's daily record limit, the most records of the period that are sent;
+            beyond it a uniformly random ``limit`` of the ``offered`` are kept (003 §3.2.1).
+        note: for a counter value beyond its mechanism's range, what the clamping rule does
+            (:func:`agent.usecases.clamp_note`); empty otherwise.
+    """
+
+    use_case: str
+    outcome: str
+    counter: bool = False
+    offered: int = 0
+    limit: int = 0
+    note: str = ""
+
+    @property
+    def over_limit(self) -> int:
+        """How many of this period's values the daily limit drops (0 while within it)."""
+        return max(0, self.offered - self.limit) if not self.counter else 0
+
+
+def record_many(
+    files: StateFiles,
+    registry: Registry,
+    items: Iterable[tuple[str, object, str | None]],
+    *,
+    clock: Clock,
+    rng: RandomSource,
+) -> list[RecordOutcome]:
+    """Record several values with one write per use case (the caller checked consent).
+
+    All values are checked before anything is written: one bad value refuses the batch.
+
+    Raises:
+        ValueRefusedError: unknown use case, or a value that does not fit it.
+        UseCaseStoppedError: the use case stopped (ε cap spent, unreadable state, ...); what
+            was recorded for the use cases before it in the batch is kept.
+    """
+    by_slot: dict[str, list[tuple[object, str | None]]] = {}
+    for name, value, key in items:
+        slot = _slot(files, registry, name)
+        _check_value(slot, value, key)
+        by_slot.setdefault(name, []).append((value, key))
+    outcomes: list[RecordOutcome] = []
+    writes: list[tuple[Slot, UseCaseDoc]] = []
+    for name, values in by_slot.items():
+        slot = files.slots[name]
+        doc = copy.deepcopy(slot.doc) if slot.doc is not None else new_use_case_doc(slot.use_case, rng)
+        budget = budget_of(slot.use_case, doc)
+        if budget.exhausted(slot.use_case.cost):
+            files.write_slots(writes)  # what was recorded before this use case is kept
+            raise UseCaseStoppedError(
+                f"use case {name!r} has spent its lifetime ε cap ({budget.epsilon_cap:g}) and no longer records"
+            )
+        for value, key in values:
+            outcome = _record_into(slot, doc, value, key, clock=clock, rng=rng)
+            pending = doc.pending.get(_period_for_record(slot, doc, clock))
+            note = ""
+            if slot.kind is Kind.COUNTER:
+                note = clamp_note(slot.use_case, check_counter_value(slot.use_case, value)) or ""
+            outcomes.append(
+                RecordOutcome(
+                    name,
+                    outcome,
+                    counter=slot.kind is Kind.COUNTER,
+                    offered=pending.offered if pending is not None else 0,
+                    limit=slot.use_case.daily_limit,
+                    note=note,
+                )
+            )
+        writes.append((slot, doc))
+    files.write_slots(writes)
+    return outcomes
+
+
+def _slot(files: StateFiles, registry: Registry, name: str) -> Slot:
+    slot = files.slots.get(name)
+    if slot is None:
+        known = ", ".join(sorted(registry.use_cases))
+        raise ValueRefusedError(f"unknown use case {name!r}; the registry has: {known}")
+    if slot.broken:
+        raise UseCaseStoppedError(f"use case {name!r} is stopped: {slot.broken}")
+    return slot
+
+
+def _check_value(slot: Slot, value: object, key: str | None) -> None:
+    uc = slot.use_case
+    if not isinstance(value, str | bytes | int | float):  # bool is an int
+        raise ValueRefusedError(
+            f"use case {uc.name!r} ({uc.mechanism.name}) takes a number or a string; got {type(value).__name__}"
+        )
+    if key is not None and slot.kind is not Kind.COUNTER:
+        raise ValueRefusedError(f"use case {uc.name!r} ({uc.mechanism.name}) takes no counter key")
+    if key is not None and (not isinstance(key, str) or not key or len(key) > 256):
+        raise ValueRefusedError(f"a counter key is a non-empty string of at most 256 characters; got {key!r}")
+    check_value(uc, value)
+
+
+def _period_for_record(slot: Slot, doc: UseCaseDoc, clock: Clock) -> int:
+    # A clock set backwards must not reopen a period that was already reported.
+    return max(slot.use_case.period.index_at(clock.time()), doc.last_closed + 1)
+
+
+def _record_into(
+    slot: Slot, doc: UseCaseDoc, value: object, key: str | None, *, clock: Clock, rng: RandomSource
+) -> str:
+    uc = slot.use_case
+    period = _period_for_record(slot, doc, clock)
+    if slot.kind is Kind.COUNTER:
+        amount = check_counter_value(uc, value)
+        kh = _keyed_hash(doc.hash_key, (key or "").encode("utf-8"), _COUNTER_PERSON)
+        if kh not in doc.permanent:
+            # First use of this counter key: draw its permanent state (000 §3.1 steps 2-3).
+            doc.permanent[kh] = setup(uc, rng)
+        totals = doc.totals.setdefault(period, {})
+        totals[kh] = min(totals.get(kh, 0) + amount, float(1 << 53))
+        return "recorded"
+    pending = doc.pending.setdefault(period, PendingRecords(definition=uc.definition, cost=uc.cost))
+    if slot.kind is Kind.STRING:
+        assert isinstance(value, str)
+        seen = _keyed_hash(doc.hash_key, value.encode("utf-8"), _STRING_PERSON)
+        if seen in pending.seen:
+            return "duplicate"
+        if len(pending.seen) >= MAX_SEEN_PER_PERIOD:
+            doc.unsent_records += 1
+            return "dropped"
+        stored = doc.permanent.get(_STRING_MEMO)
+        state = setup(uc, rng) if stored is None else stored
+        wire, state = privatize(uc, value, state, rng)
+        # The memo entry B' for this value is persisted in the same write as the record.
+        doc.permanent[_STRING_MEMO] = state
+        pending.seen.append(seen)
+    else:
+        wire, _ = privatize(uc, value, None, rng)
+    reservoir_offer(pending, wire, uc.daily_limit, rng)
+    return "recorded"

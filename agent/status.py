@@ -1,0 +1,236 @@
+"""The agent's status as typed values, and their JSON form.
+
+:meth:`agent.core.Agent.status` builds an :class:`AgentStatus` once; the local API
+(:mod:`agent.api`) turns it into JSON with :meth:`AgentStatus.to_json`, and ``ldp-agent
+status`` (:mod:`agent.cli`) reads that JSON back with :meth:`AgentStatus.from_json` to print
+it. The JSON is what scripts read (``ldp-agent status --json``): its keys and their order
+stay as they are. A use case's figures are in it only where they are known: none without
+consent, only ``epsilon_total`` (what the manifest recorded) for a stopped use case.
+
+This module imports nothing beyond the standard library, so the CLI that talks to a running
+daemon stays light.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from agent.plain import Json, JsonObject
+
+__all__ = ["AgentStatus", "UseCaseStatus"]
+
+
+def _object(data: Json) -> Mapping[str, Json]:
+    if not isinstance(data, Mapping):
+        raise ValueError(f"status: expected a JSON object, got {type(data).__name__}")
+    return data
+
+
+def _text(data: Mapping[str, Json], key: str) -> str:
+    value = data.get(key)
+    if not isinstance(value, str):
+        raise ValueError(f"status: {key!r} is not a string: {value!r}")
+    return value
+
+
+def _maybe_count(data: Mapping[str, Json], key: str) -> int | None:
+    value = data.get(key)
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+        raise ValueError(f"status: {key!r} is not an integer: {value!r}")
+    return value
+
+
+def _count(data: Mapping[str, Json], key: str) -> int:
+    value = _maybe_count(data, key)
+    if value is None:
+        raise ValueError(f"status: {key!r} is missing")
+    return value
+
+
+def _maybe_number(data: Mapping[str, Json], key: str) -> float | None:
+    value = data.get(key)
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)):
+        raise ValueError(f"status: {key!r} is not a number: {value!r}")
+    return value
+
+
+def _number(data: Mapping[str, Json], key: str) -> float:
+    value = _maybe_number(data, key)
+    if value is None:
+        raise ValueError(f"status: {key!r} is missing")
+    return value
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class UseCaseStatus:
+    """One use case: its definition, its state, and (where known) its spending and what waits.
+
+    Attributes:
+        use_case: the use case's name.
+        definition: its reference (``name@hash``).
+        mechanism: its mechanism's name.
+        period: its period (``"6h"``, ``"1d"``).
+        daily_limit: records sent per day at most.
+        epsilon_per_record: ε one record costs.
+        epsilon_cap: the lifetime ε cap.
+        state: ``"active"``, ``"no consent"``, ``"stopped: lifetime ε cap reached"`` or
+            ``"stopped: <why>"``.
+        records_today: records charged today (None: not known, as for every figure below).
+        epsilon_today: ε charged today.
+        epsilon_total: lifetime ε charged (for a stopped use case, what the manifest recorded).
+        pending_records: privatized records of open periods.
+        open_counters: running counter totals of open periods.
+        outbox: reports waiting.
+        awaiting_receipt: of those, reports sent and waiting for their receipt.
+        dropped_reports: reports dropped from the outbox (overflow or age).
+        unsent_records: records not sent because of the daily limit or the ε cap.
+        memo_generation: memos started anew by registry changes.
+    """
+
+    use_case: str
+    definition: str
+    mechanism: str
+    period: str
+    daily_limit: int
+    epsilon_per_record: float
+    epsilon_cap: float
+    state: str
+    records_today: int | None = None
+    epsilon_today: float | None = None
+    epsilon_total: float | None = None
+    pending_records: int | None = None
+    open_counters: int | None = None
+    outbox: int | None = None
+    awaiting_receipt: int | None = None
+    dropped_reports: int | None = None
+    unsent_records: int | None = None
+    memo_generation: int | None = None
+
+    def to_json(self) -> JsonObject:
+        """The JSON object (the figures not known are left out)."""
+        out: JsonObject = {
+            "use_case": self.use_case,
+            "definition": self.definition,
+            "mechanism": self.mechanism,
+            "period": self.period,
+            "daily_limit": self.daily_limit,
+            "epsilon_per_record": self.epsilon_per_record,
+            "epsilon_cap": self.epsilon_cap,
+            "state": self.state,
+        }
+        figures: JsonObject = {
+            "records_today": self.records_today,
+            "epsilon_today": self.epsilon_today,
+            "epsilon_total": self.epsilon_total,
+            "pending_records": self.pending_records,
+            "open_counters": self.open_counters,
+            "outbox": self.outbox,
+            "awaiting_receipt": self.awaiting_receipt,
+            "dropped_reports": self.dropped_reports,
+            "unsent_records": self.unsent_records,
+            "memo_generation": self.memo_generation,
+        }
+        out.update((key, value) for key, value in figures.items() if value is not None)
+        return out
+
+    @classmethod
+    def from_json(cls, data: Json) -> UseCaseStatus:
+        """Read :meth:`to_json`'s object back.
+
+        Raises:
+            ValueError: naming the field that is missing or of the wrong type.
+        """
+        row = _object(data)
+        return cls(
+            use_case=_text(row, "use_case"),
+            definition=_text(row, "definition"),
+            mechanism=_text(row, "mechanism"),
+            period=_text(row, "period"),
+            daily_limit=_count(row, "daily_limit"),
+            epsilon_per_record=_number(row, "epsilon_per_record"),
+            epsilon_cap=_number(row, "epsilon_cap"),
+            state=_text(row, "state"),
+            records_today=_maybe_count(row, "records_today"),
+            epsilon_today=_maybe_number(row, "epsilon_today"),
+            epsilon_total=_maybe_number(row, "epsilon_total"),
+            pending_records=_maybe_count(row, "pending_records"),
+            open_counters=_maybe_count(row, "open_counters"),
+            outbox=_maybe_count(row, "outbox"),
+            awaiting_receipt=_maybe_count(row, "awaiting_receipt"),
+            dropped_reports=_maybe_count(row, "dropped_reports"),
+            unsent_records=_maybe_count(row, "unsent_records"),
+            memo_generation=_maybe_count(row, "memo_generation"),
+        )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AgentStatus:
+    """A snapshot of the agent for ``ldp-agent status``.
+
+    Attributes:
+        consent: whether the user opted in.
+        consent_granted_at: when (None without consent).
+        registry: the registry's hash (hex).
+        registry_source: where the registry was loaded from.
+        next_cycle: when the next collection cycle is due (None: not scheduled yet).
+        last_cycle: when the last one ran (None before any).
+        cycles: collection cycles completed.
+        outbox: reports waiting.
+        ledger: ``"ok"``, or why the ledger does not open.
+        use_cases: every use case of the registry, in its order.
+        pid: the process that answered.
+    """
+
+    consent: bool
+    consent_granted_at: float | None
+    registry: str
+    registry_source: str
+    next_cycle: float | None
+    last_cycle: float | None
+    cycles: int
+    outbox: int
+    ledger: str
+    use_cases: tuple[UseCaseStatus, ...]
+    pid: int
+
+    def to_json(self) -> JsonObject:
+        """The JSON object the API answers and ``ldp-agent status --json`` prints."""
+        return {
+            "consent": self.consent,
+            "consent_granted_at": self.consent_granted_at,
+            "registry": self.registry,
+            "registry_source": self.registry_source,
+            "next_cycle": self.next_cycle,
+            "last_cycle": self.last_cycle,
+            "cycles": self.cycles,
+            "outbox": self.outbox,
+            "ledger": self.ledger,
+            "use_cases": [row.to_json() for row in self.use_cases],
+            "pid": self.pid,
+        }
+
+    @classmethod
+    def from_json(cls, data: Json) -> AgentStatus:
+        """Read :meth:`to_json`'s object back.
+
+        Raises:
+            ValueError: naming the field that is missing or of the wrong type.
+        """
+        status = _object(data)
+        consent, rows = status.get("consent"), status.get("use_cases")
+        if not isinstance(consent, bool) or not isinstance(rows, list):
+            raise ValueError("status: 'consent' is not a boolean or 'use_cases' not a list")
+        return cls(
+            consent=consent,
+            consent_granted_at=_maybe_number(status, "consent_granted_at"),
+            registry=_text(status, "registry"),
+            registry_source=_text(status, "registry_source"),
+            next_cycle=_maybe_number(status, "next_cycle"),
+            last_cycle=_maybe_number(status, "last_cycle"),
+            cycles=_count(status, "cycles"),
+            outbox=_count(status, "outbox"),
+            ledger=_text(status, "ledger"),
+            use_cases=tuple(UseCaseStatus.from_json(row) for row in rows),
+            pid=_count(status, "pid"),
+        )
