@@ -30,7 +30,8 @@ from agent.config import BrokerConfig
 from agent.mqtt import MqttTransport
 from agent.transport import MemoryTransport, Transport
 from benchmarks.harness import emit, progress, rate
-from fleet.sim import FleetPlan, run_shard
+from fleet.plan import FleetPlan
+from fleet.sim import run_shard
 from fleet.values import default_spec
 from protocol.randomness import SeededRandom
 from protocol.registry import parse_registry

@@ -16,12 +16,7 @@ from pathlib import Path
 from agent.config import BrokerConfig, PolicyConfig, read_password, tls_context
 from agent.errors import ConfigError, PolicyError
 from agent.policy import check_registry
-from fleet.sim import (
-    SLOT_SECONDS,
-    FleetPlan,
-    RegistryChange,
-    build_generators,
-)
+from fleet.plan import SLOT_SECONDS, FleetPlan, RegistryChange, build_generators
 from fleet.values import KINDS, GeneratorError, GeneratorSpec, default_spec, load_population, parse_spec
 from protocol.exit_status import HELP as EXIT_HELP
 from protocol.registry import Registry, RegistryError, parse_registry

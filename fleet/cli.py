@@ -44,6 +44,7 @@ from fleet.document import (
     undelivered,
     unused_series_rows,
 )
+from fleet.plan import SLOT_SECONDS, FleetPlan
 from fleet.report import (
     CollectorClient,
     CollectorUnavailableError,
@@ -55,7 +56,7 @@ from fleet.report import (
     write_plots,
 )
 from fleet.runner import ProgressDisplay, simulate
-from fleet.sim import SLOT_SECONDS, FleetPlan, ShardResult
+from fleet.tally import ShardResult
 from protocol.catalog import Catalog
 from protocol.exit_status import ExitStatus
 from protocol.registry import Registry

@@ -16,8 +16,9 @@ from pathlib import Path
 
 import msgspec
 
+from fleet.plan import SLOT_SECONDS, FleetPlan
 from fleet.report import UseCaseSummary
-from fleet.sim import SLOT_SECONDS, FleetPlan, ShardResult, Tally, tally_kind
+from fleet.tally import ShardResult, Tally, tally_kind
 from fleet.values import GeneratorError, load_population
 from protocol.catalog import Catalog
 from protocol.registry import Registry, UseCase

@@ -44,7 +44,7 @@ from collector.results import (
     ServiceStatus,
     from_json,
 )
-from fleet.sim import ShardResult, Tally, tally_kind
+from fleet.tally import ShardResult, Tally, tally_kind
 from protocol.catalog import Catalog
 from protocol.interfaces import EstimateKind, as_discovery
 from protocol.registry import UseCase

@@ -13,12 +13,9 @@ from collections.abc import Sequence
 from typing import Any, TextIO
 
 from agent.errors import AgentError, TransportError
-from fleet.sim import (
-    FleetPlan,
-    Progress,
-    ShardResult,
-    run_shard,
-)
+from fleet.plan import FleetPlan
+from fleet.sim import run_shard
+from fleet.tally import Progress, ShardResult
 from fleet.values import GeneratorError
 
 __all__ = ["ProgressDisplay", "shard_ranges", "simulate"]

@@ -10,7 +10,7 @@ import pytest
 from fleet.arguments import build_parser
 from fleet.cli import main
 from fleet.runner import shard_ranges
-from fleet.sim import ShardResult, Tally
+from fleet.tally import ShardResult, Tally
 from protocol.exit_status import ExitStatus
 
 REGISTRY = Path(__file__).resolve().parents[2] / "deploy" / "fleet.usecases.toml"

@@ -12,7 +12,7 @@ import pytest
 
 from collector.results import EstimateResult
 from fleet.report import compare_period, format_results, summarize, write_plots
-from fleet.sim import Tally
+from fleet.tally import Tally
 from protocol.registry import Registry, parse_registry
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -14,7 +14,9 @@ import pytest
 from agent.errors import StateUnreadableError, TransportError
 from agent.transport import Connection, MemoryTransport
 from fleet import sim
-from fleet.sim import FleetPlan, MemorySealer, ShardResult, run_shard
+from fleet.plan import FleetPlan
+from fleet.sim import MemorySealer, run_shard
+from fleet.tally import ShardResult
 from fleet.values import default_spec, parse_spec
 from protocol.registry import parse_registry
 from protocol.wire import decode_report
