@@ -49,6 +49,7 @@ from protocol.dbitflip import DBitFlip
 from protocol.one_bit_mean import OneBitMean
 from protocol.randomness import RandomSource, SeededRandom, bernoulli, coin_at_most, dexp, uniform_ints
 from protocol.server.estimate import VectorEstimate
+from protocol.server.one_bit_mean import OneBitMeanServer
 
 EPSILONS = (0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0)
 GAMMAS = (0.0, 0.1, 1 / 3)
@@ -59,7 +60,7 @@ K = 32
 
 
 def _mean_errors(eps: float, reps: int, rng: RandomSource, gen: np.random.Generator) -> dict[str, float]:
-    mechs = [OneBitMean(epsilon=eps, m=M, s=M // 20, gamma=g) for g in GAMMAS]
+    mechs = [OneBitMeanServer(OneBitMean(epsilon=eps, m=M, s=M // 20, gamma=g)) for g in GAMMAS]
     errors: list[list[float]] = [[] for _ in GAMMAS]
     for _ in range(reps):
         x = gen.integers(0, M + 1, N)
