@@ -11,6 +11,7 @@ from benchmarks.harness import rate, seconds
 from protocol.buckets import LinearBuckets
 from protocol.dbitflip import DBitFlip
 from protocol.randomness import SeededRandom, SystemRandom
+from protocol.server.dbitflip import DBitFlipServer
 
 DAY = 86_400
 
@@ -35,18 +36,19 @@ def _row(
     mech: DBitFlip, values: npt.NDArray[np.int64], single_values: list[int], devices: int, csprng: SystemRandom
 ) -> dict[str, Any]:
     n = int(values.size)
+    server = DBitFlipServer(mech)
     state = mech.setup(csprng)
     t_single = seconds(lambda: [mech.privatize(v, state, csprng) for v in single_values])
-    states = mech.setup_many(devices, csprng)
-    t_setup = seconds(lambda: mech.setup_many(devices, csprng))
-    t_batch = seconds(lambda: mech.privatize_many(values[:devices], csprng, states=states))
-    batch = mech.privatize_many(values, csprng)
-    t_fresh = seconds(lambda: mech.privatize_many(values, csprng))
-    agg = mech.new_aggregate()
+    states = server.setup_many(devices, csprng)
+    t_setup = seconds(lambda: server.setup_many(devices, csprng))
+    t_batch = seconds(lambda: server.privatize_many(values[:devices], csprng, states=states))
+    batch = server.privatize_many(values, csprng)
+    t_fresh = seconds(lambda: server.privatize_many(values, csprng))
+    agg = server.new_aggregate()
     t_add = seconds(lambda: agg.add(batch))
     t_est = seconds(agg.estimate, repeat=3)
-    wire = mech.encode_batch(mech.privatize_many(values[:devices], csprng, states=states))
-    t_decode = seconds(lambda: mech.decode_records(wire))
+    wire = server.encode_batch(server.privatize_many(values[:devices], csprng, states=states))
+    t_decode = seconds(lambda: server.decode_records(wire))
     return {
         "mechanism": "dbitflip",
         "params": {"epsilon": mech.epsilon, "k": mech.k, "d": mech.d, "memoize": mech.memoize},

@@ -48,7 +48,10 @@ from protocol.buckets import LinearBuckets
 from protocol.dbitflip import DBitFlip
 from protocol.one_bit_mean import OneBitMean
 from protocol.randomness import RandomSource, SeededRandom, bernoulli, coin_at_most, dexp, uniform_ints
+from protocol.server.buckets import buckets_of
+from protocol.server.dbitflip import DBitFlipServer
 from protocol.server.estimate import VectorEstimate
+from protocol.server.one_bit_mean import OneBitMeanServer
 
 EPSILONS = (0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0)
 GAMMAS = (0.0, 0.1, 1 / 3)
@@ -59,7 +62,7 @@ K = 32
 
 
 def _mean_errors(eps: float, reps: int, rng: RandomSource, gen: np.random.Generator) -> dict[str, float]:
-    mechs = [OneBitMean(epsilon=eps, m=M, s=M // 20, gamma=g) for g in GAMMAS]
+    mechs = [OneBitMeanServer(OneBitMean(epsilon=eps, m=M, s=M // 20, gamma=g)) for g in GAMMAS]
     errors: list[list[float]] = [[] for _ in GAMMAS]
     for _ in range(reps):
         x = gen.integers(0, M + 1, N)
@@ -97,7 +100,7 @@ def _histogram_errors(
     eps: float, reps: int, rng: RandomSource, gen: np.random.Generator
 ) -> dict[str, dict[str, float]]:
     buckets = LinearBuckets(low=0, high=M, count=K)
-    mechs = {f"{d}bitflip": DBitFlip(epsilon=eps, buckets=buckets, d=d) for d in DS}
+    mechs = {f"{d}bitflip": DBitFlipServer(DBitFlip(epsilon=eps, buckets=buckets, d=d)) for d in DS}
     kflip = _KFlip(eps, K)
     raw: dict[str, list[float]] = {name: [] for name in [*mechs, "kflip"]}
     cons: dict[str, list[float]] = {name: [] for name in raw}
@@ -107,7 +110,7 @@ def _histogram_errors(
         while x.size < N:  # truncation: redraw the few outside [0, m]
             extra = gen.normal(12 * 3600, 2 * 3600, N - x.size)
             x = np.concatenate([x, extra[(extra >= 0) & (extra <= M)]])
-        b = buckets.buckets_of(x)
+        b = buckets_of(buckets, x)
         truth = np.bincount(b, minlength=K) / N
         estimates: dict[str, VectorEstimate] = {}
         for name, mech in mechs.items():

@@ -14,8 +14,9 @@ from typing import Any
 import numpy as np
 
 from benchmarks.harness import rate, seconds
-from protocol.one_bit_mean import OneBitMean, OneBitMeanBatch, OneBitMeanStates
+from protocol.one_bit_mean import OneBitMean
 from protocol.randomness import SeededRandom, SystemRandom
+from protocol.server.one_bit_mean import OneBitMeanBatch, OneBitMeanServer, OneBitMeanStates
 
 CONFIGS = [
     OneBitMean(epsilon=1.0, m=21_600, gamma=0.2),
@@ -25,10 +26,11 @@ CONFIGS = [
 
 def _bench_one(mech: OneBitMean, n: int) -> dict[str, Any]:
     csprng = SystemRandom()
+    server = OneBitMeanServer(mech)
     values = (SeededRandom(1).words(n) % np.uint64(mech.m + 1)).astype(np.int64)
 
     states: list[OneBitMeanStates] = []
-    t_setup = seconds(lambda: states.append(mech.setup_many(n, csprng)))
+    t_setup = seconds(lambda: states.append(server.setup_many(n, csprng)))
 
     singles = min(n, 50_000)
     device = states[0].state(0)
@@ -41,10 +43,10 @@ def _bench_one(mech: OneBitMean, n: int) -> dict[str, Any]:
     t_single = seconds(run_singles)
 
     batches: list[OneBitMeanBatch] = []
-    t_batch = seconds(lambda: batches.append(mech.privatize_many(values, states[0], csprng)))
+    t_batch = seconds(lambda: batches.append(server.privatize_many(values, states[0], csprng)))
     wire = batches[0].bits.tolist()
-    t_decode = seconds(lambda: mech.decode_records(wire))
-    agg = mech.new_aggregate()
+    t_decode = seconds(lambda: server.decode_records(wire))
+    agg = server.new_aggregate()
     t_add = seconds(lambda: agg.add(batches[0]))
     t_est = seconds(agg.estimate, repeat=3)
     return {

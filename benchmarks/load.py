@@ -40,6 +40,7 @@ from protocol.one_bit_mean import OneBitMean
 from protocol.randomized_response import RandomizedResponse
 from protocol.randomness import SeededRandom
 from protocol.registry import Registry, parse_registry
+from protocol.server.one_bit_mean import OneBitMeanServer
 from protocol.server.randomized_response import RRServer
 from protocol.wire import Report, encode_report
 from tests.support.mqtt_publisher import MqttPublisher
@@ -114,6 +115,7 @@ def build_counters(
     mech = uc.mechanism
     if not isinstance(mech, OneBitMean):
         raise TypeError(f"{uc.name} is not a 1BitMean use case")
+    server = OneBitMeanServer(mech)
     if records > uc.daily_limit:
         raise ValueError(f"{records} records per report exceed {uc.name}'s daily limit of {uc.daily_limit}")
     rng, gen = _sources(seed)
@@ -123,14 +125,14 @@ def build_counters(
     per_chunk = max(1, _CHUNK // records)
     for start in range(0, count, per_chunk):
         devices = min(per_chunk, count - start)
-        states = mech.setup_many(devices, rng)
+        states = server.setup_many(devices, rng)
         # Device i answers its `records` counters with its own state: repeat the state's rows.
         rows = np.repeat(np.arange(devices), records)
         states_rep = type(states)(
             m=states.m, s=states.s, epsilon=states.epsilon, alphas=states.alphas[rows], memo=states.memo[rows]
         )
         values = np.minimum(gen.exponential(mean_s, size=devices * records).astype(np.int64), mech.m)
-        bits = mech.privatize_many(values, states_rep, rng).bits.reshape(devices, records).tolist()
+        bits = server.privatize_many(values, states_rep, rng).bits.reshape(devices, records).tolist()
         ids = _report_ids(gen, devices)
         for i in range(devices):
             report = Report(use_case=uc.name, definition=uc.definition, period=slot, report_id=ids[i], records=bits[i])

@@ -30,11 +30,12 @@ computed in rational arithmetic, exponential ones as exact integers when ``start
 bucket ``i`` exactly when ``e_i <= x < e_{i+1}`` with the comparison made exactly (Python
 compares ``int`` with ``float`` exactly). So ``LinearBuckets(low=0, high=1, count=10)`` puts
 ``0.3`` in bucket 3 (there is no ``0.1 * 3 = 0.30000000000000004`` drift) and integer
-counters meet integer edges exactly. The vectorised :meth:`buckets_of` gives the same
-answers as :meth:`bucket_of`: float arrays are compared with the float64 edges, integer
-arrays with ``ceil(edge)`` (for an integer ``x``, ``x >= e`` exactly when ``x >= ceil(e)``),
-so no integer is ever rounded through float64. Edges are limited to ``[0, 2**53]``, where
-every integer is a float64.
+counters meet integer edges exactly. Edges are limited to ``[0, 2**53]``, where every
+integer is a float64.
+
+This module is what a device needs (pure Python): the edges and :meth:`bucket_of` for one
+value. Bucketing many values at once, with the same answers, is the server's
+(:func:`protocol.server.buckets.buckets_of`, numpy).
 """
 
 from __future__ import annotations
@@ -42,17 +43,18 @@ from __future__ import annotations
 import bisect
 import itertools
 import math
+import numbers
 from collections.abc import Sequence
 from dataclasses import dataclass
 from decimal import Context, Decimal
 from fractions import Fraction
 from functools import cached_property
-from typing import Any, ClassVar, TypeAlias
-
-import numpy as np
-import numpy.typing as npt
+from typing import TYPE_CHECKING, Any, ClassVar, TypeAlias
 
 from protocol.errors import InputError, ParameterError
+
+if TYPE_CHECKING:
+    import numpy as np
 
 __all__ = [
     "MAX_BUCKETS",
@@ -91,8 +93,11 @@ def _count(value: object, name: str = "count") -> int:
 
 def _counter_value(value: object) -> int | float:
     """A counter value as an exact Python number, or InputError."""
-    if isinstance(value, np.integer | np.floating):
-        value = value.item()
+    # A numpy integer or float scalar counts as the Python number it holds; it is recognised by
+    # its type's module, so that a device, which has no numpy, never imports it.
+    item = getattr(value, "item", None)
+    if type(value).__module__ == "numpy" and isinstance(value, numbers.Real) and callable(item):
+        value = item()
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise InputError(f"a counter value is a finite non-negative number; got {value!r}")
     if isinstance(value, float) and not math.isfinite(value):
@@ -111,18 +116,10 @@ class _Bucketing:
         raise NotImplementedError
 
     @cached_property
-    def _interior(self) -> tuple[float, ...]:
-        # e_1 .. e_{count-1}: the number of them at or below x is x's (clamped) bucket.
+    def interior(self) -> tuple[float, ...]:
+        """The interior edges ``e_1 .. e_{count-1}``: the number of them at or below ``x`` is
+        ``x``'s (clamped) bucket."""
         return tuple(self._edges()[1:-1])
-
-    @cached_property
-    def _interior_float(self) -> npt.NDArray[np.float64]:
-        return np.array(self._interior, dtype=np.float64)
-
-    @cached_property
-    def _interior_int(self) -> npt.NDArray[np.int64]:
-        # For an integer x: x >= e  <=>  x >= ceil(e). Edges are <= 2**53, so these fit int64.
-        return np.array([math.ceil(e) for e in self._interior], dtype=np.int64)
 
     def bucket_of(self, value: float | np.integer[Any] | np.floating[Any]) -> int:
         """The bucket of one counter value (clamped into ``[0, count - 1]``).
@@ -130,33 +127,7 @@ class _Bucketing:
         Raises:
             InputError: for a negative, NaN or infinite value, or a non-number.
         """
-        return bisect.bisect_right(self._interior, _counter_value(value))
-
-    def buckets_of(self, values: npt.ArrayLike) -> npt.NDArray[np.int64]:
-        """The buckets of many counter values (integer or float array); same answers as :meth:`bucket_of`.
-
-        Raises:
-            InputError: if any value is negative, NaN or infinite, or the array is not numeric.
-        """
-        a = np.asarray(values)
-        kind = a.dtype.kind
-        if kind in "iu":
-            if kind == "i":
-                if a.size and int(a.min()) < 0:
-                    raise InputError("a counter value is a finite non-negative number; got a negative value")
-                ints = a.astype(np.int64, copy=False)
-            else:
-                # Values above every edge all land in the last bucket; capping keeps int64 exact.
-                ints = np.minimum(a, np.uint64(MAX_EDGE)).astype(np.int64)
-            return np.searchsorted(self._interior_int, ints, side="right").astype(np.int64, copy=False)
-        if kind == "f":
-            floats = a.astype(np.float64, copy=False)
-            if not bool(np.isfinite(floats).all()):
-                raise InputError("a counter value is a finite non-negative number; got NaN or an infinity")
-            if floats.size and float(floats.min()) < 0:
-                raise InputError("a counter value is a finite non-negative number; got a negative value")
-            return np.searchsorted(self._interior_float, floats, side="right").astype(np.int64, copy=False)
-        raise InputError(f"counter values must be an integer or float array; got dtype {a.dtype}")
+        return bisect.bisect_right(self.interior, _counter_value(value))
 
 
 def _check_edges_distinct(edges: Sequence[float], name: str, got: object) -> None:

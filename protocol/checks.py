@@ -5,16 +5,18 @@ caller's mistake, :class:`~protocol.errors.ParameterError`) and the records a re
 carries (hostile or malformed input, :class:`~protocol.errors.MalformedReportError` with
 a reason and the field). The record checks serve the mechanisms whose record is
 ``[index, packed bits]`` (CMS ``[j, bits]``, RAPPOR ``[cohort, bits]``, and SFP's two CMS
-halves), so their decoders refuse the same faults with the same reasons.
+halves), so their decoders refuse the same faults with the same reasons. Saved state and
+saved aggregates that do not fit raise :class:`~protocol.errors.StateError` (:func:`require`).
 """
 
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import msgpack
 
-from protocol.errors import InputError, MalformedReportError, ParameterError
+from protocol.errors import InputError, MalformedReportError, ParameterError, StateError
 
 __all__ = [
     "check_epsilon",
@@ -27,6 +29,7 @@ __all__ = [
     "encoded_size",
     "number_value",
     "parse_number",
+    "require",
     "string_value",
 ]
 
@@ -114,6 +117,22 @@ def check_indexed_bits(
     if pad and bits[-1] & ((1 << pad) - 1):
         raise MalformedReportError("bad-padding", f"{field}.bits", f"the last {pad} bits must be zero")
     return index, bits
+
+
+def require(data: object, key: str, kind: type | tuple[type, ...], *, where: str) -> Any:
+    """``data[key]``, checked to be a ``kind``; a clear :class:`StateError` otherwise (saved
+    state and aggregates in plain form: a device's state is checked with it, so it is here,
+    in pure Python, rather than with the server's array forms)."""
+    if not isinstance(data, dict):
+        raise StateError(f"{where}: expected a mapping, got {type(data).__name__}")
+    if key not in data:
+        raise StateError(f"{where}: missing field {key!r}")
+    value = data[key]
+    if isinstance(value, bool) and kind is int:
+        raise StateError(f"{where}.{key}: expected int, got bool")
+    if not isinstance(value, kind):
+        raise StateError(f"{where}.{key}: expected {kind}, got {type(value).__name__}")
+    return value
 
 
 # --- recorded values (the agent's ``record``) ----------------------------------------------

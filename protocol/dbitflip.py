@@ -28,38 +28,14 @@ stronger than stated). With memoization a device whose bucket never changes reve
 nothing beyond its first report over any number of rounds; a device that moves between
 ``w`` buckets is covered by the behaviour-pattern guarantee of 000 §3.4/Theorem 4.
 
-**Estimator (000 eq. 3).** Each received bit ``b`` about bucket ``v`` gives
-``Y = (b - q)/(p - q)``, which is ``(b(e^{ε/2}+1) - 1)/(e^{ε/2} - 1)`` for ideal coins and
-has ``E[Y] = 1{device's bucket = v}`` for the implemented ones. The estimate of the
-fraction of the ``n`` reporting devices in bucket ``v`` is
-
-    ĥ(v) = k/(n d) · Σ_{received bits about v} Y,
-
-exactly unbiased: device ``i`` reports on ``v`` with probability ``d/k``, independently of
-its value.
-
-**Variance of ĥ(v)** (derived here; devices independent). Write ``c = p(1-p)/(p-q)²`` (the
-variance of one ``Y``, the same whether or not the device is in ``v`` because ``q = 1 - p``)
-and ``h = h(v)``. For device ``i`` let ``Z_i = I_i Y_i`` with ``I_i = 1{v ∈ its buckets}``
-(``Pr = d/k``) and ``x_i = 1{its bucket = v}``: ``E[Z_i] = (d/k) x_i`` and
-``E[Z_i²] = (d/k)(c + x_i)``. Summing, ``Var[ĥ(v)] = (k/(nd))² Σ_i Var[Z_i]``, i.e.
-
-    Var[ĥ(v)] = ((k/d)(c + h) - h) / n,
-
-which combines the bit noise ``(k/d)·c/n`` with the randomness of which devices report on
-``v`` (``h(k/d - 1)/n``; zero when ``d = k``). The standard error plugs in ``ĥ`` clipped to
-``[0, 1]``.
-
-**Normalised variant** (``estimate(normalised=True)``): ``h̃(v) = Σ Y / N_v`` with ``N_v`` the
-number of bits received about ``v``. Given ``N_v``, the reporting devices are a uniform
-sample without replacement of size ``N_v`` (every device is included independently with
-the same probability), so ``h̃`` is conditionally unbiased with
-``Var[h̃(v) | N_v] = c/N_v + h(1-h)/N_v · (n - N_v)/(n - 1)``. It removes the noise of
-``N_v`` and is never worse; eq. (3) stays the default because it is the paper's.
-
 **Wire form of a record.** ``[[j_1, …, j_d], bits]``: the ``d`` distinct bucket indices and
 the ``d`` bits packed into ``ceil(d/8)`` bytes, most significant bit first, in the order of
 the listed buckets, with zero padding bits.
+
+The estimator (000 eq. 3) and its variance are the server half's (:mod:`protocol.server.dbitflip`).
+
+This module is the device half (pure Python): the parameters and their coins, the privacy
+figures, setting up a device's buckets and memo, the privatizer and the record's wire form.
 """
 
 from __future__ import annotations
@@ -70,43 +46,24 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from functools import cached_property
-from typing import Any, ClassVar, Final, Self
-
-import numpy as np
-import numpy.typing as npt
+from typing import Any, ClassVar, Final
 
 from protocol.buckets import Buckets, CustomBuckets, ExponentialBuckets, LinearBuckets, buckets_from_plain
-from protocol.checks import check_epsilon, check_int, encoded_size, number_value, parse_number
-from protocol.errors import MalformedReportError, ParameterError, StateError
-from protocol.interfaces import (
-    EstimateKind,
-    MechanismEntry,
-    MemoizedState,
-    Privatization,
-    ValueType,
-    own,
-)
-from protocol.randomness import Coin, RandomSource, coin_at_most, dexp, uniform_ints
-from protocol.server.contract import Aggregate, Batch, PlanFigures
-from protocol.server.estimate import VectorEstimate
-from protocol.server.plain import array_from_plain, array_to_plain, require
+from protocol.checks import check_epsilon, check_int, encoded_size, number_value, parse_number, require
+from protocol.errors import ParameterError, StateError
+from protocol.interfaces import EstimateKind, MechanismEntry, MemoizedState, Privatization, ValueType
+from protocol.randomness import Coin, RandomSource, coin_at_most, dexp, sample_without_replacement, uniform_draws
 
 __all__ = [
     "ENTRY",
     "MAX_MEMO_BITS",
     "DBitFlip",
-    "DBitFlipAggregate",
-    "DBitFlipBatch",
     "DBitFlipRecord",
     "DBitFlipState",
-    "DBitFlipStates",
 ]
 
 MAX_MEMO_BITS = 1 << 20
 """Largest memo table ``k·d`` (bits, 128 KiB) a dBitFlipPM device keeps."""
-
-_WORK_WORDS = 1 << 22
-"""Batch paths work in chunks of about this many elements to bound memory."""
 
 _MAX_OUTPUTS = 1 << 20
 """Largest output space :meth:`DBitFlip.output_distribution` enumerates."""
@@ -118,17 +75,6 @@ class DBitFlipRecord:
 
     buckets: tuple[int, ...]
     bits: tuple[int, ...]
-
-
-@dataclass(frozen=True, eq=False)
-class DBitFlipBatch:
-    """Reports in columnar form: ``buckets`` (``int64``) and ``bits`` (``uint8`` 0/1), both ``(N, d)``."""
-
-    buckets: npt.NDArray[np.int64]
-    bits: npt.NDArray[np.uint8]
-
-    def __len__(self) -> int:
-        return int(self.buckets.shape[0])
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,36 +140,6 @@ def _checked_subset(raw: list[Any], mechanism: DBitFlip, *, where: str) -> tuple
     return tuple(raw)
 
 
-@dataclass(frozen=True, eq=False)
-class DBitFlipStates:
-    """Many devices' states in columnar form (the simulator's and the tests' path).
-
-    Attributes:
-        buckets: ``(n, d)`` ``int64``, each row strictly increasing.
-        memo: ``(n, memo_bytes)`` ``uint8`` packed memo tables, or ``None`` without memoization.
-    """
-
-    buckets: npt.NDArray[np.int64]
-    memo: npt.NDArray[np.uint8] | None
-
-    def __len__(self) -> int:
-        return int(self.buckets.shape[0])
-
-    def row(self, i: int) -> DBitFlipState:
-        """Device ``i``'s state as a single :class:`DBitFlipState`."""
-        memo = None if self.memo is None else self.memo[i].tobytes()
-        return DBitFlipState(tuple(int(j) for j in self.buckets[i]), memo)
-
-    @classmethod
-    def stack(cls, states: Sequence[DBitFlipState], mechanism: DBitFlip) -> DBitFlipStates:
-        """Columnar form of single states (all made by ``mechanism``)."""
-        buckets = np.array([s.buckets for s in states], dtype=np.int64).reshape(len(states), mechanism.d)
-        if not mechanism.memoize:
-            return cls(buckets, None)
-        memo = np.frombuffer(b"".join(s.memo or b"" for s in states), dtype=np.uint8)
-        return cls(buckets, memo.reshape(len(states), mechanism.memo_bytes).copy())
-
-
 @dataclass(frozen=True, kw_only=True)
 class DBitFlip(MemoizedState):
     """dBitFlip (``memoize=False``) and dBitFlipPM (``memoize=True``) over a bucketed counter.
@@ -238,8 +154,9 @@ class DBitFlip(MemoizedState):
     """
 
     state_type: ClassVar[type[DBitFlipState]] = DBitFlipState
+    record_type: ClassVar[type[DBitFlipRecord]] = DBitFlipRecord
     name: ClassVar[str] = "dbitflip"
-    server: ClassVar[str] = "protocol.server.contract:Unsplit"  # both halves in this class, for now
+    server: ClassVar[str] = "protocol.server.dbitflip:DBitFlipServer"
     kind: ClassVar[EstimateKind] = EstimateKind.HISTOGRAM
     privatization: ClassVar[Privatization] = Privatization.COUNTER
     value_type: ClassVar[ValueType] = ValueType.NUMBER
@@ -320,69 +237,48 @@ class DBitFlip(MemoizedState):
         """Size of a record's packed bits, ``ceil(d / 8)``."""
         return (self.d + 7) // 8
 
-    @cached_property
-    def _in_threshold(self) -> np.uint64:
-        return np.uint64(self.in_coin.numerator)
-
-    @cached_property
-    def _out_threshold(self) -> np.uint64:
-        return np.uint64(self.out_coin.numerator)
-
-    def _coin_bits(self, own: npt.NDArray[np.bool_], rng: RandomSource) -> npt.NDArray[np.bool_]:
-        """One exact coin per entry: ``Pr[1] = p`` where ``own`` (the value's own bucket), ``q`` elsewhere.
-
-        A uniform word ``w`` gives ``1`` when ``w < threshold``. Since ``p >= 1/2 >= q`` (the
-        ``q`` threshold is at most the ``p`` one), ``where(own, w < T_p, w < T_q)`` equals
-        ``(w < T_q) | (own & (w < T_p))``, which avoids building a threshold array.
-        """
-        words = rng.words(int(own.size)).reshape(own.shape)
-        return (words < self._out_threshold) | (own & (words < self._in_threshold))
-
-    def _draw_subsets(self, n: int, rng: RandomSource) -> npt.NDArray[np.int64]:
-        """``n`` uniform ``d``-subsets of ``[k]``, each row sorted (000 §2.2: without replacement)."""
-        k, d = self.k, self.d
-        if d == k:
-            return np.tile(np.arange(k, dtype=np.int64), (n, 1))
-        # Draw the smaller of the subset and its complement (equally uniform).
-        m = min(d, k - d)
-        out = np.empty((n, d), dtype=np.int64)
-        rows_per_chunk = max(1, _WORK_WORDS // k)
-        for lo in range(0, n, rows_per_chunk):
-            rows = min(rows_per_chunk, n - lo)
-            if _distinct_probability(k, m) >= 0.5:
-                picked = _rejection_subsets(rng, k, m, rows)
-            else:
-                picked = _fisher_yates_subsets(rng, k, m, rows)
-            if m == d:
-                out[lo : lo + rows] = picked
-            else:
-                keep = np.ones((rows, k), dtype=np.bool_)
-                keep[np.arange(rows)[:, None], picked] = False
-                out[lo : lo + rows] = np.nonzero(keep)[1].reshape(rows, d)
-        return out
-
-    def _memo_tables(self, chosen: npt.NDArray[np.int64], rng: RandomSource) -> npt.NDArray[np.uint8]:
-        """Packed ``f_d`` for each row of ``chosen``: dBitFlip run once for every bucket (000 §3.4)."""
-        n, k, d = chosen.shape[0], self.k, self.d
-        out = np.empty((n, self.memo_bytes), dtype=np.uint8)
-        every = np.arange(k, dtype=np.int64)[None, :, None]
-        rows_per_chunk = max(1, _WORK_WORDS // (k * d))
-        for lo in range(0, n, rows_per_chunk):
-            part = chosen[lo : lo + rows_per_chunk]
-            bits = self._coin_bits(part[:, None, :] == every, rng)
-            out[lo : lo + part.shape[0]] = np.packbits(bits.reshape(part.shape[0], k * d), axis=1)
-        return out
-
     # -- client -----------------------------------------------------------------------
 
     def setup(self, rng: RandomSource) -> DBitFlipState:
-        """Draw a device's permanent buckets and, with memoization, its ``f_d``."""
-        return self.setup_many(1, rng).row(0)
+        """Draw a device's permanent buckets and, with memoization, its ``f_d``.
 
-    def setup_many(self, n: int, rng: RandomSource) -> DBitFlipStates:
-        """Set up ``n`` devices at once (same distribution as ``n`` calls of :meth:`setup`)."""
-        chosen = self._draw_subsets(n, rng)
-        return DBitFlipStates(chosen, self._memo_tables(chosen, rng) if self.memoize else None)
+        The words are consumed in the order of the server half's ``setup_many`` for one
+        device, so a seeded device's state is the same on either path.
+        """
+        chosen = self._draw_subset(rng)
+        return DBitFlipState(chosen, self._memo_table(chosen, rng) if self.memoize else None)
+
+    def _draw_subset(self, rng: RandomSource) -> tuple[int, ...]:
+        """``d`` uniform distinct buckets of ``[k]``, increasing (000 §2.2: without replacement)."""
+        k, d = self.k, self.d
+        if d == k:
+            return tuple(range(k))
+        # Draw the smaller of the subset and its complement (equally uniform).
+        m = min(d, k - d)
+        if distinct_probability(k, m) >= 0.5:
+            # m independent uniform buckets until they are distinct: conditioned on being
+            # distinct they are a uniform draw without replacement.
+            picked = sorted(uniform_draws(rng, k, m))
+            while any(a == b for a, b in itertools.pairwise(picked)):
+                picked = sorted(uniform_draws(rng, k, m))
+        else:
+            picked = sorted(sample_without_replacement(rng, k, m))
+        if m == d:
+            return tuple(picked)
+        left_out = set(picked)
+        return tuple(j for j in range(k) if j not in left_out)
+
+    def _memo_table(self, chosen: tuple[int, ...], rng: RandomSource) -> bytes:
+        """Packed ``f_d``: dBitFlip run once for every bucket (000 §3.4), bit ``v·d + p`` most
+        significant first, zero-padded; one word per bit, bucket by bucket."""
+        d = self.d
+        # Bit v·d + p is 1 with probability p where bucket v is the p-th chosen one, q elsewhere.
+        thresholds = [self.out_coin.numerator] * (self.k * d)
+        for p, v in enumerate(chosen):
+            thresholds[v * d + p] = self.in_coin.numerator
+        bits = "".join("1" if w < t else "0" for w, t in zip(rng.draw(len(thresholds)), thresholds, strict=True))
+        padded = bits + "0" * (8 * self.memo_bytes - len(bits))
+        return int(padded, 2).to_bytes(self.memo_bytes, "big")
 
     def _check_state(self, state: object) -> DBitFlipState:
         if not isinstance(state, DBitFlipState) or len(state.buckets) != self.d:
@@ -406,41 +302,10 @@ class DBitFlip(MemoizedState):
         state = self._check_state(state)
         if self.memoize:
             return DBitFlipRecord(state.buckets, state.answer(v)), state
-        words = rng.words(self.d).tolist()
+        words = rng.draw(self.d)
         hi, lo = self.in_coin.numerator, self.out_coin.numerator
         bits = tuple(int(w < (hi if j == v else lo)) for j, w in zip(state.buckets, words, strict=True))
         return DBitFlipRecord(state.buckets, bits), state
-
-    def privatize_many(
-        self, values: npt.ArrayLike, rng: RandomSource, *, states: DBitFlipStates | None = None
-    ) -> DBitFlipBatch:
-        """Privatize many counter values at once.
-
-        With ``states``, row ``i`` is reported by device ``i`` exactly as :meth:`privatize`
-        would. Without, each value comes from a freshly set-up device; that is the same
-        distribution as :meth:`setup_many` then ``privatize_many`` (a fresh device's memo
-        entry for its bucket is one dBitFlip draw), without drawing the ``k - 1`` memo
-        rows that would go unused.
-        """
-        v = self.buckets.buckets_of(values).reshape(-1)
-        n = int(v.size)
-        if states is None:
-            chosen = self._draw_subsets(n, rng)
-        else:
-            if len(states) != n or states.buckets.shape != (n, self.d):
-                raise StateError(f"dbitflip: need {n} states of {self.d} buckets; got {states.buckets.shape}")
-            if self.memoize != (states.memo is not None):
-                raise StateError("dbitflip: the states' memo tables do not match memoize")
-            if states.memo is not None and states.memo.shape != (n, self.memo_bytes):
-                raise StateError(f"dbitflip: memo tables have shape ({n}, {self.memo_bytes}); got {states.memo.shape}")
-            chosen = states.buckets
-        if states is not None and states.memo is not None:
-            pos = v[:, None] * self.d + np.arange(self.d, dtype=np.int64)[None, :]
-            byte = np.take_along_axis(states.memo, pos >> 3, axis=1)
-            bits = (byte >> (7 - (pos & 7)).astype(np.uint8)) & np.uint8(1)
-        else:
-            bits = self._coin_bits(chosen == v[:, None], rng).view(np.uint8)
-        return DBitFlipBatch(np.ascontiguousarray(chosen, dtype=np.int64), bits.astype(np.uint8, copy=False))
 
     def output_distribution(self, value: float) -> dict[tuple[tuple[int, ...], tuple[int, ...]], Fraction]:
         """Exact ``Pr[(buckets, bits) | value]`` of one report, as the coins implement it.
@@ -467,13 +332,6 @@ class DBitFlip(MemoizedState):
 
     # -- wire ---------------------------------------------------------------------------
 
-    def batch(self, records: Sequence[DBitFlipRecord]) -> DBitFlipBatch:
-        """Records in columnar form."""
-        n, d = len(records), self.d
-        buckets = np.array([r.buckets for r in records], dtype=np.int64).reshape(n, d)
-        bits = np.array([r.bits for r in records], dtype=np.uint8).reshape(n, d)
-        return DBitFlipBatch(buckets, bits)
-
     def encode_records(self, records: Sequence[DBitFlipRecord]) -> list[Any]:
         """The compact wire form: a list of ``[[j_1, …, j_d], packed bits]``."""
         nbytes, shift = self.bits_bytes, (-self.d) % 8
@@ -485,11 +343,6 @@ class DBitFlip(MemoizedState):
             out.append([list(r.buckets), (word << shift).to_bytes(nbytes, "big")])
         return out
 
-    def encode_batch(self, batch: DBitFlipBatch) -> list[Any]:
-        """The wire form of a columnar batch (same as :meth:`encode_records` of its rows)."""
-        packed = np.packbits(batch.bits, axis=1)
-        return [[row, bytes(b)] for row, b in zip(batch.buckets.tolist(), packed, strict=True)]
-
     @property
     def max_record_bytes(self) -> int:
         """Most bytes one record takes in a report: d indices at the largest bucket and the bits.
@@ -497,50 +350,6 @@ class DBitFlip(MemoizedState):
         An upper bound (the indices are distinct), tight to within the width of an index.
         """
         return encoded_size([[self.k - 1] * self.d, bytes(self.bits_bytes)])
-
-    def decode_records(self, raw: object) -> DBitFlipBatch:  # noqa: PLR0912  strict per-record decoder, one check per field
-        """Strictly decode the wire form of :meth:`encode_records`.
-
-        Raises:
-            MalformedReportError: ``bad-type``, ``bad-length``, ``out-of-range``, ``duplicate``
-                or ``bad-padding``, naming the field (``records[3].buckets[1]``,
-                ``records[3].bits``, ...).
-        """
-        if not isinstance(raw, list):
-            raise MalformedReportError("bad-type", "records", "expected a list of [buckets, bits]")
-        k, d, nbytes = self.k, self.d, self.bits_bytes
-        pad_mask = (1 << (-d) % 8) - 1
-        flat: list[int] = []
-        chunks: list[bytes] = []
-        for i, rec in enumerate(raw):
-            if type(rec) is not list:
-                raise MalformedReportError("bad-type", f"records[{i}]", "expected [buckets, bits]")
-            if len(rec) != 2:
-                raise MalformedReportError("bad-length", f"records[{i}]", "expected [buckets, bits]")
-            js, bits = rec
-            if type(js) is not list:
-                raise MalformedReportError("bad-type", f"records[{i}].buckets", "expected a list of bucket indices")
-            if len(js) != d:
-                raise MalformedReportError("bad-length", f"records[{i}].buckets", f"expected {d} bucket indices")
-            for p, j in enumerate(js):
-                if type(j) is not int:
-                    raise MalformedReportError("bad-type", f"records[{i}].buckets[{p}]", "expected an integer")
-                if not 0 <= j < k:
-                    raise MalformedReportError("out-of-range", f"records[{i}].buckets[{p}]", f"a bucket is in [0, {k})")
-            if d > 1 and len(set(js)) != d:
-                raise MalformedReportError("duplicate", f"records[{i}].buckets", "bucket indices must be distinct")
-            if type(bits) is not bytes:
-                raise MalformedReportError("bad-type", f"records[{i}].bits", "expected packed bits (bytes)")
-            if len(bits) != nbytes:
-                raise MalformedReportError("bad-length", f"records[{i}].bits", f"expected {nbytes} bytes")
-            if bits[-1] & pad_mask:
-                raise MalformedReportError("bad-padding", f"records[{i}].bits", "padding bits must be zero")
-            flat.extend(js)
-            chunks.append(bits)
-        n = len(raw)
-        buckets = np.array(flat, dtype=np.int64).reshape(n, d)
-        packed = np.frombuffer(b"".join(chunks), dtype=np.uint8).reshape(n, nbytes)
-        return DBitFlipBatch(buckets, np.ascontiguousarray(np.unpackbits(packed, axis=1, count=d)))
 
     # --- the contract of protocol.interfaces (plain forms for the shells)
 
@@ -566,22 +375,6 @@ class DBitFlip(MemoizedState):
         """The period's total as is: a total beyond the last edge falls into the last bucket."""
         return total
 
-    def encode_plain(self, records: Sequence[object]) -> list[object]:
-        """Typed records in wire form."""
-        return list(self.encode_records([own(r, DBitFlipRecord, "dbitflip record") for r in records]))
-
-    def empty_batch(self) -> DBitFlipBatch:
-        """No records."""
-        return self.batch([])
-
-    def restore_aggregate(self, data: object) -> DBitFlipAggregate:
-        """An aggregate saved with ``to_plain``."""
-        return DBitFlipAggregate.from_plain(self, data)
-
-    def fold(self, aggregate: Aggregate, batch: Batch) -> None:
-        """Fold a batch into an aggregate of this mechanism."""
-        own(aggregate, DBitFlipAggregate, "dbitflip aggregate").add(own(batch, DBitFlipBatch, "dbitflip batch"))
-
     @property
     def bucket_edges(self) -> tuple[float, ...]:
         """The ``k + 1`` bucket edges."""
@@ -591,176 +384,10 @@ class DBitFlip(MemoizedState):
         """The bucket of a recorded value."""
         return self.buckets.bucket_of(value)
 
-    def estimate_histogram(self, aggregate: Aggregate) -> VectorEstimate:
-        """The share of devices per bucket (000 eq. 3)."""
-        return own(aggregate, DBitFlipAggregate, "dbitflip aggregate").estimate()
 
-    def plan(self, n: float) -> PlanFigures:
-        """Per bucket ``SE = sqrt(((k/d)(c + h) - h)/n)``, ``c = p(1-p)/(p-q)²`` (000 Thm 2's variance),
-        at the share ``h = 1/k`` of a uniform histogram; the empty bucket's too."""
-        k, d = self.k, self.d
-        p, q = float(self.p), float(self.q)
-        c = p * (1 - p) / (p - q) ** 2
-        h = 1 / k
-        return PlanFigures(
-            n=n,
-            standard_error=math.sqrt(max(((k / d) * (c + h) - h) / n, 0.0)),
-            unit="bucket share",
-            figures={
-                "epsilon_report": self.epsilon_report,
-                "standard_error_empty_bucket": math.sqrt((k / d) * c / n),
-            },
-            formulas=("SE(bucket) = sqrt(((k/d)(c + h) - h)/n), c = p(1-p)/(p-q)^2, h = 1/k (000 Thm 2)",),
-        )
-
-    def new_aggregate(self) -> DBitFlipAggregate:
-        """An empty aggregate."""
-        return DBitFlipAggregate(self)
-
-
-class DBitFlipAggregate:
-    """Per-bucket sums of received bits and counts of received bits, and ``n``; merges by addition."""
-
-    def __init__(
-        self,
-        mechanism: DBitFlip,
-        *,
-        ones: npt.NDArray[np.int64] | None = None,
-        counts: npt.NDArray[np.int64] | None = None,
-        n: int = 0,
-    ) -> None:
-        self.mechanism = mechanism
-        k = mechanism.k
-        self.ones = np.zeros(k, dtype=np.int64) if ones is None else ones
-        self.counts = np.zeros(k, dtype=np.int64) if counts is None else counts
-        self._n = n
-
-    @property
-    def n(self) -> int:
-        """Number of reports (devices) folded in."""
-        return self._n
-
-    def add(self, batch: DBitFlipBatch) -> None:
-        """Fold a batch of reports (vectorised: two ``bincount`` passes)."""
-        k, d = self.mechanism.k, self.mechanism.d
-        if batch.buckets.shape != (len(batch), d) or batch.bits.shape != batch.buckets.shape:
-            raise ValueError(f"dbitflip: a batch has shape (N, {d}); got {batch.buckets.shape}")
-        idx = batch.buckets.reshape(-1)
-        counts = np.bincount(idx, minlength=k)
-        # Float weights are exact here: every bin holds an integer below 2**53.
-        ones = np.bincount(idx, weights=batch.bits.reshape(-1), minlength=k).astype(np.int64)
-        if counts.size != k:
-            raise ValueError(f"dbitflip: bucket index out of range [0, {k})")
-        self.counts += counts
-        self.ones += ones
-        self._n += len(batch)
-
-    def merge(self, other: Self) -> Self:
-        """The aggregate of both inputs' reports."""
-        if other.mechanism != self.mechanism:
-            raise ValueError("cannot merge aggregates of different mechanisms")
-        return type(self)(
-            self.mechanism, ones=self.ones + other.ones, counts=self.counts + other.counts, n=self._n + other._n
-        )
-
-    def to_plain(self) -> dict[str, Any]:
-        """Plain, msgpack-ready data."""
-        return {"ones": array_to_plain(self.ones), "counts": array_to_plain(self.counts), "n": self._n}
-
-    @classmethod
-    def from_plain(cls, mechanism: DBitFlip, data: object) -> DBitFlipAggregate:
-        """Restore an aggregate saved by :meth:`to_plain`.
-
-        Raises:
-            StateError: on anything malformed or inconsistent (``ones <= counts``, and the
-                counts sum to ``n·d`` since every report carries ``d`` bits).
-        """
-        where = "dbitflip aggregate"
-        k = mechanism.k
-        ones = array_from_plain(
-            require(data, "ones", dict, where=where), dtype="<i8", shape=(k,), field=f"{where}.ones"
-        )
-        counts = array_from_plain(
-            require(data, "counts", dict, where=where), dtype="<i8", shape=(k,), field=f"{where}.counts"
-        )
-        n = require(data, "n", int, where=where)
-        if n < 0:
-            raise StateError(f"{where}.n: expected a non-negative count; got {n}")
-        if bool((ones < 0).any()) or bool((ones > counts).any()):
-            raise StateError(f"{where}: need 0 <= ones <= counts in every bucket")
-        if int(counts.sum()) != n * mechanism.d:
-            raise StateError(f"{where}: the counts must sum to n·d = {n * mechanism.d}; got {int(counts.sum())}")
-        return cls(mechanism, ones=ones, counts=counts, n=n)
-
-    def estimate(self, *, normalised: bool = False) -> VectorEstimate:
-        """The fraction of reporting devices in each bucket, with per-bucket standard errors.
-
-        Args:
-            normalised: ``False`` (default) for 000 eq. (3); ``True`` for ``Σ Y / N_v`` (see
-                the module docstring). Buckets without a received bit are NaN there.
-        """
-        mech, n = self.mechanism, self._n
-        k, d = mech.k, mech.d
-        if n == 0:
-            nan = np.full(k, math.nan)
-            return VectorEstimate(nan, nan.copy(), 0)
-        p, q = float(mech.p), float(mech.q)
-        c = p * (1 - p) / (p - q) ** 2
-        ones = self.ones.astype(np.float64)
-        counts = self.counts.astype(np.float64)
-        y_sum = (ones - q * counts) / (p - q)
-        if not normalised:
-            values = (k / (n * d)) * y_sum
-            h = np.clip(values, 0.0, 1.0)
-            var = ((k / d) * (c + h) - h) / n
-            return VectorEstimate(values, np.sqrt(var), n)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            values = np.where(counts > 0, y_sum / counts, math.nan)
-            h = np.clip(values, 0.0, 1.0)
-            finite = (n - counts) / (n - 1) if n > 1 else np.zeros(k)
-            var = np.where(counts > 0, (c + h * (1 - h) * finite) / counts, math.nan)
-        return VectorEstimate(values, np.sqrt(var), n)
-
-    def estimate_counts(self, *, normalised: bool = False) -> VectorEstimate:
-        """The number of reporting devices in each bucket, with standard errors."""
-        e = self.estimate(normalised=normalised)
-        return VectorEstimate(e.values * self._n, e.standard_errors * self._n, self._n)
-
-
-def _distinct_probability(k: int, m: int) -> float:
+def distinct_probability(k: int, m: int) -> float:
     """Probability that ``m`` independent uniform draws from ``[k]`` are all distinct."""
     return math.prod(1 - i / k for i in range(m))
-
-
-def _rejection_subsets(rng: RandomSource, k: int, m: int, rows: int) -> npt.NDArray[np.int64]:
-    """``rows`` uniform ``m``-subsets of ``[k]``, sorted, by drawing ``m`` independent buckets until distinct.
-
-    Conditioned on being distinct, ``m`` independent uniform draws are a uniform ordered
-    draw without replacement, so the sorted row is a uniform subset. Used when a row is
-    accepted with probability at least 1/2.
-    """
-    out = np.sort(uniform_ints(rng, k, rows * m).reshape(rows, m), axis=1)
-    if m == 1:
-        return out
-    todo = np.flatnonzero(np.any(out[:, 1:] == out[:, :-1], axis=1))
-    while todo.size:
-        draw = np.sort(uniform_ints(rng, k, todo.size * m).reshape(todo.size, m), axis=1)
-        ok = np.all(draw[:, 1:] != draw[:, :-1], axis=1)
-        out[todo[ok]] = draw[ok]
-        todo = todo[~ok]
-    return out
-
-
-def _fisher_yates_subsets(rng: RandomSource, k: int, m: int, rows: int) -> npt.NDArray[np.int64]:
-    """``rows`` uniform ``m``-subsets of ``[k]``, sorted, by ``m`` steps of a partial Fisher-Yates shuffle."""
-    pool = np.tile(np.arange(k, dtype=np.int64), (rows, 1))
-    idx = np.arange(rows)
-    for i in range(m):
-        j = i + uniform_ints(rng, k - i, rows)
-        held = pool[idx, i].copy()
-        pool[idx, i] = pool[idx, j]
-        pool[idx, j] = held
-    return np.sort(pool[:, :m], axis=1)
 
 
 ENTRY: Final = MechanismEntry(

@@ -50,63 +50,33 @@ This module implements §4 as described (flip with probability ``γ``) and the p
 formula; the exact-LDP test confirms ``ε' = 0.56945`` for these coins. ``theorem5_epsilon``
 is a function of ``ε'`` and reproduces 1.672 from 0.686.
 
-**Estimator** (000 eq. 2, generalised). Let ``a = Q(0) = γ' + (1 - 2γ') P_0`` and
-``c = Q(m) - Q(0) = (1 - 2γ')(P_L - P_0)``. Each device's bit has mean ``a + c x_i / m``
-(over its own α, memo and flip), so with ``λ̂ = Σb / n``::
+**Estimator.** ``a = Q(0)`` and ``c = Q(m) - Q(0)`` (:attr:`OneBitMean.affine_coefficients`)
+give ``σ̂ = m (λ̂ - a) / c``, exactly unbiased for the mean of the reporting devices' values
+(000 eq. 2, generalised; derived with its standard error in the server half,
+:mod:`protocol.server.one_bit_mean`).
 
-    σ̂ = m (λ̂ - a) / c
-
-is exactly unbiased for the mean of the reporting devices' values (with exact coins,
-``γ = 0``: ``a = 1/(e**ε + 1)``, ``c = (e**ε - 1)/(e**ε + 1)``, which is eq. 2). Devices are
-independent, so ``Var[σ̂] = (m/c)**2 Σ Q_i (1 - Q_i) / n**2`` with ``Q_i = a + c x_i/m``. The
-server does not know ``Σ Q_i**2``; by Jensen ``Σ Q_i (1 - Q_i) <= n λ̄ (1 - λ̄)`` (``λ̄`` the
-mean ``Q_i``), with equality when all values are equal and a gap of
-``(c/m)**2 Σ (x_i - x̄)**2`` otherwise: the plug-in SE below is 3.7% above the exact one
-for uniform data at ``ε = 1`` (1.3% with ``γ = 0.2``), and at most ``1/sqrt(1 - c**2)``
-above it (12.7% at ``ε = 1``, for data split evenly between 0 and ``m``). The
-reported standard error is the plug-in ``(m/c) sqrt(λ̃ (1 - λ̃) / n)`` with ``λ̂`` clipped to
-``[Q(0), Q(m)]`` (where every ``Q_i`` lies), so it never collapses to 0 by noise. The
-estimate itself is not clipped to ``[0, m]``: clipping would bias it. Within one period,
-reports from the same device must be counted once (one bit per device per period).
+This module is the device half (pure Python): the parameters and their coins, the privacy
+figures, setting up a device's α and memo, the privatizer and the record's wire form.
 """
 
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 from fractions import Fraction
 from functools import cached_property
-from typing import Any, ClassVar, Final
+from typing import TYPE_CHECKING, Any, ClassVar, Final, TypeAlias
 
-import numpy as np
-import numpy.typing as npt
+from protocol.checks import check_epsilon, check_int, count_value, encoded_size, parse_number, require
+from protocol.errors import InputError, ParameterError, StateError
+from protocol.interfaces import EstimateKind, MechanismEntry, MemoizedState, Privatization, ValueType
+from protocol.randomness import SCALE, Coin, RandomSource, coin_at_least, coin_at_most, dexp, uniform_draws
 
-from protocol.checks import check_epsilon, check_int, count_value, encoded_size, parse_number
-from protocol.errors import InputError, MalformedReportError, ParameterError, StateError
-from protocol.interfaces import (
-    EstimateKind,
-    MechanismEntry,
-    MemoizedState,
-    Privatization,
-    ValueType,
-    own,
-)
-from protocol.randomness import (
-    SCALE,
-    Coin,
-    RandomSource,
-    bernoulli,
-    coin_at_least,
-    coin_at_most,
-    dexp,
-    uniform_ints,
-)
-from protocol.server.bit_sum import BitSumAggregate
-from protocol.server.contract import Aggregate, Batch, PlanFigures
-from protocol.server.estimate import Estimate
-from protocol.server.plain import require
+if TYPE_CHECKING:
+    import numpy as np
 
 __all__ = [
     "ENTRY",
@@ -114,11 +84,8 @@ __all__ = [
     "MAX_POINTS",
     "CounterValue",
     "OneBitMean",
-    "OneBitMeanAggregate",
-    "OneBitMeanBatch",
     "OneBitMeanRecord",
     "OneBitMeanState",
-    "OneBitMeanStates",
     "epsilon_prime",
     "theorem5_epsilon",
 ]
@@ -129,7 +96,7 @@ MAX_M = 1 << 53
 MAX_POINTS = 1 << 20
 """Largest accepted number of memoized points ``m/s + 1`` (one bit each, per device)."""
 
-CounterValue = int | np.integer[Any]
+CounterValue: TypeAlias = "int | np.integer[Any]"
 """A counter value: a Python or numpy integer (never a bool)."""
 
 _STATE_KEYS = frozenset({"alpha", "memo", "m", "s", "epsilon"})
@@ -180,16 +147,6 @@ class OneBitMeanRecord:
     """One privatized report: a single bit."""
 
     bit: int
-
-
-@dataclass(frozen=True, eq=False)
-class OneBitMeanBatch:
-    """Privatized bits in columnar form (``uint8`` zeros and ones)."""
-
-    bits: npt.NDArray[np.uint8]
-
-    def __len__(self) -> int:
-        return int(self.bits.size)
 
 
 @dataclass(frozen=True, slots=True)
@@ -250,44 +207,6 @@ class OneBitMeanState:
         return cls(alpha=alpha, memo=memo, m=m, s=s, epsilon=epsilon)
 
 
-@dataclass(frozen=True, eq=False)
-class OneBitMeanStates:
-    """Many devices' permanent states in columnar form (the simulator's and the tests' path).
-
-    Attributes:
-        alphas: ``int64`` array of shape ``(n,)``, each in ``{0, ..., s - 1}``.
-        memo: ``bool`` array of shape ``(n, m/s + 1)``; row ``i`` holds device ``i``'s bits.
-        m: the mechanism's range.
-        s: the mechanism's segment size.
-        epsilon: the ε the memo bits were drawn with.
-    """
-
-    alphas: npt.NDArray[np.int64]
-    memo: npt.NDArray[np.bool_]
-    m: int
-    s: int
-    epsilon: float
-
-    def __len__(self) -> int:
-        return int(self.alphas.size)
-
-    def state(self, i: int) -> OneBitMeanState:
-        """Device ``i``'s state in the single-device form."""
-        packed = np.packbits(self.memo[i], bitorder="little").tobytes()
-        return OneBitMeanState(alpha=int(self.alphas[i]), memo=packed, m=self.m, s=self.s, epsilon=self.epsilon)
-
-    @classmethod
-    def from_states(cls, mechanism: OneBitMean, states: Sequence[OneBitMeanState]) -> OneBitMeanStates:
-        """Stack single-device states (each checked against ``mechanism``) into columns."""
-        for st in states:
-            mechanism.check_state(st)
-        alphas = np.fromiter((st.alpha for st in states), dtype=np.int64, count=len(states))
-        width = (mechanism.points + 7) // 8
-        raw = np.frombuffer(b"".join(st.memo for st in states), dtype=np.uint8).reshape(len(states), width)
-        memo = np.unpackbits(raw, axis=1, count=mechanism.points, bitorder="little").astype(np.bool_)
-        return cls(alphas=alphas, memo=memo, m=mechanism.m, s=mechanism.segment, epsilon=mechanism.epsilon)
-
-
 @dataclass(frozen=True, kw_only=True)
 class OneBitMean(MemoizedState):
     """1BitMean with α-point rounding, permanent memoization and output perturbation.
@@ -302,8 +221,9 @@ class OneBitMean(MemoizedState):
     """
 
     state_type: ClassVar[type[OneBitMeanState]] = OneBitMeanState
+    record_type: ClassVar[type[OneBitMeanRecord]] = OneBitMeanRecord
     name: ClassVar[str] = "one-bit-mean"
-    server: ClassVar[str] = "protocol.server.contract:Unsplit"  # both halves in this class, for now
+    server: ClassVar[str] = "protocol.server.one_bit_mean:OneBitMeanServer"
     kind: ClassVar[EstimateKind] = EstimateKind.MEAN
     privatization: ClassVar[Privatization] = Privatization.COUNTER
     value_type: ClassVar[ValueType] = ValueType.COUNT
@@ -410,38 +330,33 @@ class OneBitMean(MemoizedState):
     # --------------------------------------------------------------------------- client
 
     def setup(self, rng: RandomSource) -> OneBitMeanState:
-        """Draw a device's permanent α and memo bits (000 §3.1 steps 2-3)."""
-        return self.setup_many(1, rng).state(0)
+        """Draw a device's permanent α and memo bits (000 §3.1 steps 2-3).
 
-    def setup_many(self, n: int, rng: RandomSource) -> OneBitMeanStates:
-        """Draw ``n`` devices' permanent states at once; each is distributed as :meth:`setup`."""
-        check_int(n, "n", low=0)
-        big_l, points = self.segments, self.points
-        alphas = uniform_ints(rng, self.segment, n)
+        The words are consumed in the order of the server half's ``setup_many`` for one
+        device (α, then one draw below ``L`` per point, then one word per tie), so a seeded
+        device's state is the same on either path.
+        """
+        alpha = uniform_draws(rng, self.segment, 1)[0]
         # 000 §3.1 step 3, exact coins: the bit of point ℓ is [U < T_ℓ] for U uniform on
         # [0, L·2**64), U = u·2**64 + w with u uniform below L and w a uniform word. Compared
         # lexicographically, u decides unless it ties with T_ℓ's high part (probability 1/L),
         # so a word is drawn only for the ties: Pr[bit = 1] = T_ℓ / (L·2**64) exactly.
-        u = uniform_ints(rng, big_l, n * points).reshape(n, points)
-        high = self._threshold_high
-        memo = u < high
-        tie = u == high
-        memo[tie] = rng.words(int(np.count_nonzero(tie))) < np.broadcast_to(self._threshold_low, (n, points))[tie]
-        return OneBitMeanStates(alphas=alphas, memo=memo, m=self.m, s=self.segment, epsilon=self.epsilon)
+        thresholds = self.memo_thresholds
+        u = uniform_draws(rng, self.segments, self.points)
+        bits = [part < (t >> 64) for part, t in zip(u, thresholds, strict=True)]
+        ties = [ell for ell, (part, t) in enumerate(zip(u, thresholds, strict=True)) if part == (t >> 64)]
+        for ell, word in zip(ties, rng.draw(len(ties)), strict=True):
+            bits[ell] = word < (thresholds[ell] & (SCALE - 1))
+        # Point ℓ is bit ℓ of a little-endian integer: byte ℓ // 8, bit ℓ % 8 from the low end.
+        packed = int("".join("1" if bit else "0" for bit in reversed(bits)), 2)
+        memo = packed.to_bytes((self.points + 7) // 8, "little")
+        return OneBitMeanState(alpha=alpha, memo=memo, m=self.m, s=self.segment, epsilon=self.epsilon)
 
     @cached_property
-    def _thresholds(self) -> list[int]:
+    def memo_thresholds(self) -> tuple[int, ...]:
         """``T_ℓ = L·N_0 + ℓ·(N_L - N_0)``: point ℓ's memo bit is 1 with probability ``T_ℓ / (L·2**64)``."""
         low, high = self.low_coin.numerator, self.high_coin.numerator
-        return [self.segments * low + ell * (high - low) for ell in range(self.points)]
-
-    @cached_property
-    def _threshold_high(self) -> npt.NDArray[np.int64]:
-        return np.array([t >> 64 for t in self._thresholds], dtype=np.int64)
-
-    @cached_property
-    def _threshold_low(self) -> npt.NDArray[np.uint64]:
-        return np.array([t & (SCALE - 1) for t in self._thresholds], dtype=np.uint64)
+        return tuple(self.segments * low + ell * (high - low) for ell in range(self.points))
 
     def check_state(self, state: OneBitMeanState) -> None:
         """Refuse a state drawn under other parameters (or hand-built wrongly).
@@ -457,9 +372,14 @@ class OneBitMean(MemoizedState):
             raise StateError("one-bit-mean state: alpha or memo length does not fit the mechanism")
 
     def _check_value(self, value: object) -> int:
-        if isinstance(value, bool | np.bool_) or not isinstance(value, int | np.integer):
+        # A numpy integer scalar counts as the int it holds; it is recognised by its type's
+        # module, so that a device, which has no numpy, never imports it (numpy's bool is no
+        # numbers.Integral, so it stays refused like bool).
+        if type(value).__module__ == "numpy" and isinstance(value, numbers.Integral):
+            value = int(value)
+        if isinstance(value, bool) or not isinstance(value, int):
             raise InputError(f"one-bit-mean takes an integer counter in [0, {self.m}]; got {value!r}")
-        x = int(value)
+        x = value
         if not 0 <= x <= self.m:
             raise InputError(f"one-bit-mean counter must lie in [0, {self.m}]; got {x}")
         return x
@@ -486,47 +406,16 @@ class OneBitMean(MemoizedState):
         bit = state.bit(self.rounded_index(value, state.alpha))
         flip = self.flip_coin.numerator
         # 000 §4: a fresh coin every report; γ = 0 draws nothing.
-        if flip and int(rng.words(1)[0]) < flip:
+        if flip and rng.draw(1)[0] < flip:
             bit ^= 1
         return OneBitMeanRecord(bit), state
-
-    def privatize_many(self, values: npt.ArrayLike, states: OneBitMeanStates, rng: RandomSource) -> OneBitMeanBatch:
-        """Privatize ``values[i]`` with device ``i``'s state; same distribution as :meth:`privatize`.
-
-        Raises:
-            InputError: if a value is not an integer in ``[0, m]``.
-            StateError: if ``states`` do not fit this mechanism or the number of values.
-        """
-        v = np.asarray(values)
-        if v.ndim != 1 or v.dtype.kind not in "iu":
-            raise InputError(
-                f"one-bit-mean takes a 1-d integer array of counters; got dtype {v.dtype}, shape {v.shape}"
-            )
-        n = int(v.size)
-        if (states.m, states.s, states.epsilon) != (self.m, self.segment, self.epsilon):
-            raise StateError("one-bit-mean states were drawn for other parameters")
-        if states.alphas.shape != (n,) or states.memo.shape != (n, self.points):
-            raise StateError(f"one-bit-mean states do not match {n} values and {self.points} points")
-        if n and (int(v.min()) < 0 or int(v.max()) > self.m):
-            raise InputError(f"one-bit-mean counters must lie in [0, {self.m}]")
-        x = v.astype(np.int64, copy=False)
-        s = self.segment
-        idx = x // s + ((x % s + states.alphas) >= s)
-        bits = states.memo[np.arange(n), idx].astype(np.uint8)
-        if self.flip_coin.numerator:
-            bits ^= bernoulli(rng, self.flip_coin, n).astype(np.uint8)
-        return OneBitMeanBatch(bits)
 
     def output_distribution(self, value: CounterValue) -> dict[int, Fraction]:
         """Exact ``Pr[output | value]`` of a fresh device, as the coins implement it."""
         p = self.report_probability(value)
         return {1: p, 0: 1 - p}
 
-    # --------------------------------------------------------------------------- server
-
-    def batch(self, records: Sequence[OneBitMeanRecord]) -> OneBitMeanBatch:
-        """Records in columnar form."""
-        return OneBitMeanBatch(np.fromiter((r.bit for r in records), dtype=np.uint8, count=len(records)))
+    # --------------------------------------------------------------------------- wire
 
     def encode_records(self, records: Sequence[OneBitMeanRecord]) -> list[Any]:
         """The records' compact wire form: a list of 0/1 integers."""
@@ -536,29 +425,6 @@ class OneBitMean(MemoizedState):
     def max_record_bytes(self) -> int:
         """Most bytes one record takes in a report: one bit."""
         return encoded_size(1)
-
-    def decode_records(self, raw: object) -> OneBitMeanBatch:
-        """Strictly decode the wire form of :meth:`encode_records`.
-
-        Raises:
-            MalformedReportError: ``bad-type`` or ``out-of-range``, naming ``records[i]``.
-        """
-        if not isinstance(raw, list):
-            raise MalformedReportError("bad-type", "records", "expected a list of bits")
-        # Fast path in C (type() also rejects bool, a subclass of int); the loop below only
-        # runs to name the first bad record.
-        if set(map(type, raw)) <= {int} and set(raw) <= {0, 1}:
-            return OneBitMeanBatch(np.array(raw, dtype=np.uint8))
-        for i, bit in enumerate(raw):
-            if type(bit) is not int:
-                raise MalformedReportError("bad-type", f"records[{i}]", "expected an integer bit")
-            if bit not in (0, 1):
-                raise MalformedReportError("out-of-range", f"records[{i}]", "a bit is 0 or 1")
-        return OneBitMeanBatch(np.array(raw, dtype=np.uint8))
-
-    def new_aggregate(self) -> OneBitMeanAggregate:
-        """An empty aggregate."""
-        return OneBitMeanAggregate(self)
 
     # --- the contract of protocol.interfaces (plain forms for the shells)
 
@@ -590,65 +456,6 @@ class OneBitMean(MemoizedState):
     def counter_input(self, total: float) -> int:
         """A period's total, clipped to ``m``: 000 §1.1 assumes counters bounded by ``m``."""
         return min(int(total), self.m)
-
-    def encode_plain(self, records: Sequence[object]) -> list[object]:
-        """Typed records in wire form."""
-        return list(self.encode_records([own(r, OneBitMeanRecord, "one-bit-mean record") for r in records]))
-
-    def empty_batch(self) -> OneBitMeanBatch:
-        """No records."""
-        return self.batch([])
-
-    def restore_aggregate(self, data: object) -> OneBitMeanAggregate:
-        """An aggregate saved with ``to_plain``."""
-        return OneBitMeanAggregate.from_plain(self, data)
-
-    def fold(self, aggregate: Aggregate, batch: Batch) -> None:
-        """Fold a batch into an aggregate of this mechanism."""
-        own(aggregate, OneBitMeanAggregate, "one-bit-mean aggregate").add(own(batch, OneBitMeanBatch, "batch"))
-
-    def estimate_mean(self, aggregate: Aggregate) -> Estimate:
-        """The mean counter (000 eq. 2)."""
-        return own(aggregate, OneBitMeanAggregate, "one-bit-mean aggregate").estimate()
-
-    def estimate_count(self, aggregate: Aggregate) -> None:
-        """A mean has no count."""
-        return
-
-    def plan(self, n: float) -> PlanFigures:
-        """The worst-case SE ``m / (2 c sqrt n)`` (000 eq. 2 at ``λ = 1/2``), for the implemented coins."""
-        _, c = self.affine_coefficients
-        return PlanFigures(
-            n=n,
-            standard_error=self.m / (2 * float(c) * math.sqrt(n)),
-            unit="mean",
-            figures=self.privacy_figures(),
-            formulas=(
-                "SE <= m/(2c sqrt n), c = (e^eps'-1)/(e^eps'+1); eps' = eps without perturbation (000 eq. 2, §4)",
-                "000 Thm 5: counters sharing the bound cost eps'' = eps' + e^eps' - 1",
-            ),
-        )
-
-
-class OneBitMeanAggregate(BitSumAggregate[OneBitMean]):
-    """``Σb`` and ``n`` for one period (exact integers); merges by addition."""
-
-    label = "one-bit-mean aggregate"
-
-    def estimate(self) -> Estimate:
-        """The mean counter of the reporting devices (000 eq. 2, inverted for γ), with its SE.
-
-        NaN with ``n = 0``. The SE is the Jensen upper bound of the module docstring.
-        """
-        if self._n == 0:
-            return Estimate(math.nan, math.nan, 0)
-        a, c = self.mechanism.affine_coefficients
-        m = self.mechanism.m
-        lam = Fraction(self.ones, self._n)
-        value = m * (lam - a) / c
-        clipped = float(min(max(lam, a), a + c))
-        se = m / float(c) * math.sqrt(clipped * (1 - clipped) / self._n)
-        return Estimate(float(value), se, self._n)
 
 
 ENTRY: Final = MechanismEntry(name=OneBitMean.name, build=OneBitMean, epsilon_parameter=True)

@@ -2,7 +2,8 @@
 
 Saved states and aggregates are dicts of ``int``, ``float``, ``str``, ``bytes``, lists and
 dicts only, so they serialise to msgpack (and back) without custom hooks. Arrays travel
-as ``{"dtype": str, "shape": [...], "data": bytes}`` in little-endian order.
+as ``{"dtype": str, "shape": [...], "data": bytes}`` in little-endian order. Fields are read
+with :func:`protocol.checks.require` (pure Python: device state is checked with it too).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from protocol.checks import require
 from protocol.errors import StateError
 
 __all__ = ["array_from_plain", "array_to_plain", "require"]
@@ -47,17 +49,3 @@ def array_from_plain(data: object, *, dtype: str, shape: tuple[int, ...], field:
     if not isinstance(raw, bytes) or len(raw) != itemsize * count:
         raise StateError(f"{field}: expected {itemsize * count} bytes of array data")
     return np.frombuffer(raw, dtype=want).reshape(shape).astype(np.dtype(dtype), copy=True)
-
-
-def require(data: object, key: str, kind: type | tuple[type, ...], *, where: str) -> Any:
-    """``data[key]``, checked to be a ``kind``; a clear :class:`StateError` otherwise."""
-    if not isinstance(data, dict):
-        raise StateError(f"{where}: expected a mapping, got {type(data).__name__}")
-    if key not in data:
-        raise StateError(f"{where}: missing field {key!r}")
-    value = data[key]
-    if isinstance(value, bool) and kind is int:
-        raise StateError(f"{where}.{key}: expected int, got bool")
-    if not isinstance(value, kind):
-        raise StateError(f"{where}.{key}: expected {kind}, got {type(value).__name__}")
-    return value

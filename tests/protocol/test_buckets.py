@@ -20,6 +20,7 @@ from protocol.buckets import (
     buckets_from_plain,
 )
 from protocol.errors import InputError, ParameterError
+from protocol.server.buckets import buckets_of
 
 DAY = LinearBuckets(low=0, high=86_400, count=32)
 TENTHS = LinearBuckets(low=0, high=1, count=10)
@@ -109,12 +110,12 @@ def test_vectorised_equals_scalar_at_the_edges(b: Buckets) -> None:
     for dtype in (np.int64, np.uint64, np.int32, np.uint16, np.int8):
         info = np.iinfo(dtype)
         sel = [v for v in ints if info.min <= v <= info.max]
-        got = b.buckets_of(np.array(sel, dtype=dtype))
+        got = buckets_of(b, np.array(sel, dtype=dtype))
         assert got.dtype == np.int64
         assert got.tolist() == [b.bucket_of(v) for v in sel], dtype
-    assert b.buckets_of(np.array(floats)).tolist() == [b.bucket_of(v) for v in floats]
+    assert buckets_of(b, np.array(floats)).tolist() == [b.bucket_of(v) for v in floats]
     f32 = np.array([v for v in floats if v < 1e38], dtype=np.float32)
-    assert b.buckets_of(f32).tolist() == [b.bucket_of(v) for v in f32]
+    assert buckets_of(b, f32).tolist() == [b.bucket_of(v) for v in f32]
 
 
 @given(
@@ -124,8 +125,8 @@ def test_vectorised_equals_scalar_at_the_edges(b: Buckets) -> None:
 )
 def test_vectorised_equals_scalar_property(b: Buckets, ints: list[int], floats: list[float]) -> None:
     """For arbitrary non-negative ints and floats, the vectorised and scalar paths agree."""
-    assert b.buckets_of(np.array(ints, dtype=np.int64)).tolist() == [b.bucket_of(v) for v in ints]
-    assert b.buckets_of(np.array(floats, dtype=np.float64)).tolist() == [b.bucket_of(v) for v in floats]
+    assert buckets_of(b, np.array(ints, dtype=np.int64)).tolist() == [b.bucket_of(v) for v in ints]
+    assert buckets_of(b, np.array(floats, dtype=np.float64)).tolist() == [b.bucket_of(v) for v in floats]
 
 
 @pytest.mark.parametrize("bad", [-1, -0.5, math.nan, math.inf, -math.inf, True, "3", None, np.bool_(True)])
@@ -142,7 +143,7 @@ def test_bad_scalar_values_are_refused(bad: object) -> None:
 def test_bad_arrays_are_refused(bad: np.ndarray[Any, Any]) -> None:
     """A negative, NaN or infinite entry, or a non-numeric array, is refused as a whole."""
     with pytest.raises(InputError):
-        DAY.buckets_of(bad)
+        buckets_of(DAY, bad)
 
 
 def test_numpy_scalars_are_accepted() -> None:

@@ -14,16 +14,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from protocol.buckets import LinearBuckets
-from protocol.dbitflip import (
-    DBitFlip,
-    DBitFlipAggregate,
-    DBitFlipBatch,
-    DBitFlipRecord,
-    DBitFlipState,
-    DBitFlipStates,
-)
+from protocol.dbitflip import DBitFlip, DBitFlipRecord, DBitFlipState
 from protocol.errors import InputError, MalformedReportError, ParameterError, StateError
 from protocol.randomness import SeededRandom
+from protocol.server.buckets import buckets_of
+from protocol.server.dbitflip import DBitFlipAggregate, DBitFlipBatch, DBitFlipServer, DBitFlipStates
 from tests.protocol.ldp import assert_tight_ldp
 
 DAY = 86_400
@@ -70,12 +65,13 @@ def test_coins_are_complements_and_round_down() -> None:
 def test_fresh_device_report_matches_the_exact_distribution(d: int, memoize: bool) -> None:
     """Seeded: reports of freshly set-up devices (setup_many then privatize_many) follow output_distribution (5 SE)."""
     mech = DBitFlip(epsilon=2.0, buckets=SIX, d=d, memoize=memoize)
+    server = DBitFlipServer(mech)
     rng = SeededRandom(11)
     n = 60_000
     for value in (0, 4):
         exact = mech.output_distribution(value)
-        states = mech.setup_many(n, rng)
-        batch = mech.privatize_many(np.full(n, value), rng, states=states)
+        states = server.setup_many(n, rng)
+        batch = server.privatize_many(np.full(n, value), rng, states=states)
         seen = Counter(zip(map(tuple, batch.buckets.tolist()), map(tuple, batch.bits.tolist()), strict=True))
         assert set(seen) <= set(exact)
         for outcome, prob in exact.items():
@@ -120,7 +116,7 @@ def test_bucket_sets_are_uniform() -> None:
     n = 120_000
     for k, d in [(6, 2), (6, 5), (7, 3), (20, 10), (20, 18)]:
         mech = DBitFlip(epsilon=1.0, buckets=LinearBuckets(low=0, high=k, count=k), d=d, memoize=False)
-        sets = mech.setup_many(n, rng).buckets
+        sets = DBitFlipServer(mech).setup_many(n, rng).buckets
         assert np.all(np.diff(sets, axis=1) > 0)
         if math.comb(k, d) <= 200:
             p = 1 / math.comb(k, d)
@@ -169,14 +165,37 @@ def test_memo_table_is_keyed_by_bucket_and_holds_no_counter() -> None:
         assert msgpack.packb(after.to_plain()) == before
 
 
+@pytest.mark.parametrize(
+    ("k", "d"),
+    # every way of drawing the buckets: all of them, by rejection of repeats, by a partial
+    # Fisher-Yates shuffle, and through the complement of either
+    [(6, 6), (32, 1), (32, 4), (6, 5), (20, 10), (20, 18), (64, 40)],
+)
+@pytest.mark.parametrize("memoize", [True, False])
+def test_device_half_draws_what_the_vectorised_paths_draw(k: int, d: int, memoize: bool) -> None:
+    """The device's pure setup is setup_many's state for one device from the same seed, and its
+    privatize, value after value, gives privatize_many's records (with the same states) from the same coins."""
+    mech = DBitFlip(epsilon=1.0, buckets=LinearBuckets(low=0, high=k, count=k), d=d, memoize=memoize)
+    server = DBitFlipServer(mech)
+    for seed in range(20):
+        assert mech.setup(SeededRandom(seed)) == server.setup_many(1, SeededRandom(seed)).row(0)
+    states = server.setup_many(200, SeededRandom(40))
+    values = np.arange(200) * 7 % k
+    rng = SeededRandom(41)
+    records = [mech.privatize(int(values[i]), states.row(i), rng)[0] for i in range(200)]
+    many = server.privatize_many(values, SeededRandom(41), states=states)
+    assert mech.encode_records(records) == server.encode_batch(many)
+
+
 def test_memo_paths_agree() -> None:
     """privatize, privatize_many(states=...) and DBitFlipState.answer give the same memoized bits."""
     mech = _mech(3)
     rng = SeededRandom(23)
-    states = mech.setup_many(200, rng)
+    server = DBitFlipServer(mech)
+    states = server.setup_many(200, rng)
     values = np.arange(200) * 431 % DAY
-    batch = mech.privatize_many(values, rng, states=states)
-    again = mech.privatize_many(values, rng, states=states)
+    batch = server.privatize_many(values, rng, states=states)
+    again = server.privatize_many(values, rng, states=states)
     assert np.array_equal(batch.bits, again.bits)
     for i in range(200):
         record, _ = mech.privatize(int(values[i]), states.row(i), rng)
@@ -216,12 +235,13 @@ def _population(kind: str, n: int) -> npt.NDArray[Any]:
 
 def _monte_carlo(mech: DBitFlip, values: npt.NDArray[Any], reps: int, seed: int) -> dict[str, Any]:
     """``reps`` independent rounds of fresh devices: the truth and both estimators' values and SEs per round."""
-    truth = np.bincount(mech.buckets.buckets_of(values), minlength=mech.k) / values.size
+    truth = np.bincount(buckets_of(mech.buckets, values), minlength=mech.k) / values.size
     rng = SeededRandom(seed)
+    server = DBitFlipServer(mech)
     out = {name: (np.empty((reps, mech.k)), np.empty((reps, mech.k))) for name in ("eq3", "normalised")}
     for r in range(reps):
-        agg = mech.new_aggregate()
-        agg.add(mech.privatize_many(values, rng))
+        agg = server.new_aggregate()
+        agg.add(server.privatize_many(values, rng))
         for name, (est, se) in out.items():
             e = agg.estimate(normalised=name == "normalised")
             est[r], se[r] = e.values, e.standard_errors
@@ -277,18 +297,19 @@ def test_estimate_of_memoized_devices_is_unbiased() -> None:
     mech = _mech(4)
     values = _population("normal", 50_000)
     rng = SeededRandom(51)
-    states = mech.setup_many(values.size, rng)
-    agg = mech.new_aggregate()
-    agg.add(mech.privatize_many(values, rng, states=states))
+    server = DBitFlipServer(mech)
+    states = server.setup_many(values.size, rng)
+    agg = server.new_aggregate()
+    agg.add(server.privatize_many(values, rng, states=states))
     est = agg.estimate()
-    truth = np.bincount(DAY_BUCKETS.buckets_of(values), minlength=32) / values.size
+    truth = np.bincount(buckets_of(DAY_BUCKETS, values), minlength=32) / values.size
     assert np.all(np.abs(est.values - truth) <= 5 * est.standard_errors)
     assert agg.n == values.size
 
 
 def test_empty_aggregate_estimates_nan() -> None:
     """No reports: NaN estimates, n = 0."""
-    est = _mech(2).new_aggregate().estimate()
+    est = DBitFlipServer(_mech(2)).new_aggregate().estimate()
     assert est.n == 0
     assert np.all(np.isnan(est.values))
 
@@ -334,7 +355,7 @@ def test_bad_values_are_refused(bad: object) -> None:
         mech.privatize(bad, state, rng)  # type: ignore[arg-type]
     if isinstance(bad, float):
         with pytest.raises(InputError):
-            mech.privatize_many(np.array([1.0, bad]), rng)
+            DBitFlipServer(mech).privatize_many(np.array([1.0, bad]), rng)
 
 
 def test_foreign_state_is_refused() -> None:
@@ -344,8 +365,9 @@ def test_foreign_state_is_refused() -> None:
         _mech(2).privatize(5, _mech(3).setup(rng), rng)
     with pytest.raises(StateError):
         _mech(2).privatize(5, _mech(2, memoize=False).setup(rng), rng)
+    states = DBitFlipServer(_mech(2, memoize=False)).setup_many(1, rng)
     with pytest.raises(StateError):
-        _mech(2).privatize_many(np.array([5]), rng, states=_mech(2, memoize=False).setup_many(1, rng))
+        DBitFlipServer(_mech(2)).privatize_many(np.array([5]), rng, states=states)
 
 
 @pytest.mark.parametrize(
@@ -388,23 +410,24 @@ def test_state_padding_must_be_zero() -> None:
 def test_wire_round_trip(d: int) -> None:
     """encode_records / encode_batch -> msgpack -> decode_records reproduces the batch."""
     mech = _mech(d)
+    server = DBitFlipServer(mech)
     rng = SeededRandom(71)
     values = np.arange(100) * 977 % DAY
-    states = mech.setup_many(100, rng)
-    batch = mech.privatize_many(values, rng, states=states)
+    states = server.setup_many(100, rng)
+    batch = server.privatize_many(values, rng, states=states)
     records = [mech.privatize(int(values[i]), states.row(i), rng)[0] for i in range(100)]
     wire = mech.encode_records(records)
-    assert wire == mech.encode_batch(batch)
+    assert wire == server.encode_batch(batch)
     assert all(len(w[1]) == (d + 7) // 8 for w in wire)
-    back = mech.decode_records(msgpack.unpackb(msgpack.packb(wire)))
+    back = server.decode_records(msgpack.unpackb(msgpack.packb(wire)))
     assert np.array_equal(back.buckets, batch.buckets)
     assert np.array_equal(back.bits, batch.bits)
     assert back.buckets.dtype == np.int64
     assert back.bits.dtype == np.uint8
-    same = mech.batch(records)
+    same = server.batch(records)
     assert np.array_equal(same.buckets, batch.buckets)
     assert np.array_equal(same.bits, batch.bits)
-    empty = mech.decode_records([])
+    empty = server.decode_records([])
     assert len(empty) == 0
     assert empty.buckets.shape == (0, d)
 
@@ -437,13 +460,13 @@ def test_wire_round_trip(d: int) -> None:
 def test_strict_decode(raw: object, reason: str, field: str) -> None:
     """Each malformed record is refused with its reason and field."""
     with pytest.raises(MalformedReportError) as info:
-        _mech(3).decode_records(raw)
+        DBitFlipServer(_mech(3)).decode_records(raw)
     assert (info.value.reason, info.value.field) == (reason, field)
 
 
 def test_decode_accepts_any_order_of_distinct_buckets() -> None:
     """Bucket order is not meaningful; distinct in-range buckets in any order decode with their bits."""
-    batch = _mech(3).decode_records([[[5, 1, 3], b"\xa0"]])
+    batch = DBitFlipServer(_mech(3)).decode_records([[[5, 1, 3], b"\xa0"]])
     assert batch.buckets.tolist() == [[5, 1, 3]]
     assert batch.bits.tolist() == [[1, 0, 1]]
 
@@ -465,7 +488,7 @@ def test_decode_is_total(raw: object) -> None:
     """Any object msgpack can produce either decodes or raises MalformedReportError, nothing else."""
     mech = _mech(2)
     try:
-        batch = mech.decode_records(raw)
+        batch = DBitFlipServer(mech).decode_records(raw)
     except MalformedReportError:
         return
     assert batch.buckets.shape == batch.bits.shape == (len(batch), 2)
@@ -481,7 +504,7 @@ def test_decode_of_valid_records_is_exact(rows: list[tuple[list[int], int]]) -> 
     """Valid records (any distinct bucket pair, any bits) decode to exactly those buckets and bits."""
     mech = DBitFlip(epsilon=1.0, buckets=SIX, d=2)
     raw = [[js, bytes([bits << 6])] for js, bits in rows]
-    batch = mech.decode_records(raw)
+    batch = DBitFlipServer(mech).decode_records(raw)
     assert batch.buckets.tolist() == [js for js, _ in rows]
     assert batch.bits.tolist() == [[bits >> 1, bits & 1] for _, bits in rows]
 
@@ -495,7 +518,7 @@ _batches = st.lists(
 
 
 def _agg(mech: DBitFlip, rows: list[tuple[list[int], int]]) -> DBitFlipAggregate:
-    agg = mech.new_aggregate()
+    agg = DBitFlipServer(mech).new_aggregate()
     agg.add(
         DBitFlipBatch(
             np.array([js for js, _ in rows], dtype=np.int64).reshape(-1, 2),
@@ -544,7 +567,7 @@ def test_aggregate_from_plain_checks_consistency() -> None:
 def test_merge_refuses_other_mechanisms() -> None:
     """Aggregates of different parameters do not merge."""
     with pytest.raises(ValueError, match="different"):
-        _mech(2).new_aggregate().merge(_mech(3).new_aggregate())
+        DBitFlipServer(_mech(2)).new_aggregate().merge(DBitFlipServer(_mech(3)).new_aggregate())
 
 
 def test_record_and_batch_shapes() -> None:
@@ -555,5 +578,5 @@ def test_record_and_batch_shapes() -> None:
     assert isinstance(record, DBitFlipRecord)
     assert len(record.buckets) == len(record.bits) == 4
     assert set(record.bits) <= {0, 1}
-    batch = mech.batch([record, record])
+    batch = DBitFlipServer(mech).batch([record, record])
     assert batch.buckets.shape == batch.bits.shape == (2, 4)

@@ -10,7 +10,10 @@ import pytest
 
 # Each module here is a device half (or what one needs); a split mechanism adds its own.
 DEVICE_MODULES = [
+    "protocol.buckets",
+    "protocol.dbitflip",
     "protocol.hashing",
+    "protocol.one_bit_mean",
     "protocol.randomized_response",
     "protocol.randomness",
 ]
@@ -22,3 +25,40 @@ def test_a_device_half_loads_no_numpy(module: str) -> None:
     code = f"import sys, {module}; print('numpy' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False", f"{module} imports numpy"
+
+
+# Sets up a device and privatizes one counter value with each of 1BitMean and dBitFlip (with and
+# without its memo), with the OS's coins, as an agent does; prints the records and whether numpy
+# was loaded.
+_ONE_BIT_MEAN_AND_DBITFLIP = """
+import sys
+from protocol.buckets import ExponentialBuckets, LinearBuckets
+from protocol.dbitflip import DBitFlip
+from protocol.one_bit_mean import OneBitMean
+from protocol.randomness import SystemRandom
+
+rng = SystemRandom()
+mechanisms = [
+    OneBitMean(epsilon=1.0, m=21_600, gamma=0.2),
+    OneBitMean(epsilon=1.0, m=86_400, s=4_320),
+    DBitFlip(epsilon=1.0, buckets=LinearBuckets(low=0, high=86_400, count=32), d=4),
+    DBitFlip(epsilon=1.0, buckets=ExponentialBuckets(start=60, factor=2, count=12), d=3, memoize=False),
+]
+for mech in mechanisms:
+    state = mech.setup_plain(rng)
+    value = mech.counter_input(mech.check_value(mech.parse_value("5400")))
+    record, state = mech.privatize_plain(value, state, rng)
+    mech.check_state_plain(state)
+    print(repr(record))
+print("numpy" in sys.modules)
+"""
+
+
+def test_one_bit_mean_and_dbitflip_privatize_without_numpy() -> None:
+    """1BitMean and dBitFlip set up a device and privatize a value in a fresh interpreter; numpy stays unloaded."""
+    out = subprocess.run([sys.executable, "-c", _ONE_BIT_MEAN_AND_DBITFLIP], capture_output=True, text=True, check=True)
+    lines = out.stdout.strip().splitlines()
+    assert len(lines) == 5, out.stdout
+    assert lines[0] in ("0", "1")
+    assert lines[2].startswith("[[")
+    assert lines[-1] == "False", "privatizing loaded numpy"

@@ -16,16 +16,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from protocol.errors import InputError, MalformedReportError, ParameterError, StateError
-from protocol.one_bit_mean import (
-    OneBitMean,
-    OneBitMeanAggregate,
-    OneBitMeanBatch,
-    OneBitMeanState,
-    OneBitMeanStates,
-    epsilon_prime,
-    theorem5_epsilon,
-)
+from protocol.one_bit_mean import OneBitMean, OneBitMeanState, epsilon_prime, theorem5_epsilon
 from protocol.randomness import SeededRandom
+from protocol.server.one_bit_mean import OneBitMeanAggregate, OneBitMeanBatch, OneBitMeanServer, OneBitMeanStates
 from tests.protocol.ldp import assert_tight_ldp
 
 SMALL_M = 240
@@ -86,7 +79,7 @@ def rounded_indices_via_privatize(mech: OneBitMean, xs: npt.NDArray[np.int64], a
     for k in range(1, points):
         memo = np.broadcast_to(np.arange(points) >= k, (n, points)).copy()
         states = OneBitMeanStates(alphas=alphas, memo=memo, m=mech.m, s=mech.segment, epsilon=mech.epsilon)
-        index += mech.privatize_many(xs, states, SeededRandom(0)).bits
+        index += OneBitMeanServer(mech).privatize_many(xs, states, SeededRandom(0)).bits
     return index
 
 
@@ -118,18 +111,37 @@ def test_rounding_rule_matches_the_paper_and_single_path() -> None:
             low = (x // 12) * 12
             expected = low if x + alpha < low + 12 else low + 12
             assert mech.rounded_index(x, alpha) * 12 == (SMALL_M if x == SMALL_M else expected)
-    states = mech.setup_many(50, rng)
+    server = OneBitMeanServer(mech)
+    states = server.setup_many(50, rng)
     xs = np.arange(50, dtype=np.int64) * 4
-    many = mech.privatize_many(xs, states, rng).bits
+    many = server.privatize_many(xs, states, rng).bits
     singles = [mech.privatize(int(x), states.state(i), rng)[0].bit for i, x in enumerate(xs)]
     assert many.tolist() == singles
+
+
+@pytest.mark.parametrize("gamma", [0.0, 0.2])
+@pytest.mark.parametrize("s", [SMALL_M, 12, 1])
+def test_device_half_draws_what_the_vectorised_paths_draw(s: int, gamma: float) -> None:
+    """The device's pure setup is setup_many's state for one device from the same seed, and its
+    privatize, value after value, gives privatize_many's records from the same coins."""
+    mech = OneBitMean(epsilon=1.0, m=SMALL_M, s=s, gamma=gamma)
+    server = OneBitMeanServer(mech)
+    for seed in range(20):
+        assert mech.setup(SeededRandom(seed)) == server.setup_many(1, SeededRandom(seed)).state(0)
+    states = server.setup_many(300, SeededRandom(30))
+    xs = np.arange(300, dtype=np.int64) * 37 % (SMALL_M + 1)
+    rng = SeededRandom(31)
+    records = [mech.privatize(int(x), states.state(i), rng)[0] for i, x in enumerate(xs)]
+    many = server.privatize_many(xs, states, SeededRandom(31))
+    assert server.batch(records).bits.tolist() == many.bits.tolist()
+    assert mech.encode_records(records) == many.bits.tolist()
 
 
 def test_setup_draws_alpha_and_memo_with_the_implemented_probabilities() -> None:
     """α is uniform on {0..s-1} and each memo bit has its exact coin probability (5 SE, n = 2·10^5)."""
     mech = OneBitMean(epsilon=1.0, m=DAY, s=DAY // 20)
     n = 200_000
-    states = mech.setup_many(n, SeededRandom(11))
+    states = OneBitMeanServer(mech).setup_many(n, SeededRandom(11))
     assert states.alphas.min() >= 0
     assert states.alphas.max() < mech.segment
     # α in 20 equal bins of width s/20.
@@ -191,7 +203,7 @@ def test_perturbation_flips_fresh_coins_and_never_touches_the_memo() -> None:
 def test_states_columns_round_trip() -> None:
     """Columnar states split into single states and stack back unchanged."""
     mech = OneBitMean(epsilon=2.0, m=SMALL_M, s=12)
-    states = mech.setup_many(30, SeededRandom(24))
+    states = OneBitMeanServer(mech).setup_many(30, SeededRandom(24))
     singles = [states.state(i) for i in range(30)]
     again = OneBitMeanStates.from_states(mech, singles)
     assert np.array_equal(again.alphas, states.alphas)
@@ -229,11 +241,12 @@ def test_unbiased_with_honest_standard_error(s: int) -> None:
     rng = SeededRandom(1000 + s)
     results: dict[tuple[str, float], list[tuple[float, float]]] = {}
     for _ in range(reps):
-        states = mechs[0].setup_many(n, rng)
+        states = OneBitMeanServer(mechs[0]).setup_many(n, rng)
         for mech in mechs:
+            server = OneBitMeanServer(mech)
             for name, values in data.items():
-                agg = mech.new_aggregate()
-                agg.add(mech.privatize_many(values, states, rng))
+                agg = server.new_aggregate()
+                agg.add(server.privatize_many(values, states, rng))
                 est = agg.estimate()
                 results.setdefault((name, mech.gamma), []).append((est.value, est.standard_error))
     for (name, gamma), pairs in results.items():
@@ -270,7 +283,7 @@ def test_estimator_is_eq2_for_exact_coins_and_inverts_perturbation() -> None:
     agg = OneBitMeanAggregate(mech, ones=600, n=1000)
     e = math.e
     assert math.isclose(agg.estimate().value, SMALL_M * (0.6 * (e + 1) - 1) / (e - 1), rel_tol=1e-12)
-    empty = mech.new_aggregate().estimate()
+    empty = OneBitMeanServer(mech).new_aggregate().estimate()
     assert math.isnan(empty.value)
     assert empty.n == 0
 
@@ -330,9 +343,9 @@ def test_bad_values_are_refused(bad: object, rng: SeededRandom) -> None:
 )
 def test_bad_batches_are_refused(values: Any, rng: SeededRandom) -> None:
     """privatize_many refuses non-integer or out-of-range arrays."""
-    mech = OneBitMean(epsilon=1.0, m=SMALL_M, s=12)
+    server = OneBitMeanServer(OneBitMean(epsilon=1.0, m=SMALL_M, s=12))
     with pytest.raises(InputError):
-        mech.privatize_many(values, mech.setup_many(2, rng), rng)
+        server.privatize_many(values, server.setup_many(2, rng), rng)
 
 
 def test_numpy_integers_are_values(rng: SeededRandom) -> None:
@@ -340,14 +353,16 @@ def test_numpy_integers_are_values(rng: SeededRandom) -> None:
     mech = OneBitMean(epsilon=1.0, m=SMALL_M, s=12)
     state = mech.setup(rng)
     assert mech.privatize(np.int64(5), state, rng)[0] == mech.privatize(5, state, rng)[0]
-    states = mech.setup_many(3, rng)
-    bits = mech.privatize_many(np.array([0, 5, SMALL_M], dtype=np.uint16), states, rng).bits
-    assert bits.tolist() == mech.privatize_many(np.array([0, 5, SMALL_M]), states, rng).bits.tolist()
+    server = OneBitMeanServer(mech)
+    states = server.setup_many(3, rng)
+    bits = server.privatize_many(np.array([0, 5, SMALL_M], dtype=np.uint16), states, rng).bits
+    assert bits.tolist() == server.privatize_many(np.array([0, 5, SMALL_M]), states, rng).bits.tolist()
 
 
 def test_states_of_other_parameters_are_refused(rng: SeededRandom) -> None:
     """A state drawn for other m, s or ε cannot be used or restored: memo bits are never reinterpreted."""
     mech = OneBitMean(epsilon=1.0, m=SMALL_M, s=12)
+    server = OneBitMeanServer(mech)
     for other in (OneBitMean(epsilon=1.0, m=SMALL_M, s=24), OneBitMean(epsilon=0.5, m=SMALL_M, s=12)):
         state = other.setup(rng)
         with pytest.raises(StateError):
@@ -355,9 +370,9 @@ def test_states_of_other_parameters_are_refused(rng: SeededRandom) -> None:
         with pytest.raises(StateError):
             OneBitMeanState.from_plain(mech, state.to_plain())
         with pytest.raises(StateError):
-            mech.privatize_many(np.array([1]), other.setup_many(1, rng), rng)
+            server.privatize_many(np.array([1]), OneBitMeanServer(other).setup_many(1, rng), rng)
     with pytest.raises(StateError):
-        mech.privatize_many(np.array([1, 2]), mech.setup_many(3, rng), rng)
+        server.privatize_many(np.array([1, 2]), server.setup_many(3, rng), rng)
     # γ does not change the memo: a state serves every γ.
     OneBitMean(epsilon=1.0, m=SMALL_M, s=12, gamma=0.2).privatize(3, mech.setup(rng), rng)
 
@@ -423,7 +438,7 @@ def test_malformed_aggregate_is_refused(data: object) -> None:
 def test_wire_decode_is_strict(raw: object, reason: str, field: str) -> None:
     """Malformed record lists raise MalformedReportError with the reason and the field."""
     with pytest.raises(MalformedReportError) as info:
-        OneBitMean(epsilon=1.0, m=10).decode_records(raw)
+        OneBitMeanServer(OneBitMean(epsilon=1.0, m=10)).decode_records(raw)
     assert (info.value.reason, info.value.field) == (reason, field)
 
 
@@ -432,8 +447,9 @@ def test_wire_round_trip(rng: SeededRandom) -> None:
     mech = OneBitMean(epsilon=1.0, m=SMALL_M, s=12, gamma=0.2)
     state = mech.setup(rng)
     records = [mech.privatize(x, state, rng)[0] for x in range(0, SMALL_M + 1, 7)]
-    decoded = mech.decode_records(msgpack.unpackb(msgpack.packb(mech.encode_records(records))))
-    assert decoded.bits.tolist() == mech.batch(records).bits.tolist()
+    server = OneBitMeanServer(mech)
+    decoded = server.decode_records(msgpack.unpackb(msgpack.packb(mech.encode_records(records))))
+    assert decoded.bits.tolist() == server.batch(records).bits.tolist()
 
 
 _plain = st.recursive(
@@ -447,7 +463,7 @@ _plain = st.recursive(
 def test_decode_is_total(raw: object) -> None:
     """Any msgpack-shaped object either decodes to bits or raises MalformedReportError."""
     try:
-        batch = OneBitMean(epsilon=1.0, m=10).decode_records(raw)
+        batch = OneBitMeanServer(OneBitMean(epsilon=1.0, m=10)).decode_records(raw)
     except MalformedReportError:
         return
     assert set(batch.bits.tolist()) <= {0, 1}
@@ -459,7 +475,7 @@ def test_merge_is_associative_and_commutative(parts: list[list[int]]) -> None:
     mech = OneBitMean(epsilon=1.0, m=DAY, s=DAY // 20, gamma=0.2)
     aggs = []
     for bits in parts:
-        agg = mech.new_aggregate()
+        agg = OneBitMeanServer(mech).new_aggregate()
         agg.add(OneBitMeanBatch(np.array(bits, dtype=np.uint8)))
         aggs.append(agg)
     a, b, c = aggs
@@ -472,8 +488,8 @@ def test_merge_is_associative_and_commutative(parts: list[list[int]]) -> None:
 
 def test_merge_refuses_other_mechanisms() -> None:
     """Aggregates of different parameters do not merge."""
-    a = OneBitMean(epsilon=1.0, m=10).new_aggregate()
-    b = OneBitMean(epsilon=1.0, m=10, gamma=0.1).new_aggregate()
+    a = OneBitMeanServer(OneBitMean(epsilon=1.0, m=10)).new_aggregate()
+    b = OneBitMeanServer(OneBitMean(epsilon=1.0, m=10, gamma=0.1)).new_aggregate()
     with pytest.raises(ValueError, match="different"):
         a.merge(b)
 
