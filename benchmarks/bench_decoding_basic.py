@@ -35,6 +35,7 @@ from collector.decoding.rappor import decode_categories
 from fleet.plots import bar_chart, save_svg
 from protocol.randomness import SeededRandom
 from protocol.rappor import Rappor
+from protocol.server.rappor import RapporServer
 
 CATEGORIES = tuple(str(i) for i in range(101))
 SIZES = (10_000, 100_000, 1_000_000)
@@ -72,9 +73,10 @@ def _run(kind: str, n: int, seed: int, *, plot: bool) -> dict[str, Any]:
     gen = np.random.default_rng(seed)
     raw_values = np.clip(np.rint(gen.normal(50, 10, n)), 0, 100).astype(np.int64)
     truth = np.bincount(raw_values, minlength=101).astype(np.float64)
-    agg = mech.new_aggregate()
+    server = RapporServer(mech)
+    agg = server.new_aggregate()
     agg.add(
-        mech.privatize_many(
+        server.privatize_many(
             [CATEGORIES[v] for v in raw_values.tolist()], np.zeros(n, dtype=np.int64), SeededRandom(seed)
         )
     )

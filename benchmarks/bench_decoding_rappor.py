@@ -11,7 +11,7 @@ Fig. 5: the population, detected strings in dark red) and ``rappor_chrome_top.sv
 * **004 §5.4 (Chrome-like).** ``k = 128, h = 2``, 32 cohorts, ``f = 0.75, p = 0.5, q = 0.75``;
   8,616 candidates of which 1,000 carry a Zipf(1) distribution; 4·10^6 reports.
 
-Reports are simulated through :meth:`Rappor.privatize_many` with :class:`SeededRandom`
+Reports are simulated through :meth:`RapporServer.privatize_many` with :class:`SeededRandom`
 (cohorts uniform); the population is a seeded multinomial draw. For every seed and every
 correction (Bonferroni, BH, Storey's adaptive BH, all at α = 0.05; ``pfer``, the expected
 number of false positives held at the target's limit, 2 and 3) the benchmark prints true
@@ -54,7 +54,8 @@ from collector.decoding.rappor import RapporDecoder, RapporDecoding
 from collector.decoding.stats import normal_quantile, normal_sf
 from fleet.plots import bar_chart, save_svg
 from protocol.randomness import SeededRandom, uniform_ints
-from protocol.rappor import Rappor, RapporAggregate
+from protocol.rappor import Rappor
+from protocol.server.rappor import RapporAggregate, RapporServer
 
 CONTROLS: tuple[tuple[str, str, float | None], ...] = (
     ("bonferroni", "bonferroni", 0.05),
@@ -71,10 +72,11 @@ what an FDR procedure gives past the limit."""
 def _aggregate(mech: Rappor, values: list[str], seed: int) -> RapporAggregate:
     rng = SeededRandom(seed)
     cohorts = uniform_ints(rng, mech.cohorts, len(values))
-    agg = mech.new_aggregate()
+    server = RapporServer(mech)
+    agg = server.new_aggregate()
     step = 1 << 20
     for start in range(0, len(values), step):
-        agg.add(mech.privatize_many(values[start : start + step], cohorts[start : start + step], rng))
+        agg.add(server.privatize_many(values[start : start + step], cohorts[start : start + step], rng))
     return agg
 
 
@@ -139,7 +141,7 @@ def _information_bound(
     one, zero = (float(x) for x in mech.coordinate_probabilities("report"))
     cohorts = mech.cohorts
     # The design matrix X of 004 §4, one row of (cohort, bit) indicators per candidate.
-    bits = mech.candidate_bits(candidates).reshape(len(candidates), -1)
+    bits = RapporServer(mech).candidate_bits(candidates).reshape(len(candidates), -1)
     present = np.flatnonzero(truth > 0)
     mu = (truth[present] / cohorts) @ bits[present]
     n_j = n / cohorts

@@ -46,6 +46,7 @@ from benchmarks.bench_decoding_rappor import _aggregate, _population
 from benchmarks.harness import emit, progress
 from collector.decoding.rappor import RapporDecoder, _Design, _design, _lasso, _variances, _weights_from
 from protocol.rappor import Rappor
+from protocol.server.rappor import RapporServer
 
 Array = np.ndarray
 
@@ -66,7 +67,7 @@ def _problem(name: str) -> tuple[_Design, float]:
     mech = Rappor(seed=f"bench-lasso/rappor/{name}/1".encode(), **params)
     values, _ = _population(weights, n, names[: weights.size], np.random.default_rng(1))
     bits = _aggregate(mech, values, 1).estimate_bits()
-    design = _design(mech, bits, names)
+    design = _design(RapporServer(mech), bits, names)
     one, zero = mech.coordinate_probabilities("report")
     n_j_rows = np.repeat(design.n_j, design.k)
     design.set_weights(_weights_from(_variances(design, np.zeros(design.size), float(one), float(zero)), n_j_rows))

@@ -20,7 +20,8 @@ import numpy as np
 
 from benchmarks.harness import rate, seconds
 from protocol.randomness import SeededRandom, SystemRandom, uniform_ints
-from protocol.rappor import Rappor, RapporBatch
+from protocol.rappor import Rappor
+from protocol.server.rappor import RapporBatch, RapporServer
 
 PARAMS: dict[str, Any] = {"k": 128, "h": 2, "cohorts": 32, "f": 0.75, "p": 0.5, "q": 0.75}
 
@@ -28,6 +29,7 @@ PARAMS: dict[str, Any] = {"k": 128, "h": 2, "cohorts": 32, "f": 0.75, "p": 0.5, 
 def bench(n: int) -> list[dict[str, Any]]:
     """One result row for the Chrome configuration."""
     mech = Rappor(seed=b"benchmark-rappor-seed", **PARAMS)
+    server = RapporServer(mech)
     csprng = SystemRandom()
     pool = [f"homepage-{i}.example" for i in range(100)]
 
@@ -49,16 +51,16 @@ def bench(n: int) -> list[dict[str, Any]]:
     values = [pool[int(i)] for i in np.minimum(choice, choice[::-1])]
     cohorts = uniform_ints(SeededRandom(3), mech.cohorts, n)
     holder: list[RapporBatch] = []
-    t_batch = seconds(lambda: holder.append(mech.privatize_many(values, cohorts, csprng)))
+    t_batch = seconds(lambda: holder.append(server.privatize_many(values, cohorts, csprng)))
     batch = holder[0]
 
-    agg = mech.new_aggregate()
+    agg = server.new_aggregate()
     t_add = seconds(lambda: agg.add(batch))
-    best_add = seconds(lambda: mech.new_aggregate().add(batch), repeat=3)
+    best_add = seconds(lambda: server.new_aggregate().add(batch), repeat=3)
 
     records = min(n, 100_000)
     wire = [[int(c), bytes(b)] for c, b in zip(batch.cohorts[:records], batch.bits[:records], strict=True)]
-    t_decode = seconds(lambda: mech.decode_records(wire))
+    t_decode = seconds(lambda: server.decode_records(wire))
     t_est = seconds(agg.estimate_bits, repeat=3)
     return [
         {

@@ -75,10 +75,10 @@ from collector.results import (
 from collector.store import KeyInfo, Store, open_store
 from protocol.catalog import Catalog
 from protocol.interfaces import EstimateKind, as_frequencies, as_histogram
-from protocol.rappor import RapporAggregate
 from protocol.registry import UseCase
 from protocol.server.contract import (
     Aggregate,
+    candidate_server,
     discovery_server,
     frequency_server,
     histogram_server,
@@ -397,10 +397,10 @@ def _histogram_estimate(use_case: UseCase, aggregate: Aggregate, z: float) -> Hi
 def _candidates(
     use_case: UseCase, aggregate: Aggregate, registry_dir: Path, rule: ReleaseRule, *, withheld: bool
 ) -> ReleaseDecision:
-    if not isinstance(aggregate, RapporAggregate):
-        # The joint decoder (004 §4) regresses RAPPOR's bit counts on the candidates' design
-        # matrix; it is written for RAPPOR's aggregate.
-        raise TypeError(f"use case {use_case.name}: no candidate decoder for a {type(aggregate).__name__}")
+    # The joint decoder (004 §4) regresses the server half's bit estimates on the candidates'
+    # design matrix; the server half refuses another mechanism's aggregate (TypeError).
+    server = candidate_server(use_case.server)
+    bits = server.estimate_bits(aggregate)
     words = load_dictionary(use_case, registry_dir)
     if not words:
         return ReleaseDecision(
@@ -420,7 +420,7 @@ def _candidates(
         alpha=rule.alpha if rule.alpha is not None else DEFAULT_ALPHA,
         confidence=rule.confidence,
     )
-    decoding = decoder.decode(aggregate, list(words))
+    decoding = decoder.decode_bits(server, bits, list(words))
     detail = release(decoding.candidates, decoding.counts, decoding.standard_errors, n=decoding.n, rule=rule)
     return struct_replace(
         _frequencies(detail, withheld=withheld),

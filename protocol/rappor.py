@@ -29,9 +29,9 @@ exactly; ``q`` is rounded down and ``p`` up. Then (Theorem 1) ``B'`` satisfies
 report *is* ``B'``, so one report costs ``ε∞``. Both bounds are reached by two values whose
 Bloom filters are disjoint sets of ``h`` bits; the exact-LDP tests check this.
 
-Server (004 §4 and Appendix). The aggregate keeps, per cohort ``j``, the number of reports
-``N_j`` and the number ``c_ij`` of reports with bit ``i`` set. With ``T_ij`` the number of
-reporting devices of cohort ``j`` whose Bloom bit ``i`` is set,
+Server (004 §4 and Appendix; :mod:`protocol.server.rappor`). The aggregate keeps, per cohort
+``j``, the number of reports ``N_j`` and the number ``c_ij`` of reports with bit ``i`` set.
+With ``T_ij`` the number of reporting devices of cohort ``j`` whose Bloom bit ``i`` is set,
 ``E[c_ij] = q* T_ij + p* (N_j - T_ij)``, so
 
     t_ij = (c_ij - p* N_j) / (q* - p*)
@@ -48,7 +48,11 @@ and the standard error plugs in ``t_ij`` clipped to ``[0, N_j]``. Under ``T_ij =
 count of category ``i`` is ``Σ_j t_ij`` (the Appendix's ``T̂_i = (C_i - pN)/(q - p)``
 generalised to ``f > 0``), whose variance is the sum over cohorts. The Bloom-filter
 decoding (004 §4: LASSO selection, least squares, p-values) regresses the vector of
-``t_ij`` on :meth:`Rappor.candidate_bits`; it lives with the collector.
+``t_ij`` on the candidates' Bloom bits (:meth:`protocol.server.rappor.RapporServer.candidate_bits`);
+it lives with the collector.
+
+This module is the device half (pure Python): the parameters, the per-device state, the
+privatizer and the record's wire form.
 """
 
 from __future__ import annotations
@@ -60,45 +64,22 @@ from dataclasses import dataclass
 from decimal import Decimal
 from fractions import Fraction
 from functools import cached_property
+from operator import lt
 from types import MappingProxyType
-from typing import Any, ClassVar, Final, Literal, Self
+from typing import Any, ClassVar, Final, Literal
 
-import numpy as np
-import numpy.typing as npt
-
-from protocol.checks import check_int, check_probability, check_seed, encoded_size
+from protocol.checks import check_int, check_probability, check_seed, encoded_size, require
 from protocol.errors import InputError, ParameterError, StateError
 from protocol.hashing import HashFamily, fingerprint
-from protocol.interfaces import (
-    EstimateKind,
-    MechanismEntry,
-    MemoizedState,
-    Privatization,
-    ValueType,
-    own,
-)
-from protocol.randomness import (
-    SCALE,
-    Coin,
-    RandomSource,
-    bernoulli,
-    coin_at_least,
-    coin_at_most,
-    uniform_ints,
-)
-from protocol.server.contract import Aggregate, Batch, PlanFigures
-from protocol.server.estimate import VectorEstimate
-from protocol.server.hashing import Fingerprints, evaluate, family_fingerprints
-from protocol.server.plain import array_from_plain, array_to_plain, require
-from protocol.server.records import decode_indexed_bits
+from protocol.interfaces import EstimateKind, MechanismEntry, MemoizedState, Privatization, ValueType
+from protocol.randomness import Coin, RandomSource, coin_at_least, coin_at_most, flips, random_bytes, uniform_draws
 
 __all__ = [
     "ENTRY",
+    "MAX_COHORTS",
+    "MAX_K",
     "VARIANTS",
-    "BitEstimates",
     "Rappor",
-    "RapporAggregate",
-    "RapporBatch",
     "RapporRecord",
     "RapporState",
 ]
@@ -116,14 +97,9 @@ MAX_COHORTS = 1 << 16
 _MEMO_KEY_BYTES = 32
 _MEMO_DIGEST_BYTES = 16
 _MEMO_PERSON = b"rappor-memo"
-_CHUNK = 1 << 16
-"""Devices per block in the batch paths, so ``block x k`` coin words stay a few tens of MB."""
 _DISTRIBUTION_MAX_K = 16
-
-# _BYTE_BITS[v, b] is bit b (most significant first) of the byte value v.
-_BYTE_BITS = ((np.arange(256, dtype=np.int64)[:, None] >> (7 - np.arange(8, dtype=np.int64))[None, :]) & 1).astype(
-    np.int64
-)
+_DIGITS: Final = bytes.maketrans(b"\x00\x01", b"01")
+"""Bytes 0/1 to the digits "0"/"1": a bit vector becomes the binary numeral ``int(_, 2)`` reads."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,22 +108,6 @@ class RapporRecord:
 
     cohort: int
     bits: bytes
-
-
-@dataclass(frozen=True, eq=False)
-class RapporBatch:
-    """Reports in columnar form.
-
-    Attributes:
-        cohorts: ``int64`` array ``(n,)`` of cohort numbers.
-        bits: ``uint8`` array ``(n, ceil(k/8))`` of packed reports (zero padding bits).
-    """
-
-    cohorts: npt.NDArray[np.int64]
-    bits: npt.NDArray[np.uint8]
-
-    def __len__(self) -> int:
-        return int(self.cohorts.size)
 
 
 @dataclass(frozen=True)
@@ -196,27 +156,6 @@ class RapporState:
         return cls(cohort=cohort, memo_key=key, memo=MappingProxyType(entries))
 
 
-@dataclass(frozen=True, eq=False)
-class BitEstimates:
-    """Per-cohort estimates ``t_ij`` of the number of devices with Bloom bit ``i`` set (004 §4).
-
-    Attributes:
-        values: ``(cohorts, k)`` estimates ``t_ij`` (row ``j`` is cohort ``j``).
-        standard_errors: ``(cohorts, k)`` plug-in standard errors.
-        cohort_sizes: ``(cohorts,)`` number of reports ``N_j`` per cohort.
-        n: total number of reports.
-    """
-
-    values: npt.NDArray[np.float64]
-    standard_errors: npt.NDArray[np.float64]
-    cohort_sizes: npt.NDArray[np.int64]
-    n: int
-
-    def flat(self) -> VectorEstimate:
-        """The ``Y`` vector of 004 §4 (cohort-major: entry ``j·k + i`` is ``t_ij``) with its SEs."""
-        return VectorEstimate(self.values.ravel().copy(), self.standard_errors.ravel().copy(), self.n)
-
-
 @dataclass(frozen=True, kw_only=True)
 class Rappor(MemoizedState):
     """RAPPOR and its one-time / basic variants (004 §2, §2.1).
@@ -236,7 +175,8 @@ class Rappor(MemoizedState):
 
     state_type: ClassVar[type[RapporState]] = RapporState
     name: ClassVar[str] = "rappor"
-    server: ClassVar[str] = "protocol.server.contract:Unsplit"  # both halves in this class, for now
+    server: ClassVar[str] = "protocol.server.rappor:RapporServer"
+    record_type: ClassVar[type[RapporRecord]] = RapporRecord
     privatization: ClassVar[Privatization] = Privatization.STRING
     value_type: ClassVar[ValueType] = ValueType.STRING
     value_range: ClassVar[tuple[float, float] | None] = None
@@ -371,8 +311,8 @@ class Rappor(MemoizedState):
 
     def setup(self, rng: RandomSource) -> RapporState:
         """Draw the device's cohort and memo key; the memo starts empty."""
-        cohort = int(uniform_ints(rng, self.cohorts, 1)[0])
-        key = rng.words(_MEMO_KEY_BYTES // 8).astype("<u8").tobytes()
+        cohort = uniform_draws(rng, self.cohorts, 1)[0]
+        key = random_bytes(rng, _MEMO_KEY_BYTES)
         return RapporState(cohort=cohort, memo_key=key, memo=MappingProxyType({}))
 
     def _value_bytes(self, value: object) -> bytes:
@@ -396,15 +336,21 @@ class Rappor(MemoizedState):
         if self.basic:
             return [self._category_index[vb.decode("utf-8")]]
         x = fingerprint(vb, seed=self.seed)
-        fp = Fingerprints(lo=np.array([x & 0xFFFFFFFF], dtype=np.uint64), hi=np.array([x >> 32], dtype=np.uint64))
-        idx = np.arange(cohort * self.h, (cohort + 1) * self.h, dtype=np.int64)
-        return [int(b) for b in evaluate(self.family, fp, idx)]
+        return [self.family.evaluate_fingerprint(x, cohort * self.h + i) for i in range(self.h)]
 
-    def bloom_bits(self, value: str | bytes, cohort: int) -> npt.NDArray[np.bool_]:
-        """Step 1 as a ``k``-entry boolean vector."""
-        out = np.zeros(self.k, dtype=np.bool_)
-        out[self.bloom_positions(value, cohort)] = True
-        return out
+    def bloom_bits(self, value: str | bytes, cohort: int) -> tuple[bool, ...]:
+        """Step 1 as ``k`` booleans (entry ``i`` is Bloom bit ``i``)."""
+        positions = set(self.bloom_positions(value, cohort))
+        return tuple(i in positions for i in range(self.k))
+
+    def _pack(self, bits: Iterable[bool]) -> bytes:
+        """``k`` bits in wire order (bit ``i`` is bit ``7 - i mod 8`` of byte ``i // 8``, zero padding)."""
+        numeral = bytes(bits).translate(_DIGITS).ljust(8 * self.report_bytes, b"0")
+        return int(numeral, 2).to_bytes(self.report_bytes, "big")
+
+    def _unpack(self, packed: bytes) -> str:
+        """The ``k`` bits of a packed vector as a string of digits ``0``/``1``."""
+        return format(int.from_bytes(packed, "big"), f"0{8 * self.report_bytes}b")[: self.k]
 
     def _check_state(self, state: object) -> RapporState:
         if not isinstance(state, RapporState):
@@ -413,43 +359,28 @@ class Rappor(MemoizedState):
             raise StateError("rappor: the state does not belong to these parameters")
         return state
 
+    def _permanent(self, vb: bytes, cohort: int, rng: RandomSource) -> bytes:
+        """Step 2: ``B'``, packed; ``k`` coins of ``f/2`` (none if ``f = 0``)."""
+        bloom = set(self._positions(vb, cohort))
+        # 004 §2 step 2 as a flip: B'_i = B_i xor Bernoulli(c), so Pr[B'_i = 1 | B_i = 1]
+        # = 1 - c and Pr[B'_i = 1 | B_i = 0] = c, with c = f/2 (rounded up).
+        flipped = flips(rng, self.prr_coin, self.k)
+        return self._pack([flip != (i in bloom) for i, flip in enumerate(flipped)])
+
     @cached_property
-    def _irr_thresholds(self) -> npt.NDArray[np.uint64]:
-        # Entry b is the threshold for B'_i = b. A numerator of 2**64 (q = 1) does not fit
-        # in uint64; it is stored as 2**64 - 1 and the missing word is added back in _irr_coins.
-        return np.array(
-            [self.irr_zero_coin.numerator, min(self.irr_one_coin.numerator, SCALE - 1)],
-            dtype=np.uint64,
-        )
-
-    def _irr_coins(self, words: npt.NDArray[np.uint64], thresholds: npt.NDArray[np.uint64]) -> npt.NDArray[np.bool_]:
-        report = words < thresholds
-        if self.irr_one_coin.numerator == SCALE:
-            # q = 1: every set B' bit is reported set, including for the word 2**64 - 1.
-            # Only set bits carry the threshold 2**64 - 1 (p < 1 - 2**-53 as a float).
-            report |= thresholds == np.uint64(SCALE - 1)
-        return report
-
-    def _irr(self, bprime: npt.NDArray[np.uint8], rng: RandomSource) -> npt.NDArray[np.bool_]:
-        """Step 3: ``S_i = 1`` w.p. ``q`` where ``B'_i = 1`` and w.p. ``p`` elsewhere (``bprime`` is 0/1)."""
-        words = rng.words(int(bprime.size)).reshape(bprime.shape)
-        return self._irr_coins(words, self._irr_thresholds[bprime])
+    def _irr_thresholds(self) -> dict[str, int]:
+        # By the digit of B'_i: S_i = 1 when the word is below it (q = 1 is 2**64: every word).
+        return {"0": self.irr_zero_coin.numerator, "1": self.irr_one_coin.numerator}
 
     def _irr_packed(self, packed: bytes, rng: RandomSource) -> bytes:
-        """Step 3 on a packed ``B'``, returning the packed report (the single-report fast path).
+        """Step 3 on a packed ``B'``, returning the packed report.
 
-        With one word ``w_i`` per bit, ``S_i = [w_i < p] | (B'_i & [w_i < q])``: since the
-        ``p`` threshold is below the ``q`` one, this is ``[w_i < q]`` where ``B'_i = 1`` and
-        ``[w_i < p]`` elsewhere, the same coins as :meth:`_irr`, on packed integers.
+        One word ``w_i`` per bit: ``S_i = [w_i < q]`` where ``B'_i = 1`` and ``[w_i < p]``
+        elsewhere, as :meth:`protocol.server.rappor.RapporServer.privatize_many` flips them;
+        ``map`` keeps the per-bit work in C.
         """
-        words = rng.words(self.k)
-        below_p = int.from_bytes(np.packbits(words < self._irr_thresholds[0]).tobytes(), "big")
-        if self.irr_one_coin.numerator == SCALE:
-            below_q = -1  # q = 1: every word is below the threshold
-        else:
-            below_q = int.from_bytes(np.packbits(words < self._irr_thresholds[1]).tobytes(), "big")
-        report = below_p | (below_q & int.from_bytes(packed, "big"))
-        return report.to_bytes(self.report_bytes, "big")
+        thresholds = map(self._irr_thresholds.__getitem__, self._unpack(packed))
+        return self._pack(map(lt, rng.draw(self.k), thresholds))
 
     def privatize(self, value: str | bytes, state: RapporState, rng: RandomSource) -> tuple[RapporRecord, RapporState]:
         """Report ``value``; returns the record and the state to persist *before* sending it.
@@ -463,78 +394,13 @@ class Rappor(MemoizedState):
         packed = st.memo.get(memo_id)
         new_state = st
         if packed is None:
-            bloom = np.zeros(self.k, dtype=np.bool_)
-            bloom[self._positions(vb, st.cohort)] = True
-            # 004 §2 step 2 as a flip: B'_i = B_i xor Bernoulli(c), so Pr[B'_i = 1 | B_i = 1]
-            # = 1 - c and Pr[B'_i = 1 | B_i = 0] = c, with c = f/2 (rounded up).
-            bprime = bloom ^ bernoulli(rng, self.prr_coin, self.k)
-            packed = np.packbits(bprime).tobytes()
+            packed = self._permanent(vb, st.cohort, rng)
             memo = dict(st.memo)
             memo[memo_id] = packed
             new_state = RapporState(cohort=st.cohort, memo_key=st.memo_key, memo=MappingProxyType(memo))
         if self.one_time:
             return RapporRecord(st.cohort, packed), new_state
         return RapporRecord(st.cohort, self._irr_packed(packed, rng)), new_state
-
-    def _category_indices(self, values: Sequence[str | bytes]) -> npt.NDArray[np.int64]:
-        index = self._category_index
-        try:
-            # map() and fromiter keep the per-value work in C; a miss (None) is a TypeError.
-            return np.fromiter(map(index.get, values), dtype=np.int64, count=len(values))  # type: ignore[arg-type]
-        except TypeError:
-            bad = next(v for v in values if not isinstance(v, str) or v not in index)
-            raise InputError(f"basic RAPPOR takes one of its {self.k} categories; got {bad!r}") from None
-
-    def _bloom_matrix(self, values: Sequence[str | bytes], cohorts: npt.NDArray[np.int64]) -> npt.NDArray[np.bool_]:
-        n = len(values)
-        out = np.zeros((n, self.k), dtype=np.bool_)
-        rows = np.arange(n)
-        if self.basic:
-            out[rows, self._category_indices(values)] = True
-            return out
-        # Fingerprint each distinct value once (a fleet reports few distinct values);
-        # dict.fromkeys and map keep the per-value work in C.
-        try:
-            distinct = dict.fromkeys(values)
-        except TypeError:
-            raise InputError("RAPPOR takes str or bytes values") from None
-        for v in distinct:
-            if not isinstance(v, str | bytes):
-                raise InputError(f"RAPPOR takes str or bytes values; got {type(v).__name__}")
-        number = {v: i for i, v in enumerate(distinct)}
-        inverse = np.fromiter(map(number.__getitem__, values), dtype=np.int64, count=n)
-        fp_distinct = family_fingerprints(self.family, distinct)
-        fp = Fingerprints(lo=fp_distinct.lo[inverse], hi=fp_distinct.hi[inverse])
-        for i in range(self.h):
-            out[rows, evaluate(self.family, fp, cohorts * self.h + i)] = True
-        return out
-
-    def privatize_many(
-        self,
-        values: Sequence[str | bytes],
-        cohorts: npt.ArrayLike,
-        rng: RandomSource,
-    ) -> RapporBatch:
-        """One report from each of ``len(values)`` fresh devices (the simulator's and tests' path).
-
-        Device ``d`` is in cohort ``cohorts[d]`` and reports ``values[d]``; its ``B'`` and
-        (unless one-time) its ``S`` are drawn for this call, with the same distribution as
-        :meth:`privatize` on a fresh state.
-        """
-        coh = np.asarray(cohorts, dtype=np.int64).reshape(-1)
-        n = len(values)
-        if coh.size != n:
-            raise InputError(f"need one cohort per value; got {coh.size} cohorts for {n} values")
-        if n and (int(coh.min()) < 0 or int(coh.max()) >= self.cohorts):
-            raise InputError(f"cohorts must lie in [0, {self.cohorts})")
-        bits = np.empty((n, self.report_bytes), dtype=np.uint8)
-        for start in range(0, n, _CHUNK):
-            stop = min(n, start + _CHUNK)
-            bloom = self._bloom_matrix(values[start:stop], coh[start:stop])
-            bprime = bloom ^ bernoulli(rng, self.prr_coin, bloom.size).reshape(bloom.shape)
-            report = bprime if self.one_time else self._irr(bprime.view(np.uint8), rng)
-            bits[start:stop] = np.packbits(report, axis=1)
-        return RapporBatch(cohorts=coh.copy(), bits=bits)
 
     def output_distribution(self, value: str | bytes, *, stage: Stage = "report") -> dict[tuple[int, bytes], Fraction]:
         """Exact ``Pr[(cohort, bits) | value]`` over all outputs, for a fresh device (``k <= 16``).
@@ -544,8 +410,7 @@ class Rappor(MemoizedState):
         if self.k > _DISTRIBUTION_MAX_K:
             raise ValueError(f"output_distribution enumerates 2**k outputs; k must be <= {_DISTRIBUTION_MAX_K}")
         one, zero = self.coordinate_probabilities(stage)
-        everything = np.arange(1 << self.k, dtype=np.int64)[:, None]
-        outputs = ((everything >> np.arange(self.k, dtype=np.int64)[None, :]) & 1).astype(np.bool_)
+        outputs = [[bool((x >> i) & 1) for i in range(self.k)] for x in range(1 << self.k)]
         dist: dict[tuple[int, bytes], Fraction] = {}
         cohort_weight = Fraction(1, self.cohorts)
         for cohort in range(self.cohorts):
@@ -555,20 +420,10 @@ class Rappor(MemoizedState):
                 for b, s in zip(bloom, out, strict=True):
                     p1 = one if b else zero
                     prob *= p1 if s else 1 - p1
-                dist[(cohort, np.packbits(out).tobytes())] = prob
+                dist[(cohort, self._pack(out))] = prob
         return dist
 
     # ----- records and wire --------------------------------------------------------------
-
-    def batch(self, records: Sequence[RapporRecord]) -> RapporBatch:
-        """Records in columnar form."""
-        n = len(records)
-        coh = np.fromiter((r.cohort for r in records), dtype=np.int64, count=n)
-        raw = b"".join(r.bits for r in records)
-        if len(raw) != n * self.report_bytes:
-            raise InputError(f"every record carries {self.report_bytes} bytes of bits")
-        bits = np.frombuffer(raw, dtype=np.uint8).reshape(n, self.report_bytes).copy()
-        return RapporBatch(cohorts=coh, bits=bits)
 
     def encode_records(self, records: Sequence[RapporRecord]) -> list[Any]:
         """The records' compact wire form: ``[[cohort, packed bits], ...]``."""
@@ -578,42 +433,6 @@ class Rappor(MemoizedState):
     def max_record_bytes(self) -> int:
         """Most bytes one record takes in a report: the largest cohort and the packed k bits."""
         return encoded_size([self.cohorts - 1, bytes((self.k + 7) // 8)])
-
-    def decode_records(self, raw: object) -> RapporBatch:
-        """Strictly decode the wire form of :meth:`encode_records`.
-
-        Raises:
-            MalformedReportError: ``bad-type``, ``bad-length``, ``out-of-range`` or
-                ``bad-padding``, naming ``records[i]``, ``records[i].cohort`` or ``records[i].bits``.
-        """
-        cohorts, bits = decode_indexed_bits(raw, bound=self.cohorts, width=self.k, index_name="cohort")
-        return RapporBatch(cohorts=cohorts, bits=bits)
-
-    # ----- server ------------------------------------------------------------------------
-
-    def candidate_positions(self, candidates: Sequence[str | bytes]) -> npt.NDArray[np.int64]:
-        """Sparse design matrix of 004 §4: ``(len, cohorts, h)`` Bloom bit numbers per candidate."""
-        if self.basic:
-            idx = self._category_indices(candidates)
-            return np.broadcast_to(idx[:, None, None], (idx.size, self.cohorts, 1)).copy()
-        fp = family_fingerprints(self.family, candidates)
-        out = np.empty((len(fp), self.cohorts, self.h), dtype=np.int64)
-        for j in range(self.family.count):
-            out[:, j // self.h, j % self.h] = evaluate(self.family, fp, j)
-        return out
-
-    def candidate_bits(self, candidates: Sequence[str | bytes]) -> npt.NDArray[np.uint8]:
-        """Dense design-matrix bits of 004 §4: ``(len, cohorts, k)``, 1 where a candidate sets a bit.
-
-        Reshaped to ``(len, cohorts·k)`` and transposed, it is the ``X`` that the vector of
-        :meth:`BitEstimates.flat` is regressed on.
-        """
-        pos = self.candidate_positions(candidates)
-        out = np.zeros((pos.shape[0], self.cohorts, self.k), dtype=np.uint8)
-        m_idx = np.arange(pos.shape[0])[:, None, None]
-        c_idx = np.arange(self.cohorts)[None, :, None]
-        out[m_idx, c_idx, pos] = 1
-        return out
 
     # --- the contract of protocol.interfaces (plain forms for the shells)
 
@@ -651,181 +470,10 @@ class Rappor(MemoizedState):
         """Not a counter: refused."""
         raise InputError("rappor is not a counter")
 
-    def encode_plain(self, records: Sequence[object]) -> list[object]:
-        """Typed records in wire form."""
-        return list(self.encode_records([own(r, RapporRecord, "rappor record") for r in records]))
-
-    def empty_batch(self) -> RapporBatch:
-        """No records."""
-        return self.batch([])
-
-    def restore_aggregate(self, data: object) -> RapporAggregate:
-        """An aggregate saved with ``to_plain``."""
-        return RapporAggregate.from_plain(self, data)
-
-    def fold(self, aggregate: Aggregate, batch: Batch) -> None:
-        """Fold a batch into an aggregate of this mechanism."""
-        own(aggregate, RapporAggregate, "rappor aggregate").add(own(batch, RapporBatch, "rappor batch"))
-
     @property
     def fixed_categories(self) -> tuple[str, ...] | None:
         """The categories of the basic variants; ``None`` (candidates are decoded) otherwise."""
         return self.categories if self.basic else None
-
-    def estimate_frequencies(self, aggregate: Aggregate, candidates: Sequence[str]) -> VectorEstimate:
-        """Basic variants: the count of each category (``candidates`` are the categories, in order).
-
-        Raises:
-            ParameterError: for the Bloom-filter variants, or candidates other than the categories.
-        """
-        if tuple(candidates) != self.categories:
-            raise ParameterError("categories", "the candidates of direct decoding (basic variants)", candidates)
-        return own(aggregate, RapporAggregate, "rappor aggregate").estimate_categories()
-
-    def plan(self, n: float) -> PlanFigures:
-        """004 Appendix: a bit count has ``sd = sqrt(p*(1-p*) N)/(q* - p*)`` under H0; a Bloom-decoded
-        count averages the ``h̄ = k(1 - (1 - 1/k)^h)`` distinct bits of a candidate (1 for basic)."""
-        q_star, p_star = (float(x) for x in self.coordinate_probabilities("report"))
-        h_bar = 1.0 if self.basic else self.k * (1 - (1 - 1 / self.k) ** self.h)
-        unit_bit = math.sqrt(p_star * (1 - p_star)) / (q_star - p_star)
-        return PlanFigures(
-            n=n,
-            standard_error=unit_bit * math.sqrt(n / h_bar),
-            unit="count",
-            figures={**self.privacy_figures(), "bit_sd_under_h0": unit_bit * math.sqrt(n), "h_bar": h_bar},
-            formulas=(
-                "004 Thm 1: eps_inf = 2h ln((1-f/2)/(f/2)); Thm 2: eps_1 = h ln(q*(1-p*)/(p*(1-q*)))",
-                "004 Appendix: sd(T_hat) = sqrt(p*(1-p*) N)/(q*-p*); count SE ~ sd/sqrt(h_bar)",
-            ),
-        )
-
-    def new_aggregate(self) -> RapporAggregate:
-        """An empty aggregate."""
-        return RapporAggregate(self)
-
-
-class RapporAggregate:
-    """Per-cohort bit counts ``c_ij`` and report counts ``N_j`` (004 §4); merges by addition."""
-
-    def __init__(
-        self,
-        mechanism: Rappor,
-        *,
-        counts: npt.NDArray[np.int64] | None = None,
-        sizes: npt.NDArray[np.int64] | None = None,
-    ) -> None:
-        self.mechanism = mechanism
-        shape = (mechanism.cohorts, mechanism.k)
-        self.counts = np.zeros(shape, dtype=np.int64) if counts is None else counts
-        self.sizes = np.zeros(mechanism.cohorts, dtype=np.int64) if sizes is None else sizes
-        if self.counts.shape != shape or self.sizes.shape != (mechanism.cohorts,):
-            raise ValueError("aggregate arrays do not match the mechanism's cohorts and k")
-
-    @property
-    def n(self) -> int:
-        """Number of reports folded in."""
-        return int(self.sizes.sum())
-
-    def add(self, batch: RapporBatch) -> None:
-        """Fold a batch of reports (vectorised: one ``bincount`` per byte of the report)."""
-        m = self.mechanism
-        n = len(batch)
-        if batch.bits.shape != (n, m.report_bytes):
-            raise ValueError(f"batch bits must have shape ({n}, {m.report_bytes})")
-        if n == 0:
-            return
-        coh = batch.cohorts.astype(np.intp, copy=False)
-        if int(coh.min()) < 0 or int(coh.max()) >= m.cohorts:
-            raise ValueError(f"batch cohorts must lie in [0, {m.cohorts})")
-        # Count, per cohort and byte position, how often each byte value occurs; a
-        # (256 x 8) table of the bits of each byte value then turns those histograms into
-        # per-bit counts. This touches every report byte once, with no unpacked copy.
-        base = coh * 256
-        columns = np.ascontiguousarray(batch.bits.T)
-        hist = np.empty((m.cohorts, m.report_bytes, 256), dtype=np.int64)
-        for b in range(m.report_bytes):
-            hist[:, b, :] = np.bincount(base + columns[b], minlength=m.cohorts * 256).reshape(m.cohorts, 256)
-        counts = (hist @ _BYTE_BITS).reshape(m.cohorts, m.report_bytes * 8)[:, : m.k]
-        self.counts += counts
-        self.sizes += np.bincount(coh, minlength=m.cohorts)
-
-    def merge(self, other: Self) -> Self:
-        """The aggregate of both inputs' reports."""
-        if other.mechanism != self.mechanism:
-            raise ValueError("cannot merge aggregates of different mechanisms")
-        return type(self)(self.mechanism, counts=self.counts + other.counts, sizes=self.sizes + other.sizes)
-
-    def to_plain(self) -> dict[str, Any]:
-        """Plain, msgpack-ready data."""
-        return {"counts": array_to_plain(self.counts), "sizes": array_to_plain(self.sizes)}
-
-    @classmethod
-    def from_plain(cls, mechanism: Rappor, data: object) -> RapporAggregate:
-        """Restore an aggregate saved by :meth:`to_plain`.
-
-        Raises:
-            StateError: on malformed data or counts that no set of reports can produce.
-        """
-        where = "rappor aggregate"
-        counts = array_from_plain(
-            require(data, "counts", dict, where=where),
-            dtype="<i8",
-            shape=(mechanism.cohorts, mechanism.k),
-            field=f"{where}.counts",
-        )
-        sizes = array_from_plain(
-            require(data, "sizes", dict, where=where), dtype="<i8", shape=(mechanism.cohorts,), field=f"{where}.sizes"
-        )
-        if (sizes < 0).any() or (counts < 0).any() or (counts > sizes[:, None]).any():
-            raise StateError(f"{where}: need 0 <= counts[j, i] <= sizes[j]")
-        return cls(mechanism, counts=counts, sizes=sizes)
-
-    def _variances(self, t: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
-        one, zero = self.mechanism.coordinate_probabilities("report")
-        q_star, p_star = float(one), float(zero)
-        n_j = self.sizes.astype(np.float64)[:, None]
-        # Plug-in of Var[c_ij] = T q*(1-q*) + (N - T) p*(1-p*) (Lemma 1; independent reports).
-        t_clip = np.clip(t, 0.0, n_j)
-        var_c = t_clip * q_star * (1 - q_star) + (n_j - t_clip) * p_star * (1 - p_star)
-        return var_c / float(one - zero) ** 2
-
-    def estimate_bits(self) -> BitEstimates:
-        """``t_ij`` (004 §4) with plug-in standard errors, for every cohort and bit.
-
-        With ``f = 1`` the reports carry no signal (``q* = p*``): values are NaN and the
-        standard errors infinite.
-        """
-        one, zero = self.mechanism.coordinate_probabilities("report")
-        n_j = self.sizes.astype(np.float64)[:, None]
-        shape = self.counts.shape
-        if one == zero:
-            return BitEstimates(np.full(shape, np.nan), np.full(shape, np.inf), self.sizes.copy(), self.n)
-        t = (self.counts - float(zero) * n_j) / float(one - zero)
-        return BitEstimates(t, np.sqrt(self._variances(t)), self.sizes.copy(), self.n)
-
-    def estimate_categories(self) -> VectorEstimate:
-        """Basic variants: the number of devices in each category, ``Σ_j t_ij``, with its SE.
-
-        Raises:
-            ParameterError: for the Bloom-filter variants (decode those against candidates).
-        """
-        if not self.mechanism.basic:
-            raise ParameterError("variant", "basic or basic-one-time for direct decoding", self.mechanism.variant)
-        bits = self.estimate_bits()
-        values = bits.values.sum(axis=0)
-        # Cohorts are independent, so their variances add.
-        ses = np.sqrt((bits.standard_errors**2).sum(axis=0))
-        return VectorEstimate(values, ses, self.n)
-
-    def estimate(self) -> VectorEstimate:
-        """Category counts for the basic variants; the flattened ``t_ij`` vector otherwise.
-
-        For the Bloom-filter variants the entry ``j·k + i`` is ``t_ij``, the ``Y`` that the
-        004 §4 decoding regresses on the candidates' :meth:`Rappor.candidate_bits`.
-        """
-        if self.mechanism.basic:
-            return self.estimate_categories()
-        return self.estimate_bits().flat()
 
 
 ENTRY: Final = MechanismEntry(

@@ -3,7 +3,9 @@
 **Input.** The per-cohort bit estimates ``t_ij`` (:meth:`RapporAggregate.estimate_bits`:
 the unbiased estimate of ``T_ij``, the number of reports of cohort ``j`` whose Bloom filter
 has bit ``i`` set, 004 §4 first step) and the candidates' Bloom bits
-(:meth:`Rappor.candidate_positions`: 004 §4's design matrix ``X``, ``h`` ones per cohort).
+(:meth:`~protocol.server.rappor.RapporServer.candidate_positions`: 004 §4's design matrix
+``X``, ``h`` ones per cohort), both asked of the server half
+(:class:`~protocol.server.contract.CandidateServer`).
 
 **Model.** A report holds exactly one value and its Bloom filter is a deterministic function
 of (value, cohort), so ``T_ij = Σ_c N_cj X_cji`` exactly, ``N_cj`` being the reports of
@@ -112,8 +114,10 @@ from collector.decoding.consistency import ConsistentEstimate, make_consistent
 from collector.decoding.plain import ValueEstimate, finite
 from collector.decoding.release import Release, ReleaseRule, release
 from collector.decoding.stats import check_level, normal_quantile, normal_sf, reject, z_interval
-from protocol.rappor import BitEstimates, Rappor, RapporAggregate
-from protocol.server.estimate import Estimate, VectorEstimate
+from protocol.interfaces import EstimateKind
+from protocol.server.contract import CandidateServer
+from protocol.server.estimate import BitEstimates, Estimate, VectorEstimate
+from protocol.server.rappor import RapporAggregate, RapporServer
 
 __all__ = [
     "CategoryDecoding",
@@ -440,10 +444,10 @@ class _Design:
         return g
 
 
-def _design(mechanism: Rappor, bits: BitEstimates, candidates: Sequence[str | bytes]) -> _Design:
-    pos = mechanism.candidate_positions(candidates)  # (M, cohorts, h)
+def _design(server: CandidateServer, bits: BitEstimates, candidates: Sequence[str | bytes]) -> _Design:
+    pos = server.candidate_positions(candidates)  # (M, cohorts, h)
     m_count, cohorts, h = pos.shape
-    k = mechanism.k
+    k = bits.values.shape[1]
     # A bit set by two of a candidate's hashes is set once (004 §2 step 1): drop repeats.
     srt = np.sort(pos, axis=2)
     first = np.ones_like(srt, dtype=np.bool_)
@@ -577,22 +581,25 @@ class RapporDecoder:
         Raises:
             ValueError: for the basic variants (use :func:`decode_categories`) or repeated candidates.
         """
-        return self.decode_bits(aggregate.mechanism, aggregate.estimate_bits(), candidates)
+        server = RapporServer(aggregate.mechanism)
+        return self.decode_bits(server, server.estimate_bits(aggregate), candidates)
 
-    def decode_bits(self, mechanism: Rappor, bits: BitEstimates, candidates: Sequence[str | bytes]) -> RapporDecoding:
-        """As :meth:`decode`, from the ``t_ij`` already estimated."""
-        if mechanism.basic:
+    def decode_bits(
+        self, server: CandidateServer, bits: BitEstimates, candidates: Sequence[str | bytes]
+    ) -> RapporDecoding:
+        """As :meth:`decode`, from the ``t_ij`` already estimated by ``server`` (the server half
+        of the use case: its candidates' Bloom bits and its variance model)."""
+        if server.kind is not EstimateKind.CANDIDATES:
             raise ValueError("basic RAPPOR maps categories to bits: decode it with decode_categories")
         cands = tuple(candidates)
         if len(set(cands)) != len(cands):
             raise ValueError("candidates must be distinct")
-        one, zero = mechanism.coordinate_probabilities("report")
-        q_star, p_star = float(one), float(zero)
+        q_star, p_star = server.bit_probabilities
         m_count = len(cands)
         n = int(bits.n)
         if m_count == 0 or n == 0 or q_star == p_star:
             return self._empty(cands, n)
-        design = _design(mechanism, bits, cands)
+        design = _design(server, bits, cands)
         n_j_rows = np.repeat(design.n_j, design.k)
         rows_used = int(np.count_nonzero(n_j_rows > 0))
         design.set_weights(_weights_from(_variances(design, np.zeros(design.size), q_star, p_star), n_j_rows))

@@ -25,8 +25,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Generic, Protocol, Self, TypeVar, runtime_checkable
 
+import numpy as np
+import numpy.typing as npt
+
 from protocol.interfaces import EstimateKind, Mechanism, own
-from protocol.server.estimate import Estimate, VectorEstimate
+from protocol.server.estimate import BitEstimates, Estimate, VectorEstimate
 
 __all__ = [
     "Aggregate",
@@ -169,10 +172,25 @@ class FrequencyServer(ServerMechanism, Protocol):
 @runtime_checkable
 class CandidateServer(ServerMechanism, Protocol):
     """Frequencies over candidate strings decoded jointly (RAPPOR, 004 §4: the collector's
-    decoder regresses the aggregate on the candidates' design matrix)."""
+    decoder regresses the per-cohort bit estimates on the candidates' design matrix)."""
 
     def candidate_bits(self, candidates: Sequence[str | bytes]) -> object:
         """The candidates' design matrix (see the mechanism module)."""
+        ...
+
+    def candidate_positions(self, candidates: Sequence[str | bytes]) -> npt.NDArray[np.int64]:
+        """The design matrix in sparse form: ``(len, cohorts, h)`` bit numbers per candidate."""
+        ...
+
+    @property
+    def bit_probabilities(self) -> tuple[float, float]:
+        """``(q*, p*)``: the chance that a reported bit is set where a value's bit is, and where
+        it is not (the variance model of the regression)."""
+        ...
+
+    def estimate_bits(self, aggregate: Aggregate) -> BitEstimates:
+        """The per-cohort bit estimates the candidates are regressed on (``TypeError`` for
+        another mechanism's aggregate)."""
         ...
 
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["Estimate", "VectorEstimate"]
+__all__ = ["BitEstimates", "Estimate", "VectorEstimate"]
 
 
 @dataclass(frozen=True)
@@ -36,3 +36,25 @@ class VectorEstimate:
 
     def __getitem__(self, i: int) -> Estimate:
         return Estimate(float(self.values[i]), float(self.standard_errors[i]), self.n)
+
+
+@dataclass(frozen=True, eq=False)
+class BitEstimates:
+    """Per-cohort estimates ``t_ij`` of the number of devices with Bloom bit ``i`` set (RAPPOR,
+    004 §4): what a candidate decoder regresses on the candidates' design matrix.
+
+    Attributes:
+        values: ``(cohorts, k)`` estimates ``t_ij`` (row ``j`` is cohort ``j``).
+        standard_errors: ``(cohorts, k)`` plug-in standard errors.
+        cohort_sizes: ``(cohorts,)`` number of reports ``N_j`` per cohort.
+        n: total number of reports.
+    """
+
+    values: npt.NDArray[np.float64]
+    standard_errors: npt.NDArray[np.float64]
+    cohort_sizes: npt.NDArray[np.int64]
+    n: int
+
+    def flat(self) -> VectorEstimate:
+        """The ``Y`` vector of 004 §4 (cohort-major: entry ``j·k + i`` is ``t_ij``) with its SEs."""
+        return VectorEstimate(self.values.ravel().copy(), self.standard_errors.ravel().copy(), self.n)

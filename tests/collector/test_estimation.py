@@ -21,6 +21,7 @@ from protocol.randomness import SeededRandom
 from protocol.rappor import Rappor
 from protocol.registry import Registry, parse_registry
 from protocol.server.contract import Aggregate
+from protocol.server.rappor import RapporServer
 from tests.collector.support import EMOJI, plain, privatized_reports
 
 
@@ -95,8 +96,9 @@ def test_rappor_decoding_finds_the_true_strings_within_5_se_and_no_decoys() -> N
     values = [v for v, c in truth.items() for _ in range(c)]
     gen = np.random.default_rng(6)
     cohorts = gen.integers(0, mech.cohorts, size=len(values))
-    agg = mech.new_aggregate()
-    agg.add(mech.privatize_many(values, cohorts, SeededRandom(7)))
+    server = RapporServer(mech)
+    agg = server.new_aggregate()
+    agg.add(server.privatize_many(values, cohorts, SeededRandom(7)))
     decoys = [f"decoy{i}.example" for i in range(60)]
     candidates = list(truth) + decoys
     result = RapporDecoder().decode(agg, candidates)

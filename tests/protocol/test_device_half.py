@@ -16,6 +16,7 @@ DEVICE_MODULES = [
     "protocol.one_bit_mean",
     "protocol.randomized_response",
     "protocol.randomness",
+    "protocol.rappor",
 ]
 
 
@@ -62,3 +63,28 @@ def test_one_bit_mean_and_dbitflip_privatize_without_numpy() -> None:
     assert lines[0] in ("0", "1")
     assert lines[2].startswith("[[")
     assert lines[-1] == "False", "privatizing loaded numpy"
+
+
+# Sets up a device and privatizes twice (a new value, then the memoized one) in every variant.
+_RAPPOR = """
+import sys
+from protocol.randomness import SystemRandom
+from protocol.rappor import Rappor, RapporState
+
+rng = SystemRandom()
+for variant in ("standard", "one-time", "basic", "basic-one-time"):
+    basic = variant.startswith("basic")
+    mech = Rappor(k=3 if basic else 64, h=1 if basic else 2, cohorts=4, f=0.5, p=0.5, q=0.75,
+                  seed=b"device-half-test-seed", variant=variant, categories=("a", "b", "c") if basic else ())
+    state = RapporState.from_plain(mech, mech.setup_plain(rng))
+    for _ in range(2):
+        record, state = mech.privatize("b", state, rng)
+    mech.encode_records([record])
+print("numpy" in sys.modules)
+"""
+
+
+def test_rappor_privatizes_without_numpy() -> None:
+    """A fresh interpreter sets up RAPPOR and privatizes with it, every variant, and numpy stays unloaded."""
+    out = subprocess.run([sys.executable, "-c", _RAPPOR], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"

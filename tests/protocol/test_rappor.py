@@ -1,4 +1,7 @@
-"""RAPPOR (004 §2): exact ε∞ and ε1, memoized B', unbiased t_ij with honest SE, strict wire form."""
+"""RAPPOR's device half (004 §2): exact ε∞ and ε1, memoized B', the coins the vectorised path draws.
+
+The server half (estimates, wire decoding, aggregates) is tested in ``test_rappor_server.py``.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +9,7 @@ import math
 from collections.abc import Sequence
 from fractions import Fraction
 from itertools import permutations
+from types import MappingProxyType
 from typing import Any
 
 import msgpack
@@ -15,10 +19,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from protocol.errors import InputError, MalformedReportError, ParameterError, StateError
+from protocol.errors import InputError, ParameterError, StateError
 from protocol.hashing import HashFamily
-from protocol.randomness import SCALE, SeededRandom
-from protocol.rappor import Rappor, RapporAggregate, RapporBatch, RapporRecord, RapporState
+from protocol.randomness import SCALE, SeededRandom, uniform_ints
+from protocol.rappor import Rappor, RapporRecord, RapporState
+from protocol.server.rappor import RapporServer
 from tests.protocol.ldp import assert_tight_ldp
 
 SEED = b"rappor-test-seed-0001"
@@ -181,7 +186,7 @@ def test_signal_step_uses_the_public_hash_family(variant: str, rng: SeededRandom
         got = np.flatnonzero(np.unpackbits(np.frombuffer(record.bits, dtype=np.uint8)))
         assert frozenset(got.tolist()) == reference_bloom(mech, v, state.cohort)
     cohorts = np.arange(len(values)) % mech.cohorts
-    batch = mech.privatize_many(values, cohorts, rng)
+    batch = RapporServer(mech).privatize_many(values, cohorts, rng)
     for d, v in enumerate(values):
         got = np.flatnonzero(np.unpackbits(batch.bits[d]))
         assert frozenset(got.tolist()) == reference_bloom(mech, v, int(cohorts[d]))
@@ -194,7 +199,7 @@ def test_basic_maps_each_category_to_its_own_bit(rng: SeededRandom) -> None:
     for i, c in enumerate(cats):
         record, _ = mech.privatize(c, mech.setup(rng), rng)
         assert np.flatnonzero(np.unpackbits(np.frombuffer(record.bits, dtype=np.uint8))).tolist() == [i]
-    assert mech.candidate_bits(cats)[:, 0, :].tolist() == np.eye(11, dtype=np.uint8).tolist()
+    assert RapporServer(mech).candidate_bits(cats)[:, 0, :].tolist() == np.eye(11, dtype=np.uint8).tolist()
 
 
 def bit_rates(bits: npt.NDArray[np.uint8], k: int) -> npt.NDArray[np.int64]:
@@ -215,7 +220,7 @@ def test_fresh_reports_follow_lemma_1(variant: str, rng: SeededRandom) -> None:
     single = np.stack(
         [np.frombuffer(mech.privatize(value, mech.setup(rng), rng)[0].bits, dtype=np.uint8) for _ in range(n)]
     )
-    many = mech.privatize_many([value] * 50_000, np.zeros(50_000, dtype=np.int64), rng).bits
+    many = RapporServer(mech).privatize_many([value] * 50_000, np.zeros(50_000, dtype=np.int64), rng).bits
     for bits in (single, many):
         m = bits.shape[0]
         ones = bit_rates(bits, 32)
@@ -232,7 +237,7 @@ def test_irr_with_q_equal_one_reports_every_set_bit(rng: SeededRandom) -> None:
         record, _ = mech.privatize("x", mech.setup(rng), rng)
         got = set(np.flatnonzero(np.unpackbits(np.frombuffer(record.bits, dtype=np.uint8))).tolist())
         assert bloom <= got
-    batch = mech.privatize_many(["x"] * 500, np.zeros(500, dtype=np.int64), rng)
+    batch = RapporServer(mech).privatize_many(["x"] * 500, np.zeros(500, dtype=np.int64), rng)
     assert (np.unpackbits(batch.bits, axis=1)[:, sorted(bloom)] == 1).all()
 
 
@@ -324,158 +329,46 @@ def test_state_from_plain_is_strict(rng: SeededRandom) -> None:
         mech.privatize("v", "not a state", rng)  # type: ignore[arg-type]
 
 
-# ----- estimation ------------------------------------------------------------------------
+# ----- the pure device path and the vectorised server path ------------------------------
 
 
-def test_basic_one_time_recovers_a_normal_distribution() -> None:
-    """004 §5.1: n = 10^5 rounded normal(50, 10); every count within 5 SE, SE within 15% of the spread (150 runs)."""
-    # 004 §5.1 uses ε = ln 3; with one-time (no IRR) coins this is f with 2 ln((1 - f/2)/(f/2)) = ln 3.
-    f = 2 / (1 + math.sqrt(3))
-    # Categories 15..85 (mean ± 3.5 sd); the 0.05% of values beyond are clipped into the end categories.
-    low, high = 15, 85
-    cats = tuple(str(i) for i in range(low, high + 1))
-    k = len(cats)
-    mech = Rappor(k=k, h=1, cohorts=1, f=f, p=0.5, q=0.75, seed=SEED, variant="basic-one-time", categories=cats)
-    assert mech.epsilon_report == pytest.approx(math.log(3), abs=1e-12)
-    rng = SeededRandom(51)
-    n, reps = 100_000, 150
-    data = np.clip(np.rint(50 + 10 * np.random.default_rng(5).standard_normal(n)), low, high).astype(np.int64) - low
-    truth = np.bincount(data, minlength=k).astype(np.float64)
-    values = [cats[i] for i in data]
-    cohorts = np.zeros(n, dtype=np.int64)
-    estimates = np.empty((reps, k))
-    ses = np.empty((reps, k))
-    for r in range(reps):
-        agg = mech.new_aggregate()
-        agg.add(mech.privatize_many(values, cohorts, rng))
-        est = agg.estimate()
-        assert (np.abs(est.values - truth) <= 5 * est.standard_errors).all()
-        estimates[r], ses[r] = est.values, est.standard_errors
-    # Unbiased: the mean of 150 runs is within 5 SE of the mean of each count.
-    assert (np.abs(estimates.mean(axis=0) - truth) <= 5 * ses.mean(axis=0) / math.sqrt(reps)).all()
-    # Honest SE, pooled over the counts (one count's spread over 150 runs is only good to ~6%).
-    spread = math.sqrt(float(estimates.var(axis=0, ddof=1).mean()))
-    reported = math.sqrt(float((ses**2).mean()))
-    assert abs(reported / spread - 1) < 0.15
+@pytest.mark.parametrize(
+    ("variant", "over"),
+    [
+        ("standard", {}),
+        ("standard", {"f": 0.0}),
+        ("standard", {"p": 0.0, "q": 1.0}),
+        ("standard", {"k": 13, "h": 3, "cohorts": 3}),
+        ("one-time", {}),
+        ("basic", {}),
+        ("basic-one-time", {"f": 0.0}),
+    ],
+)
+def test_privatize_draws_the_coins_of_privatize_many(variant: str, over: dict[str, Any]) -> None:
+    """One fresh device: privatize and RapporServer.privatize_many consume the same words, report the same bits."""
+    mech = basic(variant, **over) if variant.startswith("basic") else small(variant, **over)
+    server = RapporServer(mech)
+    values = list(mech.categories) if mech.basic else UNIVERSE[:8]
+    for seed in range(12):
+        for cohort in range(mech.cohorts):
+            value = values[(seed + cohort) % len(values)]
+            state = RapporState(cohort=cohort, memo_key=bytes(32), memo=MappingProxyType({}))
+            pure, vectorised = SeededRandom(seed), SeededRandom(seed)
+            record, _ = mech.privatize(value, state, pure)
+            batch = server.privatize_many([value], [cohort], vectorised)
+            assert record == RapporRecord(int(batch.cohorts[0]), batch.bits[0].tobytes())
+            assert pure.draw(1) == vectorised.draw(1)
 
 
-def test_standard_bit_estimates_are_unbiased_with_honest_se() -> None:
-    """t_ij (004 §4) is within 5 SE of the true per-cohort Bloom bit counts; SE within 15% of the spread."""
-    mech = Rappor(k=32, h=2, cohorts=4, seed=SEED, **CHROME)
-    rng = SeededRandom(54)
-    n, reps = 40_000, 150
-    strings = [f"string-{i}" for i in range(40)]
-    weights = np.exp(-np.arange(40) / 6)
-    data_rng = np.random.default_rng(8)
-    idx = data_rng.choice(40, size=n, p=weights / weights.sum())
-    values = [strings[i] for i in idx]
-    cohorts = data_rng.integers(0, 4, size=n)
-    truth = np.zeros((4, 32))
-    for s, string in enumerate(strings):
-        for c in range(4):
-            members = int(np.count_nonzero((idx == s) & (cohorts == c)))
-            for bit in reference_bloom(mech, string, c):
-                truth[c, bit] += members
-    t = np.empty((reps, 4, 32))
-    se = np.empty((reps, 4, 32))
-    for r in range(reps):
-        agg = mech.new_aggregate()
-        agg.add(mech.privatize_many(values, cohorts, rng))
-        est = agg.estimate_bits()
-        assert est.n == n
-        assert est.cohort_sizes.tolist() == np.bincount(cohorts, minlength=4).tolist()
-        assert (np.abs(est.values - truth) <= 5 * est.standard_errors).all()
-        t[r], se[r] = est.values, est.standard_errors
-    assert (np.abs(t.mean(axis=0) - truth) <= 5 * se.mean(axis=0) / math.sqrt(reps)).all()
-    spread = math.sqrt(float(t.var(axis=0, ddof=1).mean()))
-    reported = math.sqrt(float((se**2).mean()))
-    assert abs(reported / spread - 1) < 0.15
-    flat = agg.estimate()
-    assert flat.values.tolist() == est.values.ravel().tolist()
-
-
-@pytest.mark.parametrize("variant", ["basic", "basic-one-time"])
-def test_basic_direct_decoding_is_unbiased(variant: str) -> None:
-    """Basic decoding Σ_j t_ij across cohorts, for both variants: within 5 SE over 40 runs and on their mean."""
-    cats = ["red", "green", "blue", "cyan", "none"]
-    mech = basic(variant, categories=cats, cohorts=3, f=0.25, p=0.2, q=0.9)
-    rng = SeededRandom(3 if variant == "basic" else 4)
-    n, reps = 30_000, 40
-    data = np.repeat(np.arange(5), [12_000, 9_000, 6_000, 3_000, 0])
-    values = [cats[i] for i in data]
-    cohorts = np.arange(n) % 3
-    truth = np.bincount(data, minlength=5)
-    runs = []
-    for _ in range(reps):
-        agg = mech.new_aggregate()
-        agg.add(mech.privatize_many(values, cohorts, rng))
-        est = agg.estimate_categories()
-        assert (np.abs(est.values - truth) <= 5 * est.standard_errors).all()
-        runs.append(est.values)
-    assert (np.abs(np.mean(runs, axis=0) - truth) <= 5 * est.standard_errors / math.sqrt(reps)).all()
-
-
-def test_single_reports_aggregate_like_the_batch_path(rng: SeededRandom) -> None:
-    """Reports from privatize, through the wire form, estimate the true Bloom bits within 5 SE."""
-    mech = Rappor(k=16, h=2, cohorts=2, seed=SEED, f=0.25, p=0.25, q=0.75)
-    records = []
-    truth = np.zeros((2, 16))
-    for d in range(4000):
-        value = f"v{d % 3}"
-        state = mech.setup(rng)
-        record, _ = mech.privatize(value, state, rng)
-        records.append(record)
-        for bit in reference_bloom(mech, value, state.cohort):
-            truth[state.cohort, bit] += 1
-    wire = msgpack.unpackb(msgpack.packb(mech.encode_records(records)))
-    agg = mech.new_aggregate()
-    agg.add(mech.decode_records(wire))
-    est = agg.estimate_bits()
-    assert (np.abs(est.values - truth) <= 5 * est.standard_errors).all()
-
-
-def test_aggregate_counts_bits_exactly(rng: SeededRandom) -> None:
-    """add() gives the same c_ij and N_j as counting unpacked bits, for k not a multiple of 8."""
-    mech = Rappor(k=13, h=2, cohorts=5, seed=SEED, **CHROME)
-    batch = mech.privatize_many([f"s{i % 17}" for i in range(3000)], np.arange(3000) % 5, rng)
-    agg = mech.new_aggregate()
-    agg.add(batch)
-    agg.add(RapporBatch(np.zeros(0, dtype=np.int64), np.zeros((0, 2), dtype=np.uint8)))
-    unpacked = np.unpackbits(batch.bits, axis=1, count=13).astype(np.int64)
-    for c in range(5):
-        assert agg.counts[c].tolist() == unpacked[batch.cohorts == c].sum(axis=0).tolist()
-    assert agg.sizes.tolist() == np.bincount(batch.cohorts, minlength=5).tolist()
-    assert agg.n == 3000
-
-
-def test_candidate_bits_match_the_bloom_filters() -> None:
-    """candidate_bits / candidate_positions give every candidate's Bloom bits in every cohort."""
-    mech = Rappor(k=128, h=2, cohorts=8, seed=SEED, **CHROME)
-    cands = [f"cand-{i}" for i in range(30)]
-    bits = mech.candidate_bits(cands)
-    pos = mech.candidate_positions(cands)
-    assert bits.shape == (30, 8, 128)
-    assert pos.shape == (30, 8, 2)
-    for m, cand in enumerate(cands):
-        for c in range(8):
-            assert set(np.flatnonzero(bits[m, c]).tolist()) == reference_bloom(mech, cand, c)
-            assert set(pos[m, c].tolist()) == reference_bloom(mech, cand, c)
-
-
-def test_empty_and_degenerate_estimates() -> None:
-    """An empty cohort estimates 0 ± 0; f = 1 carries no signal (NaN ± inf); Bloom variants refuse direct decoding."""
-    mech = Rappor(k=8, h=2, cohorts=2, seed=SEED, **CHROME)
-    est = mech.new_aggregate().estimate_bits()
-    assert (est.values == 0).all()
-    assert (est.standard_errors == 0).all()
-    with pytest.raises(ParameterError, match="variant"):
-        mech.new_aggregate().estimate_categories()
-    flat = Rappor(k=8, h=2, cohorts=2, seed=SEED, f=1.0, p=0.5, q=0.75)
-    assert flat.epsilon_one == 0
-    assert flat.epsilon_infinity == 0
-    est = flat.new_aggregate().estimate_bits()
-    assert np.isnan(est.values).all()
-    assert np.isinf(est.standard_errors).all()
+@pytest.mark.parametrize("cohorts", [1, 3, 32, 256, 257, 1 << 16])
+def test_setup_draws_the_coins_of_the_vectorised_path(cohorts: int) -> None:
+    """setup's pure draws are the vectorised ones: the cohort is uniform_ints' and the key four words, little-endian."""
+    mech = Rappor(k=8, h=2, cohorts=cohorts, seed=SEED, **CHROME)
+    for seed in range(10):
+        state = mech.setup(SeededRandom(seed))
+        rng = SeededRandom(seed)
+        assert state.cohort == int(uniform_ints(rng, cohorts, 1)[0])
+        assert state.memo_key == rng.words(4).astype("<u8").tobytes()
 
 
 # ----- parameters and inputs -------------------------------------------------------------
@@ -539,148 +432,16 @@ def test_bad_values_are_refused(rng: SeededRandom) -> None:
     with pytest.raises(InputError):
         mech.privatize("zzz", mech.setup(rng), rng)
     with pytest.raises(InputError):
-        mech.privatize_many(["a", "zzz"], [0, 0], rng)
+        RapporServer(mech).privatize_many(["a", "zzz"], [0, 0], rng)
     bloom = small()
     with pytest.raises(InputError):
         bloom.privatize(3, bloom.setup(rng), rng)  # type: ignore[arg-type]
     with pytest.raises(InputError):
-        bloom.privatize_many(["a", None], [0, 0], rng)  # type: ignore[list-item]
+        RapporServer(bloom).privatize_many(["a", None], [0, 0], rng)  # type: ignore[list-item]
     with pytest.raises(InputError):
-        bloom.privatize_many(["a"], [2], rng)
+        RapporServer(bloom).privatize_many(["a"], [2], rng)
     with pytest.raises(InputError):
-        bloom.privatize_many(["a", "b"], [0], rng)
-
-
-# ----- wire form -------------------------------------------------------------------------
-
-
-WIRE_MECH = Rappor(k=12, h=2, cohorts=3, seed=SEED, **CHROME)
-
-
-@pytest.mark.parametrize(
-    ("raw", "reason", "field"),
-    [
-        ({"a": 1}, "bad-type", "records"),
-        ([[0, b"\x00\x00"], 5], "bad-type", "records[1]"),
-        ([[0, b"\x00\x00", 1]], "bad-length", "records[0]"),
-        ([[0]], "bad-length", "records[0]"),
-        ([["0", b"\x00\x00"]], "bad-type", "records[0].cohort"),
-        ([[True, b"\x00\x00"]], "bad-type", "records[0].cohort"),
-        ([[1.0, b"\x00\x00"]], "bad-type", "records[0].cohort"),
-        ([[3, b"\x00\x00"]], "out-of-range", "records[0].cohort"),
-        ([[-1, b"\x00\x00"]], "out-of-range", "records[0].cohort"),
-        ([[2**70, b"\x00\x00"]], "out-of-range", "records[0].cohort"),
-        ([[0, "\x00\x00"]], "bad-type", "records[0].bits"),
-        ([[0, [0, 0]]], "bad-type", "records[0].bits"),
-        ([[0, b"\x00"]], "bad-length", "records[0].bits"),
-        ([[0, b"\x00\x00\x00"]], "bad-length", "records[0].bits"),
-        ([[0, b"\x00\x01"]], "bad-padding", "records[0].bits"),
-        ([[0, b"\xff\xf0"], [1, b"\xff\x08"]], "bad-padding", "records[1].bits"),
-    ],
-)
-def test_decode_is_strict(raw: object, reason: str, field: str) -> None:
-    """Malformed wire records raise MalformedReportError with the reason and the field."""
-    with pytest.raises(MalformedReportError) as info:
-        WIRE_MECH.decode_records(raw)
-    assert (info.value.reason, info.value.field) == (reason, field)
-
-
-records_strategy = st.lists(
-    st.builds(
-        RapporRecord,
-        st.integers(0, 2),
-        st.binary(min_size=2, max_size=2).map(lambda b: bytes([b[0], b[1] & 0xF0])),
-    ),
-    max_size=30,
-)
-
-
-@given(records_strategy)
-def test_wire_round_trip(records: list[RapporRecord]) -> None:
-    """encode → msgpack → decode gives the records' batch back."""
-    wire = msgpack.unpackb(msgpack.packb(WIRE_MECH.encode_records(records)))
-    got = WIRE_MECH.decode_records(wire)
-    want = WIRE_MECH.batch(records)
-    assert got.cohorts.tolist() == want.cohorts.tolist()
-    assert got.bits.tolist() == want.bits.tolist()
-
-
-msgpack_values = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=4) | st.binary(max_size=4),
-    lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=3), children, max_size=3),
-    max_leaves=12,
-)
-
-
-@given(msgpack_values)
-def test_decode_is_total(raw: object) -> None:
-    """Any msgpack-shaped object either decodes or raises MalformedReportError."""
-    try:
-        batch = WIRE_MECH.decode_records(raw)
-    except MalformedReportError:
-        return
-    assert batch.bits.shape == (len(batch), 2)
-
-
-# ----- aggregates: merge and persistence -------------------------------------------------
-
-
-AGG_MECH = Rappor(k=10, h=2, cohorts=3, seed=SEED, **CHROME)
-
-
-def aggregate_of(records: list[RapporRecord]) -> RapporAggregate:
-    """An aggregate holding ``records``."""
-    agg = AGG_MECH.new_aggregate()
-    agg.add(AGG_MECH.batch(records))
-    return agg
-
-
-agg_records = st.lists(
-    st.builds(
-        RapporRecord,
-        st.integers(0, 2),
-        st.binary(min_size=2, max_size=2).map(lambda b: bytes([b[0], b[1] & 0xC0])),
-    ),
-    max_size=25,
-)
-
-
-@given(st.lists(agg_records, min_size=3, max_size=3))
-def test_merge_is_associative_and_commutative(parts: list[list[RapporRecord]]) -> None:
-    """Aggregates are sums: any merge order gives the aggregate of all records."""
-    a, b, c = (aggregate_of(p) for p in parts)
-    left = a.merge(b).merge(c).to_plain()
-    right = a.merge(b.merge(c)).to_plain()
-    assert left == right == c.merge(a).merge(b).to_plain()
-    assert left == aggregate_of([r for p in parts for r in p]).to_plain()
-    restored = RapporAggregate.from_plain(AGG_MECH, msgpack.unpackb(msgpack.packb(left)))
-    assert restored.to_plain() == left
-    assert restored.n == sum(len(p) for p in parts)
-
-
-def test_merge_refuses_other_parameters() -> None:
-    """Aggregates of different parameters do not merge."""
-    other = Rappor(k=10, h=2, cohorts=3, seed=SEED, f=0.5, p=0.5, q=0.75)
-    with pytest.raises(ValueError, match="different"):
-        AGG_MECH.new_aggregate().merge(other.new_aggregate())
-
-
-def test_aggregate_from_plain_is_strict() -> None:
-    """Malformed or impossible saved aggregates raise StateError."""
-    good = aggregate_of([RapporRecord(0, b"\xff\xc0"), RapporRecord(2, b"\x01\x00")]).to_plain()
-    more = aggregate_of([RapporRecord(0, b"\xff\xc0")] * 3).to_plain()
-    bad_cases: list[object] = [
-        None,
-        {},
-        {"counts": good["counts"]},
-        {**good, "sizes": good["counts"]},
-        {**good, "counts": {**good["counts"], "shape": [3, 11]}},
-        {**good, "counts": {**good["counts"], "dtype": "<f8"}},
-        {**good, "counts": more["counts"]},  # counts above the number of reports
-    ]
-    for bad in bad_cases:
-        with pytest.raises(StateError):
-            RapporAggregate.from_plain(AGG_MECH, bad)
+        RapporServer(bloom).privatize_many(["a", "b"], [0], rng)
 
 
 @settings(max_examples=50)

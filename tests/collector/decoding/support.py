@@ -15,7 +15,8 @@ from collections.abc import Sequence
 import numpy as np
 import numpy.typing as npt
 
-from protocol.rappor import Rappor, RapporAggregate
+from protocol.rappor import Rappor
+from protocol.server.rappor import RapporAggregate, RapporServer
 
 
 def simulate_counts(
@@ -27,7 +28,7 @@ def simulate_counts(
     """An aggregate of ``counts[i]`` reports of ``values[i]``, cohorts uniform, one report each."""
     c = np.asarray(counts, dtype=np.int64)
     per_cohort = np.array([gen.multinomial(int(x), np.full(mech.cohorts, 1 / mech.cohorts)) for x in c])
-    bits = mech.candidate_bits(list(values)).astype(np.int64)  # (V, cohorts, k)
+    bits = RapporServer(mech).candidate_bits(list(values)).astype(np.int64)  # (V, cohorts, k)
     t_true = np.einsum("vj,vji->ji", per_cohort, bits)
     sizes = per_cohort.sum(axis=0)
     one, zero = mech.coordinate_probabilities("report")

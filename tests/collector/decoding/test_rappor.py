@@ -20,7 +20,8 @@ from collector.decoding.rappor import (
     load_candidates,
 )
 from protocol.randomness import SeededRandom, uniform_ints
-from protocol.rappor import Rappor, RapporAggregate
+from protocol.rappor import Rappor
+from protocol.server.rappor import RapporAggregate, RapporServer
 from tests.collector.decoding.support import exponential_counts, simulate_counts
 
 SEED = b"tests/collector/decoding/rappor"
@@ -58,7 +59,7 @@ def _dense(design: object, columns: np.ndarray) -> np.ndarray:
 def test_gram_matches_the_dense_centred_product() -> None:
     """The sparse Gram equals (PA)'W(PA) computed densely, intercepts profiled out."""
     mech, agg, _ = _problem(1)
-    design = _design(mech, agg.estimate_bits(), CANDIDATES)
+    design = _design(RapporServer(mech), agg.estimate_bits(), CANDIDATES)
     gen = np.random.default_rng(2)
     design.set_weights(gen.uniform(0.5, 2.0, design.size))
     cols = np.arange(0, 60, 3)
@@ -72,7 +73,7 @@ def test_gram_matches_the_dense_centred_product() -> None:
 def test_lasso_meets_its_kkt_conditions() -> None:
     """Non-negative weighted Lasso: active scores equal the penalty, inactive ones stay below it."""
     mech, agg, _ = _problem(3)
-    design = _design(mech, agg.estimate_bits(), CANDIDATES)
+    design = _design(RapporServer(mech), agg.estimate_bits(), CANDIDATES)
     one, zero = (float(x) for x in mech.coordinate_probabilities("report"))
     n_j_rows = np.repeat(design.n_j, design.k)
     design.set_weights(_weights_from(_variances(design, np.zeros(design.size), one, zero), n_j_rows))
@@ -90,7 +91,7 @@ def test_lasso_meets_its_kkt_conditions() -> None:
 def test_refit_is_weighted_least_squares_with_cohort_intercepts() -> None:
     """The refit equals numpy's least squares on the dense design with one intercept per cohort."""
     mech, agg, _ = _problem(4)
-    design = _design(mech, agg.estimate_bits(), CANDIDATES)
+    design = _design(RapporServer(mech), agg.estimate_bits(), CANDIDATES)
     design.set_weights(np.random.default_rng(5).uniform(0.5, 2.0, design.size))
     cols = np.arange(PRESENT)
     coef, inv = _wls(design, cols)
@@ -183,8 +184,9 @@ def test_privatized_reports_decode_like_the_exact_simulation(rng: SeededRandom) 
     gen = np.random.default_rng(10)
     counts = exponential_counts(150_000, PRESENT, gen)
     values = [CANDIDATES[i] for i in np.repeat(np.arange(PRESENT), counts)]
-    agg = mech.new_aggregate()
-    agg.add(mech.privatize_many(values, uniform_ints(rng, mech.cohorts, len(values)), rng))
+    server = RapporServer(mech)
+    agg = server.new_aggregate()
+    agg.add(server.privatize_many(values, uniform_ints(rng, mech.cohorts, len(values)), rng))
     result = RapporDecoder().decode(agg, CANDIDATES)
     truth = _truth(counts)
     top = np.argsort(-truth)[:5]
@@ -228,13 +230,13 @@ def test_basic_variant_is_decoded_directly() -> None:
 def test_empty_and_degenerate_inputs() -> None:
     """No reports, no candidates, or f = 1 give an empty decoding, not an error."""
     mech = _mech(0)
-    empty = RapporDecoder().decode(mech.new_aggregate(), CANDIDATES)
+    empty = RapporDecoder().decode(RapporServer(mech).new_aggregate(), CANDIDATES)
     assert not empty.detected.any()
     assert empty.n == 0
     _, agg, _ = _problem(0)
     assert len(RapporDecoder().decode(agg, []).candidates) == 0
     noise = _mech(0, f=1.0)
-    assert not RapporDecoder().decode(noise.new_aggregate(), CANDIDATES).detected.any()
+    assert not RapporDecoder().decode(RapporServer(noise).new_aggregate(), CANDIDATES).detected.any()
 
 
 def test_bad_arguments_are_refused() -> None:
