@@ -44,14 +44,15 @@ import numpy as np
 
 from benchmarks.bench_decoding_rappor import _aggregate, _population
 from benchmarks.harness import emit, progress
-from collector.decoding.rappor import RapporDecoder, _Design, _design, _lasso, _variances, _weights_from
+from collector.decoding.lasso import Design, lasso, weights_from
+from collector.decoding.rappor import RapporDecoder, _design, _variances
 from protocol.rappor import Rappor
 from protocol.server.rappor import RapporServer
 
 Array = np.ndarray
 
 
-def _problem(name: str) -> tuple[_Design, float]:
+def _problem(name: str) -> tuple[Design, float]:
     """The decoder's design with its first weights, and its ``λ``."""
     if name == "5.2":
         names = [f"v{i}" for i in range(1, 201)]
@@ -70,11 +71,11 @@ def _problem(name: str) -> tuple[_Design, float]:
     design = _design(RapporServer(mech), bits, names)
     one, zero = mech.coordinate_probabilities("report")
     n_j_rows = np.repeat(design.n_j, design.k)
-    design.set_weights(_weights_from(_variances(design, np.zeros(design.size), float(one), float(zero)), n_j_rows))
+    design.set_weights(weights_from(_variances(design, np.zeros(design.size), float(one), float(zero)), n_j_rows))
     return design, RapporDecoder()._selection_z(len(names))
 
 
-def _dense_problem(design: _Design) -> tuple[Array, Array, Array]:
+def _dense_problem(design: Design) -> tuple[Array, Array, Array]:
     """``X`` (Fortran order, as scikit-learn's coordinate descent wants it), ``y'`` and ``s``."""
     m_count = design.rows.shape[0]
     norms = np.sqrt(design.col_norm2)
@@ -123,7 +124,7 @@ def bench(name: str, repeat: int) -> dict[str, Any]:
     rows = design.size
 
     def own() -> Array:
-        return _lasso(design, lam)
+        return lasso(design, lam)
 
     def sk(tol: float) -> Callable[[], Array]:
         def run() -> Array:

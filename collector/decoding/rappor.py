@@ -42,21 +42,8 @@ partly for their positive noise, and what they over-claim is missing from it.
    model exactly when its score statistic (its correlation with the current residual
    divided by that correlation's null standard deviation) exceeds ``λ``. Counts cannot be
    negative, so the constraint ``C >= 0`` (as in the reference decoder's ``glmnet(...,
-   lower.limits = 0)``) only removes impossible fits. Solved by pathwise coordinate
-   descent with covariance updates, warm starts and the sequential strong rule, checked
-   against the KKT conditions of every candidate (Friedman, Hastie and Tibshirani, J. Stat.
-   Softw. 33(1), 2010; Tibshirani et al., J. R. Stat. Soc. B 74:245-266, 2012). The solver is
-   the module's own rather than scikit-learn's ``Lasso(positive=True)`` for a measured reason:
-   a column has ``cohorts·h`` non-zeros, but profiling out the intercepts makes it dense, and a
-   dense design is what a general solver needs. At the deployed ``homepage`` size (32 cohorts,
-   ``k = 128``, 8,616 candidates, 004 §5.4; 2026-11-24, ``python -m benchmarks.bench_lasso``,
-   scikit-learn 1.9.1, 2 shared cores) this solver took 16-39 ms and 4.8 MiB at its peak
-   (plus its 8.4 MiB sparse design); scikit-learn took 0.27-0.38 s (0.18 s of it building
-   the design) and 278 MiB (the dense 4,096 × 8,616 design alone is 269 MiB), 7-17× slower
-   and 58× the memory. Both selected the same 17 candidates, with coefficients within
-   ``6·10^-6`` (``z`` units) of a tight reference solve and the same objective to ``10^-14``.
-   At 004 §5.2's size (16 cohorts, 200 candidates) scikit-learn is the faster, 2-3 ms against
-   5-8 ms, with the same 46 candidates: milliseconds either way. The default
+   lower.limits = 0)``) only removes impossible fits. The solver (pathwise coordinate
+   descent, checked against the KKT conditions) is :mod:`collector.decoding.lasso`. The default
    ``λ = Φ^-1(1 - 1/M)`` admits in expectation at most one *absent* candidate. A selected
    absent candidate is selected because its noise is positive; it then absorbs the
    positive noise of the cells it shares with present strings and biases them down (with
@@ -111,6 +98,7 @@ import numpy as np
 import numpy.typing as npt
 
 from collector.decoding.consistency import ConsistentEstimate, make_consistent
+from collector.decoding.lasso import Design, lasso, weights_from, wls
 from collector.decoding.plain import ValueEstimate, finite
 from collector.decoding.release import Release, ReleaseRule, release
 from collector.decoding.stats import check_level, normal_quantile, normal_sf, reject, z_interval
@@ -132,11 +120,6 @@ Array = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
 BoolArray = npt.NDArray[np.bool_]
 
-_PATH_STEPS = 8
-"""Penalties on the Lasso path from the largest score down to λ (geometric)."""
-_CD_TOLERANCE = 1e-4
-"""Coordinate descent stops when no coefficient moves its fit by more than this (z units)."""
-_CD_SWEEPS = 500
 _REFIT_ROUNDS = 3
 """How often left-out candidates that pass the test are added back before giving up."""
 
@@ -325,126 +308,7 @@ def decode_categories(
     )
 
 
-# ----------------------------------------------------------------------------------------
-# The regression problem in sparse form
-
-
-@dataclass(eq=False)
-class _Design:
-    """The candidates' columns ``A_c,ij = X_cji N_j / N`` in sparse form, and the weights.
-
-    ``rows[c]`` lists the ``cohorts·h`` row numbers ``j·k + i`` of column ``c`` and
-    ``vals[c]`` the matching entries (0 for a repeated bit or an empty cohort), so
-    ``A β = bincount(rows, vals β)`` and ``A' v = Σ vals v[rows]``.
-    """
-
-    rows: IntArray
-    vals: Array
-    cohorts: int
-    k: int
-    h: int
-    y: Array
-    n_j: Array
-    weights: Array = field(init=False)
-    cohort_weight: Array = field(init=False)
-    col_u: Array = field(init=False)
-    col_norm2: Array = field(init=False)
-
-    @property
-    def size(self) -> int:
-        return self.cohorts * self.k
-
-    def set_weights(self, weights: Array) -> None:
-        self.weights = weights
-        self.cohort_weight = weights.reshape(self.cohorts, self.k).sum(axis=1)
-        wv = self.vals * weights[self.rows]
-        # u[c, j] = Σ_{rows of c in cohort j} w a: the column's weighted sum in each cohort.
-        self.col_u = wv.reshape(len(self.rows), self.cohorts, self.h).sum(axis=2)
-        raw = (wv * self.vals).sum(axis=1)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            inv = np.where(self.cohort_weight > 0, 1.0 / self.cohort_weight, 0.0)
-        self.col_norm2 = np.maximum(raw - (self.col_u**2 * inv).sum(axis=1), 0.0)
-
-    def center(self, v: Array) -> Array:
-        """``P v``: ``v`` minus its weighted mean within each cohort (the intercepts profiled out)."""
-        w = self.weights.reshape(self.cohorts, self.k)
-        vv = v.reshape(self.cohorts, self.k)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            mean = np.where(self.cohort_weight > 0, (w * vv).sum(axis=1) / self.cohort_weight, 0.0)
-        out: Array = (vv - mean[:, None]).reshape(-1)
-        return out
-
-    def intercepts(self, residual: Array) -> Array:
-        """The per-cohort intercepts ``α_j`` that the centring removes from ``residual``."""
-        w = self.weights.reshape(self.cohorts, self.k)
-        sums = (w * residual.reshape(self.cohorts, self.k)).sum(axis=1)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            out: Array = np.where(self.cohort_weight > 0, sums / self.cohort_weight, 0.0)
-        return out
-
-    def scores(self, residual: Array, columns: IntArray | None = None) -> Array:
-        """``A_c' W P r`` for the given columns (all by default)."""
-        wr = self.weights * self.center(residual)
-        if columns is None:
-            out: Array = (self.vals * wr[self.rows]).sum(axis=1)
-            return out
-        some: Array = (self.vals[columns] * wr[self.rows[columns]]).sum(axis=1)
-        return some
-
-    def predict(self, columns: IntArray, coef: Array) -> Array:
-        """``A_S β``."""
-        if columns.size == 0:
-            return np.zeros(self.size)
-        contrib = self.vals[columns] * coef[:, None]
-        out: Array = np.bincount(self.rows[columns].ravel(), weights=contrib.ravel(), minlength=self.size).astype(
-            np.float64
-        )
-        return out
-
-    def gram(self, columns: IntArray) -> Array:
-        """``(P A_S)' W (P A_S)`` for the columns ``S``, from the pairs of columns sharing a row.
-
-        A cell holds a handful of the selected columns (``|S| h / k`` per cohort on average),
-        so the pairs are few; they are enumerated with the columns grouped by row.
-        """
-        s = columns.size
-        if s == 0:
-            return np.zeros((0, 0))
-        rows = self.rows[columns].ravel()
-        vals = self.vals[columns].ravel()
-        local = np.repeat(np.arange(s, dtype=np.int64), self.rows.shape[1])
-        keep = vals != 0
-        rows, vals, local = rows[keep], vals[keep], local[keep]
-        order = np.argsort(rows, kind="stable")
-        rows, vals, local = rows[order], vals[order], local[order]
-        counts = np.bincount(rows, minlength=self.size)
-        starts = np.concatenate(([0], np.cumsum(counts)[:-1]))
-        rank = np.arange(rows.size) - starts[rows]
-        width = int(counts.max()) if counts.size else 0
-        pad_col = np.full((self.size, width), -1, dtype=np.int64)
-        pad_val = np.zeros((self.size, width))
-        pad_col[rows, rank] = local
-        pad_val[rows, rank] = vals * np.sqrt(self.weights[rows])
-        flat = np.zeros(s * s)
-        for a in range(width):
-            ca = pad_col[:, a]
-            live = ca >= 0
-            if not live.any():
-                break
-            cb = pad_col[live]
-            prod = pad_val[live, a][:, None] * pad_val[live]
-            ok = cb >= 0
-            idx = (ca[live][:, None] * s + cb)[ok]
-            flat += np.bincount(idx, weights=prod[ok], minlength=s * s)
-        g = flat.reshape(s, s)
-        u = self.col_u[columns]
-        with np.errstate(divide="ignore", invalid="ignore"):
-            inv = np.where(self.cohort_weight > 0, 1.0 / self.cohort_weight, 0.0)
-        g -= (u * inv) @ u.T
-        return g
-
-
-def _design(server: CandidateServer, bits: BitEstimates, candidates: Sequence[str | bytes]) -> _Design:
+def _design(server: CandidateServer, bits: BitEstimates, candidates: Sequence[str | bytes]) -> Design:
     pos = server.candidate_positions(candidates)  # (M, cohorts, h)
     m_count, cohorts, h = pos.shape
     k = bits.values.shape[1]
@@ -457,85 +321,15 @@ def _design(server: CandidateServer, bits: BitEstimates, candidates: Sequence[st
     vals = np.where(first, (n_j / n)[None, :, None], 0.0).reshape(m_count, cohorts * h)
     rows = (srt + (np.arange(cohorts, dtype=np.int64) * k)[None, :, None]).reshape(m_count, cohorts * h)
     y = np.nan_to_num(bits.values.reshape(-1).astype(np.float64))
-    return _Design(rows=rows, vals=vals, cohorts=cohorts, k=k, h=h, y=y, n_j=n_j)
+    return Design(rows=rows, vals=vals, cohorts=cohorts, k=k, h=h, y=y, n_j=n_j)
 
 
-def _variances(design: _Design, mean: Array, q_star: float, p_star: float) -> Array:
+def _variances(design: Design, mean: Array, q_star: float, p_star: float) -> Array:
     """``v_ij`` at ``μ = mean`` (clipped to ``[0, N_j]``), as in :mod:`protocol.rappor`."""
     n_j = np.repeat(design.n_j, design.k)
     mu = np.clip(mean, 0.0, n_j)
     out: Array = (mu * q_star * (1 - q_star) + (n_j - mu) * p_star * (1 - p_star)) / (q_star - p_star) ** 2
     return out
-
-
-def _weights_from(variances: Array, n_j_rows: Array) -> Array:
-    with np.errstate(divide="ignore"):
-        out: Array = np.where((n_j_rows > 0) & (variances > 0), 1.0 / variances, 0.0)
-    return out
-
-
-# ----------------------------------------------------------------------------------------
-# Non-negative Lasso by pathwise coordinate descent
-
-
-def _cd(gram: Array, corr: Array, coef: Array, penalty: Array) -> None:
-    """Coordinate descent on ``½ β'Gβ - b'β + penalty'β``, ``β >= 0``, in place.
-
-    ``corr`` holds ``b - Gβ`` for the current ``coef`` and is kept up to date.
-    """
-    diag = np.diag(gram).copy()
-    scale = np.sqrt(np.maximum(diag, 0.0))
-    for _ in range(_CD_SWEEPS):
-        visit = np.flatnonzero(((coef > 0) | (corr > penalty)) & (diag > 0))
-        biggest = 0.0
-        for c in visit.tolist():
-            old = coef[c]
-            new = old + (corr[c] - penalty[c]) / diag[c]
-            new = max(new, 0.0)
-            delta = new - old
-            if delta != 0.0:
-                coef[c] = new
-                corr -= gram[c] * delta
-                moved = abs(delta) * scale[c]
-                biggest = max(biggest, moved)
-        if biggest < _CD_TOLERANCE:
-            return
-
-
-def _lasso(design: _Design, lam: float) -> Array:
-    """The non-negative weighted Lasso of the module docstring at penalty ``λ`` (z units)."""
-    m_count = design.rows.shape[0]
-    norms = np.sqrt(design.col_norm2)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        inv_norm = np.where(norms > 0, 1.0 / norms, 0.0)
-    coef = np.zeros(m_count)
-    z = design.scores(design.y) * inv_norm
-    top = float(z.max()) if m_count else 0.0
-    if top <= lam:
-        return coef
-    active = np.zeros(m_count, dtype=np.bool_)
-    path = top * (lam / top) ** (np.arange(1, _PATH_STEPS + 1) / _PATH_STEPS)
-    previous = top
-    for level in path:
-        # Sequential strong rule: a column whose score is below 2λ - λ_prev is unlikely to enter.
-        work = active | (z >= 2 * level - previous)
-        while True:
-            cols = np.flatnonzero(work)
-            gram = design.gram(cols)
-            local = coef[cols].copy()
-            corr = design.scores(design.y, cols) - gram @ local
-            _cd(gram, corr, local, level * norms[cols])
-            coef[cols] = local
-            resid = design.y - design.predict(cols, local)
-            z = design.scores(resid) * inv_norm
-            # KKT: a column outside the working set must not want to enter.
-            violators = (~work) & (z > level * (1 + 1e-9)) & (norms > 0)
-            if not violators.any():
-                break
-            work |= violators
-        active = coef > 0
-        previous = level
-    return coef
 
 
 # ----------------------------------------------------------------------------------------
@@ -602,9 +396,9 @@ class RapporDecoder:
         design = _design(server, bits, cands)
         n_j_rows = np.repeat(design.n_j, design.k)
         rows_used = int(np.count_nonzero(n_j_rows > 0))
-        design.set_weights(_weights_from(_variances(design, np.zeros(design.size), q_star, p_star), n_j_rows))
+        design.set_weights(weights_from(_variances(design, np.zeros(design.size), q_star, p_star), n_j_rows))
         lam = self._selection_z(m_count)
-        coef = _lasso(design, lam)
+        coef = lasso(design, lam)
         chosen = np.flatnonzero(coef > 0)
         limit = self.max_selected if self.max_selected is not None else max(1, rows_used // 4)
         if chosen.size > limit:
@@ -645,7 +439,7 @@ class RapporDecoder:
 
     def _refit(
         self,
-        design: _Design,
+        design: Design,
         *,
         chosen: IntArray,
         q_star: float,
@@ -653,13 +447,13 @@ class RapporDecoder:
         n_j_rows: Array,
         rows_used: int,
     ) -> _Fit:
-        design.set_weights(_weights_from(_variances(design, np.zeros(design.size), q_star, p_star), n_j_rows))
-        coef, inv = _wls(design, chosen)
+        design.set_weights(weights_from(_variances(design, np.zeros(design.size), q_star, p_star), n_j_rows))
+        coef, inv = wls(design, chosen)
         if self.reweight:
             fitted = design.predict(chosen, coef)
             fitted += np.repeat(design.intercepts(design.y - fitted), design.k)
-            design.set_weights(_weights_from(_variances(design, fitted, q_star, p_star), n_j_rows))
-            coef, inv = _wls(design, chosen)
+            design.set_weights(weights_from(_variances(design, fitted, q_star, p_star), n_j_rows))
+            coef, inv = wls(design, chosen)
         resid = design.y - design.predict(chosen, coef)
         centred = design.center(resid)
         cohorts_used = int(np.count_nonzero(design.cohort_weight > 0))
@@ -688,7 +482,7 @@ class RapporDecoder:
         return _Fit(counts=counts, se=se, z=z, p=p, selected=selected, dispersion=phi, unexplained=unexplained)
 
     @staticmethod
-    def _unexplained(design: _Design, resid: Array, chosen: IntArray, inv: Array, phi: float) -> Estimate:
+    def _unexplained(design: Design, resid: Array, chosen: IntArray, inv: Array, phi: float) -> Estimate:
         """``Σ_j α_j k / h̄`` with ``Var α = φ (D⁻¹ + D⁻¹ U' Cov(Ĉ) U D⁻¹)`` (D: cohort weights)."""
         k, h = design.k, design.h
         h_bar = k * (1.0 - (1.0 - 1.0 / k) ** h)
@@ -734,26 +528,3 @@ class _Fit:
     selected: BoolArray
     dispersion: float
     unexplained: Estimate
-
-
-def _wls(design: _Design, chosen: IntArray) -> tuple[Array, Array]:
-    """Weighted least squares of ``y`` on the chosen columns and the intercepts.
-
-    Returns the coefficients and ``(X'WX)^-1`` restricted to the columns (the intercepts are
-    profiled out, so this block is exactly the columns' part of the full inverse).
-    """
-    if chosen.size == 0:
-        return np.zeros(0), np.zeros((0, 0))
-    gram = design.gram(chosen)
-    rhs = design.scores(design.y, chosen)
-    try:
-        chol = np.linalg.cholesky(gram)
-        eye = np.eye(chosen.size)
-        lower_inv = np.linalg.solve(chol, eye)
-        inv = lower_inv.T @ lower_inv
-    except np.linalg.LinAlgError:
-        # Two candidates with the same bits in every cohort cannot be told apart; the
-        # pseudo-inverse splits their count, and their standard errors say so.
-        inv = np.linalg.pinv(gram)
-    coef: Array = inv @ rhs
-    return coef, inv

@@ -9,13 +9,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from collector.decoding.lasso import lasso, weights_from, wls
 from collector.decoding.rappor import (
     RapporDecoder,
     _design,
-    _lasso,
     _variances,
-    _weights_from,
-    _wls,
     decode_categories,
     load_candidates,
 )
@@ -76,9 +74,9 @@ def test_lasso_meets_its_kkt_conditions() -> None:
     design = _design(RapporServer(mech), agg.estimate_bits(), CANDIDATES)
     one, zero = (float(x) for x in mech.coordinate_probabilities("report"))
     n_j_rows = np.repeat(design.n_j, design.k)
-    design.set_weights(_weights_from(_variances(design, np.zeros(design.size), one, zero), n_j_rows))
+    design.set_weights(weights_from(_variances(design, np.zeros(design.size), one, zero), n_j_rows))
     lam = 1.5
-    coef = _lasso(design, lam)
+    coef = lasso(design, lam)
     active = np.flatnonzero(coef > 0)
     resid = design.y - design.predict(active, coef[active])
     z = design.scores(resid) / np.sqrt(design.col_norm2)
@@ -94,7 +92,7 @@ def test_refit_is_weighted_least_squares_with_cohort_intercepts() -> None:
     design = _design(RapporServer(mech), agg.estimate_bits(), CANDIDATES)
     design.set_weights(np.random.default_rng(5).uniform(0.5, 2.0, design.size))
     cols = np.arange(PRESENT)
-    coef, inv = _wls(design, cols)
+    coef, inv = wls(design, cols)
     cohort_dummies = np.kron(np.eye(design.cohorts), np.ones((design.k, 1)))
     x = np.hstack([_dense(design, cols), cohort_dummies])
     sw = np.sqrt(design.weights)
