@@ -288,87 +288,105 @@ class Ingest:
                 await asyncio.shield(last.future)
                 self._finish(last)
 
-    def _accept(self, deliveries: Sequence[Delivery]) -> None:  # noqa: PLR0912, PLR0915  per-message hot loop, locals bound for speed
+    def _accept(self, deliveries: Sequence[Delivery]) -> None:
+        """Buffer what ``deliveries`` bring: each message is judged, then refused or kept, and its
+        receipt request noted; every token waits for the commit."""
         if time.monotonic() - self._windows_at > 1.0:
             self._refresh_windows()
         if not self._tokens and deliveries:
             self._since = time.monotonic()
             self.metrics.pending_since = self._since
-        catalog = self.catalog
-        retired = self._retired
-        max_size = self.config.max_report_bytes
-        windows = self._windows
-        reports = self._reports
-        senders = self._senders
         tokens = self._tokens
-        counters = self._counters
-        ids = self._ids
-        rejected = self.metrics.rejected
-        require_identity = self.config.require_device_identity
-        requests = self._requests
-        prefix = self._receipt_prefix
         for d in deliveries:
             tokens.append(d.token)
-            reply_to = d.reply_to
-            correlation = d.correlation
-            if (reply_to is not None or correlation is not None) and (
-                reply_to is None
-                or not correlation
-                or len(correlation) > MAX_CORRELATION_BYTES
-                or not valid_response_topic(reply_to, prefix)
-            ):
-                # Never publish outside the receipt prefix: a device must not steer the
-                # collector's writes (into report topics, say). The report itself is
-                # still processed; only the receipt is withheld.
-                self.metrics.receipt_requests_invalid += 1
-                reply_to = correlation = None
-            reason: str | None = None
-            if require_identity and not d.sender:
-                reason = "no-identity"
+            receipt = self._receipt_to(d)
+            judged = self._judge(d)
+            if isinstance(judged, str):
+                self._refuse(judged, receipt)
             else:
-                try:
-                    report = decode_report(d.payload, catalog, max_size=max_size)
-                except MalformedReportError as exc:
-                    reason = exc.reason
-                except Exception:
-                    # The decoder promises MalformedReportError for every bad input. Should it
-                    # break that promise, the message is still untrusted input, not a reason to
-                    # stop: a crash would be followed by the broker redelivering the same message,
-                    # forever (DESIGN invariant 7). It is counted under its own reason and logged.
-                    log.exception(
-                        "the report decoder failed on a %d-byte message; rejected as decoder-error", len(d.payload)
-                    )
-                    reason = "decoder-error"
-                else:
-                    ref = report.use_case.ref
-                    low, high = windows[ref]
-                    if report.period < low:
-                        reason = "period-expired"
-                    elif report.period > high:
-                        reason = "period-future"
-                    elif retired and report.period >= retired.get(ref, report.period + 1):
-                        reason = "retired"
-            if reason is not None:
-                counters["rejected:" + reason] += 1
-                rejected[reason] += 1
-                # A period ahead of our clock may be accepted later (one of the two clocks is
-                # off): no receipt, so the agent resends until it is counted or too old.
-                if reply_to is not None and correlation is not None and reason != "period-future":
-                    requests.append((reply_to, correlation, reason))
-                continue
-            if reply_to is not None and correlation is not None:
-                # Decided by the commit: counted (fresh or already stored) unless expired there.
-                requests.append((reply_to, correlation, report.report_id))
-            if report.report_id in ids:
-                counters["duplicates"] += 1
-                self.metrics.duplicates += 1
-                continue
-            ids.add(report.report_id)
-            reports.append(report)
-            senders.append(d.sender)
-        counters["messages"] += len(deliveries)
+                self._keep(judged, d.sender, receipt)
+        self._counters["messages"] += len(deliveries)
         self.metrics.messages += len(deliveries)
         self.metrics.pending = len(tokens)
+
+    def _receipt_to(self, d: Delivery) -> tuple[bytes, bytes] | None:
+        """Where a receipt for ``d`` goes (response topic, correlation); None when none was asked
+        for or the request is not one the collector answers."""
+        reply_to = d.reply_to
+        correlation = d.correlation
+        if reply_to is None and correlation is None:
+            return None
+        if (
+            reply_to is None
+            or not correlation
+            or len(correlation) > MAX_CORRELATION_BYTES
+            or not valid_response_topic(reply_to, self._receipt_prefix)
+        ):
+            # Never publish outside the receipt prefix: a device must not steer the
+            # collector's writes (into report topics, say). The report itself is
+            # still processed; only the receipt is withheld.
+            self.metrics.receipt_requests_invalid += 1
+            return None
+        return reply_to, correlation
+
+    def _judge(self, d: Delivery) -> DecodedReport | str:
+        """The decoded report of ``d``, or the reason it is refused."""
+        if self.config.require_device_identity and not d.sender:
+            return "no-identity"
+        report = self._decode(d.payload)
+        if isinstance(report, str):
+            return report
+        refused = self._outside_window(report)
+        return report if refused is None else refused
+
+    def _decode(self, payload: bytes) -> DecodedReport | str:
+        """The decoded report, or the reason the payload is malformed."""
+        try:
+            return decode_report(payload, self.catalog, max_size=self.config.max_report_bytes)
+        except MalformedReportError as exc:
+            return exc.reason
+        except Exception:
+            # The decoder promises MalformedReportError for every bad input. Should it
+            # break that promise, the message is still untrusted input, not a reason to
+            # stop: a crash would be followed by the broker redelivering the same message,
+            # forever (DESIGN invariant 7). It is counted under its own reason and logged.
+            log.exception("the report decoder failed on a %d-byte message; rejected as decoder-error", len(payload))
+            return "decoder-error"
+
+    def _outside_window(self, report: DecodedReport) -> str | None:
+        """Why the report's period is not accepted now, or None when it is."""
+        ref = report.use_case.ref
+        low, high = self._windows[ref]
+        if report.period < low:
+            return "period-expired"
+        if report.period > high:
+            return "period-future"
+        retired = self._retired
+        if retired and report.period >= retired.get(ref, report.period + 1):
+            return "retired"
+        return None
+
+    def _refuse(self, reason: str, receipt: tuple[bytes, bytes] | None) -> None:
+        """Count a refused message; its receipt says why."""
+        self._counters["rejected:" + reason] += 1
+        self.metrics.rejected[reason] += 1
+        # A period ahead of our clock may be accepted later (one of the two clocks is
+        # off): no receipt, so the agent resends until it is counted or too old.
+        if receipt is not None and reason != "period-future":
+            self._requests.append((*receipt, reason))
+
+    def _keep(self, report: DecodedReport, sender: bytes, receipt: tuple[bytes, bytes] | None) -> None:
+        """Buffer an accepted report for the next commit, unless its id is buffered already."""
+        if receipt is not None:
+            # Decided by the commit: counted (fresh or already stored) unless expired there.
+            self._requests.append((*receipt, report.report_id))
+        if report.report_id in self._ids:
+            self._counters["duplicates"] += 1
+            self.metrics.duplicates += 1
+            return
+        self._ids.add(report.report_id)
+        self._reports.append(report)
+        self._senders.append(sender)
 
     async def _start_commit(self) -> None:
         if self._inflight is not None:

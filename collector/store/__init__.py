@@ -8,8 +8,13 @@ One contract (:class:`Store`, in :mod:`collector.store.interface`), two backends
   number of collectors in an MQTT shared-subscription group fold into (``[store] url``).
 
 :mod:`collector.store.codec` holds what both write alike (blob encoding, row checksums,
-segments, allowance tags); :mod:`collector.store.postgres_schema` the PostgreSQL tables and
-partitions, :mod:`collector.store.postgres_session` its connections and what a failure means.
+segments, allowance tags), :mod:`collector.store.admission` what a commit decides alike about
+its reports (expiry, per-device allowance, counters), :mod:`collector.store.integrity` how
+both check the checksums, and :mod:`collector.store.reads` what both do alike around reading.
+Each backend's opening, schema migration, use-case rows and integrity checks are in
+:mod:`collector.store.sqlite_setup` and :mod:`collector.store.postgres_setup`;
+:mod:`collector.store.postgres_schema` holds the PostgreSQL tables and partitions,
+:mod:`collector.store.postgres_session` its connections and what a failure means.
 :func:`open_store` (:mod:`collector.store.factory`) chooses the backend from the config.
 """
 

@@ -42,6 +42,7 @@ __all__ = [
     "RID_BYTES",
     "SMALL_AGGREGATE",
     "TAG_BYTES",
+    "Segment",
     "UseCaseRow",
     "allowance_tag",
     "digest",
@@ -52,6 +53,7 @@ __all__ = [
     "pack",
     "rid_tag",
     "seal",
+    "segment_rows",
     "total_counters",
     "unpack",
     "unseal",
@@ -192,6 +194,25 @@ def make_segment(row: UseCaseRow, members: Sequence[FoldedReport]) -> tuple[str,
     if joined is not None:
         return RECORDS, pack(batch_to_plain(joined)), count
     return LIST, pack([batch_to_plain(b) for b in batches]), count
+
+
+Segment = tuple[int, int, str, int, int, bytes]
+"""A segment row to insert: use case id, period, kind, reports, records, sealed data."""
+
+
+def segment_rows(
+    use_cases: Mapping[str, UseCaseRow], groups: Mapping[tuple[str, int], Sequence[FoldedReport]]
+) -> tuple[list[Segment], int]:
+    """The sealed segment rows of a commit's groups (by definition ref and period), and the records they hold."""
+    segments: list[Segment] = []
+    records = 0
+    for (name, period), members in groups.items():
+        row = use_cases[name]
+        kind, blob, count = make_segment(row, members)
+        records += count
+        sealed = seal("segments", (row.id, period, kind, len(members), count), blob)
+        segments.append((row.id, period, kind, len(members), count, sealed))
+    return segments, records
 
 
 def fold_segment(row: UseCaseRow, agg: Aggregate, kind: str, data: Any, where: str) -> Aggregate:

@@ -82,27 +82,6 @@ SQLite's ``secure_delete``, so the freed file system blocks and the WAL segments
 are recycled are what remains - keep the database on an encrypted volume). Segments are not
 partitioned: compaction deletes them within minutes, whatever the period.
 
-**Integrity.** The same checksums as SQLite schema 2 (:mod:`collector.store.codec`): sealed
-aggregates and segments, tagged report ids, and the checksums of each use case's row and
-each instance's counters in ``meta``; opening for writing verifies them all. PostgreSQL's
-own page checksums (``initdb --data-checksums``) cover the rest of what SQLite's
-``integrity_check`` does. SQLite's ``<db>.id`` marker does not apply: it guards against a
-database *file* vanishing from the collector's own file system, after which the collector
-would create an empty one in its place. Here the collector never creates a database
-(connecting to one that does not exist fails; the schema is made only in a database the
-operator created and named, when it has no ``meta`` table), keeping the data is the
-server's job (its WAL and backups), and a marker on one member's disk would say nothing to
-the other members, on other hosts, nor to a member that joins the group later.
-
-**Schema versions.** ``meta.schema`` holds :data:`SCHEMA_VERSION`; opening for writing
-migrates an older schema step by step under an advisory lock (several members may start at
-once) and refuses a newer one, naming both versions: a collector must never write into a
-layout it does not know. Schema 1 (the previous release) keyed use-case rows by the
-mechanism's fingerprint and the period; 2 keys them by the definition hash, and registering
-the definitions re-keys each old row to the definition that maps to it. Opening only for
-reading never migrates: an older schema is refused with the command that does
-(``ldp-collector migrate``).
-
 **Failures.** A lost connection, a server shutting down or restarting, a full disk, a
 read-only server (a standby after fail-over), a lock or deadlock timeout raise
 :class:`~collector.errors.StoreUnavailable` with a cause (``connection``, ``disk-full``,
@@ -110,6 +89,9 @@ read-only server (a standby after fail-over), a lock or deadlock timeout raise
 stored, ingest keeps the batch unacknowledged, ``/healthz`` answers 503, and the next attempt
 reconnects. A commit whose ``COMMIT`` was sent but whose answer was lost may have committed:
 the retry finds its report ids in ``seen`` and counts them as duplicates, never twice.
+
+The connection, the schema versions and their migration (``ldp-collector migrate``), the
+use-case rows and the checksums are in :mod:`collector.store.postgres_setup`.
 """
 
 from __future__ import annotations
@@ -119,61 +101,43 @@ import hashlib
 import secrets
 import time
 from collections import defaultdict
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-import msgpack
 import psycopg
 
-from collector.config import StoreConfig, read_store_password
 from collector.errors import StoreError
+from collector.store.admission import Claims, Slot, Verdict, claim_allowance, senders_by_report, within_room
 from collector.store.codec import (
     RID_BYTES,
     TAG_BYTES,
+    Segment,
     UseCaseRow,
-    allowance_tag,
-    digest,
     group_by_key,
-    make_segment,
-    pack,
     rid_tag,
-    seal,
-    total_counters,
+    segment_rows,
 )
-from collector.store.interface import (
-    MIGRATE_COMMAND,
-    CommitResult,
-    FoldedReport,
-    KeyInfo,
-    legacy_fingerprint,
-    report_allowance,
-    use_case_fingerprint,
-)
+from collector.store.integrity import counters_digest, counters_key
+from collector.store.interface import CommitResult, FoldedReport, KeyInfo
 from collector.store.postgres_schema import (
     LOCK_PARTITIONS,
     LOCK_PRUNE,
-    LOCK_SCHEMA,
-    MIGRATIONS,
     SCHEMA_VERSION,
-    TABLES,
     create_partitions,
     drop_partitions,
     partitions_below,
 )
-from collector.store.postgres_session import DDL_LOCK_TIMEOUT, connect, unavailable
-from collector.store.reads import SegmentReads
-from protocol.catalog import Catalog, catalog_of
-from protocol.errors import StateError
-from protocol.registry import Registry, UseCase
+from collector.store.postgres_session import DDL_LOCK_TIMEOUT
+from collector.store.postgres_setup import PostgresSetup
 from protocol.server.contract import Aggregate
 
 __all__ = ["SCHEMA_VERSION", "PostgresStore"]
 
-_Segment = tuple[int, int, str, int, int, bytes]
-"""A segment row to insert: use case id, period, kind, reports, records, sealed data."""
+_Segment = Segment
+"""A segment row to insert (what :meth:`PostgresStore._write_segments` takes)."""
 
 
-class PostgresStore(SegmentReads):
+class PostgresStore(PostgresSetup):
     """The PostgreSQL checkpoint database of a group of collectors.
 
     Not thread-safe: each user drives its store from one thread (one connection each).
@@ -189,262 +153,6 @@ class PostgresStore(SegmentReads):
         StoreUnavailable: the server cannot be reached now.
         StoreError: the database holds a newer schema, or is damaged.
     """
-
-    def __init__(
-        self, config: StoreConfig, catalog: Catalog | Registry, *, instance: str = "collector", readonly: bool = False
-    ):
-        if config.url is None:
-            raise ValueError("a PostgreSQL store needs store.url")
-        self.config = config
-        self.url = config.url
-        self.catalog = catalog_of(catalog)
-        self.instance = instance
-        self.readonly = readonly
-        self._password = read_store_password(config)
-        self._conn: psycopg.Connection[Any] | None = None
-        self._partitions: set[tuple[int, int]] = set()
-        self._use_cases: dict[str, UseCaseRow] = {}
-        try:
-            with self._failures():
-                self._open_schema()
-                self._use_cases = self._register_use_cases()
-                if not readonly:
-                    self.verify()
-        except BaseException:
-            self.close()
-            raise
-
-    @property
-    def location(self) -> str:
-        """The database URL (it holds no password)."""
-        return self.url  # config refuses URLs with a password
-
-    # -- connection and failures ----------------------------------------------------------
-
-    def _connection(self) -> psycopg.Connection[Any]:
-        conn = self._conn
-        if conn is not None and not conn.closed and not conn.broken:
-            return conn
-        self._conn = None
-        if conn is not None:
-            with contextlib.suppress(psycopg.Error):
-                conn.close()
-        conn = connect(self.url, password=self._password, instance=self.instance, readonly=self.readonly)
-        self._conn = conn
-        return conn
-
-    @contextlib.contextmanager
-    def _failures(self) -> Iterator[None]:
-        """Map psycopg failures to StoreUnavailable (can pass) or StoreError (cannot); end the transaction."""
-        try:
-            yield
-        except psycopg.Error as exc:
-            self._abandon()
-            transient = unavailable(exc, self.location)
-            if transient is not None:
-                raise transient from exc
-            raise StoreError(f"{self.location}: {exc}") from exc
-        except BaseException:
-            self._abandon()
-            raise
-
-    def _abandon(self) -> None:
-        """Roll back whatever transaction is open; drop a connection that is no longer usable."""
-        conn = self._conn
-        if conn is None:
-            return
-        if conn.closed or conn.broken:
-            self._conn = None
-            return
-        if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
-            try:
-                conn.execute("ROLLBACK")
-            except psycopg.Error:
-                with contextlib.suppress(psycopg.Error):
-                    conn.close()
-                self._conn = None
-
-    def close(self) -> None:
-        """Close the connection."""
-        if self._conn is not None:
-            with contextlib.suppress(psycopg.Error):
-                self._conn.close()
-            self._conn = None
-
-    def _damaged(self, what: str) -> StoreError:
-        return StoreError(
-            f"the checkpoint database {self.location} is damaged: {what}. Stop every collector using it "
-            "and restore it from a backup"
-        )
-
-    # -- set-up ----------------------------------------------------------------------------
-
-    def _schema_version(self, cur: psycopg.Cursor[Any]) -> int | None:
-        if cur.execute("SELECT to_regclass('meta') IS NOT NULL").fetchone() != (True,):
-            return None
-        row = cur.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone()
-        if row is None:
-            raise self._damaged("table meta has no schema version")
-        try:
-            return int(bytes(row[0]).decode())
-        except ValueError as exc:
-            raise self._damaged(f"table meta: schema version {bytes(row[0])!r}") from exc
-
-    def _refuse_newer(self, found: int) -> None:
-        if found > SCHEMA_VERSION:
-            raise StoreError(
-                f"{self.location} has checkpoint schema {found}, newer than the {SCHEMA_VERSION} this collector "
-                "knows: run a collector of the version that created it (upgrade this one); it will not write "
-                "into a layout it does not know"
-            )
-
-    def _open_schema(self) -> None:
-        conn = self._connection()
-        with conn.cursor() as cur:
-            if self.readonly:
-                found = self._schema_version(cur)
-                if found is None:
-                    raise StoreError(f"no checkpoint schema in {self.location} (no collector has written to it)")
-                self._refuse_newer(found)
-                if found < SCHEMA_VERSION:
-                    raise StoreError(
-                        f"{self.location} has checkpoint schema {found}, written by an earlier release; this release "
-                        f"reads {SCHEMA_VERSION}. Migrate it with `{MIGRATE_COMMAND}` (stop every member of the group "
-                        "first; starting the service migrates it too)"
-                    )
-                return
-            cur.execute("BEGIN")
-            cur.execute("SELECT pg_advisory_xact_lock(%s)", (LOCK_SCHEMA,))
-            found = self._schema_version(cur)
-            if found is None:
-                for statement in TABLES:
-                    cur.execute(statement)
-                cur.execute("INSERT INTO meta (key, value) VALUES ('schema', %s)", (str(SCHEMA_VERSION).encode(),))
-            else:
-                self._refuse_newer(found)
-                for version in range(found, SCHEMA_VERSION):
-                    for statement in MIGRATIONS[version]:
-                        cur.execute(statement)
-                cur.execute("UPDATE meta SET value = %s WHERE key = 'schema'", (str(SCHEMA_VERSION).encode(),))
-            cur.execute("COMMIT")
-
-    def _register_use_cases(self) -> dict[str, UseCaseRow]:
-        """A row per accepted definition (made, or re-keyed from a previous release's row, when
-        writable), keyed by ref; one transaction under the schema lock, as members may start at once."""
-        rows: dict[str, UseCaseRow] = {}
-        conn = self._connection()
-        with conn.cursor() as cur:
-            cur.execute("BEGIN")
-            if not self.readonly:
-                cur.execute("SELECT pg_advisory_xact_lock(%s)", (LOCK_SCHEMA,))
-                for uc in self.catalog.use_cases.values():
-                    self._adopt_or_insert(cur, uc)
-            for ref, uc in self.catalog.use_cases.items():
-                row = cur.execute(
-                    "SELECT id FROM use_cases WHERE name = %s AND fingerprint = %s", (uc.name, use_case_fingerprint(uc))
-                ).fetchone()
-                if row is not None:
-                    rows[ref] = UseCaseRow.of(int(row[0]), uc)
-            cur.execute("COMMIT")
-        return rows
-
-    def _adopt_or_insert(self, cur: psycopg.Cursor[Any], uc: UseCase) -> None:
-        """Make the definition's row; a row the previous release keyed by the mechanism's
-        fingerprint (schema 1) becomes this definition's, with its aggregates and report ids."""
-        fp = use_case_fingerprint(uc)
-        if cur.execute("SELECT 1 FROM use_cases WHERE name = %s AND fingerprint = %s", (uc.name, fp)).fetchone():
-            return
-        legacy = cur.execute(
-            "SELECT id FROM use_cases WHERE name = %s AND fingerprint = %s", (uc.name, legacy_fingerprint(uc))
-        ).fetchone()
-        if legacy is not None:
-            cur.execute("UPDATE use_cases SET fingerprint = %s WHERE id = %s", (fp, legacy[0]))
-            self._put_digest(cur, f"digest:use_cases:{legacy[0]}", self._use_case_digest(cur, legacy[0]))
-            return
-        made = cur.execute(
-            "INSERT INTO use_cases (name, fingerprint, mechanism, period_seconds) VALUES (%s, %s, %s, %s) RETURNING id",
-            (uc.name, fp, uc.mechanism.name, uc.period.seconds),
-        ).fetchone()
-        if made is not None:
-            self._put_digest(cur, f"digest:use_cases:{made[0]}", self._use_case_digest(cur, made[0]))
-
-    def use_case_names(self) -> Iterable[str]:
-        """Refs of the accepted definitions that have a row in this database."""
-        return self._use_cases.keys()
-
-    # -- checksums -------------------------------------------------------------------------
-
-    def _use_case_digest(self, cur: psycopg.Cursor[Any], uc: int) -> bytes:
-        row = cur.execute(
-            "SELECT id, name, fingerprint, mechanism, period_seconds, low_water FROM use_cases WHERE id = %s", (uc,)
-        ).fetchone()
-        return digest("use_cases", *row) if row is not None else b""
-
-    def _put_digest(self, cur: psycopg.Cursor[Any], key: str, value: bytes) -> None:
-        cur.execute(
-            "INSERT INTO meta (key, value) VALUES (%s, %s) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-            (key, value),
-        )
-
-    def verify(self) -> None:
-        """Check every checksum.
-
-        Raises:
-            StoreError: naming the database, the table and the row at fault, and what to do.
-        """
-        with self._failures():
-            self._verify()
-
-    def _verify(self) -> None:
-        conn = self._connection()
-        with conn.cursor(binary=True) as cur:
-            cur.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
-            try:
-                self._verify_digests(cur)
-                self._verify_blobs(conn, cur)
-            except (TypeError, ValueError, OverflowError, AttributeError, msgpack.UnpackException) as exc:
-                raise self._damaged(f"a row has a value of the wrong type ({exc})") from exc
-            finally:
-                if not conn.broken:
-                    cur.execute("COMMIT")
-
-    def _verify_digests(self, cur: psycopg.Cursor[Any]) -> None:
-        """The rows checksummed in ``meta`` (use cases, counters) and the commit clock."""
-        digests = {str(k): bytes(v) for k, v in cur.execute("SELECT key, value FROM meta WHERE key LIKE 'digest:%%'")}
-        for (uc,) in cur.execute("SELECT id FROM use_cases").fetchall():
-            if digests.pop(f"digest:use_cases:{uc}", None) != self._use_case_digest(cur, uc):
-                raise self._damaged(f"table use_cases, id {uc}: the checksum does not match the row")
-        by_instance: dict[str, list[tuple[str, int]]] = defaultdict(list)
-        for instance, name, value in cur.execute("SELECT instance, name, value FROM counters ORDER BY instance, name"):
-            by_instance[str(instance)].append((str(name), int(value)))
-        for instance, rows in by_instance.items():
-            if digests.pop(f"digest:counters:{instance}", None) != digest("counters", instance, rows):
-                raise self._damaged(f"table counters, instance {instance!r}: the checksum does not match")
-        if digests:
-            raise self._damaged(f"table meta: checksums of rows that do not exist ({', '.join(sorted(digests))})")
-        newest, clock = cur.execute(
-            "SELECT (SELECT max(version) FROM segments), (SELECT version FROM clock)"
-        ).fetchone() or (None, None)
-        if newest is not None and (clock is None or clock < newest):
-            raise self._damaged(f"table clock: segments go up to version {newest}, the clock says {clock!r}")
-
-    def _verify_blobs(self, conn: psycopg.Connection[Any], cur: psycopg.Cursor[Any]) -> None:
-        """The sealed aggregates and segments, and the tags of the report ids."""
-        for uc, period, reports, records, data in cur.execute(
-            "SELECT uc, period, reports, records, data FROM aggregates"
-        ):
-            self._open("aggregates", (uc, period, "", reports, records), data)
-        for uc, period, kind, reports, records, data in cur.execute(
-            "SELECT uc, period, kind, reports, records, data FROM segments"
-        ):
-            self._open("segments", (uc, period, kind, reports, records), data)
-        with conn.cursor("verify_seen", binary=True) as seen:
-            seen.itersize = 20000
-            seen.execute("SELECT rid, uc, period FROM seen")
-            for stored, uc, period in seen:
-                rid = bytes(stored)
-                if len(rid) != RID_BYTES + TAG_BYTES or rid_tag(rid[:RID_BYTES], uc, period) != rid:
-                    raise self._damaged(f"table seen: report id {rid!r} does not match its tag")
 
     # -- commit ----------------------------------------------------------------------------
 
@@ -495,101 +203,73 @@ class PostgresStore(SegmentReads):
         if self.readonly:
             raise StoreError(f"{self.location}: opened read-only")
         start = time.perf_counter()
-        sender_of = _sender_of(reports, senders)
+        sender_of = senders_by_report(reports, senders)
         uc_of = {name: row.id for name, row in self._use_cases.items()}
         ids = sorted({uc_of[r.use_case.ref] for r in reports})
         self._ensure_partitions({(uc_of[r.use_case.ref], r.period) for r in reports})
         conn = self._connection()
         with conn.cursor() as cur:
-            with conn.pipeline():
-                cur.execute("BEGIN")
-                cur.execute(
-                    "SELECT id, low_water FROM use_cases WHERE id = ANY(%s) ORDER BY id FOR SHARE", (ids,), prepare=True
-                )
-                lows_cur = conn.cursor()
-                lows_cur.execute(
-                    "SELECT name, value FROM counters WHERE instance = %s ORDER BY name FOR UPDATE",
-                    (self.instance,),
-                    prepare=True,
-                )
-            lows = {int(i): int(w) for i, w in cur.fetchall()}
-            stored = {str(n): int(v) for n, v in lows_cur.fetchall()}
-            lows_cur.close()
-            current = [r for r in reports if r.period >= lows[uc_of[r.use_case.ref]]]
-            expired = len(reports) - len(current)
-            expired_ids = (
-                frozenset(r.report_id for r in reports if r.period < lows[uc_of[r.use_case.ref]])
-                if expired
-                else frozenset()
-            )
+            lows, stored = self._begin(conn, cur, ids)
+            verdict = Verdict.of(reports, lows, uc_of)
             tagged: dict[bytes, FoldedReport] = {}
-            for r in current:
+            for r in verdict.current:
                 tagged.setdefault(rid_tag(r.report_id, uc_of[r.use_case.ref], r.period), r)
             unique = list(tagged.items())
             fresh_rids = self._remember(cur, unique, uc_of)
-            fresh = [r for rid, r in unique if rid in fresh_rids]
-            over = 0
-            over_ids: frozenset[bytes] = frozenset()
-            if sender_of and fresh:
-                before = fresh
-                fresh, over = self._within_allowance(cur, fresh, sender_of, uc_of)
-                if over:
-                    kept = {r.report_id for r in fresh}
-                    refused = [r for r in before if r.report_id not in kept]
-                    over_ids = frozenset(r.report_id for r in refused)
-                    cur.execute(
-                        "DELETE FROM seen WHERE (uc, period, rid) IN "
-                        "(SELECT * FROM unnest(%b::integer[], %b::bigint[], %b::bytea[]))",
-                        (
-                            [uc_of[r.use_case.ref] for r in refused],
-                            [r.period for r in refused],
-                            [rid_tag(r.report_id, uc_of[r.use_case.ref], r.period) for r in refused],
-                        ),
-                    )
-            groups = group_by_key(fresh)
-            segments, records = self._segments(groups)
-            duplicates = len(current) - len(fresh) - over
-            added = total_counters(
-                counters, fresh=len(fresh), records=records, expired=expired, duplicates=duplicates, over=over
-            )
-            for name, value in added.items():
+            verdict.fresh = [r for rid, r in unique if rid in fresh_rids]
+            if sender_of and verdict.fresh:
+                refused = verdict.refuse_over(*self._within_allowance(cur, verdict.fresh, sender_of, uc_of))
+                if refused:
+                    self._forget(cur, refused, uc_of)
+            groups = group_by_key(verdict.fresh)
+            segments, records = segment_rows(self._use_cases, groups)
+            for name, value in verdict.counters(counters, records).items():
                 if value:
                     stored[name] = stored.get(name, 0) + value
-            rows = sorted(stored.items())
-            with conn.pipeline():
-                cur.execute(
-                    "INSERT INTO counters (instance, name, value) SELECT %s, * FROM unnest(%b::text[], %b::bigint[]) "
-                    "ON CONFLICT (instance, name) DO UPDATE SET value = excluded.value",
-                    (self.instance, [n for n, _ in rows], [v for _, v in rows]),
-                    prepare=True,
-                )
-                self._put_digest(cur, f"digest:counters:{self.instance}", digest("counters", self.instance, rows))
-                if segments:
-                    self._write_segments(cur, segments)
-                cur.execute("COMMIT")
-        return CommitResult(
-            len(fresh),
-            records,
-            duplicates,
-            expired,
-            time.perf_counter() - start,
-            tuple(groups),
-            over,
-            expired_ids,
-            over_ids,
-        )
+            self._end_commit(conn, cur, sorted(stored.items()), segments)
+        return verdict.result(records, start, list(groups))
 
-    def _segments(self, groups: Mapping[tuple[str, int], Sequence[FoldedReport]]) -> tuple[list[_Segment], int]:
-        """The sealed segment rows of a commit's groups, and the records they hold."""
-        segments: list[_Segment] = []
-        records = 0
-        for (name, period), members in groups.items():
-            row = self._use_cases[name]
-            kind, blob, count = make_segment(row, members)
-            records += count
-            sealed = seal("segments", (row.id, period, kind, len(members), count), blob)
-            segments.append((row.id, period, kind, len(members), count, sealed))
-        return segments, records
+    def _begin(
+        self, conn: psycopg.Connection[Any], cur: psycopg.Cursor[Any], ids: Sequence[int]
+    ) -> tuple[dict[int, int], dict[str, int]]:
+        """Open the commit's transaction and take its first locks (step 1 of the module docstring):
+        the low-water marks of use cases ``ids`` and this instance's counters, as they stand."""
+        with conn.pipeline():
+            cur.execute("BEGIN")
+            cur.execute(
+                "SELECT id, low_water FROM use_cases WHERE id = ANY(%s) ORDER BY id FOR SHARE", (ids,), prepare=True
+            )
+            lows_cur = conn.cursor()
+            lows_cur.execute(
+                "SELECT name, value FROM counters WHERE instance = %s ORDER BY name FOR UPDATE",
+                (self.instance,),
+                prepare=True,
+            )
+        lows = {int(i): int(w) for i, w in cur.fetchall()}
+        stored = {str(n): int(v) for n, v in lows_cur.fetchall()}
+        lows_cur.close()
+        return lows, stored
+
+    def _end_commit(
+        self,
+        conn: psycopg.Connection[Any],
+        cur: psycopg.Cursor[Any],
+        rows: Sequence[tuple[str, int]],
+        segments: Sequence[Segment],
+    ) -> None:
+        """Write this instance's counters (``rows``, their new totals by name) and the segments,
+        and commit, in one pipeline (step 4 of the module docstring)."""
+        with conn.pipeline():
+            cur.execute(
+                "INSERT INTO counters (instance, name, value) SELECT %s, * FROM unnest(%b::text[], %b::bigint[]) "
+                "ON CONFLICT (instance, name) DO UPDATE SET value = excluded.value",
+                (self.instance, [n for n, _ in rows], [v for _, v in rows]),
+                prepare=True,
+            )
+            self._put_digest(cur, counters_key(self.instance), counters_digest(self.instance, rows))
+            if segments:
+                self._write_segments(cur, segments)
+            cur.execute("COMMIT")
 
     def _remember(
         self, cur: psycopg.Cursor[Any], unique: Sequence[tuple[bytes, FoldedReport]], uc_of: Mapping[str, int]
@@ -636,6 +316,18 @@ class PostgresStore(SegmentReads):
             prepare=True,
         )
 
+    def _forget(self, cur: psycopg.Cursor[Any], refused: Sequence[FoldedReport], uc_of: Mapping[str, int]) -> None:
+        """Take report ids refused as over the allowance out of ``seen`` again (SQLite never puts them there)."""
+        cur.execute(
+            "DELETE FROM seen WHERE (uc, period, rid) IN "
+            "(SELECT * FROM unnest(%b::integer[], %b::bigint[], %b::bytea[]))",
+            (
+                [uc_of[r.use_case.ref] for r in refused],
+                [r.period for r in refused],
+                [rid_tag(r.report_id, uc_of[r.use_case.ref], r.period) for r in refused],
+            ),
+        )
+
     def _within_allowance(
         self,
         cur: psycopg.Cursor[Any],
@@ -663,19 +355,13 @@ class PostgresStore(SegmentReads):
                 ([k[0] for k in wanted], [k[1] for k in wanted]),
             ).fetchall()
         }
-        slot_of: dict[bytes, tuple[int, int, bytes]] = {}
-        want: dict[tuple[int, int, bytes], int] = defaultdict(int)
-        cap: dict[tuple[int, int, bytes], int] = {}
-        for r in fresh:
-            sender = sender_of.get(r.report_id)
-            if sender is None:
-                continue
-            uc = uc_of[r.use_case.ref]
-            slot = (uc, r.period, allowance_tag(sender, keys[(uc, r.period)]))
-            slot_of[r.report_id] = slot
-            want[slot] += 1
-            cap[slot] = report_allowance(r.use_case)
-        slots = sorted(want)
+        claims = claim_allowance(fresh, sender_of, uc_of, lambda uc, period: keys[(uc, period)])
+        return within_room(fresh, claims.slots, self._take_room(cur, claims))
+
+    @staticmethod
+    def _take_room(cur: psycopg.Cursor[Any], claims: Claims) -> dict[Slot, int]:
+        """How many of each slot's claims still fit its allowance, counted as used in the same statement."""
+        slots = sorted(claims.want)
         # Additive and capped in one statement: SET sees the row as it was, so ``added`` is
         # what this commit may still fold for the tag; the row lock makes racing members wait.
         cur.execute(
@@ -690,23 +376,11 @@ class PostgresStore(SegmentReads):
                 [s[0] for s in slots],
                 [s[1] for s in slots],
                 [s[2] for s in slots],
-                [want[s] for s in slots],
-                [cap[s] for s in slots],
+                [claims.want[s] for s in slots],
+                [claims.cap[s] for s in slots],
             ),
         )
-        room = {(int(uc), int(period), bytes(tag)): int(n) for uc, period, tag, n in cur.fetchall()}
-        kept: list[FoldedReport] = []
-        over = 0
-        for r in fresh:
-            judged = slot_of.get(r.report_id)
-            if judged is None:
-                kept.append(r)
-            elif room[judged] > 0:
-                room[judged] -= 1
-                kept.append(r)
-            else:
-                over += 1
-        return kept, over
+        return {(int(uc), int(period), bytes(tag)): int(n) for uc, period, tag, n in cur.fetchall()}
 
     # -- reading ---------------------------------------------------------------------------
 
@@ -724,24 +398,10 @@ class PostgresStore(SegmentReads):
         base = cur.execute(
             "SELECT reports, records, data FROM aggregates WHERE uc = %s AND period = %s", (row.id, period)
         ).fetchone()
-        if base is None:
-            return row.use_case.server.new_aggregate(), 0, 0
-        plain = self._open("aggregates", (row.id, period, "", base[0], base[1]), base[2])
-        try:
-            agg = row.use_case.server.restore_aggregate(plain)
-        except StateError as exc:
-            raise self._damaged(f"the {row.use_case.name} base aggregate cannot be restored ({exc})") from exc
-        return agg, int(base[0]), int(base[1])
+        return self._restored_base(row, period, base)
 
-    def aggregate_at(self, use_case: str, period: int) -> tuple[Aggregate, KeyInfo, int]:
-        """:meth:`aggregate`, with the version it is current to (for :meth:`catch_up`).
-
-        Raises:
-            KeyError: no accepted definition has this ref.
-        """
-        row = self._stored_row(use_case)
-        if row is None:
-            return self._empty_at(use_case, period)
+    def _read_at(self, row: UseCaseRow, use_case: str, period: int) -> tuple[Aggregate, KeyInfo, int]:
+        """The base and the segments up to the clock's version, in one REPEATABLE READ snapshot."""
         with self._snapshot() as cur:
             seq = int(cur.execute("SELECT version FROM clock").fetchone()[0])  # type: ignore[index]
             agg, reports, records = self._base(cur, row, period)
@@ -753,19 +413,11 @@ class PostgresStore(SegmentReads):
             agg, reports, records = self._fold_segments(row, period, (agg, reports, records), cur)
         return agg, KeyInfo(use_case, period, reports, records), seq
 
-    def catch_up(self, aggregate: Aggregate, info: KeyInfo, seq: int) -> tuple[Aggregate, KeyInfo, int] | None:
-        """Fold into ``aggregate`` (current to version ``seq``) the segments any member committed since.
-
-        Returns:
-            The aggregate, its totals and the new version; None when a compaction has folded
-            segments after ``seq`` into the base, so the key must be read afresh.
-
-        Raises:
-            KeyError: no accepted definition has this ref.
-        """
-        row = self._stored_row(info.use_case)
-        if row is None:
-            return (aggregate, info, self.last_seq()) if info.reports == 0 else None
+    def _catch_up_from(
+        self, row: UseCaseRow, aggregate: Aggregate, info: KeyInfo, seq: int
+    ) -> tuple[Aggregate, KeyInfo, int] | None:
+        """The segments any member committed after version ``seq``, in one snapshot, unless a compaction
+        moved some into the base."""
         with self._snapshot() as cur:
             last = int(cur.execute("SELECT version FROM clock").fetchone()[0])  # type: ignore[index]
             if last == seq:
@@ -883,7 +535,7 @@ class PostgresStore(SegmentReads):
             cur.execute("SELECT id FROM use_cases WHERE id = ANY(%s) ORDER BY id FOR UPDATE", (sorted(wanted),))
             for uc in sorted(raised):
                 cur.execute("UPDATE use_cases SET low_water = greatest(low_water, %s) WHERE id = %s", (marks[uc], uc))
-                self._put_digest(cur, f"digest:use_cases:{uc}", self._use_case_digest(cur, uc))
+                self._reseal_use_case(cur, uc)
             removed = 0
             stale = partitions_below(cur, marks)
             for uc, period in stale:
@@ -938,8 +590,7 @@ class PostgresStore(SegmentReads):
             if not segs:
                 cur.execute("ROLLBACK")
                 return 0
-            agg, reports, records = self._fold_segments(row, period, (agg, reports, records), (s[1:] for s in segs))
-            sealed = seal("aggregates", (row.id, period, "", reports, records), pack(agg.to_plain()))
+            sealed, reports, records = self._compacted(row, period, (agg, reports, records), (s[1:] for s in segs))
             cur.execute(
                 "INSERT INTO aggregates (uc, period, reports, records, data) VALUES (%s, %s, %s, %s, %s) "
                 "ON CONFLICT (uc, period) DO UPDATE SET reports = excluded.reports, records = excluded.records, "
@@ -953,15 +604,3 @@ class PostgresStore(SegmentReads):
             cur.execute("UPDATE clock SET compactions = compactions + 1")
             cur.execute("COMMIT")
         return len(segs)
-
-
-def _sender_of(reports: Sequence[FoldedReport], senders: Sequence[bytes] | None) -> dict[bytes, bytes]:
-    """Each report id's sender (the first one that names it), for the per-device allowance."""
-    sender_of: dict[bytes, bytes] = {}
-    if senders is not None:
-        if len(senders) != len(reports):
-            raise ValueError(f"{len(senders)} senders for {len(reports)} reports")
-        for r, sender in zip(reports, senders, strict=True):
-            if sender:
-                sender_of.setdefault(r.report_id, sender)
-    return sender_of

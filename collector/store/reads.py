@@ -4,8 +4,9 @@
 :class:`~collector.store.postgres.PostgresStore`. Each backend reads its base aggregates and
 segments with its own SQL and snapshot; this class holds what is the same around that: how a
 definition the catalog holds but no collector has stored yet reads (empty), how an unknown one
-fails (``KeyError``), how a sealed blob is opened and segments folded, how per-key totals
-from the base and the segments add up, and which keys are worth compacting.
+fails (``KeyError``), how a sealed blob is opened, a base restored and segments folded, how
+per-key totals from the base and the segments add up, which keys are worth compacting and
+what a compaction writes.
 """
 
 from __future__ import annotations
@@ -15,9 +16,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from collector.errors import StoreError
-from collector.store.codec import BIG_SEGMENTS, UseCaseRow, fold_segment, unseal
+from collector.store.codec import BIG_SEGMENTS, UseCaseRow, fold_segment, pack, seal, unseal
 from collector.store.interface import KeyInfo
 from protocol.catalog import Catalog
+from protocol.errors import StateError
 from protocol.server.contract import Aggregate
 
 __all__ = ["SegmentReads"]
@@ -39,12 +41,22 @@ class SegmentReads(ABC):
         """The version of the latest segment committed (0 before the first)."""
 
     @abstractmethod
-    def aggregate_at(self, use_case: str, period: int) -> tuple[Aggregate, KeyInfo, int]:
-        """The aggregate of one key with the version it is current to."""
+    def _read_at(self, row: UseCaseRow, use_case: str, period: int) -> tuple[Aggregate, KeyInfo, int]:
+        """:meth:`aggregate_at` of a use case with a stored row: one snapshot of base and segments."""
+
+    @abstractmethod
+    def _catch_up_from(
+        self, row: UseCaseRow, aggregate: Aggregate, info: KeyInfo, seq: int
+    ) -> tuple[Aggregate, KeyInfo, int] | None:
+        """:meth:`catch_up` of a use case with a stored row."""
 
     @abstractmethod
     def _damaged(self, what: str) -> StoreError:
         """The error that stops the collector: the database is damaged (``what`` says how)."""
+
+    @abstractmethod
+    def _unrestorable(self, row: UseCaseRow, exc: StateError) -> StoreError:
+        """The error for a stored base aggregate its mechanism cannot restore."""
 
     def aggregate(self, use_case: str, period: int) -> tuple[Aggregate, KeyInfo]:
         """The aggregate of one (use case, period): its base with every segment folded in.
@@ -66,14 +78,74 @@ class SegmentReads(ABC):
             raise KeyError(use_case)
         return row
 
-    def _empty_at(self, use_case: str, period: int) -> tuple[Aggregate, KeyInfo, int]:
-        """What :meth:`aggregate_at` gives for a use case nothing was stored for: empty, current now."""
-        empty = self.catalog.use_cases[use_case].server.new_aggregate()
-        return empty, KeyInfo(use_case, period, 0, 0), self.last_seq()
+    def aggregate_at(self, use_case: str, period: int) -> tuple[Aggregate, KeyInfo, int]:
+        """:meth:`aggregate`, with the version it is current to (for :meth:`catch_up`): the
+        segments' sequence number in SQLite, the commit-ordered version in PostgreSQL.
+
+        A definition nothing was stored for yet reads as empty, current now.
+
+        Raises:
+            KeyError: no accepted definition has this ref.
+        """
+        row = self._stored_row(use_case)
+        if row is None:
+            empty = self.catalog.use_cases[use_case].server.new_aggregate()
+            return empty, KeyInfo(use_case, period, 0, 0), self.last_seq()
+        return self._read_at(row, use_case, period)
+
+    def catch_up(self, aggregate: Aggregate, info: KeyInfo, seq: int) -> tuple[Aggregate, KeyInfo, int] | None:
+        """Fold into ``aggregate`` (current to ``seq``) the segments committed since, by any
+        collector sharing the database.
+
+        Only the new segments are read, so keeping an aggregate current costs what was added,
+        not the whole key. ``aggregate`` may be changed in place; the caller keeps the returned
+        one.
+
+        Returns:
+            The aggregate, its totals and the new version; None when a compaction has folded
+            segments after ``seq`` into the base, so the key must be read afresh with
+            :meth:`aggregate_at` (rare: a compaction rewrites the base at most about once per
+            quarter of its size).
+
+        Raises:
+            KeyError: no accepted definition has this ref.
+        """
+        row = self._stored_row(info.use_case)
+        if row is None:
+            return (aggregate, info, self.last_seq()) if info.reports == 0 else None
+        return self._catch_up_from(row, aggregate, info, seq)
 
     def _open(self, table: str, key: tuple[object, ...], data: object) -> Any:
         """The unpacked payload of a sealed row (see :func:`~collector.store.codec.seal`), checked."""
         return unseal(table, key, data, self._damaged)
+
+    def _restored_base(self, row: UseCaseRow, period: int, base: Sequence[Any] | None) -> tuple[Aggregate, int, int]:
+        """The key's base aggregate from its stored ``(reports, records, data)`` (None: empty and zeros).
+
+        Raises:
+            StoreError: the stored base cannot be restored (the database is damaged).
+        """
+        if base is None:
+            return row.use_case.server.new_aggregate(), 0, 0
+        plain = self._open("aggregates", (row.id, period, "", base[0], base[1]), base[2])
+        try:
+            agg = row.use_case.server.restore_aggregate(plain)
+        except StateError as exc:
+            raise self._unrestorable(row, exc) from exc
+        return agg, int(base[0]), int(base[1])
+
+    def _compacted(
+        self,
+        row: UseCaseRow,
+        period: int,
+        start: tuple[Aggregate, int, int],
+        segments: Iterable[Sequence[Any]],
+    ) -> tuple[bytes, int, int]:
+        """What compaction writes as the key's base: ``start`` with ``segments`` folded in, sealed,
+        with its report and record totals."""
+        agg, reports, records = self._fold_segments(row, period, start, segments)
+        sealed = seal("aggregates", (row.id, period, "", reports, records), pack(agg.to_plain()))
+        return sealed, reports, records
 
     def _fold_segments(
         self,
