@@ -13,6 +13,7 @@ import sqlite3
 import time
 import urllib.request
 from collections.abc import AsyncIterator, Sequence
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -30,7 +31,7 @@ from protocol.server.randomized_response import RRAggregate, RRBatch
 from protocol.wire import Report, decode_report, encode_report
 from tests.collector.conftest import FixedClock
 from tests.collector.stores import StoreSite
-from tests.collector.support import bit_reports, current_period, run_async
+from tests.collector.support import bit_reports, current_period, privatized_reports, run_async
 from tests.support.broker import Broker, free_port
 from tests.support.mqtt_publisher import MqttPublisher
 
@@ -322,3 +323,19 @@ port = {http_port}
         for body in responses:
             assert secret not in body
             assert secret.hex().encode() not in body
+
+
+def test_one_commit_judges_each_reports_allowance_on_its_own(site: StoreSite, registry: Registry) -> None:
+    """Two reports of one identity in one commit, under two use cases but with the same report id:
+    each has its own allowance slot and both are folded (on either backend)."""
+    report_id = bytes(range(16))
+    reports = []
+    for name in ("flag", "usage"):
+        (made,) = privatized_reports(registry, name, 1, period=current_period(registry, name, time.time()), seed=3)
+        reports.append(decode_report(encode_report(replace(made, report_id=report_id)), registry))
+    store = site.open(registry)
+    try:
+        result = store.commit(reports, {"messages": 2}, [b"dev-a", b"dev-a"])
+    finally:
+        store.close()
+    assert (result.reports, result.over_allowance, result.duplicates) == (2, 0, 0)
