@@ -17,9 +17,10 @@ from hypothesis import strategies as st
 
 from protocol.cms import CMSRecord, CountMeanSketch, drawn_bytes
 from protocol.errors import InputError, MalformedReportError, ParameterError, StateError
-from protocol.randomness import SeededRandom
+from protocol.randomness import SeededRandom, SystemRandom
 from protocol.server.cms import CMSAggregate, CMSBatch, CMSServer
 from tests.protocol.ldp import assert_tight_ldp
+from tests.protocol.sketch_coins import EdgeRandom, cms_record
 
 SEED = b"cms-test-seed-0123456789"
 
@@ -133,6 +134,17 @@ def test_sampler_matches_the_exact_distribution(path: str, rng: SeededRandom) ->
         assert abs(seen[output] - n * p) <= 5 * math.sqrt(n * p * (1 - p)), output
 
 
+def test_the_os_source_gives_well_formed_records() -> None:
+    """With the device's OS source (the coin bytes come straight from the kernel) every record
+    decodes strictly (zero padding, indices in range) and every index occurs."""
+    mech = _mech(k=7, m=13)
+    rng = SystemRandom()
+    records = [mech.privatize(f"v{i}", None, rng)[0] for i in range(500)]
+    batch = CMSServer(mech).decode_records(mech.encode_records(records))
+    assert len(batch) == 500
+    assert set(batch.indices.tolist()) == set(range(7))
+
+
 def test_pre_drawn_words_must_match_the_report(rng: SeededRandom) -> None:
     """A caller that draws a report's words itself must pass exactly draw_words of them."""
     mech = _mech(k=4, m=8)
@@ -141,6 +153,48 @@ def test_pre_drawn_words_must_match_the_report(rng: SeededRandom) -> None:
     assert record == mech.privatize_bytes(b"v", rng, drawn=drawn)
     with pytest.raises(ValueError, match="pre-drawn"):
         mech.privatize_bytes(b"v", rng, drawn=drawn[:-8])
+
+
+# Sizes that take every branch of the device path: k a power of two (1 and 65,536 included) or
+# not (rejection), m below, at and past a byte boundary (padding bits), m = 1,024 (spare words).
+DEVICE_SIZES = [(1, 8), (4, 8), (7, 13), (3, 2), (16, 64), (65_536, 1024), (5, 1000)]
+
+
+def _edge_words(mech: CountMeanSketch) -> list[int]:
+    """Every coin byte on the flip threshold's top byte (eight ties), no word accepted as ``j``, all zeros."""
+    high = mech.flip_coin.numerator >> 56
+    return [int.from_bytes(bytes([high]) * 8, "little"), (1 << 64) - 1, 0]
+
+
+@pytest.mark.parametrize(("k", "m"), DEVICE_SIZES)
+def test_pure_privatize_is_the_numpy_path_record_for_record(k: int, m: int) -> None:
+    """Seeded and edge coins (ties past the spare words, rejected indices): the pure device path gives
+    the numpy path's records, record for record, and leaves the stream where it did."""
+    mech = _mech(k=k, m=m)
+    edges = _edge_words(mech)
+    for seed in range(30):
+        pairs: list[tuple[SeededRandom | EdgeRandom, SeededRandom | EdgeRandom]] = [
+            (SeededRandom(seed), SeededRandom(seed)),
+            (EdgeRandom(seed, edges), EdgeRandom(seed, edges)),
+        ]
+        for pure, numpy_path in pairs:
+            for i in range(4):
+                value = f"v{seed}-{i}"
+                assert mech.privatize(value, None, pure)[0] == cms_record(mech, value.encode(), numpy_path)
+            assert pure.draw(1) == numpy_path.draw(1)
+
+
+@pytest.mark.parametrize(("k", "m"), DEVICE_SIZES)
+def test_pure_privatize_equals_the_server_batch_path(k: int, m: int) -> None:
+    """One value at a time, the server half's privatize_many draws a report's words as the device
+    does (coin bytes, the word for j, the spares), so it gives the very same record."""
+    mech = _mech(k=k, m=m)
+    server = CMSServer(mech)
+    for seed in range(30):
+        value = f"v{seed}"
+        record, _ = mech.privatize(value, None, SeededRandom(seed))
+        batch = server.privatize_many([value], SeededRandom(seed))
+        assert record == CMSRecord(int(batch.indices[0]), batch.bits[0].tobytes())
 
 
 @pytest.mark.parametrize("m", [8, 13, 1000, 1024])

@@ -21,6 +21,7 @@ from protocol.server.hadamard import hadamard_rows, sylvester
 from protocol.server.hashing import Fingerprints, family_fingerprints
 from protocol.server.hcms import HCMSAggregate, HCMSBatch, HCMSServer
 from tests.protocol.ldp import assert_tight_ldp
+from tests.protocol.sketch_coins import EdgeRandom, hcms_record
 
 SEED = b"tests/hcms/public-seed"
 UNIVERSE: list[str | bytes] = ["alpha", "beta", "gamma", "delta", "epsilon", "zeta", b"\x00\xff", ""]
@@ -140,6 +141,24 @@ def test_paths_sample_the_exact_output_distribution(path: str, rng: SeededRandom
 
 
 # ----------------------------------------------------------------- the transform
+
+
+@pytest.mark.parametrize(("k", "m"), [(1, 2), (3, 8), (5, 2), (16, 64), (1024, 32_768)])
+def test_pure_privatize_is_the_numpy_path_record_for_record(k: int, m: int) -> None:
+    """Seeded and edge coins (rejected indices, a word on the keep threshold): the pure device path
+    gives the numpy path's records, record for record, and leaves the stream where it did. (The
+    server half's privatize_many draws its coins column by column over many values instead.)"""
+    mech = HadamardCountMeanSketch(epsilon=1.0, k=k, m=m, seed=SEED)
+    edges = [(1 << 64) - 1, mech.keep_coin.numerator, 0]
+    for seed in range(30):
+        pairs: list[tuple[SeededRandom | EdgeRandom, SeededRandom | EdgeRandom]] = [
+            (SeededRandom(seed), SeededRandom(seed)),
+            (EdgeRandom(seed, edges), EdgeRandom(seed, edges)),
+        ]
+        for pure, numpy_path in pairs:
+            for value in UNIVERSE:
+                assert mech.privatize(value, None, pure)[0] == hcms_record(mech, value, numpy_path)
+            assert pure.draw(1) == numpy_path.draw(1)
 
 
 def test_sylvester_follows_the_recursion_and_is_orthogonal() -> None:

@@ -18,6 +18,7 @@ from protocol.randomness import SeededRandom
 from protocol.server.sfp import SFPAggregate, SFPServer
 from protocol.sfp import SequenceFragmentPuzzle
 from tests.protocol.ldp import assert_tight_ldp
+from tests.protocol.sketch_coins import EdgeRandom, sfp_record
 
 SEED = b"sfp-test-seed-0123456789"
 
@@ -96,6 +97,30 @@ def test_sampler_matches_the_exact_distribution(path: str, rng: SeededRandom) ->
     for output, prob in dist.items():
         p = float(prob)
         assert abs(seen[output] - n * p) <= 5 * math.sqrt(n * p * (1 - p)) + 1, output
+
+
+@pytest.mark.parametrize("overrides", [{}, {"k": 7, "m": 13, "k_fragment": 5, "m_fragment": 1000}, {"length": 6}])
+def test_pure_privatize_is_the_numpy_path_record_for_record(overrides: dict[str, Any]) -> None:
+    """Seeded and edge coins (every position word rejected, ties past both sketches' spare words,
+    rejected hash indices): the pure device path gives the numpy path's records, record for record,
+    and leaves the stream where it did. (The server half's privatize_many draws the positions
+    and each sketch's coins for many words at once instead.)"""
+    mech = _mech(**overrides)
+    ties = [
+        int.from_bytes(bytes([cms.flip_coin.numerator >> 56]) * 8, "little")
+        for cms in (mech.fragment_cms, mech.word_cms)
+    ]
+    words = ["", "a", "bruh", "hello world", "ünïcödé", "x" * 30]
+    for seed in range(20):
+        pairs: list[tuple[SeededRandom | EdgeRandom, SeededRandom | EdgeRandom]] = [
+            (SeededRandom(seed), SeededRandom(seed)),
+            (EdgeRandom(seed, [(1 << 64) - 1], every=2), EdgeRandom(seed, [(1 << 64) - 1], every=2)),
+            (EdgeRandom(seed, [*ties, (1 << 64) - 1]), EdgeRandom(seed, [*ties, (1 << 64) - 1])),
+        ]
+        for pure, numpy_path in pairs:
+            for word in words:
+                assert mech.privatize(word, None, pure)[0] == sfp_record(mech, word, numpy_path)
+            assert pure.draw(1) == numpy_path.draw(1)
 
 
 # -------------------------------------------------------------------- parameters
