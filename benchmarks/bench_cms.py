@@ -16,6 +16,7 @@ import numpy as np
 from benchmarks.harness import progress, seconds, time_add, time_decode, time_privatize, zipf_sites
 from protocol.cms import CountMeanSketch
 from protocol.randomness import SystemRandom
+from protocol.server.cms import CMSServer
 from protocol.server.hashing import family_fingerprints
 
 SEED = b"ldp-telemetry/bench/cms/emoji"
@@ -29,13 +30,14 @@ def bench(n: int) -> list[dict[str, Any]]:
     values = zipf_sites(n, 10_000, np.random.default_rng(1))
 
     progress("cms: privatize")
-    client = time_privatize(mech, values, csprng, singles=50_000, warm_up="warm-up.example", cpu=True)
+    server = CMSServer(mech)
+    client = time_privatize(mech, server, values, csprng, singles=50_000, warm_up="warm-up.example", cpu=True)
 
     progress("cms: decode")
-    decode = time_decode(mech, values[:100_000], csprng)
+    decode = time_decode(mech, server, values[:100_000], csprng)
 
     progress("cms: aggregate")
-    agg = mech.new_aggregate()
+    agg = server.new_aggregate()
     add = time_add(agg, client.batch, n)
 
     progress("cms: dictionary query (250,000 candidates)")

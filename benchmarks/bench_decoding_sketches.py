@@ -40,6 +40,9 @@ from collector.decoding.sketches import discover_words, query_dictionary
 from protocol.cms import CountMeanSketch
 from protocol.hcms import HadamardCountMeanSketch
 from protocol.randomness import SeededRandom
+from protocol.server.cms import CMSServer
+from protocol.server.hcms import HCMSServer
+from protocol.server.sfp import SFPServer
 from protocol.sfp import SequenceFragmentPuzzle
 
 N = 1_000_000
@@ -60,11 +63,11 @@ def _sketch_row(kind: str, seed: int) -> dict[str, Any]:
     gen.shuffle(order)
     values = [dictionary[i] for i in order.tolist()]
     seed_bytes = f"bench-decoding/003/{kind}/{seed}".encode()
-    mech: CountMeanSketch | HadamardCountMeanSketch
+    mech: CMSServer | HCMSServer
     if kind == "cms":
-        mech = CountMeanSketch(epsilon=4.0, k=1024, m=1024, seed=seed_bytes)
+        mech = CMSServer(CountMeanSketch(epsilon=4.0, k=1024, m=1024, seed=seed_bytes))
     else:
-        mech = HadamardCountMeanSketch(epsilon=4.0, k=1024, m=1024, seed=seed_bytes)
+        mech = HCMSServer(HadamardCountMeanSketch(epsilon=4.0, k=1024, m=1024, seed=seed_bytes))
     rng = SeededRandom(seed)
     agg = mech.new_aggregate()
     step = 1 << 18
@@ -129,12 +132,13 @@ def _sfp(seed: int) -> dict[str, Any]:
         m_fragment=1024,
         seed=f"bench-decoding/003/sfp/{seed}".encode(),
     )
+    server = SFPServer(mech)
     rng = SeededRandom(seed)
-    agg = mech.new_aggregate()
+    agg = server.new_aggregate()
     step = 1 << 18
     values = [words[i] for i in order.tolist()]
     for start in range(0, N, step):
-        agg.add(mech.privatize_many(values[start : start + step], rng))
+        agg.add(server.privatize_many(values[start : start + step], rng))
     word_se = float(agg.estimate_words([words[0]]).standard_errors[0])
     threshold = round(5 * word_se)
     t0 = time.perf_counter()

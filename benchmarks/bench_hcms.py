@@ -14,9 +14,11 @@ from typing import Any
 import numpy as np
 
 from benchmarks.harness import progress, rate, seconds, time_add, time_privatize, zipf_sites
-from protocol.hcms import HadamardCountMeanSketch, HCMSBatch, hadamard_rows
+from protocol.hcms import HadamardCountMeanSketch
 from protocol.randomness import SeededRandom, SystemRandom
+from protocol.server.hadamard import hadamard_rows
 from protocol.server.hashing import family_fingerprints
+from protocol.server.hcms import HCMSBatch, HCMSServer
 
 SEED = b"ldp-telemetry/bench/hcms/safari"
 DICTIONARY = 250_000
@@ -29,9 +31,10 @@ def bench(n: int) -> list[dict[str, Any]]:
     gen = np.random.default_rng(1)
     values = zipf_sites(n, 10_000, gen)
 
-    client = time_privatize(mech, values, csprng, singles=50_000, warm_up="warm-up.example", cpu=False)
+    server = HCMSServer(mech)
+    client = time_privatize(mech, server, values, csprng, singles=50_000, warm_up="warm-up.example", cpu=False)
 
-    agg = mech.new_aggregate()
+    agg = server.new_aggregate()
     add = time_add(agg, client.batch, n)
 
     # A batch as large as the table (np.add.at still; the counting path starts at 4 k m here).
@@ -42,7 +45,7 @@ def bench(n: int) -> list[dict[str, Any]]:
         ell=(seeded.words(big_n) >> np.uint64(49)).astype(np.int64),
         bits=(seeded.words(big_n) >> np.uint64(63)).astype(np.uint8),
     )
-    big_agg = mech.new_aggregate()
+    big_agg = server.new_aggregate()
     big_agg.add(big)
     t_add_big = seconds(lambda: big_agg.add(big))
 

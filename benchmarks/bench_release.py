@@ -84,7 +84,7 @@ def _reports(strings: list[str], n: int, gen: np.random.Generator) -> tuple[list
 
 
 def _run(use_case: UseCase, values: list[str], truth: dict[str, int], *, seed: int) -> dict[str, Any]:
-    mech: Any = use_case.mechanism
+    mech: Any = use_case.server
     rng = SeededRandom(seed)
     agg = mech.new_aggregate()
     t0 = time.perf_counter()

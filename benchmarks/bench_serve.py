@@ -45,6 +45,7 @@ from collector.live import LiveAggregates
 from collector.store import CheckpointStore
 from protocol.randomness import SeededRandom
 from protocol.registry import UseCase, parse_registry
+from protocol.server.cms import CMSServer
 
 ROOT = Path(__file__).resolve().parent.parent
 REGISTRY = ROOT / "deploy" / "usecases.example.toml"
@@ -107,7 +108,7 @@ async def _run(records: int, commits: int, repeats: int, seed: int, work: Path) 
         for c in range(commits):
             start = time.perf_counter()
             values = [words[r] for r in zipf_ranks(per_commit, len(words), gen)]
-            batch = mech.privatize_many(values, rng)
+            batch = CMSServer(mech).privatize_many(values, rng)
             ids = gen.bytes(16 * per_commit)
             reports = [
                 _Report(uc, period, ids[16 * i : 16 * i + 16], batch.take(np.arange(i, i + 1)))

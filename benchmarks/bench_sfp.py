@@ -14,6 +14,7 @@ import numpy as np
 
 from benchmarks.harness import progress, seconds, time_add, time_decode, time_privatize, zipf_ranks
 from protocol.randomness import SystemRandom
+from protocol.server.sfp import SFPServer
 from protocol.sfp import SequenceFragmentPuzzle
 
 SEED = b"ldp-telemetry/bench/sfp/new-words"
@@ -36,13 +37,14 @@ def bench(n: int) -> list[dict[str, Any]]:
     values = _words(n, 20_000, np.random.default_rng(1))
 
     progress("sfp: privatize")
-    client = time_privatize(mech, values, csprng, singles=25_000, warm_up="warmup", cpu=True)
+    server = SFPServer(mech)
+    client = time_privatize(mech, server, values, csprng, singles=25_000, warm_up="warmup", cpu=True)
 
     progress("sfp: decode")
-    decode = time_decode(mech, values[:50_000], csprng)
+    decode = time_decode(mech, server, values[:50_000], csprng)
 
     progress("sfp: aggregate")
-    agg = mech.new_aggregate()
+    agg = server.new_aggregate()
     add = time_add(agg, client.batch, n)
 
     progress("sfp: reconstruct (27 symbols, T = 64)")

@@ -88,20 +88,9 @@ def zipf_sites(n: int, universe: int, gen: np.random.Generator) -> list[str]:
     return [names[r] for r in zipf_ranks(n, universe, gen)]
 
 
-class _Client(Protocol[BatchT_co]):
-    """The client half of a string-valued, stateless mechanism (CMS, HCMS, SFP)."""
-
-    def privatize(self, value: str, state: None, rng: RandomSource) -> tuple[object, None]:
-        """One privatized record."""
-        ...
-
-    def privatize_many(self, values: Sequence[str], rng: RandomSource) -> BatchT_co:
-        """The vectorised batch path."""
-        ...
-
-
-class _Wire(Protocol[RecordT]):
-    """A mechanism's single-record path and its wire codec."""
+class _Device(Protocol[RecordT]):
+    """The device half of a string-valued, stateless mechanism (CMS, HCMS, SFP): its
+    single-record path and the records' wire form."""
 
     def privatize(self, value: str, state: None, rng: RandomSource) -> tuple[RecordT, None]:
         """One privatized record."""
@@ -110,6 +99,18 @@ class _Wire(Protocol[RecordT]):
     def encode_records(self, records: Sequence[RecordT]) -> list[Any]:
         """Records in wire form."""
         ...
+
+
+class _Simulator(Protocol[BatchT_co]):
+    """The server half's vectorised privatizer (the simulator's batch path)."""
+
+    def privatize_many(self, values: Sequence[str], rng: RandomSource) -> BatchT_co:
+        """The vectorised batch path."""
+        ...
+
+
+class _Decoder(Protocol):
+    """The server half's wire decoder."""
 
     def decode_records(self, raw: object) -> object:
         """Wire form back to a batch, strictly."""
@@ -161,7 +162,8 @@ class ClientSpeed(Generic[BatchT]):
 
 
 def time_privatize(
-    mech: _Client[BatchT],
+    mech: _Device[Any],
+    server: _Simulator[BatchT],
     values: Sequence[str],
     rng: RandomSource,
     *,
@@ -172,7 +174,8 @@ def time_privatize(
     """Time single ``privatize`` calls on the first ``singles`` values, then the batch path.
 
     Args:
-        mech: the mechanism.
+        mech: the mechanism (its device half).
+        server: its server half (``privatize_many``).
         values: the workload; the batch path privatizes all of it.
         rng: the coin source (the OS CSPRNG, as on a device).
         singles: at most this many single calls (they are slow; the batch path is not).
@@ -192,13 +195,13 @@ def time_privatize(
             mech.privatize(v, None, rng)
         single_cpu_s = time.process_time() - cpu0
     holder: list[BatchT] = []
-    batch_s = seconds(lambda: holder.append(mech.privatize_many(values, rng)))
+    batch_s = seconds(lambda: holder.append(server.privatize_many(values, rng)))
     return ClientSpeed(
         singles=count, n=len(values), single_s=single_s, single_cpu_s=single_cpu_s, batch_s=batch_s, batch=holder[0]
     )
 
 
-def time_decode(mech: _Wire[RecordT], values: Sequence[str], rng: RandomSource) -> dict[str, float]:
+def time_decode(mech: _Device[RecordT], server: _Decoder, values: Sequence[str], rng: RandomSource) -> dict[str, float]:
     """``decode_per_s``: the wire decoder's speed on the records of ``values``.
 
     The records come from the single-call path and go through ``encode_records``, so
@@ -206,7 +209,7 @@ def time_decode(mech: _Wire[RecordT], values: Sequence[str], rng: RandomSource) 
     """
     records = [mech.privatize(v, None, rng)[0] for v in values]
     wire = mech.encode_records(records)
-    return {"decode_per_s": rate(len(wire), seconds(lambda: mech.decode_records(wire), repeat=2))}
+    return {"decode_per_s": rate(len(wire), seconds(lambda: server.decode_records(wire), repeat=2))}
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -40,6 +40,7 @@ from protocol.one_bit_mean import OneBitMean
 from protocol.randomized_response import RandomizedResponse
 from protocol.randomness import SeededRandom
 from protocol.registry import Registry, parse_registry
+from protocol.server.hcms import HCMSServer
 from protocol.server.one_bit_mean import OneBitMeanServer
 from protocol.server.randomized_response import RRServer
 from protocol.wire import Report, encode_report
@@ -83,7 +84,7 @@ def build_single(registry: Registry, count: int, *, seed: int, period: int | Non
     for start in range(0, count, _CHUNK):
         n = min(_CHUNK, count - start)
         picks = gen.zipf(1.3, size=n) % len(domains)
-        batch = mech.privatize_many([domains[int(i)] for i in picks], rng)
+        batch = HCMSServer(mech).privatize_many([domains[int(i)] for i in picks], rng)
         ids = _report_ids(gen, n)
         for i, (j, ell, bit) in enumerate(zip(batch.j.tolist(), batch.ell.tolist(), batch.bits.tolist(), strict=True)):
             report = Report(

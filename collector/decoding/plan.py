@@ -70,7 +70,9 @@ from protocol.hcms import HadamardCountMeanSketch
 from protocol.interfaces import as_discovery
 from protocol.randomized_response import RandomizedResponse
 from protocol.registry import RegistryError, UseCase
+from protocol.server.cms import CMSServer
 from protocol.server.contract import DiscoveryServer, server_of
+from protocol.server.hcms import HCMSServer
 from runtime.errors import SettingFileError
 from runtime.registry_file import read_registry
 
@@ -264,11 +266,11 @@ _PLAN_SEED = bytes(16)
 
 def _sketch_variance(kind: str, *, eps: float, k: int, m: int, n: float, top_share: float) -> float:
     """The module's bound (003 Thm 4.2 / 4.4, ``variance_bound``) with ``Σf² <= F n²``."""
-    sketch: CountMeanSketch | HadamardCountMeanSketch
+    sketch: CMSServer | HCMSServer
     if kind == "cms":
-        sketch = _mechanism(lambda: CountMeanSketch(epsilon=eps, k=k, m=m, seed=_PLAN_SEED))
+        sketch = CMSServer(_mechanism(lambda: CountMeanSketch(epsilon=eps, k=k, m=m, seed=_PLAN_SEED)))
     else:
-        sketch = _mechanism(lambda: HadamardCountMeanSketch(epsilon=eps, k=k, m=m, seed=_PLAN_SEED))
+        sketch = HCMSServer(_mechanism(lambda: HadamardCountMeanSketch(epsilon=eps, k=k, m=m, seed=_PLAN_SEED)))
     return float(sketch.variance_bound(n=n, sum_sq=top_share * n * n))
 
 
@@ -408,7 +410,7 @@ def _sketch_for_target(
 
 
 SFP_MAX_WORDS = 2_000_000
-"""Most words one discovery assembles (``protocol.sfp.reconstruct``'s ``max_words``)."""
+"""Most words one discovery assembles (``protocol.server.sfp.reconstruct``'s ``max_words``)."""
 
 
 def _touchard(order: int, lam: float) -> float:

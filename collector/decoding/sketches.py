@@ -5,21 +5,21 @@ dictionary (hundreds of thousands of entries at the deployed sizes, 003 §6.3-6.
 :meth:`CMSAggregate.estimate_fingerprints` / :meth:`HCMSAggregate.estimate_fingerprints`
 (003 Alg. 4, gathered over the whole dictionary in blocks, so memory stays bounded), each
 with the standard error of 003 Thm 4.2 / 4.4 (the exact variance before the bound, with
-plug-ins; see :mod:`protocol.cms` and :mod:`protocol.hcms`). An entry is *released* by the
-one rule of :mod:`collector.decoding.release`: its estimated count is at least ``threshold``
-(003 §3.2.2) and, if ``alpha`` is given, it passes the one-sided test of
+plug-ins; see :mod:`protocol.server.cms` and :mod:`protocol.server.hcms`). An entry is
+*released* by the one rule of :mod:`collector.decoding.release`: its estimated count is at
+least ``threshold`` (003 §3.2.2) and, if ``alpha`` is given, it passes the one-sided test of
 ``count > max(threshold, 0)`` corrected over the whole dictionary. Every entry's estimate
 and verdict is kept (:attr:`FrequencyRelease.detail`). The top-N list is the released
 entries by decreasing count. Every released number comes with its SE and a
 normal confidence interval (the estimate is a sum over ``n`` independent reports).
 
-**Word discovery.** :func:`discover_words` runs 003 Alg. 10 (:func:`protocol.sfp.reconstruct`:
-the top ``T`` (puzzle piece, fragment) pairs per position, their Cartesian products per
-piece, the word oracle on the assembled dictionary) and releases the assembled words by the
-same rule, the correction running over every word the puzzle assembled (the dictionary
-Alg. 10 step 15 queries) that a padded word can be: a string with padding inside it
-(:func:`producible`) is withheld untested. Each word carries the word sketch's CMS
-standard error.
+**Word discovery.** :func:`discover_words` runs 003 Alg. 10
+(:func:`protocol.server.sfp.reconstruct`: the top ``T`` (puzzle piece, fragment) pairs per
+position, their Cartesian products per piece, the word oracle on the assembled dictionary)
+and releases the assembled words by the same rule, the correction running over every word the
+puzzle assembled (the dictionary Alg. 10 step 15 queries) that a padded word can be: a string
+with padding inside it (:func:`producible`) is withheld untested. Each word carries the word
+sketch's CMS standard error.
 """
 
 from __future__ import annotations
@@ -33,10 +33,11 @@ import numpy as np
 
 from collector.decoding.plain import ValueEstimate, finite
 from collector.decoding.release import Release, ReleaseRule, release
-from protocol.cms import CMSAggregate, as_value_bytes
-from protocol.hcms import HCMSAggregate
+from protocol.cms import as_value_bytes
+from protocol.server.cms import CMSAggregate
 from protocol.server.hashing import family_fingerprints
-from protocol.sfp import SFPAggregate, reconstruct
+from protocol.server.hcms import HCMSAggregate
+from protocol.server.sfp import SFPAggregate, reconstruct
 
 __all__ = [
     "NOT_PRODUCIBLE",

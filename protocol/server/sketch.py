@@ -4,7 +4,8 @@
 ``(m / (m - 1)) * ((1/k) * sum_j M[j, h_j(d)] - n/m)``. The expensive part, and the only
 part that depends on the sketch's layout, is the gather ``S(d) = sum_j A[j, h_j(d)]`` over
 all ``k`` hash functions for every candidate ``d``; :func:`gather_sums` computes it for a
-whole dictionary. CMS, HCMS and SFP turn ``S`` into counts with their own affine maps.
+whole dictionary. CMS, HCMS and SFP turn ``S`` into counts with their own affine maps, and
+:func:`counts_with_errors` gives each count the standard error of its sketch's exact variance.
 
 The loop runs over hash functions (rows), evaluating one function for all candidates
 with a few numpy passes and gathering from one sketch row, which stays in cache. Rows are
@@ -14,16 +15,27 @@ close to twice the speed.
 
 from __future__ import annotations
 
+import math
 import os
 from concurrent.futures import ThreadPoolExecutor
+from typing import Protocol
 
 import numpy as np
 import numpy.typing as npt
 
 from protocol.hashing import HashFamily
+from protocol.server.estimate import VectorEstimate
 from protocol.server.hashing import Fingerprints, evaluate_row
 
-__all__ = ["gather_sums"]
+__all__ = ["counts_with_errors", "gather_sums", "no_counts"]
+
+
+class _Variance(Protocol):
+    """A sketch's exact ``Var[f̃(d)]`` given ``f(d)`` and ``Σ_{d' != d} f(d')**2``."""
+
+    def __call__(
+        self, *, n: float, count: npt.NDArray[np.float64], others_sum_sq: npt.NDArray[np.float64]
+    ) -> npt.NDArray[np.float64]: ...
 
 
 def _gather_rows(
@@ -79,3 +91,24 @@ def gather_sums(
             for fut in futures:
                 out[start : start + len(part)] += fut.result()
     return out
+
+
+def no_counts(size: int) -> VectorEstimate:
+    """``size`` counts estimated from no reports: NaN, with NaN standard errors."""
+    nan = np.full(size, math.nan)
+    return VectorEstimate(nan, nan.copy(), 0)
+
+
+def counts_with_errors(
+    values: npt.NDArray[np.float64], *, n: int, second_moment: float, variance: _Variance
+) -> VectorEstimate:
+    """Counts estimated from ``n`` reports with the square root of their sketch's exact variance.
+
+    Two plug-ins (003 App. A and B, the line before each bound): ``f(d)`` by the count clipped to
+    ``[0, n]``, and ``Σ_{d' != d} f(d')**2`` by the sketch's estimate of ``Σ_d f(d)**2`` less
+    ``f(d)**2``.
+    """
+    f_hat = np.clip(values, 0.0, float(n))
+    others = np.maximum(second_moment - f_hat**2, 0.0)
+    var = variance(n=n, count=f_hat, others_sum_sq=others)
+    return VectorEstimate(values, np.sqrt(np.maximum(var, 0.0)), n)

@@ -20,6 +20,7 @@ from protocol.cms import CountMeanSketch
 from protocol.randomness import SeededRandom
 from protocol.rappor import Rappor
 from protocol.registry import Registry, parse_registry
+from protocol.server.cms import CMSServer
 from protocol.server.contract import Aggregate
 from protocol.server.rappor import RapporServer
 from tests.collector.support import EMOJI, plain, privatized_reports
@@ -151,8 +152,9 @@ def test_estimate_aggregate_releases_cms_entries_by_the_tested_rule(tmp_path: Pa
     order = np.repeat(np.arange(len(strings)), counts)
     gen.shuffle(order)
     mech = CountMeanSketch(epsilon=4.0, k=256, m=1024, seed=b"release-rule-cms-test-seed")
-    agg = mech.new_aggregate()
-    agg.add(mech.privatize_many([strings[i] for i in order.tolist()], SeededRandom(11)))
+    server = CMSServer(mech)
+    agg = server.new_aggregate()
+    agg.add(server.privatize_many([strings[i] for i in order.tolist()], SeededRandom(11)))
     uc = parse_registry(
         b"""
 format = 1
@@ -189,7 +191,7 @@ dictionary = "dict.txt"
 def test_sfp_release_keeps_apostrophes_and_survives_a_too_large_t(registry: Registry) -> None:
     """The default alphabet finds "it's" and "don't"; a T that would assemble too many words is halved, not fatal."""
     uc = registry.use_cases["words"]
-    mech: Any = uc.mechanism
+    mech: Any = uc.server
     truth = {"it's": 3_000, "don't": 2_000, "yeet": 1_500}
     values = [w for w, c in truth.items() for _ in range(c)]
     np.random.default_rng(8).shuffle(values)

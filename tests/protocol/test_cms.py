@@ -15,10 +15,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from protocol.cms import CMSAggregate, CMSBatch, CMSRecord, CountMeanSketch
+from protocol.cms import CMSRecord, CountMeanSketch, drawn_bytes
 from protocol.errors import InputError, MalformedReportError, ParameterError, StateError
-from protocol.randomness import SeededRandom
+from protocol.randomness import SeededRandom, SystemRandom
+from protocol.server.cms import CMSAggregate, CMSBatch, CMSServer
 from tests.protocol.ldp import assert_tight_ldp
+from tests.protocol.sketch_coins import EdgeRandom, cms_record
 
 SEED = b"cms-test-seed-0123456789"
 
@@ -94,6 +96,7 @@ def test_output_is_index_times_independent_coordinates() -> None:
 def test_exact_coins_resolve_ties_with_a_fresh_remainder() -> None:
     """The byte-first coin flips exactly when byte < T's top byte, or on a tie when the 56-bit rest is below T's."""
     mech = _mech(k=4, m=8)
+    server = CMSServer(mech)
     threshold = mech.flip_coin.numerator
     high, low = threshold >> 56, threshold & ((1 << 56) - 1)
     coin_bytes = [high - 1, high, high + 1, high, 0, 255, high, high]
@@ -108,7 +111,7 @@ def test_exact_coins_resolve_ties_with_a_fresh_remainder() -> None:
     want = CMSRecord(3, np.packbits(np.array(expected, dtype=np.uint8)).tobytes())
     single, _ = mech.privatize("v", None, ScriptedRandom(script))
     assert single == want
-    batch = mech.privatize_many(["v"], ScriptedRandom(script))
+    batch = server.privatize_many(["v"], ScriptedRandom(script))
     assert int(batch.indices[0]) == 3
     assert batch.bits[0].tobytes() == want.bits
 
@@ -117,11 +120,12 @@ def test_exact_coins_resolve_ties_with_a_fresh_remainder() -> None:
 def test_sampler_matches_the_exact_distribution(path: str, rng: SeededRandom) -> None:
     """Reports drawn by privatize / privatize_many match output_distribution output by output (5 SE)."""
     mech = _mech(epsilon=1.5, k=3, m=3)
+    server = CMSServer(mech)
     n = 20_000
     if path == "single":
-        batch = mech.batch([mech.privatize("v", None, rng)[0] for _ in range(n)])
+        batch = server.batch([mech.privatize("v", None, rng)[0] for _ in range(n)])
     else:
-        batch = mech.privatize_many(["v"] * n, rng)
+        batch = server.privatize_many(["v"] * n, rng)
     seen = Counter(zip(batch.indices.tolist(), [row.tobytes() for row in batch.bits], strict=True))
     dist = mech.output_distribution("v")
     assert set(seen) <= set(dist)
@@ -130,14 +134,67 @@ def test_sampler_matches_the_exact_distribution(path: str, rng: SeededRandom) ->
         assert abs(seen[output] - n * p) <= 5 * math.sqrt(n * p * (1 - p)), output
 
 
+def test_the_os_source_gives_well_formed_records() -> None:
+    """With the device's OS source (the coin bytes come straight from the kernel) every record
+    decodes strictly (zero padding, indices in range) and every index occurs."""
+    mech = _mech(k=7, m=13)
+    rng = SystemRandom()
+    records = [mech.privatize(f"v{i}", None, rng)[0] for i in range(500)]
+    batch = CMSServer(mech).decode_records(mech.encode_records(records))
+    assert len(batch) == 500
+    assert set(batch.indices.tolist()) == set(range(7))
+
+
 def test_pre_drawn_words_must_match_the_report(rng: SeededRandom) -> None:
     """A caller that draws a report's words itself must pass exactly draw_words of them."""
     mech = _mech(k=4, m=8)
-    words = rng.words(mech.draw_words)
-    record = mech.privatize_bytes(b"v", rng, words=words)
-    assert record == mech.privatize_bytes(b"v", rng, words=words)
+    drawn = drawn_bytes(rng, mech.draw_words)
+    record = mech.privatize_bytes(b"v", rng, drawn=drawn)
+    assert record == mech.privatize_bytes(b"v", rng, drawn=drawn)
     with pytest.raises(ValueError, match="pre-drawn"):
-        mech.privatize_bytes(b"v", rng, words=words[:-1])
+        mech.privatize_bytes(b"v", rng, drawn=drawn[:-8])
+
+
+# Sizes that take every branch of the device path: k a power of two (1 and 65,536 included) or
+# not (rejection), m below, at and past a byte boundary (padding bits), m = 1,024 (spare words).
+DEVICE_SIZES = [(1, 8), (4, 8), (7, 13), (3, 2), (16, 64), (65_536, 1024), (5, 1000)]
+
+
+def _edge_words(mech: CountMeanSketch) -> list[int]:
+    """Every coin byte on the flip threshold's top byte (eight ties), no word accepted as ``j``, all zeros."""
+    high = mech.flip_coin.numerator >> 56
+    return [int.from_bytes(bytes([high]) * 8, "little"), (1 << 64) - 1, 0]
+
+
+@pytest.mark.parametrize(("k", "m"), DEVICE_SIZES)
+def test_pure_privatize_is_the_numpy_path_record_for_record(k: int, m: int) -> None:
+    """Seeded and edge coins (ties past the spare words, rejected indices): the pure device path gives
+    the numpy path's records, record for record, and leaves the stream where it did."""
+    mech = _mech(k=k, m=m)
+    edges = _edge_words(mech)
+    for seed in range(30):
+        pairs: list[tuple[SeededRandom | EdgeRandom, SeededRandom | EdgeRandom]] = [
+            (SeededRandom(seed), SeededRandom(seed)),
+            (EdgeRandom(seed, edges), EdgeRandom(seed, edges)),
+        ]
+        for pure, numpy_path in pairs:
+            for i in range(4):
+                value = f"v{seed}-{i}"
+                assert mech.privatize(value, None, pure)[0] == cms_record(mech, value.encode(), numpy_path)
+            assert pure.draw(1) == numpy_path.draw(1)
+
+
+@pytest.mark.parametrize(("k", "m"), DEVICE_SIZES)
+def test_pure_privatize_equals_the_server_batch_path(k: int, m: int) -> None:
+    """One value at a time, the server half's privatize_many draws a report's words as the device
+    does (coin bytes, the word for j, the spares), so it gives the very same record."""
+    mech = _mech(k=k, m=m)
+    server = CMSServer(mech)
+    for seed in range(30):
+        value = f"v{seed}"
+        record, _ = mech.privatize(value, None, SeededRandom(seed))
+        batch = server.privatize_many([value], SeededRandom(seed))
+        assert record == CMSRecord(int(batch.indices[0]), batch.bits[0].tobytes())
 
 
 @pytest.mark.parametrize("m", [8, 13, 1000, 1024])
@@ -157,10 +214,11 @@ def test_scalar_hash_matches_the_family(m: int) -> None:
 def test_single_and_batch_paths_have_the_papers_distribution(rng: SeededRandom) -> None:
     """Single and batch reports: j uniform, coordinate h_j(d) is +1 with p, every other one with 1 - p (5 SE)."""
     mech = _mech(epsilon=1.0, k=8, m=16)
+    server = CMSServer(mech)
     p = mech.keep_probability
     n = 20_000
-    singles = mech.batch([mech.privatize("word", None, rng)[0] for _ in range(n)])
-    batched = mech.privatize_many(["word"] * n, rng)
+    singles = server.batch([mech.privatize("word", None, rng)[0] for _ in range(n)])
+    batched = server.privatize_many(["word"] * n, rng)
     for batch in (singles, batched):
         bits = np.unpackbits(batch.bits, axis=1, count=16)
         h = np.array([mech.family.evaluate_value("word", j) for j in range(8)])[batch.indices]
@@ -176,7 +234,8 @@ def test_single_and_batch_paths_have_the_papers_distribution(rng: SeededRandom) 
 def test_non_power_of_two_sizes_work(rng: SeededRandom) -> None:
     """k and m need not be powers of two: indices stay in range and padding bits stay zero."""
     mech = _mech(k=7, m=13)
-    batch = mech.privatize_many([f"v{i}" for i in range(2000)], rng)
+    server = CMSServer(mech)
+    batch = server.privatize_many([f"v{i}" for i in range(2000)], rng)
     assert set(np.unique(batch.indices).tolist()) == set(range(7))
     assert batch.bits.shape == (2000, 2)
     assert not np.any(batch.bits[:, -1] & 0b111)
@@ -191,10 +250,11 @@ def test_non_power_of_two_sizes_work(rng: SeededRandom) -> None:
 def test_bad_value_is_refused(bad: object, rng: SeededRandom) -> None:
     """Only str (UTF-8 encodable) and bytes values can be privatized."""
     mech = _mech()
+    server = CMSServer(mech)
     with pytest.raises(InputError):
         mech.privatize(bad, None, rng)  # type: ignore[arg-type]
     with pytest.raises(InputError):
-        mech.privatize_many(["fine", bad], rng)  # type: ignore[list-item]
+        server.privatize_many(["fine", bad], rng)  # type: ignore[list-item]
 
 
 def test_setup_has_no_state() -> None:
@@ -239,8 +299,9 @@ def test_bad_parameters_name_the_field(field: str, bad: object) -> None:
 def test_add_counts_exactly(k: int, m: int, n: int, rng: SeededRandom) -> None:
     """The vectorised fold (dense, sparse with repeated rows, threaded) equals a naive per-record count."""
     mech = _mech(k=k, m=m)
-    batch = mech.privatize_many([f"v{i % 50}" for i in range(n)], rng)
-    agg = mech.new_aggregate()
+    server = CMSServer(mech)
+    batch = server.privatize_many([f"v{i % 50}" for i in range(n)], rng)
+    agg = server.new_aggregate()
     agg.add(batch.take(np.arange(n // 3)))
     agg.add(batch.take(np.arange(n // 3, n)))
     assert np.array_equal(agg.ones, _naive_ones(mech, batch))
@@ -254,8 +315,9 @@ def test_second_moment_kept_across_adds_equals_one_computed_afresh(
 ) -> None:
     """Refreshing only the rows an add touched gives the very second moment a restored aggregate computes."""
     mech = _mech(k=k, m=m)
-    batch = mech.privatize_many([f"v{i % 30}" for i in range(6000)], rng)
-    agg = mech.new_aggregate()  # kept from empty
+    server = CMSServer(mech)
+    batch = server.privatize_many([f"v{i % 30}" for i in range(6000)], rng)
+    agg = server.new_aggregate()  # kept from empty
     restored = CMSAggregate.from_plain(mech, agg.to_plain())  # computed at the first query
     restored.second_moment()
     for start in range(0, 6000, step):
@@ -268,8 +330,9 @@ def test_second_moment_kept_across_adds_equals_one_computed_afresh(
 def test_add_refuses_a_batch_that_does_not_fit(rng: SeededRandom) -> None:
     """A batch with out-of-range indices or the wrong vector width is refused and changes nothing."""
     mech = _mech()
-    agg = mech.new_aggregate()
-    good = mech.privatize_many(["a", "b"], rng)
+    server = CMSServer(mech)
+    agg = server.new_aggregate()
+    good = server.privatize_many(["a", "b"], rng)
     with pytest.raises(ValueError, match="indices"):
         agg.add(CMSBatch(indices=np.array([0, 16]), bits=good.bits))
     with pytest.raises(ValueError, match="shape"):
@@ -281,10 +344,11 @@ def test_add_refuses_a_batch_that_does_not_fit(rng: SeededRandom) -> None:
 def test_sketch_matrix_is_algorithm_3(rng: SeededRandom) -> None:
     """sketch_matrix equals Alg. 3's M = Σ k (c_ε ṽ / 2 + 1/2) built record by record."""
     mech = _mech(k=4, m=8)
-    batch = mech.privatize_many([f"v{i}" for i in range(300)], rng)
-    agg = mech.new_aggregate()
+    server = CMSServer(mech)
+    batch = server.privatize_many([f"v{i}" for i in range(300)], rng)
+    agg = server.new_aggregate()
     agg.add(batch)
-    c = mech.c_epsilon
+    c = server.c_epsilon
     want = np.zeros((4, 8))
     for j, packed in zip(batch.indices, batch.bits, strict=True):
         v = np.unpackbits(packed, count=8).astype(np.float64) * 2 - 1
@@ -302,8 +366,9 @@ def test_sketch_matrix_is_algorithm_3(rng: SeededRandom) -> None:
 def test_cells_widen_before_they_could_overflow(rng: SeededRandom) -> None:
     """A row about to exceed 2**32 - 1 records switches the table to uint64 instead of wrapping."""
     mech = _mech(k=1, m=8)
+    server = CMSServer(mech)
     full = 2**32 - 1
-    plain = mech.new_aggregate().to_plain()
+    plain = server.new_aggregate().to_plain()
     plain["n"] = full
     plain["row_counts"]["data"] = np.array([full], dtype="<i8").tobytes()
     plain["ones"]["data"] = np.full(8, full, dtype="<u4").tobytes()
@@ -317,7 +382,7 @@ def test_cells_widen_before_they_could_overflow(rng: SeededRandom) -> None:
 
 def test_empty_aggregate_estimates_nan() -> None:
     """No reports: the estimate is NaN with n = 0, not a division error."""
-    est = _mech().new_aggregate().estimate(["a"])
+    est = CMSServer(_mech()).new_aggregate().estimate(["a"])
     assert est.n == 0
     assert math.isnan(est.values[0])
     assert math.isnan(est.standard_errors[0])
@@ -326,9 +391,10 @@ def test_empty_aggregate_estimates_nan() -> None:
 def test_top_keeps_frequent_values_above_threshold(rng: SeededRandom) -> None:
     """top() returns the candidates at or above the threshold, largest first."""
     mech = _mech(epsilon=8.0, k=64, m=256)
+    server = CMSServer(mech)
     values = ["often"] * 3000 + ["sometimes"] * 1500 + ["rarely"] * 20
-    agg = mech.new_aggregate()
-    agg.add(mech.privatize_many(values, rng))
+    agg = server.new_aggregate()
+    agg.add(server.privatize_many(values, rng))
     top = agg.top(["never", "rarely", "sometimes", "often"], threshold=500)
     assert [v for v, _ in top] == ["often", "sometimes"]
     assert top[0][1].value > top[1][1].value
@@ -367,8 +433,9 @@ def test_unbiased_with_honest_standard_error() -> None:
     for rep in range(reps):
         seed = hashlib.sha256(f"cms-monte-carlo-{rep}".encode()).digest()[:16]
         mech = CountMeanSketch(epsilon=2.0, k=512, m=16, seed=seed)
-        agg = mech.new_aggregate()
-        agg.add(mech.privatize_many(values, rng))
+        server = CMSServer(mech)
+        agg = server.new_aggregate()
+        agg.add(server.privatize_many(values, rng))
         est = agg.estimate(dictionary)
         assert est.n == n
         z[rep] = (est.values - truth) / est.standard_errors
@@ -386,9 +453,10 @@ def test_unbiased_with_honest_standard_error() -> None:
 def test_reported_error_matches_theorem_4_2() -> None:
     """The reported variance is the proof's exact expression, bounded by Thm 4.2's and equal to it up to O(1/m)."""
     mech = _mech(epsilon=4.0, k=65_536, m=1024)
+    server = CMSServer(mech)
     n, sum_sq = 10**8, 3e14
-    exact = mech.variance(n=n, count=0.0, others_sum_sq=sum_sq)
-    bound = mech.variance_bound(n=n, sum_sq=sum_sq)
+    exact = server.variance(n=n, count=0.0, others_sum_sq=sum_sq)
+    bound = server.variance_bound(n=n, sum_sq=sum_sq)
     assert exact <= bound
     assert exact == pytest.approx(bound, rel=2e-3)
     e = math.exp(2.0)
@@ -402,13 +470,14 @@ def test_reported_error_matches_theorem_4_2() -> None:
 def test_records_round_trip_through_msgpack(rng: SeededRandom) -> None:
     """encode_records -> msgpack -> decode_records gives back the same batch."""
     mech = _mech(k=7, m=13)
+    server = CMSServer(mech)
     records = [mech.privatize(f"v{i}", None, rng)[0] for i in range(50)]
     wire = msgpack.unpackb(msgpack.packb(mech.encode_records(records)))
-    decoded = mech.decode_records(wire)
-    want = mech.batch(records)
+    decoded = server.decode_records(wire)
+    want = server.batch(records)
     assert np.array_equal(decoded.indices, want.indices)
     assert np.array_equal(decoded.bits, want.bits)
-    assert mech.decode_records([]).bits.shape == (0, 2)
+    assert server.decode_records([]).bits.shape == (0, 2)
 
 
 @pytest.mark.parametrize(
@@ -434,8 +503,9 @@ def test_records_round_trip_through_msgpack(rng: SeededRandom) -> None:
 def test_malformed_records_are_refused_with_a_reason(raw: object, reason: str, field: str) -> None:
     """Each kind of malformed wire record raises MalformedReportError with its reason and field."""
     mech = _mech(k=7, m=13)
+    server = CMSServer(mech)
     with pytest.raises(MalformedReportError) as info:
-        mech.decode_records(raw)
+        server.decode_records(raw)
     assert info.value.reason == reason
     assert info.value.field == field
 
@@ -451,8 +521,9 @@ _PLAIN = st.recursive(
 def test_decoder_is_total(raw: object) -> None:
     """Any msgpack-shaped object either decodes into a well-formed batch or raises MalformedReportError."""
     mech = _mech(k=7, m=13)
+    server = CMSServer(mech)
     try:
-        batch = mech.decode_records(raw)
+        batch = server.decode_records(raw)
     except MalformedReportError:
         return
     assert batch.bits.shape == (len(batch), 2)
@@ -469,7 +540,8 @@ def test_decoder_is_total(raw: object) -> None:
 def test_any_well_formed_record_decodes(raw: list[list[Any]]) -> None:
     """Every in-range index with a zero-padded vector of the right length is accepted unchanged."""
     mech = _mech(k=7, m=13)
-    batch = mech.decode_records(raw)
+    server = CMSServer(mech)
+    batch = server.decode_records(raw)
     assert batch.indices.tolist() == [r[0] for r in raw]
     assert [row.tobytes() for row in batch.bits] == [r[1] for r in raw]
 
@@ -482,10 +554,11 @@ def test_any_well_formed_record_decodes(raw: list[list[Any]]) -> None:
 def test_merge_is_associative_and_commutative(parts: list[list[int]]) -> None:
     """Aggregates are sums: any merge order gives the same aggregate, and it survives a plain round trip."""
     mech = _mech(k=8, m=13)
+    server = CMSServer(mech)
     aggs = []
     for i, seeds in enumerate(parts):
-        agg = mech.new_aggregate()
-        agg.add(mech.privatize_many([f"v{s % 17}" for s in seeds], SeededRandom(i)))
+        agg = server.new_aggregate()
+        agg.add(server.privatize_many([f"v{s % 17}" for s in seeds], SeededRandom(i)))
         aggs.append(agg)
     a, b, c = aggs
     left = a.merge(b).merge(c).to_plain()
@@ -499,7 +572,7 @@ def test_merge_is_associative_and_commutative(parts: list[list[int]]) -> None:
 def test_merge_refuses_another_mechanism() -> None:
     """Aggregates of different parameters cannot be merged."""
     with pytest.raises(ValueError, match="different"):
-        _mech().new_aggregate().merge(_mech(epsilon=3.0).new_aggregate())
+        CMSServer(_mech()).new_aggregate().merge(CMSServer(_mech(epsilon=3.0)).new_aggregate())
 
 
 def _corrupt(plain: dict[str, Any], path: tuple[str, ...], value: object) -> dict[str, Any]:
@@ -536,8 +609,9 @@ _DELETE = object()
 def test_from_plain_refuses_malformed_state(path: tuple[str, ...], value: object, rng: SeededRandom) -> None:
     """A malformed or inconsistent saved aggregate raises StateError."""
     mech = _mech(k=8, m=13)
-    agg = mech.new_aggregate()
-    agg.add(mech.privatize_many(["a", "b", "c"], rng))
+    server = CMSServer(mech)
+    agg = server.new_aggregate()
+    agg.add(server.privatize_many(["a", "b", "c"], rng))
     with pytest.raises(StateError):
         CMSAggregate.from_plain(mech, _corrupt(agg.to_plain(), path, value))
     with pytest.raises(StateError):

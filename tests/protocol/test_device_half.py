@@ -11,12 +11,15 @@ import pytest
 # Each module here is a device half (or what one needs); a split mechanism adds its own.
 DEVICE_MODULES = [
     "protocol.buckets",
+    "protocol.cms",
     "protocol.dbitflip",
     "protocol.hashing",
+    "protocol.hcms",
     "protocol.one_bit_mean",
     "protocol.randomized_response",
     "protocol.randomness",
     "protocol.rappor",
+    "protocol.sfp",
 ]
 
 
@@ -88,3 +91,40 @@ def test_rappor_privatizes_without_numpy() -> None:
     """A fresh interpreter sets up RAPPOR and privatizes with it, every variant, and numpy stays unloaded."""
     out = subprocess.run([sys.executable, "-c", _RAPPOR], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+# One value per sketch, privatized as the agent does (the plain form, the OS source), with sizes
+# that take every branch of the coins: a power-of-two k and one that needs rejection, m not a
+# multiple of 8, and SFP's two CMS reports.
+_SKETCHES = """
+import sys
+from protocol.cms import CountMeanSketch
+from protocol.hcms import HadamardCountMeanSketch
+from protocol.randomness import SystemRandom
+from protocol.sfp import SequenceFragmentPuzzle
+
+seed = bytes(range(16))
+rng = SystemRandom()
+sketches = [
+    (CountMeanSketch(epsilon=4.0, k=65_536, m=1024, seed=seed), "example.com"),
+    (CountMeanSketch(epsilon=1.0, k=7, m=13, seed=seed), b"bytes"),
+    (HadamardCountMeanSketch(epsilon=4.0, k=1024, m=32_768, seed=seed), "example.com"),
+    (HadamardCountMeanSketch(epsilon=1.0, k=5, m=8, seed=seed), "x"),
+    (
+        SequenceFragmentPuzzle(
+            epsilon=2.0, epsilon_fragment=6.0, k=2048, m=1024, k_fragment=2048, m_fragment=1024, seed=seed
+        ),
+        "bruh",
+    ),
+]
+for mech, value in sketches:
+    record, state = mech.privatize_plain(mech.check_value(value), mech.setup_plain(rng), rng)
+    assert state is None and record
+print("numpy" in sys.modules)
+"""
+
+
+def test_the_sketches_privatize_without_numpy() -> None:
+    """CMS, HCMS and SFP each privatize a value in a fresh interpreter, and numpy is still not loaded."""
+    out = subprocess.run([sys.executable, "-c", _SKETCHES], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False", "privatizing with a sketch loads numpy"

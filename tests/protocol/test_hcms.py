@@ -15,10 +15,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from protocol.errors import InputError, MalformedReportError, ParameterError, StateError
-from protocol.hcms import HadamardCountMeanSketch, HCMSAggregate, HCMSBatch, HCMSRecord, hadamard_rows, sylvester
+from protocol.hcms import HadamardCountMeanSketch, HCMSRecord
 from protocol.randomness import SeededRandom
+from protocol.server.hadamard import hadamard_rows, sylvester
 from protocol.server.hashing import Fingerprints, family_fingerprints
+from protocol.server.hcms import HCMSAggregate, HCMSBatch, HCMSServer
 from tests.protocol.ldp import assert_tight_ldp
+from tests.protocol.sketch_coins import EdgeRandom, hcms_record
 
 SEED = b"tests/hcms/public-seed"
 UNIVERSE: list[str | bytes] = ["alpha", "beta", "gamma", "delta", "epsilon", "zeta", b"\x00\xff", ""]
@@ -101,13 +104,14 @@ def test_output_distribution_puts_the_likely_bit_on_the_hadamard_entry() -> None
 def test_reports_carry_the_hadamard_entry_when_coins_never_flip(path: str, rng: SeededRandom) -> None:
     """At ε = 64 (b = -1 has probability 2**-64) every report's bit is (H_m e_{h_j(d)})_ℓ, for both paths."""
     mech = HadamardCountMeanSketch(epsilon=64.0, k=37, m=64, seed=SEED)
+    server = HCMSServer(mech)
     hmat = sylvester(mech.m)
     values: list[str | bytes] = [f"value-{i}" for i in range(500)]
     values += [b"raw-bytes", "\u00e9t\u00e9"]
     if path == "single":
         records = [mech.privatize(v, None, rng)[0] for v in values]
     else:
-        b = mech.privatize_many(values, rng)
+        b = server.privatize_many(values, rng)
         records = [HCMSRecord(int(j), int(e), int(x)) for j, e, x in zip(b.j, b.ell, b.bits, strict=True)]
     for v, rec in zip(values, records, strict=True):
         h = mech.family.evaluate_value(v, rec.j)
@@ -118,13 +122,14 @@ def test_reports_carry_the_hadamard_entry_when_coins_never_flip(path: str, rng: 
 def test_paths_sample_the_exact_output_distribution(path: str, rng: SeededRandom) -> None:
     """privatize and privatize_many hit every (j, ℓ, bit) at its exact probability (5 SE per cell)."""
     mech = small(1.0, k=3, m=8)
+    server = HCMSServer(mech)
     value = "gamma"
     draws = 24_000
     if path == "single":
         recs = [mech.privatize(value, None, rng)[0] for _ in range(draws)]
-        b = mech.batch(recs)
+        b = server.batch(recs)
     else:
-        b = mech.privatize_many([value] * draws, rng)
+        b = server.privatize_many([value] * draws, rng)
     counts: dict[tuple[int, int, int], int] = {}
     for key in zip(b.j.tolist(), b.ell.tolist(), b.bits.tolist(), strict=True):
         counts[key] = counts.get(key, 0) + 1
@@ -136,6 +141,24 @@ def test_paths_sample_the_exact_output_distribution(path: str, rng: SeededRandom
 
 
 # ----------------------------------------------------------------- the transform
+
+
+@pytest.mark.parametrize(("k", "m"), [(1, 2), (3, 8), (5, 2), (16, 64), (1024, 32_768)])
+def test_pure_privatize_is_the_numpy_path_record_for_record(k: int, m: int) -> None:
+    """Seeded and edge coins (rejected indices, a word on the keep threshold): the pure device path
+    gives the numpy path's records, record for record, and leaves the stream where it did. (The
+    server half's privatize_many draws its coins column by column over many values instead.)"""
+    mech = HadamardCountMeanSketch(epsilon=1.0, k=k, m=m, seed=SEED)
+    edges = [(1 << 64) - 1, mech.keep_coin.numerator, 0]
+    for seed in range(30):
+        pairs: list[tuple[SeededRandom | EdgeRandom, SeededRandom | EdgeRandom]] = [
+            (SeededRandom(seed), SeededRandom(seed)),
+            (EdgeRandom(seed, edges), EdgeRandom(seed, edges)),
+        ]
+        for pure, numpy_path in pairs:
+            for value in UNIVERSE:
+                assert mech.privatize(value, None, pure)[0] == hcms_record(mech, value, numpy_path)
+            assert pure.draw(1) == numpy_path.draw(1)
 
 
 def test_sylvester_follows_the_recursion_and_is_orthogonal() -> None:
@@ -177,10 +200,11 @@ def test_fwht_threaded_path_matches_butterflies() -> None:
 def test_sketch_and_estimate_follow_algorithms_7_and_4(rng: SeededRandom) -> None:
     """sketch_matrix() is Alg. 7 built densely, and estimate() is Alg. 4 applied to it."""
     mech = small(1.5, k=5, m=16)
-    batch = mech.privatize_many([UNIVERSE[i % 3] for i in range(400)], rng)
-    agg = mech.new_aggregate()
+    server = HCMSServer(mech)
+    batch = server.privatize_many([UNIVERSE[i % 3] for i in range(400)], rng)
+    agg = server.new_aggregate()
     agg.add(batch)
-    k, m, c = mech.k, mech.m, mech.c_epsilon
+    k, m, c = mech.k, mech.m, server.c_epsilon
     dense = np.zeros((k, m))
     for j, ell, bit in zip(batch.j, batch.ell, batch.bits, strict=True):
         dense[j, ell] += k * c * (1 if bit else -1)  # Alg. 7 step 2-5
@@ -225,17 +249,19 @@ def test_exact_variance_never_exceeds_theorem_4_4() -> None:
     for epsilon in (0.5, 2.0, 4.0, 8.0):
         for k, m in ((1, 2), (3, 8), (64, 512), (1024, 32_768)):
             mech = HadamardCountMeanSketch(epsilon=epsilon, k=k, m=m, seed=SEED)
+            server = HCMSServer(mech)
             for n in (1.0, 1e3, 1e6, 1e9):
                 for share in (0.0, 0.01, 0.5, 1.0):
                     f = share * n
                     for others in (0.0, (n - f) ** 2 / 100, (n - f) ** 2):
-                        exact = mech.variance(n=n, count=f, others_sum_sq=others)
-                        bound = mech.variance_bound(n=n, sum_sq=others + f * f)
+                        exact = server.variance(n=n, count=f, others_sum_sq=others)
+                        bound = server.variance_bound(n=n, sum_sq=others + f * f)
                         assert 0 <= exact <= bound * (1 + 1e-12)
     mech = HadamardCountMeanSketch(epsilon=4.0, k=1024, m=32_768, seed=SEED)
+    server = HCMSServer(mech)
     n = 1e8
-    assert mech.variance(n=n, count=0.0, others_sum_sq=1e14) == pytest.approx(
-        mech.variance_bound(n=n, sum_sq=1e14), rel=1e-3
+    assert server.variance(n=n, count=0.0, others_sum_sq=1e14) == pytest.approx(
+        server.variance_bound(n=n, sum_sq=1e14), rel=1e-3
     )
 
 
@@ -272,9 +298,10 @@ def test_unbiased_with_honest_standard_error() -> None:
     for r in range(reps):
         seed = hashlib.blake2b(r.to_bytes(4, "little"), digest_size=16, person=b"hcms-test").digest()
         mech = HadamardCountMeanSketch(epsilon=4.0, k=128, m=256, seed=seed)
+        server = HCMSServer(mech)
         fp = family_fingerprints(mech.family, names)
-        agg = mech.new_aggregate()
-        agg.add(mech.privatize_fingerprints(Fingerprints(lo=fp.lo[codes], hi=fp.hi[codes]), rng))
+        agg = server.new_aggregate()
+        agg.add(server.privatize_fingerprints(Fingerprints(lo=fp.lo[codes], hi=fp.hi[codes]), rng))
         est = agg.estimate(dictionary)
         estimates[r] = est.values
         ses[r] = est.standard_errors
@@ -285,23 +312,24 @@ def test_unbiased_with_honest_standard_error() -> None:
     assert np.all(np.abs(ses.mean(axis=0) / spread - 1) < 0.15)
     pooled = math.sqrt(float((ses**2).mean()) / float((spread**2).mean()))
     assert abs(pooled - 1) < 0.05
-    exact = np.sqrt([mech.variance(n=n, count=t, others_sum_sq=f2 - t * t) for t in truth])
+    exact = np.sqrt([server.variance(n=n, count=t, others_sum_sq=f2 - t * t) for t in truth])
     assert np.all(np.abs(exact / spread - 1) < 0.15)
-    assert exact[0] < 0.9 * math.sqrt(mech.variance_bound(n=n, sum_sq=f2))  # Thm 4.4 overstates the top value
+    assert exact[0] < 0.9 * math.sqrt(server.variance_bound(n=n, sum_sq=f2))  # Thm 4.4 overstates the top value
     assert abs(moments.mean() - f2) <= 5 * moments.std(ddof=1) / math.sqrt(reps)
 
 
 def test_second_moment_of_an_exact_table(rng: SeededRandom) -> None:
     """second_moment() applies Ĝ = n + k m c_ε**2 (Σ s**2 - n) and F2 = (Ĝ - n**2/m) / (1 - 1/m), clipped."""
     mech = small(2.0, k=4, m=32)
-    agg = mech.new_aggregate()
-    agg.add(mech.privatize_many(["alpha"] * 3000 + ["beta"] * 1000, rng))
+    server = HCMSServer(mech)
+    agg = server.new_aggregate()
+    agg.add(server.privatize_many(["alpha"] * 3000 + ["beta"] * 1000, rng))
     s = agg.sums.astype(np.int64)
-    n, k, m, c = agg.n, mech.k, mech.m, mech.c_epsilon
+    n, k, m, c = agg.n, mech.k, mech.m, server.c_epsilon
     g = n + k * m * c * c * (float((s * s).sum()) - n)
     expected = min(max((g - n * n / m) / (1 - 1 / m), 0.0), float(n * n))
     assert agg.second_moment() == pytest.approx(expected, rel=1e-12)
-    assert mech.new_aggregate().second_moment() == 0.0
+    assert server.new_aggregate().second_moment() == 0.0
 
 
 # ------------------------------------------------------------------- aggregate
@@ -310,10 +338,11 @@ def test_second_moment_of_an_exact_table(rng: SeededRandom) -> None:
 def test_large_batch_counting_path_equals_scatter_add(rng: SeededRandom) -> None:
     """A batch larger than the table (bincount path) gives the same sums as small batches (np.add.at)."""
     mech = small(1.0, k=4, m=16)
+    server = HCMSServer(mech)
     batch = random_batch(mech, 1000, rng)
-    whole = mech.new_aggregate()
+    whole = server.new_aggregate()
     whole.add(batch)
-    pieces = mech.new_aggregate()
+    pieces = server.new_aggregate()
     for start in range(0, 1000, 10):
         pieces.add(
             HCMSBatch(batch.j[start : start + 10], batch.ell[start : start + 10], batch.bits[start : start + 10])
@@ -330,7 +359,8 @@ def test_large_batch_counting_path_equals_scatter_add(rng: SeededRandom) -> None
 def test_add_refuses_out_of_range_batches() -> None:
     """A batch with an index outside the sketch never reaches the sums."""
     mech = small()
-    agg = mech.new_aggregate()
+    server = HCMSServer(mech)
+    agg = server.new_aggregate()
     one = np.array([0], dtype=np.int64)
     for bad in (
         HCMSBatch(np.array([3]), one, np.array([1], dtype=np.uint8)),
@@ -346,6 +376,7 @@ def test_add_refuses_out_of_range_batches() -> None:
 def test_sums_widen_before_int32_could_overflow() -> None:
     """Sums are int32 while n < 2**31 and become int64 before n passes it, surviving merge and plain form."""
     mech = small()
+    server = HCMSServer(mech)
     limit = 2**31 - 1
     agg = HCMSAggregate(mech, n=limit - 1)
     assert agg.sums.dtype == np.int32
@@ -360,13 +391,14 @@ def test_sums_widen_before_int32_could_overflow() -> None:
     assert restored.n == merged.n
     assert np.array_equal(restored.sums, merged.sums)
     assert restored.to_plain()["sums"]["dtype"] == "<i8"
-    assert mech.new_aggregate().to_plain()["sums"]["dtype"] == "<i4"
+    assert server.new_aggregate().to_plain()["sums"]["dtype"] == "<i4"
 
 
 def test_transform_cache_is_dropped_on_add(rng: SeededRandom) -> None:
     """The transformed sketch is reused between queries and rebuilt after new records arrive."""
     mech = small(1.0, k=4, m=16)
-    agg = mech.new_aggregate()
+    server = HCMSServer(mech)
+    agg = server.new_aggregate()
     agg.add(random_batch(mech, 50, rng))
     first = agg.transformed()
     assert np.shares_memory(agg.transformed(), first)
@@ -377,7 +409,7 @@ def test_transform_cache_is_dropped_on_add(rng: SeededRandom) -> None:
 
 def test_empty_aggregate_estimates_nan() -> None:
     """With no reports there is no estimate."""
-    est = small().new_aggregate().estimate(["alpha", "beta"])
+    est = HCMSServer(small()).new_aggregate().estimate(["alpha", "beta"])
     assert est.n == 0
     assert np.isnan(est.values).all()
     assert np.isnan(est.standard_errors).all()
@@ -386,7 +418,7 @@ def test_empty_aggregate_estimates_nan() -> None:
 def test_merge_refuses_other_mechanisms() -> None:
     """Aggregates of different parameters never mix."""
     with pytest.raises(ValueError, match="different mechanisms"):
-        small(1.0).new_aggregate().merge(small(2.0).new_aggregate())
+        HCMSServer(small(1.0)).new_aggregate().merge(HCMSServer(small(2.0)).new_aggregate())
 
 
 batches = st.lists(st.tuples(st.integers(0, 2), st.integers(0, 7), st.integers(0, 1)), max_size=40)
@@ -396,10 +428,11 @@ batches = st.lists(st.tuples(st.integers(0, 2), st.integers(0, 7), st.integers(0
 def test_merge_is_associative_and_commutative(parts: list[list[tuple[int, int, int]]]) -> None:
     """Aggregates are sums: any merge order gives the same aggregate, and the plain form round-trips."""
     mech = small()
+    server = HCMSServer(mech)
     aggs = []
     for records in parts:
-        agg = mech.new_aggregate()
-        agg.add(mech.batch([HCMSRecord(*r) for r in records]))
+        agg = server.new_aggregate()
+        agg.add(server.batch([HCMSRecord(*r) for r in records]))
         aggs.append(agg)
     a, b, c = aggs
     left = a.merge(b).merge(c).to_plain()
@@ -413,7 +446,8 @@ def test_merge_is_associative_and_commutative(parts: list[list[tuple[int, int, i
 def test_from_plain_refuses_impossible_state() -> None:
     """Saved aggregates with a wrong shape, dtype, count or sums no reports can produce raise StateError."""
     mech = small()
-    good = mech.new_aggregate().to_plain()
+    server = HCMSServer(mech)
+    good = server.new_aggregate().to_plain()
     sums = np.zeros((3, 8), dtype=np.int32)
     sums[0, 0] = 3
 
@@ -450,9 +484,10 @@ records = st.lists(st.builds(HCMSRecord, st.integers(0, 2), st.integers(0, 7), s
 def test_wire_round_trip(recs: list[HCMSRecord]) -> None:
     """encode_records -> msgpack -> decode_records gives back the batch of the records."""
     mech = small()
+    server = HCMSServer(mech)
     raw = msgpack.unpackb(msgpack.packb(mech.encode_records(recs)))
-    got = mech.decode_records(raw)
-    want = mech.batch(recs)
+    got = server.decode_records(raw)
+    want = server.batch(recs)
     assert np.array_equal(got.j, want.j)
     assert np.array_equal(got.ell, want.ell)
     assert np.array_equal(got.bits, want.bits)
@@ -487,7 +522,7 @@ def test_wire_record_is_a_few_bytes() -> None:
 def test_strict_decode_names_reason_and_field(raw: object, reason: str, field: str) -> None:
     """Each kind of malformed record is refused with its reason and the offending field."""
     with pytest.raises(MalformedReportError) as info:
-        small().decode_records(raw)
+        HCMSServer(small()).decode_records(raw)
     assert info.value.reason == reason
     assert info.value.field == field
 
@@ -504,8 +539,9 @@ msgpack_objects = st.recursive(
 def test_decode_is_total(raw: object) -> None:
     """Any object msgpack can produce either decodes to an in-range batch or raises MalformedReportError."""
     mech = small()
+    server = HCMSServer(mech)
     try:
-        batch = mech.decode_records(raw)
+        batch = server.decode_records(raw)
     except MalformedReportError:
         return
     assert ((batch.j >= 0) & (batch.j < mech.k)).all()
@@ -553,13 +589,14 @@ def test_m_error_says_power_of_two() -> None:
 def test_bad_values_are_refused(rng: SeededRandom) -> None:
     """Only str and bytes can be privatized or queried."""
     mech = small()
+    server = HCMSServer(mech)
     for bad in (3, None, 1.5, ["a"], bytearray(b"a")):
         with pytest.raises(InputError):
             mech.privatize(bad, None, rng)  # type: ignore[arg-type]
         with pytest.raises(InputError):
-            mech.privatize_many(["ok", bad], rng)  # type: ignore[list-item]
+            server.privatize_many(["ok", bad], rng)  # type: ignore[list-item]
         with pytest.raises(InputError):
-            mech.new_aggregate().estimate(["ok", bad])  # type: ignore[list-item]
+            server.new_aggregate().estimate(["ok", bad])  # type: ignore[list-item]
 
 
 def test_no_permanent_state() -> None:

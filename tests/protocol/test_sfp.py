@@ -15,8 +15,10 @@ from hypothesis import strategies as st
 from protocol.errors import InputError, MalformedReportError, ParameterError, StateError
 from protocol.hashing import derive_seed
 from protocol.randomness import SeededRandom
-from protocol.sfp import SequenceFragmentPuzzle, SFPAggregate
+from protocol.server.sfp import SFPAggregate, SFPServer
+from protocol.sfp import SequenceFragmentPuzzle
 from tests.protocol.ldp import assert_tight_ldp
+from tests.protocol.sketch_coins import EdgeRandom, sfp_record
 
 SEED = b"sfp-test-seed-0123456789"
 
@@ -73,12 +75,13 @@ def test_position_and_both_records_are_independent_given_the_word() -> None:
 def test_sampler_matches_the_exact_distribution(path: str, rng: SeededRandom) -> None:
     """Reports drawn by privatize / privatize_many match output_distribution output by output (5 SE)."""
     mech = _mech(k=1, m=2, k_fragment=1, m_fragment=2, length=2, fragment_length=1)
+    server = SFPServer(mech)
     n = 16_000
     if path == "single":
         records = [mech.privatize("xy", None, rng)[0] for _ in range(n)]
-        batch = mech.batch(records)
+        batch = server.batch(records)
     else:
-        batch = mech.privatize_many(["xy"] * n, rng)
+        batch = server.privatize_many(["xy"] * n, rng)
     seen = Counter(
         zip(
             batch.positions.tolist(),
@@ -94,6 +97,30 @@ def test_sampler_matches_the_exact_distribution(path: str, rng: SeededRandom) ->
     for output, prob in dist.items():
         p = float(prob)
         assert abs(seen[output] - n * p) <= 5 * math.sqrt(n * p * (1 - p)) + 1, output
+
+
+@pytest.mark.parametrize("overrides", [{}, {"k": 7, "m": 13, "k_fragment": 5, "m_fragment": 1000}, {"length": 6}])
+def test_pure_privatize_is_the_numpy_path_record_for_record(overrides: dict[str, Any]) -> None:
+    """Seeded and edge coins (every position word rejected, ties past both sketches' spare words,
+    rejected hash indices): the pure device path gives the numpy path's records, record for record,
+    and leaves the stream where it did. (The server half's privatize_many draws the positions
+    and each sketch's coins for many words at once instead.)"""
+    mech = _mech(**overrides)
+    ties = [
+        int.from_bytes(bytes([cms.flip_coin.numerator >> 56]) * 8, "little")
+        for cms in (mech.fragment_cms, mech.word_cms)
+    ]
+    words = ["", "a", "bruh", "hello world", "ünïcödé", "x" * 30]
+    for seed in range(20):
+        pairs: list[tuple[SeededRandom | EdgeRandom, SeededRandom | EdgeRandom]] = [
+            (SeededRandom(seed), SeededRandom(seed)),
+            (EdgeRandom(seed, [(1 << 64) - 1], every=2), EdgeRandom(seed, [(1 << 64) - 1], every=2)),
+            (EdgeRandom(seed, [*ties, (1 << 64) - 1]), EdgeRandom(seed, [*ties, (1 << 64) - 1])),
+        ]
+        for pure, numpy_path in pairs:
+            for word in words:
+                assert mech.privatize(word, None, pure)[0] == sfp_record(mech, word, numpy_path)
+            assert pure.draw(1) == numpy_path.draw(1)
 
 
 # -------------------------------------------------------------------- parameters
@@ -157,19 +184,21 @@ def test_words_are_padded_or_truncated_by_characters() -> None:
 def test_bad_word_is_refused(bad: object, rng: SeededRandom) -> None:
     """Only str words (UTF-8 encodable) can be privatized."""
     mech = _mech()
+    server = SFPServer(mech)
     with pytest.raises(InputError):
         mech.privatize(bad, None, rng)  # type: ignore[arg-type]
     with pytest.raises(InputError):
-        mech.privatize_many(["fine", bad], rng)  # type: ignore[list-item]
+        server.privatize_many(["fine", bad], rng)  # type: ignore[list-item]
 
 
 def test_fragment_report_carries_the_puzzle_piece_and_the_chosen_fragment(rng: SeededRandom) -> None:
     """With near-noiseless coins, each fragment record is the one-hot of h_j'(h(s) || s[ℓ:ℓ+2]) (003 Alg. 9)."""
     mech = _mech(epsilon=60.0, epsilon_fragment=60.0)
+    server = SFPServer(mech)
     word = "tryna"
     s = mech.pad(word)
     piece = mech.puzzle_piece(s)
-    batch = mech.privatize_many([word] * 200, rng)
+    batch = server.privatize_many([word] * 200, rng)
     assert set(batch.positions.tolist()) == set(range(5))
     for i in range(200):
         position = int(batch.positions[i])
@@ -189,9 +218,10 @@ def test_fragment_report_carries_the_puzzle_piece_and_the_chosen_fragment(rng: S
 def test_oracles_estimate_words_and_fragments(rng: SeededRandom) -> None:
     """Word and per-position fragment oracles are within 5 SE of the truth; each position has its own n_ℓ."""
     mech = _mech(epsilon=4.0, epsilon_fragment=6.0, k=64, m=256, k_fragment=64, m_fragment=256)
+    server = SFPServer(mech)
     values = ["bruh"] * 6000 + ["wyd"] * 3000 + ["idc"] * 1000
-    batch = mech.privatize_many(values, rng)
-    agg = mech.new_aggregate()
+    batch = server.privatize_many(values, rng)
+    agg = server.new_aggregate()
     agg.add(batch)
     assert agg.n == 10_000
     n_l = [agg.fragments[p].n for p in range(5)]
@@ -215,8 +245,9 @@ def test_oracles_estimate_words_and_fragments(rng: SeededRandom) -> None:
 def test_add_refuses_misaligned_batches(rng: SeededRandom) -> None:
     """A batch whose parts do not line up, or whose position is out of range, is refused and changes nothing."""
     mech = _mech()
-    agg = mech.new_aggregate()
-    batch = mech.privatize_many(["a", "b", "c"], rng)
+    server = SFPServer(mech)
+    agg = server.new_aggregate()
+    batch = server.privatize_many(["a", "b", "c"], rng)
     bad_positions = type(batch)(positions=np.array([0, 1, 5]), fragment=batch.fragment, word=batch.word)
     with pytest.raises(ValueError, match="positions"):
         agg.add(bad_positions)
@@ -268,8 +299,9 @@ def test_reconstruction_recovers_the_frequent_words() -> None:
     mech = SequenceFragmentPuzzle(
         epsilon=8.0, epsilon_fragment=8.0, k=256, m=512, k_fragment=64, m_fragment=256, seed=SEED
     )
-    agg = mech.new_aggregate()
-    agg.add(mech.privatize_many(values, SeededRandom(5)))
+    server = SFPServer(mech)
+    agg = server.new_aggregate()
+    agg.add(server.privatize_many(values, SeededRandom(5)))
     found = agg.reconstruct(alphabet="abcdefghijklmnopqrstuvwxyz ", top_t=64, threshold=1000)
     truth = dict(zip(corpus, counts, strict=True))
     assert {d.word for d in found} <= set(corpus)
@@ -283,7 +315,8 @@ def test_reconstruction_recovers_the_frequent_words() -> None:
 def test_reconstruction_checks_its_arguments(rng: SeededRandom) -> None:
     """Bad alphabets or T are refused; an empty aggregate discovers nothing."""
     mech = _mech()
-    agg = mech.new_aggregate()
+    server = SFPServer(mech)
+    agg = server.new_aggregate()
     assert agg.reconstruct(alphabet="ab ", top_t=4, threshold=0) == []
     with pytest.raises(ValueError, match="alphabet"):
         agg.reconstruct(alphabet=["ab"], top_t=4, threshold=0)
@@ -291,7 +324,7 @@ def test_reconstruction_checks_its_arguments(rng: SeededRandom) -> None:
         agg.reconstruct(alphabet="", top_t=4, threshold=0)
     with pytest.raises(ParameterError, match="top_t"):
         agg.reconstruct(alphabet="ab", top_t=0, threshold=0)
-    agg.add(mech.privatize_many(["ab"] * 50, rng))
+    agg.add(server.privatize_many(["ab"] * 50, rng))
     with pytest.raises(ValueError, match="max_words"):
         agg.reconstruct(alphabet="ab ", top_t=2304, threshold=0, max_words=10)
 
@@ -302,9 +335,10 @@ def test_reconstruction_checks_its_arguments(rng: SeededRandom) -> None:
 def test_records_round_trip_through_msgpack(rng: SeededRandom) -> None:
     """encode_records -> msgpack -> decode_records gives back the same batch."""
     mech = _mech(m=13, m_fragment=21)
+    server = SFPServer(mech)
     records = [mech.privatize(f"w{i}", None, rng)[0] for i in range(40)]
-    decoded = mech.decode_records(msgpack.unpackb(msgpack.packb(mech.encode_records(records))))
-    want = mech.batch(records)
+    decoded = server.decode_records(msgpack.unpackb(msgpack.packb(mech.encode_records(records))))
+    want = server.batch(records)
     assert np.array_equal(decoded.positions, want.positions)
     for got, exp in ((decoded.fragment, want.fragment), (decoded.word, want.word)):
         assert np.array_equal(got.indices, exp.indices)
@@ -341,8 +375,9 @@ def _with(index: int, value: object) -> list[object]:
 def test_malformed_records_are_refused_with_a_reason(raw: object, reason: str, field: str) -> None:
     """Each kind of malformed wire record raises MalformedReportError with its reason and field."""
     mech = _mech(m=13, m_fragment=21)
+    server = SFPServer(mech)
     with pytest.raises(MalformedReportError) as info:
-        mech.decode_records(raw)
+        server.decode_records(raw)
     assert (info.value.reason, info.value.field) == (reason, field)
 
 
@@ -357,8 +392,9 @@ _PLAIN = st.recursive(
 def test_decoder_is_total(raw: object) -> None:
     """Any msgpack-shaped object either decodes into aligned columns or raises MalformedReportError."""
     mech = _mech(m=13, m_fragment=21)
+    server = SFPServer(mech)
     try:
-        batch = mech.decode_records(raw)
+        batch = server.decode_records(raw)
     except MalformedReportError:
         return
     assert len(batch.fragment) == len(batch.word) == len(batch)
@@ -372,10 +408,11 @@ def test_decoder_is_total(raw: object) -> None:
 def test_merge_is_associative_and_commutative(parts: list[list[str]]) -> None:
     """Aggregates are sums: any merge order gives the same aggregate, and it survives a plain round trip."""
     mech = _mech()
+    server = SFPServer(mech)
     aggs = []
     for i, words in enumerate(parts):
-        agg = mech.new_aggregate()
-        agg.add(mech.privatize_many(words, SeededRandom(i)))
+        agg = server.new_aggregate()
+        agg.add(server.privatize_many(words, SeededRandom(i)))
         aggs.append(agg)
     a, b, c = aggs
     left = a.merge(b).merge(c).to_plain()
@@ -388,17 +425,18 @@ def test_merge_is_associative_and_commutative(parts: list[list[str]]) -> None:
 def test_from_plain_refuses_malformed_state(rng: SeededRandom) -> None:
     """Missing parts, a wrong number of positions or fragment counts that disagree with n raise StateError."""
     mech = _mech()
-    agg = mech.new_aggregate()
-    agg.add(mech.privatize_many(["bae", "hun", "wyd"], rng))
+    server = SFPServer(mech)
+    agg = server.new_aggregate()
+    agg.add(server.privatize_many(["bae", "hun", "wyd"], rng))
     plain = agg.to_plain()
     with pytest.raises(StateError):
         SFPAggregate.from_plain(mech, {"word": plain["word"]})
     with pytest.raises(StateError):
         SFPAggregate.from_plain(mech, {"word": plain["word"], "fragments": plain["fragments"][:4]})
-    empty = mech.new_aggregate().to_plain()
+    empty = server.new_aggregate().to_plain()
     with pytest.raises(StateError):
         SFPAggregate.from_plain(mech, {"word": plain["word"], "fragments": empty["fragments"]})
     with pytest.raises(StateError):
         SFPAggregate.from_plain(mech, "not a mapping")
     with pytest.raises(ValueError, match="different"):
-        agg.merge(_mech(epsilon=3.0).new_aggregate())
+        agg.merge(SFPServer(_mech(epsilon=3.0)).new_aggregate())

@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import json
 import math
+from typing import Any
 
 import pytest
 
@@ -14,6 +15,8 @@ from protocol.cms import CountMeanSketch
 from protocol.hcms import HadamardCountMeanSketch
 from protocol.one_bit_mean import epsilon_prime
 from protocol.rappor import Rappor
+from protocol.server.cms import CMSServer
+from protocol.server.contract import server_of
 
 SEED = b"tests/collector/decoding/plan"
 
@@ -79,8 +82,8 @@ def test_dbitflip_smallest_d() -> None:
 def test_sketch_se_is_the_theorem_bound(kind: str, cls: type) -> None:
     """003 Thm 4.2 / 4.4 with Σf² = F n² equals the mechanism's variance_bound."""
     out = plan([kind, "--epsilon", "4", "--n", "1e8", "--k", "65536", "--m", "1024", "--top-share", "0.05"])
-    mech = cls(epsilon=4.0, k=65536, m=1024, seed=SEED)
-    bound = mech.variance_bound(n=1e8, sum_sq=0.05 * 1e16)
+    server: Any = server_of(cls(epsilon=4.0, k=65536, m=1024, seed=SEED))
+    bound = server.variance_bound(n=1e8, sum_sq=0.05 * 1e16)
     assert out["standard_error"] == pytest.approx(math.sqrt(bound), rel=1e-6)
     bits = 16 + 1024 if kind == "cms" else 16 + 10 + 1
     assert out["bandwidth_bits"] == pytest.approx(bits)
@@ -105,7 +108,7 @@ def test_sfp_sums_the_epsilons() -> None:
     """SFP costs ε + ε' per report (003 Thm 4.5); the word SE is the CMS bound over n."""
     out = plan(["sfp", "--n", "1e6"])
     assert out["epsilon_report"] == 8.0
-    mech = CountMeanSketch(epsilon=2.0, k=2048, m=1024, seed=SEED)
+    mech = CMSServer(CountMeanSketch(epsilon=2.0, k=2048, m=1024, seed=SEED))
     assert out["word_standard_error"] == pytest.approx(math.sqrt(mech.variance_bound(n=1e6, sum_sq=0.1 * 1e12)))
 
 

@@ -12,6 +12,7 @@ from collector.decoding.release import DEFAULT_ALPHA, DEFAULT_CONTROL, ReleaseRu
 from collector.decoding.sketches import PADDING, discover_words, producible
 from protocol.randomness import SeededRandom
 from protocol.registry import CollectorSettings
+from protocol.server.sfp import SFPServer
 from protocol.sfp import SequenceFragmentPuzzle
 
 SEED = bytes(range(16))
@@ -132,8 +133,9 @@ def test_sfp_never_releases_a_word_with_padding_inside() -> None:
     counts = [20_000, 12_000, 8_000, 5_000, 3_000, 3_000, 3_000]
     values = [w for w, c in zip(words, counts, strict=True) for _ in range(c)]
     np.random.default_rng(5).shuffle(values)
-    agg = mech.new_aggregate()
-    agg.add(mech.privatize_many(values, SeededRandom(5)))
+    server = SFPServer(mech)
+    agg = server.new_aggregate()
+    agg.add(server.privatize_many(values, SeededRandom(5)))
     # threshold -inf and pfer at a large level: only the padding rule can withhold a word.
     out = discover_words(agg, alphabet="abc ", top_t=2000, alpha=50.0, control="pfer", threshold=-math.inf)
     detail = out.detail

@@ -10,9 +10,12 @@ import pytest
 
 from collector.decoding import sketches
 from collector.decoding.sketches import discover_words, query_dictionary
-from protocol.cms import CMSAggregate, CountMeanSketch
-from protocol.hcms import HadamardCountMeanSketch, HCMSAggregate
+from protocol.cms import CountMeanSketch
+from protocol.hcms import HadamardCountMeanSketch
 from protocol.randomness import SeededRandom
+from protocol.server.cms import CMSAggregate, CMSServer
+from protocol.server.hcms import HCMSAggregate, HCMSServer
+from protocol.server.sfp import SFPServer
 from protocol.sfp import SequenceFragmentPuzzle
 
 SEED = b"tests/collector/decoding/sketches"
@@ -31,7 +34,7 @@ def _zipf_values(n: int, present: int, gen: np.random.Generator) -> tuple[list[s
 @pytest.fixture(scope="module")
 def cms_case() -> tuple[CMSAggregate, np.ndarray]:
     """60,000 reports over 100 Zipf(1.2) entries of a 400-entry dictionary (CMS, ε = 4)."""
-    mech = CountMeanSketch(epsilon=4.0, k=256, m=256, seed=SEED)
+    mech = CMSServer(CountMeanSketch(epsilon=4.0, k=256, m=256, seed=SEED))
     values, truth = _zipf_values(60_000, 100, np.random.default_rng(1))
     agg = mech.new_aggregate()
     agg.add(mech.privatize_many(values, SeededRandom(1)))
@@ -41,7 +44,7 @@ def cms_case() -> tuple[CMSAggregate, np.ndarray]:
 @pytest.fixture(scope="module")
 def hcms_case() -> tuple[HCMSAggregate, np.ndarray]:
     """The same population through HCMS (ε = 4)."""
-    mech = HadamardCountMeanSketch(epsilon=4.0, k=256, m=256, seed=SEED)
+    mech = HCMSServer(HadamardCountMeanSketch(epsilon=4.0, k=256, m=256, seed=SEED))
     values, truth = _zipf_values(60_000, 100, np.random.default_rng(2))
     agg = mech.new_aggregate()
     agg.add(mech.privatize_many(values, SeededRandom(2)))
@@ -126,8 +129,9 @@ def test_sfp_discovers_frequent_words_with_errors() -> None:
     counts = [20_000, 12_000, 8_000, 5_000, 300, 100]
     values = [w for w, c in zip(words, counts, strict=True) for _ in range(c)]
     np.random.default_rng(3).shuffle(values)
-    agg = mech.new_aggregate()
-    agg.add(mech.privatize_many(values, SeededRandom(3)))
+    server = SFPServer(mech)
+    agg = server.new_aggregate()
+    agg.add(server.privatize_many(values, SeededRandom(3)))
     out = discover_words(agg, alphabet="abc ", top_t=40, threshold=1000.0, alpha=0.05)
     found = {e.value: e for e in out.entries}
     assert set(found) == {"abc", "bca", "cab", "aabbcc"}
