@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import hashlib
 import math
-import os
 import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -56,8 +55,6 @@ from protocol.randomness import (
     SCALE,
     Coin,
     RandomSource,
-    SeededRandom,
-    SystemRandom,
     coin_at_most,
     dexp,
     random_bytes,
@@ -73,7 +70,6 @@ __all__ = [
     "CountMeanSketch",
     "ScalarHash",
     "as_value_bytes",
-    "drawn_bytes",
 ]
 
 K_MAX = 1 << 24
@@ -103,22 +99,6 @@ def as_value_bytes(value: object) -> bytes:
         except UnicodeEncodeError as exc:
             raise InputError(f"a str value must be encodable as UTF-8: {exc}") from exc
     raise InputError(f"CMS privatizes str or bytes values; got {type(value).__name__}")
-
-
-def drawn_bytes(rng: RandomSource, words: int) -> bytes:
-    """The next ``words`` uniform words of ``rng`` as little-endian bytes (the layout of
-    :func:`protocol.randomness.random_bytes`, the same stream).
-
-    A report's coins are bytes, so each source gives them the cheapest way it has rather than
-    through one Python integer per word: the device's OS source straight from the kernel (its
-    stream has no replay to keep), the simulator's seeded one from the array it draws anyway
-    (it loaded numpy itself; a device never uses it).
-    """
-    if type(rng) is SystemRandom:
-        return os.urandom(8 * words)
-    if type(rng) is SeededRandom:
-        return rng.words(words).astype("<u8", copy=False).tobytes()
-    return random_bytes(rng, 8 * words)
 
 
 class ScalarHash:
@@ -259,14 +239,14 @@ class CountMeanSketch(EventLevelStrings):
             data: the value's bytes.
             rng: the device's random source (for rare extra draws, or all of them).
             drawn: :attr:`draw_words` uniform words already drawn from ``rng`` for this report,
-                as :func:`drawn_bytes` gives them (lets a caller combine several reports'
+                as :func:`protocol.randomness.random_bytes` gives them (lets a caller combine several reports'
                 draws into one); drawn here when omitted.
         """
         m, k = self.m, self.k
         coin_words = self.record_bytes
         # One draw: m coin bytes, a word for j, then words that resolve ties (expected m/256).
         if drawn is None:
-            drawn = drawn_bytes(rng, self.draw_words)
+            drawn = random_bytes(rng, 8 * self.draw_words)
         elif len(drawn) != 8 * self.draw_words:
             raise ValueError(f"expected {self.draw_words} pre-drawn words, got {len(drawn)} bytes")
         rest = list(self._spare_words.unpack_from(drawn, 8 * coin_words))

@@ -112,9 +112,21 @@ class SeededRandom:
 
 
 def random_bytes(rng: RandomSource, n: int) -> bytes:
-    """``n`` uniform bytes: whole words, little-endian, cut to length (ids, keys, salts)."""
-    words = rng.draw(-(-n // 8))
-    return struct.pack(f"<{len(words)}Q", *words)[:n]
+    """``n`` uniform bytes: whole words, little-endian, cut to length (ids, keys, salts, a
+    sketch record's coins).
+
+    Each built-in source gives them the cheapest way it has rather than one Python integer
+    per word: the OS source straight from the kernel (its stream has no replay to keep), the
+    seeded one from the array it draws anyway (the simulator has loaded numpy; a device never
+    uses it). Any other source goes word by word; all three read the same stream.
+    """
+    words = -(-n // 8)
+    if type(rng) is SystemRandom:
+        return os.urandom(8 * words)[:n]
+    if type(rng) is SeededRandom:
+        return rng.words(words).astype("<u8", copy=False).tobytes()[:n]
+    drawn = rng.draw(words)
+    return struct.pack(f"<{len(drawn)}Q", *drawn)[:n]
 
 
 @dataclass(frozen=True, slots=True)

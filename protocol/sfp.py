@@ -43,11 +43,11 @@ from functools import cached_property
 from typing import Any, ClassVar, Final
 
 from protocol.checks import check_epsilon, check_int, check_seed, encoded_size
-from protocol.cms import K_MAX, M_MAX, CMSRecord, CountMeanSketch, ScalarHash, drawn_bytes
+from protocol.cms import K_MAX, M_MAX, CMSRecord, CountMeanSketch, ScalarHash
 from protocol.errors import InputError, ParameterError
 from protocol.hashing import HashFamily, derive_seed
 from protocol.interfaces import EstimateKind, EventLevelStrings, MechanismEntry, Privatization, ValueType
-from protocol.randomness import SCALE, RandomSource, uniform_draws
+from protocol.randomness import SCALE, RandomSource, random_bytes, uniform_draws
 
 __all__ = ["ENTRY", "LENGTH_MAX", "PUZZLE_PIECES", "SFPRecord", "SequenceFragmentPuzzle", "word_bytes"]
 
@@ -200,7 +200,7 @@ class SequenceFragmentPuzzle(EventLevelStrings):
         data = word_bytes(s)
         fc, wc = self.fragment_cms, self.word_cms
         # One draw for the whole report: words for the position, then each CMS report's words.
-        drawn = drawn_bytes(rng, _POSITION_WORDS + fc.draw_words + wc.draw_words)
+        drawn = random_bytes(rng, 8 * (_POSITION_WORDS + fc.draw_words + wc.draw_words))
         # Step 1: the fragment position, uniform and independent of the word: the first of
         # the position words below the largest multiple of the count (exact rejection).
         count = self.positions

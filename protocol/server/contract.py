@@ -346,14 +346,3 @@ def server_of(mechanism: Mechanism) -> ServerMechanism:
     if not isinstance(server, ServerMechanism):
         raise TypeError(f"the server half of {mechanism.name!r} does not meet protocol.server.contract")
     return server
-
-
-class Unsplit:
-    """The server half of a mechanism whose module still holds both halves in one class:
-    every server method is the mechanism's own. (``server = "protocol.server.contract:Unsplit"``.)"""
-
-    def __init__(self, mechanism: Mechanism) -> None:
-        self.mechanism = mechanism
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.mechanism, name)

@@ -15,9 +15,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from protocol.cms import CMSRecord, CountMeanSketch, drawn_bytes
+from protocol.cms import CMSRecord, CountMeanSketch
 from protocol.errors import InputError, MalformedReportError, ParameterError, StateError
-from protocol.randomness import SeededRandom, SystemRandom
+from protocol.randomness import SeededRandom, SystemRandom, random_bytes
 from protocol.server.cms import CMSAggregate, CMSBatch, CMSServer
 from tests.protocol.ldp import assert_tight_ldp
 from tests.protocol.sketch_coins import EdgeRandom, cms_record
@@ -148,7 +148,7 @@ def test_the_os_source_gives_well_formed_records() -> None:
 def test_pre_drawn_words_must_match_the_report(rng: SeededRandom) -> None:
     """A caller that draws a report's words itself must pass exactly draw_words of them."""
     mech = _mech(k=4, m=8)
-    drawn = drawn_bytes(rng, mech.draw_words)
+    drawn = random_bytes(rng, 8 * mech.draw_words)
     record = mech.privatize_bytes(b"v", rng, drawn=drawn)
     assert record == mech.privatize_bytes(b"v", rng, drawn=drawn)
     with pytest.raises(ValueError, match="pre-drawn"):
