@@ -74,6 +74,7 @@ from collector.results import (
 )
 from collector.store import KeyInfo, Store, open_store
 from protocol.catalog import Catalog
+from protocol.errors import TooManyWordsError
 from protocol.interfaces import EstimateKind, as_frequencies, as_histogram
 from protocol.registry import UseCase
 from protocol.server.contract import (
@@ -236,11 +237,11 @@ def _discover(use_case: UseCase, aggregate: Aggregate, rule: ReleaseRule, *, wit
         try:
             found = discovery.discover(aggregate, alphabet=alphabet, top_t=top_t, threshold=-math.inf)
             break
-        except ValueError as exc:
+        except TooManyWordsError:
             # The planner keeps the expected number of assembled words at half the cap; a
             # period whose pieces crowd more than that (or a use case's own top_t that does)
             # gets a smaller T, reported with the estimate, never a failure.
-            if "max_words" not in str(exc) or top_t == 1:
+            if top_t == 1:
                 raise
             top_t //= 2
     words = [w.word for w in found]

@@ -8,11 +8,13 @@
   restored. Permanent randomness must then not be redrawn silently.
 * :class:`MalformedReportError` - bytes from the network are not a valid report; carries a
   machine-readable ``reason`` and the ``field`` at fault (see ``protocol.wire``).
+* :class:`TooManyWordsError` - a discovery (SFP, 003 Alg. 10) would assemble more candidate
+  words than its cap; the caller keeps fewer pieces per position (a smaller ``T``).
 """
 
 from __future__ import annotations
 
-__all__ = ["InputError", "LdpError", "MalformedReportError", "ParameterError", "StateError"]
+__all__ = ["InputError", "LdpError", "MalformedReportError", "ParameterError", "StateError", "TooManyWordsError"]
 
 
 class LdpError(Exception):
@@ -58,3 +60,17 @@ class MalformedReportError(LdpError):
         where = f" at {field!r}" if field else ""
         extra = f": {detail}" if detail else ""
         super().__init__(f"malformed report ({reason}){where}{extra}")
+
+
+class TooManyWordsError(LdpError, ValueError):
+    """A discovery would assemble more words than it may score.
+
+    Attributes:
+        words: how many words the kept pieces would assemble.
+        max_words: the cap.
+    """
+
+    def __init__(self, words: int, max_words: int) -> None:
+        self.words = words
+        self.max_words = max_words
+        super().__init__(f"{words} assembled words, more than max_words={max_words}; lower top_t")

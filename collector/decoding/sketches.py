@@ -226,7 +226,7 @@ def discover_words(
         top_n: release at most this many words.
         confidence: level of the intervals.
         min_reports: release nothing from fewer reports.
-        max_words: refuse to score more assembled words than this (``ValueError``).
+        max_words: refuse to score more assembled words than this (``TooManyWordsError``).
         workers: threads for the dictionary queries.
     """
     rule = _rule(

@@ -36,7 +36,7 @@ import numpy as np
 import numpy.typing as npt
 
 from protocol.checks import check_int
-from protocol.errors import InputError, MalformedReportError, StateError
+from protocol.errors import InputError, MalformedReportError, StateError, TooManyWordsError
 from protocol.randomness import RandomSource, uniform_ints
 from protocol.server.cms import CMSAggregate, CMSBatch, CMSServer, check_wire_record
 from protocol.server.contract import PlainServer, PlanFigures
@@ -220,7 +220,7 @@ def reconstruct(
         threshold: the smallest estimated word count reported.
         check_puzzle: drop assembled words whose own puzzle piece differs from the piece
             they were assembled under (see the module docstring).
-        max_words: refuse (``ValueError``) to score more assembled words than this.
+        max_words: refuse (:class:`~protocol.errors.TooManyWordsError`) to score more assembled words than this.
         workers: threads for the dictionary queries.
 
     Returns:
@@ -259,8 +259,9 @@ def reconstruct(
     # The products' sizes are known before any is built: refuse at once rather than after
     # assembling (and hashing) up to max_words strings.
     pieces = [[by_piece.get(piece, []) for by_piece in per_position] for piece in range(PUZZLE_PIECES)]
-    if sum(math.prod(len(x) for x in lists) for lists in pieces) > max_words:
-        raise ValueError(f"more than max_words={max_words} assembled words; lower top_t")
+    assembled = sum(math.prod(len(x) for x in lists) for lists in pieces)
+    if assembled > max_words:
+        raise TooManyWordsError(assembled, max_words)
     words: list[str] = []
     for piece, lists in enumerate(pieces):
         if not all(lists):

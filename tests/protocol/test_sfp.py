@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from protocol.errors import InputError, MalformedReportError, ParameterError, StateError
+from protocol.errors import InputError, MalformedReportError, ParameterError, StateError, TooManyWordsError
 from protocol.hashing import derive_seed
 from protocol.randomness import SeededRandom
 from protocol.server.sfp import SFPAggregate, SFPServer
@@ -325,7 +325,7 @@ def test_reconstruction_checks_its_arguments(rng: SeededRandom) -> None:
     with pytest.raises(ParameterError, match="top_t"):
         agg.reconstruct(alphabet="ab", top_t=0, threshold=0)
     agg.add(server.privatize_many(["ab"] * 50, rng))
-    with pytest.raises(ValueError, match="max_words"):
+    with pytest.raises(TooManyWordsError, match="max_words=10"):
         agg.reconstruct(alphabet="ab ", top_t=2304, threshold=0, max_words=10)
 
 
