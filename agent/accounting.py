@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from agent.errors import AgentError
-from agent.plain import PlainDoc
+from protocol.plain import PlainDoc
 
 __all__ = ["EPSILON_SLACK", "Budget", "LimitReachedError", "Remaining", "day_of"]
 

@@ -40,9 +40,9 @@ from agent.errors import (
     UseCaseStoppedError,
     ValueRefusedError,
 )
-from agent.plain import Json, JsonObject, Plain
 from agent.state import LedgerEntry
 from agent.usecases import coerce_text
+from protocol.plain import Json, JsonObject, Plain
 
 __all__ = ["MAX_REQUEST_BYTES", "handle_request", "ledger_json", "serve"]
 

@@ -29,10 +29,10 @@ from agent.errors import (
     UseCaseStoppedError,
     ValueRefusedError,
 )
-from agent.plain import Json, JsonObject
 from agent.status import AgentStatus
 from protocol.exit_status import HELP as EXIT_HELP
 from protocol.exit_status import ExitStatus
+from protocol.plain import Json, JsonObject
 from runtime.clock import Clock, SystemClock
 from runtime.console import package_version, quiet_on_closed_pipe
 

@@ -16,10 +16,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from agent.accounting import EPSILON_SLACK, Budget, day_of
-from agent.plain import Plain
 from agent.state import OutboxEntry, UseCaseDoc
 from agent.statefiles import Slot, StateFiles, budget_of
 from agent.usecases import Kind, counter_input, privatize
+from protocol.plain import Plain
 from protocol.randomness import RandomSource, sample_without_replacement
 from protocol.registry import UseCase
 from protocol.wire import Report, encode_report, new_report_id

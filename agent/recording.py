@@ -17,10 +17,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from agent.errors import UseCaseStoppedError, ValueRefusedError
-from agent.plain import Plain
 from agent.state import PendingRecords, UseCaseDoc
 from agent.statefiles import Slot, StateFiles, budget_of, new_use_case_doc
 from agent.usecases import Kind, check_counter_value, check_value, clamp_note, privatize, setup
+from protocol.plain import Plain
 from protocol.randomness import RandomSource, uniform_ints
 from protocol.registry import Registry
 from runtime.clock import Clock

@@ -29,7 +29,7 @@ from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from agent.errors import KeyUnavailableError, StateUnreadableError, StateWriteError
-from agent.plain import Plain
+from protocol.plain import Plain
 from runtime.errors import SettingFileError
 from runtime.secret_files import credential_path, read_secret_file
 

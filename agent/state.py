@@ -41,7 +41,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from agent.plain import Plain, PlainDoc
+from protocol.plain import Plain, PlainDoc
 
 __all__ = [
     "AGENT_VERSION",

@@ -17,7 +17,6 @@ from pathlib import Path
 
 from agent.accounting import EPSILON_SLACK, Budget
 from agent.errors import StateUnreadableError
-from agent.plain import Plain, PlainDoc
 from agent.sealed import Sealer, fsync_directory
 from agent.state import (
     AGENT_VERSION,
@@ -35,6 +34,7 @@ from agent.state import (
 )
 from agent.usecases import Kind, fingerprint, kind_of, load_permanent_state
 from protocol.errors import StateError
+from protocol.plain import Plain, PlainDoc
 from protocol.randomness import RandomSource
 from protocol.registry import Registry, UseCase
 

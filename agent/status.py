@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from agent.plain import Json, JsonObject
+from protocol.plain import Json, JsonObject
 
 __all__ = ["AgentStatus", "UseCaseStatus"]
 

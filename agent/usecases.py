@@ -30,10 +30,10 @@ from collections.abc import Mapping
 from typing import cast
 
 from agent.errors import ValueRefusedError
-from agent.plain import Plain
 from protocol.checks import MAX_COUNTER
 from protocol.errors import InputError
 from protocol.interfaces import HistogramMechanism, Privatization, RecordValue
+from protocol.plain import Plain
 from protocol.randomness import RandomSource
 from protocol.registry import UseCase
 

@@ -14,7 +14,7 @@ folded one by one. Nothing here knows a mechanism by name.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar
 
 import numpy as np
@@ -100,7 +100,7 @@ def batch_to_plain(batch: object) -> dict[str, object]:
     return out
 
 
-def batch_from_plain(template: T, data: dict[str, Any]) -> T:
+def batch_from_plain(template: T, data: Mapping[str, Any]) -> T:
     """Rebuild a batch saved by :func:`batch_to_plain`, using ``template``'s class (and its nested ones).
 
     The data comes from our own checkpoint, written by :func:`batch_to_plain`; shapes and

@@ -52,6 +52,7 @@ from functools import cached_property
 from typing import TYPE_CHECKING, Any, ClassVar, TypeAlias
 
 from protocol.errors import InputError, ParameterError
+from protocol.plain import PlainDoc
 
 if TYPE_CHECKING:
     import numpy as np
@@ -170,7 +171,7 @@ class LinearBuckets(_Bucketing):
     def _edges(self) -> tuple[float, ...]:
         return self.edges
 
-    def to_plain(self) -> dict[str, Any]:
+    def to_plain(self) -> PlainDoc:
         """``{"kind": "linear", "low": ..., "high": ..., "count": ...}``."""
         return {"kind": self.kind, "low": self.low, "high": self.high, "count": self.count}
 
@@ -225,7 +226,7 @@ class ExponentialBuckets(_Bucketing):
     def _edges(self) -> tuple[float, ...]:
         return self.edges
 
-    def to_plain(self) -> dict[str, Any]:
+    def to_plain(self) -> PlainDoc:
         """``{"kind": "exponential", "start": ..., "factor": ..., "count": ...}``."""
         return {"kind": self.kind, "start": self.start, "factor": self.factor, "count": self.count}
 
@@ -267,7 +268,7 @@ class CustomBuckets(_Bucketing):
     def _edges(self) -> tuple[float, ...]:
         return self.edges
 
-    def to_plain(self) -> dict[str, Any]:
+    def to_plain(self) -> PlainDoc:
         """``{"kind": "custom", "edges": [...]}``."""
         return {"kind": self.kind, "edges": list(self.edges)}
 

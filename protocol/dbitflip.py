@@ -52,6 +52,7 @@ from protocol.buckets import Buckets, CustomBuckets, ExponentialBuckets, LinearB
 from protocol.checks import check_epsilon, check_int, encoded_size, number_value, parse_number, require
 from protocol.errors import ParameterError, StateError
 from protocol.interfaces import EstimateKind, MechanismEntry, MemoizedState, Privatization, ValueType
+from protocol.plain import PlainDoc
 from protocol.randomness import Coin, RandomSource, coin_at_most, dexp, sample_without_replacement, uniform_draws
 
 __all__ = [
@@ -102,7 +103,7 @@ class DBitFlipState:
             out.append((memo[pos >> 3] >> (7 - (pos & 7))) & 1)
         return tuple(out)
 
-    def to_plain(self) -> dict[str, Any]:
+    def to_plain(self) -> PlainDoc:
         """Plain, msgpack-ready data: ``{"buckets": [...], "memo": bytes | None}``."""
         return {"buckets": list(self.buckets), "memo": self.memo}
 

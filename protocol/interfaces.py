@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from protocol.errors import InputError, StateError
+from protocol.plain import PlainDoc
 from protocol.randomness import RandomSource
 
 __all__ = [
@@ -422,7 +423,7 @@ class EventLevelStrings(NoPermanentState):
 class _SavedState(Protocol):
     """A device's permanent state as :class:`MemoizedState` keeps it: saved in plain form."""
 
-    def to_plain(self) -> dict[str, Any]: ...
+    def to_plain(self) -> PlainDoc: ...
 
 
 class _StateClass(Protocol):
@@ -463,7 +464,7 @@ class MemoizedState(PlainRecords):
 
     __slots__ = ()
 
-    def setup_plain(self: _MemoizingMechanism, rng: RandomSource) -> dict[str, Any]:
+    def setup_plain(self: _MemoizingMechanism, rng: RandomSource) -> PlainDoc:
         """Draw a device's permanent state, in plain form."""
         return self.setup(rng).to_plain()
 

@@ -73,6 +73,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Final, TypeAlias
 from protocol.checks import check_epsilon, check_int, count_value, encoded_size, parse_number, require
 from protocol.errors import InputError, ParameterError, StateError
 from protocol.interfaces import EstimateKind, MechanismEntry, MemoizedState, Privatization, ValueType
+from protocol.plain import PlainDoc
 from protocol.randomness import SCALE, Coin, RandomSource, coin_at_least, coin_at_most, dexp, uniform_draws
 
 if TYPE_CHECKING:
@@ -172,7 +173,7 @@ class OneBitMeanState:
         """The memoized bit of point ``index · s``."""
         return (self.memo[index >> 3] >> (index & 7)) & 1
 
-    def to_plain(self) -> dict[str, Any]:
+    def to_plain(self) -> PlainDoc:
         """Plain, msgpack-ready data (no raw value: only α and the memo bits)."""
         return {"alpha": self.alpha, "memo": self.memo, "m": self.m, "s": self.s, "epsilon": self.epsilon}
 

@@ -73,6 +73,7 @@ from protocol.checks import check_int, check_probability, check_seed, encoded_si
 from protocol.errors import InputError, ParameterError, StateError
 from protocol.hashing import HashFamily, fingerprint
 from protocol.interfaces import EstimateKind, MechanismEntry, MemoizedState, Privatization, ValueType
+from protocol.plain import PlainDoc
 from protocol.randomness import Coin, RandomSource, coin_at_least, coin_at_most, flips, random_bytes, uniform_draws
 
 __all__ = [
@@ -126,7 +127,7 @@ class RapporState:
     memo_key: bytes
     memo: Mapping[bytes, bytes]
 
-    def to_plain(self) -> dict[str, Any]:
+    def to_plain(self) -> PlainDoc:
         """Plain, msgpack-ready data (the memo holds keyed hashes and ``B'`` only, no values)."""
         return {"cohort": self.cohort, "key": self.memo_key, "memo": dict(self.memo)}
 

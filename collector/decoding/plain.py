@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+
+from protocol.plain import JsonObject
 
 __all__ = ["ValueEstimate", "finite"]
 
@@ -47,7 +48,7 @@ class ValueEstimate:
     z: float
     p_value: float
 
-    def to_plain(self) -> dict[str, Any]:
+    def to_plain(self) -> JsonObject:
         """JSON object; a ``bytes`` value is written in hex (JSON has no bytes)."""
         return {
             "value": self.value if isinstance(self.value, str) else self.value.hex(),

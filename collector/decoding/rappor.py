@@ -92,7 +92,6 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -103,6 +102,7 @@ from collector.decoding.plain import ValueEstimate, finite
 from collector.decoding.release import Release, ReleaseRule, release
 from collector.decoding.stats import check_level, normal_quantile, normal_sf, reject, z_interval
 from protocol.interfaces import EstimateKind
+from protocol.plain import JsonObject
 from protocol.server.contract import CandidateServer
 from protocol.server.estimate import BitEstimates, Estimate, VectorEstimate
 from protocol.server.rappor import RapporAggregate, RapporServer
@@ -223,7 +223,7 @@ class RapporDecoding:
         idx = idx[np.argsort(-self.counts[idx], kind="stable")]
         return [self.entry(int(i)) for i in idx]
 
-    def to_plain(self) -> dict[str, Any]:
+    def to_plain(self) -> JsonObject:
         """JSON-ready summary: the detected strings and the fit's diagnostics."""
         return {
             "found": [d.to_plain() for d in self.found()],

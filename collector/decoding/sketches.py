@@ -27,13 +27,13 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
 from collector.decoding.plain import ValueEstimate, finite
 from collector.decoding.release import Release, ReleaseRule, release
 from protocol.cms import as_value_bytes
+from protocol.plain import JsonObject
 from protocol.server.cms import CMSAggregate
 from protocol.server.hashing import family_fingerprints
 from protocol.server.hcms import HCMSAggregate
@@ -87,7 +87,7 @@ class FrequencyRelease:
     confidence: float
     detail: Release
 
-    def to_plain(self) -> dict[str, Any]:
+    def to_plain(self) -> JsonObject:
         """JSON-ready form."""
         return {
             "entries": [e.to_plain() for e in self.entries],

@@ -55,7 +55,7 @@ def counters_digest(instance: str, rows: Sequence[Sequence[Any]]) -> bytes:
 
 
 def check_digests(
-    stored: dict[str, Any],
+    stored: dict[str, bytes],
     use_cases: Iterable[tuple[object, bytes]],
     counters: Iterable[tuple[str, bytes]],
     damaged: Callable[[str], StoreError],

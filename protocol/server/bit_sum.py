@@ -7,12 +7,13 @@ differs, and each mechanism module subclasses :class:`BitSumAggregate` to add it
 
 from __future__ import annotations
 
-from typing import Any, Generic, Protocol, Self, TypeVar
+from typing import Generic, Protocol, Self, TypeVar
 
 import numpy as np
 import numpy.typing as npt
 
 from protocol.errors import StateError
+from protocol.plain import PlainDoc
 from protocol.server.plain import require
 
 __all__ = ["BitBatch", "BitSumAggregate"]
@@ -61,7 +62,7 @@ class BitSumAggregate(Generic[MechanismT]):
             raise ValueError("cannot merge aggregates of different mechanisms")
         return type(self)(self.mechanism, ones=self.ones + other.ones, n=self._n + other._n)
 
-    def to_plain(self) -> dict[str, Any]:
+    def to_plain(self) -> PlainDoc:
         """Plain, msgpack-ready data."""
         return {"ones": self.ones, "n": self._n}
 

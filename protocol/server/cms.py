@@ -66,6 +66,7 @@ import numpy.typing as npt
 from protocol.checks import check_indexed_bits
 from protocol.cms import LOW56, CMSRecord, CountMeanSketch, as_value_bytes
 from protocol.errors import InputError, StateError
+from protocol.plain import PlainDoc
 from protocol.randomness import SCALE, RandomSource, uniform_ints
 from protocol.server.contract import PlainServer, PlanFigures
 from protocol.server.estimate import Estimate, VectorEstimate
@@ -283,7 +284,7 @@ class CMSAggregate:
         np.add(ones, other._ones, out=ones)
         return type(self)(self.mechanism, ones=ones, row_counts=counts)
 
-    def to_plain(self) -> dict[str, Any]:
+    def to_plain(self) -> PlainDoc:
         """Plain, msgpack-ready data."""
         return {"n": self._n, "row_counts": array_to_plain(self._row_counts), "ones": array_to_plain(self._ones)}
 

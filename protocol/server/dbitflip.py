@@ -46,6 +46,7 @@ import numpy.typing as npt
 from protocol.checks import require
 from protocol.dbitflip import DBitFlip, DBitFlipRecord, DBitFlipState, distinct_probability
 from protocol.errors import MalformedReportError, StateError
+from protocol.plain import PlainDoc
 from protocol.randomness import RandomSource, uniform_ints
 from protocol.server.buckets import buckets_of
 from protocol.server.contract import PlainServer, PlanFigures
@@ -144,7 +145,7 @@ class DBitFlipAggregate:
             self.mechanism, ones=self.ones + other.ones, counts=self.counts + other.counts, n=self._n + other._n
         )
 
-    def to_plain(self) -> dict[str, Any]:
+    def to_plain(self) -> PlainDoc:
         """Plain, msgpack-ready data."""
         return {"ones": array_to_plain(self.ones), "counts": array_to_plain(self.counts), "n": self._n}
 

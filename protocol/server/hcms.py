@@ -61,6 +61,7 @@ import numpy.typing as npt
 
 from protocol.errors import InputError, MalformedReportError, StateError
 from protocol.hcms import HadamardCountMeanSketch, HCMSRecord, hashed_value
+from protocol.plain import PlainDoc
 from protocol.randomness import RandomSource, bernoulli, uniform_ints
 from protocol.server.contract import PlainServer, PlanFigures
 from protocol.server.estimate import VectorEstimate
@@ -167,7 +168,7 @@ class HCMSAggregate:
         sums = np.add(self._sums, other._sums, dtype=dtype)
         return type(self)(self.mechanism, sums=sums, n=n)
 
-    def to_plain(self) -> dict[str, Any]:
+    def to_plain(self) -> PlainDoc:
         """Plain, msgpack-ready data."""
         return {"n": self._n, "sums": array_to_plain(self._sums)}
 

@@ -15,13 +15,14 @@ import numpy.typing as npt
 
 from protocol.checks import require
 from protocol.errors import StateError
+from protocol.plain import PlainDoc
 
 __all__ = ["array_from_plain", "array_to_plain", "require"]
 
 _ALLOWED_DTYPES = frozenset({"<i8", "<u8", "<i4", "<u4", "<u2", "|u1", "|i1", "<f8", "|b1"})
 
 
-def array_to_plain(a: npt.NDArray[Any]) -> dict[str, Any]:
+def array_to_plain(a: npt.NDArray[Any]) -> PlainDoc:
     """A plain dict holding ``a``'s dtype, shape and little-endian bytes."""
     le = a.astype(a.dtype.newbyteorder("<"), copy=False)
     return {"dtype": le.dtype.str, "shape": list(a.shape), "data": np.ascontiguousarray(le).tobytes()}

@@ -14,12 +14,13 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any, ClassVar, Self
+from typing import ClassVar, Self
 
 import numpy as np
 import numpy.typing as npt
 
 from protocol.errors import InputError, ParameterError, StateError
+from protocol.plain import PlainDoc
 from protocol.randomness import SCALE, RandomSource, bernoulli
 from protocol.rappor import Rappor, RapporRecord
 from protocol.server.contract import PlainServer, PlanFigures
@@ -106,7 +107,7 @@ class RapporAggregate:
             raise ValueError("cannot merge aggregates of different mechanisms")
         return type(self)(self.mechanism, counts=self.counts + other.counts, sizes=self.sizes + other.sizes)
 
-    def to_plain(self) -> dict[str, Any]:
+    def to_plain(self) -> PlainDoc:
         """Plain, msgpack-ready data."""
         return {"counts": array_to_plain(self.counts), "sizes": array_to_plain(self.sizes)}
 

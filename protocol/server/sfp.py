@@ -30,13 +30,14 @@ import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar, Self
+from typing import ClassVar, Self
 
 import numpy as np
 import numpy.typing as npt
 
 from protocol.checks import check_int
 from protocol.errors import InputError, MalformedReportError, StateError, TooManyWordsError
+from protocol.plain import PlainDoc
 from protocol.randomness import RandomSource, uniform_ints
 from protocol.server.cms import CMSAggregate, CMSBatch, CMSServer, check_wire_record
 from protocol.server.contract import PlainServer, PlanFigures
@@ -135,7 +136,7 @@ class SFPAggregate:
             fragments=[a.merge(b) for a, b in zip(self.fragments, other.fragments, strict=True)],
         )
 
-    def to_plain(self) -> dict[str, Any]:
+    def to_plain(self) -> PlainDoc:
         """Plain, msgpack-ready data."""
         return {"word": self.word.to_plain(), "fragments": [a.to_plain() for a in self.fragments]}
 

@@ -10,8 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agent.errors import KeyUnavailableError, StateUnreadableError
-from agent.plain import Plain, PlainDoc
 from agent.sealed import Sealer, atomic_write, create_key_file, load_key
+from protocol.plain import Plain, PlainDoc
 
 KEY = bytes(range(32))
 DOC: PlainDoc = {"alpha": 3, "memo": b"\x01\x02", "totals": {5: {b"k" * 32: 12}}, "name": "x", "eps": 0.5}

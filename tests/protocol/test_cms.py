@@ -368,7 +368,7 @@ def test_cells_widen_before_they_could_overflow(rng: SeededRandom) -> None:
     mech = _mech(k=1, m=8)
     server = CMSServer(mech)
     full = 2**32 - 1
-    plain = server.new_aggregate().to_plain()
+    plain: Any = server.new_aggregate().to_plain()
     plain["n"] = full
     plain["row_counts"]["data"] = np.array([full], dtype="<i8").tobytes()
     plain["ones"]["data"] = np.full(8, full, dtype="<u4").tobytes()

@@ -395,7 +395,7 @@ def test_malformed_state_is_refused(plain: object) -> None:
 def test_state_padding_must_be_zero() -> None:
     """k·d not a multiple of 8: the memo's padding bits must be zero."""
     mech = DBitFlip(epsilon=1.0, buckets=SIX, d=3)  # 18 bits -> 3 bytes, 6 padding bits
-    good = mech.setup(SeededRandom(63)).to_plain()
+    good: Any = mech.setup(SeededRandom(63)).to_plain()
     assert DBitFlipState.from_plain(mech, good).memo == good["memo"]
     bad = dict(good, memo=good["memo"][:-1] + bytes([good["memo"][-1] | 1]))
     with pytest.raises(StateError, match="padding"):

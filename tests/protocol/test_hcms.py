@@ -390,8 +390,10 @@ def test_sums_widen_before_int32_could_overflow() -> None:
     restored = HCMSAggregate.from_plain(mech, msgpack.unpackb(msgpack.packb(merged.to_plain())))
     assert restored.n == merged.n
     assert np.array_equal(restored.sums, merged.sums)
-    assert restored.to_plain()["sums"]["dtype"] == "<i8"
-    assert server.new_aggregate().to_plain()["sums"]["dtype"] == "<i4"
+    restored_plain: Any = restored.to_plain()
+    empty_plain: Any = server.new_aggregate().to_plain()
+    assert restored_plain["sums"]["dtype"] == "<i8"
+    assert empty_plain["sums"]["dtype"] == "<i4"
 
 
 def test_transform_cache_is_dropped_on_add(rng: SeededRandom) -> None:
@@ -447,7 +449,7 @@ def test_from_plain_refuses_impossible_state() -> None:
     """Saved aggregates with a wrong shape, dtype, count or sums no reports can produce raise StateError."""
     mech = small()
     server = HCMSServer(mech)
-    good = server.new_aggregate().to_plain()
+    good: Any = server.new_aggregate().to_plain()
     sums = np.zeros((3, 8), dtype=np.int32)
     sums[0, 0] = 3
 

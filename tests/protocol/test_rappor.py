@@ -305,7 +305,7 @@ def test_state_from_plain_is_strict(rng: SeededRandom) -> None:
     """Malformed saved state raises StateError, never redraws."""
     mech = Rappor(k=12, h=2, cohorts=4, seed=SEED, **CHROME)
     _, state = mech.privatize("v", mech.setup(rng), rng)
-    good = state.to_plain()
+    good: Any = state.to_plain()
     (memo_id, packed) = next(iter(good["memo"].items()))
     bad_cases: list[object] = [
         None,

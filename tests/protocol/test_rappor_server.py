@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import msgpack
 import numpy as np
@@ -297,7 +298,7 @@ def test_merge_refuses_other_parameters() -> None:
 
 def test_aggregate_from_plain_is_strict() -> None:
     """Malformed or impossible saved aggregates raise StateError."""
-    good = aggregate_of([RapporRecord(0, b"\xff\xc0"), RapporRecord(2, b"\x01\x00")]).to_plain()
+    good: Any = aggregate_of([RapporRecord(0, b"\xff\xc0"), RapporRecord(2, b"\x01\x00")]).to_plain()
     more = aggregate_of([RapporRecord(0, b"\xff\xc0")] * 3).to_plain()
     bad_cases: list[object] = [
         None,

@@ -428,7 +428,7 @@ def test_from_plain_refuses_malformed_state(rng: SeededRandom) -> None:
     server = SFPServer(mech)
     agg = server.new_aggregate()
     agg.add(server.privatize_many(["bae", "hun", "wyd"], rng))
-    plain = agg.to_plain()
+    plain: Any = agg.to_plain()
     with pytest.raises(StateError):
         SFPAggregate.from_plain(mech, {"word": plain["word"]})
     with pytest.raises(StateError):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -253,7 +254,7 @@ def test_bad_arguments_are_refused() -> None:
 def test_result_is_json_ready() -> None:
     """to_plain() serialises with the standard json module."""
     _, agg, _ = _problem(13)
-    plain = RapporDecoder().decode(agg, CANDIDATES).to_plain()
+    plain: Any = RapporDecoder().decode(agg, CANDIDATES).to_plain()
     text = json.dumps(plain)
     assert json.loads(text)["candidates"] == len(CANDIDATES)
     assert all(set(f) >= {"value", "count", "standard_error", "interval", "p_value"} for f in plain["found"])
