@@ -25,8 +25,11 @@ from protocol.rappor import Rappor, RapporBatch
 PARAMS: dict[str, Any] = {"k": 128, "h": 2, "cohorts": 32, "f": 0.75, "p": 0.5, "q": 0.75}
 
 
-def bench(n: int) -> list[dict[str, Any]]:
-    """One result row for the Chrome configuration."""
+def bench(n: int, *, small: bool = False) -> list[dict[str, Any]]:
+    """One result row for the Chrome configuration.
+
+    ``small`` changes nothing: the mechanism's state and aggregate are small at any ``n``.
+    """
     mech = Rappor(seed=b"benchmark-rappor-seed", **PARAMS)
     csprng = SystemRandom()
     pool = [f"homepage-{i}.example" for i in range(100)]
