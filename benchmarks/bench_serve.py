@@ -146,6 +146,31 @@ async def _current(feed: _Feed) -> Any:
         await asyncio.sleep(0.01)
 
 
+async def _requests(feed: _Feed, api: HttpApi, *, tail: int, repeats: int) -> tuple[dict[str, Any], Any, bytes]:
+    """The first request, the last ``tail`` commits, the request once they are folded in, and
+    ``repeats`` more; their times, the view's entry of the key and the last full response."""
+    port = await api.start()
+    url = f"http://127.0.0.1:{port}/api/v1/use-cases/{USE_CASE}/estimate"
+    first, _ = await asyncio.to_thread(_get, url)
+    progress(f"first request {first:.2f} s; {tail} more commits, folded into the resident aggregate")
+    await feed.commit(tail)
+    entry = await _current(feed)
+    current, body = await asyncio.to_thread(_get, url)
+    repeated = [(await asyncio.to_thread(_get, url))[0] for _ in range(repeats)]
+    times = {
+        "first_request_seconds": round(first, 4),
+        "current_request_seconds": round(current, 4),
+        "repeated_request_seconds": {
+            "median": round(statistics.median(repeated), 4),
+            "p90": round(statistics.quantiles(repeated, n=10)[-1], 4),
+            "max": round(max(repeated), 4),
+            "count": len(repeated),
+        },
+        "load_average": [round(x, 2) for x in os.getloadavg()],
+    }
+    return times, entry, body
+
+
 def _config(registry: Path, work: Path) -> CollectorConfig:
     return parse_config(
         {
@@ -185,15 +210,7 @@ async def _run(
     try:
         progress(f"{records} records in {commits} commits (k={mech.k}, m={mech.m})")
         await feed.commit(commits - tail)
-        port = await api.start()
-        url = f"http://127.0.0.1:{port}/api/v1/use-cases/{USE_CASE}/estimate"
-        first, _ = await asyncio.to_thread(_get, url)
-        progress(f"first request {first:.2f} s; {tail} more commits, folded into the resident aggregate")
-        await feed.commit(tail)
-        entry = await _current(feed)
-        current, body = await asyncio.to_thread(_get, url)
-        repeated = [(await asyncio.to_thread(_get, url))[0] for _ in range(repeats)]
-        load_average = [round(x, 2) for x in os.getloadavg()]
+        requests, entry, body = await _requests(feed, api, tail=tail, repeats=repeats)
         await api.close()
 
         aggregate: Any = entry.aggregate  # a CMSAggregate: its dictionary query, timed alone
@@ -221,15 +238,7 @@ async def _run(
         "compactions": feed.compactions,
         "privatize_seconds": round(feed.privatize_s, 2),
         "commit_seconds": round(feed.commit_s, 2),
-        "first_request_seconds": round(first, 4),
-        "current_request_seconds": round(current, 4),
-        "repeated_request_seconds": {
-            "median": round(statistics.median(repeated), 4),
-            "p90": round(statistics.quantiles(repeated, n=10)[-1], 4),
-            "max": round(max(repeated), 4),
-            "count": len(repeated),
-        },
-        "load_average": load_average,
+        **requests,
         "dictionary_query_seconds": [round(q, 4) for q in queries],
         "store_path_seconds": round(store_path, 2),
         "response_bytes": len(body),
