@@ -86,8 +86,8 @@ def bench(devices: int, days: int = 2, *, broker: Broker | None = None) -> list[
     """One result row per configuration; ``broker``: a running plain broker to use (the tests')."""
     rows = [_row("memory", _plan(devices, days), MemoryTransport())]
     with tempfile.TemporaryDirectory(prefix="bench-fleet-") as tmp:
-        with contextlib.ExitStack() as stack:
-            plain = broker or stack.enter_context(running_broker(Path(tmp) / "plain", persistence=False))
+        with contextlib.ExitStack() as owned:
+            plain = broker or owned.enter_context(running_broker(Path(tmp) / "plain", persistence=False))
             plan = _plan(devices, days, BrokerConfig(host="127.0.0.1", port=plain.port, tls=False))
             assert plan.broker is not None
             rows.append(_row("mosquitto", plan, MqttTransport(plan.broker, SeededRandom(2))))
