@@ -590,7 +590,7 @@ def bench(
 
 
 def _targets(row: dict[str, Any], modes: Sequence[str]) -> list[dict[str, Any]]:
-    """The issue's two targets for one shape, each with its figures and pass/fail.
+    """The two targets of the module docstring for one shape, each with its figures and pass/fail.
 
     Cost per message of three members against one is judged in every mode. The ``isolated``
     drain (each member with the two cores to itself, as on three machines) is the one the

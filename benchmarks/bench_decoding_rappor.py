@@ -1,8 +1,10 @@
 """RAPPOR decoding on the simulations of 004 §5.2 and §5.4, with the decode time.
 
-Run: ``python -m benchmarks.bench_decoding_rappor [--seeds 5] [--only 5.2|chrome]``. Prints JSON
-on stdout (progress on stderr); writes ``benchmarks/out/rappor_5_2_population.svg`` (004
-Fig. 5: the population, detected strings in dark red) and ``rappor_chrome_top.svg``.
+Run: ``python -m benchmarks.bench_decoding_rappor [--seeds 5] [--only 5.2|chrome] [--scale F] [--out DIR]``.
+Prints JSON on stdout (progress on stderr); writes ``benchmarks/out/rappor_5_2_population.svg``
+(004 Fig. 5: the population, detected strings in dark red) and ``rappor_chrome_top.svg``.
+``--scale`` multiplies the number of reports (the tests run the Chrome-like setting at a
+tenth); the targets are those of the full size.
 
 * **004 §5.2.** 10^6 reports, one per client, from an exponentially decaying distribution
   over 100 strings (weights ``exp(-i/20)``, ``i = 1..100``: the reference implementation's
@@ -33,7 +35,7 @@ it, and strings too weak to detect look like absent ones, so it stays below both
 ``decode_s`` is the best of three decodes from the aggregate (counts already aggregated;
 candidate hashing included).
 
-Reference figures (the issue): the paper found 47 strings with 2 false positives in §5.2;
+Reference figures: the paper found 47 strings with 2 false positives in §5.2;
 the reference R decoder on this machine about 50 with 4 (0-9), top-20 coverage 70%,
 1.9 s (0.9 s with OpenBLAS); in §5.4 it found 12 of the top 20 with 5 false positives and
 20% coverage, in 11.5 s (4.3 s).
@@ -45,6 +47,7 @@ import argparse
 import os
 import platform
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -229,8 +232,8 @@ def _run(
     return out
 
 
-def bench_5_2(seeds: int) -> dict[str, Any]:
-    """004 §5.2."""
+def bench_5_2(seeds: int, *, n: int = 1_000_000, out: Path = OUT) -> dict[str, Any]:
+    """004 §5.2 (its plot under ``out``)."""
     candidates = [f"v{i}" for i in range(1, 201)]
     weights = np.exp(-np.arange(1, 101) / 20.0)
     params = {"k": 128, "h": 2, "cohorts": 16, "f": 0.5, "p": 0.5, "q": 0.75}
@@ -238,18 +241,18 @@ def bench_5_2(seeds: int) -> dict[str, Any]:
     def mech_for(seed: int) -> Rappor:
         return Rappor(seed=f"bench-decoding/rappor/5.2/{seed}".encode(), **params)  # type: ignore[arg-type]
 
-    res = _run("5.2", mech_for=mech_for, candidates=candidates, weights=weights, n=1_000_000, seeds=seeds, fp_limit=2)
+    res = _run("5.2", mech_for=mech_for, candidates=candidates, weights=weights, n=n, seeds=seeds, fp_limit=2)
     result, truth = res.pop("_last")["pfer"]
     order = np.arange(200)
-    detected = np.where(result.detected, truth / 1e6, 0.0)
+    detected = np.where(result.detected, truth / n, 0.0)
     figure = bar_chart(
         title="004 §5.2: population (grey) and strings detected (dark red; E[false positives] <= 2), last seed",
         labels=[str(i + 1) for i in order],
-        series=[("true frequency", list(truth / 1e6), "#999999"), ("detected", list(detected), "#8b0000")],
+        series=[("true frequency", list(truth / n), "#999999"), ("detected", list(detected), "#8b0000")],
         ylabel="frequency",
         xlabel="string (1-100 present, 101-200 absent)",
     )
-    svg = save_svg(figure, OUT / "rappor_5_2_population.svg")
+    svg = save_svg(figure, out / "rappor_5_2_population.svg")
     chosen = res["mean"]["pfer"]
     res["targets"] = {
         "control": "pfer (expected false positives <= 2)",
@@ -260,13 +263,13 @@ def bench_5_2(seeds: int) -> dict[str, Any]:
         "decode_s<=0.8": res["decode_s_best"] <= 0.8,
         "information_bound_true_positives": res["information_bound_mean"]["expected_true_positives"],
     }
-    res["params"] = {**params, "n": 1_000_000, "present": 100, "absent": 100, "weights": "exp(-i/20)"}
+    res["params"] = {**params, "n": n, "present": 100, "absent": 100, "weights": "exp(-i/20)"}
     res["plot"] = str(svg)
     return res
 
 
-def bench_chrome(seeds: int) -> dict[str, Any]:
-    """004 §5.4, Chrome-like."""
+def bench_chrome(seeds: int, *, n: int = 4_000_000, out: Path = OUT) -> dict[str, Any]:
+    """004 §5.4, Chrome-like (its plot under ``out``)."""
     gen = np.random.default_rng(54)
     names = [f"homepage-{i}.example" for i in range(8616)]
     gen.shuffle(names)
@@ -276,7 +279,7 @@ def bench_chrome(seeds: int) -> dict[str, Any]:
     def mech_for(seed: int) -> Rappor:
         return Rappor(seed=f"bench-decoding/rappor/5.4/{seed}".encode(), **params)  # type: ignore[arg-type]
 
-    res = _run("chrome", mech_for=mech_for, candidates=names, weights=weights, n=4_000_000, seeds=seeds, fp_limit=3)
+    res = _run("chrome", mech_for=mech_for, candidates=names, weights=weights, n=n, seeds=seeds, fp_limit=3)
     result, truth = res.pop("_last")["pfer"]
     found = result.found()[:31]
     index = {c: i for i, c in enumerate(names)}
@@ -284,13 +287,13 @@ def bench_chrome(seeds: int) -> dict[str, Any]:
         title="004 §5.4-like: the 31 largest detected strings, true (grey) and estimated (green) share",
         labels=[str(i + 1) for i in range(len(found))],
         series=[
-            ("true share", [truth[index[str(d.value)]] / 4e6 for d in found], "#999999"),
-            ("estimated share", [d.count / 4e6 for d in found], "#2e8b57"),
+            ("true share", [truth[index[str(d.value)]] / n for d in found], "#999999"),
+            ("estimated share", [d.count / n for d in found], "#2e8b57"),
         ],
         ylabel="share of reports",
         xlabel="detected string, by estimated count",
     )
-    svg = save_svg(figure, OUT / "rappor_chrome_top.svg")
+    svg = save_svg(figure, out / "rappor_chrome_top.svg")
     chosen = res["mean"]["pfer"]
     res["targets"] = {
         "control": "pfer (expected false positives <= 3)",
@@ -300,22 +303,18 @@ def bench_chrome(seeds: int) -> dict[str, Any]:
         "decode_s<=4": res["decode_s_best"] <= 4.0,
         "information_bound_top20_detected": res["information_bound_mean"]["expected_top20_detected"],
     }
-    res["params"] = {**params, "n": 4_000_000, "candidates": 8616, "present": 1000, "weights": "zipf(1)"}
+    res["params"] = {**params, "n": n, "candidates": 8616, "present": 1000, "weights": "zipf(1)"}
     res["plot"] = str(svg)
     return res
 
 
-def main() -> None:
-    """Run the RAPPOR decoding benchmarks and print one JSON document."""
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--seeds", type=int, default=5, help="simulations per setting (default 5)")
-    parser.add_argument("--only", choices=["5.2", "chrome"], help="run one setting")
-    args = parser.parse_args()
+def run(seeds: int, *, only: str | None = None, scale: float = 1.0, out: Path = OUT) -> dict[str, Any]:
+    """The settings asked for (``only``: one of them) at ``scale`` times their reports; the JSON document."""
     results: dict[str, Any] = {}
-    if args.only in (None, "5.2"):
-        results["rappor_5_2"] = bench_5_2(args.seeds)
-    if args.only in (None, "chrome"):
-        results["rappor_chrome_5_4"] = bench_chrome(args.seeds)
+    if only in (None, "5.2"):
+        results["rappor_5_2"] = bench_5_2(seeds, n=round(1_000_000 * scale), out=out)
+    if only in (None, "chrome"):
+        results["rappor_chrome_5_4"] = bench_chrome(seeds, n=round(4_000_000 * scale), out=out)
     results["reference_r_decoder"] = {
         "5.2": {"detected": 50, "false_positives": 4, "top20_coverage": 0.7, "seconds": 1.9, "seconds_openblas": 0.9},
         "5.4": {
@@ -326,7 +325,20 @@ def main() -> None:
             "seconds_openblas": 4.3,
         },
     }
-    emit({"machine": {"cpus": os.cpu_count(), "python": platform.python_version()}, "results": results})
+    return {"machine": {"cpus": os.cpu_count(), "python": platform.python_version()}, "results": results}
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Run the RAPPOR decoding benchmarks and print one JSON document."""
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--seeds", type=int, default=5, help="simulations per setting (default 5)")
+    parser.add_argument("--only", choices=["5.2", "chrome"], help="run one setting")
+    parser.add_argument("--scale", type=float, default=1.0, help="multiply the number of reports (default 1)")
+    parser.add_argument("--out", type=Path, default=OUT, help="where the plots go (default benchmarks/out)")
+    args = parser.parse_args(argv)
+    if args.seeds < 1 or not args.scale > 0:
+        parser.error("--seeds takes a positive count and --scale a positive factor")
+    emit(run(args.seeds, only=args.only, scale=args.scale, out=args.out))
 
 
 if __name__ == "__main__":

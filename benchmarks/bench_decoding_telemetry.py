@@ -37,6 +37,7 @@ import argparse
 import math
 import os
 import platform
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -61,13 +62,13 @@ M = 86_400
 K = 32
 
 
-def _mean_errors(eps: float, reps: int, rng: RandomSource, gen: np.random.Generator) -> dict[str, float]:
+def _mean_errors(eps: float, reps: int, n: int, rng: RandomSource, gen: np.random.Generator) -> dict[str, float]:
     mechs = [OneBitMeanServer(OneBitMean(epsilon=eps, m=M, s=M // 20, gamma=g)) for g in GAMMAS]
     errors: list[list[float]] = [[] for _ in GAMMAS]
     for _ in range(reps):
-        x = gen.integers(0, M + 1, N)
+        x = gen.integers(0, M + 1, n)
         truth = float(x.mean())
-        states = mechs[0].setup_many(N, rng)
+        states = mechs[0].setup_many(n, rng)
         for i, mech in enumerate(mechs):
             agg = mech.new_aggregate()
             agg.add(mech.privatize_many(x, states, rng))
@@ -97,7 +98,7 @@ class _KFlip:
 
 
 def _histogram_errors(
-    eps: float, reps: int, rng: RandomSource, gen: np.random.Generator
+    eps: float, reps: int, n: int, rng: RandomSource, gen: np.random.Generator
 ) -> dict[str, dict[str, float]]:
     buckets = LinearBuckets(low=0, high=M, count=K)
     mechs = {f"{d}bitflip": DBitFlipServer(DBitFlip(epsilon=eps, buckets=buckets, d=d)) for d in DS}
@@ -105,13 +106,13 @@ def _histogram_errors(
     raw: dict[str, list[float]] = {name: [] for name in [*mechs, "kflip"]}
     cons: dict[str, list[float]] = {name: [] for name in raw}
     for _ in range(reps):
-        x = gen.normal(12 * 3600, 2 * 3600, N)
-        x = x[(x >= 0) & (x <= M)][:N]
-        while x.size < N:  # truncation: redraw the few outside [0, m]
-            extra = gen.normal(12 * 3600, 2 * 3600, N - x.size)
+        x = gen.normal(12 * 3600, 2 * 3600, n)
+        x = x[(x >= 0) & (x <= M)][:n]
+        while x.size < n:  # truncation: redraw the few outside [0, m]
+            extra = gen.normal(12 * 3600, 2 * 3600, n - x.size)
             x = np.concatenate([x, extra[(extra >= 0) & (extra <= M)]])
         b = buckets_of(buckets, x)
-        truth = np.bincount(b, minlength=K) / N
+        truth = np.bincount(b, minlength=K) / n
         estimates: dict[str, VectorEstimate] = {}
         for name, mech in mechs.items():
             agg = mech.new_aggregate()
@@ -128,26 +129,11 @@ def _histogram_errors(
     }
 
 
-def main() -> None:
-    """Run both tables and print one JSON document."""
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--mean-reps", type=int, default=120, help="fleets per ε for the mean (default 120)")
-    parser.add_argument("--hist-reps", type=int, default=40, help="fleets per ε for histograms (default 40)")
-    args = parser.parse_args()
-    rng = SeededRandom(2017)
-    gen = np.random.default_rng(2017)
-    mean_rows: list[dict[str, Any]] = []
-    hist_rows: list[dict[str, Any]] = []
-    for eps in EPSILONS:
-        progress(f"000 §5 mean: epsilon {eps}")
-        mean_rows.append({"epsilon": eps, **_mean_errors(eps, args.mean_reps, rng, gen)})
-    for eps in EPSILONS:
-        progress(f"000 §5 histogram: epsilon {eps}")
-        hist_rows.append({"epsilon": eps, **_histogram_errors(eps, args.hist_reps, rng, gen)})
-
+def _checks(mean_rows: list[dict[str, Any]], hist_rows: list[dict[str, Any]]) -> dict[str, bool]:
+    """The orderings of 000 §5's reading of Fig. 2, each pass/fail."""
     gamma_keys = [f"gamma_{g:.3g}" for g in GAMMAS]
     d_keys = [f"{d}bitflip" for d in DS]
-    checks = {
+    return {
         "mean_error_grows_with_gamma_at_every_epsilon": all(
             r[gamma_keys[0]] < r[gamma_keys[1]] < r[gamma_keys[2]] for r in mean_rows
         ),
@@ -167,6 +153,49 @@ def main() -> None:
             v["consistent"] < v["raw"] for r in hist_rows if r["epsilon"] <= 2 for k, v in r.items() if k != "epsilon"
         ),
     }
+
+
+def _plots(mean_rows: list[dict[str, Any]], hist_rows: list[dict[str, Any]], out: Path, n: int) -> list[str]:
+    """The two SVG figures, written under ``out``; their paths."""
+    gamma_keys = [f"gamma_{g:.3g}" for g in GAMMAS]
+    d_keys = [f"{d}bitflip" for d in DS]
+    mean_figure = line_chart(
+        title=f"000 §5: mean absolute error (s) of 1BitRRPM, n = {n:.0e}, m = 24 h",
+        x=list(EPSILONS),
+        series=[
+            (f"gamma = {g:.3g}", [r[k] for r in mean_rows], c)
+            for g, k, c in zip(GAMMAS, gamma_keys, ("#1f77b4", "#ff7f0e", "#d62728"), strict=True)
+        ],
+        ylabel="mean absolute error (s)",
+        xlabel="ε per report",
+    )
+    mean_svg = save_svg(mean_figure, out / "telemetry_mean.svg")
+    colors = ("#9467bd", "#8c564b", "#2ca02c", "#1f77b4", "#d62728")
+    hist_figure = line_chart(
+        title=f"000 §5: histogram max error, n = {n:.0e}, k = 32 (raw)",
+        x=list(EPSILONS),
+        series=[
+            (name, [r[name]["raw"] for r in hist_rows], c) for name, c in zip([*d_keys, "kflip"], colors, strict=True)
+        ],
+        ylabel="max error (share of devices)",
+        xlabel="ε per report",
+    )
+    hist_svg = save_svg(hist_figure, out / "telemetry_histogram.svg")
+    return [str(mean_svg), str(hist_svg)]
+
+
+def run(mean_reps: int, hist_reps: int, *, n: int = N, out: Path = OUT) -> dict[str, Any]:
+    """Both tables, their checks and plots (under ``out``); one JSON-ready document."""
+    rng = SeededRandom(2017)
+    gen = np.random.default_rng(2017)
+    mean_rows: list[dict[str, Any]] = []
+    hist_rows: list[dict[str, Any]] = []
+    for eps in EPSILONS:
+        progress(f"000 §5 mean: epsilon {eps}")
+        mean_rows.append({"epsilon": eps, **_mean_errors(eps, mean_reps, n, rng, gen)})
+    for eps in EPSILONS:
+        progress(f"000 §5 histogram: epsilon {eps}")
+        hist_rows.append({"epsilon": eps, **_histogram_errors(eps, hist_reps, n, rng, gen)})
     cells = [v for r in hist_rows for k, v in r.items() if k != "epsilon"]
     consistency = {
         "cells_lowered": sum(v["consistent"] < v["raw"] for v in cells),
@@ -177,50 +206,32 @@ def main() -> None:
         ],
     }
     crossover = next((r["epsilon"] for r in hist_rows if r["kflip"]["raw"] < r["32bitflip"]["raw"]), None)
-    mean_figure = line_chart(
-        title="000 §5: mean absolute error (s) of 1BitRRPM, n = 3e5, m = 24 h",
-        x=list(EPSILONS),
-        series=[
-            (f"gamma = {g:.3g}", [r[k] for r in mean_rows], c)
-            for g, k, c in zip(GAMMAS, gamma_keys, ("#1f77b4", "#ff7f0e", "#d62728"), strict=True)
-        ],
-        ylabel="mean absolute error (s)",
-        xlabel="ε per report",
-    )
-    mean_svg = save_svg(mean_figure, OUT / "telemetry_mean.svg")
-    colors = ("#9467bd", "#8c564b", "#2ca02c", "#1f77b4", "#d62728")
-    hist_figure = line_chart(
-        title="000 §5: histogram max error, n = 3e5, k = 32 (raw)",
-        x=list(EPSILONS),
-        series=[
-            (name, [r[name]["raw"] for r in hist_rows], c) for name, c in zip([*d_keys, "kflip"], colors, strict=True)
-        ],
-        ylabel="max error (share of devices)",
-        xlabel="ε per report",
-    )
-    hist_svg = save_svg(hist_figure, OUT / "telemetry_histogram.svg")
-    emit(
-        {
-            "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
-            "results": {
-                "params": {
-                    "n": N,
-                    "m_seconds": M,
-                    "s": M // 20,
-                    "k": K,
-                    "mean_reps": args.mean_reps,
-                    "hist_reps": args.hist_reps,
-                },
-                "mean_absolute_error_seconds": mean_rows,
-                "histogram_max_error": hist_rows,
-                "kflip_beats_binflip_from_epsilon": crossover,
-                "ln_k": round(math.log(K), 3),
-                "checks": checks,
-                "consistency": consistency,
-                "plots": [str(mean_svg), str(hist_svg)],
-            },
-        }
-    )
+    return {
+        "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
+        "results": {
+            "params": {"n": n, "m_seconds": M, "s": M // 20, "k": K, "mean_reps": mean_reps, "hist_reps": hist_reps},
+            "mean_absolute_error_seconds": mean_rows,
+            "histogram_max_error": hist_rows,
+            "kflip_beats_binflip_from_epsilon": crossover,
+            "ln_k": round(math.log(K), 3),
+            "checks": _checks(mean_rows, hist_rows),
+            "consistency": consistency,
+            "plots": _plots(mean_rows, hist_rows, out, n),
+        },
+    }
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Run both tables and print one JSON document."""
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--mean-reps", type=int, default=120, help="fleets per ε for the mean (default 120)")
+    parser.add_argument("--hist-reps", type=int, default=40, help="fleets per ε for histograms (default 40)")
+    parser.add_argument("--n", type=int, default=N, help=f"devices per fleet (default {N:,})")
+    parser.add_argument("--out", type=Path, default=OUT, help="where the plots go (default benchmarks/out)")
+    args = parser.parse_args(argv)
+    if min(args.mean_reps, args.hist_reps, args.n) < 1:
+        parser.error("--mean-reps, --hist-reps and --n take positive counts")
+    emit(run(args.mean_reps, args.hist_reps, n=args.n, out=args.out))
 
 
 if __name__ == "__main__":

@@ -12,13 +12,15 @@ use cases) and its default generators:
 
 A device-cycle is one device running one 6-hour collection cycle (recording its values,
 closing periods, publishing). The full demo (``deploy/run-demo.sh``) adds the collector,
-which shares the two cores; its timings are in the README.
+which shares the two cores; its timings are in the README. The fleet is seeded, so every
+configuration publishes the same reports: ``checks`` says whether their counts agree.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import resource
 import tempfile
 import time
@@ -36,7 +38,7 @@ from fleet.values import default_spec
 from protocol.randomness import SeededRandom
 from protocol.registry import parse_registry
 from tests.fleet.support import running_stack
-from tests.support.broker import running_broker
+from tests.support.broker import Broker, running_broker
 
 ROOT = Path(__file__).resolve().parents[1]
 REGISTRY = ROOT / "deploy" / "fleet.usecases.toml"
@@ -81,12 +83,13 @@ def _row(name: str, plan: FleetPlan, transport: Transport) -> dict[str, Any]:
     }
 
 
-def bench(devices: int, days: int = 2) -> list[dict[str, Any]]:
-    """One result row per configuration."""
+def bench(devices: int, days: int = 2, *, broker: Broker | None = None) -> list[dict[str, Any]]:
+    """One result row per configuration; ``broker``: a running plain broker to use (the tests')."""
     rows = [_row("memory", _plan(devices, days), MemoryTransport())]
     with tempfile.TemporaryDirectory(prefix="bench-fleet-") as tmp:
-        with running_broker(Path(tmp) / "plain", persistence=False) as broker:
-            plan = _plan(devices, days, BrokerConfig(host="127.0.0.1", port=broker.port, tls=False))
+        with contextlib.ExitStack() as owned:
+            plain = broker or owned.enter_context(running_broker(Path(tmp) / "plain", persistence=False))
+            plan = _plan(devices, days, BrokerConfig(host="127.0.0.1", port=plain.port, tls=False))
             assert plan.broker is not None
             rows.append(_row("mosquitto", plan, MqttTransport(plan.broker, SeededRandom(2))))
         with running_stack(Path(tmp) / "tls", tls=True) as stack:
@@ -103,13 +106,20 @@ def bench(devices: int, days: int = 2) -> list[dict[str, Any]]:
     return rows
 
 
+def run(devices: int, days: int = 2, *, broker: Broker | None = None) -> dict[str, Any]:
+    """Every configuration and the check that they published the same reports; the JSON document."""
+    rows = bench(devices, days, broker=broker)
+    checks = {"same_reports_in_every_configuration": len({row["reports"] for row in rows}) == 1}
+    return {"benchmark": "fleet", "results": rows, "checks": checks}
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     """Run the benchmark and print its JSON document."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--devices", type=int, default=500)
     parser.add_argument("--days", type=int, default=2)
     args = parser.parse_args(argv)
-    emit({"benchmark": "fleet", "results": bench(args.devices, args.days)})
+    emit(run(args.devices, args.days))
 
 
 if __name__ == "__main__":

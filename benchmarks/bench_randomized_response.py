@@ -12,8 +12,11 @@ from protocol.randomness import SeededRandom, SystemRandom
 from protocol.server.randomized_response import RRServer
 
 
-def bench(n: int) -> list[dict[str, Any]]:
-    """One result row per configuration."""
+def bench(n: int, *, small: bool = False) -> list[dict[str, Any]]:
+    """One result row per configuration.
+
+    ``small`` changes nothing: the mechanism's state and aggregate are small at any ``n``.
+    """
     mech = RandomizedResponse(epsilon=1.0)
     server = RRServer(mech)
     csprng = SystemRandom()

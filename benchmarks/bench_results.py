@@ -124,15 +124,14 @@ def measure(entries: int, repeat: int) -> dict[str, object]:
     }
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None) -> None:
     """Print the figures as one JSON document."""
     parser = argparse.ArgumentParser(prog="python -m benchmarks.bench_results", description=__doc__.split("\n")[0])
     parser.add_argument("--entries", type=int, default=20_000, help="entries in the estimate (default 20,000)")
     parser.add_argument("--repeat", type=int, default=7, help="runs per timing; the median is kept (default 7)")
     args = parser.parse_args(argv)
     emit({"benchmark": "results", "rows": [measure(args.entries, args.repeat)]})
-    return 0
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    main()

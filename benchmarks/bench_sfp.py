@@ -3,7 +3,8 @@
 (m, m') = (1024, 1024), (k, k') = (2048, 2048), (ε, ε') = (2, 6), words of 10 characters
 in 5 fragments of 2: client privatize (single calls with the OS CSPRNG, and the batch
 path), wire decoding, server aggregation (word sketch plus five fragment sketches) and
-one reconstruction (003 Alg. 10) over a 27-symbol alphabet with T = 64.
+one reconstruction (003 Alg. 10) over a 27-symbol alphabet with T = 64. ``small`` runs the
+same steps with 256 hash functions in each sketch instead of 2,048, for the tests.
 """
 
 from __future__ import annotations
@@ -28,10 +29,11 @@ def _words(n: int, universe: int, gen: np.random.Generator) -> list[str]:
     return [names[r] for r in ranks]
 
 
-def bench(n: int) -> list[dict[str, Any]]:
-    """One result row: the deployed configuration."""
+def bench(n: int, *, small: bool = False) -> list[dict[str, Any]]:
+    """One result row: the deployed configuration (``small``: sketches of 256 hash functions)."""
+    k = 256 if small else 2048
     mech = SequenceFragmentPuzzle(
-        epsilon=2.0, epsilon_fragment=6.0, k=2048, m=1024, k_fragment=2048, m_fragment=1024, seed=SEED
+        epsilon=2.0, epsilon_fragment=6.0, k=k, m=1024, k_fragment=k, m_fragment=1024, seed=SEED
     )
     csprng = SystemRandom()
     values = _words(n, 20_000, np.random.default_rng(1))

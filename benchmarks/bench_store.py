@@ -19,19 +19,22 @@ Stores:
   aggregate is a 1,024 x 32,768 sketch that each commit would rewrite whole.
 
 The PostgreSQL cluster is a throwaway one (``tests.support.postgres``) with ``fsync`` and
-``full_page_writes`` turned back on, so both backends make each commit durable.
+``full_page_writes`` turned back on, so both backends make each commit durable. (The tests
+pass their own cluster instead, as it is, and a few hundred reports: every step, no figure.)
+Each run checks that the store counted every report once; ``--help`` lists the sizes.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import multiprocessing
 import os
 import resource
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -46,7 +49,7 @@ from collector.store.codec import AGGREGATE, pack, seal, unseal
 from collector.store.postgres import PostgresStore, _Segment
 from protocol.registry import parse_registry
 from protocol.wire import decode_report
-from tests.support.postgres import running_postgres
+from tests.support.postgres import PostgresServer, running_postgres
 
 
 class UpsertStore(PostgresStore):
@@ -140,15 +143,27 @@ def _run(kind: str, where: str, payloads: list[bytes], members: int, batch: int)
     }
 
 
-def bench(single: int, counters: int, batch: int) -> dict[str, Any]:
-    """Every shape, store and member count; one JSON-ready document."""
-    registry = parse_registry(REGISTRY.read_bytes(), source=str(REGISTRY))
-    shapes = [("single", single, build_single, 11), ("counters", counters, build_counters, 3)]
-    rows: list[dict[str, Any]] = []
-    with tempfile.TemporaryDirectory(prefix="bench-store-") as tmp, running_postgres(Path(tmp) / "pg") as server:
+@contextlib.contextmanager
+def _durable_postgres(where: Path) -> Iterator[PostgresServer]:
+    """A throwaway cluster that makes each commit durable, as SQLite's ``synchronous=FULL`` does."""
+    with running_postgres(where) as server:
         server.run_sql("ALTER SYSTEM SET fsync = on")
         server.run_sql("ALTER SYSTEM SET full_page_writes = on")
         server.run_sql("SELECT pg_reload_conf()")
+        yield server
+
+
+def bench(single: int, counters: int, batch: int, *, postgres: PostgresServer | None = None) -> dict[str, Any]:
+    """Every shape, store and member count; one JSON-ready document.
+
+    ``postgres``: a running cluster to use as it is (the tests'); by default a durable one is made.
+    """
+    registry = parse_registry(REGISTRY.read_bytes(), source=str(REGISTRY))
+    shapes = [("single", single, build_single, 11), ("counters", counters, build_counters, 3)]
+    rows: list[dict[str, Any]] = []
+    with contextlib.ExitStack() as stack:
+        tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-store-"))
+        server = postgres or stack.enter_context(_durable_postgres(Path(tmp) / "pg"))
         databases = 0
         for tag, n, make, seed in shapes:
             progress(f"{tag}: generating {n} reports")
@@ -161,7 +176,7 @@ def bench(single: int, counters: int, batch: int) -> dict[str, Any]:
                     where = str(Path(tmp) / f"{tag}-{members}.sqlite3")
                 else:
                     databases += 1
-                    name = f"bench_{databases}"
+                    name = f"bench_store_{os.getpid()}_{databases}"
                     server.run_sql(f"CREATE DATABASE {name} OWNER {server.user}")
                     where = server.with_database(name).url
                 progress(f"{tag}: {kind}, {members} member(s)")
