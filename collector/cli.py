@@ -234,10 +234,10 @@ def _dispatch(config: CollectorConfig, args: argparse.Namespace) -> int:
 def _main(argv: Sequence[str] | None) -> int:
     words = list(sys.argv[1:] if argv is None else argv)
     if words and words[0] == "plan":
-        # The planner has its own parser (collector/decoding/plan.py) and needs no config.
-        from collector.decoding import plan  # noqa: PLC0415 - only this verb needs it
+        # The planner has its own parser (collector/planner/parser.py) and needs no config.
+        from collector import planner  # noqa: PLC0415 - only this verb needs it
 
-        return plan.main(words[1:])
+        return planner.main(words[1:])
     args = _parser().parse_args(words)
     logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:

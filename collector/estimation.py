@@ -52,7 +52,7 @@ from msgspec.structs import replace as struct_replace
 
 from collector.config import CollectorConfig
 from collector.decoding.consistency import project_simplex as _project
-from collector.decoding.plan import SFP_MAX_WORDS, discovery_top_t
+from collector.decoding.discovery_settings import SFP_MAX_WORDS, discovery_top_t
 from collector.decoding.rappor import RapporDecoder
 from collector.decoding.release import DEFAULT_ALPHA, Release, ReleaseRule, release
 from collector.decoding.sketches import NOT_PRODUCIBLE, producible
@@ -212,7 +212,7 @@ def discovery_settings(use_case: UseCase, n: int) -> tuple[str, int]:
 
     The use case's ``collector.alphabet`` and ``collector.top_t`` when given; otherwise
     :data:`DEFAULT_SFP_ALPHABET` and the planner's ``T``
-    (:func:`collector.decoding.plan.discovery_top_t`, from the mechanism's own figures).
+    (:func:`collector.decoding.discovery_settings.discovery_top_t`, from the mechanism's own figures).
     """
     settings = use_case.collector
     alphabet = settings.alphabet or DEFAULT_SFP_ALPHABET

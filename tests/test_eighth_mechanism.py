@@ -21,9 +21,9 @@ from agent.core import Agent
 from agent.errors import ValueRefusedError
 from agent.sealed import Sealer
 from agent.usecases import Kind, coerce_text, kind_of
-from collector.decoding.plan import main as plan_main
-from collector.decoding.plan import plan_use_case
 from collector.estimation import estimate_aggregate
+from collector.planner import main as plan_main
+from collector.planner import plan_use_case
 from collector.results import ReleaseDecision
 from collector.store import CheckpointStore
 from protocol.interfaces import EstimateKind, FrequencyMechanism, Mechanism, as_frequencies

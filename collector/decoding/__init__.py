@@ -7,8 +7,9 @@
   and the top-N list (003 Alg. 4), and SFP word discovery (003 Alg. 10) with tests.
 * :mod:`collector.decoding.consistency`: histograms and frequency vectors made
   non-negative and summing to ``n``, reported next to the raw estimate.
-* :mod:`collector.decoding.plan`: the ``ldp-collector plan`` verb (parameters and expected
-  errors from the papers' formulas).
+* :mod:`collector.decoding.discovery_settings`: the ``T`` and the word cap SFP discovery is
+  decoded with when the use case fixes none (the ``ldp-collector plan`` verb, which prints
+  the same choice, is :mod:`collector.planner`).
 * :mod:`collector.decoding.stats`: normal p-values and multiple-testing control.
 * :mod:`collector.decoding.plain`: the released-value record every decoder returns and
   its JSON-ready form.

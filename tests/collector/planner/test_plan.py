@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from collector.decoding.plan import PlanError, main, plan, sfp_top_t
 from collector.decoding.stats import normal_quantile
+from collector.planner import PlanError, main, plan, sfp_top_t
 from protocol.cms import CountMeanSketch
 from protocol.hcms import HadamardCountMeanSketch
 from protocol.one_bit_mean import epsilon_prime
@@ -18,7 +18,7 @@ from protocol.rappor import Rappor
 from protocol.server.cms import CMSServer
 from protocol.server.contract import server_of
 
-SEED = b"tests/collector/decoding/plan"
+SEED = b"tests/collector/planner/plan"
 
 
 def test_rappor_appendix_limit() -> None:

@@ -1,0 +1,81 @@
+"""The plan of a configured use case, any registered mechanism: the figures its own module states.
+
+:meth:`protocol.server.contract.ServerMechanism.plan` gives the standard error of the mechanism's
+headline estimate from the paper's variance formula and its ε figures, at ``n`` reports;
+``n`` is solved for a target standard error by bisection. Nothing here knows the mechanism:
+a mechanism added to the table of :mod:`protocol.interfaces` is planned the same way.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from collector.planner.inputs import PlanError, Result
+from protocol.registry import RegistryError, UseCase
+from protocol.server.contract import server_of
+from runtime.errors import SettingFileError
+from runtime.registry_file import read_registry
+
+__all__ = ["plan_registered", "plan_use_case"]
+
+
+def plan_use_case(use_case: UseCase, *, n: float | None = None, target_se: float | None = None) -> Result:
+    """The planner's figures for a configured use case, from its mechanism's own formulas.
+
+    Args:
+        use_case: the use case (any registered mechanism).
+        n: the number of reports; solved for from ``target_se`` when omitted.
+        target_se: a target standard error of the headline estimate (only where it falls with ``n``).
+
+    Raises:
+        PlanError: when neither is given, or the target cannot be reached by collecting more.
+    """
+    mech = use_case.mechanism
+    server = server_of(mech)
+    out: Result = {"mechanism": mech.name, "use_case": use_case.name, "kind": mech.kind.value}
+    if n is None:
+        if target_se is None:
+            raise PlanError("give --n, or --target-se to solve for n")
+        n = _solve_n(use_case, target_se)
+        out["solved"] = {"n": n}
+    figures = server.plan(float(n))
+    out.update({"n": int(n), "standard_error": figures.standard_error, "unit": figures.unit})
+    out.update(dict(figures.figures))
+    out["formulas"] = list(figures.formulas)
+    return out
+
+
+def _solve_n(use_case: UseCase, target: float) -> int:
+    """The smallest ``n`` whose standard error is at most ``target`` (bisection: SE falls with n)."""
+    server = server_of(use_case.mechanism)
+    if not server.plan(4.0).standard_error < server.plan(1.0).standard_error:
+        unit = server.plan(1.0).unit
+        raise PlanError(f"the SE of a {unit} grows with n; give --n instead of --target-se")
+    lo, hi = 1, 2
+    while server.plan(float(hi)).standard_error > target:
+        lo, hi = hi, hi * 2
+        if hi > 1 << 62:
+            raise PlanError("the target SE is out of reach at any n")
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if server.plan(float(mid)).standard_error <= target:
+            hi = mid
+        else:
+            lo = mid + 1
+    return hi
+
+
+def plan_registered(a: argparse.Namespace) -> Result:
+    """``plan use-case --registry FILE NAME``: :func:`plan_use_case` for a use case read from a registry file."""
+    path = a.registry
+    try:
+        registry = read_registry(Path(path))
+    except SettingFileError as exc:
+        raise PlanError(f"registry: {exc.problem}") from None
+    except RegistryError as exc:
+        raise PlanError(str(exc)) from None
+    use_case = registry.use_cases.get(a.use_case)
+    if use_case is None:
+        raise PlanError(f"{path}: no use case {a.use_case!r}; it has {', '.join(registry.use_cases)}")
+    return plan_use_case(use_case, n=a.n, target_se=a.target_se)
