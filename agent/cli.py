@@ -30,18 +30,18 @@ from agent.errors import (
     ValueRefusedError,
 )
 from agent.status import AgentStatus
-from protocol.exit_status import HELP as EXIT_HELP
-from protocol.exit_status import ExitStatus
 from protocol.plain import Json, JsonObject
 from runtime.clock import Clock, SystemClock
 from runtime.console import package_version, quiet_on_closed_pipe
+from runtime.exit_status import HELP as EXIT_HELP
+from runtime.exit_status import ExitStatus
 
 __all__ = ["EXIT_CODES", "call", "check_config", "main"]
 
 DEFAULT_CONFIG = Path("/etc/ldp-agent/agent.toml")
 CONFIG_ENV = "LDP_AGENT_CONFIG"
 
-# The API's error kinds -> the exit statuses shared by the three tools (protocol/exit_status.py).
+# The API's error kinds -> the exit statuses shared by the three tools (runtime/exit_status.py).
 EXIT_CODES: dict[str, int] = {
     "ok": ExitStatus.OK,
     "error": ExitStatus.ERROR,

@@ -24,7 +24,7 @@ A use case on the command line is its name (its current definition) or a definit
 
 The config file is ``--config PATH``, else ``$LDP_COLLECTOR_CONFIG``, else
 ``/etc/ldp-collector/collector.toml``. Exit statuses are the table of
-:mod:`protocol.exit_status`, shared with ``ldp-agent`` and ``ldp-fleet``: 0 success, 1 runtime
+:mod:`runtime.exit_status`, shared with ``ldp-agent`` and ``ldp-fleet``: 0 success, 1 runtime
 failure, 2 bad config or usage, 7 nothing to estimate yet (no data, or below the release
 threshold).
 """
@@ -47,9 +47,9 @@ from collector.rendering import format_estimate, format_status
 from collector.results import to_json
 from collector.service import run_service
 from collector.status import store_status
-from protocol.exit_status import HELP as EXIT_HELP
-from protocol.exit_status import ExitStatus
 from runtime.console import package_version, quiet_on_closed_pipe
+from runtime.exit_status import HELP as EXIT_HELP
+from runtime.exit_status import ExitStatus
 
 __all__ = ["check_config", "main"]
 

@@ -12,7 +12,7 @@ import importlib.util
 import sys
 from collections.abc import Sequence
 
-from protocol.exit_status import ExitStatus
+from runtime.exit_status import ExitStatus
 
 __all__ = ["SERVER_MODULES", "main", "missing_server_modules"]
 

@@ -18,10 +18,10 @@ from agent.errors import ConfigError, PolicyError
 from agent.policy import check_registry
 from fleet.plan import SLOT_SECONDS, FleetPlan, RegistryChange, build_generators
 from fleet.values import KINDS, GeneratorError, GeneratorSpec, default_spec, load_population, parse_spec
-from protocol.exit_status import HELP as EXIT_HELP
 from protocol.registry import Registry, RegistryError, parse_registry
 from runtime.console import package_version
 from runtime.errors import SettingFileError
+from runtime.exit_status import HELP as EXIT_HELP
 from runtime.registry_file import read_registry_bytes
 
 __all__ = ["DEFAULT_BROKER", "DEFAULT_REGISTRY", "FleetError", "build_parser", "build_plan", "count"]

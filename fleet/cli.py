@@ -12,7 +12,7 @@ to the truth, per use-case definition and period, with the error in standard err
 (:mod:`fleet.report`). ``--registry-change FILE`` moves half the fleet to a second registry
 mid-run, as a rollout does; every definition is then compared on its own.
 
-Exit status (``protocol/exit_status.py``): 0 when every compared error is within the
+Exit status (``runtime/exit_status.py``): 0 when every compared error is within the
 tolerance (5 SE by default), 9 when some is not, 2 for a usage or input error, 8 when the
 broker or the collector failed or a report was not counted, 3 when every value was refused.
 """
@@ -58,13 +58,13 @@ from fleet.report import (
 from fleet.runner import ProgressDisplay, simulate
 from fleet.tally import ShardResult
 from protocol.catalog import Catalog
-from protocol.exit_status import ExitStatus
 from protocol.registry import Registry
 from runtime.console import quiet_on_closed_pipe
+from runtime.exit_status import ExitStatus
 
 __all__ = ["main", "run_fleet"]
 
-# The exit statuses shared by the three tools (protocol/exit_status.py).
+# The exit statuses shared by the three tools (runtime/exit_status.py).
 EXIT_OK, EXIT_BEYOND, EXIT_USAGE = ExitStatus.OK, ExitStatus.BEYOND_TOLERANCE, ExitStatus.CONFIG
 EXIT_SERVICE, EXIT_NOTHING_SENT = ExitStatus.UNAVAILABLE, ExitStatus.REFUSED
 
@@ -274,7 +274,7 @@ def _ingest_progress(display: ProgressDisplay) -> Callable[[int, int], None]:
 
 
 def _exit_status(result: ShardResult, *, compared: bool, ok: bool, stderr: TextIO) -> int:
-    """The run's exit status once its results are out (``protocol/exit_status.py``)."""
+    """The run's exit status once its results are out (``runtime/exit_status.py``)."""
     if result.messages == 0:
         refused = sum(result.refused.values())
         why = f"every value was refused ({refused:,})" if refused else "no period of the simulated days ended"

@@ -17,7 +17,6 @@ __all__ = [
     "dbitflip",
     "envelope",
     "errors",
-    "exit_status",
     "hashing",
     "hcms",
     "interfaces",

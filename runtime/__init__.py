@@ -4,4 +4,15 @@ Above :mod:`protocol` (which it may use) and below ``agent`` and ``collector`` (
 imports): part of the base install, so nothing here imports a server library.
 """
 
-__all__ = ["backoff", "clock", "config", "console", "errors", "registry_file", "sd_notify", "secret_files", "tls"]
+__all__ = [
+    "backoff",
+    "clock",
+    "config",
+    "console",
+    "errors",
+    "exit_status",
+    "registry_file",
+    "sd_notify",
+    "secret_files",
+    "tls",
+]

@@ -8,7 +8,7 @@ import os
 import sys
 from collections.abc import Callable
 
-from protocol.exit_status import ExitStatus
+from runtime.exit_status import ExitStatus
 
 __all__ = ["package_version", "quiet_on_closed_pipe"]
 

@@ -18,8 +18,8 @@ from agent import cli
 from agent.cli import main
 from agent.config import AgentConfig, load_config
 from agent.daemon import load_registry, open_agent, run_daemon
-from protocol.exit_status import ExitStatus
 from protocol.randomness import SeededRandom
+from runtime.exit_status import ExitStatus
 from tests.agent.conftest import KEY, REGISTRY
 from tests.collector.test_tls import _make_pki
 from tests.support.clocks import FakeClock

@@ -17,9 +17,9 @@ from collector.config import CollectorConfig, load_config, parse_config
 from collector.errors import ConfigError
 from collector.service import check_size_caps, load_registry
 from collector.store import CheckpointStore
-from protocol.exit_status import ExitStatus
 from protocol.registry import Registry
 from protocol.wire import decode_report, encode_report
+from runtime.exit_status import ExitStatus
 from tests.collector.support import current_period, privatized_reports
 from tests.collector.test_tls import _make_pki
 

@@ -11,7 +11,7 @@ from fleet.arguments import build_parser
 from fleet.cli import main
 from fleet.runner import shard_ranges
 from fleet.tally import ShardResult, Tally
-from protocol.exit_status import ExitStatus
+from runtime.exit_status import ExitStatus
 
 REGISTRY = Path(__file__).resolve().parents[2] / "deploy" / "fleet.usecases.toml"
 

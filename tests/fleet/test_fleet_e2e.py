@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from fleet.cli import main
-from protocol.exit_status import ExitStatus
+from runtime.exit_status import ExitStatus
 from tests.fleet.support import running_stack
 
 pytestmark = pytest.mark.slow

@@ -3,6 +3,10 @@
 One table, so a status means the same thing whichever tool returns it and scripts can test
 for it. Not every tool returns every status; no tool gives a status another meaning. Each
 tool's ``--help`` prints :data:`HELP`; the README's "Exit status" table says the same.
+
+The table is a contract with the shell that runs a tool, not with the other side of the
+wire, so it sits in :mod:`runtime` beside the rest of what the tools need of their host
+(:mod:`runtime.console`), not in the pure core that agent and collector share.
 """
 
 from __future__ import annotations
