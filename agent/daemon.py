@@ -8,7 +8,7 @@ service needs: the state lock, the Unix-socket API, SIGTERM/SIGINT handling and 
 READY/WATCHDOG/STOPPING. Both take the clock as an argument (the service: the host's
 :class:`runtime.clock.SystemClock`); nothing in the environment selects another.
 
-Failure policy (STYLE rule 11): an expected condition (broker down, a refused value, a
+Failure policy (docs/design.md, convention 12): an expected condition (broker down, a refused value, a
 stopped use case) is handled where it happens; anything unexpected escapes the task group,
 cancels every task, and ends the process with a non-zero status so systemd restarts it.
 """

@@ -6,7 +6,7 @@ name (Mosquitto ``use_identity_as_username``). The broker's ACL (``pattern write
 ldp/v1/reports/%u/+``) then lets it publish only to ``<prefix>/<identity>/<use_case>``, so the
 identity the collector reads from the topic is the authenticated one, and the collector can
 bound what each device contributes (docs/device-identity.md). The identity never enters a
-report's payload (DESIGN invariant 4): it is transport metadata, which the collector uses for
+report's payload (docs/design.md, invariant 4): it is transport metadata, which the collector uses for
 the per-device allowance and then forgets.
 """
 

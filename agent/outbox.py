@@ -4,7 +4,7 @@ A report is staged in its use case's outbox by a collection cycle and leaves it 
 the broker acknowledged it (and after it entered the ledger), so a crash at any point either
 loses nothing or resends identical bytes.
 
-With commit receipts (``protocol.receipts``, DESIGN invariant 8) a report's states are:
+With commit receipts (``protocol.receipts``, docs/design.md, invariant 8) a report's states are:
 **waiting** (in the outbox, never sent) -> **sent** (the broker acknowledged a send; still in
 the outbox with the time and the number of sends; in the ledger as "sent") -> **counted** or
 **refused: <reason>** (the collector's receipt arrived: the report leaves the outbox and the

@@ -1,7 +1,7 @@
 """Local policy caps: the device refuses a registry that asks for weaker privacy than allowed.
 
 The registry is written by whoever runs the collector; the policy is the device owner's
-(DESIGN "Local policy caps"). A registry is refused as a whole, with a message naming the
+(docs/design.md §5.4). A registry is refused as a whole, with a message naming the
 first offending use case and parameter, so the agent never runs half a registry.
 """
 

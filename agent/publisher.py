@@ -4,7 +4,7 @@ The publisher opens a connection only when reports wait (each connection has a f
 client identity), publishes them oldest first, and after each batch tells the agent which
 ones the broker acknowledged; only those leave the outbox. When the broker cannot be
 reached or stops acknowledging, it waits a capped, jittered, exponentially growing delay
-and tries again with the same stored bytes: a retry never re-randomizes (STYLE rule 10).
+and tries again with the same stored bytes: a retry never re-randomizes (docs/design.md, convention 11).
 
 With commit receipts (:class:`ReceiptPolicy`) a broker acknowledgement only marks a report
 sent: the connection stays open, subscribed to its own receipt topic, and a report leaves

@@ -7,7 +7,7 @@ outbox in the same write, so a crash can never leave a report sent but uncharged
 charged twice. Other files: ``ledger.sealed`` (what left the device), ``agent.sealed`` (the
 schedule), ``consent.sealed`` and ``manifest.sealed``.
 
-The manifest makes the use-case files tamper-evident (DESIGN invariant 2). AES-GCM proves a
+The manifest makes the use-case files tamper-evident (docs/design.md, invariant 2). AES-GCM proves a
 file was sealed under this device's key for this purpose, not that it is the *latest* one:
 an older copy, or a deleted file that the agent would recreate with fresh randomness, pass
 authentication. So every use-case file carries the device's random identity and a
@@ -20,7 +20,7 @@ exactly one step ahead and at once writes the manifest forward, so the next load
 ``g + 1``. Anything else (file missing while the manifest lists it, generation behind the
 manifest, another device's identity) stops that use case and names the file.
 
-What may be in a use-case file (DESIGN invariant 1):
+What may be in a use-case file (docs/design.md, invariant 1):
 
 * ``permanent`` - the mechanism's per-device state (``state.to_plain()``: α and memo bits,
   dBitFlip buckets and ``f_d``, RAPPOR cohort, memo key and ``B'`` per keyed hash), one per

@@ -154,7 +154,7 @@ class StateFiles:
 
     def load(self, registry: Registry) -> None:
         """Open every file: consent, then (with consent) the ledger, the manifest and each use
-        case of ``registry``, checked against the manifest (DESIGN invariant 2).
+        case of ``registry``, checked against the manifest (docs/design.md, invariant 2).
 
         A file written just before a crash moves the manifest forward at once; without a
         trustworthy manifest every use case stops. Carrying the state over to a changed registry
@@ -253,7 +253,7 @@ class StateFiles:
     def _check_generations(
         self, manifest: ManifestDoc, slots: dict[str, Slot], *, created: bool
     ) -> tuple[ManifestDoc, str | None]:
-        """Compare each use-case file with the manifest (DESIGN invariant 2).
+        """Compare each use-case file with the manifest (docs/design.md, invariant 2).
 
         Marks the slots whose file is missing, older or another device's; moves the manifest one
         step forward for a file written just before a crash. Returns the manifest to keep and,

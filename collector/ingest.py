@@ -19,7 +19,7 @@ The path of one message (003 §3.2.2 "Ingestion and Aggregation", made streaming
    ids it already holds, folds the rest per (use case, period) and records their ids.
 5. Only then are the messages acknowledged (PUBACK). A crash before that leaves them
    unacknowledged; the broker redelivers them and step 4 recognises the ones already folded.
-6. Then the commit receipts (``protocol.receipts``, DESIGN invariant 8): every message that
+6. Then the commit receipts (``protocol.receipts``, docs/design.md, invariant 8): every message that
    asked for one (an MQTT 5 Response Topic under ``mqtt.receipt_prefix`` and Correlation
    Data) is answered, one message per response topic per commit: *counted* when its report
    is in the store (folded now or by an earlier delivery), *refused* with the counted reason
@@ -349,7 +349,7 @@ class Ingest:
             # The decoder promises MalformedReportError for every bad input. Should it
             # break that promise, the message is still untrusted input, not a reason to
             # stop: a crash would be followed by the broker redelivering the same message,
-            # forever (DESIGN invariant 7). It is counted under its own reason and logged.
+            # forever (docs/design.md, invariant 7). It is counted under its own reason and logged.
             log.exception("the report decoder failed on a %d-byte message; rejected as decoder-error", len(payload))
             return "decoder-error"
 

@@ -26,7 +26,7 @@ of entries whose true count is far below ``T`` each cross it with probability
 1.00). A test of ``C > 0`` does not help: an entry with a true count of 500 is present.
 What a reader of a release assumes is ``C >= T``, so that is the alternative tested.
 
-**The default: Benjamini-Hochberg at 0.05.** What a release promises (DESIGN invariant 9) is
+**The default: Benjamini-Hochberg at 0.05.** What a release promises (docs/design.md, invariant 9) is
 that the share of released entries whose true count is below ``T`` is at most 5 %, at any
 number of reports. That share is the false discovery proportion of the tests above, and BH
 (Benjamini and Hochberg, 1995) bounds its expectation, the false discovery rate, by

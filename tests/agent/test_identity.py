@@ -74,7 +74,7 @@ def test_unreadable_certificate_is_a_config_error(tmp_path: Path) -> None:
 
 
 def test_identity_travels_in_the_topic_never_in_the_report(make_agent: Callable[..., Agent], clock: FakeClock) -> None:
-    """Reports go to <prefix>/<identity>/<use_case>; the payload holds no identity (DESIGN invariant 4)."""
+    """Reports go to <prefix>/<identity>/<use_case>; the payload holds no identity (docs/design.md, invariant 4)."""
     agent = make_agent(device_identity="dev-7f3a")
     agent.grant_consent()
     agent.record("flag", 1)

@@ -1,4 +1,4 @@
-"""Tamper-evident state (DESIGN invariant 2): a deleted, rolled-back or foreign use-case file stops
+"""Tamper-evident state (docs/design.md, invariant 2): a deleted, rolled-back or foreign use-case file stops
 that use case with a message naming the file, permanent randomness is never redrawn, ε spent
 never goes down, the other use cases go on, and a kill between the two writes of a step is
 recovered exactly once."""

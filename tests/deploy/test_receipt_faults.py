@@ -1,4 +1,4 @@
-"""With commit receipts, every loss between device and store becomes a delay (DESIGN "Receipts").
+"""With commit receipts, every loss between device and store becomes a delay (docs/design.md §6.2).
 
 Each test runs the production broker config (TLS, password file, ACL; only the queue limit
 made small), a collector process and real agents (``agent.core.Agent`` + ``Publisher`` over

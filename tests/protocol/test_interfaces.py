@@ -51,7 +51,7 @@ def example() -> Registry:
 
 
 def test_every_builtin_is_in_the_table_and_has_its_kind(example: Registry) -> None:
-    """The seven entries are the built-in table; each states the kind and timing docs/design.md gives it."""
+    """The seven entries are the built-in table; each states the kind and timing docs/design.md §3.1 gives it."""
     assert [e.name for e in BUILTIN_MECHANISMS] == list(MECHANISM_NAMES)
     seen = set()
     for uc in example.use_cases.values():
