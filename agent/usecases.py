@@ -1,7 +1,7 @@
 """How the agent treats a use case: asked of its mechanism's contract, never of its name.
 
 The mechanism says when it privatizes (:class:`~protocol.interfaces.Privatization`,
-docs/design.md §3.2):
+docs/design.md §3.3):
 
 * ``COUNTER`` (1BitMean, dBitFlip/dBitFlipPM): recorded values add up to a running total
   per period and counter key; when the period closes the total is answered from the

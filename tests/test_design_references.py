@@ -1,10 +1,11 @@
 """Every design reference points into this repository: at a section, invariant or convention docs/design.md defines.
 
 The code, the tests and the documents cite the design as "docs/design.md §6.2",
-"docs/design.md, invariant 2" or "docs/design.md, convention 11". Two checks hold that: no
+"docs/design.md, invariant 2", "docs/design.md, convention 11" or by a section's title,
+'docs/design.md, "Two halves of a mechanism"'. Two checks hold that: no
 file names a design or style document by a bare upper-case word ("DESIGN invariant 8",
 "STYLE rule 10", 'DESIGN "Receipts"'), which would point outside the repository, and every
-citation of docs/design.md names a number the document defines.
+citation of docs/design.md names a number or a title the document defines.
 """
 
 from __future__ import annotations
@@ -26,8 +27,9 @@ SCANNED_MD = ("docs/*.md", "README.md", "CHANGELOG.md")
 OUTSIDE = re.compile(r"\b(?:DESIGN|STYLE)\b")
 """A design or style document named by a bare upper-case word: "DESIGN invariant 2", "STYLE rule 6"."""
 
-CITATION = re.compile(r"docs/design\.md`*,?\s*(?:(invariant|convention)\s+(\d+)|§\s*(\d+(?:\.\d+)?))")
-"""A citation of this repository's design: "docs/design.md, invariant 2", "docs/design.md §3.2"."""
+CITATION = re.compile(r'docs/design\.md`*,?\s*(?:(invariant|convention)\s+(\d+)|§\s*(\d+(?:\.\d+)?)|"([^"]+)")')
+"""A citation of this repository's design: "docs/design.md, invariant 2", "docs/design.md §3.2",
+'docs/design.md, "Mechanisms"'."""
 
 # protocol/ still carries these; they are to be reworded as citations of docs/design.md when
 # the package's docstrings are rewritten, and then removed from this list. Nothing outside
@@ -35,18 +37,9 @@ CITATION = re.compile(r"docs/design\.md`*,?\s*(?:(invariant|convention)\s+(\d+)|
 PENDING_REWORDING: frozenset[tuple[str, str]] = frozenset(
     {
         ("protocol/checks.py", "Two kinds, kept apart by who is at fault (STYLE rule 7): a mechanism's parameters (a"),
-        ("protocol/checks.py", "Total (STYLE rule 8): any object either gives the columns or raises"),
         (
             "protocol/envelope.py",
             "# Wire keys, in the order the encoder writes them; new fields go last (STYLE rule 6).",
-        ),
-        (
-            "protocol/interfaces.py",
-            "A mechanism is one typed contract, not a name (STYLE rule 19): the agent, the collector,",
-        ),
-        (
-            "protocol/interfaces.py",
-            'agent privatizes, DESIGN "When to privatize"), its :class:`ValueType` and the validation',
         ),
         ("protocol/interfaces.py", '"""When the agent privatizes a value (DESIGN "When to privatize").'),
         (
@@ -93,8 +86,9 @@ def _flat(text: str) -> str:
 
 
 def design_numbers(text: str) -> dict[str, set[str]]:
-    """What a design document defines: its numbered ``section``s, ``invariant``s and ``convention``s."""
+    """What a design document defines: numbered ``section``s and their ``title``s, ``invariant``s, ``convention``s."""
     sections = set(re.findall(r"^#{2,3} (\d+(?:\.\d+)?)\. ", text, flags=re.MULTILINE))
+    titles = set(re.findall(r"^#{2,3} (?:\d+(?:\.\d+)?\. )?(.+?)\s*$", text, flags=re.MULTILINE))
     numbered: dict[str, set[str]] = {"invariant": set(), "convention": set()}
     for kind, title in (("invariant", "Invariants"), ("convention", "Conventions")):
         heading = re.search(rf"^## \d+\. {title}$", text, flags=re.MULTILINE)
@@ -102,15 +96,21 @@ def design_numbers(text: str) -> dict[str, set[str]]:
             continue
         body = text[heading.end() :].split("\n## ", 1)[0]
         numbered[kind] = set(re.findall(r"^(\d+)\. \*\*", body, flags=re.MULTILINE))
-    return {"section": sections, **numbered}
+    return {"section": sections, "title": titles, **numbered}
 
 
 def unknown_citations(name: str, text: str, defined: dict[str, set[str]]) -> list[str]:
-    """``name: citation`` for each citation of docs/design.md in ``text`` whose number it does not define."""
+    """``name: citation`` for each citation of docs/design.md in ``text`` whose number or title it does not define."""
     found = []
     for match in CITATION.finditer(_flat(text)):
-        kind, number, section = match.groups()
-        if (kind is None and section not in defined["section"]) or (kind and number not in defined[kind]):
+        kind, number, section, title = match.groups()
+        if kind is not None:
+            known = number in defined[kind]
+        elif section is not None:
+            known = section in defined["section"]
+        else:
+            known = title in defined["title"]
+        if not known:
             found.append(f"{name}: {match.group(0)}")
     return found
 
@@ -123,19 +123,22 @@ def test_the_document_defines_the_invariants_and_the_conventions() -> None:
     assert conventions == list(range(1, len(conventions) + 1))
     assert len(conventions) >= 15
     assert {"1", "3.2", "5.4", "6.2", "8", "9"} <= defined["section"]
+    assert {"Mechanisms", "Two halves of a mechanism", "Invariants", "Conventions"} <= defined["title"]
 
 
 def test_the_checks_catch_planted_references() -> None:
     """The check can fail: bare DESIGN and STYLE references and citations of undefined numbers are found."""
     planted = 'a (DESIGN invariant 3)\nb (STYLE rule 10)\nc, DESIGN "Receipts"\nd (docs/design.md, invariant 2)\n'
     assert [hit.split(":")[1] for hit in outside_references("x.py", planted)] == ["1", "2", "3"]
-    defined = {"section": {"3", "3.2"}, "invariant": {"1", "2"}, "convention": {"1"}}
+    defined = {"section": {"3", "3.2"}, "title": {"Mechanisms"}, "invariant": {"1", "2"}, "convention": {"1"}}
     text = "docs/design.md, invariant 2; ``docs/design.md``, invariant 12; docs/design.md §3.2; docs/design.md §4\n"
     text += "# (docs/design.md,\n# convention 7) wraps\n"
+    text += '(``docs/design.md``, "Mechanisms"); (docs/design.md, "Two halves")\n'
     assert unknown_citations("x.py", text, defined) == [
         "x.py: docs/design.md``, invariant 12",
         "x.py: docs/design.md §4",
         "x.py: docs/design.md, convention 7",
+        'x.py: docs/design.md, "Two halves"',
     ]
 
 
@@ -148,7 +151,7 @@ def test_nothing_points_at_a_design_outside_the_repository() -> None:
 
 
 def test_every_citation_of_the_design_names_what_it_defines() -> None:
-    """Each "docs/design.md, invariant N", "convention N" or "§N" in the repository names something the document has."""
+    """Each "docs/design.md, invariant N", "convention N", "§N" or '"Title"' names something the document has."""
     defined = design_numbers(DESIGN.read_text(encoding="utf-8"))
     found: list[str] = []
     cited = 0
