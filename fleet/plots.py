@@ -365,6 +365,7 @@ def estimate_chart(
             at = [p for p, _, _ in points]
             values = [v for _, v, _ in points]
             errors = [e for _, _, e in points]
+            # Any: matplotlib's errorbar keywords, of several types.
             style: dict[str, Any] = {"fmt": "o", "markersize": 4, "color": ESTIMATE_COLOR, "capsize": 2}
             label = f"estimate ± {z:g} SE"
             if rows:

@@ -1,6 +1,6 @@
 """Validation shared by the mechanisms: one place, one message format.
 
-Two kinds, kept apart by who is at fault (STYLE rule 7): a mechanism's parameters (a
+Two kinds, kept apart by who is at fault (docs/design.md, convention 7): a mechanism's parameters (a
 caller's mistake, :class:`~protocol.errors.ParameterError`) and the records a report
 carries (hostile or malformed input, :class:`~protocol.errors.MalformedReportError` with
 a reason and the field). The record checks serve the mechanisms whose record is

@@ -49,7 +49,7 @@ report (:attr:`protocol.registry.UseCase.max_report_bytes`) exceeds it, the coll
 framing. A report the pipe cannot carry is thus refused where it is configured, not lost
 after the device has charged its ε."""
 
-# Wire keys, in the order the encoder writes them; new fields go last (STYLE rule 6).
+# Wire keys, in the order the encoder writes them; new fields go last (docs/design.md, convention 9).
 K_VERSION: Final = "v"
 K_USE_CASE: Final = "u"
 K_HASH: Final = "h"

@@ -63,7 +63,7 @@ T = TypeVar("T")
 
 
 class Privatization(enum.Enum):
-    """When the agent privatizes a value (DESIGN "When to privatize").
+    """When the agent privatizes a value (docs/design.md §3.3).
 
     * ``COUNTER``: recorded values add up to a running total per period and counter key;
       when the period closes the total is answered from the device's permanent state

@@ -1,7 +1,7 @@
 """Commit receipts: the collector's word that a report was counted, or will never be.
 
 A broker's PUBACK covers one hop; the report can still be lost between the broker and the
-collector's store (DESIGN "Receipts"). So an agent publishes each report with the MQTT 5
+collector's store (docs/design.md §6.2). So an agent publishes each report with the MQTT 5
 request/response properties, a **Response Topic** under a prefix that only its own
 connection may read (the broker ACL's ``%c`` pattern) and **Correlation Data** equal to the
 report's 16-byte id, and keeps the report until a receipt names that id. The collector

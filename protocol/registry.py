@@ -1,12 +1,12 @@
 """The use-case registry: which use cases exist, how each is privatized, and how much it may cost.
 
-Agent and collector load the same TOML file (DESIGN "Wire format and registry"). Parsing
+Agent and collector load the same TOML file (docs/design.md §4). Parsing
 is pure: :func:`parse_registry` takes the file's bytes and a ``source`` name for messages;
 reading the file is the caller's job (``protocol/`` does no I/O). Everything is validated
 once, here, and decoded into frozen objects: a :class:`Registry` of :class:`UseCase`, each
 holding its constructed mechanism. Any mistake raises :class:`RegistryError` naming the
 file, the use case and the field, with a machine-readable ``kind``; unknown keys are errors
-(STYLE rule 15), nothing falls back silently.
+(docs/design.md, convention 6), nothing falls back silently.
 
 Schema (``docs/wire-format.md`` has the full table)::
 
@@ -372,6 +372,7 @@ def _build_mechanism(r: _Errors, spec: MechanismEntry, t: _UseCaseTable, name: s
         if key not in raw_params:
             raise params.error(key, "missing-field", f"{mech_name} requires parameter {key!r}; add it")
 
+    # Any: the constructor's keyword arguments, each converted by its entry's converter above.
     kwargs: dict[str, Any] = {}
     for key, value in raw_params.items():
         convert = spec.converters.get(key)

@@ -234,6 +234,7 @@ class _Decoder:
                 raise SchemaError(_join(where, key), "unknown-key", moved[key])
             if key not in known:
                 raise SchemaError(_join(where, key), "unknown-key", f"unknown key (known: {', '.join(sorted(known))})")
+        # Any: the keyword arguments of a dataclass whose fields differ in type (checked above).
         kwargs: dict[str, Any] = {}
         for name, f in known.items():
             if name in raw:

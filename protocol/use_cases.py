@@ -139,7 +139,7 @@ class CollectorSettings:
             tested (004 §4 names Bonferroni and Benjamini-Hochberg; ``collector.decoding.stats``
             has all four). The default, Benjamini-Hochberg at 0.05, bounds the expected share of
             released entries whose true count is below the threshold by 5 % at any number of
-            reports (DESIGN invariant 9).
+            reports (docs/design.md, invariant 9).
         alpha: its level: the family-wise error (``bonferroni``), the false-discovery rate
             (``bh``, ``storey``), both in (0, 1); the expected number of false positives
             (``pfer``), any positive number.

@@ -15,7 +15,7 @@ canonical hash of the agent's whole registry. The decoder reads both against a
 given): a format-2 report is counted under the definition its hash names, a format-1 report
 under its registry's definition of the use case.
 
-Decoding is total (STYLE rule 8): for any ``bytes``, :func:`decode_report` either returns
+Decoding is total (docs/design.md, convention 8): for any ``bytes``, :func:`decode_report` either returns
 a :class:`DecodedReport` whose batch satisfies the mechanism's schema, or raises
 :class:`~protocol.errors.MalformedReportError` with a machine-readable ``reason`` and the
 ``field`` at fault; no other exception escapes, and nothing is allocated beyond a small

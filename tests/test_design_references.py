@@ -31,34 +31,6 @@ CITATION = re.compile(r'docs/design\.md`*,?\s*(?:(invariant|convention)\s+(\d+)|
 """A citation of this repository's design: "docs/design.md, invariant 2", "docs/design.md §3.2",
 'docs/design.md, "Mechanisms"'."""
 
-# protocol/ still carries these; they are to be reworded as citations of docs/design.md when
-# the package's docstrings are rewritten, and then removed from this list. Nothing outside
-# protocol/ may be listed here.
-PENDING_REWORDING: frozenset[tuple[str, str]] = frozenset(
-    {
-        ("protocol/checks.py", "Two kinds, kept apart by who is at fault (STYLE rule 7): a mechanism's parameters (a"),
-        (
-            "protocol/envelope.py",
-            "# Wire keys, in the order the encoder writes them; new fields go last (STYLE rule 6).",
-        ),
-        ("protocol/interfaces.py", '"""When the agent privatizes a value (DESIGN "When to privatize").'),
-        (
-            "protocol/receipts.py",
-            'collector\'s store (DESIGN "Receipts"). So an agent publishes each report with the MQTT 5',
-        ),
-        (
-            "protocol/registry.py",
-            'Agent and collector load the same TOML file (DESIGN "Wire format and registry"). Parsing',
-        ),
-        ("protocol/registry.py", "(STYLE rule 15), nothing falls back silently."),
-        ("protocol/use_cases.py", "reports (DESIGN invariant 9)."),
-        (
-            "protocol/wire.py",
-            "Decoding is total (STYLE rule 8): for any ``bytes``, :func:`decode_report` either returns",
-        ),
-    }
-)
-
 
 def _scanned() -> Iterator[Path]:
     for top in SCANNED_PY:
@@ -75,7 +47,7 @@ def outside_references(name: str, text: str) -> list[str]:
     """``name:line: text`` for each line of ``text`` naming a design or style document outside the repository."""
     found = []
     for number, line in enumerate(text.splitlines(), start=1):
-        if OUTSIDE.search(line) and (name, line.strip()) not in PENDING_REWORDING:
+        if OUTSIDE.search(line):
             found.append(f"{name}:{number}: {line.strip()}")
     return found
 
@@ -161,9 +133,3 @@ def test_every_citation_of_the_design_names_what_it_defines() -> None:
         found += unknown_citations(_relative(path), text, defined)
     assert cited > 10, "the scan found too few citations: is the pattern still right?"
     assert not found, "citations of numbers docs/design.md does not define:\n  " + "\n  ".join(found)
-
-
-def test_only_protocol_lines_wait_for_rewording() -> None:
-    """The allowance covers protocol/ alone, whose docstrings are to be reworded; the rest cites the design."""
-    assert all(name.startswith("protocol/") for name, _ in PENDING_REWORDING)
-    assert all(OUTSIDE.search(line) for _, line in PENDING_REWORDING)

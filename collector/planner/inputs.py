@@ -11,7 +11,9 @@ from protocol.errors import ParameterError
 __all__ = ["PlanError", "Result", "build", "ceil_n", "need", "positive"]
 
 Result = dict[str, Any]
-"""A plan: the parameters and what they give, by name, plus ``formulas`` (and ``solved``, ``options``)."""
+"""A plan: the parameters and what they give, by name, plus ``formulas`` (and ``solved``,
+``options``). Any: a printed row of numbers, strings and lists, one shape per subcommand,
+that goes only to the planner's text and JSON output."""
 
 T = TypeVar("T")
 

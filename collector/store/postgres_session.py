@@ -54,6 +54,7 @@ def connect(url: str, *, password: str | None, instance: str, readonly: bool) ->
     Raises:
         psycopg.Error: the server cannot be reached or refuses us (see :func:`unavailable`).
     """
+    # Any: psycopg.connect's keyword arguments, of several types.
     kwargs: dict[str, Any] = {
         "autocommit": True,
         "connect_timeout": 10,
