@@ -10,6 +10,7 @@ import pytest
 from hypothesis import HealthCheck, settings
 
 from protocol.randomness import SeededRandom
+from tests.collector.processes import close_readers
 from tests.support.broker import Broker, running_broker
 from tests.support.postgres import PostgresServer, running_postgres
 
@@ -39,7 +40,12 @@ def mosquitto(tmp_path: Path) -> Iterator[Broker]:
 def postgres_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PostgresServer]:
     """One real PostgreSQL cluster for the session (``initdb`` takes seconds); see ``postgres``."""
     with running_postgres(tmp_path_factory.mktemp("postgres")) as server:
-        yield server
+        try:
+            yield server
+        finally:
+            # The read-only stores tests poll through are kept open between polls: close
+            # them before the server goes.
+            close_readers()
 
 
 _databases = itertools.count()

@@ -188,6 +188,12 @@ _readers: collections.OrderedDict[tuple[str, int], Store] = collections.OrderedD
 _READERS = 4
 
 
+def close_readers() -> None:
+    """Close the read-only stores kept between polls (at the end of the test session)."""
+    while _readers:
+        _readers.popitem()[1].close()
+
+
 def _postgres_counters(url: str, registry: Registry, instance: str | None) -> dict[str, int]:
     key = (url, id(registry))
     store = _readers.pop(key, None)
