@@ -225,14 +225,23 @@ class StateFiles:
         try:
             if manifest != self.manifest_on_disk:
                 self.write_manifest(manifest)
+                # Already writing: bind the files that name no device yet (after a grant). Without
+                # a write, opening a state leaves every file as it is, byte for byte; they are
+                # bound by the next step that writes (write_slots, write_ledger, write_schedule).
+                self.manifest = manifest
+                self._bind_identity(manifest)
             self.manifest = manifest
-            self._bind_identity(manifest)
         except StateWriteError as e:
             # A full disk at start-up: the manifest must move forward before anything else is
             # written, so nothing is until a later load succeeds (agent.core retries it).
             self.manifest = None
             self.load_blocked = e
             log.error("the state cannot be written (%s): nothing is recorded or sent until it can", e)
+
+    def _bind_consent(self, manifest: ManifestDoc) -> None:
+        if self.consent is not None and self.consent.device is None:
+            self.write_consent(replace(self.consent, device=manifest.device))
+            self.consent = replace(self.consent, device=manifest.device)
 
     def _has(self, name: str) -> bool:
         return self.path(name + SUFFIX).exists()
@@ -292,9 +301,7 @@ class StateFiles:
     def _bind_identity(self, manifest: ManifestDoc) -> None:
         """Bind consent, the ledger and the schedule to the manifest in force, once: after a grant
         and for files of the previous release, which name no device."""
-        if self.consent is not None and self.consent.device is None:
-            self.write_consent(replace(self.consent, device=manifest.device))
-            self.consent = replace(self.consent, device=manifest.device)
+        self._bind_consent(manifest)
         ledger = self.ledger
         if ledger is not None and self.ledger_broken is None and ledger.device is None and self._has("ledger"):
             self.write_ledger(replace(ledger, device=manifest.device))
@@ -390,7 +397,7 @@ class StateFiles:
                 if entry is not None and not entry.removed:
                     slot.broken = (
                         f"state file {slot.path} is missing; the manifest expects generation {entry.generation}. "
-                        "Its permanent randomness and ε spent are not redrawn or reset"
+                        f"Its permanent randomness and ε spent are not redrawn or reset; {RE_ENROL}"
                     )
                 continue
             if doc.device is None:
@@ -406,7 +413,7 @@ class StateFiles:
             if doc.device != manifest.device:
                 slot.broken = (
                     f"state file {slot.path} belongs to another device's state (device {doc.device.hex()}, this "
-                    f"device is {manifest.device.hex()}): it was copied in"
+                    f"device is {manifest.device.hex()}): it was copied in; {RE_ENROL}"
                 )
                 continue
             manifest = self._check_generation(name, slot, doc, entry, manifest)
@@ -422,12 +429,12 @@ class StateFiles:
         if doc.generation < expected:
             slot.broken = (
                 f"state file {slot.path} is an older copy (generation {doc.generation}; the manifest expects "
-                f"{expected}): it was rolled back"
+                f"{expected}): it was rolled back; {RE_ENROL}"
             )
         elif doc.generation > expected + 1:
             slot.broken = (
                 f"state file {slot.path} is ahead of the manifest (generation {doc.generation}; the manifest "
-                f"has {expected}): the manifest {self.path(MANIFEST)} was rolled back"
+                f"has {expected}): the manifest {self.path(MANIFEST)} was rolled back; {RE_ENROL}"
             )
         elif spent + EPSILON_SLACK < floor:
             slot.broken = f"state file {slot.path} has spent ε {spent:g}, less than the {floor:g} the manifest recorded"
@@ -503,6 +510,7 @@ class StateFiles:
         self.manifest = self.write_manifest(updated)
         for slot, doc in writes:
             slot.doc = doc
+        self._bind_consent(self.manifest)
 
     def write_ledger(self, ledger: LedgerDoc) -> None:
         """Seal and write the ledger bound to the manifest in force, then adopt it; the first
@@ -549,15 +557,18 @@ class StateFiles:
     def epsilon_recorded(self, name: str) -> float | None:
         """The most lifetime ε any file of the directory records for use case ``name`` (None if
         none records any): the manifest as in force and as on disk, the use-case file whatever
-        its state, and the ledger. Status never shows less (docs/state-integrity.md)."""
+        its state unless it is another device's copy, and the ledger. Status never shows less
+        (docs/state-integrity.md)."""
         seen: list[float] = []
         for manifest in (self.manifest, self.manifest_on_disk):
             entry = None if manifest is None else manifest.entries.get(name)
             if entry is not None:
                 seen += [entry.epsilon_total, _saved_epsilon(entry.budget)]
         slot = self.slots.get(name)
+        known = self.manifest or self.manifest_on_disk
         for doc in (None if slot is None else slot.doc, self.read_use_case_doc(name)):
-            if doc is not None:
+            # Another device's copy records that device's spending, not this one's.
+            if doc is not None and (known is None or doc.device in (None, known.device)):
                 seen.append(_saved_epsilon(doc.budget))
         if self.ledger is not None:
             spent = self.ledger.epsilon_by_use_case().get(name)
