@@ -83,7 +83,8 @@ def test_deleting_the_manifest_and_every_use_case_file_stops_the_device_until_re
             assert str(state / "consent.sealed") in row.state
             assert "ldp-agent re-enrol" in row.state
             # The ledger still records what was sent: status never shows less.
-            assert row.epsilon_total is not None and row.epsilon_total >= spent[name] - 1e-9
+            assert row.epsilon_total is not None
+            assert row.epsilon_total >= spent[name] - 1e-9
         for name, value in VALUES.items():
             with pytest.raises(UseCaseStoppedError, match="re-enrol"):
                 agent.record(name, value)
@@ -137,9 +138,11 @@ def test_re_enrolling_one_deleted_use_case_leaves_the_others_alone(
     assert [c.use_case for c in agent.re_enrol()] == ["procs"]
     rows = _rows(agent)
     assert rows["procs"].state == "active"
-    assert rows["procs"].epsilon_total is not None and rows["procs"].epsilon_total > spent["procs"]
+    assert rows["procs"].epsilon_total is not None
+    assert rows["procs"].epsilon_total > spent["procs"]
     after = _permanent(state)
-    assert after["seconds"] == before["seconds"] and after["hist"] == before["hist"]
+    assert after["seconds"] == before["seconds"]
+    assert after["hist"] == before["hist"]
 
 
 # Each subset of the state directory short of all of it: (files deleted, what the next start shows).
@@ -210,7 +213,8 @@ def test_status_after_a_manifest_rollback_shows_the_use_case_files_epsilon(
     for name, row in _rows(again).items():
         on_file = read_sealed(state / f"uc-{name}.sealed", f"usecase:{name}")["budget"]["epsilon_total"]
         assert row.state.startswith("stopped:"), (name, row.state)
-        assert row.epsilon_total is not None and row.epsilon_total >= on_file > 0
+        assert row.epsilon_total is not None
+        assert row.epsilon_total >= on_file > 0
 
 
 def test_a_copied_in_ledger_stops_publishing_until_re_enrolment(
