@@ -409,6 +409,7 @@ def test_the_daemon_keeps_running_on_a_full_disk_refuses_values_and_resumes_by_i
     state.mkdir()
     subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m,mode=0700", "tmpfs", str(state)], check=True)
     daemon = None
+    log = (tmp_path / "agent.log").open("w")
     try:
         assert _cli(cfg, "consent", "grant").returncode == 0
         assert _cli(cfg, "record", "flag", "true").returncode == 0  # acknowledged before the disk fills
@@ -419,8 +420,7 @@ def test_the_daemon_keeps_running_on_a_full_disk_refuses_values_and_resumes_by_i
         daemon = subprocess.Popen(
             [sys.executable, "-m", "tests.support.agent_launcher", "--rate=432000", "--", "--config", str(cfg), "run"],
             stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            text=True,
+            stderr=log,  # a file: a pipe nobody reads would fill and block the daemon's logging
             cwd=ROOT,
         )
         deadline = time.monotonic() + 60
@@ -446,7 +446,8 @@ def test_the_daemon_keeps_running_on_a_full_disk_refuses_values_and_resumes_by_i
     finally:
         if daemon is not None and daemon.poll() is None:
             daemon.terminate()
-            daemon.communicate(timeout=60)
+            daemon.wait(timeout=60)
+        log.close()
         subprocess.run(["umount", "-l", str(state)], check=False)
 
 
