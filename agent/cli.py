@@ -50,6 +50,9 @@ EXIT_CODES: dict[str, int] = {
     "consent-required": ExitStatus.NO_CONSENT,
     "use-case-stopped": ExitStatus.STOPPED,
     "state-unreadable": ExitStatus.STATE_UNREADABLE,
+    # A full disk: the value was refused and not kept; the agent keeps running and resumes by
+    # itself (docs/state-integrity.md, "A full disk").
+    "state-unwritable": ExitStatus.ERROR,
 }
 
 _DESCRIPTION = """\
@@ -71,7 +74,9 @@ verbs:
                            bucket), and record says so
   consent grant|revoke|show
   ledger                   the privatized reports that left the device, with the ε spent
-  status                   consent, use cases, next cycle, outbox size, ε spent
+  status                   consent, use cases, next cycle, outbox size, ε spent, recording paused
+  re-enrol                 after state files were deleted or replaced: start the stopped use cases
+                           anew (new permanent randomness), carrying ε spent forward; see its --help
 
 config: --config, else $LDP_AGENT_CONFIG, else /etc/ldp-agent/agent.toml
 
@@ -120,7 +125,30 @@ def _parser() -> argparse.ArgumentParser:
     led.add_argument("--json", action="store_true", help="print JSON")
     st = sub.add_parser("status", help="show the agent's status", description="Consent, use cases, schedule, budget.")
     st.add_argument("--json", action="store_true", help="print JSON")
+    sub.add_parser(
+        "re-enrol",
+        help="start stopped use cases anew after state files were deleted or replaced",
+        description=_RE_ENROL_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     return p
+
+
+_RE_ENROL_HELP = """Start anew the use cases that stopped because state files were deleted, rolled back or copied
+in (the manifest, a use-case file, or consent, the ledger or the schedule of another state),
+which `ldp-agent status` names. Run it with the daemon stopped; it opens the state directory
+itself, then start the daemon again.
+
+What it costs in privacy: each of these use cases draws new permanent randomness (a new
+RAPPOR B', 1BitMean memo, dBitFlip buckets). The ε it had spent is never reset: it is carried
+forward as the most that any file of the state directory records (the manifest, the use-case
+file, the ledger's reports), and a new memo is charged at once against the same lifetime cap,
+as for a registry change that starts a new memo (docs/privacy-accounting.md). A use case whose
+cap cannot pay for the new memo stays stopped. When the manifest itself is gone, every use case
+starts anew and the device gets a new state identity. The ledger lists what was done.
+
+When no use case is stopped it changes nothing, says so and exits 0.
+"""
 
 
 def _setup_logging(level: str) -> None:
@@ -185,6 +213,7 @@ def _print_status(status: AgentStatus) -> None:
     print(f"registry:    {status.registry} ({status.registry_source})")
     print(f"next cycle:  {_when(status.next_cycle)}   last cycle: {_when(status.last_cycle)}")
     print(f"outbox:      {status.outbox} reports waiting; ledger {status.ledger}")
+    print(f"recording:   {status.recording}")
     print("use cases:")
     for row in status.use_cases:
         line = f"  {row.definition:<38} {row.mechanism:<13} {row.state}"
@@ -383,6 +412,33 @@ def _readable_text(source: str, field: str, path: Path) -> str:
         raise ConfigError(source, field, f"cannot read {path}: {getattr(e, 'strerror', None) or e}") from None
 
 
+def _re_enrol(cfg: AgentConfig, clock: Clock) -> int:
+    """``ldp-agent re-enrol``: only with the daemon stopped, so that no running agent keeps the old state."""
+    from agent.daemon import StateLock, load_registry, open_agent  # noqa: PLC0415
+    from agent.re_enrolment import NothingToReEnrolError  # noqa: PLC0415
+    from protocol.randomness import SystemRandom  # noqa: PLC0415
+
+    registry = load_registry(cfg)
+    try:
+        with StateLock(cfg.state.directory):
+            agent = open_agent(cfg, registry, clock=clock, rng=SystemRandom())
+            try:
+                carried = agent.re_enrol()
+            except NothingToReEnrolError as e:
+                print(e)
+                return ExitStatus.OK
+            rows = {row.use_case: row for row in agent.use_case_status()}
+    except AgentBusyError:
+        raise AgentBusyError(
+            f"an agent process holds {cfg.state.directory}: stop it first (systemctl stop ldp-agent), then re-enrol"
+        ) from None
+    for item in carried:
+        row = rows.get(item.use_case)
+        now = "not in the registry" if row is None else row.state
+        print(f"{item.use_case}: re-enrolled, ε spent {item.epsilon_total:.4g} carried forward; now {now}")
+    return ExitStatus.OK
+
+
 def _run(cfg: AgentConfig, clock: Clock) -> int:
     from agent.daemon import run_daemon  # noqa: PLC0415
 
@@ -466,6 +522,8 @@ def _dispatch(cfg: AgentConfig, args: argparse.Namespace, clock: Clock) -> int:
                 print(f"  {line}")
             print(f"{cfg.source}: ok; every file it names exists, is readable and parses")
             return ExitStatus.OK
+        if args.verb == "re-enrol":
+            return _re_enrol(cfg, clock)
         return _run(cfg, clock) if args.verb == "run" else _client(cfg, args, clock)
     except _VERB_ERRORS as e:
         print(f"ldp-agent: {e}", file=sys.stderr)

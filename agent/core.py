@@ -18,24 +18,35 @@ tests use. Each of its jobs is a module of its own, working on the state directo
 * :mod:`agent.outbox` - the outbox, the ledger and commit receipts;
 * :mod:`agent.registry_change` - carrying the state over to a changed registry
   (docs/privacy-accounting.md, "Registry changes");
+* :mod:`agent.re_enrolment` - the operator's way out of state stopped by deleted or replaced
+  files, carrying ε spent forward (docs/state-integrity.md);
 * :mod:`agent.status` - the typed status, built here once.
 
 Consent comes first: nothing is recorded, collected or listed before the user opted in.
+
+A state directory that cannot be written (a full disk) bends the agent, it does not end it
+(docs/state-integrity.md, "A full disk"): ``record`` is refused with
+:class:`~agent.errors.StateWriteError`, a collection cycle closes nothing, nothing is
+published (a send could not be recorded), and ``status`` says so; every later step tries
+again, so the agent resumes by itself once a write succeeds. Nothing already written is
+touched: each step is adopted in memory only after its writes.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import time
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from pathlib import Path
 
-from agent import collection, outbox, recording
+from agent import collection, outbox, re_enrolment, recording
 from agent.accounting import Budget, day_of
 from agent.collection import CycleSummary
-from agent.errors import ConsentRequiredError, ConsentUnreadableError
+from agent.errors import ConsentRequiredError, ConsentUnreadableError, StateWriteError
 from agent.outbox import Pending, receipt_wait
+from agent.re_enrolment import Carried
 from agent.recording import RecordOutcome, reservoir_offer
 from agent.registry_change import apply_registry
 from agent.sealed import Sealer
@@ -94,21 +105,56 @@ class Agent:
         self.outbox_max_age = outbox_max_age_days * 86_400.0
         self.ledger_retention = ledger_retention_days * 86_400.0
         self._files = StateFiles(state_dir, sealer, rng)
+        self._paused_since: float | None = None
         self._load()
 
     def _load(self) -> None:
         self._files.load(self.registry)
         if self._files.manifest is not None:
-            apply_registry(
-                self._files,
-                self.registry,
-                now=self.clock.time(),
-                rng=self.rng,
-                ledger_retention=self.ledger_retention,
-            )
+            try:
+                apply_registry(
+                    self._files,
+                    self.registry,
+                    now=self.clock.time(),
+                    rng=self.rng,
+                    ledger_retention=self.ledger_retention,
+                )
+            except StateWriteError as e:
+                # Nothing of the carried-over state was adopted; the next step loads again.
+                self._files.manifest = None
+                self._files.load_blocked = e
         for name, slot in self._files.slots.items():
             if slot.broken:
                 log.error("use case %s stopped: %s", name, slot.broken)
+
+    def _writable(self) -> StateWriteError | None:
+        """Try again what the last failed write blocked; None once the state can be written.
+
+        A load whose writes failed is made again; after any other failed write the manifest is
+        written again as it is. Every step that writes calls this first, so the agent resumes by
+        itself when space returns.
+        """
+        files = self._files
+        if files.load_blocked is not None:
+            self._load()
+        elif files.blocked is not None:
+            files.probe()
+        problem = files.load_blocked or files.blocked
+        if problem is None:
+            self._paused_since = None
+        elif self._paused_since is None:
+            self._paused_since = self.clock.time()
+        return problem
+
+    def _paused(self, cause: StateWriteError) -> StateWriteError:
+        """The refusal of a value while the state cannot be written."""
+        if self._paused_since is None:
+            self._paused_since = self.clock.time()
+        return StateWriteError(
+            cause.path,
+            f"{cause.reason}. Recording is paused and this value was not kept; the agent keeps running and "
+            "resumes by itself once the state directory can be written again",
+        )
 
     # ------------------------------------------------------------------ consent
 
@@ -179,19 +225,37 @@ class Agent:
             ConsentRequiredError: before the user opted in.
             ValueRefusedError: unknown use case, or a value that does not fit it.
             UseCaseStoppedError: the use case stopped (ε cap spent, unreadable state, ...).
+            StateWriteError: the state cannot be written (a full disk): recording is paused,
+                the value was not kept.
         """
-        return self.record_many([(use_case, value, key)])[0]
+        return self._record_many([(use_case, value, key)])[0]
+
+    def _record_many(self, items: Iterable[tuple[str, object, str | None]]) -> list[RecordOutcome]:
+        self._require_consent()
+        blocked = self._writable()
+        if blocked is not None and self._files.load_blocked is not None:
+            raise self._paused(blocked)
+        try:
+            return recording.record_many(self._files, self.registry, items, clock=self.clock, rng=self.rng)
+        except StateWriteError as e:
+            raise self._paused(e) from e
 
     def record_many(self, items: Iterable[tuple[str, object, str | None]]) -> list[RecordOutcome]:
         """Record several values with one write per use case (the probes' path).
 
         All values are checked before anything is written: one bad value refuses the batch.
+        While the state cannot be written each value's outcome is ``paused`` (not kept), so a
+        probe's sampling goes on and tries again next time.
 
         Raises:
-            as :meth:`record`.
+            as :meth:`record`, but for StateWriteError.
         """
-        self._require_consent()
-        return recording.record_many(self._files, self.registry, items, clock=self.clock, rng=self.rng)
+        items = list(items)
+        try:
+            return self._record_many(items)
+        except StateWriteError as e:
+            log.warning("values not recorded: %s", e)
+            return [RecordOutcome(name, "paused") for name, _, _ in items]
 
     def collect(self) -> CycleSummary:
         """Close every ended period: answer, sample within the limits, charge, stage in the outbox.
@@ -200,13 +264,39 @@ class Agent:
             ConsentRequiredError: before the user opted in.
         """
         self._require_consent()
-        return collection.collect(
-            self._files,
-            now=self.clock.time(),
-            rng=self.rng,
-            outbox_max_reports=self.outbox_max_reports,
-            outbox_max_age=self.outbox_max_age,
-        )
+        if self._writable() is not None and self._files.load_blocked is not None:
+            log.error("collection cycle skipped: the state cannot be written (%s)", self._files.load_blocked)
+            return CycleSummary(0, 0, 0, 0.0)
+        try:
+            return collection.collect(
+                self._files,
+                now=self.clock.time(),
+                rng=self.rng,
+                outbox_max_reports=self.outbox_max_reports,
+                outbox_max_age=self.outbox_max_age,
+            )
+        except StateWriteError as e:
+            # Nothing of the cycle was adopted: its periods stay open and the next cycle closes them.
+            log.error("collection cycle not recorded, its periods stay open: %s", e)
+            return CycleSummary(0, 0, 0, 0.0)
+
+    def re_enrol(self) -> list[Carried]:
+        """Start anew the use cases stopped by deleted or replaced state files, with new permanent
+        randomness, carrying their ε spent forward and charging each new memo (the operator's
+        ``ldp-agent re-enrol``; docs/state-integrity.md).
+
+        Raises:
+            ConsentRequiredError: before the user opted in.
+            NothingToReEnrolError: nothing is stopped.
+            StateWriteError: the state cannot be written.
+        """
+        self._require_consent()
+        blocked = self._writable()
+        if blocked is not None and self._files.load_blocked is not None:
+            raise blocked
+        carried = re_enrolment.re_enrol(self._files, self.registry, now=self.clock.time(), rng=self.rng)
+        self._load()
+        return carried
 
     # ------------------------------------------------------------------ outbox and ledger
 
@@ -217,7 +307,10 @@ class Agent:
         return f"{self.topic_prefix}/{use_case}"
 
     def outbox(self) -> list[Pending]:
-        """Reports waiting for the broker, oldest first (none while the ledger is unreadable)."""
+        """Reports waiting for the broker, oldest first (none while the ledger is unreadable, or
+        while the state cannot be written: a send could not be recorded)."""
+        if self._files.consent is None or self._writable() is not None:
+            return []
         return outbox.waiting(self._files, self.topic)
 
     @property
@@ -241,13 +334,21 @@ class Agent:
         The ledger is written first; a crash before the outbox write resends identical bytes
         (the collector de-duplicates by report id) and the ledger keeps one entry per id.
         """
-        outbox.acknowledge(self._files, acked, clock=self.clock, retention=self.ledger_retention)
+        try:
+            outbox.acknowledge(self._files, acked, clock=self.clock, retention=self.ledger_retention)
+        except StateWriteError as e:
+            # The reports stay in the outbox and are sent again, byte for byte, once the state
+            # can be written; the collector de-duplicates them by report id.
+            log.error("acknowledgements not recorded, the reports will be sent again: %s", e)
 
     def mark_sent(self, sent: Sequence[Pending]) -> None:
         """Reports the broker acknowledged (with receipts): the ledger says "sent", and each
         stays in the outbox with the time of this send and its count, waiting for its receipt.
         """
-        outbox.mark_sent(self._files, sent, clock=self.clock, retention=self.ledger_retention)
+        try:
+            outbox.mark_sent(self._files, sent, clock=self.clock, retention=self.ledger_retention)
+        except StateWriteError as e:
+            log.error("sends not recorded, the reports will be sent again: %s", e)
 
     def settle(self, receipts: Sequence[Receipt]) -> int:
         """Commit receipts arrived: the ledger records the outcome, then the reports leave the outbox.
@@ -259,7 +360,14 @@ class Agent:
         Returns:
             The number of reports settled.
         """
-        return outbox.settle(self._files, receipts, self.outbox(), clock=self.clock, retention=self.ledger_retention)
+        try:
+            return outbox.settle(
+                self._files, receipts, self.outbox(), clock=self.clock, retention=self.ledger_retention
+            )
+        except StateWriteError as e:
+            # Unsettled reports are sent again later and the collector answers them again.
+            log.error("receipts not recorded, the reports will be sent again: %s", e)
+            return 0
 
     def ledger(self) -> list[LedgerEntry]:
         """What left the device, oldest first.
@@ -289,8 +397,11 @@ class Agent:
 
     def save_schedule(self, doc: AgentDoc) -> None:
         """Persist the schedule bookkeeping (only once the user opted in)."""
-        if self._files.consent is not None:
-            self._files.write_schedule(doc)
+        if self._files.consent is not None and self._files.load_blocked is None:
+            try:
+                self._files.write_schedule(doc)
+            except StateWriteError as e:
+                log.warning("schedule not saved (it holds no randomness; the next cycle is kept in memory): %s", e)
 
     def use_case_status(self) -> tuple[UseCaseStatus, ...]:
         """Per use case: state, limits, spending and what waits."""
@@ -312,13 +423,11 @@ class Agent:
         )
         if slot is None:
             return base
+        # Never less than any file of the state directory records (docs/state-integrity.md):
+        # after a rollback the manifest's figure may be older than the use-case file's.
+        recorded = self._files.epsilon_recorded(uc.name)
         if slot.broken:
-            manifest = self._files.manifest
-            entry = None if manifest is None else manifest.entries.get(uc.name)
-            # What the manifest recorded: a stopped use case's ε spent is still shown, never lower.
-            return replace(
-                base, state=f"stopped: {slot.broken}", epsilon_total=None if entry is None else entry.epsilon_total
-            )
+            return replace(base, state=f"stopped: {slot.broken}", epsilon_total=recorded)
         doc = slot.doc
         budget = (
             budget_of(uc, doc).at(day_of(now))
@@ -330,7 +439,7 @@ class Agent:
             state="stopped: lifetime ε cap reached" if budget.exhausted(uc.cost) else "active",
             records_today=budget.records_today,
             epsilon_today=budget.epsilon_today,
-            epsilon_total=budget.epsilon_total,
+            epsilon_total=max(budget.epsilon_total, recorded or 0.0),
             pending_records=0 if doc is None else sum(len(p.records) for p in doc.pending.values()),
             open_counters=0 if doc is None else sum(len(t) for t in doc.totals.values()),
             outbox=0 if doc is None else len(doc.outbox),
@@ -343,6 +452,7 @@ class Agent:
     def status(self) -> AgentStatus:
         """A snapshot for ``ldp-agent status``."""
         consent = self._files.consent
+        paused = self._writable() if consent is not None else None
         schedule = self.load_schedule() if consent is not None else AgentDoc()
         return AgentStatus(
             consent=consent is not None,
@@ -353,7 +463,16 @@ class Agent:
             last_cycle=schedule.last_cycle or None,
             cycles=schedule.cycles,
             outbox=self.outbox_size,
-            ledger=self._files.ledger_broken or "ok",
+            ledger=self._files.ledger_broken or self._files.ledger_note or "ok",
             use_cases=self.use_case_status(),
             pid=os.getpid(),
+            recording="ok" if paused is None else self._pause_text(paused),
+        )
+
+    def _pause_text(self, cause: StateWriteError) -> str:
+        since = self._paused_since if self._paused_since is not None else self.clock.time()
+        when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(since))
+        return (
+            f"paused since {when}: {cause}. Values are refused and nothing is sent until the state directory "
+            "can be written again; the agent resumes by itself"
         )

@@ -89,6 +89,14 @@ def _optional(data: object, key: str, default: object) -> object:
     return data.get(key, default)
 
 
+def _device(data: object, where: str) -> bytes | None:
+    """The optional ``device`` field binding a file to its manifest (absent in older files)."""
+    value = _optional(data, "device", None)
+    if value is not None and (not isinstance(value, bytes) or len(value) != DEVICE_ID_BYTES):
+        raise ValueError(f"{where}.device: expected {DEVICE_ID_BYTES} bytes")
+    return value
+
+
 def _integer(value: object, where: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise ValueError(f"{where}: expected a non-negative integer")
@@ -457,16 +465,24 @@ class LedgerNotice:
 @dataclass
 class LedgerDoc:
     """The transparency ledger (sealed as ``ledger``): the reports that left the device, and
-    notices of what registry changes did to the state (absent in files of the previous release)."""
+    notices of what registry changes did to the state (absent in files of the previous release).
+
+    ``device`` is the identity of the manifest the ledger was written under (None in a file of
+    the previous release, bound at the next load): a ledger left behind when the manifest is
+    deleted shows that the directory is not a new device's (docs/state-integrity.md).
+    """
 
     entries: list[LedgerEntry] = field(default_factory=list)
     notices: list[LedgerNotice] = field(default_factory=list)
+    device: bytes | None = None
 
     def to_plain(self) -> PlainDoc:
         """Plain data."""
         out: PlainDoc = {"entries": [e.to_plain() for e in self.entries]}
         if self.notices:
             out["notices"] = [n.to_plain() for n in self.notices]
+        if self.device is not None:
+            out["device"] = self.device
         return out
 
     @classmethod
@@ -479,7 +495,15 @@ class LedgerDoc:
         return cls(
             [LedgerEntry.from_plain(e, f"ledger.entries[{i}]") for i, e in enumerate(raw)],
             [LedgerNotice.from_plain(n, f"ledger.notices[{i}]") for i, n in enumerate(notices)],
+            device=_device(data, "ledger"),
         )
+
+    def epsilon_by_use_case(self) -> dict[str, float]:
+        """Per use case, the highest lifetime ε an entry records (what status never shows less of)."""
+        out: dict[str, float] = {}
+        for e in self.entries:
+            out[e.use_case] = max(out.get(e.use_case, 0.0), e.epsilon_total)
+        return out
 
 
 @dataclass
@@ -490,15 +514,20 @@ class AgentDoc:
         next_cycle: wall-clock time the next collection cycle is due.
         cycles: collection cycles completed.
         last_cycle: wall-clock time of the last completed cycle (0 before any).
+        device: the identity of the manifest it was written under (None in older files).
     """
 
     next_cycle: float = 0.0
     cycles: int = 0
     last_cycle: float = 0.0
+    device: bytes | None = None
 
     def to_plain(self) -> PlainDoc:
         """Plain data."""
-        return {"next_cycle": self.next_cycle, "cycles": self.cycles, "last_cycle": self.last_cycle}
+        out: PlainDoc = {"next_cycle": self.next_cycle, "cycles": self.cycles, "last_cycle": self.last_cycle}
+        if self.device is not None:
+            out["device"] = self.device
+        return out
 
     @classmethod
     def from_plain(cls, data: object) -> AgentDoc:
@@ -507,6 +536,7 @@ class AgentDoc:
             next_cycle=float(_need(data, "next_cycle", float, "agent")),
             cycles=_need(data, "cycles", int, "agent"),
             last_cycle=float(_need(data, "last_cycle", float, "agent")),
+            device=_device(data, "agent"),
         )
 
 
@@ -516,18 +546,24 @@ class ConsentDoc:
 
     Attributes:
         granted_at: wall-clock time consent was granted.
+        device: the identity of the manifest the grant belongs to (None until the first load
+            after the grant, and in files of the previous release, which that load binds).
     """
 
     granted_at: float
+    device: bytes | None = None
 
     def to_plain(self) -> PlainDoc:
         """Plain data."""
-        return {"granted_at": self.granted_at}
+        out: PlainDoc = {"granted_at": self.granted_at}
+        if self.device is not None:
+            out["device"] = self.device
+        return out
 
     @classmethod
     def from_plain(cls, data: object) -> ConsentDoc:
         """Restore from :meth:`to_plain`."""
-        return cls(granted_at=float(_need(data, "granted_at", float, "consent")))
+        return cls(granted_at=float(_need(data, "granted_at", float, "consent")), device=_device(data, "consent"))
 
 
 @dataclass(frozen=True)
@@ -565,21 +601,27 @@ class ManifestDoc:
     Attributes:
         device: 16 random bytes naming this state directory's device (never leaves it).
         entries: use-case name -> its entry.
+        ledger: a ledger has been written under this manifest, so a missing ``ledger.sealed``
+            was deleted (False in manifests of the previous release).
     """
 
     device: bytes
     entries: dict[str, ManifestEntry] = field(default_factory=dict)
+    ledger: bool = False
 
     def with_entry(self, name: str, entry: ManifestEntry) -> ManifestDoc:
         """A copy with ``name``'s entry replaced."""
-        return ManifestDoc(self.device, {**self.entries, name: entry})
+        return ManifestDoc(self.device, {**self.entries, name: entry}, self.ledger)
 
     def to_plain(self) -> PlainDoc:
         """Plain data."""
-        return {
+        out: PlainDoc = {
             "device": self.device,
             "entries": {n: e.to_plain() for n, e in self.entries.items()},
         }
+        if self.ledger:
+            out["ledger"] = True
+        return out
 
     @classmethod
     def from_plain(cls, data: object) -> ManifestDoc:
@@ -605,4 +647,7 @@ class ManifestDoc:
                 budget=None if budget is None else dict(budget),
                 memo=bool(_optional(raw, "memo", False)),
             )
-        return cls(device=device, entries=entries)
+        ledger = _optional(data, "ledger", False)
+        if not isinstance(ledger, bool):
+            raise ValueError("manifest.ledger: expected a boolean")
+        return cls(device=device, entries=entries, ledger=ledger)

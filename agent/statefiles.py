@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from agent.accounting import EPSILON_SLACK, Budget
-from agent.errors import StateUnreadableError
+from agent.errors import StateUnreadableError, StateWriteError
 from agent.sealed import Sealer, fsync_directory
 from agent.state import (
     AGENT_VERSION,
@@ -38,13 +38,25 @@ from protocol.plain import Plain, PlainDoc
 from protocol.randomness import RandomSource
 from protocol.registry import Registry, UseCase
 
-__all__ = ["MANIFEST", "Slot", "StateFiles", "budget_of", "epsilon_total", "new_use_case_doc"]
+__all__ = ["MANIFEST", "RE_ENROL", "Slot", "StateFiles", "budget_of", "epsilon_total", "new_use_case_doc"]
 
 log = logging.getLogger("ldp_agent")
 
 SUFFIX = ".sealed"
 MANIFEST = "manifest" + SUFFIX
 _FILE_PREFIX = "uc-"
+
+RE_ENROL = (
+    "`ldp-agent re-enrol` (with the daemon stopped) starts the affected use cases anew with new permanent "
+    "randomness, carrying their ε spent forward and charging each new memo (docs/state-integrity.md)"
+)
+"""What the operator can do about state that stopped because files were deleted or replaced."""
+
+
+def _saved_epsilon(budget: object) -> float:
+    """The lifetime ε a saved accounting (``Budget.to_plain``) records, 0 if it records none."""
+    value = budget.get("epsilon_total", 0.0) if isinstance(budget, dict) else 0.0
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else 0.0
 
 
 def _extends(old: Plain, new: Plain) -> bool:
@@ -118,9 +130,13 @@ class StateFiles:
         consent_broken: why the consent record does not open (None if it does or is absent).
         ledger: the ledger (None without consent, or while it is unreadable).
         ledger_broken: why the ledger does not open.
+        ledger_note: a deleted ledger the manifest says had been written (a new one was started).
         manifest: the manifest in force (None without consent, or when it cannot be trusted).
         manifest_on_disk: the manifest as last read or written.
         slots: the registry's use cases by name, with their state (empty without consent).
+        blocked: the last write failed (a full disk): why; None once a write succeeds again.
+        load_blocked: the writes a load must make first (the manifest moved forward, files bound
+            to it) failed: nothing is written or sent until a load succeeds.
     """
 
     def __init__(self, directory: Path, sealer: Sealer, rng: RandomSource) -> None:
@@ -136,6 +152,10 @@ class StateFiles:
         self.manifest: ManifestDoc | None = None
         self.manifest_on_disk: ManifestDoc | None = None
         self.consent_broken: str | None = None
+        self.ledger_note: str | None = None
+        self.schedule_device: bytes | None = None
+        self.blocked: StateWriteError | None = None
+        self.load_blocked: StateWriteError | None = None
 
     def path(self, name: str) -> Path:
         """The path of the state file ``name``."""
@@ -166,6 +186,8 @@ class StateFiles:
         self.ledger_broken = None
         self.manifest = None
         self.consent_broken = None
+        self.ledger_note = None
+        self.load_blocked = None
         try:
             raw = self._sealer.read(self.path("consent" + SUFFIX), "consent", CONSENT_VERSION)
             self.consent = None if raw is None else ConsentDoc.from_plain(raw)
@@ -177,29 +199,114 @@ class StateFiles:
             self.consent = None
         if self.consent is None:
             return
-        try:
-            raw = self._sealer.read(self.path("ledger" + SUFFIX), "ledger", LEDGER_VERSION)
-            self.ledger = LedgerDoc() if raw is None else LedgerDoc.from_plain(raw)
-        except (StateUnreadableError, ValueError) as e:
-            self.ledger_broken = str(e)
-            log.error("the ledger is unreadable (%s): nothing is published until it is repaired", e)
+        ledger_found = self._read_ledger()
+        self.schedule_device = self.read_schedule_file().device
         manifest, created, broken = self._read_manifest()
         loaded = {name: self._load_slot(uc) for name, uc in registry.use_cases.items()}
         if manifest is not None and broken is None:
+            broken = self._check_identity(manifest, created=created)
+        if manifest is not None and broken is None:
             manifest, broken = self._check_generations(manifest, loaded, created=created)
+        self.slots = loaded
         if broken is not None:
             # Without a trustworthy manifest no file can be shown fresh: every use case stops.
             log.error("%s", broken)
             for slot in loaded.values():
                 slot.broken = slot.broken or broken
                 slot.doc = None
-        else:
-            assert manifest is not None
+            return
+        assert manifest is not None
+        if manifest.ledger and not ledger_found:
+            self.ledger_note = (
+                f"started anew: {self.path('ledger' + SUFFIX)} was deleted (the manifest records one was written); "
+                "the list of what left the device before is lost, ε spent and permanent randomness are not"
+            )
+            log.error("%s", self.ledger_note)
+        try:
             if manifest != self.manifest_on_disk:
                 self.write_manifest(manifest)
+                # Already writing: bind the files that name no device yet (after a grant). Without
+                # a write, opening a state leaves every file as it is, byte for byte; they are
+                # bound by the next step that writes (write_slots, write_ledger, write_schedule).
+                self.manifest = manifest
+                self._bind_identity(manifest)
             self.manifest = manifest
-        for name, slot in loaded.items():
-            self.slots[name] = slot
+        except StateWriteError as e:
+            # A full disk at start-up: the manifest must move forward before anything else is
+            # written, so nothing is until a later load succeeds (agent.core retries it).
+            self.manifest = None
+            self.load_blocked = e
+            log.error("the state cannot be written (%s): nothing is recorded or sent until it can", e)
+
+    def _bind_consent(self, manifest: ManifestDoc) -> None:
+        if self.consent is not None and self.consent.device is None:
+            self.write_consent(replace(self.consent, device=manifest.device))
+            self.consent = replace(self.consent, device=manifest.device)
+
+    def _has(self, name: str) -> bool:
+        return self.path(name + SUFFIX).exists()
+
+    def _read_ledger(self) -> bool:
+        """Open the ledger (a new one if there is none); True if its file was there."""
+        try:
+            raw = self._sealer.read(self.path("ledger" + SUFFIX), "ledger", LEDGER_VERSION)
+            self.ledger = LedgerDoc() if raw is None else LedgerDoc.from_plain(raw)
+            return raw is not None
+        except (StateUnreadableError, ValueError) as e:
+            self.ledger_broken = str(e)
+            log.error("the ledger is unreadable (%s): nothing is published until it is repaired", e)
+            return True
+
+    def _check_identity(self, manifest: ManifestDoc, *, created: bool) -> str | None:
+        """Compare the device that consent, the ledger and the schedule name with the manifest's.
+
+        They are written under the manifest, so with the manifest missing any of them naming a
+        device shows the directory is not a new device's: deleting the manifest and every
+        use-case file is then refused like deleting one of them (docs/state-integrity.md).
+        Returns why every use case stops, or None; a foreign ledger stops publishing only.
+        """
+        assert self.consent is not None
+        consent_path, ledger_path = self.path("consent" + SUFFIX), self.path("ledger" + SUFFIX)
+        named = [(consent_path, self.consent.device), (self.path("agent" + SUFFIX), self.schedule_device)]
+        if self.ledger is not None:
+            named.append((ledger_path, self.ledger.device))
+        if created:
+            found = [(path, device) for path, device in named if device is not None]
+            if not found:
+                return None
+            files = ", ".join(str(path) for path, _ in found)
+            return (
+                f"the state manifest {self.path(MANIFEST)} is missing but {files} belong to the state of device "
+                f"{found[0][1].hex()}: the manifest was deleted, with the use-case files or without them. Every "
+                f"use case stops and nothing is sent rather than redraw permanent randomness or reset ε spent; "
+                f"{RE_ENROL}"
+            )
+        for path, device in named:
+            if device is None or device == manifest.device:
+                continue
+            if path == consent_path:
+                return (
+                    f"{path} belongs to the state of device {device.hex()}, the manifest {self.path(MANIFEST)} to "
+                    f"device {manifest.device.hex()}: the state directory was partly replaced. Every use case "
+                    f"stops; {RE_ENROL}"
+                )
+            if path == ledger_path:
+                self.ledger_broken = (
+                    f"{path} belongs to the state of device {device.hex()}, not this one ({manifest.device.hex()}); "
+                    f"nothing is published; {RE_ENROL}"
+                )
+                log.error("%s", self.ledger_broken)
+        return None
+
+    def _bind_identity(self, manifest: ManifestDoc) -> None:
+        """Bind consent, the ledger and the schedule to the manifest in force, once: after a grant
+        and for files of the previous release, which name no device."""
+        self._bind_consent(manifest)
+        ledger = self.ledger
+        if ledger is not None and self.ledger_broken is None and ledger.device is None and self._has("ledger"):
+            self.write_ledger(replace(ledger, device=manifest.device))
+        if self.schedule_device is None and self._has("agent"):
+            self.write_schedule(self.read_schedule_file())
 
     def _load_slot(self, use_case: UseCase) -> Slot:
         slot = Slot(use_case, kind_of(use_case), self.use_case_path(use_case.name))
@@ -240,9 +347,17 @@ class StateFiles:
                 self.manifest_on_disk = ManifestDoc.from_plain(raw)
                 return self.manifest_on_disk, False, None
         except StateUnreadableError as e:
-            return None, False, f"the state manifest {path} is unreadable ({e.reason}); no use case can be shown fresh"
+            return (
+                None,
+                False,
+                (f"the state manifest {path} is unreadable ({e.reason}); no use case can be shown fresh; {RE_ENROL}"),
+            )
         except ValueError as e:
-            return None, False, f"the state manifest {path} does not parse ({e}); no use case can be shown fresh"
+            return (
+                None,
+                False,
+                (f"the state manifest {path} does not parse ({e}); no use case can be shown fresh; {RE_ENROL}"),
+            )
         # No manifest: a new state directory, one written before manifests existed, or a crash
         # between granting consent and writing it. _check_generations refuses files that name one.
         device = self._rng.words(2).astype("<u8").tobytes()[:DEVICE_ID_BYTES]
@@ -267,7 +382,7 @@ class StateFiles:
                 return manifest, (
                     f"the state manifest {path} is missing but {slot.path} was written under one (generation "
                     f"{doc.generation}): the manifest was deleted or the state directory partly restored. Every use "
-                    "case stops rather than redraw permanent randomness; revoke and grant consent to start over"
+                    f"case stops rather than redraw permanent randomness; {RE_ENROL}"
                 )
             entry = manifest.entries.get(name)
             if slot.broken:
@@ -282,7 +397,7 @@ class StateFiles:
                 if entry is not None and not entry.removed:
                     slot.broken = (
                         f"state file {slot.path} is missing; the manifest expects generation {entry.generation}. "
-                        "Its permanent randomness and ε spent are not redrawn or reset"
+                        f"Its permanent randomness and ε spent are not redrawn or reset; {RE_ENROL}"
                     )
                 continue
             if doc.device is None:
@@ -298,7 +413,7 @@ class StateFiles:
             if doc.device != manifest.device:
                 slot.broken = (
                     f"state file {slot.path} belongs to another device's state (device {doc.device.hex()}, this "
-                    f"device is {manifest.device.hex()}): it was copied in"
+                    f"device is {manifest.device.hex()}): it was copied in; {RE_ENROL}"
                 )
                 continue
             manifest = self._check_generation(name, slot, doc, entry, manifest)
@@ -314,12 +429,12 @@ class StateFiles:
         if doc.generation < expected:
             slot.broken = (
                 f"state file {slot.path} is an older copy (generation {doc.generation}; the manifest expects "
-                f"{expected}): it was rolled back"
+                f"{expected}): it was rolled back; {RE_ENROL}"
             )
         elif doc.generation > expected + 1:
             slot.broken = (
                 f"state file {slot.path} is ahead of the manifest (generation {doc.generation}; the manifest "
-                f"has {expected}): the manifest {self.path(MANIFEST)} was rolled back"
+                f"has {expected}): the manifest {self.path(MANIFEST)} was rolled back; {RE_ENROL}"
             )
         elif spent + EPSILON_SLACK < floor:
             slot.broken = f"state file {slot.path} has spent ε {spent:g}, less than the {floor:g} the manifest recorded"
@@ -332,10 +447,32 @@ class StateFiles:
 
     # ------------------------------------------------------------------ writing
 
-    def write_manifest(self, manifest: ManifestDoc) -> None:
-        """Seal and write the manifest."""
-        self._sealer.write(self.path(MANIFEST), "manifest", MANIFEST_VERSION, manifest.to_plain())
+    def _write(self, path: Path, purpose: str, version: int, document: PlainDoc) -> None:
+        """Seal and write one file, keeping :attr:`blocked` up to date (the agent's back-pressure)."""
+        try:
+            self._sealer.write(path, purpose, version, document)
+        except StateWriteError as e:
+            self.blocked = e
+            raise
+        self.blocked = None
+
+    def write_manifest(self, manifest: ManifestDoc) -> ManifestDoc:
+        """Seal and write the manifest (marked as having a ledger once one was written under it);
+        returns the manifest written."""
+        if not manifest.ledger and self.ledger is not None and self.ledger.device == manifest.device:
+            manifest = replace(manifest, ledger=True)
+        self._write(self.path(MANIFEST), "manifest", MANIFEST_VERSION, manifest.to_plain())
         self.manifest_on_disk = manifest
+        return manifest
+
+    def probe(self) -> bool:
+        """After a failed write, write the manifest as it is again: True once writes succeed."""
+        if self.blocked is not None and self.manifest_on_disk is not None:
+            try:
+                self.write_manifest(self.manifest_on_disk)
+            except StateWriteError:
+                return False
+        return self.blocked is None
 
     def write_slots(self, writes: Sequence[tuple[Slot, UseCaseDoc]]) -> None:
         """Write use-case documents, then the manifest once, then adopt them in memory.
@@ -368,24 +505,30 @@ class StateFiles:
                 raise RuntimeError(f"use case {name}: ε spent would go down; refusing to write")
             doc.device = manifest.device
             doc.generation = (0 if entry is None else entry.generation) + 1
-            self._sealer.write(slot.path, f"usecase:{name}", USE_CASE_VERSION, doc.to_plain())
+            self._write(slot.path, f"usecase:{name}", USE_CASE_VERSION, doc.to_plain())
             updated = updated.with_entry(name, ManifestEntry(doc.generation, spent))
-        self.write_manifest(updated)
-        self.manifest = updated
+        self.manifest = self.write_manifest(updated)
         for slot, doc in writes:
             slot.doc = doc
+        self._bind_consent(self.manifest)
 
     def write_ledger(self, ledger: LedgerDoc) -> None:
-        """Seal and write the ledger, then adopt it."""
-        self._sealer.write(self.path("ledger" + SUFFIX), "ledger", LEDGER_VERSION, ledger.to_plain())
+        """Seal and write the ledger bound to the manifest in force, then adopt it; the first
+        ledger written under a manifest is recorded in it, so deleting the ledger is seen."""
+        manifest = self.manifest
+        if manifest is not None:
+            ledger.device = manifest.device
+        self._write(self.path("ledger" + SUFFIX), "ledger", LEDGER_VERSION, ledger.to_plain())
         self.ledger = ledger
+        if manifest is not None and not manifest.ledger:
+            self.manifest = self.write_manifest(manifest)
 
     def write_consent(self, doc: ConsentDoc) -> None:
         """Seal and write the consent record (the caller loads the state again)."""
-        self._sealer.write(self.path("consent" + SUFFIX), "consent", CONSENT_VERSION, doc.to_plain())
+        self._write(self.path("consent" + SUFFIX), "consent", CONSENT_VERSION, doc.to_plain())
 
-    def read_schedule(self) -> AgentDoc:
-        """The schedule bookkeeping (a fresh one if missing or unreadable: it holds no randomness)."""
+    def read_schedule_file(self) -> AgentDoc:
+        """The schedule file as it is, whatever device it names (a fresh one if missing or unreadable)."""
         try:
             raw = self._sealer.read(self.path("agent" + SUFFIX), "agent", AGENT_VERSION)
             return AgentDoc() if raw is None else AgentDoc.from_plain(raw)
@@ -393,9 +536,45 @@ class StateFiles:
             log.warning("schedule state unreadable (%s); starting a new schedule", e)
             return AgentDoc()
 
+    def read_schedule(self) -> AgentDoc:
+        """The schedule bookkeeping (a fresh one if missing, unreadable or another device's: it
+        holds no randomness)."""
+        doc = self.read_schedule_file()
+        manifest = self.manifest
+        if doc.device is not None and manifest is not None and doc.device != manifest.device:
+            return AgentDoc()
+        return doc
+
     def write_schedule(self, doc: AgentDoc) -> None:
-        """Seal and write the schedule bookkeeping."""
-        self._sealer.write(self.path("agent" + SUFFIX), "agent", AGENT_VERSION, doc.to_plain())
+        """Seal and write the schedule bookkeeping, bound to the manifest in force."""
+        if self.manifest is not None:
+            doc.device = self.manifest.device
+        self._write(self.path("agent" + SUFFIX), "agent", AGENT_VERSION, doc.to_plain())
+        self.schedule_device = doc.device
+
+    # ------------------------------------------------------------------ what the files record
+
+    def epsilon_recorded(self, name: str) -> float | None:
+        """The most lifetime ε any file of the directory records for use case ``name`` (None if
+        none records any): the manifest as in force and as on disk, the use-case file whatever
+        its state unless it is another device's copy, and the ledger. Status never shows less
+        (docs/state-integrity.md)."""
+        seen: list[float] = []
+        for manifest in (self.manifest, self.manifest_on_disk):
+            entry = None if manifest is None else manifest.entries.get(name)
+            if entry is not None:
+                seen += [entry.epsilon_total, _saved_epsilon(entry.budget)]
+        slot = self.slots.get(name)
+        known = self.manifest or self.manifest_on_disk
+        for doc in (None if slot is None else slot.doc, self.read_use_case_doc(name)):
+            # Another device's copy records that device's spending, not this one's.
+            if doc is not None and (known is None or doc.device in (None, known.device)):
+                seen.append(_saved_epsilon(doc.budget))
+        if self.ledger is not None:
+            spent = self.ledger.epsilon_by_use_case().get(name)
+            if spent is not None:
+                seen.append(spent)
+        return max(seen) if seen else None
 
     # ------------------------------------------------------------------ removing
 

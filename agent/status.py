@@ -180,6 +180,9 @@ class AgentStatus:
         ledger: ``"ok"``, or why the ledger does not open.
         use_cases: every use case of the registry, in its order.
         pid: the process that answered.
+        recording: ``"ok"``, or ``"paused since <time>: <why>..."`` while the state directory
+            cannot be written (a full disk): values are refused and nothing is sent until it can
+            (absent from the JSON of an agent of the previous release: read as ``"ok"``).
     """
 
     consent: bool
@@ -193,6 +196,7 @@ class AgentStatus:
     ledger: str
     use_cases: tuple[UseCaseStatus, ...]
     pid: int
+    recording: str = "ok"
 
     def to_json(self) -> JsonObject:
         """The JSON object the API answers and ``ldp-agent status --json`` prints."""
@@ -208,6 +212,7 @@ class AgentStatus:
             "ledger": self.ledger,
             "use_cases": [row.to_json() for row in self.use_cases],
             "pid": self.pid,
+            "recording": self.recording,
         }
 
     @classmethod
@@ -233,4 +238,5 @@ class AgentStatus:
             ledger=_text(status, "ledger"),
             use_cases=tuple(UseCaseStatus.from_json(row) for row in rows),
             pid=_count(status, "pid"),
+            recording=_text(status, "recording") if "recording" in status else "ok",
         )

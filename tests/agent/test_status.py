@@ -29,6 +29,7 @@ STATUS_KEYS = [
     "ledger",
     "use_cases",
     "pid",
+    "recording",
 ]
 DEFINITION_KEYS = [
     "use_case",

@@ -190,6 +190,12 @@ def test_files_from_before_manifests_are_adopted(
         doc = dict(read_sealed(path, f"usecase:{name}"))
         del doc["device"], doc["generation"]
         sealer.write(path, f"usecase:{name}", 1, doc)
+    for purpose in ("consent", "ledger", "agent"):  # before manifests, these named no device either
+        path = state / f"{purpose}.sealed"
+        if path.exists():
+            doc = dict(read_sealed(path, purpose))
+            doc.pop("device", None)
+            sealer.write(path, purpose, 1, doc)
     legacy = (state / "uc-procs.sealed").read_bytes()
     (state / "manifest.sealed").unlink()
     again = make_agent()

@@ -106,3 +106,37 @@ def test_the_previous_releases_state_is_opened_as_it_is_and_carried_on(
         body = msgpack.unpackb(p.entry.payload, raw=False)
         assert body["v"] == 2
         assert body["h"] == registry[p.use_case].definition
+
+
+def test_the_previous_releases_consent_and_ledger_are_bound_to_the_device_by_the_first_write(
+    previous_release: PreviousRelease, tmp_path: Path
+) -> None:
+    """0.1.0's consent and ledger name no device (a field this release adds, absent means "not bound
+    yet"): the first step that writes binds them to the manifest's device, after which deleting the
+    manifest and every use-case file stops the device instead of starting over."""
+    registry_path = tmp_path / "usecases.toml"
+    registry_path.write_text(REGISTRY, encoding="utf-8")
+    registry = parse_registry(registry_path.read_bytes(), source=str(registry_path))
+    state = tmp_path / "state"
+    old = previous_release.run(_WRITE_STATE, str(state), str(registry_path), str(START), KEY.hex())
+    before = _plain(state)
+    assert "device" not in before["consent.sealed"]
+    assert "device" not in before["ledger.sealed"]
+
+    clock = FakeClock(old["time"] + DAY)
+    agent = Agent(registry=registry, state_dir=state, sealer=Sealer(KEY), clock=clock, rng=SeededRandom(8))
+    agent.collect()
+    agent.acknowledge(agent.outbox()[:1])
+    after = _plain(state)
+    device = after["manifest.sealed"]["device"]
+    assert after["consent.sealed"]["device"] == device
+    assert after["ledger.sealed"]["device"] == device
+    assert after["manifest.sealed"]["ledger"] is True
+    assert after["consent.sealed"]["granted_at"] == before["consent.sealed"]["granted_at"]
+
+    for p in [state / "manifest.sealed", *state.glob("uc-*.sealed")]:
+        p.unlink()
+    again = Agent(registry=registry, state_dir=state, sealer=Sealer(KEY), clock=clock, rng=SeededRandom(9))
+    rows = again.use_case_status()
+    assert all(r.state.startswith("stopped:") and "re-enrol" in r.state for r in rows)
+    assert not list(state.glob("uc-*.sealed"))
