@@ -17,7 +17,8 @@ value beyond its mechanism's range, and the clamping that applies).
 
 Replies are ``{"ok": true, ...}`` or ``{"ok": false, "error": <kind>, "message": <text>}`` with
 kind one of ``bad-request``, ``value-refused``, ``consent-required``, ``use-case-stopped``,
-``state-unreadable``, ``busy``. The same dispatcher serves the CLI when no daemon runs, so
+``state-unreadable``, ``state-unwritable`` (a full disk: recording pauses and resumes by
+itself), ``busy``. The same dispatcher serves the CLI when no daemon runs, so
 both paths behave identically. Access is controlled by the socket's file mode.
 """
 

@@ -123,9 +123,16 @@ class Agent:
                 # Nothing of the carried-over state was adopted; the next step loads again.
                 self._files.manifest = None
                 self._files.load_blocked = e
+        # One line per reason: a missing manifest stops every use case for the same reason,
+        # which the journal (and a one-shot verb's stderr) should say once, not once per use case.
+        by_reason: dict[str, list[str]] = {}
         for name, slot in self._files.slots.items():
             if slot.broken:
-                log.error("use case %s stopped: %s", name, slot.broken)
+                by_reason.setdefault(str(slot.broken), []).append(name)
+        for reason, names in by_reason.items():
+            if reason == self._files.directory_broken:
+                continue  # logged once where the state directory was read
+            log.error("use case%s %s stopped: %s", "s" if len(names) > 1 else "", ", ".join(names), reason)
 
     def _writable(self) -> StateWriteError | None:
         """Try again what the last failed write blocked; None once the state can be written.

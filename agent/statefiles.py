@@ -153,6 +153,8 @@ class StateFiles:
         self.manifest_on_disk: ManifestDoc | None = None
         self.consent_broken: str | None = None
         self.ledger_note: str | None = None
+        # Why every use case stopped at once (a missing or untrustworthy manifest), logged once.
+        self.directory_broken: str | None = None
         self.schedule_device: bytes | None = None
         self.blocked: StateWriteError | None = None
         self.load_blocked: StateWriteError | None = None
@@ -187,6 +189,7 @@ class StateFiles:
         self.manifest = None
         self.consent_broken = None
         self.ledger_note = None
+        self.directory_broken = None
         self.load_blocked = None
         try:
             raw = self._sealer.read(self.path("consent" + SUFFIX), "consent", CONSENT_VERSION)
@@ -211,6 +214,7 @@ class StateFiles:
         if broken is not None:
             # Without a trustworthy manifest no file can be shown fresh: every use case stops.
             log.error("%s", broken)
+            self.directory_broken = broken
             for slot in loaded.values():
                 slot.broken = slot.broken or broken
                 slot.doc = None
