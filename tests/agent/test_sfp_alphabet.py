@@ -200,7 +200,8 @@ def test_ldp_agent_record_refuses_with_status_3_and_names_the_characters(
     capsys.readouterr()
     status, ledger = _json(capsys, cfg, "status"), _json(capsys, cfg, "ledger")
     files = _state_files(tmp_path / "state")
-    assert main(["--config", cfg, "record", "new-words", "für"]) == ExitStatus.REFUSED == 3
+    assert main(["--config", cfg, "record", "new-words", "für"]) == ExitStatus.REFUSED
+    assert ExitStatus.REFUSED.value == 3  # the status the exit-status table documents for refused values
     err = capsys.readouterr().err
     assert "'ü' (U+00FC LATIN SMALL LETTER U WITH DIAERESIS)" in err
     assert '"abcdefghijklmnopqrstuvwxyz\' "' in err

@@ -26,6 +26,7 @@ from agent.publisher import Publisher, ReceiptPolicy
 from agent.sealed import Sealer
 from collector.config import load_config
 from collector.estimation import compute_estimate
+from collector.results import ReleaseDecision
 from protocol.randomness import SeededRandom
 from protocol.registry import parse_registry
 from runtime.backoff import Backoff
@@ -164,9 +165,12 @@ async def test_unicode_words_travel_from_agents_to_a_released_estimate(mosquitto
     assert result.released, result.withheld_reason
     assert result.reports == AGENTS
     estimate = result.estimate
-    assert estimate is not None
-    found = {item.value: item for item in estimate.items}  # type: ignore[union-attr]
+    assert isinstance(estimate, ReleaseDecision)
+    found = {item.value: (item.count, item.standard_error) for item in estimate.items}
     assert set(found) == set(TRUTH)
     for word, count in TRUTH.items():
-        assert abs(found[word].count - count) <= 5 * found[word].standard_error, (word, found[word])
-    assert estimate.alphabet == "abcdefghijklmnopqrstuvwxyzñßãé' "  # type: ignore[union-attr]
+        estimated, se = found[word]
+        assert estimated is not None
+        assert se is not None
+        assert abs(estimated - count) <= 5 * se, (word, estimated, se)
+    assert estimate.alphabet == "abcdefghijklmnopqrstuvwxyzñßãé' "
