@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -42,7 +43,7 @@ def registry(tmp_path: Path) -> Path:
     return path
 
 
-def _plan(registry: Path, name: str, n: str = "1e6") -> dict[str, object]:
+def _plan(registry: Path, name: str, n: str = "1e6") -> dict[str, Any]:
     return plan(["use-case", "--registry", str(registry), name, "--n", n])
 
 
