@@ -230,6 +230,14 @@ class DiscoveryMechanism(Mechanism, Protocol):
         """The characters discovered strings are assembled from (a device refuses others)."""
         ...
 
+    def check_discoverable(self, value: str, /) -> str:
+        """``value`` as it is privatized if it can ever be discovered; ``InputError`` naming why not.
+
+        Privatizing takes any value :meth:`Mechanism.check_value` takes; the agent asks this
+        too before it records, so that no ε is spent on a value that can never be released.
+        """
+        ...
+
     def reported_as(self, value: str) -> str:
         """How a recorded string appears among the discovered ones (truncated, unpadded)."""
         ...

@@ -12,7 +12,11 @@ Form C (NFC, :func:`normalize`), so that a letter typed precomposed (``"é"``, U
 base letter and a combining mark (``"e"`` U+0065, U+0301) is one and the same word; then it is
 truncated to ``length`` characters and padded on the right with spaces to exactly
 ``length`` (003 §4.3: "padding shorter strings with spaces and truncating longer
-strings"); ``s`` below is that padded word.
+strings"); ``s`` below is that padded word. The word sketch hashes ``s`` as UTF-8. Fragment
+positions are the 0-based offsets ``0, fragment_length, 2 fragment_length, ...`` (the
+paper's 1-based ``{1, 3, 5, 7, 9}``); ``length`` must be a multiple of ``fragment_length``.
+The puzzle piece is ``h(s)`` in ``[256]`` and the fragment value hashed by the fragment
+sketch is the byte ``h(s)`` followed by the UTF-8 of ``s[ℓ : ℓ + fragment_length]``.
 
 **A character is a code point of the NFC form**, never a byte: ``length``, the fragments and
 the alphabet all count code points, so ``"ß"`` or ``"ã"`` (two bytes of UTF-8 each) is one
@@ -25,18 +29,15 @@ fragments (assembly joins the fragments back in order, so the word is found whol
 included (default :data:`DEFAULT_ALPHABET`: a-z, the apostrophe of "don't", the space). The
 server assembles words only from it (003 Alg. 10 step 8 enumerates ``256 x
 |alphabet|**fragment_length`` fragment candidates), so a word with any other character can
-never be discovered: :meth:`SequenceFragmentPuzzle.check_value` refuses such a word before
-any ε is spent, and so a word the collector can never release as such (empty, or with a
-space inside its first ``length`` characters: a device pads on the right only, so the
-collector releases no string with padding inside it). Characters past ``length`` are cut
-off (the word is released truncated) and are not checked. The alphabet is a parameter of the
-mechanism, so the use case's definition hash covers it; left at its default it is left out
-of every hash (:data:`~protocol.interfaces.HASHED_UNLESS_DEFAULT`), which keeps the hashes of
-use cases defined before it existed. The word sketch hashes ``s`` as UTF-8. Fragment
-positions are the 0-based offsets ``0, fragment_length, 2 fragment_length, ...`` (the
-paper's 1-based ``{1, 3, 5, 7, 9}``); ``length`` must be a multiple of ``fragment_length``.
-The puzzle piece is ``h(s)`` in ``[256]`` and the fragment value hashed by the fragment
-sketch is the byte ``h(s)`` followed by the UTF-8 of ``s[ℓ : ℓ + fragment_length]``.
+never be discovered. Privatizing takes any string, as 003 Alg. 9 does; the agent asks
+:meth:`SequenceFragmentPuzzle.check_discoverable` before it records and refuses, before any
+ε is spent, such a word, and any other word the collector can never release as such: an
+empty one, or one with a space inside its first ``length`` characters (a device pads on the
+right only, so the collector releases no string with padding inside it). Characters past
+``length`` are cut off (the word is released truncated) and are not checked. The alphabet is
+a parameter of the mechanism, so the use case's definition hash covers it; left at its
+default it is left out of every hash (:data:`~protocol.interfaces.HASHED_UNLESS_DEFAULT`),
+which keeps the hashes of use cases defined before it existed.
 
 **Client (003 Alg. 9).** Draw the position index ``i`` uniform over the
 ``length / fragment_length`` positions (offset ``ℓ = i * fragment_length``); send
@@ -337,30 +338,37 @@ class SequenceFragmentPuzzle(EventLevelStrings):
         )
 
     def check_value(self, value: object) -> str:
-        """A word the collector can discover, in NFC (truncated or padded to ``length`` when privatized).
-
-        Raises:
-            InputError: not a string, or a word that can never be assembled (the module
-                docstring, "Alphabet"): the message names the characters and the alphabet.
-        """
+        """A word (a string; truncated or padded to ``length`` when privatized)."""
         if not isinstance(value, str):
             raise InputError(f"takes a word (a string); got {value!r}")
+        return value
+
+    def check_discoverable(self, value: str) -> str:
+        """``value`` in NFC if the collector can ever discover it (the agent asks before it records).
+
+        Privatizing takes any string (003 Alg. 9); this is the agent's test that a word is worth
+        its ε (the module docstring, "Alphabet").
+
+        Raises:
+            InputError: a word that can never be assembled, naming its characters outside the
+                alphabet and the alphabet, or why else.
+        """
         word = normalize(value)
         sent = word[: self.length]
         outside = [c for c in dict.fromkeys(sent) if c not in self.symbols]
         if outside:
             raise InputError(
-                f"{word!r} has characters outside the use case's alphabet: {describe_characters(outside)}; "
-                f"the alphabet (parameters.alphabet) is {self.alphabet!r}, and a word with any other "
-                "character can never be discovered"
+                f"refuses {word!r}: it has characters outside the use case's alphabet: "
+                f"{describe_characters(outside)}; the alphabet (parameters.alphabet) is {self.alphabet!r}, "
+                "and a word with any other character can never be discovered"
             )
         kept = sent.rstrip(PADDING)
         if not kept:
-            raise InputError(f"{value!r} is no word: a word needs a character other than the padding space")
+            raise InputError(f"refuses {value!r}: it is no word, a word needs a character other than the space")
         if PADDING in kept:
             raise InputError(
-                f"{word!r} has a space inside its first {self.length} characters; the space pads words "
-                "on the right, so a word with a space inside can never be discovered"
+                f"refuses {word!r}: it has a space inside its first {self.length} characters; the space pads "
+                "words on the right, so a word with a space inside can never be discovered"
             )
         return word
 

@@ -68,19 +68,19 @@ def test_characters_are_code_points_after_nfc() -> None:
     assert mech.pad("na\u0303o") == mech.pad("não") == "não       "
     assert mech.fragment_of(mech.pad("straße"), 2) == "ße"
     # Past `length` nothing is checked: the word is released truncated.
-    assert mech.check_value("abcdefghij日本") == "abcdefghij日本"
+    assert mech.check_discoverable("abcdefghij日本") == "abcdefghij日本"
     assert mech.reported_as("abcdefghij日本") == "abcdefghij"
     with pytest.raises(InputError, match=r"'日' \(U\+65E5 CJK UNIFIED IDEOGRAPH-65E5\)"):
-        mech.check_value("日本")
+        mech.check_discoverable("日本")
 
 
 def test_a_letter_without_a_precomposed_form_is_two_characters() -> None:
     """ "g̃" has no precomposed form: after NFC it is "g" and U+0303, both needed in the alphabet."""
     with_mark = _mech("abcdefghijklmnopqrstuvwxyz\u0303 ")
-    assert with_mark.check_value("g\u0303o") == "g\u0303o"
+    assert with_mark.check_discoverable("g\u0303o") == "g\u0303o"
     without = _mech("abcdefghijklmnopqrstuvwxyz ")
     with pytest.raises(InputError, match="U\\+0303 COMBINING TILDE"):
-        without.check_value("g\u0303o")
+        without.check_discoverable("g\u0303o")
 
 
 def test_unicode_words_are_reconstructed_under_one_spelling() -> None:
