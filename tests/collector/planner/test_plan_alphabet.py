@@ -74,3 +74,13 @@ def test_plan_use_case_prints_the_alphabet(registry: Path, capsys: pytest.Captur
     out = capsys.readouterr().out
     assert "alphabet size: 35" in out
     assert "fragment pairs per position: 313600" in out
+
+
+def test_plan_sfp_takes_the_alphabet_itself() -> None:
+    """``plan sfp --alphabet`` counts the characters; the plan is that of ``--alphabet-size`` with the count."""
+    spanish = "abcdefghijklmnopqrstuvwxyzáéíóúüñ' "
+    by_text = plan(["sfp", "--n", "1e6", "--alphabet", spanish])
+    by_size = plan(["sfp", "--n", "1e6", "--alphabet-size", "35"])
+    assert by_text["alphabet_size"] == 35
+    assert by_text == by_size
+    assert plan(["sfp", "--n", "1e6"])["alphabet_size"] == 28
