@@ -105,7 +105,10 @@ def _parser() -> argparse.ArgumentParser:
     rec = sub.add_parser(
         "record",
         help="record a value",
-        description="Record one value for a use case. It is privatized on this device before anything is stored.",
+        description="Record one value for a use case. It is privatized on this device before anything is stored. "
+        "A value the use case can never release is refused with status 3, storing nothing and spending no ε: "
+        "an sfp word with characters outside the use case's alphabet (named in the message), empty, or with "
+        "a space inside.",
     )
     rec.add_argument("use_case", metavar="USE_CASE")
     rec.add_argument("value", metavar="VALUE")

@@ -6,7 +6,9 @@ the period closes (000 §3.1); a string is privatized at once from its memo entr
 most once per period (004 §2); an event is privatized at once with fresh coins (003 §3.2.1).
 A period's privatized records are a uniform reservoir of at most the daily limit, so what is
 sent is a uniform sample of the period's values. Every value of a batch is checked before
-anything is written, and each use case is written once per batch.
+anything is written, and each use case is written once per batch. A string a discovery
+use case (SFP) can never release (characters outside its alphabet, protocol/sfp.py
+"Alphabet") is refused with the rest, so no ε is spent on it.
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ from agent.errors import UseCaseStoppedError, ValueRefusedError
 from agent.state import PendingRecords, UseCaseDoc
 from agent.statefiles import Slot, StateFiles, budget_of, new_use_case_doc
 from agent.usecases import Kind, check_counter_value, check_value, clamp_note, privatize, setup
+from protocol.errors import InputError
+from protocol.interfaces import EstimateKind, as_discovery
 from protocol.plain import Plain
 from protocol.randomness import RandomSource, uniform_ints
 from protocol.registry import Registry
@@ -162,6 +166,12 @@ def _check_value(slot: Slot, value: object, key: str | None) -> None:
     if key is not None and (not isinstance(key, str) or not key or len(key) > 256):
         raise ValueRefusedError(f"a counter key is a non-empty string of at most 256 characters; got {key!r}")
     check_value(uc, value)
+    if uc.mechanism.kind is EstimateKind.DISCOVERY and isinstance(value, str):
+        # The collector can only ever release words it can assemble: refuse the rest before any ε is spent.
+        try:
+            as_discovery(uc.mechanism).check_discoverable(value)
+        except InputError as exc:
+            raise ValueRefusedError(f"use case {uc.name!r} ({uc.mechanism.name}) {exc}") from None
 
 
 def _period_for_record(slot: Slot, doc: UseCaseDoc, clock: Clock) -> int:

@@ -71,6 +71,8 @@ def _values(mech: str, i: int) -> list[tuple[object, str | None]]:
         return [(1_800.0 + i, None)]
     if mech == "rr":
         return [(i % 2, None)]
+    if mech == "sfp":  # words of the default alphabet: the agent refuses others (protocol/sfp.py)
+        return [(f"value{chr(97 + i % 26)}{chr(97 + k)}", None) for k in range(5)]
     return [(f"value-{i}-{k}", None) for k in range(5)]
 
 

@@ -62,8 +62,9 @@ Schema (every section and key optional except ``registry``; defaults shown)::
     memory_mib = 1024               # bound on the (use case, period) aggregates kept in memory
     confidence = 0.95               # level of the reported confidence intervals
 
-The characters SFP discovery assembles words from are a use-case setting
-(``collector.alphabet`` in the registry), not a collector one.
+The characters SFP discovery assembles words from are a use-case parameter
+(``parameters.alphabet`` in the registry, which devices check their words against), not a
+collector setting.
 """
 
 from __future__ import annotations
@@ -240,7 +241,10 @@ class EstimationConfig:
 
     # An alphabet is part of what an SFP use case discovers, so it moved to the registry.
     MOVED_KEYS: ClassVar[Mapping[str, str]] = MappingProxyType(
-        {"sfp_alphabet": "moved to the registry: set collector.alphabet of each sfp use case, and remove it here"}
+        {
+            "sfp_alphabet": "moved to the registry: set parameters.alphabet of each sfp use case "
+            "(once collector.alphabet), and remove it here"
+        }
     )
 
     workers: Annotated[int, Range(0, 64)] = 1

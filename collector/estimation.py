@@ -38,7 +38,6 @@ reads the store with :func:`compute_estimate`. ``epsilon`` is the declared ε of
 
 from __future__ import annotations
 
-import dataclasses
 import datetime as dt
 import math
 from collections.abc import Callable, Sequence
@@ -75,7 +74,7 @@ from collector.results import (
 from collector.store import KeyInfo, Store, open_store
 from protocol.catalog import Catalog
 from protocol.errors import TooManyWordsError
-from protocol.interfaces import EstimateKind, as_frequencies, as_histogram
+from protocol.interfaces import EstimateKind, as_discovery, as_frequencies, as_histogram
 from protocol.registry import UseCase
 from protocol.server.contract import (
     Aggregate,
@@ -85,6 +84,7 @@ from protocol.server.contract import (
     histogram_server,
     mean_server,
 )
+from protocol.sfp import DEFAULT_ALPHABET
 
 __all__ = [
     "DEFAULT_SFP_ALPHABET",
@@ -103,11 +103,11 @@ __all__ = [
     "z_value",
 ]
 
-DEFAULT_SFP_ALPHABET = "abcdefghijklmnopqrstuvwxyz' "
-"""Characters SFP discovery assembles words from when a use case names none: the letters, the
-apostrophe (``it's``, ``don't``) and the space that pads short words. 28 characters give
-256 x 28**2 = 200,704 (piece, fragment) candidates per position at the deployed fragment
-length 2."""
+DEFAULT_SFP_ALPHABET = DEFAULT_ALPHABET
+"""Characters SFP discovery assembles words from when a use case names none
+(:data:`protocol.sfp.DEFAULT_ALPHABET`): the letters, the apostrophe (``it's``, ``don't``) and
+the space that pads short words. 28 characters give 256 x 28**2 = 200,704 (piece, fragment)
+candidates per position at the deployed fragment length 2."""
 
 
 def z_value(confidence: float) -> float:
@@ -207,15 +207,17 @@ def _frequencies(detail: Release, *, withheld: bool) -> ReleaseDecision:
     )
 
 
-def discovery_settings(use_case: UseCase, n: int) -> tuple[str, int]:
+def discovery_settings(use_case: UseCase, n: int, *, alphabet: str | None = None) -> tuple[str, int]:
     """The alphabet and ``T`` a discovery use case (SFP) is decoded with at ``n`` reports.
 
-    The use case's ``collector.alphabet`` and ``collector.top_t`` when given; otherwise
-    :data:`DEFAULT_SFP_ALPHABET` and the planner's ``T``
+    The mechanism's alphabet (``parameters.alphabet``, the one devices check their words
+    against; ``alphabet`` overrides it) and ``collector.top_t`` when given, otherwise the
+    planner's ``T`` for that alphabet's size
     (:func:`collector.decoding.discovery_settings.discovery_top_t`, from the mechanism's own figures).
     """
     settings = use_case.collector
-    alphabet = settings.alphabet or DEFAULT_SFP_ALPHABET
+    if alphabet is None:
+        alphabet = as_discovery(use_case.mechanism).alphabet
     if settings.top_t is not None:
         return alphabet, settings.top_t
     top_t = discovery_top_t(
@@ -229,10 +231,12 @@ def discovery_settings(use_case: UseCase, n: int) -> tuple[str, int]:
     return alphabet, top_t
 
 
-def _discover(use_case: UseCase, aggregate: Aggregate, rule: ReleaseRule, *, withheld: bool) -> ReleaseDecision:
+def _discover(
+    use_case: UseCase, aggregate: Aggregate, rule: ReleaseRule, *, withheld: bool, alphabet: str | None
+) -> ReleaseDecision:
     """003 Alg. 10 through the discovery protocol, every assembled string released by the rule."""
     discovery = discovery_server(use_case.server)
-    alphabet, top_t = discovery_settings(use_case, aggregate.n)
+    alphabet, top_t = discovery_settings(use_case, aggregate.n, alphabet=alphabet)
     while True:
         try:
             found = discovery.discover(aggregate, alphabet=alphabet, top_t=top_t, threshold=-math.inf)
@@ -285,7 +289,8 @@ def estimate_aggregate(
         info: the period and its report and record counts.
         confidence: level of the two-sided intervals.
         registry_dir: where relative dictionary paths resolve (default: the working directory).
-        sfp_alphabet: overrides the use case's discovery alphabet (``collector.alphabet``).
+        sfp_alphabet: overrides the alphabet discovery assembles words from (the mechanism's
+            ``parameters.alphabet``).
         withheld: also list the withheld entries of a frequency output
             (``estimate.withheld_items``, each with ``released: false`` and its
             ``withheld_reason``), so that every entry can be checked against a truth.
@@ -318,16 +323,22 @@ def estimate_aggregate(
     if info.reports < settings.min_reports or info.reports == 0:
         reason = f"{info.reports} reports; at least {settings.min_reports} are needed before release"
         return struct_replace(result, withheld_reason=reason)
-    if sfp_alphabet is not None:
-        use_case = dataclasses.replace(use_case, collector=dataclasses.replace(settings, alphabet=sfp_alphabet))
-    found = _estimate_of_kind(use_case, aggregate, registry_dir or Path.cwd(), confidence, withheld=withheld)
+    found = _estimate_of_kind(
+        use_case, aggregate, registry_dir or Path.cwd(), confidence, withheld=withheld, alphabet=sfp_alphabet
+    )
     if isinstance(found, str):
         return struct_replace(result, withheld_reason=found)
     return struct_replace(result, estimate=found, released=True)
 
 
 def _estimate_of_kind(
-    use_case: UseCase, aggregate: Aggregate, registry_dir: Path, confidence: float, *, withheld: bool
+    use_case: UseCase,
+    aggregate: Aggregate,
+    registry_dir: Path,
+    confidence: float,
+    *,
+    withheld: bool,
+    alphabet: str | None = None,
 ) -> EstimateForm | str:
     """The estimate the mechanism's kind gives, or why there is none."""
     kind = use_case.mechanism.kind
@@ -339,7 +350,7 @@ def _estimate_of_kind(
     if kind is EstimateKind.CANDIDATES:
         return _candidates(use_case, aggregate, registry_dir, rule, withheld=withheld)
     if kind is EstimateKind.DISCOVERY:
-        return _discover(use_case, aggregate, rule, withheld=withheld)
+        return _discover(use_case, aggregate, rule, withheld=withheld, alphabet=alphabet)
     if kind in (EstimateKind.DICTIONARY, EstimateKind.CATEGORIES):
         return _listed(use_case, aggregate, registry_dir, rule, withheld=withheld)
     return f"no estimator for mechanism {use_case.mechanism.name!r}"

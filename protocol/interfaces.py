@@ -37,6 +37,7 @@ from protocol.plain import PlainDoc
 from protocol.randomness import RandomSource
 
 __all__ = [
+    "HASHED_UNLESS_DEFAULT",
     "DiscoveryMechanism",
     "EstimateKind",
     "EventLevelStrings",
@@ -58,6 +59,11 @@ __all__ = [
 
 RecordValue = int | float | str | bytes
 """A value the agent records, after the mechanism's validation and coercion."""
+
+HASHED_UNLESS_DEFAULT = "ldp-hashed-unless-default"
+"""Field metadata of a mechanism parameter added after use cases were deployed: while it holds
+its default it is left out of every hash (:mod:`protocol.use_cases`), so the definitions,
+fingerprints and registry hashes of use cases that do not set it stay as they were."""
 
 T = TypeVar("T")
 
@@ -218,6 +224,19 @@ class FrequencyMechanism(Mechanism, Protocol):
 @runtime_checkable
 class DiscoveryMechanism(Mechanism, Protocol):
     """Strings found without a dictionary (SFP, 003 §4.3)."""
+
+    @property
+    def alphabet(self) -> str:
+        """The characters discovered strings are assembled from (a device refuses others)."""
+        ...
+
+    def check_discoverable(self, value: str, /) -> str:
+        """``value`` as it is privatized if it can ever be discovered; ``InputError`` naming why not.
+
+        Privatizing takes any value :meth:`Mechanism.check_value` takes; the agent asks this
+        too before it records, so that no ε is spent on a value that can never be released.
+        """
+        ...
 
     def reported_as(self, value: str) -> str:
         """How a recorded string appears among the discovered ones (truncated, unpadded)."""

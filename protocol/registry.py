@@ -28,7 +28,6 @@ Schema (``docs/wire-format.md`` has the full table)::
     dictionary = "dictionaries/emoji.txt" # optional: cms / hcms dictionary, RAPPOR candidates
     correction = "bh"                     # optional, cms/hcms/sfp/rappor: bh, bonferroni, storey or pfer
     alpha = 0.05                          # optional: its level (pfer: false positives expected)
-    alphabet = "abcdefghijklmnopqrstuvwxyz' "  # optional, sfp: characters words are assembled from
     top_t = 400                           # optional, sfp: pieces kept per position (003 Alg. 10 T)
 
 **Declared ε and the cost charged.** ``epsilon`` is the most one report of the use case may
@@ -62,7 +61,7 @@ import tomllib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Annotated, Any, Final, TypeVar
+from typing import Annotated, Any, ClassVar, Final, TypeVar
 
 from protocol import cms, dbitflip, hcms, one_bit_mean, randomized_response, rappor, sfp
 from protocol.envelope import HASH_SIZE, MAX_REPORT_BYTES
@@ -131,8 +130,6 @@ MECHANISM_NAMES: Final = tuple(e.name for e in BUILTIN_MECHANISMS)
 CORRECTIONS: Final = ("bonferroni", "bh", "storey", "pfer")
 """The multiple-testing corrections a frequency use case may name (``collector.decoding.stats``)."""
 _TOP_T_MAX: Final = 1 << 20
-_FRAGMENT_CANDIDATES_MAX: Final = 1 << 24
-"""Most (puzzle piece, fragment) pairs per position an alphabet may give (``protocol.sfp``)."""
 
 
 # --- parsing -----------------------------------------------------------------------------
@@ -144,12 +141,17 @@ _FRAGMENT_CANDIDATES_MAX: Final = 1 << 24
 
 @dataclass(frozen=True, kw_only=True)
 class _CollectorTable:
+    # The agent refuses a word with characters outside SFP's alphabet, so the alphabet is part
+    # of what a report means: a parameter of the mechanism, under the definition hash.
+    MOVED_KEYS: ClassVar[Mapping[str, str]] = MappingProxyType(
+        {"alphabet": "moved to parameters.alphabet of the sfp use case (the agent checks words against it)"}
+    )
+
     min_reports: Annotated[int, Range(0, 1 << 62)]
     release_threshold: Annotated[float, Range(0.0)] = 0.0
     dictionary: str | None = None
     correction: str | None = None
     alpha: Annotated[float, Range(0.0, low_open=True)] | None = None
-    alphabet: str | None = None
     top_t: Annotated[int, Range(1, _TOP_T_MAX)] | None = None
 
 
@@ -331,7 +333,6 @@ def _parse_use_case(
             dictionary=c.dictionary,
             correction=correction,
             alpha=alpha,
-            alphabet=c.alphabet,
             top_t=c.top_t,
         ),
         description=t.description,
@@ -455,23 +456,11 @@ def _correction(col: _Errors, c: _CollectorTable, mech_name: str, *, tested: boo
 
 
 def _discovery(col: _Errors, c: _CollectorTable, mech_name: str, mechanism: Mechanism) -> None:
-    """Check a discovery mechanism's ``alphabet`` and ``top_t`` (``None``: the collector's defaults)."""
-    for key, value in (("alphabet", c.alphabet), ("top_t", c.top_t)):
-        if value is not None and mechanism.kind is not EstimateKind.DISCOVERY:
-            raise col.error(
-                key, "unknown-key", f"{mech_name} discovers no strings; only discovery mechanisms (sfp) take {key}"
-            )
-    if c.alphabet is not None:
-        symbols = len(set(c.alphabet))
-        if not c.alphabet.strip(" "):
-            raise col.error("alphabet", "bad-value", "give the characters words are made of (and the space)")
-        # SFP's fragment candidates per position (003 Alg. 10 step 8): 256 pieces x |alphabet|^l.
-        fragment_length = mechanism.fragment_length if isinstance(mechanism, sfp.SequenceFragmentPuzzle) else 1
-        pairs = sfp.PUZZLE_PIECES * symbols**fragment_length
-        if pairs > _FRAGMENT_CANDIDATES_MAX:
-            raise col.error(
-                "alphabet",
-                "out-of-range",
-                f"{symbols} characters give {pairs} fragment candidates per position, more than "
-                f"{_FRAGMENT_CANDIDATES_MAX}; use fewer characters or a shorter fragment_length",
-            )
+    """Check a discovery mechanism's ``top_t`` (``None``: the collector's planner chooses it).
+
+    Its alphabet is a parameter of the mechanism (``parameters.alphabet``), checked by it.
+    """
+    if c.top_t is not None and mechanism.kind is not EstimateKind.DISCOVERY:
+        raise col.error(
+            "top_t", "unknown-key", f"{mech_name} discovers no strings; only discovery mechanisms (sfp) take top_t"
+        )

@@ -7,7 +7,9 @@ sub-seeds ``derive_seed(seed, "sfp/word")``, ``"sfp/fragment"`` and ``"sfp/puzzl
 deployed New Words parameters (003 §6.1) are ``(m, m') = (1024, 1024)``,
 ``(k, k') = (2048, 2048)``, ``(ε, ε') = (2, 6)``, ``length = 10``, ``fragment_length = 2``.
 
-**Encoding.** A word is a ``str`` of Unicode characters (code points, not bytes): it is
+**Encoding.** A word is a ``str`` of Unicode characters: it is first put in Normalization
+Form C (NFC, :func:`normalize`), so that a letter typed precomposed (``"é"``, U+00E9) or as a
+base letter and a combining mark (``"e"`` U+0065, U+0301) is one and the same word; then it is
 truncated to ``length`` characters and padded on the right with spaces to exactly
 ``length`` (003 §4.3: "padding shorter strings with spaces and truncating longer
 strings"); ``s`` below is that padded word. The word sketch hashes ``s`` as UTF-8. Fragment
@@ -15,6 +17,27 @@ positions are the 0-based offsets ``0, fragment_length, 2 fragment_length, ...``
 paper's 1-based ``{1, 3, 5, 7, 9}``); ``length`` must be a multiple of ``fragment_length``.
 The puzzle piece is ``h(s)`` in ``[256]`` and the fragment value hashed by the fragment
 sketch is the byte ``h(s)`` followed by the UTF-8 of ``s[ℓ : ℓ + fragment_length]``.
+
+**A character is a code point of the NFC form**, never a byte: ``length``, the fragments and
+the alphabet all count code points, so ``"ß"`` or ``"ã"`` (two bytes of UTF-8 each) is one
+character of a fragment like ``"a"``, and a fragment is never cut inside a letter's UTF-8.
+A letter that Unicode has no precomposed form for stays a base letter and a combining mark
+after NFC: two characters, both of which must be in the alphabet, and they may fall in two
+fragments (assembly joins the fragments back in order, so the word is found whole).
+
+**Alphabet.** ``alphabet`` holds the characters words are made of, the padding space
+included (default :data:`DEFAULT_ALPHABET`: a-z, the apostrophe of "don't", the space). The
+server assembles words only from it (003 Alg. 10 step 8 enumerates ``256 x
+|alphabet|**fragment_length`` fragment candidates), so a word with any other character can
+never be discovered. Privatizing takes any string, as 003 Alg. 9 does; the agent asks
+:meth:`SequenceFragmentPuzzle.check_discoverable` before it records and refuses, before any
+ε is spent, such a word, and any other word the collector can never release as such: an
+empty one, or one with a space inside its first ``length`` characters (a device pads on the
+right only, so the collector releases no string with padding inside it). Characters past
+``length`` are cut off (the word is released truncated) and are not checked. The alphabet is
+a parameter of the mechanism, so the use case's definition hash covers it; left at its
+default it is left out of every hash (:data:`~protocol.interfaces.HASHED_UNLESS_DEFAULT`),
+which keeps the hashes of use cases defined before it existed.
 
 **Client (003 Alg. 9).** Draw the position index ``i`` uniform over the
 ``length / fragment_length`` positions (offset ``ℓ = i * fragment_length``); send
@@ -36,8 +59,9 @@ module is pure Python: a device privatizes without numpy.
 from __future__ import annotations
 
 import struct
+import unicodedata
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from fractions import Fraction
 from functools import cached_property
 from typing import Any, ClassVar, Final
@@ -46,16 +70,45 @@ from protocol.checks import check_epsilon, check_int, check_seed, encoded_size
 from protocol.cms import K_MAX, M_MAX, CMSRecord, CountMeanSketch, ScalarHash
 from protocol.errors import InputError, ParameterError
 from protocol.hashing import HashFamily, derive_seed
-from protocol.interfaces import EstimateKind, EventLevelStrings, MechanismEntry, Privatization, ValueType
+from protocol.interfaces import (
+    HASHED_UNLESS_DEFAULT,
+    EstimateKind,
+    EventLevelStrings,
+    MechanismEntry,
+    Privatization,
+    ValueType,
+)
 from protocol.randomness import SCALE, RandomSource, random_bytes, uniform_draws
 
-__all__ = ["ENTRY", "LENGTH_MAX", "PUZZLE_PIECES", "SFPRecord", "SequenceFragmentPuzzle", "word_bytes"]
+__all__ = [
+    "DEFAULT_ALPHABET",
+    "ENTRY",
+    "FRAGMENT_CANDIDATES_MAX",
+    "LENGTH_MAX",
+    "PADDING",
+    "PUZZLE_PIECES",
+    "SFPRecord",
+    "SequenceFragmentPuzzle",
+    "describe_characters",
+    "normalize",
+    "word_bytes",
+]
 
 PUZZLE_PIECES = 256
 """Range of the puzzle-piece hash ``h`` (003 Alg. 8: ``h : D -> [256]``)."""
 
 LENGTH_MAX = 256
 """Longest accepted word length (the deployed length is 10)."""
+
+PADDING = " "
+"""The character short words are padded with (003 §4.3); every alphabet holds it."""
+
+DEFAULT_ALPHABET = "abcdefghijklmnopqrstuvwxyz' "
+"""The alphabet of a use case that sets none: a-z, the apostrophe, the padding space."""
+
+FRAGMENT_CANDIDATES_MAX = 1 << 24
+"""Most (puzzle piece, fragment) candidates per position, ``256 x |alphabet|**fragment_length``:
+what the server enumerates and scores at every position (003 Alg. 10 step 8)."""
 
 _POSITION_WORDS = 5
 """Words drawn for the position; each is rejected with probability below 2**-61 (all five: draw afresh)."""
@@ -69,6 +122,16 @@ class SFPRecord:
     position: int
     fragment: CMSRecord
     word: CMSRecord
+
+
+def normalize(text: str) -> str:
+    """``text`` in Normalization Form C: one code point per letter wherever Unicode has one."""
+    return unicodedata.normalize("NFC", text)
+
+
+def describe_characters(characters: Sequence[str]) -> str:
+    """Characters as a person can read them, invisible ones included: ``'ß' (U+00DF LATIN SMALL LETTER SHARP S)``."""
+    return ", ".join(f"{c!r} (U+{ord(c):04X} {unicodedata.name(c, 'unnamed')})" for c in characters)
 
 
 def word_bytes(text: str) -> bytes:
@@ -97,6 +160,9 @@ class SequenceFragmentPuzzle(EventLevelStrings):
         seed: the use case's public hash seed (at least 16 bytes).
         length: characters per word after padding or truncation (default 10).
         fragment_length: characters per fragment (default 2); must divide ``length``.
+        alphabet: the characters words are made of, the padding space included (default
+            :data:`DEFAULT_ALPHABET`); each must be its own NFC form, and ``256 x
+            |alphabet|**fragment_length`` at most :data:`FRAGMENT_CANDIDATES_MAX`.
     """
 
     name: ClassVar[str] = "sfp"
@@ -115,6 +181,7 @@ class SequenceFragmentPuzzle(EventLevelStrings):
     seed: bytes
     length: int = 10
     fragment_length: int = 2
+    alphabet: str = field(default=DEFAULT_ALPHABET, metadata={HASHED_UNLESS_DEFAULT: True})
 
     def __post_init__(self) -> None:
         check_epsilon(self.epsilon)
@@ -128,6 +195,28 @@ class SequenceFragmentPuzzle(EventLevelStrings):
         check_int(self.fragment_length, "fragment_length", low=1, high=self.length)
         if self.length % self.fragment_length:
             raise ParameterError("fragment_length", f"a divisor of length={self.length}", self.fragment_length)
+        self._check_alphabet()
+
+    def _check_alphabet(self) -> None:
+        """The alphabet: a string holding the padding space, of NFC characters, small enough to enumerate."""
+        alphabet = self.alphabet
+        if not isinstance(alphabet, str) or not alphabet.strip(PADDING):
+            raise ParameterError("alphabet", "a string of the characters words are made of", alphabet)
+        if PADDING not in alphabet:
+            raise ParameterError("alphabet", "a string that holds the space, which pads short words", alphabet)
+        # A device sends NFC words, so a character that NFC rewrites (U+212B ANGSTROM SIGN
+        # becomes U+00C5) could never occur in one.
+        odd = [c for c in dict.fromkeys(alphabet) if normalize(c) != c or not _encodable(c)]
+        if odd:
+            allowed = f"characters that are their own NFC form; not {describe_characters(odd)}"
+            raise ParameterError("alphabet", allowed, alphabet)
+        pairs = PUZZLE_PIECES * len(self.symbols) ** self.fragment_length
+        if pairs > FRAGMENT_CANDIDATES_MAX:
+            allowed = (
+                f"small enough that 256 x characters^fragment_length <= {FRAGMENT_CANDIDATES_MAX}; "
+                f"{len(self.symbols)} characters give {pairs} fragment candidates per position"
+            )
+            raise ParameterError("alphabet", allowed, alphabet)
 
     # ------------------------------------------------------------------ constants
 
@@ -156,6 +245,11 @@ class SequenceFragmentPuzzle(EventLevelStrings):
         return ScalarHash(self.puzzle_family)
 
     @property
+    def symbols(self) -> tuple[str, ...]:
+        """The alphabet's distinct characters, in the order it gives them."""
+        return tuple(dict.fromkeys(self.alphabet))
+
+    @property
     def positions(self) -> int:
         """Number of fragment positions: ``length / fragment_length`` (5 when deployed)."""
         return self.length // self.fragment_length
@@ -166,14 +260,14 @@ class SequenceFragmentPuzzle(EventLevelStrings):
         return self.word_cms.epsilon_report + self.fragment_cms.epsilon_report
 
     def pad(self, word: str) -> str:
-        """``word`` truncated or padded with spaces to exactly ``length`` characters.
+        """``word`` in NFC, truncated or padded with spaces to exactly ``length`` characters.
 
         Raises:
             InputError: if ``word`` is not a ``str``.
         """
         if not isinstance(word, str):
             raise InputError(f"SFP privatizes words (str); got {type(word).__name__}")
-        return word[: self.length].ljust(self.length, " ")
+        return normalize(word)[: self.length].ljust(self.length, PADDING)
 
     def puzzle_piece(self, padded: str) -> int:
         """``h(s)`` in ``[256]`` for a padded word."""
@@ -249,14 +343,51 @@ class SequenceFragmentPuzzle(EventLevelStrings):
             raise InputError(f"takes a word (a string); got {value!r}")
         return value
 
+    def check_discoverable(self, value: str) -> str:
+        """``value`` in NFC if the collector can ever discover it (the agent asks before it records).
+
+        Privatizing takes any string (003 Alg. 9); this is the agent's test that a word is worth
+        its ε (the module docstring, "Alphabet").
+
+        Raises:
+            InputError: a word that can never be assembled, naming its characters outside the
+                alphabet and the alphabet, or why else.
+        """
+        word = normalize(value)
+        sent = word[: self.length]
+        outside = [c for c in dict.fromkeys(sent) if c not in self.symbols]
+        if outside:
+            raise InputError(
+                f"refuses {word!r}: it has characters outside the use case's alphabet: "
+                f"{describe_characters(outside)}; the alphabet (parameters.alphabet) is {self.alphabet!r}, "
+                "and a word with any other character can never be discovered"
+            )
+        kept = sent.rstrip(PADDING)
+        if not kept:
+            raise InputError(f"refuses {value!r}: it is no word, a word needs a character other than the space")
+        if PADDING in kept:
+            raise InputError(
+                f"refuses {word!r}: it has a space inside its first {self.length} characters; the space pads "
+                "words on the right, so a word with a space inside can never be discovered"
+            )
+        return word
+
     def reported_as(self, value: str) -> str:
-        """A word as it is discovered: truncated to ``length``, trailing padding removed."""
-        return value[: self.length].rstrip(" ")
+        """A word as it is discovered: in NFC, truncated to ``length``, trailing padding removed."""
+        return normalize(value)[: self.length].rstrip(PADDING)
 
     @property
     def longest(self) -> int:
         """Words up to ``length`` characters are reported whole."""
         return self.length
+
+
+def _encodable(character: str) -> bool:
+    try:
+        character.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 ENTRY: Final = MechanismEntry(name=SequenceFragmentPuzzle.name, build=SequenceFragmentPuzzle, epsilon_parameter=False)

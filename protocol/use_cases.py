@@ -35,7 +35,7 @@ import msgpack
 
 from protocol.envelope import HASH_SIZE, largest_report_size
 from protocol.errors import LdpError
-from protocol.interfaces import Mechanism
+from protocol.interfaces import HASHED_UNLESS_DEFAULT, Mechanism
 
 if TYPE_CHECKING:
     from protocol.server.contract import ServerMechanism
@@ -143,8 +143,6 @@ class CollectorSettings:
         alpha: its level: the family-wise error (``bonferroni``), the false-discovery rate
             (``bh``, ``storey``), both in (0, 1); the expected number of false positives
             (``pfer``), any positive number.
-        alphabet: SFP only: the characters discovered words are assembled from (the space
-            pads short words); ``None``: the collector's default.
         top_t: SFP only: ``T``, the (puzzle piece, fragment) pairs kept per position in
             discovery (003 Alg. 10 step 10); ``None``: derived by the collector's planner.
     """
@@ -154,7 +152,6 @@ class CollectorSettings:
     dictionary: str | None = None
     correction: str = "bh"
     alpha: float = 0.05
-    alphabet: str | None = None
     top_t: int | None = None
 
 
@@ -275,9 +272,20 @@ def _canonical(value: object) -> object:  # noqa: PLR0911  one case per kind of 
     if isinstance(value, Mapping):
         return {str(k): _canonical(value[k]) for k in sorted(value, key=str)}
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        fields = {f.name: _canonical(getattr(value, f.name)) for f in dataclasses.fields(value)}
+        fields = {f.name: _canonical(getattr(value, f.name)) for f in _hashed_fields(value)}
         return {"type": type(value).__name__, "fields": dict(sorted(fields.items()))}
     raise TypeError(f"registry hash: cannot canonicalise a {type(value).__name__}")
+
+
+def _hashed_fields(value: object) -> list[dataclasses.Field[object]]:
+    """A dataclass's fields as the hashes see them: a field marked :data:`HASHED_UNLESS_DEFAULT`
+    is left out while it holds its default, so adding such a parameter to a mechanism leaves
+    the hashes of every use case that does not set it as they were (SFP's ``alphabet``)."""
+    return [
+        f
+        for f in dataclasses.fields(value)  # type: ignore[arg-type]
+        if not (f.metadata.get(HASHED_UNLESS_DEFAULT) and getattr(value, f.name) == f.default)
+    ]
 
 
 def mechanism_fingerprint(mechanism: Mechanism) -> bytes:
@@ -297,7 +305,7 @@ def _definition_canonical(value: object) -> object:
     buckets) is its constructor fields, and its ``kind`` where it declares one, so renaming or
     splitting a class leaves every definition hash as it was."""
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        fields = {f.name: _definition_canonical(getattr(value, f.name)) for f in dataclasses.fields(value) if f.init}
+        fields = {f.name: _definition_canonical(getattr(value, f.name)) for f in _hashed_fields(value) if f.init}
         kind = getattr(type(value), "kind", None)
         doc: dict[str, object] = {"fields": dict(sorted(fields.items()))}
         if isinstance(kind, str):
@@ -330,6 +338,19 @@ def definition_hash(use_case: UseCase) -> bytes:
     return hashlib.sha256(_DEFINITION_DOMAIN + encoded).digest()[:HASH_SIZE]
 
 
+def _collector_canonical(settings: CollectorSettings) -> object:
+    """The collector settings as the registry hash has always encoded them.
+
+    SFP's alphabet was a collector setting (``null`` unless set) before it became a parameter
+    of the mechanism, where the hash covers it now; its ``null`` stays here so that every
+    registry's hash is what it was.
+    """
+    doc = _canonical(settings)
+    assert isinstance(doc, dict)
+    doc["fields"] = dict(sorted({**doc["fields"], "alphabet": None}.items()))
+    return doc
+
+
 def canonical_hash(use_cases: Mapping[str, UseCase]) -> bytes:
     """The 16-byte whole-registry hash (:attr:`Registry.hash`; the module docstring says what it covers)."""
     doc = {
@@ -343,7 +364,7 @@ def canonical_hash(use_cases: Mapping[str, UseCase]) -> bytes:
                 "daily_limit": uc.daily_limit,
                 "lifetime_epsilon": _canonical(uc.lifetime_epsilon),
                 "seed": uc.seed,
-                "collector": _canonical(uc.collector),
+                "collector": _collector_canonical(uc.collector),
             }
             for name, uc in sorted(use_cases.items())
         },

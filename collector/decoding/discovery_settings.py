@@ -19,7 +19,14 @@ from protocol.interfaces import as_discovery
 from protocol.server.contract import DiscoveryServer
 from protocol.sfp import PUZZLE_PIECES
 
-__all__ = ["SFP_MAX_WORDS", "choose_top_t", "discovery_top_t", "fragment_pairs", "smallest_word_found"]
+__all__ = [
+    "SFP_MAX_WORDS",
+    "choose_top_t",
+    "discovery_figures",
+    "discovery_top_t",
+    "fragment_pairs",
+    "smallest_word_found",
+]
 
 SFP_MAX_WORDS = 2_000_000
 """Most words one discovery assembles (``protocol.server.sfp.reconstruct``'s ``max_words``)."""
@@ -134,3 +141,42 @@ def discovery_top_t(
         assembled=assembled,
         max_words=max_words,
     )
+
+
+def discovery_figures(
+    server: DiscoveryServer, *, n: int, release_threshold: float = 0.0, alpha: float = 0.05, assembled: float = 1e4
+) -> dict[str, float]:
+    """What the mechanism's own alphabet makes of discovery at ``n`` reports (``plan use-case``).
+
+    The alphabet's size sets the null (piece, fragment) pairs a true fragment must beat at each
+    position (``256 |alphabet|**fragment_length``), hence the smallest word found and ``T``;
+    a larger alphabet needs more reports to find the same words. The figures are those
+    ``plan sfp`` prints from raw parameters, here from the use case's definition.
+    """
+    alphabet_size = len(set(as_discovery(server.mechanism).alphabet))
+    figures = server.plan(float(max(n, 1)))
+    positions = max(1, int(figures.figures.get("positions", 1)))
+    pairs = fragment_pairs(alphabet_size, max(1, as_discovery(server.mechanism).longest // positions))
+    frag_se = float(figures.figures.get("fragment_standard_error", 0.0))
+    floor = smallest_word_found(
+        word_se=figures.standard_error,
+        frag_se=frag_se,
+        positions=positions,
+        pairs=pairs,
+        alpha=alpha,
+        assembled=assembled,
+    )
+    # The fragment test's share of the floor, the part the alphabet moves.
+    fragment_floor = smallest_word_found(
+        word_se=0.0, frag_se=frag_se, positions=positions, pairs=pairs, alpha=alpha, assembled=assembled
+    )
+    top_t = discovery_top_t(
+        server, n=n, alphabet_size=alphabet_size, release_threshold=release_threshold, alpha=alpha, assembled=assembled
+    )
+    return {
+        "alphabet_size": float(alphabet_size),
+        "fragment_pairs_per_position": float(pairs),
+        "smallest_word_found": floor,
+        "smallest_word_found_by_its_fragments": fragment_floor,
+        "top_t": float(top_t),
+    }

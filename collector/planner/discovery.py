@@ -96,7 +96,9 @@ def plan_sfp(a: argparse.Namespace) -> Result:
     alpha = float(a.alpha)
     assembled = float(max(int(a.assembled), 1))
     word_se, frag_se = _sfp_errors(eps=eps, eps_f=eps_f, k=k, m=m, kf=kf, mf=mf, n=n, positions=positions, share=share)
-    pairs = fragment_pairs(int(a.alphabet_size), fl)
+    # The alphabet's size sets the null fragment pairs a true fragment must beat (003 Alg. 10 step 8).
+    alphabet_size = int(a.alphabet_size) if a.alphabet is None else len(set(a.alphabet))
+    pairs = fragment_pairs(alphabet_size, fl)
     top_t = sfp_top_t(
         epsilon=eps,
         epsilon_fragment=eps_f,
@@ -107,7 +109,7 @@ def plan_sfp(a: argparse.Namespace) -> Result:
         length=length,
         fragment_length=fl,
         n=int(n),
-        alphabet_size=int(a.alphabet_size),
+        alphabet_size=alphabet_size,
         release_threshold=float(a.release_threshold),
         alpha=alpha,
         assembled=assembled,
@@ -125,6 +127,7 @@ def plan_sfp(a: argparse.Namespace) -> Result:
         "positions": positions,
         "word_standard_error": word_se,
         "fragment_standard_error": frag_se,
+        "alphabet_size": alphabet_size,
         "fragment_pairs_per_position": pairs,
         "smallest_word_found": floor,
         "top_t": top_t,

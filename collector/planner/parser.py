@@ -151,6 +151,10 @@ def _add_sfp_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--alphabet-size", type=int, default=28, help="symbols words are made of (28: a-z, apostrophe and space)"
     )
     sp.add_argument(
+        "--alphabet",
+        help="the characters words are made of, as in parameters.alphabet (the space included); sets the size",
+    )
+    sp.add_argument(
         "--release-threshold", type=_count, default=0.0, help="the use case's release threshold (for top_t)"
     )
     sp.add_argument("--assembled", type=_count, default=1e4, help="words the puzzle assembles (tests corrected for)")

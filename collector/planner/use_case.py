@@ -11,13 +11,22 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from collector.decoding.discovery_settings import discovery_figures
+from collector.decoding.release import DEFAULT_ALPHA
 from collector.planner.inputs import PlanError, Result
+from protocol.interfaces import EstimateKind
 from protocol.registry import RegistryError, UseCase
-from protocol.server.contract import server_of
+from protocol.server.contract import discovery_server, server_of
 from runtime.errors import SettingFileError
 from runtime.registry_file import read_registry
 
 __all__ = ["plan_registered", "plan_use_case"]
+
+_DISCOVERY_FORMULAS = (
+    "smallest word found ~ max(z_word SE_word, positions z_frag SE_frag), "
+    "z_frag = Phi^-1(1 - 1/(256 |alphabet|^l)), |alphabet| from the use case's parameters.alphabet",
+    "top_t: collector.decoding.discovery_settings.choose_top_t, as the collector decodes the period",
+)
 
 
 def plan_use_case(use_case: UseCase, *, n: float | None = None, target_se: float | None = None) -> Result:
@@ -43,6 +52,18 @@ def plan_use_case(use_case: UseCase, *, n: float | None = None, target_se: float
     out.update({"n": int(n), "standard_error": figures.standard_error, "unit": figures.unit})
     out.update(dict(figures.figures))
     out["formulas"] = list(figures.formulas)
+    if mech.kind is EstimateKind.DISCOVERY:
+        # What is found depends on the alphabet too: its size sets the null fragments to beat.
+        settings = use_case.collector
+        out.update(
+            discovery_figures(
+                discovery_server(server),
+                n=int(n),
+                release_threshold=settings.release_threshold,
+                alpha=settings.alpha if settings.correction != "pfer" else DEFAULT_ALPHA,
+            )
+        )
+        out["formulas"] = [*out["formulas"], *_DISCOVERY_FORMULAS]
     return out
 
 

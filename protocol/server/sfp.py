@@ -12,7 +12,8 @@ oracle (:meth:`SFPAggregate.estimate_words`) and the fragment oracles
 :mod:`protocol.server.cms`); a fragment count estimates the number of reports that chose that
 position and hold a word with that puzzle piece and fragment. Steps 7-15
 (:func:`reconstruct`): for each position the ``top_t`` (puzzle piece, fragment) pairs with
-the largest estimated counts over all ``256 x |alphabet|**fragment_length`` pairs; for each
+the largest estimated counts over all ``256 x |alphabet|**fragment_length`` pairs (the
+alphabet's characters are code points, :mod:`protocol.sfp` "Encoding"); for each
 puzzle piece ``w`` the Cartesian product of ``w``'s fragments across positions; every
 assembled word is scored with the word oracle, and words at or above the threshold are
 returned with their counts and standard errors.
@@ -21,13 +22,17 @@ One addition to Alg. 10: the server can recompute ``h``, so a word assembled und
 ``w`` whose own ``h`` is not ``w`` cannot have been reported by anyone through those
 fragments; :func:`reconstruct` drops it before querying the word oracle (``check_puzzle``,
 on by default). A true word is always assembled under its own piece, so this never loses
-one; it removes about 255 of every 256 spurious combinations.
+one; it removes about 255 of every 256 spurious combinations. Likewise a device sends its word
+in NFC (:func:`protocol.sfp.normalize`), so an assembled word that is not in NFC (a base
+letter followed by a combining mark that composes with it, where both are in the alphabet)
+was sent by nobody and is dropped too: each word is found under one spelling only.
 """
 
 from __future__ import annotations
 
 import itertools
 import math
+import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import ClassVar, Self
@@ -182,7 +187,7 @@ class SFPAggregate:
     def reconstruct(
         self,
         *,
-        alphabet: str | Sequence[str],
+        alphabet: str | Sequence[str] | None = None,
         top_t: int,
         threshold: float,
         check_puzzle: bool = True,
@@ -204,7 +209,7 @@ class SFPAggregate:
 def reconstruct(
     aggregate: SFPAggregate,
     *,
-    alphabet: str | Sequence[str],
+    alphabet: str | Sequence[str] | None = None,
     top_t: int,
     threshold: float,
     check_puzzle: bool = True,
@@ -215,12 +220,12 @@ def reconstruct(
 
     Args:
         aggregate: the reports.
-        alphabet: the characters words are made of; include the space, or padded (short)
-            words cannot be assembled.
+        alphabet: the characters words are made of (code points); include the space, or
+            padded (short) words cannot be assembled. ``None``: the mechanism's own alphabet.
         top_t: ``T``, the number of (puzzle piece, fragment) pairs kept per position.
         threshold: the smallest estimated word count reported.
         check_puzzle: drop assembled words whose own puzzle piece differs from the piece
-            they were assembled under (see the module docstring).
+            they were assembled under, and words not in NFC (see the module docstring).
         max_words: refuse (:class:`~protocol.errors.TooManyWordsError`) to score more assembled words than this.
         workers: threads for the dictionary queries.
 
@@ -230,7 +235,7 @@ def reconstruct(
     """
     mech = aggregate.mechanism
     check_int(top_t, "top_t", low=1)
-    symbols = list(dict.fromkeys(alphabet))
+    symbols = list(dict.fromkeys(mech.alphabet if alphabet is None else alphabet))
     if not symbols or any(not isinstance(c, str) or len(c) != 1 for c in symbols):
         raise ValueError("alphabet must be a non-empty collection of single characters")
     fragments = ["".join(t) for t in itertools.product(symbols, repeat=mech.fragment_length)]
@@ -269,7 +274,7 @@ def reconstruct(
             continue
         for parts in itertools.product(*lists):
             word = "".join(parts)
-            if not check_puzzle or mech.puzzle_piece(word) == piece:
+            if not check_puzzle or (mech.puzzle_piece(word) == piece and unicodedata.is_normalized("NFC", word)):
                 words.append(word)
     if not words:
         return []
@@ -369,7 +374,9 @@ class SFPServer(PlainServer[SequenceFragmentPuzzle, SFPBatch, SFPAggregate]):
 
     # ------------------------------------------------------------------ estimation
 
-    def discover(self, aggregate: object, *, alphabet: str, top_t: int, threshold: float) -> list[DiscoveredWord]:
+    def discover(
+        self, aggregate: object, *, alphabet: str | None = None, top_t: int, threshold: float
+    ) -> list[DiscoveredWord]:
         """The words the puzzle reconstructs (003 Alg. 10)."""
         return reconstruct(self.own_aggregate(aggregate), alphabet=alphabet, top_t=top_t, threshold=threshold)
 

@@ -204,7 +204,7 @@ def test_sfp_release_keeps_apostrophes_and_survives_a_too_large_t(registry: Regi
     assert all(" " not in i["value"] for i in est["items"])
     # Every one of the 256 x 10^2 pairs per position kept would assemble about 256 x 100^3
     # words, far beyond the 2 x 10^6 the puzzle scores: T is halved until it fits.
-    crowded = replace(uc, collector=replace(uc.collector, top_t=1 << 20, alphabet="dinostey' "))
-    small = plain_estimate(crowded, agg, info)["estimate"]
+    crowded = replace(uc, collector=replace(uc.collector, top_t=1 << 20))
+    small = plain_estimate(crowded, agg, info, sfp_alphabet="dinostey' ")["estimate"]
     assert small["top_t"] < 25_600
     assert set(truth) <= {i["value"] for i in small["items"]}

@@ -21,6 +21,7 @@ from protocol.registry import (
     RegistryError,
     parse_registry,
 )
+from protocol.sfp import DEFAULT_ALPHABET
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "deploy" / "usecases.example.toml"
@@ -562,8 +563,7 @@ def test_every_frequency_mechanism_takes_a_correction(use_case: str) -> None:
         ("words", 'correction = "fdr"', "bad-value", "collector.correction"),
         ("words", "top_t = 0", "out-of-range", "collector.top_t"),
         ("words", 'top_t = "many"', "bad-type", "collector.top_t"),
-        ("words", 'alphabet = ""', "bad-value", "collector.alphabet"),
-        ("words", "alphabet = 5", "bad-type", "collector.alphabet"),
+        ("words", 'alphabet = "abc "', "unknown-key", "collector.alphabet"),
         ("emoji", 'alphabet = "abc "', "unknown-key", "collector.alphabet"),
         ("domains", "top_t = 10", "unknown-key", "collector.top_t"),
     ],
@@ -574,22 +574,43 @@ def test_frequency_setting_errors_name_the_field(use_case: str, extra: str, kind
     expect(replace(head, f"{head}\n{extra}", SKETCHES), kind=kind, use_case=use_case, field=field)
 
 
+WORDS_PARAMETERS = "parameters = { epsilon = 2, epsilon_fragment = 6, k = 16, m = 64, k_fragment = 16, m_fragment = 64"
+
+
 def test_sfp_alphabet_and_top_t() -> None:
-    """SFP takes its alphabet and T per use case; an alphabet too large for the fragment candidates is refused."""
+    """SFP takes its alphabet (a parameter) and T per use case; an alphabet too large for the
+    fragment candidates is refused."""
     head = "[use_cases.words.collector]\nmin_reports = 10"
-    settings = load(SKETCHES).use_cases["words"].collector
-    assert (settings.alphabet, settings.top_t) == (None, None)
-    text = replace(head, f'{head}\nalphabet = "abc\' "\ntop_t = 300', SKETCHES)
-    settings = load(text).use_cases["words"].collector
-    assert (settings.alphabet, settings.top_t) == ("abc' ", 300)
+    words = load(SKETCHES).use_cases["words"]
+    assert (words.mechanism.alphabet, words.collector.top_t) == (DEFAULT_ALPHABET, None)  # type: ignore[attr-defined]
+    text = replace(head, f"{head}\ntop_t = 300", SKETCHES)
+    text = replace(WORDS_PARAMETERS, f'{WORDS_PARAMETERS}, alphabet = "abc\' "', text)
+    words = load(text).use_cases["words"]
+    assert (words.mechanism.alphabet, words.collector.top_t) == ("abc' ", 300)  # type: ignore[attr-defined]
     huge = "".join(chr(0x4E00 + i) for i in range(300))
     err = expect(
-        replace(head, f'{head}\nalphabet = "{huge}"', SKETCHES),
-        kind="out-of-range",
+        replace(WORDS_PARAMETERS, f'{WORDS_PARAMETERS}, alphabet = "{huge} "', SKETCHES),
+        kind="bad-parameter",
         use_case="words",
-        field="collector.alphabet",
+        field="parameters.alphabet",
     )
     assert "fragment candidates" in str(err)
+
+
+@pytest.mark.parametrize(
+    ("alphabet", "problem"),
+    [
+        ('""', "the characters words are made of"),
+        ("5", "the characters words are made of"),
+        ('"abc"', "holds the space"),
+        ('"abc\u212b "', "U+212B ANGSTROM SIGN"),
+    ],
+)
+def test_sfp_alphabet_errors_name_the_parameter(alphabet: str, problem: str) -> None:
+    """An empty alphabet, one without the padding space, or a character NFC rewrites is refused."""
+    text = replace(WORDS_PARAMETERS, f"{WORDS_PARAMETERS}, alphabet = {alphabet}", SKETCHES)
+    err = expect(text, kind="bad-parameter", use_case="words", field="parameters.alphabet")
+    assert problem in str(err)
 
 
 @pytest.mark.parametrize("key", ['correction = "bh"', "alpha = 0.1"])
