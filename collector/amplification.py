@@ -98,27 +98,38 @@ def _window(total: int, mean: float, sd: float) -> tuple[int, int]:
     return max(0, math.floor(mean - reach)), min(total, math.ceil(mean + reach))
 
 
-def _binomial_pmf(total: int, p: float, low: int, high: int) -> npt.NDArray[np.float64]:
-    """Pr[Bin(total, p) = k] for k = low .. high, from one lgamma and the ratios of neighbours."""
-    k = np.arange(low, high + 1, dtype=np.float64)
-    log_first = (
-        math.lgamma(total + 1) - math.lgamma(low + 1) - math.lgamma(total - low + 1)
-        + (low * math.log(p) if low else 0.0)
-        + ((total - low) * math.log1p(-p) if total > low else 0.0)
-    )  # fmt: skip
-    if high == low:
-        return np.array([math.exp(log_first)])
+def _relative_pmf(total: int, p: float, low: int, high: int) -> npt.NDArray[np.float64]:
+    """Pr[Bin(total, p) = k] for k = low .. high, up to one common factor (1 at ``low``), from
+    the ratios of neighbours: the caller normalizes, so no difference of large lgamma values
+    (which loses eight digits at n = 10^7) enters the result."""
+    k = np.arange(low, high, dtype=np.float64)
     # log Pr[k + 1] - log Pr[k] = log((total - k) / (k + 1)) + log(p / (1 - p))
-    steps = np.log((total - k[:-1]) / (k[:-1] + 1.0)) + (math.log(p) - math.log1p(-p))
-    logs = np.concatenate(([log_first], log_first + np.cumsum(steps)))
-    return np.exp(logs)
+    steps = np.log((total - k) / (k + 1.0)) + (math.log(p) - math.log1p(-p))
+    return np.exp(np.concatenate(([0.0], np.cumsum(steps))))
+
+
+def _outside(total: int, p: float, low: int, high: int) -> float:
+    """Chernoff's bound on the mass of Bin(total, p) outside [low, high], the window of
+    :func:`_window` around its mean: Pr[X >= k] <= e^(-total KL(k/total || p)) above the mean,
+    and the same below it (0 for a side the window reaches the end of)."""
+
+    def divergence(a: float) -> float:
+        # KL(a || p) of two Bernoulli distributions, 0 log 0 = 0.
+        first = a * math.log(a / p) if a > 0 else 0.0
+        second = (1 - a) * math.log((1 - a) / (1 - p)) if a < 1 else 0.0
+        return first + second
+
+    above = math.exp(-total * divergence((high + 1) / total)) if high < total else 0.0
+    below = math.exp(-total * divergence((low - 1) / total)) if low > 0 else 0.0
+    return above + below
 
 
 class _HalfTails:
     """Upper tails S(j) = Pr[Bin(c, 1/2) >= j] of each c of the grid, for j from just below
     c/2 (1 further down, 0 past the kept window: the mass left out above is charged
     separately, _LEFT_OUT). The cutoff a0 of :func:`_divergence_given` is never below c/2,
-    since β >= 1/2 for every ε >= 0, so the lower half is never read."""
+    since β >= 1/2 for every ε >= 0, so the lower half is never read; it enters only through
+    the normalization, by symmetry: b(a) = b(c - a)."""
 
     def __init__(self, cs: npt.NDArray[np.int64]) -> None:
         self.lows = np.maximum(cs // 2 - 2, 0)
@@ -129,20 +140,18 @@ class _HalfTails:
         inside = k < highs[:, None]  # k + 1 still in the window
         # log b(k + 1) - log b(k) = log((c - k)/(k + 1)); -inf past the window's end.
         steps = np.where(inside, np.log(np.where(inside, c - k, 1) / (k + 1.0)), -np.inf)
-        first = np.array(
-            [math.lgamma(int(n) + 1) - math.lgamma(low + 1) - math.lgamma(int(n) - low + 1) - int(n) * math.log(2.0)
-             for n, low in zip(cs, self.lows, strict=True)]
-        )  # fmt: skip
-        logs = np.concatenate((first[:, None], first[:, None] + np.cumsum(steps, axis=1)), axis=1)
-        pmf = np.exp(logs)
+        logs = np.concatenate((np.zeros((len(cs), 1)), np.cumsum(steps, axis=1)), axis=1)
         zeros = np.zeros((len(cs), 1))
-        self.tails = np.concatenate((np.cumsum(pmf[:, ::-1], axis=1)[:, ::-1], zeros), axis=1)
+        tails = np.concatenate((np.cumsum(np.exp(logs)[:, ::-1], axis=1)[:, ::-1], zeros), axis=1)
         self.rows = np.arange(len(cs))
+        # The window [c - high, high] is the sum of the tails from low and from c - low + 1.
+        mirrored = np.clip(cs - self.lows + 1 - self.lows, 0, tails.shape[1] - 1)
+        self.tails = tails / (tails[:, 0] + tails[self.rows, mirrored])[:, None]
 
     def at(self, j: npt.NDArray[np.int64]) -> npt.NDArray[np.float64]:
         """S(j[i]) of the grid's i-th c."""
         index = np.clip(j - self.lows, 0, self.tails.shape[1] - 1)
-        return np.where(j <= self.lows, 1.0, self.tails[self.rows, index])
+        return np.where(j < self.lows, 1.0, self.tails[self.rows, index])
 
 
 def _divergence_given(
@@ -178,15 +187,17 @@ class _Clones:
     def __init__(self, epsilon0: float, n: int) -> None:
         p = math.exp(-epsilon0)
         total = n - 1
-        low, high = _window(total, total * p, math.sqrt(total * p * (1.0 - p)))
-        pmf = _binomial_pmf(total, p, low, high) if total else np.array([1.0])
+        sd = math.sqrt(total * p * (1.0 - p))
+        low, high = _window(total, total * p, sd)
+        pmf = _relative_pmf(total, p, low, high)
+        pmf /= pmf.sum()  # within the window; what lies outside is charged in full below
         if high - low + 1 <= _GRID:
             starts = np.arange(low, high + 1, dtype=np.int64)
         else:
             # Denser where C's mass is: u|u| for u evenly spaced puts half the points within
             # 3 deviations of the mean.
             u = np.linspace(-math.sqrt(_SPREAD), math.sqrt(_SPREAD), _GRID)
-            warped = total * p + math.sqrt(total * p * (1.0 - p)) * u * np.abs(u)
+            warped = total * p + sd * u * np.abs(u)
             starts = np.clip(np.floor(warped), low, high).astype(np.int64)
             starts[0] = low
             starts = starts[np.concatenate(([True], np.diff(starts) > 0))]
@@ -194,7 +205,7 @@ class _Clones:
         bounds = np.append(starts - low, high - low + 1)
         cumulative = np.concatenate(([0.0], np.cumsum(pmf)))
         self.mass = cumulative[bounds[1:]] - cumulative[bounds[:-1]]
-        self.outside = max(0.0, 1.0 - float(cumulative[-1]))
+        self.outside = _outside(total, p, low, high)
         self.starts = starts
         self.tails = _HalfTails(starts)
         self.epsilon0 = epsilon0

@@ -106,7 +106,7 @@ def test_the_bound_covers_an_exactly_computed_shuffled_randomized_response(epsil
     assert _shuffled_rr_delta(epsilon0, n, epsilon) <= 1e-3
 
 
-SIZES = [1, 2, 5, 10, 30, 100, 300, 1_000, 3_000, 10_000, 100_000, 1_000_000]
+SIZES = [1, 2, 5, 10, 30, 100, 300, 1_000, 3_000, 10_000, 100_000, 1_000_000, 10_000_000]
 LOCAL = [0.25, 0.5, 1.0, 2.0, 4.0, 8.0]
 
 
