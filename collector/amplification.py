@@ -1,12 +1,12 @@
 """The central (ε, δ) a period's shuffled batch enjoys: amplification by shuffling.
 
-The collector strips every identity from the reports it folds and shuffles their records
-before they reach the store (docs/privacy-accounting.md, "The central guarantee"). Whoever
+The collector strips every identity from the reports it folds and permutes each commit's
+reports before folding them (docs/privacy-accounting.md, "The central guarantee"). Whoever
 reads only what comes out of it (the stored sums, the estimates) sees the outcome of n
 local ε0-randomizers in random order, and that is (ε, δ)-differentially private for an ε far
 below ε0 once n is large. This module computes that ε with the numerical bound of Feldman,
-McMillan and Talwar ("Hiding Among the Clones", FOCS 2021, §3 and Appendix E; docs/
-privacy-accounting.md names it FMT21), written here from its statement:
+McMillan and Talwar ("Hiding Among the Clones", FOCS 2021, §3 and Appendix E; FMT21 in
+docs/privacy-accounting.md), written here from its statement:
 
     Let p = e^-ε0, q = e^ε0 / (e^ε0 + 1), C ~ Bin(n - 1, p), A ~ Bin(C, 1/2) and
     Δ ~ Bern(q). With P = (A + Δ, C - A + 1 - Δ) and Q = (A + 1 - Δ, C - A + Δ), the shuffled
