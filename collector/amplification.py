@@ -24,9 +24,10 @@ How it is computed, and why each step keeps an upper bound:
 * D_c is non-increasing in c: the batch with c + 1 clones is the one with c clones plus one
   more fair coin, a post-processing that does not depend on the secret. So on a grid of c,
   every c of a cell [g_i, g_{i+1}) is charged D at g_i, its left end.
-* The mass of C outside g_0 .. the grid's end (beyond 12 standard deviations) is charged 1,
-  and so is the mass of Bin(c, 1/2) left out of each tail sum (beyond 12 of its standard
-  deviations, Hoeffding: at most 2e^-72).
+* The binomials are computed in a window of 12 standard deviations (and 8) around their
+  means, from the ratios of neighbouring terms, and normalized in it. The mass of C outside
+  its window is charged in full, at Chernoff's bound; each tail of Bin(c, 1/2) is off by at
+  most the mass outside its own window (Hoeffding: 2e^-72), charged on every D_c.
 * ε is found by bisection on [0, ε0] and the upper end is returned: δ(ε) is non-increasing
   in ε, and D_c vanishes at ε0, so the answer never exceeds ε0 (a batch of one report is
   exactly as private as the report).
