@@ -11,7 +11,8 @@ rows, or ``?rows=N``, with how many more are hidden and a button showing them al
 per period; and why an estimate is withheld when it is. Every number goes through one
 formatter (``collector.numbers``, the CLI's too); axes have round ticks that include zero,
 titles, and labels spaced so they neither overlap nor leave the chart. The ε on each card is
-the one charged per report (``epsilon_report``), with the registry's declared bound if looser. ``body[data-ready]`` turns to ``1``
+the one charged per report (``epsilon_report``), with the registry's declared bound if looser;
+under the latest period, the period's central (ε, δ) (``central``, in ``.central``). ``body[data-ready]`` turns to ``1``
 once everything is drawn (``error`` on failure), for headless checks.
 
 The chart code here is the project's second and last plotter: it runs in the browser, on the
@@ -335,6 +336,19 @@ function roleText(uc) {
   return "earlier definition" + from + (uc.retired_from ? ` · retired from ${uc.retired_from}` : "");
 }
 
+// The period's central guarantee (collector/amplification.py, docs/privacy-accounting.md): what
+// the shuffled batch reveals of one record to whoever sees only what the collector keeps,
+// next to the ε the record costs on the device.
+function centralLine(g) {
+  const line = el("div", {class: "sub central", "data-epsilon": g.epsilon === null ? "" : String(g.epsilon),
+                          "data-delta": String(g.delta)});
+  const amplified = g.epsilon === null ? "no amplified ε stated" : `(ε ${fmt(g.epsilon)}, δ ${fmt(g.delta)})`;
+  line.append("central guarantee of the period: ", el("b", {}, amplified),
+              ` for ${g.unit} among ${fmt(g.n)} shuffled reports · ε ${fmt(g.epsilon_local)} per record on the device · ${g.bound}` +
+              (g.note ? ` · ${g.note}` : ""));
+  return line;
+}
+
 function card(name, uc, several) {
   const c = el("section", {class: "card", id: "uc-" + name, "data-kind": uc.kind});
   const title = el("h2", {}, name);
@@ -356,6 +370,7 @@ async function renderUseCase(name, uc, several) {
   const base = `api/v1/use-cases/${encodeURIComponent(name)}`;
   const [est, series] = await Promise.all([getJSON(base + "/estimate", "estimate"), getJSON(base + "/series", "series")]);
   c.append(el("div", {class: "sub"}, `latest period ${est.period_start} … ${est.period_end}: ${fmt(est.reports)} reports, ${fmt(est.records)} records`));
+  if (est.central) c.append(centralLine(est.central));
   if (!est.released) {
     c.append(el("div", {class: "withheld"}, "not released: " + est.withheld_reason));
   } else if (est.kind === "proportion" || est.kind === "mean") {

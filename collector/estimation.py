@@ -49,6 +49,7 @@ import numpy as np
 import numpy.typing as npt
 from msgspec.structs import replace as struct_replace
 
+from collector.amplification import BOUND, bound_reports, central_epsilon, default_delta
 from collector.config import CollectorConfig
 from collector.decoding.consistency import project_simplex as _project
 from collector.decoding.discovery_settings import SFP_MAX_WORDS, discovery_top_t
@@ -58,6 +59,7 @@ from collector.decoding.sketches import NOT_PRODUCIBLE, producible
 from collector.definitions import catalog_of_config
 from collector.errors import StoreError
 from collector.results import (
+    CentralGuarantee,
     CountFigure,
     EstimateForm,
     EstimateResult,
@@ -88,6 +90,7 @@ from protocol.sfp import DEFAULT_ALPHABET
 
 __all__ = [
     "DEFAULT_SFP_ALPHABET",
+    "central_guarantee",
     "compute_estimate",
     "compute_series",
     "default_period",
@@ -318,6 +321,7 @@ def estimate_aggregate(
         released=False,
         withheld_reason=None,
         estimate=None,
+        central=central_guarantee(use_case, info),
     )
     # 003 §3.2.2: below min_reports nothing of the period is estimated, not even as withheld.
     if info.reports < settings.min_reports or info.reports == 0:
@@ -329,6 +333,35 @@ def estimate_aggregate(
     if isinstance(found, str):
         return struct_replace(result, withheld_reason=found)
     return struct_replace(result, estimate=found, released=True)
+
+
+def central_guarantee(use_case: UseCase, info: KeyInfo) -> CentralGuarantee | None:
+    """The (ε, δ) of the period's shuffled batch (:mod:`collector.amplification`), or ``None``
+    for a period without reports.
+
+    One changed record against the period's reports, each an ε0-randomizer with ε0 the
+    per-record cost. Records of one memo are not independent, so for a memoized mechanism
+    whose reports carried several records in the period no amplified ε is stated
+    (docs/privacy-accounting.md, "The central guarantee").
+    """
+    if info.reports < 1:
+        return None
+    n = bound_reports(info.reports)
+    delta = default_delta(n)
+    memoized = "epsilon_longitudinal" in use_case.mechanism.privacy_figures()
+    guarantee = CentralGuarantee(
+        epsilon=None,
+        delta=delta,
+        epsilon_local=use_case.cost,
+        n=n,
+        bound=BOUND,
+        unit="one record of the period",
+        note="this period alone: its memo is shared with other periods" if memoized else None,
+    )
+    if memoized and info.records > info.reports:
+        note = "reports carried several records drawn from memos: no amplified ε is stated"
+        return struct_replace(guarantee, note=note)
+    return struct_replace(guarantee, epsilon=finite(central_epsilon(use_case.cost, n, delta)))
 
 
 def _estimate_of_kind(

@@ -5,7 +5,14 @@
 from __future__ import annotations
 
 from collector.numbers import format_number
-from collector.results import CollectorStatus, EstimateResult, FrequencyEntry, HistogramEstimate, ReleaseDecision
+from collector.results import (
+    CentralGuarantee,
+    CollectorStatus,
+    EstimateResult,
+    FrequencyEntry,
+    HistogramEstimate,
+    ReleaseDecision,
+)
 
 __all__ = ["format_estimate", "format_status"]
 
@@ -22,6 +29,8 @@ def format_estimate(result: EstimateResult) -> str:
         f"{_fmt(result.reports)} reports, {_fmt(result.records)} records"
     )
     lines = [head]
+    if result.central is not None:
+        lines.append(_central_line(result.central))
     est = result.estimate
     if not result.released or est is None:
         lines.append(f"  not released: {result.withheld_reason}")
@@ -44,6 +53,17 @@ def format_estimate(result: EstimateResult) -> str:
         if est.count is not None:
             lines.append(f"  count: {_fmt(est.count.value)} ± {_fmt(est.count.standard_error)} (SE)")
     return "\n".join(lines)
+
+
+def _central_line(g: CentralGuarantee) -> str:
+    # docs/privacy-accounting.md, "The central guarantee": the shuffled batch's (ε, δ) for one
+    # record, next to the ε the record costs on the device.
+    amplified = "no amplified ε stated" if g.epsilon is None else f"(ε {_fmt(g.epsilon)}, δ {_fmt(g.delta)})"
+    line = (
+        f"  central guarantee: {amplified} for {g.unit} among {_fmt(g.n)} shuffled reports; "
+        f"ε {_fmt(g.epsilon_local)} per record on the device ({g.bound})"
+    )
+    return line + (f"; {g.note}" if g.note else "")
 
 
 def _entry_line(item: FrequencyEntry) -> str:

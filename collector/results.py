@@ -28,6 +28,7 @@ import msgspec
 from collector.transport import TransportStatistics
 
 __all__ = [
+    "CentralGuarantee",
     "CollectorStatus",
     "CountFigure",
     "DefinitionBrief",
@@ -173,6 +174,30 @@ class ReleaseDecision(_Value, frozen=True, omit_defaults=True, tag="frequencies"
     note: str | None = None
 
 
+class CentralGuarantee(_Value, frozen=True, omit_defaults=True):
+    """The (ε, δ) the period's shuffled batch enjoys for whoever sees only what the collector
+    keeps and releases (docs/privacy-accounting.md, "The central guarantee").
+
+    Attributes:
+        epsilon: the amplified ε (``None`` when no amplified figure is stated; ``note`` says why).
+        delta: its δ.
+        epsilon_local: the ε of one record on the device, the ε0 the bound starts from.
+        n: the reports it is computed for (the period's reports, rounded down to two
+            significant figures).
+        bound: the published bound it comes from.
+        unit: what one changed input is: one record of the period.
+        note: what the figure does not cover.
+    """
+
+    epsilon: Number
+    delta: float
+    epsilon_local: float
+    n: int
+    bound: str
+    unit: str
+    note: str | None = None
+
+
 EstimateForm = ScalarEstimate | HistogramEstimate | ReleaseDecision
 """What an estimate holds, by the mechanism's kind."""
 
@@ -182,7 +207,8 @@ class EstimateResult(_Value, frozen=True):
 
     ``estimate`` is ``None`` and ``withheld_reason`` says why when nothing is released (fewer
     than ``min_reports`` reports, no dictionary configured). ``epsilon`` is the declared ε of
-    the use case, ``epsilon_report`` the ε charged per report.
+    the use case, ``epsilon_report`` the ε charged per record, and ``central`` the (ε, δ) of
+    the period's shuffled batch (``None`` for a period without reports).
     """
 
     use_case: str
@@ -204,6 +230,7 @@ class EstimateResult(_Value, frozen=True):
     released: bool
     withheld_reason: str | None
     estimate: EstimateForm | None
+    central: CentralGuarantee | None = None
 
 
 # -- series -------------------------------------------------------------------------------------

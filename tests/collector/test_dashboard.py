@@ -341,3 +341,45 @@ async def test_dashboard_shows_each_live_definition_during_a_rollout(tmp_path: P
     header = re.search(r'id="summary">(.*?)</span>\s*</header>', dom, re.S)
     assert header
     assert "(+ 1 earlier)" in _text(header[1])
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (apt-get install chromium)")
+@run_async
+async def test_dashboard_shows_the_central_guarantee_next_to_the_per_report_epsilon(
+    tmp_path: Path, registry: Registry, registry_path: Path
+) -> None:
+    """Every card with reports shows its latest period's central (ε, δ), the API's figures as
+    drawn in Chromium, under the ε a record costs on the device (docs/privacy-accounting.md)."""
+    _populate(tmp_path / "dash.sqlite3", registry, time.time())
+    api = HttpApi(_config(tmp_path, registry_path))
+    port = await api.start()
+    serving = asyncio.create_task(api.serve())
+    try:
+        dom = (await _chromium(["--dump-dom", f"http://127.0.0.1:{port}/"], tmp_path / "profile")).decode()
+        estimates = {
+            name: json.loads((await asyncio.to_thread(_get, port, f"/api/v1/use-cases/{name}/estimate"))[2])
+            for name in registry.use_cases
+        }
+    finally:
+        serving.cancel()
+        await asyncio.gather(serving, return_exceptions=True)
+    assert 'data-ready="1"' in dom, dom[:3000]
+    for name, uc in registry.use_cases.items():
+        central = estimates[name]["central"]
+        card = _card(dom, name)
+        line = re.search(
+            r'<div class="sub central" data-epsilon="([^"]*)" data-delta="([^"]*)">(.*?)</div>', card, re.S
+        )
+        assert line, name
+        text = _text(line[3])
+        assert float(line[1]) == central["epsilon"]
+        assert float(line[2]) == central["delta"]
+        assert text.startswith(
+            f"central guarantee of the period: (ε {format_number(central['epsilon'])}, "
+            f"δ {format_number(central['delta'])}) for one record of the period among "
+            f"{format_number(central['n'])} shuffled reports · ε {format_number(uc.cost)} per record on the device"
+        ), text
+        # Amplified: 400 shuffled reports give less than the per-record ε, never more.
+        assert central["epsilon"] < uc.cost
+        # The card's ε per report comes first, then the period's guarantee.
+        assert _text(card).index(f"ε {format_number(uc.cost)} per report") < _text(card).index("central guarantee")
