@@ -361,7 +361,14 @@ def central_guarantee(use_case: UseCase, info: KeyInfo) -> CentralGuarantee | No
     if memoized and info.records > info.reports:
         note = "reports carried several records drawn from memos: no amplified ε is stated"
         return struct_replace(guarantee, note=note)
-    return struct_replace(guarantee, epsilon=finite(central_epsilon(use_case.cost, n, delta)))
+    epsilon = central_epsilon(use_case.cost, n, delta)
+    if epsilon >= use_case.cost * (1 - 1e-9):
+        # The bound gives nothing below ε0 for so few reports: say so in words, not only by
+        # showing the same figure twice (docs/privacy-accounting.md, small n).
+        small = f"no amplification: {n} reports are too few for the bound to go below ε {use_case.cost:.4g}"
+        note = small if guarantee.note is None else f"{guarantee.note}; {small}"
+        return struct_replace(guarantee, epsilon=finite(epsilon), note=note)
+    return struct_replace(guarantee, epsilon=finite(epsilon))
 
 
 def _estimate_of_kind(
