@@ -26,7 +26,7 @@ from agent.core import Agent
 from agent.errors import TransportError
 from agent.outbox import Pending
 from agent.transport import ReceiptConnection, ReceiptTransport, Transport
-from protocol.randomness import RandomSource, uniform_ints
+from protocol.randomness import RandomSource, uniform_draws
 from runtime.backoff import Backoff, Retry
 from runtime.clock import Clock
 
@@ -37,7 +37,7 @@ log = logging.getLogger("ldp_agent.publisher")
 
 def _jitter(rng: RandomSource) -> Callable[[], float]:
     """Backoff jitter from the agent's random source, so tests with a seeded one replay exactly."""
-    return lambda: int(uniform_ints(rng, 1_000_000, 1)[0]) / 1_000_000
+    return lambda: uniform_draws(rng, 1_000_000, 1)[0] / 1_000_000
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -21,7 +21,7 @@ from agent.state import PendingRecords, UseCaseDoc
 from agent.statefiles import Slot, StateFiles, budget_of, new_use_case_doc
 from agent.usecases import Kind, check_counter_value, check_value, clamp_note, privatize, setup
 from protocol.plain import Plain
-from protocol.randomness import RandomSource, uniform_ints
+from protocol.randomness import RandomSource, uniform_draws
 from protocol.registry import Registry
 from runtime.clock import Clock
 
@@ -51,7 +51,7 @@ def reservoir_offer(pending: PendingRecords, record: Plain, capacity: int, rng: 
     if len(pending.records) < capacity:
         pending.records.append(record)
         return
-    j = int(uniform_ints(rng, pending.offered, 1)[0])
+    j = uniform_draws(rng, pending.offered, 1)[0]
     if j < capacity:
         pending.records[j] = record
 

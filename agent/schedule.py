@@ -32,7 +32,7 @@ from datetime import UTC, datetime
 
 from apscheduler.triggers.cron import CronTrigger
 
-from protocol.randomness import RandomSource, uniform_ints
+from protocol.randomness import RandomSource, uniform_draws
 
 __all__ = ["next_cycle_after", "plausible_next", "slots"]
 
@@ -62,7 +62,7 @@ def next_cycle_after(t: float, *, interval_hours: int, jitter_seconds: float, rn
     if jitter_seconds <= 0:
         return float(boundary)
     millis = max(1, int(jitter_seconds * 1000))
-    return boundary + int(uniform_ints(rng, millis, 1)[0]) / 1000.0
+    return boundary + uniform_draws(rng, millis, 1)[0] / 1000.0
 
 
 def plausible_next(due: float, now: float, *, interval_hours: int, jitter_seconds: float) -> bool:
