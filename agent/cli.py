@@ -8,7 +8,6 @@ same either way.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import datetime as dt
 import json
 import logging
@@ -384,6 +383,8 @@ def _readable_text(source: str, field: str, path: Path) -> str:
 
 
 def _run(cfg: AgentConfig, clock: Clock) -> int:
+    import asyncio  # noqa: PLC0415 - the daemon's alone: the other verbs start faster without it
+
     from agent.daemon import run_daemon  # noqa: PLC0415
 
     check_config(cfg)  # fail fast at start-up, naming the file and the field

@@ -1,0 +1,41 @@
+"""What a device's agent loads: no numpy, and nothing heavy it does not use.
+
+A fresh interpreter imports the daemon and the command line as ``ldp-agent`` does; numpy (the
+server half of the mechanisms, docs/deploy.md) and ``cryptography.x509`` (a client certificate's
+check, runtime/tls.py) must stay out, and the commands other than ``run`` load no asyncio.
+The daemon's own run, with a value recorded for every use case and a collection cycle, is
+checked for numpy by ``benchmarks/bench_agent.py`` (``daemon_never_loaded_numpy``).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _loaded_after(imports: str, watched: list[str]) -> list[str]:
+    """The ``watched`` modules in ``sys.modules`` of a fresh interpreter after ``imports``."""
+    script = f"{imports}\nimport json, sys\nprint(json.dumps(sorted(m for m in {watched!r} if m in sys.modules)))\n"
+    done = subprocess.run(
+        [sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, check=True, timeout=120
+    )
+    loaded: list[str] = json.loads(done.stdout)
+    return loaded
+
+
+def test_the_daemon_and_the_command_line_import_no_numpy_and_no_x509() -> None:
+    assert _loaded_after("import agent.daemon, agent.cli", ["numpy", "cryptography.x509", "apscheduler"]) == []
+
+
+def test_the_commands_load_no_asyncio() -> None:
+    """``ldp-agent --help``, ``status`` and the other verbs start without the event loop's modules."""
+    assert _loaded_after("import agent.cli", ["asyncio", "ssl", "numpy"]) == []
+
+
+def test_the_probe_sees_numpy_once_it_is_loaded() -> None:
+    """The check can fail: the server half of a mechanism loads numpy."""
+    assert _loaded_after("import protocol.server.cms", ["numpy"]) == ["numpy"]
