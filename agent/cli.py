@@ -31,7 +31,7 @@ from agent.errors import (
 from agent.status import AgentStatus
 from protocol.plain import Json, JsonObject
 from runtime.clock import Clock, SystemClock
-from runtime.console import package_version, quiet_on_closed_pipe
+from runtime.console import VersionAction, quiet_on_closed_pipe
 from runtime.exit_status import HELP as EXIT_HELP
 from runtime.exit_status import ExitStatus
 
@@ -85,7 +85,7 @@ def _parser() -> argparse.ArgumentParser:
         epilog=_EPILOG.format(exit_help=EXIT_HELP),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--version", action="version", version=f"%(prog)s {package_version()}")
+    p.add_argument("--version", action=VersionAction)
     p.add_argument("--config", type=Path, help="the agent's TOML config file")
     sub = p.add_subparsers(dest="verb", required=True, metavar="VERB")
     sub.add_parser("run", help="run the daemon", description="Run the agent daemon in the foreground.")
@@ -165,7 +165,7 @@ def _request(cfg: AgentConfig, request: JsonObject, clock: Clock) -> JsonObject:
     # No daemon: open the state ourselves, under the lock a daemon would hold. Imported here:
     # talking to a running daemon needs none of the mechanisms.
     from agent.api import handle_request  # noqa: PLC0415
-    from agent.daemon import StateLock, load_registry, open_agent  # noqa: PLC0415
+    from agent.opening import StateLock, load_registry, open_agent  # noqa: PLC0415
     from protocol.randomness import SystemRandom  # noqa: PLC0415
 
     registry = load_registry(cfg)
@@ -312,7 +312,7 @@ def check_config(cfg: AgentConfig, environ: dict[str, str] | None = None) -> lis
         ConfigError: naming the file and the field (the registry's own errors name the registry).
         PolicyError: the registry asks for more than the local policy allows.
     """
-    from agent.daemon import check_probes, load_registry  # noqa: PLC0415
+    from agent.opening import check_probes, load_registry  # noqa: PLC0415
 
     env = dict(os.environ) if environ is None else environ
     source = str(cfg.source or "<config>")
