@@ -36,6 +36,14 @@ def test_the_commands_load_no_asyncio() -> None:
     assert _loaded_after("import agent.cli", ["asyncio", "ssl", "numpy"]) == []
 
 
+def test_the_commands_without_a_daemon_load_no_asyncio() -> None:
+    """Without a daemon, ``status`` and the other verbs open the state themselves
+    (agent/opening.py, agent/api.py's dispatcher), still without the event loop, and no command
+    looks its version up unless ``--version`` asks (docs/deploy.md, "The device's footprint")."""
+    imports = "import agent.cli, agent.api, agent.opening; agent.cli._parser()"
+    assert _loaded_after(imports, ["asyncio", "ssl", "importlib.metadata", "numpy"]) == []
+
+
 def test_the_probe_sees_numpy_once_it_is_loaded() -> None:
     """The check can fail: the server half of a mechanism loads numpy."""
     assert _loaded_after("import protocol.server.cms", ["numpy"]) == ["numpy"]
