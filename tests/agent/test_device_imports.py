@@ -14,6 +14,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+from agent.aes_gcm import libcrypto_loaded
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -42,6 +46,16 @@ def test_the_commands_without_a_daemon_load_no_asyncio() -> None:
     looks its version up unless ``--version`` asks (docs/deploy.md, "The device's footprint")."""
     imports = "import agent.cli, agent.api, agent.opening; agent.cli._parser()"
     assert _loaded_after(imports, ["asyncio", "ssl", "importlib.metadata", "numpy"]) == []
+
+
+def test_the_sealed_state_needs_no_cryptography_package() -> None:
+    """Sealing and opening go through the system's libcrypto (agent/aes_gcm.py), so the daemon
+    maps no second OpenSSL; the package is loaded only where no libcrypto can be."""
+    if not libcrypto_loaded():
+        pytest.skip("no system libcrypto 3 or 1.1 to load: the cryptography package seals")
+    code = "import agent.daemon, agent.cli\nfrom agent.sealed import Sealer\ns = Sealer(bytes(32))\n"
+    code += "assert s.open('agent', 1, s.seal('agent', 1, {})) == {}"
+    assert _loaded_after(code, ["cryptography", "agent.aes_gcm"]) == ["agent.aes_gcm"]
 
 
 def test_the_probe_sees_numpy_once_it_is_loaded() -> None:
