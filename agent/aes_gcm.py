@@ -97,6 +97,7 @@ class _LibcryptoGcm:
     def __init__(self, lib: ctypes.CDLL, key: bytes) -> None:
         self._lib = lib
         self._key = bytes(key)
+        self._cipher = lib.EVP_aes_256_gcm()  # a static table of the library: never freed
 
     def _start(self, direction: str, nonce: bytes, aad: bytes) -> int:
         """A new context keyed for ``direction`` with ``aad`` absorbed; the caller frees it."""
@@ -106,7 +107,7 @@ class _LibcryptoGcm:
             raise MemoryError("libcrypto: EVP_CIPHER_CTX_new failed")
         init = getattr(lib, f"EVP_{direction}Init_ex")
         try:
-            _ok(init(ctx, lib.EVP_aes_256_gcm(), None, None, None), f"EVP_{direction}Init_ex")
+            _ok(init(ctx, self._cipher, None, None, None), f"EVP_{direction}Init_ex")
             _ok(lib.EVP_CIPHER_CTX_ctrl(ctx, _CTRL_SET_IVLEN, len(nonce), None), "EVP_CTRL_GCM_SET_IVLEN")
             _ok(init(ctx, None, None, self._key, nonce), f"EVP_{direction}Init_ex")
             absorbed = ctypes.c_int(0)
