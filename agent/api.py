@@ -24,14 +24,13 @@ both paths behave identically. Access is controlled by the socket's file mode.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 import logging
 import os
 from collections.abc import AsyncIterator, Callable, Mapping
 from pathlib import Path
-from typing import TypeAlias
+from typing import TYPE_CHECKING, TypeAlias
 
 from agent.core import Agent
 from agent.errors import (
@@ -44,6 +43,9 @@ from agent.errors import (
 from agent.state import LedgerEntry
 from agent.usecases import coerce_text
 from protocol.plain import Json, JsonObject, Plain
+
+if TYPE_CHECKING:
+    import asyncio
 
 __all__ = ["MAX_REQUEST_BYTES", "handle_request", "ledger_json", "serve"]
 
@@ -190,6 +192,9 @@ async def serve(
 
     The caller must hold the state directory lock: a leftover socket file is removed.
     """
+    # Only the daemon serves: a command that answers without one never loads asyncio.
+    import asyncio  # noqa: PLC0415
+
     slots = asyncio.Semaphore(MAX_CONNECTIONS)
     refused = 0
 

@@ -8,7 +8,6 @@ same either way.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import datetime as dt
 import json
 import logging
@@ -32,7 +31,7 @@ from agent.errors import (
 from agent.status import AgentStatus
 from protocol.plain import Json, JsonObject
 from runtime.clock import Clock, SystemClock
-from runtime.console import package_version, quiet_on_closed_pipe
+from runtime.console import VersionAction, quiet_on_closed_pipe
 from runtime.exit_status import HELP as EXIT_HELP
 from runtime.exit_status import ExitStatus
 
@@ -91,7 +90,7 @@ def _parser() -> argparse.ArgumentParser:
         epilog=_EPILOG.format(exit_help=EXIT_HELP),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--version", action="version", version=f"%(prog)s {package_version()}")
+    p.add_argument("--version", action=VersionAction)
     p.add_argument("--config", type=Path, help="the agent's TOML config file")
     sub = p.add_subparsers(dest="verb", required=True, metavar="VERB")
     sub.add_parser("run", help="run the daemon", description="Run the agent daemon in the foreground.")
@@ -197,7 +196,7 @@ def _request(cfg: AgentConfig, request: JsonObject, clock: Clock) -> JsonObject:
     # No daemon: open the state ourselves, under the lock a daemon would hold. Imported here:
     # talking to a running daemon needs none of the mechanisms.
     from agent.api import handle_request  # noqa: PLC0415
-    from agent.daemon import StateLock, load_registry, open_agent  # noqa: PLC0415
+    from agent.opening import StateLock, load_registry, open_agent  # noqa: PLC0415
     from protocol.randomness import SystemRandom  # noqa: PLC0415
 
     registry = load_registry(cfg)
@@ -345,7 +344,7 @@ def check_config(cfg: AgentConfig, environ: dict[str, str] | None = None) -> lis
         ConfigError: naming the file and the field (the registry's own errors name the registry).
         PolicyError: the registry asks for more than the local policy allows.
     """
-    from agent.daemon import check_probes, load_registry  # noqa: PLC0415
+    from agent.opening import check_probes, load_registry  # noqa: PLC0415
 
     env = dict(os.environ) if environ is None else environ
     source = str(cfg.source or "<config>")
@@ -443,6 +442,8 @@ def _re_enrol(cfg: AgentConfig, clock: Clock) -> int:
 
 
 def _run(cfg: AgentConfig, clock: Clock) -> int:
+    import asyncio  # noqa: PLC0415 - the daemon's alone: the other verbs start faster without it
+
     from agent.daemon import run_daemon  # noqa: PLC0415
 
     check_config(cfg)  # fail fast at start-up, naming the file and the field

@@ -9,18 +9,19 @@ the dotted field (``broker.port``, ``probes[1].use_case``); nothing falls back s
 from __future__ import annotations
 
 import math
-import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Annotated, ClassVar, Literal
+from typing import TYPE_CHECKING, Annotated, ClassVar, Literal
 
 from agent.errors import ConfigError
 from protocol.schema import Invalid, Range, check_ranges
 from runtime.config import load_config_file, parse_config_text
 from runtime.errors import ConfigFileError, SettingFileError
 from runtime.secret_files import read_password as read_password_file
-from runtime.tls import client_context
+
+if TYPE_CHECKING:
+    import ssl
 
 __all__ = [
     "ActiveSecondsProbe",
@@ -386,6 +387,8 @@ def tls_context(broker: BrokerConfig) -> ssl.SSLContext | None:
     """
     if not broker.tls:
         return None
+    from runtime.tls import client_context  # noqa: PLC0415 - only a TLS connection needs it
+
     try:
         return client_context(ca_file=broker.ca_file, cert_file=broker.cert_file, key_file=broker.key_file)
     except SettingFileError as e:

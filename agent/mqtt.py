@@ -50,7 +50,7 @@ log = logging.getLogger("ldp_agent.mqtt")
 
 def random_client_id(rng: RandomSource) -> str:
     """A fresh 88-bit client identifier (22 hex digits: within MQTT 3.1.1's 23-character limit)."""
-    words = rng.words(2)
+    words = rng.draw(2)
     return f"{int(words[0]):016x}{int(words[1]) >> 40:06x}"
 
 

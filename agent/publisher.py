@@ -26,7 +26,7 @@ from agent.core import Agent
 from agent.errors import TransportError
 from agent.outbox import Pending
 from agent.transport import ReceiptConnection, ReceiptTransport, Transport
-from protocol.randomness import RandomSource, uniform_ints
+from protocol.randomness import RandomSource, uniform_draws
 from runtime.backoff import Backoff, Retry
 from runtime.clock import Clock
 
@@ -35,9 +35,23 @@ __all__ = ["Publisher", "PublisherStats", "ReceiptPolicy"]
 log = logging.getLogger("ldp_agent.publisher")
 
 
+def _end_if_cancelled() -> None:
+    """Raise the cancellation an acknowledgement's wait dropped, if one did.
+
+    aiomqtt waits for every acknowledgement through ``asyncio.wait_for``, which on Python 3.11
+    returns the result and drops the cancellation when both arrive in the same turn of the event
+    loop. The task still counts the request (``Task.cancelling()``), so it is raised here, after
+    each publish and before each wait: otherwise SIGTERM's cancellation could be lost and the
+    publisher wait for work while the daemon waits for it (tests/agent/test_publisher_cancel.py).
+    """
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        raise asyncio.CancelledError
+
+
 def _jitter(rng: RandomSource) -> Callable[[], float]:
     """Backoff jitter from the agent's random source, so tests with a seeded one replay exactly."""
-    return lambda: int(uniform_ints(rng, 1_000_000, 1)[0]) / 1_000_000
+    return lambda: uniform_draws(rng, 1_000_000, 1)[0] / 1_000_000
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -154,6 +168,7 @@ class Publisher:
                 for p in pending:
                     await conn.publish(p.topic, p.entry.payload)
                     acked.append(p)
+                    _end_if_cancelled()
         finally:
             # Persist acknowledgements even when cancelled (SIGTERM) or after a failure.
             self._agent.acknowledge(acked)
@@ -206,6 +221,7 @@ class Publisher:
             TransportError: a publish was not acknowledged, or the connection ended.
         """
         while True:
+            _end_if_cancelled()  # connecting may have dropped it
             self._wake.clear()
             if listener.done():
                 raise listener.result()  # the connection ended
@@ -220,6 +236,7 @@ class Publisher:
                 for p in due:
                     await conn.publish(p.topic, p.entry.payload, correlation=p.entry.report_id)
                     sent.append(p)
+                    _end_if_cancelled()
             finally:
                 # Persist the sends even when cancelled (SIGTERM) or after a failure.
                 self._agent.mark_sent(sent)
@@ -265,6 +282,7 @@ class Publisher:
     async def run(self) -> None:
         """Publish whenever kicked, until cancelled."""
         while True:
+            _end_if_cancelled()
             if not self._agent.outbox():
                 self._idle.set()
                 await self._wake.wait()

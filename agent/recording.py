@@ -25,7 +25,7 @@ from agent.usecases import Kind, check_counter_value, check_value, clamp_note, p
 from protocol.errors import InputError
 from protocol.interfaces import EstimateKind, as_discovery
 from protocol.plain import Plain
-from protocol.randomness import RandomSource, uniform_ints
+from protocol.randomness import RandomSource, uniform_draws
 from protocol.registry import Registry
 from runtime.clock import Clock
 
@@ -55,7 +55,7 @@ def reservoir_offer(pending: PendingRecords, record: Plain, capacity: int, rng: 
     if len(pending.records) < capacity:
         pending.records.append(record)
         return
-    j = int(uniform_ints(rng, pending.offered, 1)[0])
+    j = uniform_draws(rng, pending.offered, 1)[0]
     if j < capacity:
         pending.records[j] = record
 

@@ -16,53 +16,45 @@ on the daemon's :class:`runtime.clock.Clock` (``Daemon.run_cycles``):
 * A due time implausibly far in the future (the clock was set back) is recomputed, so a
   clock moved backwards delays a cycle by at most one interval.
 
-The slots are an APScheduler 3.x ``CronTrigger`` in UTC (``hour="0,6,12,18"`` for 6 hours),
-asked through its public ``get_next_fire_time(previous, now)`` with ``now`` from the
-daemon's clock. APScheduler's *scheduler* does not do the waiting: it reads the system time
-itself, so no injected clock (simulator, crash and container tests) could drive it, and
-its timer runs on the monotonic clock, which stands still during a suspend;
-``docs/schedule.md`` has what was observed.
+The slots are the UTC multiples of the interval, computed here (UTC has no daylight saving,
+so the cron rule ``hour="0,6,12,18", minute=0, second=0`` in UTC is exactly that arithmetic).
+APScheduler's ``CronTrigger`` gave them until it was found to cost a device 2 MiB of memory
+and 30 ms of start-up for one division; ``tests/agent/test_schedule.py`` still checks these
+slots against the trigger's for every allowed interval. No scheduler does the waiting: it
+would read the system time itself, so no injected clock (simulator, crash and container
+tests) could drive it, and its timer runs on the monotonic clock, which stands still during
+a suspend; ``docs/schedule.md`` has what was observed.
 """
 
 from __future__ import annotations
 
-import functools
 import math
-from datetime import UTC, datetime
 
-from apscheduler.triggers.cron import CronTrigger
+from protocol.randomness import RandomSource, uniform_draws
 
-from protocol.randomness import RandomSource, uniform_ints
-
-__all__ = ["next_cycle_after", "plausible_next", "slots"]
+__all__ = ["next_cycle_after", "plausible_next", "slot_seconds"]
 
 
-@functools.cache
-def slots(interval_hours: int) -> CronTrigger:
-    """The cron trigger of the slot boundaries: every ``interval_hours`` from 00:00 UTC.
+def slot_seconds(interval_hours: int) -> int:
+    """The length of a slot in seconds; slots start at the UTC multiples of it from 00:00 UTC.
 
-    ``interval_hours`` divides 24 (the agent's config checks it), so the hours are the UTC
-    multiples of the interval. The trigger carries no jitter: APScheduler's would come from
-    the process-wide ``random`` module, and the jitter here comes from the agent's own source.
+    Raises:
+        ValueError: ``interval_hours`` does not divide 24 (the agent's config checks it first).
     """
     if interval_hours <= 0 or 24 % interval_hours:
         raise ValueError(f"interval_hours must divide 24; got {interval_hours}")
-    hours = ",".join(str(h) for h in range(0, 24, interval_hours))
-    return CronTrigger(hour=hours, minute=0, second=0, timezone=UTC)
+    return interval_hours * 3600
 
 
 def next_cycle_after(t: float, *, interval_hours: int, jitter_seconds: float, rng: RandomSource) -> float:
     """The first slot boundary strictly after ``t``, plus a uniform jitter in ``[0, jitter)``."""
-    # Boundaries fall on whole seconds, so the first one at or after floor(t) + 1 is the
-    # first one strictly after t (the trigger's answer includes ``now`` itself).
-    after = datetime.fromtimestamp(math.floor(t) + 1, UTC)
-    fire: datetime | None = slots(interval_hours).get_next_fire_time(None, after)
-    assert fire is not None  # a cron trigger without an end date always has a next time
-    boundary = fire.timestamp()
+    step = slot_seconds(interval_hours)
+    # Boundaries fall on whole seconds: the first one after floor(t) is the first one after t.
+    boundary = (math.floor(t) // step + 1) * step
     if jitter_seconds <= 0:
         return float(boundary)
     millis = max(1, int(jitter_seconds * 1000))
-    return boundary + int(uniform_ints(rng, millis, 1)[0]) / 1000.0
+    return boundary + uniform_draws(rng, millis, 1)[0] / 1000.0
 
 
 def plausible_next(due: float, now: float, *, interval_hours: int, jitter_seconds: float) -> bool:

@@ -25,9 +25,8 @@ from pathlib import Path
 from typing import Any
 
 import msgpack
-from cryptography.exceptions import InvalidTag
-from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
+from agent.aes_gcm import InvalidTagError, aes_gcm
 from agent.errors import KeyUnavailableError, StateUnreadableError, StateWriteError
 from protocol.plain import Plain
 from runtime.errors import SettingFileError
@@ -156,7 +155,7 @@ class Sealer:
     def __init__(self, key: bytes) -> None:
         if len(key) != KEY_BYTES:
             raise KeyUnavailableError(f"a state key is {KEY_BYTES} bytes; got {len(key)}")
-        self._aead = AESGCM(key)
+        self._aead = aes_gcm(key)
 
     @staticmethod
     def _aad(purpose: str, version: int) -> bytes:
@@ -182,7 +181,7 @@ class Sealer:
         nonce = blob[len(_MAGIC) + 1 : _HEADER]
         try:
             plain = self._aead.decrypt(nonce, blob[_HEADER:], self._aad(purpose, version))
-        except InvalidTag:
+        except InvalidTagError:
             raise StateUnreadableError(
                 where, f"authentication failed (wrong key, not the {purpose!r} v{version} file, or modified)"
             ) from None

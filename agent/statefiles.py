@@ -35,7 +35,7 @@ from agent.state import (
 from agent.usecases import Kind, fingerprint, kind_of, load_permanent_state
 from protocol.errors import StateError
 from protocol.plain import Plain, PlainDoc
-from protocol.randomness import RandomSource
+from protocol.randomness import RandomSource, random_bytes
 from protocol.registry import Registry, UseCase
 
 __all__ = ["MANIFEST", "RE_ENROL", "Slot", "StateFiles", "budget_of", "epsilon_total", "new_use_case_doc"]
@@ -109,7 +109,7 @@ def new_use_case_doc(
     """A fresh document for ``use_case``: a new secret key for its keyed hashes, nothing recorded."""
     return UseCaseDoc(
         fingerprint=fingerprint(use_case),
-        hash_key=rng.words(4).astype("<u8").tobytes(),
+        hash_key=random_bytes(rng, 32),
         budget=dict(budget or {}),
         last_closed=last_closed,
         definition=use_case.definition,
@@ -364,7 +364,7 @@ class StateFiles:
             )
         # No manifest: a new state directory, one written before manifests existed, or a crash
         # between granting consent and writing it. _check_generations refuses files that name one.
-        device = self._rng.words(2).astype("<u8").tobytes()[:DEVICE_ID_BYTES]
+        device = random_bytes(self._rng, DEVICE_ID_BYTES)
         return ManifestDoc(device=device), True, None
 
     # ------------------------------------------------------------------ the manifest checks

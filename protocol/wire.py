@@ -59,7 +59,7 @@ from protocol.envelope import (
     largest_report_size,
 )
 from protocol.errors import MalformedReportError
-from protocol.randomness import RandomSource
+from protocol.randomness import RandomSource, random_bytes
 from protocol.registry import Registry, UseCase
 
 __all__ = [
@@ -139,7 +139,7 @@ class DecodedReport:
 
 def new_report_id(rng: RandomSource) -> bytes:
     """16 fresh random bytes for a report id (devices pass ``SystemRandom()``)."""
-    return rng.words(2).astype("<u8").tobytes()
+    return random_bytes(rng, 16)
 
 
 def make_report(

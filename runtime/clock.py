@@ -9,7 +9,6 @@ always the host's.
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Callable
 from typing import Protocol
@@ -62,8 +61,12 @@ class SystemClock:
         return self._wall()
 
     async def sleep(self, seconds: float) -> None:
+        import asyncio  # noqa: PLC0415 - only a daemon sleeps; the agent's commands never load asyncio
+
         await asyncio.sleep(max(0.0, seconds))
 
     async def sleep_until(self, when: float) -> None:
+        import asyncio  # noqa: PLC0415
+
         while (remaining := when - self._wall()) > 0:
             await asyncio.sleep(min(remaining, self.recheck_seconds))

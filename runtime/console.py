@@ -2,23 +2,47 @@
 
 from __future__ import annotations
 
+import argparse
 import contextlib
-import importlib.metadata
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from runtime.exit_status import ExitStatus
 
-__all__ = ["package_version", "quiet_on_closed_pipe"]
+__all__ = ["VersionAction", "package_version", "quiet_on_closed_pipe"]
 
 
 def package_version() -> str:
     """The installed distribution's version (``"(not installed)"`` when run from a bare checkout)."""
+    # importlib.metadata brings email, zipfile, csv and the compressors with it: 30 ms and
+    # 2 MiB that a device's commands and daemon pay for nothing unless --version is asked
+    # (docs/deploy.md, "The device's footprint").
+    import importlib.metadata  # noqa: PLC0415
+
     try:
         return importlib.metadata.version("ldp-telemetry")
     except importlib.metadata.PackageNotFoundError:
         return "(not installed)"
+
+
+class VersionAction(argparse.Action):
+    """``--version`` that looks the version up only when asked: ``"PROG VERSION"``, then exit 0."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str = argparse.SUPPRESS, **kwargs: Any) -> None:
+        kwargs.setdefault("help", "show program's version number and exit")
+        super().__init__(option_strings, dest=dest, default=argparse.SUPPRESS, nargs=0, **kwargs)
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: str | Sequence[Any] | None,
+        option_string: str | None = None,
+    ) -> None:
+        sys.stdout.write(f"{parser.prog} {package_version()}\n")  # on stdout, as argparse's own action
+        parser.exit()
 
 
 def quiet_on_closed_pipe(run: Callable[[], int]) -> int:

@@ -11,9 +11,6 @@ from __future__ import annotations
 import ssl
 from pathlib import Path
 
-from cryptography import x509
-from cryptography.hazmat.primitives import serialization
-
 from runtime.errors import SettingFileError
 
 __all__ = ["client_context"]
@@ -52,6 +49,11 @@ def client_context(
     ctx.minimum_version = ssl.TLSVersion.TLSv1_2
     if cert_file is None:
         return ctx
+    # Imported only for a client certificate: cryptography.x509 costs a device 1.4 MiB and
+    # 40 ms of start-up that a password login never needs (docs/deploy.md).
+    from cryptography import x509  # noqa: PLC0415
+    from cryptography.hazmat.primitives import serialization  # noqa: PLC0415
+
     cert = _read("cert_file", cert_file)
     try:
         x509.load_pem_x509_certificate(cert)

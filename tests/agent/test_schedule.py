@@ -11,14 +11,16 @@ from __future__ import annotations
 import asyncio
 import math
 import random
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+from apscheduler.triggers.cron import CronTrigger
 
 from agent.config import ScheduleConfig
 from agent.core import Agent
 from agent.daemon import Daemon
-from agent.schedule import next_cycle_after, slots
+from agent.schedule import next_cycle_after
 from agent.sealed import Sealer
 from agent.transport import MemoryTransport
 from protocol.randomness import SeededRandom
@@ -95,14 +97,18 @@ def test_the_daemon_on_the_system_clock_runs_one_cycle_after_a_suspend(tmp_path:
 
 @pytest.mark.parametrize("hours", [1, 2, 3, 4, 6, 8, 12, 24])
 def test_the_cron_slots_are_the_utc_multiples_of_the_interval(hours: int) -> None:
-    """APScheduler's cron trigger gives the first UTC multiple of the interval strictly after t."""
+    """A slot is the first UTC multiple of the interval after t, as APScheduler's cron trigger gives it."""
     rng = random.Random(hours)
     step = hours * 3600
     times = [rng.uniform(0, 4e9) for _ in range(300)]
     times += [k * step + d for k in (0, 1, 123_456 // hours) for d in (-1.0, -0.25, 0.0, 0.25, 1.0)]
+    trigger = CronTrigger(hour=",".join(str(h) for h in range(0, 24, hours)), minute=0, second=0, timezone=UTC)
     for t in times:
         due = next_cycle_after(t, interval_hours=hours, jitter_seconds=0, rng=SeededRandom(0))
         assert due == (math.floor(t / step) + 1) * step, (hours, t)
+        fire = trigger.get_next_fire_time(None, datetime.fromtimestamp(math.floor(t) + 1, UTC))
+        assert fire is not None
+        assert due == fire.timestamp(), (hours, t)
 
 
 def test_the_jitter_lies_within_its_slot() -> None:
@@ -116,4 +122,4 @@ def test_the_jitter_lies_within_its_slot() -> None:
 
 def test_an_interval_that_does_not_divide_a_day_is_refused() -> None:
     with pytest.raises(ValueError, match="divide 24"):
-        slots(5)
+        next_cycle_after(0.0, interval_hours=5, jitter_seconds=0, rng=SeededRandom(0))

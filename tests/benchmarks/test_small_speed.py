@@ -86,15 +86,22 @@ def test_wire(capsys: pytest.CaptureFixture[str]) -> None:
 
 @covers("bench_agent")
 def test_agent(capsys: pytest.CaptureFixture[str]) -> None:
-    """The idle daemon stays within its 60 MB, stops cleanly on SIGTERM, and every use case reports each cycle."""
-    doc = run_main(bench_agent.main, ["--cycles", "2", "--settle", "0.5"], capsys)
-    idle, cycle, targets = doc["idle"], doc["cycle"], doc["targets"]
-    assert idle["exit_status_after_sigterm"] == 0
-    assert targets["idle_rss_mb<=60"], idle
+    """The daemon records a value for every use case of the example registry, runs a cycle that
+    reports each of them, never loads numpy and stops cleanly on SIGTERM; every figure and goal
+    is printed (the speeds and the memory are only reported: they depend on the machine)."""
+    doc = run_main(bench_agent.main, ["--cycles", "2", "--runs", "1", "--settle", "0.5"], capsys)
+    daemon, cycle, commands, targets = doc["daemon"], doc["cycle"], doc["commands"], doc["targets"]
+    assert daemon["exit_status_after_sigterm"] == 0
+    assert daemon["use_cases"] == cycle["use_cases"] == 7
     assert targets["every_use_case_reported"], cycle
-    assert cycle["use_cases"] == bench_agent.USE_CASES
-    assert isinstance(targets["cycle_cpu_ms<=50"], bool)
-    report("bench_agent", {"cycle_cpu_ms": cycle["cycle_cpu_ms"], "idle_rss_mb": idle["idle_rss_mb"]})
+    assert targets["daemon_published_every_report"], daemon
+    assert targets["daemon_never_loaded_numpy"], daemon
+    assert daemon["rss_at_ready_mb"] <= daemon["peak_cycle_rss_mb"]
+    assert daemon["idle_rss_mb"] <= 60  # the bound this test held before the goals; memory does not depend on speed
+    for name, goal in bench_agent.GOALS.items():
+        assert isinstance(targets[f"{name}<={goal:g}"], bool)
+    require_keys(commands, ("bare_interpreter_rss_mb", "help_cpu_ms", "status_cpu_ms"), where="commands")
+    report("bench_agent", {name: (daemon | cycle | commands)[name] for name in bench_agent.GOALS})
 
 
 @covers("bench_serve")

@@ -1,0 +1,183 @@
+"""AES-256-GCM for the sealed state (agent/sealed.py), through the libcrypto the interpreter already has.
+
+The cryptography package's AES-GCM brings a second, statically linked OpenSSL with it: 8.6 MiB
+of a device's memory for one cipher (docs/deploy.md, "The device's footprint"), while Python's
+own ``ssl`` and ``hashlib`` are linked against the system's libcrypto, which the daemon maps
+anyway. :func:`aes_gcm` calls that library's EVP interface through ctypes: plain calls and no
+callbacks, so nothing needs memory both writable and executable and the unit's
+``MemoryDenyWriteExecute=yes`` holds. Where neither libcrypto 3 nor 1.1 can be loaded it uses
+the cryptography package, which stays a dependency of the agent. Both give the same bytes: GCM
+is a function of the key, the nonce, the associated data and the plaintext
+(tests/agent/test_aes_gcm.py holds the two to each other).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+from typing import Protocol
+
+__all__ = ["TAG_BYTES", "Cipher", "InvalidTagError", "aes_gcm", "libcrypto_loaded"]
+
+TAG_BYTES = 16
+_SONAMES = ("libcrypto.so.3", "libcrypto.so.1.1")
+_CTRL_SET_IVLEN = 0x9  # EVP_CTRL_GCM_SET_IVLEN (openssl/evp.h)
+_CTRL_GET_TAG = 0x10  # EVP_CTRL_GCM_GET_TAG
+_CTRL_SET_TAG = 0x11  # EVP_CTRL_GCM_SET_TAG
+_MAX_BYTES = 1 << 30  # the EVP lengths are C ints
+
+
+class InvalidTagError(Exception):
+    """Authentication failed: another key, nonce or associated data, or modified bytes."""
+
+
+class Cipher(Protocol):
+    """AES-256-GCM under one key; the ciphertext carries its 16-byte tag at the end."""
+
+    def encrypt(self, nonce: bytes, data: bytes, aad: bytes) -> bytes:
+        """``data`` encrypted, followed by the tag over it and ``aad``."""
+        ...
+
+    def decrypt(self, nonce: bytes, data: bytes, aad: bytes) -> bytes:
+        """The plaintext of ``data`` (ciphertext and tag).
+
+        Raises:
+            InvalidTagError: the tag does not authenticate ``data`` and ``aad``.
+        """
+        ...
+
+
+def _declare(lib: ctypes.CDLL) -> None:
+    """The signatures of the EVP functions used (without them ctypes would pass pointers as C ints)."""
+    ptr, num, text = ctypes.c_void_p, ctypes.c_int, ctypes.c_char_p
+    count = ctypes.POINTER(ctypes.c_int)
+    lib.EVP_CIPHER_CTX_new.restype = ptr
+    lib.EVP_CIPHER_CTX_new.argtypes = []
+    lib.EVP_CIPHER_CTX_free.restype = None
+    lib.EVP_CIPHER_CTX_free.argtypes = [ptr]
+    lib.EVP_aes_256_gcm.restype = ptr
+    lib.EVP_aes_256_gcm.argtypes = []
+    lib.EVP_CIPHER_CTX_ctrl.restype = num
+    lib.EVP_CIPHER_CTX_ctrl.argtypes = [ptr, num, num, ptr]
+    for direction in ("Encrypt", "Decrypt"):
+        init = getattr(lib, f"EVP_{direction}Init_ex")
+        init.restype, init.argtypes = num, [ptr, ptr, ptr, text, text]
+        update = getattr(lib, f"EVP_{direction}Update")
+        update.restype, update.argtypes = num, [ptr, ptr, count, text, num]
+        final = getattr(lib, f"EVP_{direction}Final_ex")
+        final.restype, final.argtypes = num, [ptr, ptr, count]
+
+
+@functools.cache
+def _libcrypto() -> ctypes.CDLL | None:
+    """The system's libcrypto with the EVP functions declared, or None where none loads."""
+    for name in _SONAMES:
+        try:
+            lib = ctypes.CDLL(name)
+            _declare(lib)
+        except (OSError, AttributeError):
+            continue
+        return lib
+    return None
+
+
+def libcrypto_loaded() -> bool:
+    """Whether :func:`aes_gcm` uses the system's libcrypto (False: the cryptography package)."""
+    return _libcrypto() is not None
+
+
+def _ok(result: int, call: str) -> None:
+    if result != 1:
+        raise RuntimeError(f"libcrypto: {call} failed")
+
+
+class _LibcryptoGcm:
+    """AES-256-GCM through the EVP interface of the system's libcrypto."""
+
+    def __init__(self, lib: ctypes.CDLL, key: bytes) -> None:
+        self._lib = lib
+        self._key = bytes(key)
+        self._cipher = lib.EVP_aes_256_gcm()  # a static table of the library: never freed
+
+    def _start(self, direction: str, nonce: bytes, aad: bytes) -> int:
+        """A new context keyed for ``direction`` with ``aad`` absorbed; the caller frees it."""
+        lib = self._lib
+        ctx: int | None = lib.EVP_CIPHER_CTX_new()
+        if not ctx:
+            raise MemoryError("libcrypto: EVP_CIPHER_CTX_new failed")
+        init = getattr(lib, f"EVP_{direction}Init_ex")
+        try:
+            _ok(init(ctx, self._cipher, None, None, None), f"EVP_{direction}Init_ex")
+            _ok(lib.EVP_CIPHER_CTX_ctrl(ctx, _CTRL_SET_IVLEN, len(nonce), None), "EVP_CTRL_GCM_SET_IVLEN")
+            _ok(init(ctx, None, None, self._key, nonce), f"EVP_{direction}Init_ex")
+            absorbed = ctypes.c_int(0)
+            _ok(getattr(lib, f"EVP_{direction}Update")(ctx, None, absorbed, aad, len(aad)), "the associated data")
+        except BaseException:
+            lib.EVP_CIPHER_CTX_free(ctx)
+            raise
+        return ctx
+
+    def encrypt(self, nonce: bytes, data: bytes, aad: bytes) -> bytes:
+        if max(len(data), len(aad)) > _MAX_BYTES:
+            raise ValueError("AES-GCM input longer than 1 GiB")
+        lib = self._lib
+        ctx = self._start("Encrypt", nonce, aad)
+        try:
+            out = ctypes.create_string_buffer(len(data) + TAG_BYTES)
+            written, tail = ctypes.c_int(0), ctypes.c_int(0)
+            _ok(lib.EVP_EncryptUpdate(ctx, out, written, data, len(data)), "EVP_EncryptUpdate")
+            _ok(lib.EVP_EncryptFinal_ex(ctx, ctypes.byref(out, written.value), tail), "EVP_EncryptFinal_ex")
+            size = written.value + tail.value
+            tag = ctypes.create_string_buffer(TAG_BYTES)
+            _ok(lib.EVP_CIPHER_CTX_ctrl(ctx, _CTRL_GET_TAG, TAG_BYTES, tag), "EVP_CTRL_GCM_GET_TAG")
+            return out.raw[:size] + tag.raw
+        finally:
+            lib.EVP_CIPHER_CTX_free(ctx)
+
+    def decrypt(self, nonce: bytes, data: bytes, aad: bytes) -> bytes:
+        if len(data) < TAG_BYTES:
+            raise InvalidTagError("shorter than a tag")
+        if max(len(data), len(aad)) > _MAX_BYTES:
+            raise ValueError("AES-GCM input longer than 1 GiB")
+        body, tag = data[:-TAG_BYTES], data[-TAG_BYTES:]
+        lib = self._lib
+        ctx = self._start("Decrypt", nonce, aad)
+        try:
+            out = ctypes.create_string_buffer(len(body) + TAG_BYTES)
+            written, tail = ctypes.c_int(0), ctypes.c_int(0)
+            _ok(lib.EVP_DecryptUpdate(ctx, out, written, body, len(body)), "EVP_DecryptUpdate")
+            _ok(lib.EVP_CIPHER_CTX_ctrl(ctx, _CTRL_SET_TAG, TAG_BYTES, tag), "EVP_CTRL_GCM_SET_TAG")
+            # The tag is checked here: anything but 1 means the bytes are not authentic.
+            if lib.EVP_DecryptFinal_ex(ctx, ctypes.byref(out, written.value), tail) != 1:
+                raise InvalidTagError("authentication failed")
+            return out.raw[: written.value + tail.value]
+        finally:
+            lib.EVP_CIPHER_CTX_free(ctx)
+
+
+class _PackageGcm:
+    """AES-256-GCM from the cryptography package (its own OpenSSL), where no libcrypto loads."""
+
+    def __init__(self, key: bytes) -> None:
+        from cryptography.hazmat.primitives.ciphers.aead import AESGCM  # noqa: PLC0415
+
+        self._aead = AESGCM(key)
+
+    def encrypt(self, nonce: bytes, data: bytes, aad: bytes) -> bytes:
+        return self._aead.encrypt(nonce, data, aad)
+
+    def decrypt(self, nonce: bytes, data: bytes, aad: bytes) -> bytes:
+        from cryptography.exceptions import InvalidTag  # noqa: PLC0415
+
+        try:
+            return self._aead.decrypt(nonce, data, aad)
+        except InvalidTag:
+            raise InvalidTagError("authentication failed") from None
+
+
+def aes_gcm(key: bytes) -> Cipher:
+    """AES-256-GCM under the 32-byte ``key``: the system's libcrypto, else the cryptography package."""
+    if len(key) != 32:
+        raise ValueError(f"an AES-256 key is 32 bytes; got {len(key)}")
+    lib = _libcrypto()
+    return _PackageGcm(key) if lib is None else _LibcryptoGcm(lib, key)

@@ -1,0 +1,63 @@
+"""What a device's agent loads: no numpy, and nothing heavy it does not use.
+
+A fresh interpreter imports the daemon and the command line as ``ldp-agent`` does; numpy (the
+server half of the mechanisms, docs/deploy.md) and ``cryptography.x509`` (a client certificate's
+check, runtime/tls.py) must stay out, and the commands other than ``run`` load no asyncio.
+The daemon's own run, with a value recorded for every use case and a collection cycle, is
+checked for numpy by ``benchmarks/bench_agent.py`` (``daemon_never_loaded_numpy``).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from agent.aes_gcm import libcrypto_loaded
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _loaded_after(imports: str, watched: list[str]) -> list[str]:
+    """The ``watched`` modules in ``sys.modules`` of a fresh interpreter after ``imports``."""
+    script = f"{imports}\nimport json, sys\nprint(json.dumps(sorted(m for m in {watched!r} if m in sys.modules)))\n"
+    done = subprocess.run(
+        [sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, check=True, timeout=120
+    )
+    loaded: list[str] = json.loads(done.stdout)
+    return loaded
+
+
+def test_the_daemon_and_the_command_line_import_no_numpy_and_no_x509() -> None:
+    assert _loaded_after("import agent.daemon, agent.cli", ["numpy", "cryptography.x509", "apscheduler"]) == []
+
+
+def test_the_commands_load_no_asyncio() -> None:
+    """``ldp-agent --help``, ``status`` and the other verbs start without the event loop's modules."""
+    assert _loaded_after("import agent.cli", ["asyncio", "ssl", "numpy"]) == []
+
+
+def test_the_commands_without_a_daemon_load_no_asyncio() -> None:
+    """Without a daemon, ``status`` and the other verbs open the state themselves
+    (agent/opening.py, agent/api.py's dispatcher), still without the event loop, and no command
+    looks its version up unless ``--version`` asks (docs/deploy.md, "The device's footprint")."""
+    imports = "import agent.cli, agent.api, agent.opening; agent.cli._parser()"
+    assert _loaded_after(imports, ["asyncio", "ssl", "importlib.metadata", "numpy"]) == []
+
+
+def test_the_sealed_state_needs_no_cryptography_package() -> None:
+    """Sealing and opening go through the system's libcrypto (agent/aes_gcm.py), so the daemon
+    maps no second OpenSSL; the package is loaded only where no libcrypto can be."""
+    if not libcrypto_loaded():
+        pytest.skip("no system libcrypto 3 or 1.1 to load: the cryptography package seals")
+    code = "import agent.daemon, agent.cli\nfrom agent.sealed import Sealer\ns = Sealer(bytes(32))\n"
+    code += "assert s.open('agent', 1, s.seal('agent', 1, {})) == {}"
+    assert _loaded_after(code, ["cryptography", "agent.aes_gcm"]) == ["agent.aes_gcm"]
+
+
+def test_the_probe_sees_numpy_once_it_is_loaded() -> None:
+    """The check can fail: the server half of a mechanism loads numpy."""
+    assert _loaded_after("import protocol.server.cms", ["numpy"]) == ["numpy"]
