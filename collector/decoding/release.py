@@ -54,11 +54,21 @@ import numpy as np
 import numpy.typing as npt
 
 from collector.decoding.plain import ValueEstimate, finite
-from collector.decoding.stats import check_control, check_level, normal_sf, reject, z_interval
+from collector.decoding.selective import conditional_interval
+from collector.decoding.stats import (
+    check_control,
+    check_level,
+    normal_quantile,
+    normal_sf,
+    rejection_level,
+    z_interval,
+)
 
 __all__ = [
+    "CONDITIONAL_INTERVAL",
     "DEFAULT_ALPHA",
     "DEFAULT_CONTROL",
+    "PLAIN_INTERVAL",
     "Release",
     "ReleaseRule",
     "release",
@@ -71,6 +81,11 @@ DEFAULT_CONTROL = "bh"
 """The correction when a registry names none: Benjamini-Hochberg (see the module docstring)."""
 DEFAULT_ALPHA = 0.05
 """Its level: the expected share of false releases is at most 5 %."""
+CONDITIONAL_INTERVAL = "conditional on release"
+"""What a released entry's interval is: it covers the true count at its level among released
+entries (truncated-normal inversion at the entry's cutoff, :mod:`collector.decoding.selective`)."""
+PLAIN_INTERVAL = "estimate ± z SE, not conditional on release"
+"""What a withheld entry's interval is (and a released one's when no cutoff selected it)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -136,6 +151,16 @@ class Release:
         tested: how many entries entered the correction.
         n: number of reports.
         rule: the rule applied.
+        cutoffs: the smallest estimate each released entry could have had and still been
+            released, ``max(T, max(T, 0) + SE z*)`` with ``z*`` the normal quantile of the
+            correction's realized level (NaN for withheld entries; ``-inf`` when nothing
+            selected it).
+        lows, highs: the interval of each entry: conditional on release for released
+            entries with a finite cutoff (:mod:`collector.decoding.selective`), the plain
+            ``count ± z SE`` otherwise.
+        median_unbiased: the conditionally median-unbiased estimate of a released entry
+            (the winner's curse removed); the plain estimate for the others.
+        conditional: which entries' intervals are conditional on release.
     """
 
     values: tuple[str | bytes, ...]
@@ -148,6 +173,11 @@ class Release:
     tested: int
     n: int
     rule: ReleaseRule
+    cutoffs: Array
+    lows: Array
+    highs: Array
+    median_unbiased: Array
+    conditional: BoolArray
 
     @property
     def released_count(self) -> int:
@@ -160,18 +190,21 @@ class Release:
         return len(self.values) - self.released_count
 
     def entry(self, i: int) -> ValueEstimate:
-        """Entry ``i`` with its interval and test."""
-        zc = z_interval(self.rule.confidence)
-        c, se = float(self.counts[i]), float(self.standard_errors[i])
+        """Entry ``i`` with its interval (conditional on release when released) and test."""
         return ValueEstimate(
             value=self.values[i],
-            count=c,
-            standard_error=se,
-            low=c - zc * se,
-            high=c + zc * se,
+            count=float(self.counts[i]),
+            standard_error=float(self.standard_errors[i]),
+            low=float(self.lows[i]),
+            high=float(self.highs[i]),
             z=float(self.z[i]),
             p_value=float(self.p_values[i]),
         )
+
+    def interval_text(self, i: int) -> str:
+        """What entry ``i``'s interval means, for the API, the CLI and the dashboard."""
+        level = f"{100 * self.rule.confidence:g} %"
+        return f"{level} interval {CONDITIONAL_INTERVAL if self.conditional[i] else PLAIN_INTERVAL}"
 
     def order(self, which: BoolArray) -> list[int]:
         """Indices of the entries where ``which`` holds, largest estimate first (NaN last)."""
@@ -190,6 +223,8 @@ class Release:
             "z": finite(e.z),
             "p_value": finite(e.p_value),
             "released": bool(self.released[i]),
+            "interval": self.interval_text(i),
+            "median_unbiased": finite(float(self.median_unbiased[i])),
         }
         if not self.released[i]:
             out["withheld_reason"] = self.reasons[i]
@@ -235,10 +270,12 @@ def release(
     enough = n >= rule.min_reports and n > 0
     passed = np.zeros(size, dtype=np.bool_)
     tested = int(ok.sum())
+    level = 1.0
     if rule.alpha is None:
         passed[:] = True
     elif tested:
-        passed[ok] = reject(p[ok], alpha=rule.alpha, control=rule.control)
+        level = rejection_level(p[ok], alpha=rule.alpha, control=rule.control)
+        passed[ok] = (p[ok] <= level) & (level > 0)
     keep = ok & above & passed & enough
     reasons: list[str | None] = []
     test_text = rule.describe()
@@ -253,6 +290,8 @@ def release(
             reasons.append(f"estimate below the release threshold {rule.threshold:g}")
         else:
             reasons.append(f"not significant over {tested} entries ({test_text})")
+    cutoffs = np.full(size, np.nan)
+    cutoffs[keep] = _cutoffs(se[keep], rule, level)
     return Release(
         values=tuple(values),
         counts=c,
@@ -264,4 +303,34 @@ def release(
         tested=tested,
         n=n,
         rule=rule,
+        cutoffs=cutoffs,
+        **_intervals(c, se, cutoffs, keep, rule.confidence),
     )
+
+
+def _cutoffs(se: Array, rule: ReleaseRule, level: float) -> Array:
+    """The smallest estimate that is released, per entry: the count threshold ``T`` and
+    ``max(T, 0) + SE z*``, ``z*`` the one-sided quantile of the realized level (whichever is
+    larger). The realized level is what the entry crossed with the other entries' p-values as
+    they are (``collector.decoding.stats.rejection_level``), so conditioning on it is
+    conditioning on the release given the others."""
+    out = np.full(se.shape, float(rule.threshold))
+    if rule.alpha is not None and 0.0 < level < 1.0:
+        out = np.maximum(out, rule.null - normal_quantile(level) * se)
+    return out
+
+
+def _intervals(c: Array, se: Array, cutoffs: Array, keep: BoolArray, confidence: float) -> dict[str, Array]:
+    """Plain intervals for every entry, then the conditional ones for the released entries
+    that a finite cutoff selected (docs/estimation.md, "Intervals after selection")."""
+    zc = z_interval(confidence)
+    with np.errstate(invalid="ignore"):
+        lows, highs = c - zc * se, c + zc * se
+    median = c.copy()
+    conditional = keep & np.isfinite(cutoffs)
+    if conditional.any():
+        m, lo, hi = conditional_interval(c[conditional], se[conditional], cutoffs[conditional], confidence=confidence)
+        median[conditional] = np.maximum(m, 0.0)
+        lows[conditional] = lo
+        highs[conditional] = hi
+    return {"lows": lows, "highs": highs, "median_unbiased": median, "conditional": conditional}
