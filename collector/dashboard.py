@@ -103,6 +103,7 @@ DASHBOARD_HTML = (
   svg .title { fill: var(--fg); font-size: 12px; }
   svg .axis-title { fill: var(--fg); }
   .hidden-rows { color: var(--muted); font-size: 12px; margin-top: 6px; }
+  .legend { color: var(--muted); font-size: 12px; margin-top: 6px; }
   .hidden-rows button { font: inherit; margin-left: 6px; }
   .error { color: #b42318; padding: 16px 24px; white-space: pre-wrap; }
   .rejects { font-size: 12px; color: #d0d5dd; }
@@ -300,7 +301,7 @@ function stringsTable(est, confidence) {
   const items = est.items;
   const hasP = items.some(i => i.p_value !== undefined);
   const head = el("tr", {}, el("th", {}, "value"), el("th", {}, "count"), el("th", {}, "SE"),
-                  el("th", {}, `${fmt(confidence * 100)}% CI`));
+                  el("th", {title: est.interval || ""}, `${fmt(confidence * 100)}% CI`));
   if (hasP) head.append(el("th", {}, "p-value"));
   const table = el("table", {class: "strings"}, el("thead", {}, head));
   const body = el("tbody");
@@ -316,6 +317,9 @@ function stringsTable(est, confidence) {
   fill(items.slice(0, ROW_LIMIT));
   table.append(body);
   const box = el("div", {}, table);
+  // What the interval column means: a released entry's interval holds among released entries
+  // (docs/estimation.md, "Intervals after selection").
+  if (est.interval) box.append(el("div", {class: "legend interval-legend"}, `CI: ${est.interval}`));
   if (items.length > ROW_LIMIT) {
     const note = el("div", {class: "hidden-rows"},
                     `${fmt(items.length - ROW_LIMIT)} more rows hidden (showing the ${fmt(ROW_LIMIT)} largest of ${fmt(items.length)}) `);

@@ -126,6 +126,11 @@ class FrequencyEntry(_Value, frozen=True, omit_defaults=True):
         z: the test statistic against the release threshold.
         p_value: the one-sided p-value of ``count > threshold``.
         withheld_reason: why it is withheld (``None`` when released).
+        interval: what ``ci`` means: for a released entry, the interval conditional on
+            release (it covers the true count at the stated level among released entries;
+            docs/estimation.md); for a withheld one, ``count ± z SE``.
+        median_unbiased: a released entry's conditionally median-unbiased count (the
+            winner's curse removed); ``count`` is the unconditional estimate.
     """
 
     value: str
@@ -136,6 +141,8 @@ class FrequencyEntry(_Value, frozen=True, omit_defaults=True):
     p_value: Number
     released: bool
     withheld_reason: str | None = None
+    interval: str | None = None
+    median_unbiased: Number = None
 
 
 class ReleaseDecision(_Value, frozen=True, omit_defaults=True, tag="frequencies", tag_field="form"):
@@ -155,6 +162,8 @@ class ReleaseDecision(_Value, frozen=True, omit_defaults=True, tag="frequencies"
         selected, unexplained: set for RAPPOR candidates: how many candidates the Lasso
             selected, and the count the candidates do not explain.
         note: why there is nothing to test (no candidate dictionary).
+        interval: what the released entries' ``ci`` means (``"95 % interval conditional on
+            release"``).
     """
 
     items: tuple[FrequencyEntry, ...]
@@ -171,6 +180,7 @@ class ReleaseDecision(_Value, frozen=True, omit_defaults=True, tag="frequencies"
     selected: int | None = None
     unexplained: CountFigure | None = None
     note: str | None = None
+    interval: str | None = None
 
 
 EstimateForm = ScalarEstimate | HistogramEstimate | ReleaseDecision

@@ -159,7 +159,7 @@ class Release:
             entries with a finite cutoff (:mod:`collector.decoding.selective`), the plain
             ``count ± z SE`` otherwise.
         median_unbiased: the conditionally median-unbiased estimate of a released entry
-            (the winner's curse removed); the plain estimate for the others.
+            (the winner's curse removed); NaN for the others.
         conditional: which entries' intervals are conditional on release.
     """
 
@@ -205,6 +205,13 @@ class Release:
         """What entry ``i``'s interval means, for the API, the CLI and the dashboard."""
         level = f"{100 * self.rule.confidence:g} %"
         return f"{level} interval {CONDITIONAL_INTERVAL if self.conditional[i] else PLAIN_INTERVAL}"
+
+    def released_interval_text(self) -> str:
+        """What the released entries' intervals mean (every released entry's is conditional
+        unless the rule selects nothing: no test and no finite threshold)."""
+        rule = self.rule
+        selects = rule.alpha is not None or math.isfinite(rule.threshold)
+        return f"{100 * rule.confidence:g} % interval {CONDITIONAL_INTERVAL if selects else PLAIN_INTERVAL}"
 
     def order(self, which: BoolArray) -> list[int]:
         """Indices of the entries where ``which`` holds, largest estimate first (NaN last)."""
@@ -292,6 +299,8 @@ def release(
             reasons.append(f"not significant over {tested} entries ({test_text})")
     cutoffs = np.full(size, np.nan)
     cutoffs[keep] = _cutoffs(se[keep], rule, level)
+    conditional = keep & np.isfinite(cutoffs)
+    lows, highs, median = _intervals(c, se, cutoffs, conditional, rule.confidence)
     return Release(
         values=tuple(values),
         counts=c,
@@ -304,7 +313,10 @@ def release(
         n=n,
         rule=rule,
         cutoffs=cutoffs,
-        **_intervals(c, se, cutoffs, keep, rule.confidence),
+        conditional=conditional,
+        lows=lows,
+        highs=highs,
+        median_unbiased=median,
     )
 
 
@@ -320,17 +332,19 @@ def _cutoffs(se: Array, rule: ReleaseRule, level: float) -> Array:
     return out
 
 
-def _intervals(c: Array, se: Array, cutoffs: Array, keep: BoolArray, confidence: float) -> dict[str, Array]:
-    """Plain intervals for every entry, then the conditional ones for the released entries
-    that a finite cutoff selected (docs/estimation.md, "Intervals after selection")."""
+def _intervals(
+    c: Array, se: Array, cutoffs: Array, conditional: BoolArray, confidence: float
+) -> tuple[Array, Array, Array]:
+    """Plain intervals for every entry, then the conditional ones and the median-unbiased
+    estimates of the ``conditional`` entries (the released entries a finite cutoff selected;
+    docs/estimation.md, "Intervals after selection"); NaN estimates for the others."""
     zc = z_interval(confidence)
     with np.errstate(invalid="ignore"):
         lows, highs = c - zc * se, c + zc * se
-    median = c.copy()
-    conditional = keep & np.isfinite(cutoffs)
+    median = np.full(c.shape, np.nan)
     if conditional.any():
         m, lo, hi = conditional_interval(c[conditional], se[conditional], cutoffs[conditional], confidence=confidence)
         median[conditional] = np.maximum(m, 0.0)
         lows[conditional] = lo
         highs[conditional] = hi
-    return {"lows": lows, "highs": highs, "median_unbiased": median, "conditional": conditional}
+    return lows, highs, median
