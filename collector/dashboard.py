@@ -308,7 +308,9 @@ function stringsTable(est, confidence) {
   const fill = rows => {
     body.textContent = "";
     for (const it of rows) {
-      const row = el("tr", {}, el("td", {}, it.value), el("td", {}, fmt(it.count)), el("td", {}, fmt(it.standard_error)),
+      // A released entry's SE is the spread of its interval conditional on release (docs/estimation.md).
+      const se = it.selection_standard_error !== undefined ? it.selection_standard_error : it.standard_error;
+      const row = el("tr", {}, el("td", {}, it.value), el("td", {}, fmt(it.count)), el("td", {}, fmt(se)),
                      el("td", {}, `${fmt(it.ci[0])} … ${fmt(it.ci[1])}`));
       if (hasP) row.append(el("td", {}, fmt(it.p_value, 2)));
       body.append(row);
@@ -319,7 +321,7 @@ function stringsTable(est, confidence) {
   const box = el("div", {}, table);
   // What the interval column means: a released entry's interval holds among released entries
   // (docs/estimation.md, "Intervals after selection").
-  if (est.interval) box.append(el("div", {class: "legend interval-legend"}, `CI: ${est.interval}`));
+  if (est.interval) box.append(el("div", {class: "legend interval-legend"}, `SE and CI: ${est.interval}`));
   if (items.length > ROW_LIMIT) {
     const note = el("div", {class: "hidden-rows"},
                     `${fmt(items.length - ROW_LIMIT)} more rows hidden (showing the ${fmt(ROW_LIMIT)} largest of ${fmt(items.length)}) `);

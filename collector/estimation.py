@@ -191,6 +191,7 @@ def _entry(detail: Release, i: int) -> FrequencyEntry:
         withheld_reason=None if released else detail.reasons[i],
         interval=detail.interval_text(i),
         median_unbiased=finite(float(detail.median_unbiased[i])),
+        selection_standard_error=finite(float(detail.selection_standard_errors[i])) if released else None,
     )
 
 

@@ -48,7 +48,9 @@ def format_estimate(result: EstimateResult) -> str:
 
 def _entry_line(item: FrequencyEntry) -> str:
     ci = f"{_fmt(item.ci[0])} .. {_fmt(item.ci[1])}"
-    return f"  {item.value[:40]:40s}  {_fmt(item.count):>12s}  {_fmt(item.standard_error):>10s}  {ci:>25s}"
+    # A released entry's SE is the spread of its conditional interval (docs/estimation.md).
+    se = item.standard_error if item.selection_standard_error is None else item.selection_standard_error
+    return f"  {item.value[:40]:40s}  {_fmt(item.count):>12s}  {_fmt(se):>10s}  {ci:>25s}"
 
 
 def _release_lines(est: ReleaseDecision) -> list[str]:
@@ -57,7 +59,7 @@ def _release_lines(est: ReleaseDecision) -> list[str]:
     if est.items and est.interval:
         # A released entry was read because its estimate crossed the cutoff: its interval
         # is the one that covers among released entries (docs/estimation.md).
-        lines.append(f"  (CI: {est.interval})")
+        lines.append(f"  (SE and CI: {est.interval})")
     if est.withheld:
         threshold = _fmt(est.threshold)
         lines.append(f"  ({est.withheld} entries withheld: below the threshold {threshold} or not significant)")

@@ -131,6 +131,9 @@ class FrequencyEntry(_Value, frozen=True, omit_defaults=True):
             docs/estimation.md); for a withheld one, ``count ± z SE``.
         median_unbiased: a released entry's conditionally median-unbiased count (the
             winner's curse removed); ``count`` is the unconditional estimate.
+        selection_standard_error: the spread to read with a released entry's ``count``: its
+            conditional interval's width over ``2 z``; ``standard_error`` far above the
+            cutoff, larger near it (``standard_error`` stays the one the test used).
     """
 
     value: str
@@ -143,6 +146,7 @@ class FrequencyEntry(_Value, frozen=True, omit_defaults=True):
     withheld_reason: str | None = None
     interval: str | None = None
     median_unbiased: Number = None
+    selection_standard_error: Number = None
 
 
 class ReleaseDecision(_Value, frozen=True, omit_defaults=True, tag="frequencies", tag_field="form"):

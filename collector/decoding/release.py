@@ -160,6 +160,9 @@ class Release:
             ``count ± z SE`` otherwise.
         median_unbiased: the conditionally median-unbiased estimate of a released entry
             (the winner's curse removed); NaN for the others.
+        selection_standard_errors: the spread to read with a released entry's estimate: its
+            conditional interval's width over ``2 z`` (before ``lows`` is clipped at 0); the
+            plain SE far above the cutoff, larger near it. The plain SE for the others.
         conditional: which entries' intervals are conditional on release.
     """
 
@@ -177,6 +180,7 @@ class Release:
     lows: Array
     highs: Array
     median_unbiased: Array
+    selection_standard_errors: Array
     conditional: BoolArray
 
     @property
@@ -232,6 +236,7 @@ class Release:
             "released": bool(self.released[i]),
             "interval": self.interval_text(i),
             "median_unbiased": finite(float(self.median_unbiased[i])),
+            "selection_standard_error": finite(float(self.selection_standard_errors[i])),
         }
         if not self.released[i]:
             out["withheld_reason"] = self.reasons[i]
@@ -300,7 +305,7 @@ def release(
     cutoffs = np.full(size, np.nan)
     cutoffs[keep] = _cutoffs(se[keep], rule, level)
     conditional = keep & np.isfinite(cutoffs)
-    lows, highs, median = _intervals(c, se, cutoffs, conditional, rule.confidence)
+    lows, highs, median, spread = _intervals(c, se, cutoffs, conditional, rule.confidence)
     return Release(
         values=tuple(values),
         counts=c,
@@ -317,6 +322,7 @@ def release(
         lows=lows,
         highs=highs,
         median_unbiased=median,
+        selection_standard_errors=spread,
     )
 
 
@@ -334,17 +340,21 @@ def _cutoffs(se: Array, rule: ReleaseRule, level: float) -> Array:
 
 def _intervals(
     c: Array, se: Array, cutoffs: Array, conditional: BoolArray, confidence: float
-) -> tuple[Array, Array, Array]:
-    """Plain intervals for every entry, then the conditional ones and the median-unbiased
-    estimates of the ``conditional`` entries (the released entries a finite cutoff selected;
-    docs/estimation.md, "Intervals after selection"); NaN estimates for the others."""
+) -> tuple[Array, Array, Array, Array]:
+    """Plain intervals for every entry, then the conditional ones, the median-unbiased
+    estimates and the selection-adjusted spreads of the ``conditional`` entries (the released
+    entries a finite cutoff selected; docs/estimation.md, "Intervals after selection")."""
     zc = z_interval(confidence)
     with np.errstate(invalid="ignore"):
         lows, highs = c - zc * se, c + zc * se
     median = np.full(c.shape, np.nan)
+    spread = se.copy()
     if conditional.any():
         m, lo, hi = conditional_interval(c[conditional], se[conditional], cutoffs[conditional], confidence=confidence)
         median[conditional] = np.maximum(m, 0.0)
-        lows[conditional] = lo
+        with np.errstate(invalid="ignore"):
+            spread[conditional] = (hi - lo) / (2.0 * zc)
+        # Counts are never negative: the lower end shown is at least 0, which keeps the coverage.
+        lows[conditional] = np.maximum(lo, 0.0)
         highs[conditional] = hi
-    return lows, highs, median
+    return lows, highs, median, spread

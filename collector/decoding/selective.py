@@ -19,8 +19,10 @@ every ``C``. ``G(Ĉ) = 1/2`` gives the conditionally median-unbiased estimate ``
 
 Far above the cutoff ``Pr[X' >= a] -> 1`` and ``[L, U]`` becomes ``x ± z s``; just above it
 ``L`` runs far below ``x`` (an estimate that barely crossed says little about how far
-below the cutoff the truth may be). Counts are never negative, so ``L`` is reported as at
-least 0, which keeps the coverage.
+below the cutoff the truth may be). ``(U - L) / (2 z)`` is then the spread to read with a
+released estimate: it is ``s`` far above the cutoff and grows near it, where the released
+estimate's error is no longer ``N(0, s²)`` (the callers clip ``L`` at 0 for display, since
+counts are never negative, which keeps the coverage).
 
 Numerics: ``G`` is a ratio of normal tail probabilities, computed as a difference of their
 logarithms (:func:`log_normal_sf`, exact through ``math.erfc`` up to 30 SE and an
@@ -100,8 +102,9 @@ def conditional_interval(
         confidence: ``1 - α``.
 
     Returns:
-        ``(median_unbiased, low, high)``; ``low`` is at least 0 (counts are never negative).
-        A zero SE gives ``(x, x, x)``; a NaN or infinite one gives NaN and ``±inf``.
+        ``(median_unbiased, low, high)``, not clipped (``low`` may be negative, or ``-inf``
+        for an estimate on its cutoff). A zero SE gives ``(x, x, x)``; a NaN or infinite one
+        gives NaN and ``±inf``.
     """
     if not 0.0 < confidence < 1.0:
         raise ValueError(f"confidence must lie in (0, 1); got {confidence!r}")
@@ -117,6 +120,6 @@ def conditional_interval(
     med, low, high = (safe_a + safe_s * _solve(d, p) for p in (0.5, tail, 1.0 - tail))
     exact = np.isfinite(x) & (s == 0)
     med = np.where(usable, med, np.where(exact, x, np.nan))
-    low = np.where(usable, np.maximum(low, 0.0), np.where(exact, x, -np.inf))
+    low = np.where(usable, low, np.where(exact, x, -np.inf))
     high = np.where(usable, high, np.where(exact, x, np.inf))
     return med, low, high
