@@ -353,8 +353,10 @@ def _intervals(
         m, lo, hi = conditional_interval(c[conditional], se[conditional], cutoffs[conditional], confidence=confidence)
         median[conditional] = np.maximum(m, 0.0)
         with np.errstate(invalid="ignore"):
-            spread[conditional] = (hi - lo) / (2.0 * zc)
-        # Counts are never negative: the lower end shown is at least 0, which keeps the coverage.
+            width = hi - lo
+        spread[conditional] = np.where(np.isfinite(width), width / (2.0 * zc), np.inf)
+        # Counts are never negative: the interval shown is its part at or above 0, which keeps
+        # the coverage (an interval wholly below 0 is one of the α that miss, shown as [0, 0]).
         lows[conditional] = np.maximum(lo, 0.0)
-        highs[conditional] = hi
+        highs[conditional] = np.maximum(hi, 0.0)
     return lows, highs, median, spread
