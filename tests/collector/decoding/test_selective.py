@@ -109,7 +109,9 @@ def test_release_intervals_cover_with_the_realized_benjamini_hochberg_cutoff() -
     gen = np.random.default_rng(7)
     weights = np.arange(1, 5_001, dtype=np.float64) ** -1.1
     rule = ReleaseRule(threshold=1_000.0, control="bh", alpha=0.05)
-    covered, shown, plain = [], [], []
+    covered: list[bool] = []
+    shown: list[float] = []
+    plain: list[float] = []
     for _ in range(60):
         truth = gen.multinomial(300_000, weights / weights.sum()).astype(np.float64)
         counts = truth + 430.0 * gen.standard_normal(truth.size)
