@@ -73,6 +73,18 @@ partly for their positive noise, and what they over-claim is missing from it.
    candidate that passes the correction is added to the model and the fit repeated, so
    every released string has a least-squares estimate.
 
+**Selection, then fit** (docs/estimation.md, "RAPPOR: selection, then fit"). Steps 1 and 2
+on the same bits carry the noise that made a candidate enter the model into its least-squares
+estimate. A report's cohort is drawn independently of its value (004 §4), so the cohorts
+with reports split into two alternating halves that are independent samples of the same
+population. By default (``cross_fit``) the decoder runs step 1 on one half and steps 2-3 on
+the other, both ways, and pools the two fits by inverse variance: each half's estimate is
+fitted on bits its own selection never saw, and the pooled SE is the full data's (each half's
+is about ``√2`` times it). A candidate the pooled test finds joins both halves' models and
+the fits are repeated, as in step 3. With fewer than four cohorts holding reports it selects
+and fits on all of them. The release rule then conditions on the release itself
+(:mod:`collector.decoding.selective`).
+
 Since the Lasso picks the candidates whose score exceeds ``λ`` and the test rejects those
 whose (almost the same) statistic exceeds a stricter threshold, an absent candidate is
 released with about the probability its marginal test allows: correcting over all ``M``

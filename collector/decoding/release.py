@@ -39,6 +39,14 @@ level grows with the number of entries that are clearly present, which is why it
 default. ``"storey"`` (adaptive BH) keeps the same bound with more power when many entries
 are present; ``"pfer"`` bounds the expected *number* of false releases instead.
 
+**Intervals after selection** (docs/estimation.md). A released entry is read because its
+estimate crossed ``max(T, max(T, 0) + z* SE)``, ``z*`` the quantile of the correction's realized
+level (:func:`collector.decoding.stats.rejection_level`), so its interval is the one that
+covers among released entries: the normal law truncated at that cutoff, inverted in the
+count (:mod:`collector.decoding.selective`). The estimate shown stays the unconditional one;
+its conditionally median-unbiased counterpart and the spread of the conditional interval
+(``selection_standard_errors``) come with it. Withheld entries keep ``count ± z SE``.
+
 The estimate, SE, ``z`` and ``p`` of every entry are kept, released or not, with the reason an
 entry was withheld, so an operator (``/estimate?withheld=1``) or the fleet simulator can
 compare every entry with the truth; withheld entries are never presented as released.
@@ -289,19 +297,7 @@ def release(
         level = rejection_level(p[ok], alpha=rule.alpha, control=rule.control)
         passed[ok] = (p[ok] <= level) & (level > 0)
     keep = ok & above & passed & enough
-    reasons: list[str | None] = []
-    test_text = rule.describe()
-    for i in range(size):
-        if keep[i]:
-            reasons.append(None)
-        elif not enough:
-            reasons.append(f"{n} reports; at least {rule.min_reports} are needed before release")
-        elif not ok[i]:
-            reasons.append(ineligible_reason)
-        elif not above[i]:
-            reasons.append(f"estimate below the release threshold {rule.threshold:g}")
-        else:
-            reasons.append(f"not significant over {tested} entries ({test_text})")
+    reasons = _reasons(keep, ok, above, rule=rule, n=n, tested=tested, ineligible_reason=ineligible_reason)
     cutoffs = np.full(size, np.nan)
     cutoffs[keep] = _cutoffs(se[keep], rule, level)
     conditional = keep & np.isfinite(cutoffs)
@@ -313,7 +309,7 @@ def release(
         z=z,
         p_values=p,
         released=keep,
-        reasons=tuple(reasons),
+        reasons=reasons,
         tested=tested,
         n=n,
         rule=rule,
@@ -324,6 +320,27 @@ def release(
         median_unbiased=median,
         selection_standard_errors=spread,
     )
+
+
+def _reasons(
+    keep: BoolArray, ok: BoolArray, above: BoolArray, *, rule: ReleaseRule, n: int, tested: int, ineligible_reason: str
+) -> tuple[str | None, ...]:
+    """Why each entry is withheld (``None`` for the released ones), the first failed condition."""
+    enough = n >= rule.min_reports and n > 0
+    test_text = rule.describe()
+    reasons: list[str | None] = []
+    for i in range(keep.size):
+        if keep[i]:
+            reasons.append(None)
+        elif not enough:
+            reasons.append(f"{n} reports; at least {rule.min_reports} are needed before release")
+        elif not ok[i]:
+            reasons.append(ineligible_reason)
+        elif not above[i]:
+            reasons.append(f"estimate below the release threshold {rule.threshold:g}")
+        else:
+            reasons.append(f"not significant over {tested} entries ({test_text})")
+    return tuple(reasons)
 
 
 def _cutoffs(se: Array, rule: ReleaseRule, level: float) -> Array:
