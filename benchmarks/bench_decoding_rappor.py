@@ -188,7 +188,8 @@ def _run(
         truth[:present] = counts
         row: dict[str, Any] = {"seed": seed}
         for label, control, alpha in CONTROLS:
-            decoder = RapporDecoder(control=control, alpha=fp_limit if alpha is None else alpha)
+            # 004 §4's decoder as the paper ran it: selection and fit on all cohorts.
+            decoder = RapporDecoder(control=control, alpha=fp_limit if alpha is None else alpha, cross_fit=False)
             result = decoder.decode(agg, candidates)
             row[label] = _score(result, truth, fp_limit)
             if label == "bonferroni":

@@ -104,6 +104,7 @@ DASHBOARD_HTML = (
   svg .title { fill: var(--fg); font-size: 12px; }
   svg .axis-title { fill: var(--fg); }
   .hidden-rows { color: var(--muted); font-size: 12px; margin-top: 6px; }
+  .legend { color: var(--muted); font-size: 12px; margin-top: 6px; }
   .hidden-rows button { font: inherit; margin-left: 6px; }
   .error { color: #b42318; padding: 16px 24px; white-space: pre-wrap; }
   .rejects { font-size: 12px; color: #d0d5dd; }
@@ -301,14 +302,16 @@ function stringsTable(est, confidence) {
   const items = est.items;
   const hasP = items.some(i => i.p_value !== undefined);
   const head = el("tr", {}, el("th", {}, "value"), el("th", {}, "count"), el("th", {}, "SE"),
-                  el("th", {}, `${fmt(confidence * 100)}% CI`));
+                  el("th", {title: est.interval || ""}, `${fmt(confidence * 100)}% CI`));
   if (hasP) head.append(el("th", {}, "p-value"));
   const table = el("table", {class: "strings"}, el("thead", {}, head));
   const body = el("tbody");
   const fill = rows => {
     body.textContent = "";
     for (const it of rows) {
-      const row = el("tr", {}, el("td", {}, it.value), el("td", {}, fmt(it.count)), el("td", {}, fmt(it.standard_error)),
+      // A released entry's SE is the spread of its interval conditional on release (docs/estimation.md).
+      const se = it.selection_standard_error !== undefined ? it.selection_standard_error : it.standard_error;
+      const row = el("tr", {}, el("td", {}, it.value), el("td", {}, fmt(it.count)), el("td", {}, fmt(se)),
                      el("td", {}, `${fmt(it.ci[0])} … ${fmt(it.ci[1])}`));
       if (hasP) row.append(el("td", {}, fmt(it.p_value, 2)));
       body.append(row);
@@ -317,6 +320,9 @@ function stringsTable(est, confidence) {
   fill(items.slice(0, ROW_LIMIT));
   table.append(body);
   const box = el("div", {}, table);
+  // What the interval column means: a released entry's interval holds among released entries
+  // (docs/estimation.md, "Intervals after selection").
+  if (est.interval) box.append(el("div", {class: "legend interval-legend"}, `SE and CI: ${est.interval}`));
   if (items.length > ROW_LIMIT) {
     const note = el("div", {class: "hidden-rows"},
                     `${fmt(items.length - ROW_LIMIT)} more rows hidden (showing the ${fmt(ROW_LIMIT)} largest of ${fmt(items.length)}) `);

@@ -192,6 +192,9 @@ def _entry(detail: Release, i: int) -> FrequencyEntry:
         p_value=finite(e.p_value),
         released=released,
         withheld_reason=None if released else detail.reasons[i],
+        interval=detail.interval_text(i),
+        median_unbiased=finite(float(detail.median_unbiased[i])),
+        selection_standard_error=finite(float(detail.selection_standard_errors[i])) if released else None,
     )
 
 
@@ -207,6 +210,7 @@ def _frequencies(detail: Release, *, withheld: bool) -> ReleaseDecision:
         alpha=rule.alpha,
         test=rule.describe(),
         withheld_items=tuple(_entry(detail, i) for i in detail.order(~detail.released)) if withheld else None,
+        interval=detail.released_interval_text(),
     )
 
 

@@ -67,12 +67,19 @@ def _central_line(g: CentralGuarantee) -> str:
 
 
 def _entry_line(item: FrequencyEntry) -> str:
-    return f"  {item.value[:40]:40s}  {_fmt(item.count):>12s}  {_fmt(item.standard_error):>10s}"
+    ci = f"{_fmt(item.ci[0])} .. {_fmt(item.ci[1])}"
+    # A released entry's SE is the spread of its conditional interval (docs/estimation.md).
+    se = item.standard_error if item.selection_standard_error is None else item.selection_standard_error
+    return f"  {item.value[:40]:40s}  {_fmt(item.count):>12s}  {_fmt(se):>10s}  {ci:>25s}"
 
 
 def _release_lines(est: ReleaseDecision) -> list[str]:
-    lines = [f"  {'value':40s}  {'count':>12s}  {'SE':>10s}"]
+    lines = [f"  {'value':40s}  {'count':>12s}  {'SE':>10s}  {'CI':>25s}"]
     lines.extend(_entry_line(item) for item in est.items)
+    if est.items and est.interval:
+        # A released entry was read because its estimate crossed the cutoff: its interval
+        # is the one that covers among released entries (docs/estimation.md).
+        lines.append(f"  (SE and CI: {est.interval})")
     if est.withheld:
         threshold = _fmt(est.threshold)
         lines.append(f"  ({est.withheld} entries withheld: below the threshold {threshold} or not significant)")
@@ -80,7 +87,7 @@ def _release_lines(est: ReleaseDecision) -> list[str]:
         lines.append(f"  ({est.tested} entries tested; {_correction_text(est.correction, est.alpha)})")
     if est.withheld_items is not None:
         lines.append(f"  withheld (not released): {len(est.withheld_items)}")
-        lines.append(f"  {'value':40s}  {'count':>12s}  {'SE':>10s}  reason")
+        lines.append(f"  {'value':40s}  {'count':>12s}  {'SE':>10s}  {'CI (not conditional)':>25s}  reason")
         lines.extend(f"{_entry_line(item)}  {item.withheld_reason}" for item in est.withheld_items)
     return lines
 

@@ -127,6 +127,14 @@ class FrequencyEntry(_Value, frozen=True, omit_defaults=True):
         z: the test statistic against the release threshold.
         p_value: the one-sided p-value of ``count > threshold``.
         withheld_reason: why it is withheld (``None`` when released).
+        interval: what ``ci`` means: for a released entry, the interval conditional on
+            release (it covers the true count at the stated level among released entries;
+            docs/estimation.md); for a withheld one, ``count ± z SE``.
+        median_unbiased: a released entry's conditionally median-unbiased count (the
+            winner's curse removed); ``count`` is the unconditional estimate.
+        selection_standard_error: the spread to read with a released entry's ``count``: its
+            conditional interval's width over ``2 z``; ``standard_error`` far above the
+            cutoff, larger near it (``standard_error`` stays the one the test used).
     """
 
     value: str
@@ -137,6 +145,9 @@ class FrequencyEntry(_Value, frozen=True, omit_defaults=True):
     p_value: Number
     released: bool
     withheld_reason: str | None = None
+    interval: str | None = None
+    median_unbiased: Number = None
+    selection_standard_error: Number = None
 
 
 class ReleaseDecision(_Value, frozen=True, omit_defaults=True, tag="frequencies", tag_field="form"):
@@ -156,6 +167,8 @@ class ReleaseDecision(_Value, frozen=True, omit_defaults=True, tag="frequencies"
         selected, unexplained: set for RAPPOR candidates: how many candidates the Lasso
             selected, and the count the candidates do not explain.
         note: why there is nothing to test (no candidate dictionary).
+        interval: what the released entries' ``ci`` means (``"95 % interval conditional on
+            release"``).
     """
 
     items: tuple[FrequencyEntry, ...]
@@ -172,6 +185,7 @@ class ReleaseDecision(_Value, frozen=True, omit_defaults=True, tag="frequencies"
     selected: int | None = None
     unexplained: CountFigure | None = None
     note: str | None = None
+    interval: str | None = None
 
 
 class CentralGuarantee(_Value, frozen=True, omit_defaults=True):

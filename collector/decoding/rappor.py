@@ -73,6 +73,18 @@ partly for their positive noise, and what they over-claim is missing from it.
    candidate that passes the correction is added to the model and the fit repeated, so
    every released string has a least-squares estimate.
 
+**Selection, then fit** (docs/estimation.md, "RAPPOR: selection, then fit"). Steps 1 and 2
+on the same bits carry the noise that made a candidate enter the model into its least-squares
+estimate. A report's cohort is drawn independently of its value (004 §4), so the cohorts
+with reports split into two alternating halves that are independent samples of the same
+population. By default (``cross_fit``) the decoder runs step 1 on one half and steps 2-3 on
+the other, both ways, and pools the two fits by inverse variance: each half's estimate is
+fitted on bits its own selection never saw, and the pooled SE is the full data's (each half's
+is about ``√2`` times it). A candidate the pooled test finds joins both halves' models and
+the fits are repeated, as in step 3. With fewer than four cohorts holding reports it selects
+and fits on all of them. The release rule then conditions on the release itself
+(:mod:`collector.decoding.selective`).
+
 Since the Lasso picks the candidates whose score exceeds ``λ`` and the test rejects those
 whose (almost the same) statistic exceeds a stricter threshold, an absent candidate is
 released with about the probability its marginal test allows: correcting over all ``M``
@@ -332,6 +344,19 @@ def _variances(design: Design, mean: Array, q_star: float, p_star: float) -> Arr
     return out
 
 
+def _halves(design: Design) -> tuple[BoolArray, BoolArray] | None:
+    """Rows of the cohorts with reports split in two alternating halves; ``None`` when either
+    half would have fewer than two such cohorts (too few to select on or to fit)."""
+    used = np.flatnonzero(design.n_j > 0)
+    if used.size < 4:
+        return None
+    first = np.zeros(design.cohorts, dtype=np.bool_)
+    first[used[::2]] = True
+    second = np.zeros(design.cohorts, dtype=np.bool_)
+    second[used[1::2]] = True
+    return np.repeat(first, design.k), np.repeat(second, design.k)
+
+
 # ----------------------------------------------------------------------------------------
 # The decoder
 
@@ -352,6 +377,9 @@ class RapporDecoder:
         max_selected: most candidates in the least-squares fit (default ``rows // 4``); if the
             Lasso keeps more, those with the largest standardized coefficients are kept.
         reweight: refit once with the variances at the first fit (IRLS step).
+        cross_fit: select on one half of the cohorts and fit on the other, both ways
+            (module docstring, "Selection, then fit"); ``False`` selects and fits on all of
+            them, as 004 §4 does.
     """
 
     alpha: float = 0.05
@@ -360,6 +388,7 @@ class RapporDecoder:
     selection_z: float | None = None
     max_selected: int | None = None
     reweight: bool = True
+    cross_fit: bool = True
 
     def __post_init__(self) -> None:
         check_level(self.alpha, self.control)
@@ -395,25 +424,13 @@ class RapporDecoder:
             return self._empty(cands, n)
         design = _design(server, bits, cands)
         n_j_rows = np.repeat(design.n_j, design.k)
-        rows_used = int(np.count_nonzero(n_j_rows > 0))
-        design.set_weights(weights_from(_variances(design, np.zeros(design.size), q_star, p_star), n_j_rows))
         lam = self._selection_z(m_count)
-        coef = lasso(design, lam)
-        chosen = np.flatnonzero(coef > 0)
-        limit = self.max_selected if self.max_selected is not None else max(1, rows_used // 4)
-        if chosen.size > limit:
-            strength = coef[chosen] * np.sqrt(design.col_norm2[chosen])
-            chosen = np.sort(chosen[np.argsort(-strength, kind="stable")[:limit]])
-        lasso_selected = int(chosen.size)
-        for _ in range(_REFIT_ROUNDS):
-            fit = self._refit(
-                design, chosen=chosen, q_star=q_star, p_star=p_star, n_j_rows=n_j_rows, rows_used=rows_used
-            )
-            detected = reject(fit.p, alpha=self.alpha, control=self.control)
-            missing = np.flatnonzero(detected & ~fit.selected)
-            if missing.size == 0 or chosen.size + missing.size > limit:
-                break
-            chosen = np.union1d(chosen, missing)
+        halves = _halves(design) if self.cross_fit else None
+        if halves is None:
+            fit, lasso_selected = self._select_and_fit(design, lam, n_j_rows, n_j_rows, q_star=q_star, p_star=p_star)
+        else:
+            fit, lasso_selected = self._cross_fit(design, lam, n_j_rows, halves, q_star=q_star, p_star=p_star)
+        detected = reject(fit.p, alpha=self.alpha, control=self.control)
         return RapporDecoding(
             candidates=cands,
             counts=fit.counts,
@@ -431,6 +448,83 @@ class RapporDecoder:
             dispersion=fit.dispersion,
             lasso_selected=lasso_selected,
         )
+
+    def _select(self, design: Design, lam: float, n_j_rows: Array, *, q_star: float, p_star: float) -> IntArray:
+        """Step 1 on the rows where ``n_j_rows > 0``: the Lasso's candidates, at most ``max_selected``."""
+        rows_used = int(np.count_nonzero(n_j_rows > 0))
+        design.set_weights(weights_from(_variances(design, np.zeros(design.size), q_star, p_star), n_j_rows))
+        coef = lasso(design, lam)
+        chosen = np.flatnonzero(coef > 0)
+        limit = self.max_selected if self.max_selected is not None else max(1, rows_used // 4)
+        if chosen.size > limit:
+            strength = coef[chosen] * np.sqrt(design.col_norm2[chosen])
+            chosen = np.sort(chosen[np.argsort(-strength, kind="stable")[:limit]])
+        return chosen
+
+    def _select_and_fit(
+        self, design: Design, lam: float, select_rows: Array, fit_rows: Array, *, q_star: float, p_star: float
+    ) -> tuple[_Fit, int]:
+        """Steps 1-3: select on ``select_rows``, fit and test on ``fit_rows`` (the same rows
+        without cross-fitting), adding back left-out candidates the fit's test finds."""
+        chosen = self._select(design, lam, select_rows, q_star=q_star, p_star=p_star)
+        lasso_selected = int(chosen.size)
+        rows_used = int(np.count_nonzero(fit_rows > 0))
+        limit = (
+            self.max_selected if self.max_selected is not None else max(1, int(np.count_nonzero(select_rows > 0)) // 4)
+        )
+        for _ in range(_REFIT_ROUNDS):
+            fit = self._refit(
+                design, chosen=chosen, q_star=q_star, p_star=p_star, n_j_rows=fit_rows, rows_used=rows_used
+            )
+            detected = reject(fit.p, alpha=self.alpha, control=self.control)
+            missing = np.flatnonzero(detected & ~fit.selected)
+            if missing.size == 0 or chosen.size + missing.size > limit:
+                break
+            chosen = np.union1d(chosen, missing)
+        return fit, lasso_selected
+
+    def _cross_fit(
+        self,
+        design: Design,
+        lam: float,
+        n_j_rows: Array,
+        halves: tuple[BoolArray, BoolArray],
+        *,
+        q_star: float,
+        p_star: float,
+    ) -> tuple[_Fit, int]:
+        """Select on one half of the cohorts and fit on the other, both ways, and pool the two
+        fits by inverse variance (see "Selection, then fit" in the module docstring). A
+        candidate the pooled test finds is added to both models and the fits repeated, so
+        every released string has least-squares estimates, as without cross-fitting."""
+        sides = [(n_j_rows * halves[0], n_j_rows * halves[1]), (n_j_rows * halves[1], n_j_rows * halves[0])]
+        chosen = [self._select(design, lam, select, q_star=q_star, p_star=p_star) for select, _ in sides]
+        lasso_selected = max(c.size for c in chosen)
+        limit = [
+            self.max_selected if self.max_selected is not None else max(1, int(np.count_nonzero(select > 0)) // 4)
+            for select, _ in sides
+        ]
+        for _ in range(_REFIT_ROUNDS):
+            a, b = (
+                self._refit(
+                    design,
+                    chosen=c,
+                    q_star=q_star,
+                    p_star=p_star,
+                    n_j_rows=fit,
+                    rows_used=int(np.count_nonzero(fit > 0)),
+                )
+                for c, (_, fit) in zip(chosen, sides, strict=True)
+            )
+            pooled = _pool(a, b)
+            detected = reject(pooled.p, alpha=self.alpha, control=self.control)
+            grown = [np.union1d(c, np.flatnonzero(detected)) for c in chosen]
+            if all(g.size == c.size for g, c in zip(grown, chosen, strict=True)) or any(
+                g.size > cap for g, cap in zip(grown, limit, strict=True)
+            ):
+                break
+            chosen = grown
+        return pooled, lasso_selected
 
     def _selection_z(self, m_count: int) -> float:
         if self.selection_z is not None:
@@ -517,6 +611,32 @@ class RapporDecoder:
             dispersion=math.nan,
             lasso_selected=0,
         )
+
+
+def _pool(a: _Fit, b: _Fit) -> _Fit:
+    """Two fits on disjoint cohorts pooled by inverse variance (an infinite SE weighs nothing);
+    their unexplained counts, each over its own cohorts, add up."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        wa = np.where(np.isfinite(a.se) & (a.se > 0), 1.0 / a.se**2, 0.0)
+        wb = np.where(np.isfinite(b.se) & (b.se > 0), 1.0 / b.se**2, 0.0)
+        total = wa + wb
+        counts = np.where(total > 0, (wa * a.counts + wb * b.counts) / total, 0.0)
+        se = np.where(total > 0, 1.0 / np.sqrt(total), np.inf)
+        z = np.where(total > 0, counts / se, 0.0)
+    unexplained = Estimate(
+        a.unexplained.value + b.unexplained.value,
+        math.hypot(a.unexplained.standard_error, b.unexplained.standard_error),
+        a.unexplained.n + b.unexplained.n,
+    )
+    return _Fit(
+        counts=counts,
+        se=se,
+        z=z,
+        p=normal_sf(z),
+        selected=a.selected | b.selected,
+        dispersion=max(a.dispersion, b.dispersion),
+        unexplained=unexplained,
+    )
 
 
 @dataclass(frozen=True, eq=False)

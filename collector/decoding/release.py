@@ -39,6 +39,14 @@ level grows with the number of entries that are clearly present, which is why it
 default. ``"storey"`` (adaptive BH) keeps the same bound with more power when many entries
 are present; ``"pfer"`` bounds the expected *number* of false releases instead.
 
+**Intervals after selection** (docs/estimation.md). A released entry is read because its
+estimate crossed ``max(T, max(T, 0) + z* SE)``, ``z*`` the quantile of the correction's realized
+level (:func:`collector.decoding.stats.rejection_level`), so its interval is the one that
+covers among released entries: the normal law truncated at that cutoff, inverted in the
+count (:mod:`collector.decoding.selective`). The estimate shown stays the unconditional one;
+its conditionally median-unbiased counterpart and the spread of the conditional interval
+(``selection_standard_errors``) come with it. Withheld entries keep ``count ± z SE``.
+
 The estimate, SE, ``z`` and ``p`` of every entry are kept, released or not, with the reason an
 entry was withheld, so an operator (``/estimate?withheld=1``) or the fleet simulator can
 compare every entry with the truth; withheld entries are never presented as released.
@@ -54,11 +62,21 @@ import numpy as np
 import numpy.typing as npt
 
 from collector.decoding.plain import ValueEstimate, finite
-from collector.decoding.stats import check_control, check_level, normal_sf, reject, z_interval
+from collector.decoding.selective import conditional_interval
+from collector.decoding.stats import (
+    check_control,
+    check_level,
+    normal_quantile,
+    normal_sf,
+    rejection_level,
+    z_interval,
+)
 
 __all__ = [
+    "CONDITIONAL_INTERVAL",
     "DEFAULT_ALPHA",
     "DEFAULT_CONTROL",
+    "PLAIN_INTERVAL",
     "Release",
     "ReleaseRule",
     "release",
@@ -71,6 +89,11 @@ DEFAULT_CONTROL = "bh"
 """The correction when a registry names none: Benjamini-Hochberg (see the module docstring)."""
 DEFAULT_ALPHA = 0.05
 """Its level: the expected share of false releases is at most 5 %."""
+CONDITIONAL_INTERVAL = "conditional on release"
+"""What a released entry's interval is: it covers the true count at its level among released
+entries (truncated-normal inversion at the entry's cutoff, :mod:`collector.decoding.selective`)."""
+PLAIN_INTERVAL = "estimate ± z SE, not conditional on release"
+"""What a withheld entry's interval is (and a released one's when no cutoff selected it)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -136,6 +159,19 @@ class Release:
         tested: how many entries entered the correction.
         n: number of reports.
         rule: the rule applied.
+        cutoffs: the smallest estimate each released entry could have had and still been
+            released, ``max(T, max(T, 0) + SE z*)`` with ``z*`` the normal quantile of the
+            correction's realized level (NaN for withheld entries; ``-inf`` when nothing
+            selected it).
+        lows, highs: the interval of each entry: conditional on release for released
+            entries with a finite cutoff (:mod:`collector.decoding.selective`), the plain
+            ``count ± z SE`` otherwise.
+        median_unbiased: the conditionally median-unbiased estimate of a released entry
+            (the winner's curse removed); NaN for the others.
+        selection_standard_errors: the spread to read with a released entry's estimate: its
+            conditional interval's width over ``2 z`` (before ``lows`` is clipped at 0); the
+            plain SE far above the cutoff, larger near it. The plain SE for the others.
+        conditional: which entries' intervals are conditional on release.
     """
 
     values: tuple[str | bytes, ...]
@@ -148,6 +184,12 @@ class Release:
     tested: int
     n: int
     rule: ReleaseRule
+    cutoffs: Array
+    lows: Array
+    highs: Array
+    median_unbiased: Array
+    selection_standard_errors: Array
+    conditional: BoolArray
 
     @property
     def released_count(self) -> int:
@@ -160,18 +202,28 @@ class Release:
         return len(self.values) - self.released_count
 
     def entry(self, i: int) -> ValueEstimate:
-        """Entry ``i`` with its interval and test."""
-        zc = z_interval(self.rule.confidence)
-        c, se = float(self.counts[i]), float(self.standard_errors[i])
+        """Entry ``i`` with its interval (conditional on release when released) and test."""
         return ValueEstimate(
             value=self.values[i],
-            count=c,
-            standard_error=se,
-            low=c - zc * se,
-            high=c + zc * se,
+            count=float(self.counts[i]),
+            standard_error=float(self.standard_errors[i]),
+            low=float(self.lows[i]),
+            high=float(self.highs[i]),
             z=float(self.z[i]),
             p_value=float(self.p_values[i]),
         )
+
+    def interval_text(self, i: int) -> str:
+        """What entry ``i``'s interval means, for the API, the CLI and the dashboard."""
+        level = f"{100 * self.rule.confidence:g} %"
+        return f"{level} interval {CONDITIONAL_INTERVAL if self.conditional[i] else PLAIN_INTERVAL}"
+
+    def released_interval_text(self) -> str:
+        """What the released entries' intervals mean (every released entry's is conditional
+        unless the rule selects nothing: no test and no finite threshold)."""
+        rule = self.rule
+        selects = rule.alpha is not None or math.isfinite(rule.threshold)
+        return f"{100 * rule.confidence:g} % interval {CONDITIONAL_INTERVAL if selects else PLAIN_INTERVAL}"
 
     def order(self, which: BoolArray) -> list[int]:
         """Indices of the entries where ``which`` holds, largest estimate first (NaN last)."""
@@ -190,6 +242,9 @@ class Release:
             "z": finite(e.z),
             "p_value": finite(e.p_value),
             "released": bool(self.released[i]),
+            "interval": self.interval_text(i),
+            "median_unbiased": finite(float(self.median_unbiased[i])),
+            "selection_standard_error": finite(float(self.selection_standard_errors[i])),
         }
         if not self.released[i]:
             out["withheld_reason"] = self.reasons[i]
@@ -235,14 +290,46 @@ def release(
     enough = n >= rule.min_reports and n > 0
     passed = np.zeros(size, dtype=np.bool_)
     tested = int(ok.sum())
+    level = 1.0
     if rule.alpha is None:
         passed[:] = True
     elif tested:
-        passed[ok] = reject(p[ok], alpha=rule.alpha, control=rule.control)
+        level = rejection_level(p[ok], alpha=rule.alpha, control=rule.control)
+        passed[ok] = (p[ok] <= level) & (level > 0)
     keep = ok & above & passed & enough
-    reasons: list[str | None] = []
+    reasons = _reasons(keep, ok, above, rule=rule, n=n, tested=tested, ineligible_reason=ineligible_reason)
+    cutoffs = np.full(size, np.nan)
+    cutoffs[keep] = _cutoffs(se[keep], rule, level)
+    conditional = keep & np.isfinite(cutoffs)
+    lows, highs, median, spread = _intervals(c, se, cutoffs, conditional, rule.confidence)
+    return Release(
+        values=tuple(values),
+        counts=c,
+        standard_errors=se,
+        z=z,
+        p_values=p,
+        released=keep,
+        reasons=reasons,
+        tested=tested,
+        n=n,
+        rule=rule,
+        cutoffs=cutoffs,
+        conditional=conditional,
+        lows=lows,
+        highs=highs,
+        median_unbiased=median,
+        selection_standard_errors=spread,
+    )
+
+
+def _reasons(
+    keep: BoolArray, ok: BoolArray, above: BoolArray, *, rule: ReleaseRule, n: int, tested: int, ineligible_reason: str
+) -> tuple[str | None, ...]:
+    """Why each entry is withheld (``None`` for the released ones), the first failed condition."""
+    enough = n >= rule.min_reports and n > 0
     test_text = rule.describe()
-    for i in range(size):
+    reasons: list[str | None] = []
+    for i in range(keep.size):
         if keep[i]:
             reasons.append(None)
         elif not enough:
@@ -253,15 +340,40 @@ def release(
             reasons.append(f"estimate below the release threshold {rule.threshold:g}")
         else:
             reasons.append(f"not significant over {tested} entries ({test_text})")
-    return Release(
-        values=tuple(values),
-        counts=c,
-        standard_errors=se,
-        z=z,
-        p_values=p,
-        released=keep,
-        reasons=tuple(reasons),
-        tested=tested,
-        n=n,
-        rule=rule,
-    )
+    return tuple(reasons)
+
+
+def _cutoffs(se: Array, rule: ReleaseRule, level: float) -> Array:
+    """The smallest estimate that is released, per entry: the count threshold ``T`` and
+    ``max(T, 0) + SE z*``, ``z*`` the one-sided quantile of the realized level (whichever is
+    larger). The realized level is what the entry crossed with the other entries' p-values as
+    they are (``collector.decoding.stats.rejection_level``), so conditioning on it is
+    conditioning on the release given the others."""
+    out = np.full(se.shape, float(rule.threshold))
+    if rule.alpha is not None and 0.0 < level < 1.0:
+        out = np.maximum(out, rule.null - normal_quantile(level) * se)
+    return out
+
+
+def _intervals(
+    c: Array, se: Array, cutoffs: Array, conditional: BoolArray, confidence: float
+) -> tuple[Array, Array, Array, Array]:
+    """Plain intervals for every entry, then the conditional ones, the median-unbiased
+    estimates and the selection-adjusted spreads of the ``conditional`` entries (the released
+    entries a finite cutoff selected; docs/estimation.md, "Intervals after selection")."""
+    zc = z_interval(confidence)
+    with np.errstate(invalid="ignore"):
+        lows, highs = c - zc * se, c + zc * se
+    median = np.full(c.shape, np.nan)
+    spread = se.copy()
+    if conditional.any():
+        m, lo, hi = conditional_interval(c[conditional], se[conditional], cutoffs[conditional], confidence=confidence)
+        median[conditional] = np.maximum(m, 0.0)
+        with np.errstate(invalid="ignore"):
+            width = hi - lo
+        spread[conditional] = np.where(np.isfinite(width), width / (2.0 * zc), np.inf)
+        # Counts are never negative: the interval shown is its part at or above 0, which keeps
+        # the coverage (an interval wholly below 0 is one of the α that miss, shown as [0, 0]).
+        lows[conditional] = np.maximum(lo, 0.0)
+        highs[conditional] = np.maximum(hi, 0.0)
+    return lows, highs, median, spread

@@ -55,6 +55,7 @@ __all__ = [
     "normal_quantile",
     "normal_sf",
     "reject",
+    "rejection_level",
     "storey_pi0",
     "z_interval",
 ]
@@ -117,6 +118,35 @@ def check_level(alpha: float, control: str) -> float:
     return float(alpha)
 
 
+def rejection_level(p_values: npt.ArrayLike, *, alpha: float, control: str) -> float:
+    """The realized p-value level of :func:`reject`: a hypothesis is rejected exactly when ``p <= level``.
+
+    Bonferroni's is ``α / M``; ``"pfer"``'s ``min(λ, α / (π̂0 M))``; BH's ``α R / M`` and
+    Storey's ``α R / (π̂0 M)``, ``R`` the number rejected (every p-value at most ``α R / M``
+    has rank at most ``R``, or a larger rank would pass, so the two descriptions agree).
+    With ``R = 0`` the level is 0. The level is what a released entry crossed; for BH it is
+    the one the entry would face with the other p-values held fixed (setting its own p-value
+    anywhere below the level leaves ``R`` unchanged), which is what
+    :mod:`collector.decoding.selective` conditions on.
+    """
+    a = check_level(alpha, control)
+    p = np.nan_to_num(np.asarray(p_values, dtype=np.float64), nan=1.0)
+    m = p.size
+    if m == 0:
+        return 0.0
+    if control == "bonferroni":
+        return a / m
+    if control == "pfer":
+        # Capped at λ = 1/2, Storey's λ: the bound in the module docstring needs every
+        # rejectable p-value to be one that π̂0 does not count.
+        return min(0.5, a / (storey_pi0(p) * m))
+    if control == "storey":
+        a = a / storey_pi0(p)
+    ordered = np.sort(p, kind="stable")
+    passed = np.flatnonzero(ordered <= a * np.arange(1, m + 1) / m)
+    return 0.0 if passed.size == 0 else a * (int(passed[-1]) + 1) / m
+
+
 def reject(p_values: npt.ArrayLike, *, alpha: float, control: str) -> npt.NDArray[np.bool_]:
     """Which hypotheses to reject under ``control`` at level ``alpha`` (see the module docstring).
 
@@ -129,24 +159,11 @@ def reject(p_values: npt.ArrayLike, *, alpha: float, control: str) -> npt.NDArra
     Returns:
         A boolean array, true where the candidate is declared present.
     """
-    a = check_level(alpha, control)
     p = np.nan_to_num(np.asarray(p_values, dtype=np.float64), nan=1.0)
-    m = p.size
-    if m == 0:
-        return np.zeros(0, dtype=np.bool_)
-    if control == "bonferroni":
-        result: npt.NDArray[np.bool_] = p <= a / m
-        return result
-    if control == "pfer":
-        # Capped at λ = 1/2, Storey's λ: the bound in the module docstring needs every
-        # rejectable p-value to be one that π̂0 does not count.
-        pfer: npt.NDArray[np.bool_] = p <= min(0.5, a / (storey_pi0(p) * m))
-        return pfer
-    if control == "storey":
-        a = a / storey_pi0(p)
-    order = np.argsort(p, kind="stable")
-    passed = p[order] <= a * np.arange(1, m + 1) / m
-    keep = np.zeros(m, dtype=np.bool_)
-    if passed.any():
-        keep[order[: int(np.flatnonzero(passed)[-1]) + 1]] = True
-    return keep
+    level = rejection_level(p, alpha=alpha, control=control)
+    if control in ("bh", "storey"):
+        # The R smallest p-values (ties at the level included), as Benjamini-Hochberg states it.
+        kept: npt.NDArray[np.bool_] = (p <= level) & (level > 0)
+        return kept
+    result: npt.NDArray[np.bool_] = p <= level
+    return result

@@ -162,16 +162,29 @@ def test_lasso(capsys: pytest.CaptureFixture[str]) -> None:
 
 @covers("bench_release")
 def test_release(capsys: pytest.CaptureFixture[str]) -> None:
-    """CMS, HCMS and SFP releases on small sketches from 10^5 reports keep their precision at or above 0.95."""
+    """CMS, HCMS, SFP and RAPPOR releases on small sketches from 10^5 reports keep their precision at
+    or above 0.95; every released entry's interval is the one conditional on release, and the
+    document carries the released-only coverage and RMS error / SE per mechanism."""
     argv = ["--small", "--reports", "100000", "--strings", "2000"]
     doc = run_main(bench_release.main, argv, capsys)
     rows = doc["mechanisms"]
-    assert [r["mechanism"] for r in rows] == ["cms", "hcms", "sfp"]
+    assert [r["mechanism"] for r in rows] == ["cms", "hcms", "sfp", "rappor"]
     for row in rows:
         require_keys(row, ("released", "precision", "recall", "strong_entries", "tested"), where=row["mechanism"])
+        require_keys(row, ("coverage", "rms_over_se", "interval"), where=row["mechanism"])
         assert row["released"] > 0, row
         assert row["precision>=0.95"], row
         assert row["correction"] == "bh"
+        assert row["interval"] == "95 % interval conditional on release"
         # The count threshold alone releases at least what the tested rule does.
         assert row["count_threshold_only"]["released"] >= row["released"]
+    assert rows[-1]["decoys"] == bench_release.RAPPOR_PRESENT
+    summary = doc["summary"]
+    assert [(s["population"], s["mechanism"]) for s in summary] == [
+        ("zipf", m) for m in ("cms", "hcms", "sfp", "rappor")
+    ]
+    for s in summary:
+        require_keys(
+            s, ("coverage", "rms_over_se", "recall_pooled", "false_discovery_rate", "ok"), where=s["mechanism"]
+        )
     report("bench_release", {r["mechanism"]: r["estimate_s"] for r in rows})

@@ -243,7 +243,8 @@ async def test_dashboard_renders_plots_in_headless_chromium(
         [
             i["value"],
             format_number(i["count"]),
-            format_number(i["standard_error"]),
+            # A released entry's SE column is the spread of its interval conditional on release.
+            format_number(i.get("selection_standard_error", i["standard_error"])),
             f"{format_number(i['ci'][0])} … {format_number(i['ci'][1])}",
             # The release test's p-value (against the release threshold), two significant digits.
             format_number(i["p_value"], 2),
@@ -275,6 +276,9 @@ async def test_dashboard_renders_plots_in_headless_chromium(
     # Strings: tables with counts and SE; the most common emoji is found.
     assert dom.count('class="strings"') == 4
     assert ">heart<" in dom
+    # Under each table, what the released entries' SE and interval mean (docs/estimation.md).
+    assert dom.count('class="legend interval-legend"') == 4
+    assert "SE and CI: 95 % interval conditional on release" in dom
     assert "bh at α = 0.05" in dom  # the default correction, under the frequency cards
     assert 'class="withheld"' not in dom.split('id="uc-hist"')[0]  # nothing above hist is withheld
     assert screenshot.stat().st_size > 20_000

@@ -10,7 +10,7 @@ import subprocess
 import pytest
 
 from collector.numbers import FORMAT_JS, format_number
-from collector.rendering import format_estimate
+from collector.rendering import _release_lines, format_estimate
 from collector.results import EstimateResult, FrequencyEntry, ReleaseDecision
 
 NODE = shutil.which("node")
@@ -115,3 +115,34 @@ def test_the_cli_writes_numbers_the_same_way() -> None:
     assert "10,956" in text
     assert "70.2" in text
     assert "3 entries withheld: below the threshold 1000 or not significant" in text
+
+
+def test_released_entries_say_their_se_and_interval_are_conditional_on_release() -> None:
+    """The CLI shows a released entry's selection-adjusted SE and its interval, and says what they mean."""
+    entry = FrequencyEntry(
+        value="🙂",
+        count=10_956.0,
+        standard_error=70.2,
+        ci=(10_000.0, 11_093.6),
+        z=5.0,
+        p_value=1e-6,
+        released=True,
+        interval="95 % interval conditional on release",
+        selection_standard_error=278.8,
+    )
+    decision = ReleaseDecision(
+        items=(entry,),
+        withheld=0,
+        threshold=1000,
+        tested=1,
+        correction="bh",
+        alpha=0.05,
+        test="t",
+        interval="95 % interval conditional on release",
+    )
+    lines = _release_lines(decision)
+    row = next(line for line in lines if "🙂" in line)
+    assert "278.8" in row
+    assert "70.2" not in row
+    assert "10,000 .. 11,094" in row
+    assert "  (SE and CI: 95 % interval conditional on release)" in lines

@@ -18,6 +18,7 @@ from collector.decoding.rappor import (
     decode_categories,
     load_candidates,
 )
+from collector.decoding.release import ReleaseRule, release
 from protocol.randomness import SeededRandom, uniform_ints
 from protocol.rappor import Rappor
 from protocol.server.rappor import RapporAggregate, RapporServer
@@ -319,3 +320,53 @@ def test_pfer_holds_its_expected_false_positives_and_finds_more() -> None:
         assert not (bonf.detected & ~pfer.detected).any()
         false_positives += int((pfer.detected & (truth == 0)).sum())
     assert false_positives <= seeds + 5 * math.sqrt(seeds)
+
+
+def _released_figures(cross_fit: bool, seeds: range) -> tuple[list[bool], list[float], list[float]]:
+    """Over ``seeds``: whether each released string's interval covers its count, its error over
+    the SE shown, and the pooled z of every absent candidate."""
+    covered: list[bool] = []
+    errors: list[float] = []
+    absent: list[float] = []
+    rule = ReleaseRule(threshold=0.0, control="bh", alpha=0.05)
+    for seed in seeds:
+        gen = np.random.default_rng(seed)
+        mech = _mech(seed % 200)
+        counts = exponential_counts(150_000, PRESENT, gen)
+        agg = simulate_counts(mech, CANDIDATES[:PRESENT], counts, gen)
+        truth = _truth(counts)
+        result = RapporDecoder(control="bh", cross_fit=cross_fit).decode(agg, CANDIDATES)
+        detail = release(result.candidates, result.counts, result.standard_errors, n=result.n, rule=rule)
+        idx = np.flatnonzero(detail.released)
+        t = truth[idx]
+        covered.extend(((detail.lows[idx] <= t) & (t <= detail.highs[idx])).tolist())
+        errors.extend(((result.counts[idx] - t) / detail.selection_standard_errors[idx]).tolist())
+        absent.extend(result.z[truth == 0].tolist())
+    return covered, errors, absent
+
+
+def test_cross_fitted_releases_cover_and_absent_candidates_stay_standard_normal() -> None:
+    """Cross-fitting by cohort, 40 seeded problems near the detection limit: released strings'
+    conditional intervals cover 0.95 within 4 binomial SEs, their RMS error is at most 1.15 of the SE
+    shown, and the pooled z of the absent candidates has mean 0 and SD 1 (5 SE): their p-values,
+    and so the release rule's error rate, are calibrated."""
+    covered, errors, absent = _released_figures(True, range(500, 540))
+    n = len(covered)
+    assert n > 300
+    assert abs(np.mean(covered) - 0.95) <= 4 * math.sqrt(0.95 * 0.05 / n), np.mean(covered)
+    assert math.sqrt(float(np.mean(np.square(errors)))) <= 1.15
+    z = np.asarray(absent)
+    assert abs(z.mean()) < 5 / math.sqrt(z.size)
+    assert abs(z.std(ddof=1) - 1) < 5 / math.sqrt(2 * z.size)
+
+
+def test_cross_fit_needs_two_cohorts_a_side() -> None:
+    """With fewer than four cohorts holding reports the decoder selects and fits on all of them."""
+    gen = np.random.default_rng(41)
+    mech = _mech(41, cohorts=2)
+    counts = exponential_counts(200_000, PRESENT, gen)
+    agg = simulate_counts(mech, CANDIDATES[:PRESENT], counts, gen)
+    split = RapporDecoder(cross_fit=True).decode(agg, CANDIDATES)
+    whole = RapporDecoder(cross_fit=False).decode(agg, CANDIDATES)
+    assert np.array_equal(split.counts, whole.counts)
+    assert np.array_equal(split.standard_errors, whole.standard_errors)
