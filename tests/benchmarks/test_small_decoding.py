@@ -188,3 +188,16 @@ def test_release(capsys: pytest.CaptureFixture[str]) -> None:
             s, ("coverage", "rms_over_se", "recall_pooled", "false_discovery_rate", "ok"), where=s["mechanism"]
         )
     report("bench_release", {r["mechanism"]: r["estimate_s"] for r in rows})
+
+
+@covers("bench_release")
+def test_release_on_real_words(capsys: pytest.CaptureFixture[str]) -> None:
+    """The real population (English words with their published frequencies) runs too, so the
+    figure the README quotes for it cannot break unnoticed."""
+    argv = ["--small", "--reports", "100000", "--strings", "2000", "--population", "words", "--only", "cms"]
+    doc = run_main(bench_release.main, argv, capsys)
+    rows = doc["mechanisms"]
+    assert [r["mechanism"] for r in rows] == ["cms"]
+    assert rows[0]["released"] > 0, rows[0]
+    assert rows[0]["precision>=0.95"], rows[0]
+    assert [(s["population"], s["mechanism"]) for s in doc["summary"]] == [("words", "cms")]
