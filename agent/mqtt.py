@@ -81,12 +81,15 @@ def random_client_id(rng: RandomSource) -> str:
 
 
 class _Client(aiomqtt.Client):
-    """aiomqtt's client, keeping the reason code of a PUBACK that refused a publish."""
+    """aiomqtt's client, keeping the reason code of a PUBACK that refused a publish and of a
+    DISCONNECT from the broker."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.refusal: ReasonCode | None = None
         self.one_publish = asyncio.Lock()
+        self.gone = asyncio.Event()
+        self.disconnect_reason: ReasonCode | None = None
 
     def _on_publish(
         self, client: paho.Client, userdata: Any, mid: int, reason_code: ReasonCode, properties: Properties
@@ -97,17 +100,48 @@ class _Client(aiomqtt.Client):
             self.refusal = reason_code
         super()._on_publish(client, userdata, mid, reason_code, properties)
 
+    def _on_disconnect(
+        self,
+        client: paho.Client,
+        userdata: Any,
+        flags: paho.DisconnectFlags,
+        reason_code: ReasonCode,
+        properties: Properties | None = None,
+    ) -> None:
+        # aiomqtt leaves a publish waiting for its PUBACK until its timeout when the broker
+        # disconnects; the publish is cut short here, with the broker's reason (busy, say).
+        if isinstance(reason_code, ReasonCode):
+            self.disconnect_reason = reason_code
+        self.gone.set()
+        super()._on_disconnect(client, userdata, flags, reason_code, properties)
+
     async def publish_checked(self, topic: str, payload: bytes, *, timeout: float, properties: Properties) -> None:
         """Publish at QoS 1 and wait for the PUBACK.
 
         Raises:
             PublishRefusedError: the PUBACK's reason code is a refusal.
+            BrokerBusyError: the broker disconnected saying it is busy.
             TransportError: no PUBACK (timeout, connection lost).
         """
         async with self.one_publish:
             self.refusal = None
+            sent = asyncio.ensure_future(
+                self.publish(topic, payload, qos=1, retain=False, properties=properties, timeout=timeout)
+            )
+            lost = asyncio.ensure_future(self.gone.wait())
             try:
-                await self.publish(topic, payload, qos=1, retain=False, properties=properties, timeout=timeout)
+                await asyncio.wait((sent, lost), return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                lost.cancel()
+                if not sent.done():  # the broker went first (or we are cancelled): stop waiting
+                    sent.cancel()
+                    with contextlib.suppress(asyncio.CancelledError, aiomqtt.MqttError):
+                        await sent
+            if sent.cancelled():
+                error = aiomqtt.MqttCodeError(self.disconnect_reason, "the broker disconnected")
+                raise _transport_error(f"publish to {topic} not acknowledged", error)
+            try:
+                sent.result()
             except aiomqtt.MqttError as e:
                 raise _transport_error(f"publish to {topic} not acknowledged", e) from e
             refusal, self.refusal = self.refusal, None
