@@ -137,13 +137,17 @@ class _Client(aiomqtt.Client):
                     sent.cancel()
                     with contextlib.suppress(asyncio.CancelledError, aiomqtt.MqttError):
                         await sent
-            if sent.cancelled():
-                error = aiomqtt.MqttCodeError(self.disconnect_reason, "the broker disconnected")
-                raise _transport_error(f"publish to {topic} not acknowledged", error)
             try:
+                if sent.cancelled():
+                    raise aiomqtt.MqttError("the broker disconnected")
                 sent.result()
             except aiomqtt.MqttError as e:
-                raise _transport_error(f"publish to {topic} not acknowledged", e) from e
+                # Whichever way the loss showed (paho's "not connected" when the DISCONNECT was
+                # read before the publish began), the broker's own reason decides.
+                cause = e
+                if self.disconnect_reason is not None:
+                    cause = aiomqtt.MqttCodeError(self.disconnect_reason, "the broker disconnected")
+                raise _transport_error(f"publish to {topic} not acknowledged", cause) from e
             refusal, self.refusal = self.refusal, None
         if refusal is not None:
             raise PublishRefusedError(topic, refusal.value, str(refusal).lower())
