@@ -96,7 +96,7 @@ class ReceiptConnection(Protocol):
 
     @property
     def response_topic(self) -> str:
-        """``<receipt_prefix><client id>``: where this connection's receipts arrive."""
+        """``<receipt_prefix><identity>/<client id>``: where this connection's receipts arrive."""
         ...
 
     async def publish(self, topic: str, payload: bytes, *, correlation: bytes) -> None:
