@@ -140,8 +140,9 @@ class _Client(aiomqtt.Client):
                 lost.cancel()
                 if not sent.done():  # the broker went first (or we are cancelled): stop waiting
                     sent.cancel()
-                    with contextlib.suppress(asyncio.CancelledError, aiomqtt.MqttError):
-                        await sent
+                    # asyncio.wait, not "await sent": our own cancellation must not be taken
+                    # for the publish's and swallowed.
+                    await asyncio.wait((sent,))
             try:
                 if sent.cancelled():
                     raise aiomqtt.MqttError("the broker disconnected")
