@@ -32,15 +32,15 @@ leaves a publish waiting for its PUBACK until the timeout when the broker discon
 the broker's reason (busy, say) would be lost. The alternatives were a PUBACK parser of our
 own under paho (more code that can be wrong, for the same information) or a change to
 aiomqtt (not in a release we can depend on). Measured: 2,000 sequential QoS 1 publishes with
-receipt properties to a local Mosquitto, five runs of each alternated, on 2 shared cores
-(load average 6): median 0.86 s through aiomqtt's ``publish`` (runs 0.71-1.30 s), 0.94 s
-through :meth:`_Client.publish_checked` (0.86-1.67 s). The ranges overlap; the difference,
-some 45 us a publish, is the task that races each publish against a disconnect, and a device
-publishes a few reports a cycle. The overrides rely on aiomqtt's private ``_on_publish`` and
-``_on_disconnect``; pyproject.toml pins aiomqtt below 2.6, and
-tests/agent/test_broker_refusal.py fails if they stop being aiomqtt's handlers. MQTT 3.1.1
-(``receipts = false``) has no refusal in its PUBACK: there, as before, a broker that drops a
-publish cannot be detected.
+receipt properties to a local Mosquitto, five runs of each alternated, on 2 cores shared with
+other work: median 0.86 s through aiomqtt's ``publish`` and 0.94 s through
+:meth:`_Client.publish_checked` at load average 6, 0.28 s and 0.35 s at load average 9 (the
+runs of the two overlap). The difference, 35-45 us a publish, is the task that races each
+publish against a disconnect; a device publishes a few reports a cycle. The overrides rely
+on aiomqtt's private ``_on_publish`` and ``_on_disconnect``; pyproject.toml pins aiomqtt below
+2.6, and tests/agent/test_broker_refusal.py fails if they stop being aiomqtt's handlers.
+MQTT 3.1.1 (``receipts = false``) has no refusal in its PUBACK: there, as before, a broker
+that drops a publish cannot be detected.
 
 A CONNACK or DISCONNECT with a "not now" reason code (server busy, unavailable, quota or rate
 exceeded: :data:`agent.transport.BUSY_REASON_CODES`) raises
