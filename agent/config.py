@@ -70,8 +70,8 @@ class BrokerConfig:
         receipts: keep each report until the collector's commit receipt says it was counted
             or refused (MQTT 5 request/response, ``protocol.receipts``); when False a broker
             PUBACK ends a report's journey (MQTT 3.1.1, for a collector without receipts).
-        receipt_prefix: the response topic is ``<receipt_prefix><client id>``; the broker ACL
-            lets only that connection read it.
+        receipt_prefix: the response topic is ``<receipt_prefix><identity>/<client id>``
+            (``protocol.receipts.receipt_topic``); the broker ACL lets only that connection read it.
         receipt_timeout_seconds: with no receipt this long after a send, the same bytes are
             sent again; the wait doubles per attempt (jittered) up to ``receipt_backoff_max``.
         receipt_backoff_max: cap of that wait in seconds.

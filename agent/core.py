@@ -357,6 +357,11 @@ class Agent:
         except StateWriteError as e:
             log.error("sends not recorded, the reports will be sent again: %s", e)
 
+    def mark_refused(self, refused: Sequence[tuple[Pending, str]]) -> None:
+        """Sends the broker refused, with the reason: the ledger says "refused by the broker:
+        <reason>", and each report waits in the outbox to be tried again (agent.outbox)."""
+        outbox.mark_refused(self._files, refused, clock=self.clock, retention=self.ledger_retention)
+
     def settle(self, receipts: Sequence[Receipt]) -> int:
         """Commit receipts arrived: the ledger records the outcome, then the reports leave the outbox.
 

@@ -11,6 +11,14 @@ the outbox with the time and the number of sends; in the ledger as "sent") -> **
 ledger says so). A sent report without a receipt after :func:`receipt_wait` is sent again,
 byte for byte; the collector's de-duplication makes that harmless.
 
+A send the broker itself refuses (an MQTT 5 PUBACK reason code >= 0x80, 0x87 "not
+authorized" when its ACL denies the topic) is **refused by the broker: <reason>** in the
+ledger (:func:`mark_refused`). ε was charged when the report was privatized, so the report is
+not dropped: it stays in the outbox, counted as a send, and is tried again only after
+:func:`receipt_wait`, which doubles with each send up to its cap. Once the operator fixes the
+ACL the next send goes through and the ledger says "sent", then "counted"; a report still
+refused when it reaches the outbox's age limit is dropped like any other.
+
 The ledger is always written before the outbox: a crash in between re-sends bytes the
 collector de-duplicates by report id, and the ledger keeps one entry per id.
 """
@@ -39,6 +47,7 @@ __all__ = [
     "due",
     "ledger_entries",
     "ledger_notices",
+    "mark_refused",
     "mark_sent",
     "outbox_size",
     "receipt_wait",
@@ -47,6 +56,9 @@ __all__ = [
 ]
 
 log = logging.getLogger("ldp_agent")
+
+BROKER_REFUSED = "refused by the broker: "
+"""The ledger status of a report whose last send the broker refused, before the reason."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -230,19 +242,43 @@ def acknowledge(files: StateFiles, acked: Sequence[Pending], *, clock: Clock, re
 def mark_sent(files: StateFiles, sent: Sequence[Pending], *, clock: Clock, retention: float) -> None:
     """Reports the broker acknowledged (with receipts): the ledger says "sent", and each
     stays in the outbox with the time of this send and its count, waiting for its receipt."""
-    if not sent:
+    _record_sends(files, [(p, "sent") for p in sent], clock=clock, retention=retention)
+
+
+def mark_refused(files: StateFiles, refused: Sequence[tuple[Pending, str]], *, clock: Clock, retention: float) -> None:
+    """Sends the broker refused (a PUBACK reason code >= 0x80), each with the reason's name:
+    the ledger says "refused by the broker: <reason>", and each report stays in the outbox as
+    if sent, so that it is tried again only after :func:`receipt_wait` (ε is already spent)."""
+    for p, reason in refused:
+        log.warning("use case %s: the broker refused a report (%s); it is tried again later", p.use_case, reason)
+    _record_sends(files, [(p, BROKER_REFUSED + reason) for p, reason in refused], clock=clock, retention=retention)
+
+
+def _record_sends(files: StateFiles, sends: Sequence[tuple[Pending, str]], *, clock: Clock, retention: float) -> None:
+    """The ledger gets each report's status (a new entry, or a "sent" or a broker's refusal
+    replaced), then each stays in the outbox with the time of this send and its count."""
+    if not sends:
         return
     now = clock.time()
     ledger = _current_ledger(files, now, retention)
     if ledger is None:
         return
-    known = {e.report_id for e in ledger.entries}
-    fresh = [p for p in sent if p.entry.report_id not in known]
-    if fresh:
-        ledger.entries.extend(_ledger_entry(p, now, "sent") for p in fresh)
+    index = {e.report_id: e for e in ledger.entries}
+    changed = False
+    for p, status in sends:
+        entry = index.get(p.entry.report_id)
+        if entry is None:
+            entry = _ledger_entry(p, now, status)
+            ledger.entries.append(entry)
+            index[p.entry.report_id] = entry
+            changed = True
+        elif entry.status != status and (entry.status == "sent" or entry.status.startswith(BROKER_REFUSED)):
+            entry.status = status
+            changed = True
+    if changed:
         files.write_ledger(ledger)
     writes: list[tuple[Slot, UseCaseDoc]] = []
-    for name, ids in _by_use_case(sent).items():
+    for name, ids in _by_use_case([p for p, _ in sends]).items():
         slot = files.slots.get(name)
         if slot is None or slot.doc is None or slot.broken:
             continue

@@ -13,6 +13,19 @@ receipt after its wait (:func:`agent.outbox.receipt_wait`) is sent again, identi
 current connection. The connection closes when the outbox is empty; a broken one is
 replaced, with backoff, by one with a new client id and so a new response topic (receipts
 sent to the old one are lost; those reports are re-sent when their wait ends).
+
+A send the broker refuses (MQTT 5 PUBACK >= 0x80, :class:`~agent.transport.PublishRefusedError`)
+is not a broken connection: the ledger records "refused by the broker: <reason>", the report
+waits its receipt wait before the next try (:func:`agent.outbox.mark_refused`), and the
+other reports go on.
+
+Reconnecting. The backoff starts again from its first step only after a connection that
+delivered something (a report the broker acknowledged, or a receipt that settled one): a
+broker that accepts connections and drops them at once is retried with growing waits, never
+in a tight loop. A broker that says "not now" (:class:`~agent.transport.BrokerBusyError`:
+CONNACK or DISCONNECT 0x88, 0x89, 0x97, 0x9F) makes the wait grow faster
+(:meth:`runtime.backoff.Retry.next_delay`); the jitter, drawn from the agent's random source,
+spreads a fleet's reconnects.
 """
 
 from __future__ import annotations
@@ -25,7 +38,7 @@ from dataclasses import dataclass
 from agent.core import Agent
 from agent.errors import TransportError
 from agent.outbox import Pending
-from agent.transport import ReceiptConnection, ReceiptTransport, Transport
+from agent.transport import BrokerBusyError, PublishRefusedError, ReceiptConnection, ReceiptTransport, Transport
 from protocol.randomness import RandomSource, uniform_draws
 from runtime.backoff import Backoff, Retry
 from runtime.clock import Clock
@@ -81,12 +94,14 @@ class PublisherStats:
         failures: connections that failed or broke.
         connections: connections opened.
         settled: reports a commit receipt answered (counted or refused).
+        refused_by_broker: sends the broker refused (PUBACK reason code >= 0x80).
     """
 
     acknowledged: int
     failures: int
     connections: int
     settled: int = 0
+    refused_by_broker: int = 0
 
 
 class Publisher:
@@ -127,6 +142,7 @@ class Publisher:
         self._failures = 0
         self._connections = 0
         self._settled = 0
+        self._refused = 0
         self._receipts = receipts
 
     def kick(self) -> None:
@@ -141,6 +157,7 @@ class Publisher:
             failures=self._failures,
             connections=self._connections,
             settled=self._settled,
+            refused_by_broker=self._refused,
         )
 
     @property
@@ -232,15 +249,22 @@ class Publisher:
             if resends:
                 log.info("%d reports had no commit receipt in time; sending them again", resends)
             sent: list[Pending] = []
+            refused: list[tuple[Pending, str]] = []
             try:
                 for p in due:
-                    await conn.publish(p.topic, p.entry.payload, correlation=p.entry.report_id)
+                    try:
+                        await conn.publish(p.topic, p.entry.payload, correlation=p.entry.report_id)
+                    except PublishRefusedError as e:
+                        refused.append((p, e.reason))
+                        continue
                     sent.append(p)
                     _end_if_cancelled()
             finally:
                 # Persist the sends even when cancelled (SIGTERM) or after a failure.
                 self._agent.mark_sent(sent)
+                self._agent.mark_refused(refused)
                 self._acknowledged += len(sent)
+                self._refused += len(refused)
             if due:
                 continue  # a receipt may have settled everything while we sent
             await self._wait(later)
@@ -288,6 +312,7 @@ class Publisher:
                 await self._wake.wait()
             self._wake.clear()
             self._idle.clear()
+            delivered = self._acknowledged + self._settled
             try:
                 if self._receipts is not None:
                     await self.receipt_session()
@@ -296,7 +321,9 @@ class Publisher:
                 self._retry.reset()
             except TransportError as e:
                 self._failures += 1
-                delay = self._retry.next_delay()
+                if self._acknowledged + self._settled > delivered:
+                    self._retry.reset()  # the connection delivered before it broke: the broker serves
+                delay = self._retry.next_delay(busy=isinstance(e, BrokerBusyError))
                 log.warning(
                     "publishing failed (%s); %d reports wait; retrying in %.2f s", e, self._agent.outbox_size, delay
                 )

@@ -379,8 +379,10 @@ class LedgerEntry:
         epsilon_total: lifetime ε of the use case, this report included.
         sent: wall-clock time of the acknowledgement (local only).
         status: ``"sent"`` (the broker acknowledged it; with receipts, the collector has not
-            answered yet), ``"counted"`` (the collector committed it) or ``"refused: <reason>"``
-            (the collector rejected it for good). Entries written before receipts read "sent".
+            answered yet), ``"counted"`` (the collector committed it), ``"refused: <reason>"``
+            (the collector rejected it for good) or ``"refused by the broker: <reason>"`` (the
+            broker refused its last send; it waits in the outbox to be tried again,
+            agent.outbox). Entries written before receipts read "sent".
     """
 
     report_id: bytes
@@ -427,8 +429,10 @@ class LedgerEntry:
 
 
 def _status(value: object, where: str) -> str:
-    if not isinstance(value, str) or not (value in ("sent", "counted") or value.startswith("refused: ")):
-        raise ValueError(f"{where}: expected 'sent', 'counted' or 'refused: <reason>'")
+    if not isinstance(value, str) or not (
+        value in ("sent", "counted") or value.startswith(("refused: ", "refused by the broker: "))
+    ):
+        raise ValueError(f"{where}: expected 'sent', 'counted', 'refused: <reason>' or 'refused by the broker: ...'")
     return value
 
 

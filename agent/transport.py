@@ -8,6 +8,12 @@ tests and the fleet simulator can run the whole agent without a broker.
 With commit receipts (``protocol.receipts``) a connection also has a response topic of its
 own, publishes each report with it and the report id as correlation data, and hands over
 the receipts that arrive there (:class:`ReceiptTransport`, :class:`ReceiptConnection`).
+
+Two kinds of "no" from the broker are told apart from a lost connection, because the
+publisher answers them differently (docs/wire-format.md, "What the broker says"):
+:class:`PublishRefusedError` (an MQTT 5 PUBACK with a reason code of 0x80 or more: this one
+message was refused, the connection goes on) and :class:`BrokerBusyError` (the broker asked
+clients to come back later: the next connection waits longer).
 """
 
 from __future__ import annotations
@@ -23,13 +29,42 @@ from agent.errors import TransportError
 from protocol.receipts import Receipt
 
 __all__ = [
+    "BUSY_REASON_CODES",
+    "BrokerBusyError",
     "Connection",
     "MemoryTransport",
+    "PublishRefusedError",
     "Published",
     "ReceiptConnection",
     "ReceiptTransport",
     "Transport",
 ]
+
+
+BUSY_REASON_CODES = frozenset({0x88, 0x89, 0x97, 0x9F})
+"""MQTT 5 reason codes by which a broker says "not now": server unavailable, server busy,
+quota exceeded, connection rate exceeded (§2.4). In a CONNACK or a DISCONNECT they lengthen
+the wait before the next connection (:meth:`runtime.backoff.Retry.next_delay`)."""
+
+
+class PublishRefusedError(TransportError):
+    """The broker acknowledged a publish with a refusal (MQTT 5 PUBACK reason code >= 0x80).
+
+    The connection stays usable; only this message was dropped by the broker.
+
+    Attributes:
+        code: the PUBACK reason code (0x87: not authorized, say).
+        reason: its name in lower case ("not authorized").
+    """
+
+    def __init__(self, topic: str, code: int, reason: str) -> None:
+        super().__init__(f"the broker refused the publish to {topic}: {reason} (reason code 0x{code:02x})")
+        self.code = code
+        self.reason = reason
+
+
+class BrokerBusyError(TransportError):
+    """The broker refused or ended the connection with a "not now" reason code (:data:`BUSY_REASON_CODES`)."""
 
 
 class Connection(Protocol):
@@ -61,11 +96,16 @@ class ReceiptConnection(Protocol):
 
     @property
     def response_topic(self) -> str:
-        """``<receipt_prefix><client id>``: where this connection's receipts arrive."""
+        """``<receipt_prefix><identity>/<client id>``: where this connection's receipts arrive."""
         ...
 
     async def publish(self, topic: str, payload: bytes, *, correlation: bytes) -> None:
-        """Publish asking for a receipt; return after the broker acknowledged (TransportError if not)."""
+        """Publish asking for a receipt; return after the broker acknowledged.
+
+        Raises:
+            PublishRefusedError: the broker acknowledged with a refusal (the connection goes on).
+            TransportError: the broker did not acknowledge.
+        """
         ...
 
     async def receipts(self) -> list[Receipt]:
@@ -123,6 +163,8 @@ class MemoryTransport:
         answer: with receipts, called for each message asking for one; returns the receipt
             to send back at once, or None for none (the test answers later with :meth:`reply`,
             or never: a lost report).
+        refuse: with receipts, called with each message's topic; returns the reason the broker
+            refuses it (a PUBACK reason code >= 0x80, as an ACL would), or None to accept it.
     """
 
     online: bool = True
@@ -131,6 +173,7 @@ class MemoryTransport:
     published: list[Published] = field(default_factory=list)
     connections: int = 0
     answer: Callable[[Published], Receipt | None] | None = None
+    refuse: Callable[[str], str | None] | None = None
     _open: dict[str, asyncio.Queue[list[Receipt] | None]] = field(default_factory=dict, init=False, repr=False)
 
     @contextlib.asynccontextmanager
@@ -209,6 +252,8 @@ class _MemoryReceiptConnection:
             if t.fail_after <= 0:
                 raise TransportError("in-memory connection broke")
             t.fail_after -= 1
+        if t.refuse is not None and (reason := t.refuse(topic)) is not None:
+            raise PublishRefusedError(topic, 0x87, reason)
         message = Published(topic, bytes(payload), self._number, self._topic, bytes(correlation))
         t.published.append(message)
         if t.drop_acks:

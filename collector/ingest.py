@@ -63,7 +63,7 @@ from collector.store import CommitResult, Store
 from collector.transport import Delivery, Transport
 from protocol.catalog import Catalog, catalog_of
 from protocol.errors import MalformedReportError
-from protocol.receipts import MAX_CORRELATION_BYTES, Receipt, valid_response_topic
+from protocol.receipts import MAX_CORRELATION_BYTES, Receipt, foreign_response_topic, valid_response_topic
 from protocol.registry import Registry
 from protocol.wire import DecodedReport, decode_report
 from runtime.backoff import Backoff, Retry
@@ -326,6 +326,13 @@ class Ingest:
             # collector's writes (into report topics, say). The report itself is
             # still processed; only the receipt is withheld.
             self.metrics.receipt_requests_invalid += 1
+            return None
+        refused = foreign_response_topic(reply_to, self._receipt_prefix, d.sender)
+        if refused is not None:
+            # Another connection's receipt topic: answering would let a device speak to it
+            # (forged refusals make the victim drop its reports). The report is processed;
+            # only the receipt is withheld.
+            self.metrics.receipt_requests_refused[refused] += 1
             return None
         return reply_to, correlation
 

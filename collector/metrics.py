@@ -102,6 +102,10 @@ class IngestMetrics:
             without blocking (``runtime.sd_notify``).
         receipt_requests_invalid: receipt requests ignored (a response topic outside
             ``mqtt.receipt_prefix``, or missing or oversize Correlation Data).
+        receipt_requests_refused: well-formed receipt requests refused because the response
+            topic is not the sender's own (docs/wire-format.md, "Commit receipts"), by reason:
+            ``other-identity`` (under another identity's receipt prefix) or
+            ``previous-layout`` (``<receipt_prefix><client id>``, as agents of 0.1.0 ask).
         use_case_reports: reports settled by a commit, by (definition ref, outcome): ``counted``
             (folded now, or already folded by an earlier delivery), ``period-expired`` or
             ``over-allowance`` - what the report's receipt says.
@@ -128,6 +132,7 @@ class IngestMetrics:
     store_error_detail: str = ""
     store_failures: Counter[str] = field(default_factory=Counter)
     receipt_requests_invalid: int = 0
+    receipt_requests_refused: Counter[str] = field(default_factory=Counter)
     use_case_reports: Counter[tuple[str, str]] = field(default_factory=Counter)
     started: float = field(default_factory=time.time)
     commit_latency: Histogram = field(default_factory=_commit_latency, repr=False, compare=False)
@@ -277,6 +282,12 @@ class ServiceCollector(Collector):
             "ldp_collector_receipt_requests_invalid_total",
             "Receipt requests ignored (response topic outside the receipt prefix, bad correlation data).",
             m.receipt_requests_invalid,
+        )
+        yield _labelled(
+            "ldp_collector_receipt_requests_refused_total",
+            "Receipt requests refused because the response topic is not the sender's own, by reason.",
+            "reason",
+            m.receipt_requests_refused,
         )
         transport = self._transport()
         if transport is not None:

@@ -2,11 +2,12 @@
 
 A broker's PUBACK covers one hop; the report can still be lost between the broker and the
 collector's store (docs/design.md §6.2). So an agent publishes each report with the MQTT 5
-request/response properties, a **Response Topic** under a prefix that only its own
-connection may read (the broker ACL's ``%c`` pattern) and **Correlation Data** equal to the
-report's 16-byte id, and keeps the report until a receipt names that id. The collector
-answers only after the transaction that folded the report (or recorded its rejection) has
-committed, one message per response topic per commit::
+request/response properties, a **Response Topic** that only its own connection may read,
+``<prefix><identity>/<client id>`` (:func:`receipt_topic`; the broker ACL's ``%u/%c``
+pattern), and **Correlation Data** equal to the report's 16-byte id, and keeps the report
+until a receipt names that id. The collector answers only after the transaction that folded
+the report (or recorded its rejection) has committed, one message per response topic per
+commit::
 
     [1, [[correlation, status, reason], ...]]      msgpack; status 0 = counted, 1 = refused
 
@@ -20,6 +21,12 @@ What a receipt reveals: that the collector committed a message the connection se
 the rejection reason. Nothing about the value (the collector never sees it) or about other
 devices. The response topic names a connection, so the collector keeps it in memory only
 until the receipt is sent: it is never stored, logged or served.
+
+Receipts only to their sender: the collector answers a report only on a topic under the
+receipt prefix of the identity that sent it, the first identity level of its report topic,
+which the broker's ACL binds to the authenticated user name (:func:`foreign_response_topic`).
+Otherwise a device that knew another connection's client id could have the collector send
+that connection receipts (refusals that make it drop its reports).
 
 Pure, like the rest of ``protocol``: codecs and checks only.
 """
@@ -43,6 +50,8 @@ __all__ = [
     "Receipt",
     "decode_receipts",
     "encode_receipts",
+    "foreign_response_topic",
+    "receipt_topic",
     "valid_response_topic",
 ]
 
@@ -101,6 +110,41 @@ def valid_response_topic(topic: bytes, prefix: bytes) -> bool:
     except UnicodeDecodeError:
         return False
     return True
+
+
+def receipt_topic(prefix: str, identity: str | None, client_id: str) -> str:
+    """The response topic of one connection: ``<prefix><identity>/<client id>``.
+
+    ``identity`` is the broker's user name for the device (the certificate's common name on
+    the mTLS listener); None for an anonymous broker without an ACL, where the topic is
+    ``<prefix><client id>`` as in release 0.1.0.
+    """
+    return prefix + client_id if identity is None else f"{prefix}{identity}/{client_id}"
+
+
+def foreign_response_topic(topic: bytes, prefix: bytes, sender: bytes) -> str | None:
+    """Why the collector must not answer on ``topic`` a report from ``sender``; None when it may.
+
+    ``topic`` already passed :func:`valid_response_topic`. ``sender`` is the identity levels
+    of the report topic; its first level is the broker user the ACL checked (the fleet
+    simulator's ``fleet-sim/000042`` is user ``fleet-sim``). An empty sender (a broker
+    without identities, hence without an ACL to bind a topic to anyone) is answered on any
+    valid topic.
+
+    Returns:
+        ``"other-identity"`` when the topic is not ``<prefix><user>/<one level>``,
+        ``"previous-layout"`` when it is ``<prefix><one level>`` (release 0.1.0's layout,
+        which names no user, so its owner cannot be checked), else None.
+    """
+    if not sender:
+        return None
+    rest = topic[len(prefix) :]
+    if b"/" not in rest:
+        return "previous-layout"
+    user, _, client = rest.partition(b"/")
+    if user != sender.partition(b"/")[0] or not client or b"/" in client:
+        return "other-identity"
+    return None
 
 
 def encode_receipts(receipts: Sequence[Receipt]) -> bytes:

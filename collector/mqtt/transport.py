@@ -31,8 +31,13 @@ Guarantees:
   ingest. The ACL lets only the collector credential read them; a broker that refuses the
   subscription costs a log line, nothing more.
 * **Reconnect outside the session** with capped, jittered exponential backoff
-  (:mod:`runtime.backoff`, reset after a healthy session); a refusal that retrying cannot
-  fix (bad credentials, subscription not granted at QoS 1) raises
+  (:mod:`runtime.backoff`). The backoff starts again from ``reconnect_min_s`` only after a
+  session that served: one that received a report, or stayed up for a keep-alive interval.
+  A broker that grants the subscription and then sends DISCONNECT at once is not serving,
+  and resetting then made the collector reconnect in a tight loop. A broker that says it
+  is busy (CONNACK or DISCONNECT 0x88, 0x89, 0x97, 0x9F: :data:`BUSY_REASON_CODES`) makes
+  the waits grow faster; the jitter keeps collectors from coming back in step. A refusal
+  that retrying cannot fix (bad credentials, subscription not granted at QoS 1) raises
   :class:`~collector.errors.TransportError` and ends the service; so does a TLS file that is
   gone or broken at a reconnect (a :class:`~collector.errors.ConfigError` naming the field
   and the file).
@@ -73,9 +78,13 @@ from collector.transport import Delivery, TransportStatistics
 from protocol.receipts import Receipt, encode_receipts
 from runtime.backoff import Backoff, Retry
 
-__all__ = ["READ_PAUSE_S", "BrokerConnector", "MqttTransport", "open_broker_connection"]
+__all__ = ["BUSY_REASON_CODES", "READ_PAUSE_S", "BrokerConnector", "MqttTransport", "open_broker_connection"]
 
 log = logging.getLogger(__name__)
+
+BUSY_REASON_CODES = frozenset({0x88, 0x89, 0x97, 0x9F})
+"""MQTT 5 reason codes by which a broker says "not now" (§2.4): server unavailable, server busy,
+quota exceeded, connection rate exceeded. In a CONNACK or a DISCONNECT they lengthen the next wait."""
 
 _RECEIPTS_PER_MESSAGE = 2000  # about 40 KiB of receipts in one PUBLISH
 _CONNECT_TIMEOUT = 10.0
@@ -128,6 +137,8 @@ class MqttTransport:
         read_pause_s: how long the socket is left to fill after a short read (see
             :data:`READ_PAUSE_S`; the service passes at most a quarter of its commit interval).
         open_connection: opens each connection (default: :func:`open_broker_connection`).
+        sleep: waits out each reconnect delay (default: :func:`asyncio.sleep`; tests record
+            the delays through it).
     """
 
     def __init__(
@@ -136,8 +147,10 @@ class MqttTransport:
         *,
         read_pause_s: float = READ_PAUSE_S,
         open_connection: BrokerConnector = open_broker_connection,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
         self.config = config
+        self._sleep = sleep
         self._read_pause_s = read_pause_s
         self._open_connection = open_connection
         self._password = read_password(config)
@@ -159,7 +172,8 @@ class MqttTransport:
         self.session_present = False
         self._closing = False
         self._keepalive_s = config.keepalive_s
-        self._healthy = False  # this connection was subscribed: the next reconnect starts from the shortest delay
+        self._session_start: tuple[float, int] | None = None  # (monotonic time, reports received) at CONNACK
+        self._busy = False  # the broker ended this connection saying "not now"
         self._protocol_errors = 0
         self._receipts_sent = 0
         self._receipts_dropped = 0
@@ -252,7 +266,8 @@ class MqttTransport:
         cfg = self.config
         retry = Retry(Backoff(initial=cfg.reconnect_min_s, cap=cfg.reconnect_max_s))
         while not self._closing:
-            self._healthy = False
+            self._session_start = None
+            self._busy = False
             try:
                 await self._session()
             except MqttProtocolError as exc:
@@ -278,10 +293,20 @@ class MqttTransport:
                 await self._close()
             if self._closing:
                 return
-            if self._healthy:
+            if self._served():
                 retry.reset()  # a session that worked: the next drop waits from reconnect_min_s again
             # Jitter keeps a fleet of collectors from reconnecting in lock step after a broker restart.
-            await asyncio.sleep(retry.next_delay())
+            await self._sleep(retry.next_delay(busy=self._busy))
+
+    def _served(self) -> bool:
+        """Whether the session that just ended served: it received a report, or it stayed
+        up a keep-alive interval (a quiet broker that keeps us is serving too)."""
+        if self._session_start is None:
+            return False
+        started, received = self._session_start
+        if self._codec.statistics().received > received:
+            return True
+        return time.monotonic() - started >= self.config.keepalive_s
 
     async def close(self) -> None:
         """Disconnect politely (the session and its queue stay on the broker); :meth:`run` returns."""
@@ -374,17 +399,18 @@ class MqttTransport:
                 self._keepalive_s = event.server_keep_alive or self.config.keepalive_s
                 self._connects += 1
                 self._last_rx = self._last_tx = time.monotonic()
+                self._session_start = (self._last_rx, self._codec.statistics().received)
             case ConnectionRefused():
                 if event.permanent_cause is not None:
                     raise TransportError(
                         f"the broker refused the connection: {event.permanent_cause} (reason code 0x{event.reason:02x})"
                     )
+                self._busy = event.reason in BUSY_REASON_CODES
                 raise _ConnectionLostError(
                     f"the broker refused the connection for now (reason code 0x{event.reason:02x})"
                 )
             case Subscribed():
                 self._subscribed.set()
-                self._healthy = True
             case SubscriptionRefused(reason=0):
                 raise TransportError(
                     f"the broker granted {self.config.topic_filter!r} only at QoS 0; "
@@ -402,6 +428,7 @@ class MqttTransport:
             case BrokerCounter():
                 self._broker[event.topic] = event.value
             case Disconnected():
+                self._busy = event.reason in BUSY_REASON_CODES
                 raise _ConnectionLostError(f"the broker sent DISCONNECT (reason code 0x{event.reason:02x})")
 
     def _handle_received(self) -> None:

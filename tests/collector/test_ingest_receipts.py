@@ -170,10 +170,10 @@ async def test_over_allowance_and_missing_identity_are_refused(
     )
     task = asyncio.create_task(ingest.run())
     try:
-        transport.push(first, b"dev-1", reply_to=PREFIX + b"c1", correlation=_rid(registry, first))
+        transport.push(first, b"dev-1", reply_to=PREFIX + b"dev-1/c1", correlation=_rid(registry, first))
         await _until(lambda: len(transport.receipts) == 1)
-        transport.push(second, b"dev-1", reply_to=PREFIX + b"c1", correlation=_rid(registry, second))
-        transport.push(first, b"dev-1", reply_to=PREFIX + b"c2", correlation=_rid(registry, first))
+        transport.push(second, b"dev-1", reply_to=PREFIX + b"dev-1/c1", correlation=_rid(registry, second))
+        transport.push(first, b"dev-1", reply_to=PREFIX + b"dev-1/c2", correlation=_rid(registry, first))
         transport.push(first, b"", reply_to=PREFIX + b"c3", correlation=_rid(registry, first))
         await _until(lambda: len(transport.receipts) == 4)
     finally:
@@ -183,8 +183,52 @@ async def test_over_allowance_and_missing_identity_are_refused(
         store.close()
     got = {(t, r.correlation): (r.counted, r.reason) for t, r in transport.receipts}
     assert got == {
-        (PREFIX + b"c1", _rid(registry, first)): (True, ""),
-        (PREFIX + b"c1", _rid(registry, second)): (False, "over-allowance"),
-        (PREFIX + b"c2", _rid(registry, first)): (True, ""),
+        (PREFIX + b"dev-1/c1", _rid(registry, first)): (True, ""),
+        (PREFIX + b"dev-1/c1", _rid(registry, second)): (False, "over-allowance"),
+        (PREFIX + b"dev-1/c2", _rid(registry, first)): (True, ""),
         (PREFIX + b"c3", _rid(registry, first)): (False, "no-identity"),
     }
+
+
+@run_async
+async def test_a_receipt_goes_only_under_its_senders_identity(
+    tmp_path: Path, registry: Registry, clock: FixedClock
+) -> None:
+    """Another identity's receipt topic, or 0.1.0's layout, gets no receipt; each refusal is counted by reason."""
+    now = current_period(registry, "flag", clock.now)
+    reports = list(bit_reports(registry, "flag", 6, period=now, seed=9))
+    transport = MemoryTransport()
+    metrics = IngestMetrics()
+    store = StoreThread(lambda: CheckpointStore(tmp_path / "s.sqlite3", registry, instance="t"))
+    ingest = Ingest(
+        catalog=registry,
+        transport=transport,
+        store=store,
+        config=IngestConfig(commit_max_reports=64, commit_interval_s=0.01),
+        metrics=metrics,
+        clock=clock,
+    )
+    requests = [
+        (b"dev-1", PREFIX + b"dev-1/c1"),  # its own: answered
+        (b"fleet-sim/000042", PREFIX + b"fleet-sim/c2"),  # a sub-identity of the broker user fleet-sim: answered
+        (b"dev-2", PREFIX + b"dev-1/c1"),  # dev-1's topic named by dev-2: refused
+        (b"dev-2", PREFIX + b"dev-2/c1/deeper"),  # not one level under its user: refused
+        (b"dev-2", PREFIX + b"c1"),  # the layout of 0.1.0, which names no user: refused
+        (b"", PREFIX + b"c3"),  # no identity (a broker without ACL): answered as before
+    ]
+    task = asyncio.create_task(ingest.run())
+    try:
+        for payload, (sender, topic) in zip(reports, requests, strict=True):
+            transport.push(payload, sender, reply_to=topic, correlation=_rid(registry, payload))
+        await _until(lambda: transport.unacked == 0 and len(transport.receipts) == 3)
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        store.close()
+    assert sorted(t for t, _ in transport.receipts) == [PREFIX + b"c3", PREFIX + b"dev-1/c1", PREFIX + b"fleet-sim/c2"]
+    assert metrics.receipt_requests_refused == {"other-identity": 2, "previous-layout": 1}
+    assert metrics.receipt_requests_invalid == 0
+    text = render_prometheus(metrics, transport.statistics(), instance="t")
+    assert 'ldp_collector_receipt_requests_refused_total{reason="other-identity"} 2.0\n' in text
+    assert 'ldp_collector_receipt_requests_refused_total{reason="previous-layout"} 1.0\n' in text

@@ -143,7 +143,8 @@ async def test_unknown_connack_property_is_a_protocol_error() -> None:
 
 @run_async
 async def test_backoff_starts_again_after_a_healthy_session(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Each drop after a granted subscription waits at most the shortest delay; failures in a row double it."""
+    """Each drop after a session that received a report waits at most the shortest delay; failures in a row
+    double it (a session that only reached SUBACK does not count: tests/collector/test_busy_broker.py)."""
     bounds: list[float] = []
 
     def record(self: Backoff, attempt: int, fraction: float) -> float:
@@ -151,8 +152,9 @@ async def test_backoff_starts_again_after_a_healthy_session(monkeypatch: pytest.
         return 0.0
 
     monkeypatch.setattr(Backoff, "delay", record)
-    # Every connection gets one malformed packet after its subscription is granted.
-    with running_fake_broker([b"\x30\x00"] * 6) as broker:
+    # Every connection gets a report, then one malformed packet, after its subscription is granted.
+    report = publish(b"ldp/v1/reports/dev/flag", b"\x90", qos=1)
+    with running_fake_broker([report + b"\x30\x00"] * 6) as broker:
         config = MqttConfig(
             host="127.0.0.1", port=broker.port, client_id="b", reconnect_min_s=0.01, reconnect_max_s=30.0
         )

@@ -342,19 +342,26 @@ def test_mtls_listener_refuses_clients_without_a_trusted_certificate(
 
 
 def test_a_device_reads_only_its_own_receipts(clients: Clients) -> None:
-    """The collector may publish receipts; each connection gets only those on its own client id's topic."""
+    """The collector may publish receipts; each connection gets only those on its user name's and client id's topic."""
     mine_id, theirs_id = f"dev-{secrets.token_hex(6)}", f"dev-{secrets.token_hex(6)}"
     mine = clients.connected("devices", client_id=mine_id)
     theirs = clients.connected("devices", client_id=theirs_id)
-    for topic_filter in (f"ldp/v1/receipts/{mine_id}", f"ldp/v1/receipts/{theirs_id}", "ldp/v1/receipts/#", "#"):
+    for topic_filter in (
+        f"ldp/v1/receipts/devices/{mine_id}",
+        f"ldp/v1/receipts/devices/{theirs_id}",
+        "ldp/v1/receipts/#",
+        "#",
+    ):
         assert mine.subscribe(topic_filter) in GRANTED_OR_REFUSED
-    assert theirs.subscribe(f"ldp/v1/receipts/{theirs_id}") == [1]
+    assert theirs.subscribe(f"ldp/v1/receipts/devices/{theirs_id}") == [1]
     collector = clients.connected("collector")
-    assert collector.publish(f"ldp/v1/receipts/{theirs_id}", b"for them") == 0
-    assert collector.publish(f"ldp/v1/receipts/{mine_id}", b"for me") == 0
+    assert collector.publish(f"ldp/v1/receipts/devices/{theirs_id}", b"for them") == 0
+    assert collector.publish(f"ldp/v1/receipts/devices/{mine_id}", b"for me") == 0
+    # Its client id under another user name is not its topic.
+    assert collector.publish(f"ldp/v1/receipts/dev-a/{mine_id}", b"for dev-a") == 0
     # Positive control: the other device got its receipt.
-    assert theirs.wait_messages(1, f"ldp/v1/receipts/{theirs_id}") == [b"for them"]
-    assert set(mine.wait_messages(1, f"ldp/v1/receipts/{mine_id}")) == {b"for me"}
+    assert theirs.wait_messages(1, f"ldp/v1/receipts/devices/{theirs_id}") == [b"for them"]
+    assert set(mine.wait_messages(1, f"ldp/v1/receipts/devices/{mine_id}")) == {b"for me"}
     mine.sync()
     # One copy per matching subscription (own topic, receipts/#, #), and none of theirs.
     assert set(mine.received()) == {b"for me"}
@@ -364,11 +371,11 @@ def test_a_device_cannot_forge_receipts(clients: Clients) -> None:
     """A device publishing to another connection's receipt topic is refused (PUBACK 0x87); nothing arrives."""
     victim_id = f"dev-{secrets.token_hex(6)}"
     victim = clients.connected("devices", client_id=victim_id)
-    assert victim.subscribe(f"ldp/v1/receipts/{victim_id}") == [1]
+    assert victim.subscribe(f"ldp/v1/receipts/devices/{victim_id}") == [1]
     forger = clients.connected("devices")
-    assert forger.publish(f"ldp/v1/receipts/{victim_id}", b"forged: counted") == 0x87
+    assert forger.publish(f"ldp/v1/receipts/devices/{victim_id}", b"forged: counted") == 0x87
     collector = clients.connected("collector")
-    assert collector.publish(f"ldp/v1/receipts/{victim_id}", b"genuine") == 0
-    assert victim.wait_messages(1, f"ldp/v1/receipts/{victim_id}") == [b"genuine"]
+    assert collector.publish(f"ldp/v1/receipts/devices/{victim_id}", b"genuine") == 0
+    assert victim.wait_messages(1, f"ldp/v1/receipts/devices/{victim_id}") == [b"genuine"]
     victim.sync()
     assert victim.received() == [b"genuine"]

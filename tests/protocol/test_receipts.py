@@ -15,6 +15,8 @@ from protocol.receipts import (
     Receipt,
     decode_receipts,
     encode_receipts,
+    foreign_response_topic,
+    receipt_topic,
     valid_response_topic,
 )
 
@@ -85,3 +87,30 @@ def test_the_sizes_docs_wire_format_gives() -> None:
     one_refusal = len(encode_receipts([Receipt(rid, counted=False, reason="period-expired")]))
     assert one_refusal - 3 == 35
     assert len(encode_receipts([Receipt(rid, counted=True)] * 2000)) <= 42_005
+
+
+def test_a_receipt_topic_sits_under_the_identity_that_reads_it() -> None:
+    """<prefix><identity>/<client id>; without an identity (no ACL) the layout of 0.1.0."""
+    assert receipt_topic("ldp/v1/receipts/", "dev-a", "00ab") == "ldp/v1/receipts/dev-a/00ab"
+    assert receipt_topic("ldp/v1/receipts/", None, "00ab") == "ldp/v1/receipts/00ab"
+
+
+@pytest.mark.parametrize(
+    ("topic", "sender", "refused"),
+    [
+        (b"ldp/v1/receipts/dev-a/c1", b"dev-a", None),
+        (b"ldp/v1/receipts/fleet-sim/c1", b"fleet-sim/000042", None),
+        (b"ldp/v1/receipts/c1", b"", None),
+        (b"ldp/v1/receipts/dev-a/c1/x", b"", None),
+        (b"ldp/v1/receipts/dev-b/c1", b"dev-a", "other-identity"),
+        (b"ldp/v1/receipts/dev-a/c1/x", b"dev-a", "other-identity"),
+        (b"ldp/v1/receipts/dev-a/", b"dev-a", "other-identity"),
+        (b"ldp/v1/receipts/000042/c1", b"fleet-sim/000042", "other-identity"),
+        (b"ldp/v1/receipts/dev-ab/c1", b"dev-a", "other-identity"),
+        (b"ldp/v1/receipts/c1", b"dev-a", "previous-layout"),
+    ],
+)
+def test_only_the_senders_own_receipt_topic_is_answered(topic: bytes, sender: bytes, refused: str | None) -> None:
+    """The first identity level of the report topic (the broker user) must be the topic's user level."""
+    assert valid_response_topic(topic, b"ldp/v1/receipts/")
+    assert foreign_response_topic(topic, b"ldp/v1/receipts/", sender) == refused
