@@ -4,8 +4,8 @@ Verbs:
 
 * ``ldp-collector run`` - the service (MQTT ingest, checkpoints, HTTP API and dashboard).
 * ``ldp-collector estimate USE_CASE [--period P] [--json] [--all]`` - the estimate of one use case
-  for one period (default: the latest with enough reports to be released, else the latest
-  with data), read from the checkpoint database; safe
+  for one period (an index, or a date or timestamp in it; default: the latest with enough
+  reports to be released, else the latest with data), read from the checkpoint database; safe
   while the service runs (SQLite WAL readers do not block the writer).
 * ``ldp-collector status [--json]`` - the definitions of every use case, their periods and
   report counts, and lifetime counters.
@@ -33,14 +33,16 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import datetime as dt
 import logging
+import math
 import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 from collector.config import CollectorConfig, check_files, load_config
-from collector.definitions import load_catalog
+from collector.definitions import catalog_of_config, load_catalog
 from collector.errors import CollectorError, ConfigError, StoreError, StoreUnavailable
 from collector.estimation import compute_estimate, load_dictionary, registry_dir
 from collector.rendering import format_estimate, format_status
@@ -64,6 +66,21 @@ def _config_path(arg: str | None) -> Path:
     return Path(arg or os.environ.get("LDP_COLLECTOR_CONFIG") or DEFAULT_CONFIG)
 
 
+def _period_arg(text: str) -> int | dt.datetime:
+    """``--period``: an index, or a moment in the period (mapped by the use case's period length)."""
+    try:
+        return int(text)
+    except ValueError:
+        pass
+    try:
+        moment = dt.datetime.fromisoformat(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is neither a period index nor a date or ISO 8601 timestamp (2026-11-24, 2026-11-24T08:00Z)"
+        ) from None
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=dt.UTC)
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="ldp-collector",
@@ -78,7 +95,12 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_parser("run", help="run the collector service")
     est = sub.add_parser("estimate", help="print the estimate of one use case")
     est.add_argument("use_case", help="a use case's name (its current definition) or a definition's ref (name@hex)")
-    est.add_argument("--period", type=int, help="period index (default: the latest that can be released)")
+    est.add_argument(
+        "--period",
+        type=_period_arg,
+        help="the period: its index (as status --json lists them), or a date (2026-11-24) or an ISO 8601 "
+        "timestamp in it, UTC unless it names an offset (default: the latest that can be released)",
+    )
     est.add_argument("--json", action="store_true", help="machine-readable output")
     est.add_argument(
         "--all",
@@ -196,7 +218,16 @@ def _run(config: CollectorConfig) -> int:
     return 0
 
 
-def _estimate(config: CollectorConfig, use_case: str, period: int | None, as_json: bool, everything: bool) -> int:
+def _estimate(
+    config: CollectorConfig, use_case: str, period: int | dt.datetime | None, as_json: bool, everything: bool
+) -> int:
+    catalog = catalog_of_config(config)
+    uc = catalog.resolve(use_case)
+    if uc is None:
+        raise KeyError(use_case, tuple(catalog.names()))
+    if isinstance(period, dt.datetime):
+        # Period p of a use case is [p * seconds, (p + 1) * seconds) in Unix time (estimation.period_bounds).
+        period = math.floor(period.timestamp()) // uc.period.seconds
     result = compute_estimate(config, use_case, period, withheld=everything)
     print(to_json(result, indent=2).decode() if as_json else format_estimate(result))
     return 0 if result.released else EXIT_NOTHING
@@ -249,5 +280,6 @@ def _main(argv: Sequence[str] | None) -> int:
         print(f"ldp-collector: {exc}", file=sys.stderr)
         return EXIT_RUNTIME
     except KeyError as exc:
-        print(f"ldp-collector: unknown use case {exc.args[0]!r}", file=sys.stderr)
+        known = f"; known: {', '.join(exc.args[1])}" if len(exc.args) > 1 else ""
+        print(f"ldp-collector: unknown use case {exc.args[0]!r}{known}", file=sys.stderr)
         return EXIT_CONFIG

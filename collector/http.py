@@ -47,8 +47,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable
-from typing import Protocol
+from typing import Any, Protocol
 
 from aiohttp import web
 from aiohttp.http_exceptions import BadHttpMessage, LineTooLong
@@ -65,7 +66,15 @@ from collector.results import ServiceStatus, UseCaseBrief, json_schema, named, t
 from collector.transport import TransportStatistics
 from protocol.registry import Period
 
-__all__ = ["HEAD_TIMEOUT_S", "HttpApi", "ServiceView", "StatisticsSource", "serve_http"]
+__all__ = [
+    "ACCEPT_ERROR_INTERVAL_S",
+    "HEAD_TIMEOUT_S",
+    "AcceptErrorLog",
+    "HttpApi",
+    "ServiceView",
+    "StatisticsSource",
+    "serve_http",
+]
 
 log = logging.getLogger(__name__)
 
@@ -79,6 +88,73 @@ _MAX_PERIOD = max(p.max_index for p in Period)  # larger indices overflowed SQLi
 _CACHED_BODIES = 1024
 # Server: the name only; aiohttp would announce its version and Python's.
 _SECURITY_HEADERS = {"Cache-Control": "no-store", "X-Content-Type-Options": "nosniff", "Server": "ldp-collector"}
+
+
+ACCEPT_ERROR_INTERVAL_S = 60.0
+"""At most one log line per this many seconds about connections that could not be accepted."""
+
+_ACCEPT_FAILED = "socket.accept() out of system resource"  # asyncio's context message (selector_events)
+
+
+class AcceptErrorLog:
+    """The event loop's exception handler while the API serves: accept failures counted, one line per interval.
+
+    When the process runs out of file descriptors (a flood of slow clients, each holding a
+    connection until the head deadline), asyncio reports every failed ``accept()`` and retries
+    a second later: hundreds of identical lines that bury the rest of the log. This logs the
+    first at once, then one line per :data:`ACCEPT_ERROR_INTERVAL_S` with how many there were;
+    every other report goes to the handler that was there before (or asyncio's default).
+    """
+
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        *,
+        interval: float = ACCEPT_ERROR_INTERVAL_S,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._loop = loop
+        self._previous = loop.get_exception_handler()
+        self.interval = interval
+        self._clock = clock
+        self._next = float("-inf")
+        self._held = 0
+        self._last: object = None
+
+    def install(self) -> None:
+        """Become the loop's exception handler."""
+        self._loop.set_exception_handler(self)
+
+    def uninstall(self) -> None:
+        """Give the handler back, logging the failures not yet reported."""
+        if self._held:
+            self._report()
+        if self._loop.get_exception_handler() is self:
+            self._loop.set_exception_handler(self._previous)
+
+    def __call__(self, loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        if context.get("message") != _ACCEPT_FAILED:
+            if self._previous is None:
+                loop.default_exception_handler(context)
+            else:
+                self._previous(loop, context)
+            return
+        self._held += 1
+        self._last = context.get("exception")
+        if self._clock() >= self._next:
+            self._report()
+
+    def _report(self) -> None:
+        log.error(
+            "HTTP API: %d connection(s) could not be accepted (%s); asyncio retries each second; at most one "
+            "line per %g s. Raise the open-file limit (LimitNOFILE= in deploy/ldp-collector.service) or look "
+            "for a client holding connections open",
+            self._held,
+            self._last,
+            self.interval,
+        )
+        self._held = 0
+        self._next = self._clock() + self.interval
 
 
 class StatisticsSource(Protocol):
@@ -203,6 +279,7 @@ class HttpApi:
         self._bodies: dict[tuple[str, int | None, bool], tuple[tuple[str, int, int], bytes]] = {}
         self._runner: web.AppRunner | None = None
         self._server: asyncio.Server | None = None
+        self._accept_errors: AcceptErrorLog | None = None
 
     @property
     def port(self) -> int:
@@ -255,6 +332,8 @@ class HttpApi:
                 lingering_time=1.0,
             )
 
+        self._accept_errors = AcceptErrorLog(loop)
+        self._accept_errors.install()
         self._server = await loop.create_server(protocol, http.host, http.port, reuse_address=True)
         log.info("HTTP API and dashboard on http://%s:%d/", http.host, self.port)
         return self.port
@@ -274,6 +353,9 @@ class HttpApi:
         if self._server is not None:
             self._server.close()
             self._server = None
+        if self._accept_errors is not None:
+            self._accept_errors.uninstall()
+            self._accept_errors = None
         if self._runner is not None:
             runner, self._runner = self._runner, None
             await runner.cleanup()

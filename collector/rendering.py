@@ -70,11 +70,13 @@ def _entry_line(item: FrequencyEntry) -> str:
     ci = f"{_fmt(item.ci[0])} .. {_fmt(item.ci[1])}"
     # A released entry's SE is the spread of its conditional interval (docs/estimation.md).
     se = item.standard_error if item.selection_standard_error is None else item.selection_standard_error
-    return f"  {item.value[:40]:40s}  {_fmt(item.count):>12s}  {_fmt(se):>10s}  {ci:>25s}"
+    # The p-value with two significant digits, as the dashboard shows it (collector/dashboard.py).
+    p = format_number(item.p_value, 2)
+    return f"  {item.value[:40]:40s}  {_fmt(item.count):>12s}  {_fmt(se):>10s}  {ci:>25s}  {p:>9s}"
 
 
 def _release_lines(est: ReleaseDecision) -> list[str]:
-    lines = [f"  {'value':40s}  {'count':>12s}  {'SE':>10s}  {'CI':>25s}"]
+    lines = [f"  {'value':40s}  {'count':>12s}  {'SE':>10s}  {'CI':>25s}  {'p-value':>9s}"]
     lines.extend(_entry_line(item) for item in est.items)
     if est.items and est.interval:
         # A released entry was read because its estimate crossed the cutoff: its interval
@@ -87,7 +89,9 @@ def _release_lines(est: ReleaseDecision) -> list[str]:
         lines.append(f"  ({est.tested} entries tested; {_correction_text(est.correction, est.alpha)})")
     if est.withheld_items is not None:
         lines.append(f"  withheld (not released): {len(est.withheld_items)}")
-        lines.append(f"  {'value':40s}  {'count':>12s}  {'SE':>10s}  {'CI (not conditional)':>25s}  reason")
+        lines.append(
+            f"  {'value':40s}  {'count':>12s}  {'SE':>10s}  {'CI (not conditional)':>25s}  {'p-value':>9s}  reason"
+        )
         lines.extend(f"{_entry_line(item)}  {item.withheld_reason}" for item in est.withheld_items)
     return lines
 

@@ -9,11 +9,12 @@ commits, reads and maintenance are in :mod:`collector.store.sqlite`.
 over its key, its totals and its data (inside the ``data`` column: ``b"s" + digest +
 payload``); every remembered report id carries a 4-byte tag over the id, its use case and its
 period (the last bytes of ``rid``); each use case's row (fingerprint, low-water mark) and each
-instance's counters have a checksum in ``meta``. Opening the store for writing runs
+instance's counters have a checksum in ``meta``. Every open, for writing (the service) or for
+reading only (``ldp-collector status``, ``estimate``, the live view of the HTTP API), runs
 ``PRAGMA integrity_check`` and verifies every checksum, so a flipped bit stops the collector at
-start with a message naming the file, the table and what to do, instead of reading as a
-silently wrong number; reads verify the blobs they fold. A marker file next to the database
-(``<file>.id``) remembers that a database was created there: if the database goes missing,
+start, or the command, with a message naming the file, the table and what to do, instead of
+reading as a silently wrong number; reads verify the blobs they fold. A marker file next to the
+database (``<file>.id``) remembers that a database was created there: if the database goes missing,
 the collector refuses to start a fresh one in its place.
 
 **Schema versions.** ``meta.schema`` says what the file holds: 1 (no checksums), 2 (use-case
@@ -180,11 +181,16 @@ class SQLiteSetup(SegmentReads):
             self._db = self._connect_readonly() if readonly else self._connect(synchronous)
             self._identity = self._file_identity()
             self._db.execute("PRAGMA busy_timeout=30000")
+            if readonly:
+                # The same checks as the service's open (docs/deploy.md, "When the store is
+                # damaged"): a flip in an index or in sqlite_sequence is covered by no row
+                # checksum and would otherwise read as a silently missing row.
+                self._check_structure()
             self._check_schema()
             self._use_cases = self._register_use_cases()
             if not readonly:
                 self._check_marker()
-                self.verify()
+            self.verify()
         except sqlite3.DatabaseError as exc:
             transient = _transient(self.path, exc)
             if transient is not None:  # a full disk or a lock at start: a restart may succeed
@@ -448,7 +454,9 @@ class SQLiteSetup(SegmentReads):
         flipped in an index entry then reads as a silently missing segment or use case (the
         index on ``use_cases (name, fingerprint)`` finds nothing, a fresh row is made, and a
         use case's whole history reads as zero). Its cost grows with the database (mostly the
-        report ids); it runs once, at start.
+        report ids); it runs once per open: at the service's start, once per read-only command,
+        and when the live view opens its connection (its cost: docs/deploy.md, "When the store
+        is damaged").
         """
         problems = [str(r[0]) for r in self._db.execute("PRAGMA integrity_check(20)")]
         if problems != ["ok"]:

@@ -152,6 +152,9 @@ def test_store_integrity(capsys: pytest.CaptureFixture[str]) -> None:
     assert result["targets"] == {"SILENT==0": True, "CRASH==0": True}
     assert result["flips"] == 5 * len(result["by_object"])
     assert sum(result["outcomes"].values()) == result["flips"]
+    read_only = result["read_only"]  # status, estimate and the live view open the store so
+    assert read_only["flips"] == result["flips"]
+    assert sum(read_only["outcomes"].values()) == read_only["flips"]
 
 
 @covers("bench_fleet")

@@ -4,8 +4,9 @@ Shared by ``test_store_integrity.py`` (a seeded sample, in the suite) and
 ``benchmarks/bench_store_integrity.py`` (the full table). A flip lands on a used byte of a
 page that belongs to one table or index (``dbstat``): the b-tree page header, the cell
 pointer array or the cell content, never the free space between them. The flipped copy is
-then opened as the collector opens its store (``quick_check`` and every checksum) and, if
-that passes, read back entirely. Outcomes:
+then opened as the service opens its store, or (``readonly``) as ``ldp-collector status``,
+``estimate`` and the live view of the HTTP API open it (``integrity_check`` and every checksum,
+either way) and, if that passes, read back entirely. Outcomes:
 
 * ``no-effect``: it opened, and every aggregate, total, counter, low-water mark and report id
   reads exactly as before the flip;
@@ -139,8 +140,8 @@ def plan(path: Path, flips_per_object: int, *, seed: int) -> list[Flip]:
     return out
 
 
-def outcome(original: Path, reference: dict[str, Any], flip: Flip, work: Path, registry: Registry) -> tuple[str, str]:
-    """Apply ``flip`` to a copy of ``original`` in ``work`` and classify what the collector's store does."""
+def flipped_copy(original: Path, flip: Flip, work: Path) -> Path:
+    """A copy of ``original`` in a fresh ``work`` directory, with ``flip`` applied."""
     if work.exists():
         shutil.rmtree(work)
     work.mkdir(parents=True)
@@ -151,8 +152,16 @@ def outcome(original: Path, reference: dict[str, Any], flip: Flip, work: Path, r
         byte = f.read(1)[0]
         f.seek(flip.offset)
         f.write(bytes([byte ^ (1 << flip.bit)]))
+    return copy
+
+
+def outcome(
+    original: Path, reference: dict[str, Any], flip: Flip, work: Path, registry: Registry, *, readonly: bool = False
+) -> tuple[str, str]:
+    """Apply ``flip`` to a copy of ``original`` in ``work`` and classify what the collector's store does."""
+    copy = flipped_copy(original, flip, work)
     try:
-        store = CheckpointStore(copy, registry, instance="flips")
+        store = CheckpointStore(copy, registry, instance="flips", readonly=readonly)
     except StoreError as exc:
         return ("refused-at-start", str(exc)) if str(copy) in str(exc) else ("CRASH", f"unnamed: {exc}")
     except Exception as exc:
@@ -168,8 +177,8 @@ def outcome(original: Path, reference: dict[str, Any], flip: Flip, work: Path, r
     return ("no-effect", "") if same(got, reference) else ("SILENT", "numbers differ")
 
 
-def run(directory: Path, registry: Registry, flips_per_object: int, *, seed: int) -> Iterator[tuple[Flip, str, str]]:
-    """Populate a store in ``directory``, then yield each planned flip with its outcome."""
+def prepare(directory: Path, registry: Registry) -> tuple[Path, dict[str, Any]]:
+    """A populated store in ``directory``, checkpointed into one file, and what it reads."""
     original = directory / "populated.sqlite3"
     populate(original, registry)
     store = CheckpointStore(original, registry, instance="flips")
@@ -178,8 +187,20 @@ def run(directory: Path, registry: Registry, flips_per_object: int, *, seed: int
         store._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     finally:
         store.close()
+    return original, reference
+
+
+def run(
+    directory: Path, registry: Registry, flips_per_object: int, *, seed: int, readonly: bool = False
+) -> Iterator[tuple[Flip, str, str]]:
+    """Populate a store in ``directory``, then yield each planned flip with its outcome.
+
+    ``readonly``: open each copy as the read-only commands and the live view do, not as the
+    service does.
+    """
+    original, reference = prepare(directory, registry)
     for flip in plan(original, flips_per_object, seed=seed):
-        kind, detail = outcome(original, reference, flip, directory / "work", registry)
+        kind, detail = outcome(original, reference, flip, directory / "work", registry, readonly=readonly)
         yield flip, kind, detail
 
 

@@ -79,3 +79,15 @@ def test_a_damaged_store_stops_the_collector_at_start_with_a_named_cause(
     assert str(store_path) in err
     assert "use_cases" in err
     assert "restore it from a backup" in err
+
+
+def test_bit_flips_read_only_give_no_silent_wrong_number(tmp_path: Path, registry: Registry) -> None:
+    """The same >= 500 flips opened read-only (status, estimate, the live view): flips in
+    indexes and ``sqlite_sequence`` included, every one changes nothing or is refused naming the file."""
+    results = list(run(tmp_path, registry, 36, seed=20261124, readonly=True))
+    print("\n" + table(results))
+    assert len(results) >= 500
+    bad = [(f, k, d) for f, k, d in results if k in ("SILENT", "CRASH")]
+    assert not bad, bad[:5]
+    for name in ("segments_key", "seen_period", "sqlite_autoindex_use_cases_1"):
+        assert any(f.object == name and k.startswith("refused") for f, k, _ in results), name

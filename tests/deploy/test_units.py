@@ -302,3 +302,10 @@ def test_parse_unit_follows_systemd_rules() -> None:
     assert unit["Service"]["SystemCallFilter"] == ["@system-service", "~@privileged @resources"]
     assert unit["Service"]["CapabilityBoundingSet"] == []
     assert _seconds("1min 30s") == 90
+
+
+def test_the_collector_may_hold_more_files_than_a_flood_of_slow_clients_takes() -> None:
+    """LimitNOFILE= lifts the default soft limit of 1024, which a slow-client flood on the HTTP port exhausted."""
+    service = parse_unit((DEPLOY / "ldp-collector.service").read_text(encoding="utf-8")).get("Service", {})
+    (limit,) = service["LimitNOFILE"]
+    assert int(limit) >= 16384
