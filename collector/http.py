@@ -16,6 +16,9 @@ Routes (``GET`` and ``HEAD``; JSON unless stated):
 ``/api/v1/use-cases/{name}/estimate``      the estimate (``?period=P``; default the latest period;
                                            ``&withheld=1`` also lists withheld entries, flagged)
 ``/api/v1/use-cases/{name}/series``        per-period values (means, proportions) and report counts
+``/api/v1/use-cases/{name}/export``        the estimate as rows (``?period=P``, default the latest;
+                                           ``&format=csv`` or ``jsonl``): every entry, withheld
+                                           ones flagged with their reason (``collector.export``)
 ``/api/v1/schema``                         the JSON Schema of the estimate, series and status
                                            answers (generated from ``collector/results.py``)
 
@@ -60,6 +63,7 @@ from collector.config import CollectorConfig
 from collector.dashboard import DASHBOARD_HTML
 from collector.definitions import catalog_of_config
 from collector.errors import CollectorError, StoreError, StoreUnavailable
+from collector.export import EXPORT_FORMATS, export_text
 from collector.live import LiveAggregates
 from collector.metrics import IngestMetrics, metrics_registry
 from collector.results import ServiceStatus, UseCaseBrief, json_schema, named, to_json
@@ -302,6 +306,7 @@ class HttpApi:
             ("/api/v1/use-cases/{name}", self._use_case),
             ("/api/v1/use-cases/{name}/estimate", self._estimate),
             ("/api/v1/use-cases/{name}/series", self._series),
+            ("/api/v1/use-cases/{name}/export", self._export),
         ]
         app.add_routes([web.get(path, handler) for path, handler in get])  # HEAD too (allow_head)
         return app
@@ -476,10 +481,9 @@ class HttpApi:
             return unknown
         return _json(200, await self.live.series(name))
 
-    async def _estimate(self, request: web.Request) -> web.Response:
-        name = request.match_info["name"]
-        if (unknown := self._unknown(name)) is not None:
-            return unknown
+    @staticmethod
+    def _period(request: web.Request) -> int | web.Response | None:
+        """The ``period`` parameter: None (the default period), an index, or the 400 answer."""
         # A blank value is no value, as urllib.parse.parse_qs reads it.
         raw = request.query.get("period") or None
         try:
@@ -488,6 +492,32 @@ class HttpApi:
             return _error(400, f"period must be an integer; got {str(raw)[:40]!r}")
         if period is not None and not 0 <= period <= _MAX_PERIOD:
             return _error(400, f"period must be a slot index in [0, {_MAX_PERIOD}]; got {str(raw)[:40]}")
+        return period
+
+    async def _export(self, request: web.Request) -> web.Response:
+        name = request.match_info["name"]
+        if (unknown := self._unknown(name)) is not None:
+            return unknown
+        period = self._period(request)
+        if isinstance(period, web.Response):
+            return period
+        fmt = request.query.get("format") or "csv"
+        if fmt not in EXPORT_FORMATS:
+            return _error(400, f"format must be one of {', '.join(EXPORT_FORMATS)}; got {fmt[:40]!r}")
+        # The same computation (and cached result) as /estimate?withheld=1 for this period.
+        _, result = await self.live.estimate(name, period, withheld=True)
+        response = web.Response(text=export_text(result, fmt), content_type=EXPORT_FORMATS[fmt], charset="utf-8")
+        filename = f"{result.use_case}-{result.period}.{fmt}"
+        response.headers["Content-Disposition"] = f'attachment; filename="{filename}"'
+        return response
+
+    async def _estimate(self, request: web.Request) -> web.Response:
+        name = request.match_info["name"]
+        if (unknown := self._unknown(name)) is not None:
+            return unknown
+        period = self._period(request)
+        if isinstance(period, web.Response):
+            return period
         flag = request.query.get("withheld") or "0"
         if flag not in ("0", "1"):
             return _error(400, f"withheld must be 0 or 1; got {flag[:40]!r}")
