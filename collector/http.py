@@ -5,7 +5,9 @@ Routes (``GET`` and ``HEAD``; JSON unless stated):
 =========================================  ==========================================================
 ``/``                                      the dashboard (one self-contained HTML page, no CDN)
 ``/metrics``                               Prometheus (``prometheus_client``): ingest, transport,
-                                           commit latency and batch histograms, process metrics
+                                           commit latency and batch histograms, process metrics,
+                                           and the latest closed period's mean or proportion
+                                           per use case (``ldp_estimate_*``, ``collector.export``)
 ``/healthz``                               liveness: broker connection, checkpoint age; 503 while
                                            the checkpoint store cannot take commits
 ``/api/v1/status``                         registry hashes, the definitions of every use case with
@@ -51,19 +53,21 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, Protocol
 
 from aiohttp import web
 from aiohttp.http_exceptions import BadHttpMessage, LineTooLong
 from prometheus_client import CollectorRegistry
+from prometheus_client.core import Metric
 from prometheus_client.exposition import choose_encoder
+from prometheus_client.registry import Collector
 
 from collector.config import CollectorConfig
 from collector.dashboard import DASHBOARD_HTML
 from collector.definitions import catalog_of_config
 from collector.errors import CollectorError, StoreError, StoreUnavailable
-from collector.export import EXPORT_FORMATS, export_text
+from collector.export import EXPORT_FORMATS, EstimateGauges, closed_period_estimates, export_text
 from collector.live import LiveAggregates
 from collector.metrics import IngestMetrics, metrics_registry
 from collector.results import ServiceStatus, UseCaseBrief, json_schema, named, to_json
@@ -245,6 +249,23 @@ class _Protocol(web.RequestHandler):
         return response
 
 
+class _Joined(Collector):
+    """The metrics of a registry followed by those of another collector."""
+
+    def __init__(self, registry: CollectorRegistry, more: Collector) -> None:
+        self._registry = registry
+        self._more = more
+
+    def collect(self) -> Iterable[Metric]:
+        """Every family of both."""
+        yield from self._registry.collect()
+        yield from self._more.collect()
+
+    def describe(self) -> Iterable[Metric]:
+        """Nothing up front (a collector made per scrape)."""
+        return []
+
+
 class HttpApi:
     """The HTTP endpoints over a checkpoint store, optionally attached to a running service.
 
@@ -279,6 +300,7 @@ class HttpApi:
                 instance=config.instance,
                 registry_hash=self.live.catalog.hash_hex,
             )
+        self._gauges = EstimateGauges()
         # The encoded estimate per request, with the version it was computed for.
         self._bodies: dict[tuple[str, int | None, bool], tuple[tuple[str, int, int], bytes]] = {}
         self._runner: web.AppRunner | None = None
@@ -422,7 +444,12 @@ class HttpApi:
 
     async def _metrics(self, request: web.Request) -> web.Response:
         encoder, content_type = choose_encoder(request.headers.get("Accept", ""))
-        response = web.Response(body=encoder(self.prometheus))
+        self._gauges.update(await closed_period_estimates(self.live))
+        # One scrape of both: the service's registry is shared, so the gauges join it here
+        # rather than being registered in it.
+        scrape = CollectorRegistry(auto_describe=False)
+        scrape.register(_Joined(self.prometheus, self._gauges))
+        response = web.Response(body=encoder(scrape))
         response.headers["Content-Type"] = content_type
         return response
 
