@@ -8,8 +8,11 @@ mean or proportion per period over time with its confidence band; the histogram
 with error bars (confidence intervals) and the consistent (projected) histogram; the table
 of discovered strings with counts, standard errors, intervals and p-values (the first 50
 rows, or ``?rows=N``, with how many more are hidden and a button showing them all); reports
-per period; and why an estimate is withheld when it is. Every number goes through one
-formatter (``collector.numbers``, the CLI's too); axes have round ticks that include zero,
+per period, labelled by period; and why an estimate is withheld when it is. Every card has a
+period picker (kept in the address as ``?period.NAME=P``; default the API's latest releasable
+period), a one-line release rule, and under a frequency table the withheld entries with their
+reasons (``?withheld=1``). Every number goes through one formatter (``collector.numbers``, the
+CLI's too, with four-digit integers grouped as well: ``num``, :func:`dashboard_number`); axes have round ticks that include zero,
 titles, and labels spaced so they neither overlap nor leave the chart. The ε on each card is
 the one charged per report (``epsilon_report``), with the registry's declared bound if looser;
 under the latest period, the period's central (ε, δ) (``central``, in ``.central``). ``body[data-ready]`` turns to ``1``
