@@ -444,7 +444,13 @@ class HttpApi:
 
     async def _metrics(self, request: web.Request) -> web.Response:
         encoder, content_type = choose_encoder(request.headers.get("Accept", ""))
-        self._gauges.update(await closed_period_estimates(self.live))
+        try:
+            self._gauges.update(await closed_period_estimates(self.live))
+        except (StoreError, CollectorError) as exc:
+            # /metrics is how a store outage is seen: it answers without the estimates (and
+            # without stale ones) rather than failing with the store.
+            log.warning("HTTP /metrics without estimates: the checkpoint store could not be read: %s", exc)
+            self._gauges.update(())
         # One scrape of both: the service's registry is shared, so the gauges join it here
         # rather than being registered in it.
         scrape = CollectorRegistry(auto_describe=False)
