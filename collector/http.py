@@ -5,7 +5,9 @@ Routes (``GET`` and ``HEAD``; JSON unless stated):
 =========================================  ==========================================================
 ``/``                                      the dashboard (one self-contained HTML page, no CDN)
 ``/metrics``                               Prometheus (``prometheus_client``): ingest, transport,
-                                           commit latency and batch histograms, process metrics
+                                           commit latency and batch histograms, process metrics,
+                                           and the latest closed period's mean or proportion
+                                           per use case (``ldp_estimate_*``, ``collector.export``)
 ``/healthz``                               liveness: broker connection, checkpoint age; 503 while
                                            the checkpoint store cannot take commits
 ``/api/v1/status``                         registry hashes, the definitions of every use case with
@@ -16,6 +18,9 @@ Routes (``GET`` and ``HEAD``; JSON unless stated):
 ``/api/v1/use-cases/{name}/estimate``      the estimate (``?period=P``; default the latest period;
                                            ``&withheld=1`` also lists withheld entries, flagged)
 ``/api/v1/use-cases/{name}/series``        per-period values (means, proportions) and report counts
+``/api/v1/use-cases/{name}/export``        the estimate as rows (``?period=P``, default the latest;
+                                           ``&format=csv`` or ``jsonl``): every entry, withheld
+                                           ones flagged with their reason (``collector.export``)
 ``/api/v1/schema``                         the JSON Schema of the estimate, series and status
                                            answers (generated from ``collector/results.py``)
 
@@ -48,18 +53,21 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, Protocol
 
 from aiohttp import web
 from aiohttp.http_exceptions import BadHttpMessage, LineTooLong
 from prometheus_client import CollectorRegistry
+from prometheus_client.core import Metric
 from prometheus_client.exposition import choose_encoder
+from prometheus_client.registry import Collector
 
 from collector.config import CollectorConfig
 from collector.dashboard import DASHBOARD_HTML
 from collector.definitions import catalog_of_config
 from collector.errors import CollectorError, StoreError, StoreUnavailable
+from collector.export import EXPORT_FORMATS, EstimateGauges, closed_period_estimates, export_text
 from collector.live import LiveAggregates
 from collector.metrics import IngestMetrics, metrics_registry
 from collector.results import ServiceStatus, UseCaseBrief, json_schema, named, to_json
@@ -241,6 +249,23 @@ class _Protocol(web.RequestHandler):
         return response
 
 
+class _Joined(Collector):
+    """The metrics of a registry followed by those of another collector."""
+
+    def __init__(self, registry: CollectorRegistry, more: Collector) -> None:
+        self._registry = registry
+        self._more = more
+
+    def collect(self) -> Iterable[Metric]:
+        """Every family of both."""
+        yield from self._registry.collect()
+        yield from self._more.collect()
+
+    def describe(self) -> Iterable[Metric]:
+        """Nothing up front (a collector made per scrape)."""
+        return []
+
+
 class HttpApi:
     """The HTTP endpoints over a checkpoint store, optionally attached to a running service.
 
@@ -275,6 +300,7 @@ class HttpApi:
                 instance=config.instance,
                 registry_hash=self.live.catalog.hash_hex,
             )
+        self._gauges = EstimateGauges()
         # The encoded estimate per request, with the version it was computed for.
         self._bodies: dict[tuple[str, int | None, bool], tuple[tuple[str, int, int], bytes]] = {}
         self._runner: web.AppRunner | None = None
@@ -302,6 +328,7 @@ class HttpApi:
             ("/api/v1/use-cases/{name}", self._use_case),
             ("/api/v1/use-cases/{name}/estimate", self._estimate),
             ("/api/v1/use-cases/{name}/series", self._series),
+            ("/api/v1/use-cases/{name}/export", self._export),
         ]
         app.add_routes([web.get(path, handler) for path, handler in get])  # HEAD too (allow_head)
         return app
@@ -417,7 +444,18 @@ class HttpApi:
 
     async def _metrics(self, request: web.Request) -> web.Response:
         encoder, content_type = choose_encoder(request.headers.get("Accept", ""))
-        response = web.Response(body=encoder(self.prometheus))
+        try:
+            self._gauges.update(await closed_period_estimates(self.live))
+        except (StoreError, CollectorError) as exc:
+            # /metrics is how a store outage is seen: it answers without the estimates (and
+            # without stale ones) rather than failing with the store.
+            log.warning("HTTP /metrics without estimates: the checkpoint store could not be read: %s", exc)
+            self._gauges.update(())
+        # One scrape of both: the service's registry is shared, so the gauges join it here
+        # rather than being registered in it.
+        scrape = CollectorRegistry(auto_describe=False)
+        scrape.register(_Joined(self.prometheus, self._gauges))
+        response = web.Response(body=encoder(scrape))
         response.headers["Content-Type"] = content_type
         return response
 
@@ -476,10 +514,9 @@ class HttpApi:
             return unknown
         return _json(200, await self.live.series(name))
 
-    async def _estimate(self, request: web.Request) -> web.Response:
-        name = request.match_info["name"]
-        if (unknown := self._unknown(name)) is not None:
-            return unknown
+    @staticmethod
+    def _period(request: web.Request) -> int | web.Response | None:
+        """The ``period`` parameter: None (the default period), an index, or the 400 answer."""
         # A blank value is no value, as urllib.parse.parse_qs reads it.
         raw = request.query.get("period") or None
         try:
@@ -488,6 +525,32 @@ class HttpApi:
             return _error(400, f"period must be an integer; got {str(raw)[:40]!r}")
         if period is not None and not 0 <= period <= _MAX_PERIOD:
             return _error(400, f"period must be a slot index in [0, {_MAX_PERIOD}]; got {str(raw)[:40]}")
+        return period
+
+    async def _export(self, request: web.Request) -> web.Response:
+        name = request.match_info["name"]
+        if (unknown := self._unknown(name)) is not None:
+            return unknown
+        period = self._period(request)
+        if isinstance(period, web.Response):
+            return period
+        fmt = request.query.get("format") or "csv"
+        if fmt not in EXPORT_FORMATS:
+            return _error(400, f"format must be one of {', '.join(EXPORT_FORMATS)}; got {fmt[:40]!r}")
+        # The same computation (and cached result) as /estimate?withheld=1 for this period.
+        _, result = await self.live.estimate(name, period, withheld=True)
+        response = web.Response(text=export_text(result, fmt), content_type=EXPORT_FORMATS[fmt], charset="utf-8")
+        filename = f"{result.use_case}-{result.period}.{fmt}"
+        response.headers["Content-Disposition"] = f'attachment; filename="{filename}"'
+        return response
+
+    async def _estimate(self, request: web.Request) -> web.Response:
+        name = request.match_info["name"]
+        if (unknown := self._unknown(name)) is not None:
+            return unknown
+        period = self._period(request)
+        if isinstance(period, web.Response):
+            return period
         flag = request.query.get("withheld") or "0"
         if flag not in ("0", "1"):
             return _error(400, f"withheld must be 0 or 1; got {flag[:40]!r}")

@@ -25,9 +25,11 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import functools
 import itertools
 import math
 import textwrap
+import unicodedata
 import warnings
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -35,11 +37,12 @@ from typing import Any
 
 import matplotlib as mpl
 from matplotlib import dates as mdates
-from matplotlib import ticker
+from matplotlib import font_manager, ticker
 from matplotlib.axes import Axes
 from matplotlib.axis import Axis
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+from matplotlib.ft2font import FT2Font
 from matplotlib.text import Text
 
 __all__ = [
@@ -178,6 +181,31 @@ def _short(text: str, chars: int = _LABEL_CHARS) -> str:
     return text if len(text) <= chars else text[: chars - 1] + "…"
 
 
+@functools.cache
+def _drawable() -> frozenset[int]:
+    """The code points some font on this machine has a glyph for (the fonts matplotlib knows)."""
+    points: set[int] = set()
+    # A last-resort font maps every code point to the very box this avoids.
+    fonts = font_manager.fontManager.ttflist
+    for path in {f.fname for f in fonts if "lastresort" not in f.name.lower().replace(" ", "")}:
+        with contextlib.suppress(OSError, RuntimeError):
+            points.update(FT2Font(path).get_charmap())
+    return frozenset(points)
+
+
+def _readable(text: str) -> str:
+    """``text``, followed by the code points of the characters no font here draws (an emoji on a
+    machine without an emoji font shows as an empty box): ``🙏 (U+1F64F)``. The character stays,
+    for a viewer whose fonts have it; joiners and variation selectors draw nothing and are skipped."""
+    drawable = _drawable()
+    missing = [
+        f"U+{ord(c):04X}"
+        for c in dict.fromkeys(text)
+        if ord(c) not in drawable and unicodedata.category(c) not in ("Cf", "Mn", "Cc")
+    ]
+    return f"{text} ({' '.join(missing)})" if missing else text
+
+
 def _titles(ax: Axes, title: str, xlabel: str, ylabel: str) -> None:
     ax.set_title(textwrap.fill(title, _TITLE_CHARS), loc="left")
     ax.set_xlabel(xlabel)
@@ -198,7 +226,7 @@ def _category_axis(fig: Figure, ax: Axes, labels: Sequence[str]) -> None:
     """Category labels, level, under slots 0..n-1: all of them if they fit side by side, else a
     round stride of them (1, 2, 5, 10, ...). Labels are never turned: a turned label's box is
     not what the overlap check measures, and a reader tilts their head."""
-    shown = [_short(label) for label in labels]
+    shown = [_readable(_short(label)) for label in labels]
     n = len(shown)
     ax.set_xlim(-0.6, max(n, 1) - 0.4)
     # No tick marks under slots; the labels sit low enough to clear the value axis's "0", which
@@ -218,7 +246,7 @@ def _category_axis(fig: Figure, ax: Axes, labels: Sequence[str]) -> None:
 
 def _row_axis(ax: Axes, labels: Sequence[str]) -> None:
     """Category labels down the left, the first at the top: one row each, all of them shown."""
-    ax.set_yticks(range(len(labels)), [_short(label, _ROW_LABEL_CHARS) for label in labels])
+    ax.set_yticks(range(len(labels)), [_readable(_short(label, _ROW_LABEL_CHARS)) for label in labels])
     ax.set_ylim(len(labels) - 0.4, -0.6)
     ax.tick_params(axis="y", length=0)
 
