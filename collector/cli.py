@@ -197,6 +197,12 @@ def _run(config: CollectorConfig) -> int:
 
 
 def _estimate(config: CollectorConfig, use_case: str, period: int | None, as_json: bool, everything: bool) -> int:
+    catalog = load_catalog(config)
+    if catalog.resolve(use_case) is None:
+        # A wrong command line (2), as ldp-agent record says it, with the names it could have been.
+        known = ", ".join(catalog.names())
+        print(f"ldp-collector: unknown use case or definition {use_case!r}; the use cases are {known}", file=sys.stderr)
+        return EXIT_CONFIG
     result = compute_estimate(config, use_case, period, withheld=everything)
     print(to_json(result, indent=2).decode() if as_json else format_estimate(result))
     return 0 if result.released else EXIT_NOTHING
