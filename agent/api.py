@@ -15,8 +15,9 @@ ends); ``offered`` (values recorded this period, for event-level use cases), ``l
 daily record limit) and ``over_limit`` (how many of them the limit drops); ``note`` (a counter
 value beyond its mechanism's range, and the clamping that applies).
 
+docs/agent-api.md describes every operation, its fields, its replies and the error kinds.
 Replies are ``{"ok": true, ...}`` or ``{"ok": false, "error": <kind>, "message": <text>}`` with
-kind one of ``bad-request``, ``value-refused``, ``consent-required``, ``use-case-stopped``,
+kind one of ``bad-request``, ``unknown-use-case``, ``value-refused``, ``consent-required``, ``use-case-stopped``,
 ``state-unreadable``, ``state-unwritable`` (a full disk: recording pauses and resumes by
 itself), ``busy``. The same dispatcher serves the CLI when no daemon runs, so
 both paths behave identically. Access is controlled by the socket's file mode.
