@@ -15,8 +15,9 @@ ends); ``offered`` (values recorded this period, for event-level use cases), ``l
 daily record limit) and ``over_limit`` (how many of them the limit drops); ``note`` (a counter
 value beyond its mechanism's range, and the clamping that applies).
 
+docs/agent-api.md describes every operation, its fields, its replies and the error kinds.
 Replies are ``{"ok": true, ...}`` or ``{"ok": false, "error": <kind>, "message": <text>}`` with
-kind one of ``bad-request``, ``value-refused``, ``consent-required``, ``use-case-stopped``,
+kind one of ``bad-request``, ``unknown-use-case``, ``value-refused``, ``consent-required``, ``use-case-stopped``,
 ``state-unreadable``, ``state-unwritable`` (a full disk: recording pauses and resumes by
 itself), ``busy``. The same dispatcher serves the CLI when no daemon runs, so
 both paths behave identically. Access is controlled by the socket's file mode.
@@ -35,6 +36,7 @@ from typing import TYPE_CHECKING, TypeAlias
 from agent.core import Agent
 from agent.errors import (
     ConsentRequiredError,
+    ConsentUnreadableError,
     StateUnreadableError,
     StateWriteError,
     UseCaseStoppedError,
@@ -92,15 +94,15 @@ def _record(agent: Agent, request: Request, on_change: Callable[[], None] | None
     key = request.get("key")
     if key is not None and not isinstance(key, str):
         return _error("bad-request", '"key" must be a string')
+    use_case = agent.registry.use_cases.get(name)
+    if use_case is None:
+        # A name the registry does not have is a mistake in the request, not a value refused.
+        known = ", ".join(agent.registry.use_cases)
+        return _error("unknown-use-case", f"unknown use case {name!r}; the registry has: {known}")
     if "text" in request:
         text = request["text"]
         if not isinstance(text, str):
             return _error("bad-request", '"text" must be a string')
-        use_case = agent.registry.use_cases.get(name)
-        if use_case is None:
-            raise ValueRefusedError(
-                f"unknown use case {name!r}; the registry has: {', '.join(agent.registry.use_cases)}"
-            )
         value: object = coerce_text(use_case, text)
     elif "value" in request:
         value = request["value"]
@@ -137,7 +139,18 @@ def _consent(agent: Agent, request: Request, on_change: Callable[[], None] | Non
 
 
 def _status(agent: Agent, request: Request, on_change: Callable[[], None] | None) -> JsonObject:
+    if agent.consent_broken is not None:
+        # Without this, a key that does not open the state shows as "consent: not granted".
+        return _error("state-unreadable", _state_key_message(agent))
     return {"ok": True, "status": agent.status().to_json()}
+
+
+def _state_key_message(agent: Agent) -> str:
+    return (
+        f"state unreadable: the state key does not open the state in {agent.state_dir} (consent record: "
+        f"{agent.consent_broken}): use the key it was written with (key_file or the systemd credential), "
+        "or revoke consent to delete the state and start over"
+    )
 
 
 def _ledger(agent: Agent, request: Request, on_change: Callable[[], None] | None) -> JsonObject:
@@ -155,6 +168,9 @@ _OPS: dict[str, Callable[[Agent, Request, Callable[[], None] | None], JsonObject
 # The agent's refusals a request may meet, each with the "error" kind its reply names;
 # any other exception is a fault of the agent, not of the request, and propagates.
 _REFUSAL_KINDS: tuple[tuple[type[Exception], str], ...] = (
+    # Before its base class: a consent record the key does not open is unreadable state, not
+    # a missing opt-in (runtime/exit_status.py: 6, not 4).
+    (ConsentUnreadableError, "state-unreadable"),
     (ValueRefusedError, "value-refused"),
     (ConsentRequiredError, "consent-required"),
     (UseCaseStoppedError, "use-case-stopped"),
@@ -177,7 +193,7 @@ def handle_request(agent: Agent, request: object, *, on_change: Callable[[], Non
     op = request["op"]
     handler = _OPS.get(op)
     if handler is None:
-        return _error("bad-request", f"unknown op {op!r} (record, consent, status, ledger)")
+        return _error("bad-request", f"unknown op {op!r}; the operations are: {', '.join(_OPS)} (docs/agent-api.md)")
     try:
         return handler(agent, request, on_change)
     except _REFUSALS as e:

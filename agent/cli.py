@@ -28,14 +28,14 @@ from agent.errors import (
     UseCaseStoppedError,
     ValueRefusedError,
 )
-from agent.status import AgentStatus
+from agent.status import AgentStatus, UseCaseStatus
 from protocol.plain import Json, JsonObject
 from runtime.clock import Clock, SystemClock
 from runtime.console import VersionAction, quiet_on_closed_pipe
 from runtime.exit_status import HELP as EXIT_HELP
 from runtime.exit_status import ExitStatus
 
-__all__ = ["EXIT_CODES", "call", "check_config", "main"]
+__all__ = ["EXIT_CODES", "call", "check_config", "check_state", "main"]
 
 DEFAULT_CONFIG = Path("/etc/ldp-agent/agent.toml")
 CONFIG_ENV = "LDP_AGENT_CONFIG"
@@ -49,6 +49,8 @@ EXIT_CODES: dict[str, int] = {
     "consent-required": ExitStatus.NO_CONSENT,
     "use-case-stopped": ExitStatus.STOPPED,
     "state-unreadable": ExitStatus.STATE_UNREADABLE,
+    # A use case the registry does not have: a wrong command line, as for ldp-collector estimate.
+    "unknown-use-case": ExitStatus.CONFIG,
     # A full disk: the value was refused and not kept; the agent keeps running and resumes by
     # itself (docs/state-integrity.md, "A full disk").
     "state-unwritable": ExitStatus.ERROR,
@@ -226,7 +228,19 @@ def _print_status(status: AgentStatus) -> None:
             line += f"; lifetime ε {row.epsilon_total:.4g}/{row.epsilon_cap:g}"
         if row.outbox is not None:
             line += f"; outbox {row.outbox}"
+        line += _waiting(row)
         print(line)
+
+
+def _waiting(row: UseCaseStatus) -> str:
+    """What was recorded and is not sent yet: "today" counts only records charged when sent,
+    so without this a value just recorded would not show at all."""
+    parts = []
+    if row.pending_records:
+        parts.append(f"{row.pending_records} {'record' if row.pending_records == 1 else 'records'}")
+    if row.open_counters:
+        parts.append(f"{row.open_counters} running {'total' if row.open_counters == 1 else 'totals'}")
+    return f"; recorded, not sent yet: {', '.join(parts)} (sent when the period ends)" if parts else ""
 
 
 def _integer(value: Json) -> int:
@@ -390,6 +404,39 @@ def _check_key(cfg: AgentConfig, source: str, env: dict[str, str]) -> str:
     return f"{field}: {st.key_credential or st.key_file}: a 32-byte key, readable by this user only"
 
 
+def check_state(cfg: AgentConfig, environ: dict[str, str] | None = None) -> str | None:
+    """``check-config``'s last check: the state key opens the state already there (its consent
+    record). None when there is nothing to open (no state yet, or a key only systemd gives).
+
+    The daemon does not run it at start: there it keeps running and says why nothing is
+    recorded (docs/agent-api.md, "A wrong state key"), while this command must not say "ok".
+
+    Raises:
+        StateUnreadableError: the consent record does not open with this key (exit status 6:
+            the agent would record nothing and tell the user "not opted in").
+    """
+    from agent.sealed import Sealer, load_key  # noqa: PLC0415
+    from agent.state import CONSENT_VERSION  # noqa: PLC0415
+    from agent.statefiles import SUFFIX  # noqa: PLC0415
+
+    env = dict(os.environ) if environ is None else environ
+    st = cfg.state
+    path = st.directory / ("consent" + SUFFIX)
+    if not path.exists() or (st.key_credential is not None and not env.get("CREDENTIALS_DIRECTORY")):
+        return None
+    field = "state.key_credential" if st.key_credential is not None else "state.key_file"
+    key = load_key(key_file=st.key_file, key_credential=st.key_credential, environ=env)
+    try:
+        Sealer(key).read(path, "consent", CONSENT_VERSION)
+    except StateUnreadableError as e:
+        raise StateUnreadableError(
+            e.path,
+            f"{e.reason}; {field} does not open the state in {st.directory}: use the key it was "
+            "written with, or revoke consent to delete the state and start over",
+        ) from None
+    return f"state.directory: {st.directory}: the state key opens its consent record"
+
+
 def _check_probes(cfg: AgentConfig, source: str) -> list[str]:
     lines = []
     for i, probe in enumerate(cfg.probes):
@@ -524,6 +571,9 @@ def _dispatch(cfg: AgentConfig, args: argparse.Namespace, clock: Clock) -> int:
         if args.verb == "check-config":
             for line in check_config(cfg):
                 print(f"  {line}")
+            opened = check_state(cfg)
+            if opened is not None:
+                print(f"  {opened}")
             print(f"{cfg.source}: ok; every file it names exists, is readable and parses")
             return ExitStatus.OK
         if args.verb == "re-enrol":

@@ -224,7 +224,10 @@ def _estimate(
     catalog = catalog_of_config(config)
     uc = catalog.resolve(use_case)
     if uc is None:
-        raise KeyError(use_case, tuple(catalog.names()))
+        # A wrong command line (2), as ldp-agent record says it, with the names it could have been.
+        known = ", ".join(catalog.names())
+        print(f"ldp-collector: unknown use case or definition {use_case!r}; the use cases are {known}", file=sys.stderr)
+        return EXIT_CONFIG
     if isinstance(period, dt.datetime):
         # Period p of a use case is [p * seconds, (p + 1) * seconds) in Unix time (estimation.period_bounds).
         period = math.floor(period.timestamp()) // uc.period.seconds

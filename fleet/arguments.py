@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import datetime as dt
+import math
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -53,7 +54,7 @@ populations (--population [USE_CASE=]FILE, CSV with a header):
 
 examples:
   ldp-fleet --devices 1000 --days 7 --broker 127.0.0.1:8883 --ca-file ca.pem \\
-      --username devices --password-file devices.password --collector-url http://127.0.0.1:8650
+      --username fleet-sim --password-file fleet-sim.password --collector-url http://127.0.0.1:8650
   ldp-fleet --use-case app-usage-seconds --population app-usage-seconds=usage.csv --output out.json ...
   ldp-fleet --no-tls --broker 127.0.0.1:1883 ...   (a plain test broker)
 
@@ -182,13 +183,29 @@ def _result_options(out: argparse._ArgumentGroup) -> None:
         help="ask for the collector's commit receipt for every report and end only when each has one "
         "(default: on; --no-receipts: a report is done at the broker's acknowledgement)",
     )
-    out.add_argument("--tolerance", type=float, default=5.0, help="pass when every |error| <= this many SE (default 5)")
+    out.add_argument(
+        "--tolerance",
+        type=_tolerance,
+        default=5.0,
+        help="pass when every |error| <= this many SE (a positive number; default 5)",
+    )
     out.add_argument(
         "--json", action="store_true", help="print the results document as JSON on stdout instead of the table"
     )
     out.add_argument("--output", type=Path, metavar="FILE", help="write the results document (JSON) to FILE")
     out.add_argument("--plots", type=Path, metavar="DIR", help="write one SVG per use case here")
     out.add_argument("--quiet", action="store_true", help="no progress display")
+
+
+def _tolerance(text: str) -> float:
+    """A positive, finite number of standard errors: no error is within a negative one."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of standard errors") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"{text} is not a positive number of standard errors (5 is the default)")
+    return value
 
 
 def _host_port(text: str) -> tuple[str, int]:

@@ -126,7 +126,8 @@ def _write_files(
 def _failure(result: ShardResult, undelivered: str | None, display: ProgressDisplay, stderr: TextIO) -> int | None:
     """The exit status of a run whose reports were not all counted, or whose ε audit found a
     problem (None when neither happened; the audit's all-clear is said)."""
-    if undelivered is not None and result.messages:
+    # (A run that sent nothing at all because every value was refused ends with its own status.)
+    if undelivered is not None and (result.messages or result.outcomes):
         print(f"ldp-fleet: {undelivered}", file=stderr)
         return EXIT_SERVICE
     if result.epsilon_problems:

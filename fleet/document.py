@@ -173,18 +173,24 @@ def receipt_lines(result: ShardResult, labels: dict[str, str]) -> list[str]:
 
 
 def undelivered(result: ShardResult) -> str | None:
-    """Why the fleet's reports were not all counted (None when they were, or were refused only as retired)."""
+    """Why the fleet's reports were not all counted (None when they were, or were refused only as retired).
+
+    The count is of the fleet's own reports, by their receipts (or the broker's refusal), never
+    the collector's per-period totals, which other devices' reports may fill.
+    """
+    unexpected: dict[str, int] = {}
+    for said in result.outcomes.values():
+        for status, n in said.items():
+            if status not in ("counted", "refused: retired"):
+                unexpected[status] = unexpected.get(status, 0) + n
+    if not result.missing and not unexpected:
+        return None
+    total = sum(sum(said.values()) for said in result.outcomes.values()) + result.missing
+    why = []
     if result.missing:
-        return f"{result.missing:,} reports have no commit receipt: the collector did not count them in time"
-    unexpected = {
-        status: n
-        for said in result.outcomes.values()
-        for status, n in said.items()
-        if status not in ("counted", "refused: retired")
-    }
-    if unexpected:
-        return "the collector refused reports: " + ", ".join(f"{n:,} {status}" for status, n in unexpected.items())
-    return None
+        why.append(f"{result.missing:,} without a commit receipt (the collector did not count them in time)")
+    why += [f"{n:,} {status}" for status, n in sorted(unexpected.items())]
+    return f"{result.counted:,} of the fleet's {total:,} reports counted; " + ", ".join(why)
 
 
 def _run_config(plan: FleetPlan, registry: Registry, workers: int) -> RunConfig:

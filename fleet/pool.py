@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
 from agent.errors import TransportError
-from agent.transport import Connection, ReceiptConnection, ReceiptTransport, Transport
+from agent.transport import Connection, PublishRefusedError, ReceiptConnection, ReceiptTransport, Transport
 from protocol.receipts import Receipt
 from runtime.backoff import Backoff
 
@@ -153,6 +153,8 @@ class ConnectionPool:
         With receipts, ``correlation`` (the report id) comes back in the commit receipt.
 
         Raises:
+            PublishRefusedError: the broker acknowledged it with a refusal (its ACL denies the
+                topic, say); the connection stays in use.
             TransportError: if it was not acknowledged (the connection is marked broken).
         """
         async with self._free:
@@ -167,6 +169,8 @@ class ConnectionPool:
                 else:
                     assert slot.connection is not None
                     await slot.connection.publish(topic, payload)
+            except PublishRefusedError:
+                raise  # the broker dropped this message only; the connection stays usable
             except TransportError:
                 slot.connection = slot.receipts = None
                 raise

@@ -58,13 +58,13 @@ import numpy as np
 
 from agent.accounting import EPSILON_SLACK
 from agent.config import ScheduleConfig
-from agent.core import Agent
+from agent.core import Agent, Pending
 from agent.daemon import Daemon
 from agent.errors import TransportError, UseCaseStoppedError, ValueRefusedError
 from agent.identity import device_identity
 from agent.schedule import next_cycle_after
 from agent.sealed import Sealer
-from agent.transport import Transport
+from agent.transport import PublishRefusedError, Transport
 from fleet.clock import FakeClock
 from fleet.plan import SLOT_SECONDS, FleetPlan, RegistryChange, build_generators, device_seed
 from fleet.pool import MAX_PUBLISH_ATTEMPTS, ConnectionPool, DeviceTransport
@@ -216,17 +216,37 @@ class _Shard:
             TransportError: a publish was not acknowledged (what was sent before is recorded).
         """
         due = [p for p in device.agent.outbox() if p.entry.attempts == 0]
-        sent = []
+        sent: list[Pending] = []
+        refused: list[tuple[Pending, str]] = []
         try:
             for p in due:
                 self.waiting[p.entry.report_id] = (device, p.entry.payload)
-                await self.pool.publish(p.topic, p.entry.payload, correlation=p.entry.report_id)
+                try:
+                    await self.pool.publish(p.topic, p.entry.payload, correlation=p.entry.report_id)
+                except PublishRefusedError as e:
+                    # The broker dropped this report (its ACL denies the topic): no receipt will
+                    # come, so it is settled here as not counted, and the next report goes on.
+                    self.waiting.pop(p.entry.report_id, None)
+                    refused.append((p, e.reason))
+                    self.refused_by_broker(device, p.entry.payload, e.reason)
+                    continue
                 sent.append(p)
                 self.acknowledged(device, p.entry.payload)
         finally:
-            for p in due[len(sent) :]:
-                self.waiting.pop(p.entry.report_id, None)
+            done = {p.entry.report_id for p in sent} | {p.entry.report_id for p, _ in refused}
+            for p in due:
+                if p.entry.report_id not in done:
+                    self.waiting.pop(p.entry.report_id, None)
             device.agent.mark_sent(sent)
+            device.agent.mark_refused(refused)
+
+    def refused_by_broker(self, device: _Device, payload: bytes, reason: str) -> None:
+        """The broker refused a report: one of the fleet's own reports that will not be counted."""
+        use_case, period, _ = self._report(payload)
+        status = f"refused by the broker: {reason}"
+        said = self.result.outcomes.setdefault(use_case.ref, {})
+        said[status] = said.get(status, 0) + 1
+        device.recorded.pop((use_case.name, period), None)
 
     async def resend_waiting(self) -> int:
         """Send again, byte for byte, every report still without its receipt; how many."""

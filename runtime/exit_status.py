@@ -37,13 +37,20 @@ MEANING = MappingProxyType(
     {
         ExitStatus.OK: "done (the value taken, the estimate released, every fleet error within tolerance)",
         ExitStatus.ERROR: "a failure at run time (an unexpected error, an unusable store, a busy state directory)",
-        ExitStatus.CONFIG: "a wrong command line, config file, file a config names, registry or local policy",
+        ExitStatus.CONFIG: (
+            "a wrong command line (an unknown use case among them), config file, file a config names, "
+            "registry or local policy"
+        ),
         ExitStatus.REFUSED: "values refused (ldp-agent record; an ldp-fleet run that sent nothing because of it)",
         ExitStatus.NO_CONSENT: "the device's user has not opted in (ldp-agent)",
         ExitStatus.STOPPED: "the use case has stopped: lifetime ε spent or parameters changed (ldp-agent)",
-        ExitStatus.STATE_UNREADABLE: "the sealed state or its key cannot be read (ldp-agent)",
+        ExitStatus.STATE_UNREADABLE: "the sealed state or its key cannot be read, or the key does not open it "
+        "(ldp-agent)",
         ExitStatus.NOT_RELEASED: "nothing to show yet: no data, or below the release threshold (ldp-collector)",
-        ExitStatus.UNAVAILABLE: "the broker or the collector unreachable, refusing us, or not committing (ldp-fleet)",
+        ExitStatus.UNAVAILABLE: (
+            "the broker or the collector unreachable, refusing us, or not committing; some of the fleet's own "
+            "reports not counted (ldp-fleet)"
+        ),
         ExitStatus.BEYOND_TOLERANCE: "some estimate further from the truth than the tolerance (ldp-fleet)",
         ExitStatus.STORE_DAMAGED: "the checkpoint store is damaged or missing; restarting cannot help (ldp-collector)",
     }

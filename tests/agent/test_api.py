@@ -58,7 +58,9 @@ def test_malformed_requests_get_a_reason(make_agent: Callable[..., Agent]) -> No
         ({"op": "record", "use_case": "flag"}, "bad-request"),
         ({"op": "record", "use_case": "flag", "text": 1}, "bad-request"),
         ({"op": "record", "use_case": "flag", "value": 1, "key": 5}, "bad-request"),
-        ({"op": "record", "use_case": "nope", "text": "1"}, "value-refused"),
+        # A use case the registry lacks is a wrong request (exit status 2), not a value refused.
+        ({"op": "record", "use_case": "nope", "text": "1"}, "unknown-use-case"),
+        ({"op": "record", "use_case": "nope", "value": 1}, "unknown-use-case"),
         ({"op": "record", "use_case": "flag", "value": [1]}, "value-refused"),
         ({"op": "record", "use_case": "words", "value": {"a": 1}}, "value-refused"),
         ({"op": "record", "use_case": "procs", "value": None}, "value-refused"),
@@ -69,6 +71,14 @@ def test_malformed_requests_get_a_reason(make_agent: Callable[..., Agent]) -> No
         assert reply["ok"] is False
         assert reply["error"] == kind, request
         assert reply["message"]
+
+
+def test_an_unknown_op_is_answered_with_the_operations(make_agent: Callable[..., Agent]) -> None:
+    """The reply names every operation and where they are described."""
+    reply = handle_request(make_agent(), {"op": "fly"})
+    assert reply["error"] == "bad-request"
+    operations = "record, consent, status, ledger"
+    assert reply["message"] == f"unknown op 'fly'; the operations are: {operations} (docs/agent-api.md)"
 
 
 def test_garbage_and_oversize_lines(make_agent: Callable[..., Agent], tmp_path: Path) -> None:

@@ -367,11 +367,56 @@ def test_a_wrong_state_key_says_the_key_does_not_open_the_state(tmp_path: Path) 
     assert _cli(cfg, "record", "flag", "true").returncode == 0
     (tmp_path / "state.key").write_bytes(bytes(32))
     r = _cli(cfg, "record", "flag", "true")
-    assert r.returncode == cli.EXIT_CODES["consent-required"]
+    # The state is unreadable (6), not "not opted in" (4): runtime/exit_status.py.
+    assert r.returncode == cli.EXIT_CODES["state-unreadable"] == ExitStatus.STATE_UNREADABLE
     assert "the state key does not open the state in" in r.stderr
     assert str(tmp_path / "state") in r.stderr
     assert "has not opted in" not in r.stderr
     assert "Traceback" not in r.stderr
+
+
+def test_a_wrong_state_key_makes_status_and_check_config_fail_with_status_6(tmp_path: Path) -> None:
+    """status does not show "consent: not granted", and check-config does not say "ok"."""
+    cfg = _setup(tmp_path)
+    assert _cli(cfg, "consent", "grant").returncode == 0
+    ok = _cli(cfg, "check-config")
+    assert ok.returncode == 0, ok.stderr
+    assert "the state key opens its consent record" in ok.stdout
+    (tmp_path / "state.key").write_bytes(bytes(32))
+    for args in (("status",), ("status", "--json"), ("check-config",)):
+        r = _cli(cfg, *args)
+        assert r.returncode == ExitStatus.STATE_UNREADABLE, (args, r.stdout, r.stderr)
+        assert "does not open the state in" in r.stderr, args
+        assert str(tmp_path / "state") in r.stderr, args
+        assert "not granted" not in r.stdout, args
+        assert "ok" not in r.stdout.split(), args
+        assert "Traceback" not in r.stderr, args
+
+
+def test_an_unknown_use_case_is_a_wrong_command_line_and_the_known_ones_are_listed(tmp_path: Path) -> None:
+    """Exit status 2, as ldp-collector estimate gives for the same mistake."""
+    cfg = _setup(tmp_path)
+    assert _cli(cfg, "consent", "grant").returncode == 0
+    r = _cli(cfg, "record", "nope", "1")
+    assert r.returncode == ExitStatus.CONFIG, r.stderr
+    assert "unknown use case 'nope'; the registry has: " in r.stderr
+    for name in ("flag", "seconds"):
+        assert name in r.stderr
+
+
+def test_status_text_shows_what_was_recorded_and_not_sent_yet(tmp_path: Path) -> None:
+    """The text says what --json says as pending_records and open_counters."""
+    cfg = _setup(tmp_path)
+    assert _cli(cfg, "consent", "grant").returncode == 0
+    assert _cli(cfg, "record", "flag", "true").returncode == 0
+    assert _cli(cfg, "record", "seconds", "120", "--key", "editor").returncode == 0
+    rows = {row["use_case"]: row for row in json.loads(_cli(cfg, "status", "--json").stdout)["use_cases"]}
+    assert rows["flag"]["pending_records"] == 1
+    assert rows["seconds"]["open_counters"] == 1
+    text = _cli(cfg, "status").stdout.splitlines()
+    lines = {line.split()[0].split("@")[0]: line for line in text if line[:2] == "  "}
+    assert "; recorded, not sent yet: 1 record (sent when the period ends)" in lines["flag"]
+    assert "; recorded, not sent yet: 1 running total (sent when the period ends)" in lines["seconds"]
 
 
 def test_a_full_disk_names_the_state_directory(tmp_path: Path) -> None:

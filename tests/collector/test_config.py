@@ -237,6 +237,10 @@ def test_estimate_prints_text_and_json(
     assert main(["--config", cfg, "estimate", "usage", "--period", str(period)]) == ExitStatus.NOT_RELEASED
     assert "not released" in capsys.readouterr().out
     assert main(["--config", cfg, "estimate", "nope"]) == 2
+    # The same mistake as an unknown use case to ldp-agent record: 2, with the known names.
+    err = capsys.readouterr().err
+    assert "unknown use case or definition 'nope'; the use cases are " in err
+    assert "usage" in err.rsplit("the use cases are", 1)[1]
     assert main(["--config", cfg, "status", "--json"]) == 0
     status = json.loads(capsys.readouterr().out)
     assert status["counters"]["reports"] == 400

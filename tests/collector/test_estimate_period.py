@@ -72,9 +72,9 @@ def test_an_unknown_use_case_lists_the_known_ones(config: Path) -> None:
     code, out, err = _cli(config, "estimate", "nope")
     assert code == EXIT_CONFIG
     assert not out
-    assert "unknown use case 'nope'" in err
+    assert "unknown use case or definition 'nope'" in err
     for name in ("usage", "hist", "flag", "home"):
-        assert name in err.split("known:")[1]
+        assert name in err.split("the use cases are")[1]
 
 
 def test_frequency_rows_show_the_p_value_the_dashboard_shows() -> None:

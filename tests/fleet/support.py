@@ -145,8 +145,12 @@ def _stop(process: subprocess.Popen[bytes]) -> None:
 
 
 @contextlib.contextmanager
-def running_stack(directory: Path, *, tls: bool) -> Iterator[Stack]:
-    """Start a broker (the deploy config with TLS and the ACL, or a plain one) and a collector."""
+def running_stack(directory: Path, *, tls: bool, users: tuple[str, ...] = ()) -> Iterator[Stack]:
+    """Start a broker (the deploy config with TLS and the ACL, or a plain one) and a collector.
+
+    ``users``: more broker users beyond ``collector`` and ``fleet-sim`` (TLS only), each with
+    its password in ``<directory>/secrets/<user>.password``; the ACL gives them a device's rights.
+    """
     binary = find_mosquitto()
     if binary is None:
         raise RuntimeError("mosquitto is not installed; ./deploy/test.sh installs it")
@@ -162,6 +166,7 @@ def running_stack(directory: Path, *, tls: bool) -> Iterator[Stack]:
             [
                 str(DEPLOY / "make-broker-users.sh"),
                 *("--user", "collector", "--user", "fleet-sim"),
+                *(arg for user in users for arg in ("--user", user)),
                 str(broker_dir / "passwd"),
                 str(secrets),
             ],

@@ -64,6 +64,34 @@ def test_input_mistakes_exit_2_with_a_reason(args: list[str], needle: str, capsy
     assert needle in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("tolerance", ["-1", "0", "nan", "inf", "five"])
+def test_a_tolerance_that_is_not_a_positive_number_is_refused(
+    tolerance: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """No error is within a negative tolerance: such a run could only fail, so it is refused at once."""
+    with pytest.raises(SystemExit) as info:
+        main(["--registry", str(REGISTRY), "--quiet", "--tolerance", tolerance])
+    assert info.value.code == ExitStatus.CONFIG
+    err = capsys.readouterr().err
+    assert "--tolerance" in err
+    assert "standard errors" in err
+
+
+def test_the_first_help_example_uses_a_user_the_documented_acl_accepts(capsys: pytest.CaptureFixture[str]) -> None:
+    """Copied as it stands, the first example authenticates as a user the shipped ACL lets publish
+    under sub-identities (deploy/mosquitto/acl.fleet-sim), not as a device the ACL confines."""
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    text = capsys.readouterr().out
+    example = text[text.index("examples:") :]
+    words = example.split()
+    user = words[words.index("--username") + 1]
+    acl = REGISTRY.parent / "mosquitto" / "acl.fleet-sim"
+    rules = acl.read_text(encoding="utf-8").splitlines()
+    assert f"user {user}" in rules
+    assert f"topic write ldp/v1/reports/{user}/+/+" in rules
+
+
 def test_bad_population_header_names_the_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """A population file with an unknown header is refused, naming the file and the line."""
     bad = tmp_path / "bad.csv"
