@@ -147,6 +147,8 @@ def check_config(config: CollectorConfig) -> list[str]:
         if tls.key_file is not None:
             lines.append(f"mqtt.tls.key_file: {tls.key_file}: the certificate's private key loads")
     lines += check_files(config)
+    if config.http.exposure_warning is not None:
+        lines.append(f"warning: {config.http.exposure_warning}")
     if config.store.url is not None:
         from collector.store.factory import describe_store  # noqa: PLC0415 - psycopg only when configured
 

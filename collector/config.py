@@ -225,6 +225,17 @@ class HttpConfig:
         if not self.host:
             raise Invalid("host", "expected a host name")
 
+    @property
+    def exposure_warning(self) -> str | None:
+        """What to say when the API listens beyond this machine: it has no authentication, so the
+        README and docs/deploy.md ask for an authenticating reverse proxy in front of it."""
+        if not self.enabled or self.host in ("127.0.0.1", "::1", "localhost") or self.host.startswith("127."):
+            return None
+        return (
+            f"http.host = {self.host!r}: the HTTP API and dashboard have no authentication and are reachable "
+            "beyond this machine; keep them on 127.0.0.1 behind an authenticating reverse proxy (docs/deploy.md)"
+        )
+
 
 @dataclass(frozen=True, kw_only=True)
 class EstimationConfig:

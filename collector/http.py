@@ -363,6 +363,8 @@ class HttpApi:
         self._accept_errors.install()
         self._server = await loop.create_server(protocol, http.host, http.port, reuse_address=True)
         log.info("HTTP API and dashboard on http://%s:%d/", http.host, self.port)
+        if http.exposure_warning is not None:
+            log.warning("%s", http.exposure_warning)
         return self.port
 
     async def serve(self) -> None:

@@ -298,3 +298,17 @@ def test_a_report_cap_below_the_registrys_largest_report_stops_start_up(tmp_path
     with pytest.raises(ConfigError) as info:
         check_size_caps(small, registry)
     assert info.value.field == "mqtt.max_packet_bytes"
+
+
+def test_check_config_warns_when_the_api_listens_beyond_this_machine(
+    tmp_path: Path, registry_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The API has no authentication: `[http] host = "0.0.0.0"` is legal but never passes silently."""
+    quiet = _write(tmp_path, registry_path)
+    assert main(["--config", str(quiet), "check-config"]) == 0
+    assert "no authentication" not in capsys.readouterr().out
+    exposed = _write(tmp_path, registry_path, '[http]\nhost = "0.0.0.0"\n')
+    assert main(["--config", str(exposed), "check-config"]) == 0
+    out = capsys.readouterr().out
+    assert "warning: http.host = '0.0.0.0': the HTTP API and dashboard have no authentication" in out
+    assert "reverse proxy" in out
