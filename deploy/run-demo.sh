@@ -311,11 +311,7 @@ for i in $(seq "$collectors"); do
     dir="$work/collector-$i"
     port="${http_ports[$((i - 1))]}"
     say "starting collector $i of $collectors (dashboard on http://127.0.0.1:$port/)"
-    # In a session of its own, so that Ctrl-C (SIGINT to the terminal's process group) reaches
-    # this script and not the collector: the collector stops on SIGINT by itself, and the
-    # liveness loop below would take that for a crash before the trap above runs. cleanup
-    # stops it with SIGTERM instead.
-    setsid .venv/bin/ldp-collector --config "$dir/collector.toml" --log-level WARNING run >"$dir/collector.log" 2>&1 &
+    .venv/bin/ldp-collector --config "$dir/collector.toml" --log-level WARNING run >"$dir/collector.log" 2>&1 &
     collector_pids+=($!)
     wait_for 60 "import json, urllib.request; h = json.load(urllib.request.urlopen('http://127.0.0.1:$port/healthz', timeout=2)); assert h.get('connected')" "collector $i"
 done
@@ -353,7 +349,21 @@ else
 fi
 while [ "$end" -lt 0 ] || [ $SECONDS -lt $end ]; do
     for pid in "${collector_pids[@]}"; do
-        kill -0 "$pid" 2>/dev/null || { echo "run-demo: a collector stopped (see $work)" >&2; keep=1; exit 1; }
+        kill -0 "$pid" 2>/dev/null && continue
+        # Ctrl-C reaches the collectors too, and a collector stops on SIGINT by itself, with
+        # status 0: that is the demo being stopped, not a crash, whether or not the trap above
+        # has run yet (it never runs when a shell started the demo in the background, with
+        # SIGINT ignored, which bash then cannot trap). Any other status is a failure, whose
+        # files are kept.
+        collector_status=0
+        wait "$pid" || collector_status=$?
+        if [ "$collector_status" -eq 0 ]; then
+            interrupted=1
+            exit 130
+        fi
+        echo "run-demo: a collector stopped with status $collector_status (see $work)" >&2
+        keep=1
+        exit 1
     done
     sleep 1
 done

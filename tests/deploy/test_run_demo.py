@@ -143,6 +143,14 @@ def _processes_naming(path: str) -> list[str]:
     return found
 
 
+# Started from a terminal, the demo has SIGINT's default disposition; started in the background
+# by a non-interactive shell (`run-demo.sh &`), SIGINT is ignored on entry and bash cannot trap
+# it, while the collectors, which set their own handler, still stop on it.
+FROM_A_TERMINAL: list[str] = []
+FROM_A_BACKGROUND_SHELL = ["bash", "-c", 'trap "" INT; exec "$0" "$@"']
+
+
+@pytest.mark.parametrize("launcher", [FROM_A_TERMINAL, FROM_A_BACKGROUND_SHELL], ids=["terminal", "background"])
 @pytest.mark.parametrize(
     "options",
     [
@@ -150,13 +158,16 @@ def _processes_naming(path: str) -> list[str]:
         pytest.param(["--collectors", "3", "--postgres"], id="group-postgres"),
     ],
 )
-def test_ctrl_c_while_the_demo_serves_stops_it_calmly_and_removes_its_files(tmp_path: Path, options: list[str]) -> None:
+def test_ctrl_c_while_the_demo_serves_stops_it_calmly_and_removes_its_files(
+    tmp_path: Path, options: list[str], launcher: list[str]
+) -> None:
     """SIGINT to the demo's process group, as Ctrl-C sends it: exit 130, a calm last line, no
     working directory (PKI, secrets, broker, collectors, PostgreSQL data) and no process left."""
     stdout, stderr = tmp_path / "stdout", tmp_path / "stderr"
+    demo = ["deploy/run-demo.sh", "--devices", "100", "--days", "1", "--out", str(tmp_path / "results"), *options]
     with stdout.open("wb") as out, stderr.open("wb") as err:
         proc = subprocess.Popen(
-            ["deploy/run-demo.sh", "--devices", "100", "--days", "1", "--out", str(tmp_path / "results"), *options],
+            [*launcher, *demo],
             cwd=ROOT,
             env={**ENV, "TMPDIR": str(tmp_path)},
             stdout=out,
