@@ -39,8 +39,12 @@
 # Needs systemd 250 or later (LoadCredentialEncrypted=, systemd-creds) and Python 3.11.
 set -euo pipefail
 
-usage() {
-    sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p}' "$0" >&2
+usage() { # --help prints to stdout and exits 0; a wrong command line gets it on stderr, exit 2
+    if [ "${1:-2}" -eq 0 ]; then
+        sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p}' "$0"
+    else
+        sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p}' "$0" >&2
+    fi
     exit "${1:-2}"
 }
 

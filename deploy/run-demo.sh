@@ -7,7 +7,9 @@
 #
 # Usage: deploy/run-demo.sh [options] [-- ldp-fleet options]
 #
-#   --devices N     simulated devices (default 1000)
+#   --devices N     simulated devices (default 1000). Fewer than about 100 give nothing to
+#                   compare: an estimate is released from 50 reports in a period
+#                   (deploy/fleet.usecases.toml), and the run then ends with status 7
 #   --days N        simulated days (default 7)
 #   --seed N        seed of the simulation (default 1)
 #   --workers N     ldp-fleet worker processes (default: 1, or 2 from 5,000 devices on)
@@ -31,13 +33,19 @@
 #
 # Needs Python 3.11+ and Mosquitto; installs Mosquitto with apt-get when it is missing (as
 # deploy/test.sh does), creates the virtual environment .venv and installs the package into
-# it when needed. Exit status: ldp-fleet's (0 when every error is within 5 standard errors).
+# it when needed. Exit status: ldp-fleet's (0 when every error is within 5 standard errors,
+# 7 when nothing was released to compare); 130 after Ctrl-C, which stops everything the demo
+# started and removes its working files (the results stay).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root="$(pwd)"
 
-usage() {
-    sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p}' "$0" >&2
+usage() { # --help prints to stdout and exits 0; a wrong command line gets it on stderr, exit 2
+    if [ "${1:-2}" -eq 0 ]; then
+        sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p}' "$0"
+    else
+        sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p}' "$0" >&2
+    fi
     exit "${1:-2}"
 }
 
@@ -135,6 +143,7 @@ broker_pid=""
 collector_pids=()
 pg_started=0
 pg_dir=""
+interrupted=0
 # initdb refuses to run as root: as root the demo's database belongs to "nobody".
 pg_user=""
 [ "$(id -u)" -ne 0 ] || pg_user="nobody"
@@ -158,11 +167,20 @@ cleanup() {
     if [ "$keep" -eq 0 ]; then
         for part in pki secrets broker collector-*; do rm -rf "${work:?}/"$part; done
         [ -z "$pg_dir" ] || rm -rf "$pg_dir"
+        # The default results directory is removed only when nothing was written into it.
+        [ "$out" != "$work/results" ] || rmdir "$out" 2>/dev/null || true
         rmdir "$work" 2>/dev/null || true
+    fi
+    if [ "$interrupted" -eq 1 ]; then
+        if [ "$keep" -eq 1 ]; then
+            echo "run-demo: stopped; the working files stay in $work" >&2
+        else
+            echo "run-demo: stopped; the broker and the collectors are down and their files removed" >&2
+        fi
     fi
 }
 trap cleanup EXIT
-trap 'exit 130' INT TERM
+trap 'interrupted=1; echo >&2; exit 130' INT TERM
 
 free_port() {
     "$py" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()'
@@ -331,7 +349,21 @@ else
 fi
 while [ "$end" -lt 0 ] || [ $SECONDS -lt $end ]; do
     for pid in "${collector_pids[@]}"; do
-        kill -0 "$pid" 2>/dev/null || { echo "run-demo: a collector stopped (see $work)" >&2; keep=1; exit 1; }
+        kill -0 "$pid" 2>/dev/null && continue
+        # Ctrl-C reaches the collectors too, and a collector stops on SIGINT by itself, with
+        # status 0: that is the demo being stopped, not a crash, whether or not the trap above
+        # has run yet (it never runs when a shell started the demo in the background, with
+        # SIGINT ignored, which bash then cannot trap). Any other status is a failure, whose
+        # files are kept.
+        collector_status=0
+        wait "$pid" || collector_status=$?
+        if [ "$collector_status" -eq 0 ]; then
+            interrupted=1
+            exit 130
+        fi
+        echo "run-demo: a collector stopped with status $collector_status (see $work)" >&2
+        keep=1
+        exit 1
     done
     sleep 1
 done

@@ -1,8 +1,27 @@
 #!/usr/bin/env bash
 # Install everything the tests need on a fresh machine, then run every check:
 # ruff, ruff format, mypy (strict) and pytest. Exits non-zero if any of them fails.
+#
+# Usage: deploy/test.sh [pytest arguments]   (for example -m "not container" tests/deploy)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+# --help answers at once: no package installed, no check run before it.
+for arg in "$@"; do
+    case "$arg" in
+        -h | --help)
+            sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p}' "$0"
+            if [ -x .venv/bin/pytest ]; then
+                echo
+                .venv/bin/pytest --help
+            else
+                echo "pytest's own options: .venv/bin/pytest --help (after a first run of this script)"
+            fi
+            exit 0
+            ;;
+        --) break ;;
+    esac
+done
 
 # System packages the integration tests use: a real Mosquitto broker (started by a test
 # fixture on a free loopback port, never as a system service) and its clients, openssl for

@@ -13,8 +13,10 @@ to the truth, per use-case definition and period, with the error in standard err
 mid-run, as a rollout does; every definition is then compared on its own.
 
 Exit status (``runtime/exit_status.py``): 0 when every compared error is within the
-tolerance (5 SE by default), 9 when some is not, 2 for a usage or input error, 8 when the
-broker or the collector failed or a report was not counted, 3 when every value was refused.
+tolerance (5 SE by default), 9 when some is not, 7 when none is beyond it but some use case
+had no estimate released to compare (a fleet too small for its release rule), 2 for a usage or
+input error, 8 when the broker or the collector failed or a report was not counted, 3 when
+every value was refused.
 """
 
 from __future__ import annotations
@@ -67,18 +69,38 @@ __all__ = ["main", "run_fleet"]
 # The exit statuses shared by the three tools (runtime/exit_status.py).
 EXIT_OK, EXIT_BEYOND, EXIT_USAGE = ExitStatus.OK, ExitStatus.BEYOND_TOLERANCE, ExitStatus.CONFIG
 EXIT_SERVICE, EXIT_NOTHING_SENT = ExitStatus.UNAVAILABLE, ExitStatus.REFUSED
+EXIT_NOTHING_COMPARED = ExitStatus.NOT_RELEASED
+
+
+def _verdict(summaries: list[UseCaseSummary], tolerance: float, devices: int) -> tuple[str, ExitStatus]:
+    """The last line of a compared run, and its exit status.
+
+    Only an error beyond the tolerance is a failure (9). A use case with no estimate released
+    is neither a failure nor a pass: a fleet too small for the release rule (``min_reports``
+    per period) has nothing to compare, and says so (7, "nothing to show yet").
+    """
+    compared = sum(s.compared for s in summaries)
+    beyond = [s.name for s in summaries if s.beyond]
+    if beyond:
+        return "some errors are beyond the tolerance: " + ", ".join(beyond), EXIT_BEYOND
+    if compared == 0:
+        return (
+            f"nothing to compare: with {count(devices, 'device')} nothing reaches the release threshold; "
+            "try --devices 1000",
+            EXIT_NOTHING_COMPARED,
+        )
+    empty = [s.name for s in summaries if s.compared == 0]
+    within = f"all {compared:,} errors within {tolerance:g} SE"
+    if empty:
+        return f"{within}; nothing to compare for {', '.join(empty)} (no estimate released)", EXIT_NOTHING_COMPARED
+    return within, EXIT_OK
 
 
 def _print_verdict(
-    summaries: list[UseCaseSummary], catalog: Catalog, tolerance: float, ok: bool, stdout: TextIO
+    summaries: list[UseCaseSummary], catalog: Catalog, tolerance: float, verdict: str, stdout: TextIO
 ) -> None:
     print(format_results(summaries, catalog.use_cases, tolerance=tolerance), file=stdout)
     print("", file=stdout)
-    verdict = (
-        f"all {sum(s.compared for s in summaries):,} errors within {tolerance:g} SE"
-        if ok
-        else "some errors are beyond the tolerance: " + ", ".join(s.name for s in summaries if not s.ok)
-    )
     print(f"ldp-fleet: {verdict}", file=stdout)
 
 
@@ -234,6 +256,7 @@ def run_fleet(args: argparse.Namespace, *, stdout: TextIO | None = None, stderr:
         if r in run.rows
     ]
     ok = bool(summaries) and all(s.ok for s in summaries)
+    verdict, compared_status = _verdict(summaries, args.tolerance, plan.devices)
     document = build_document(
         plan,
         registry,
@@ -252,14 +275,14 @@ def run_fleet(args: argparse.Namespace, *, stdout: TextIO | None = None, stderr:
     if args.json:
         stdout.write(text)
     elif client is not None:
-        _print_verdict(summaries, catalog, args.tolerance, ok, stdout)
+        _print_verdict(summaries, catalog, args.tolerance, verdict, stdout)
     else:
         _print_truth(plan, catalog, result, stdout)
     # What was not sent is said, on stderr so that --json output stays one document.
     for line in dropped_lines(result, unused_rows):
         print(f"ldp-fleet: {line}", file=stderr)
     _write_files(args, text, summaries, stdout=stdout, stderr=stderr)
-    return _exit_status(result, compared=client is not None, ok=ok, stderr=stderr)
+    return _exit_status(result, compared=compared_status if client is not None else None, stderr=stderr)
 
 
 def _ingest_progress(display: ProgressDisplay) -> Callable[[int, int], None]:
@@ -274,16 +297,15 @@ def _ingest_progress(display: ProgressDisplay) -> Callable[[int, int], None]:
     return shown
 
 
-def _exit_status(result: ShardResult, *, compared: bool, ok: bool, stderr: TextIO) -> int:
-    """The run's exit status once its results are out (``runtime/exit_status.py``)."""
+def _exit_status(result: ShardResult, *, compared: ExitStatus | None, stderr: TextIO) -> int:
+    """The run's exit status once its results are out (``runtime/exit_status.py``); ``compared``
+    is the comparison's own (:func:`_verdict`), ``None`` when no collector was compared."""
     if result.messages == 0:
         refused = sum(result.refused.values())
         why = f"every value was refused ({refused:,})" if refused else "no period of the simulated days ended"
         print(f"ldp-fleet: nothing was sent: {why}", file=stderr)
         return EXIT_NOTHING_SENT if refused else ExitStatus.ERROR
-    if not compared:
-        return EXIT_OK
-    return EXIT_OK if ok else EXIT_BEYOND
+    return EXIT_OK if compared is None else compared
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -46,7 +46,10 @@ MEANING = MappingProxyType(
         ExitStatus.STOPPED: "the use case has stopped: lifetime ε spent or parameters changed (ldp-agent)",
         ExitStatus.STATE_UNREADABLE: "the sealed state or its key cannot be read, or the key does not open it "
         "(ldp-agent)",
-        ExitStatus.NOT_RELEASED: "nothing to show yet: no data, or below the release threshold (ldp-collector)",
+        ExitStatus.NOT_RELEASED: (
+            "nothing to show yet: no data, or below the release threshold (ldp-collector; ldp-fleet "
+            "when no estimate was released to compare)"
+        ),
         ExitStatus.UNAVAILABLE: (
             "the broker or the collector unreachable, refusing us, or not committing; some of the fleet's own "
             "reports not counted (ldp-fleet)"
