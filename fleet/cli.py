@@ -220,6 +220,14 @@ def _simulate_and_compare(
     return _Run(result, simulated, refs, labels, not_counted, rows, ingest_seconds)
 
 
+def _leaves(group: BaseExceptionGroup[BaseException]) -> list[BaseException]:
+    """The exceptions a (nested) group holds."""
+    out: list[BaseException] = []
+    for exc in group.exceptions:
+        out.extend(_leaves(exc) if isinstance(exc, BaseExceptionGroup) else [exc])
+    return out
+
+
 def run_fleet(args: argparse.Namespace, *, stdout: TextIO | None = None, stderr: TextIO | None = None) -> int:
     """Run the whole simulation as the command line asks; returns the exit status."""
     stdout = stdout or sys.stdout
@@ -239,6 +247,17 @@ def run_fleet(args: argparse.Namespace, *, stdout: TextIO | None = None, stderr:
     except (TransportError, CollectorUnavailableError, TimeoutError) as e:
         display.finish()
         print(f"ldp-fleet: {e}", file=stderr)
+        return EXIT_SERVICE
+    except ExceptionGroup as group:
+        # The devices' task group gathers one failure per device (a broker gone mid-run fails
+        # them all): the same delivery failure, said once, not a traceback.
+        service, rest = group.split((TransportError, CollectorUnavailableError, TimeoutError))
+        if service is None or rest is not None:
+            raise
+        display.finish()
+        leaves = _leaves(service)
+        more = f" (and {len(leaves) - 1} more like it)" if len(leaves) > 1 else ""
+        print(f"ldp-fleet: {leaves[0]}{more}", file=stderr)
         return EXIT_SERVICE
     result = run.result
     failed = _failure(result, run.not_counted, display, stderr)

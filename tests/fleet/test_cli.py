@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from agent.errors import TransportError
 from fleet.arguments import build_parser
 from fleet.cli import main
 from fleet.runner import shard_ranges
@@ -181,3 +182,22 @@ def test_version(capsys: pytest.CaptureFixture[str]) -> None:
         main(["--version"])
     assert info.value.code == 0
     assert capsys.readouterr().out.startswith("ldp-fleet 0.")
+
+
+def test_devices_failing_together_are_one_delivery_failure_not_a_traceback(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A broker gone mid-run fails every device's task at once: exit 8 with one sentence."""
+
+    def broken(plan: object, **kwargs: object) -> ShardResult:
+        raise ExceptionGroup(
+            "devices",
+            [TransportError(f"device {i}: reports not acknowledged after 8 attempts") for i in (104, 105, 106)],
+        )
+
+    monkeypatch.setattr("fleet.cli.simulate", broken)
+    status = main(["--registry", str(REGISTRY), "--use-case", "emoji", "--devices", "3", "--days", "1", "--quiet"])
+    assert status == ExitStatus.UNAVAILABLE
+    err = capsys.readouterr().err
+    assert "ldp-fleet: device 104: reports not acknowledged after 8 attempts (and 2 more like it)" in err
+    assert "Traceback" not in err
