@@ -89,7 +89,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _simulation_options(sim: argparse._ArgumentGroup) -> None:
-    sim.add_argument("--devices", type=int, help="simulated devices (default 1000, or the time series' devices)")
+    sim.add_argument(
+        "--devices",
+        type=int,
+        help="simulated devices (default 1000, or the time series' devices); with fewer than about 100 "
+        "nothing reaches the release thresholds, so nothing is compared and the run ends with status 7",
+    )
     sim.add_argument("--days", type=int, default=7, help="simulated days (default 7)")
     sim.add_argument(
         "--start", help="first simulated day, YYYY-MM-DD (UTC; default: --days days before today, so all periods ended)"
