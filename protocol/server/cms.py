@@ -23,7 +23,12 @@ It is unbiased over the coins and the hash family (003 Lemma A.1).
                                   + (1 - 1/m) Σ_{d' != d} f(d')**2 / (k m) )
               <= (m/(m-1))**2 * ( e**(ε/2)/(e**(ε/2) - 1)**2 + 1/m + Σ_{d'} f(d')**2/(n k m) ) * n
 
-(``(c_ε**2 - 1)/4 = p(1-p)/(2p-1)**2 = e**(ε/2)/(e**(ε/2) - 1)**2``.) :meth:`CMSAggregate.estimate`
+(``(c_ε**2 - 1)/4 = p(1-p)/(2p-1)**2 = e**(ε/2)/(e**(ε/2) - 1)**2``.) Per report, with the hash
+functions fixed: a report of ``d`` adds ``(c_ε**2 - 1)/4``, a report of another value ``v`` adds
+``(c_ε**2 - 1)/4 + q_v (1 - q_v)`` (``q_v``: the share of rows where ``v`` collides with ``d``), and
+the collisions offset the mean by ``(m/(m-1)) Σ_v f(v) (q_v - 1/m)``; averaged over the family
+these are the second and third terms, so the expression is exact for a heavy ``d`` too
+(docs/estimation.md, "The sketches' standard error"). :meth:`CMSAggregate.estimate`
 reports the square root of the exact expression (the bound of Thm 4.2 is
 :meth:`CMSServer.variance_bound`) with two plug-ins: ``f(d)`` by the estimate clipped
 to ``[0, n]``, and ``Σ_{d'} f(d')**2`` by an unbiased estimate from the sketch itself
