@@ -133,3 +133,66 @@ async def test_picking_an_older_period_redraws_the_card_with_that_periods_figure
     # The address keeps both choices (a reload or a shared link shows the same periods).
     assert f"period.hist={older['hist']}" in freq["search"]
     assert f"period.{name}={older[name]}" in freq["search"]
+
+
+# Hold the page's fetches of one period until released (window.releaseHeld()); window.heldDone
+# turns true once the held answer has been read and every task it queued has run.
+HOLD_JS = """(() => {{
+  const real = window.fetch.bind(window);
+  let release;
+  const gate = new Promise(resolve => {{ release = resolve; }});
+  window.releaseHeld = () => release();
+  window.heldDone = false;
+  window.fetch = async (url, opts) => {{
+    if (!String(url).includes("period=" + {period} + "&")) return real(url, opts);
+    const response = await real(url, opts);
+    await gate;
+    const read = response.json.bind(response);
+    response.json = async () => {{
+      const value = await read();
+      setTimeout(() => {{ window.heldDone = true; }}, 0);
+      return value;
+    }};
+    return response;
+  }};
+  return true;
+}})()"""
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (apt-get install chromium)")
+@run_async
+async def test_a_late_answer_to_an_earlier_pick_does_not_replace_the_later_one(
+    tmp_path: Path, registry: Registry, registry_path: Path
+) -> None:
+    """Two picks in a row whose answers arrive in the other order: the card keeps the period
+    picked last (the one the picker and the address show)."""
+    assert CHROMIUM is not None
+    older = _populate_two_periods(tmp_path / "dash.sqlite3", registry, time.time())
+    api = HttpApi(_config(tmp_path, registry_path))
+    port = await api.start()
+    serving = asyncio.create_task(api.serve())
+    try:
+        async with (
+            asyncio.timeout(240),
+            start_chromium(CHROMIUM, tmp_path / "profile") as browser,
+            open_page(browser) as page,
+        ):
+            await page.navigate(f"http://127.0.0.1:{port}/")
+            assert await page.wait_for(READY_JS) == "1"
+            card = json.dumps("#uc-hist")
+            latest = await page.evaluate(f"document.querySelector({card} + ' .period-body').dataset.period")
+            assert latest != str(older["hist"])
+            await page.evaluate(HOLD_JS.format(period=json.dumps(str(older["hist"]))))
+            await page.evaluate(PICK_JS.format(card=card, period=json.dumps(str(older["hist"]))))
+            # The user changes their mind before the older period's answer arrives.
+            await page.evaluate(PICK_JS.format(card=card, period=json.dumps(latest)))
+            assert await page.wait_for(DRAWN_JS.format(card=card, period=json.dumps(latest))) is True
+            await page.evaluate("window.releaseHeld()")
+            assert await page.wait_for("window.heldDone") is True
+            shown = await page.evaluate(READ_JS.format(card=card))
+            ready = await page.evaluate("document.body.dataset.ready")
+    finally:
+        serving.cancel()
+        await asyncio.gather(serving, return_exceptions=True)
+    assert (shown["period"], shown["selected"], ready) == (latest, latest, "1")
+    assert f"period.hist={latest}" in shown["search"]
