@@ -465,10 +465,12 @@ function periodPicker(name, periods, onPick) {
 }
 
 // One period of a card: its summary, its estimate (headline, histogram or table), the release
-// rule and the withheld entries.
-async function renderPeriod(body, select, base, period, series) {
+// rule and the withheld entries. Nothing is drawn (false) when `latest()` says a later pick
+// superseded this one while its answer was on its way: answers may arrive out of order.
+async function renderPeriod(body, select, base, period, series, latest) {
   const query = (period === null ? "?" : `?period=${encodeURIComponent(period)}&`) + "withheld=1";
   const est = await getJSON(base + "/estimate" + query, "estimate");
+  if (!latest()) return false;
   if (![...select.options].some(o => o.value === String(est.period)))
     select.append(el("option", {value: String(est.period)}, `${est.period_start.slice(0, 16).replace("T", " ")} UTC · ${num(est.reports)} reports`));
   select.value = String(est.period);
@@ -496,6 +498,7 @@ async function renderPeriod(body, select, base, period, series) {
     body.append(stringsTable(e, est.confidence));
     if (e.withheld_items && e.withheld_items.length) body.append(withheldList(e.withheld_items));
   }
+  return true;
 }
 
 async function renderUseCase(name, uc, several) {
@@ -505,13 +508,19 @@ async function renderUseCase(name, uc, several) {
   const base = `api/v1/use-cases/${encodeURIComponent(name)}`;
   const series = await getJSON(base + "/series", "series");
   const body = el("div", {class: "period-body"});
+  // Each draw counts; only the last one asked for may draw (the one the picker and address show).
+  let asked = 0;
+  const show = p => {
+    const turn = ++asked;
+    return renderPeriod(body, picker.querySelector("select"), base, p, series, () => turn === asked);
+  };
   const picker = periodPicker(name, uc.periods, async p => {
     document.body.dataset.ready = "0";
-    try { await renderPeriod(body, picker.querySelector("select"), base, p, series); document.body.dataset.ready = "1"; }
+    try { if (await show(p)) document.body.dataset.ready = "1"; }
     catch (err) { showError(err); }
   });
   c.append(picker, body, reportsChart(series));
-  await renderPeriod(body, picker.querySelector("select"), base, PICKED.get("period." + name), series);
+  await show(PICKED.get("period." + name));
 }
 
 async function render() {
