@@ -25,10 +25,10 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from agent.state import DEVICE_ID_BYTES, LedgerNotice, ManifestDoc, ManifestEntry, UseCaseDoc
+from agent.state import DEVICE_ID_BYTES, LedgerDoc, LedgerNotice, ManifestDoc, ManifestEntry, UseCaseDoc
 from agent.statefiles import SUFFIX, StateFiles
 from protocol.plain import PlainDoc
-from protocol.randomness import RandomSource
+from protocol.randomness import RandomSource, random_bytes
 from protocol.registry import Registry
 
 __all__ = ["Carried", "NothingToReEnrolError", "re_enrol"]
@@ -79,7 +79,7 @@ def re_enrol(files: StateFiles, registry: Registry, *, now: float, rng: RandomSo
         names = set(registry.use_cases) | _names_on_disk(files) | set(old.entries if old else ())
         if files.ledger is not None:
             names |= set(files.ledger.epsilon_by_use_case())
-        device = rng.words(2).astype("<u8").tobytes()[:DEVICE_ID_BYTES]
+        device = random_bytes(rng, DEVICE_ID_BYTES)
         manifest = ManifestDoc(device=device)
     else:
         assert files.manifest is not None
@@ -124,6 +124,17 @@ def re_enrol(files: StateFiles, registry: Registry, *, now: float, rng: RandomSo
     if files.ledger is not None and (whole or files.ledger_broken is not None or notices):
         files.ledger.notices.extend(notices)
         files.write_ledger(files.ledger)
+    elif files.ledger is None and files.ledger_broken is not None:
+        # An unreadable ledger cannot be repaired, and without one nothing is published: the
+        # operator's re-enrolment starts a new one and says so in it (the ε figures carried
+        # above came from the files that do open).
+        lost = LedgerNotice(
+            now,
+            "",
+            f"the ledger could not be read ({files.ledger_broken}) and was started anew by re-enrolment; "
+            "the reports that left the device before are no longer listed",
+        )
+        files.write_ledger(LedgerDoc(notices=[lost, *notices]))
     files.unlink([files.use_case_path(name) for name in sorted(names)])
     for item in carried:
         log.warning("use case %s re-enrolled; ε spent %.4g carried forward", item.use_case, item.epsilon_total)

@@ -430,6 +430,12 @@ class StateFiles:
         expected = 0 if entry is None else entry.generation
         spent = epsilon_total(slot.use_case, doc)
         floor = 0.0 if entry is None else entry.epsilon_total
+        # The ledger of this device records the lifetime ε of every report it sent: a manifest
+        # and use-case files put back together while a newer ledger stays would otherwise
+        # agree with each other and enforce the older, lower ε (docs/state-integrity.md).
+        ledger_floor = 0.0
+        if self.ledger is not None and self.ledger.device in (None, manifest.device):
+            ledger_floor = self.ledger.epsilon_by_use_case().get(name, 0.0)
         if doc.generation < expected:
             slot.broken = (
                 f"state file {slot.path} is an older copy (generation {doc.generation}; the manifest expects "
@@ -442,6 +448,12 @@ class StateFiles:
             )
         elif spent + EPSILON_SLACK < floor:
             slot.broken = f"state file {slot.path} has spent ε {spent:g}, less than the {floor:g} the manifest recorded"
+        elif spent + EPSILON_SLACK < ledger_floor:
+            slot.broken = (
+                f"state file {slot.path} has spent ε {spent:g}, less than the {ledger_floor:g} the ledger "
+                f"{self.path('ledger' + SUFFIX)} records for reports already sent: the state was rolled back; "
+                f"{RE_ENROL}"
+            )
         elif doc.generation == expected + 1:
             # The write of the file landed and the manifest's did not (a crash between the two
             # renames). Accepted exactly once: the manifest moves forward before anything else.

@@ -43,7 +43,7 @@ from pathlib import Path
 
 from collector.config import CollectorConfig, check_files, load_config
 from collector.definitions import catalog_of_config, load_catalog
-from collector.errors import CollectorError, ConfigError, StoreError, StoreUnavailable
+from collector.errors import CollectorError, ConfigError, StoreDamaged, StoreError, StoreUnavailable
 from collector.estimation import compute_estimate, load_dictionary, registry_dir
 from collector.rendering import format_estimate, format_status
 from collector.results import to_json
@@ -281,6 +281,10 @@ def _main(argv: Sequence[str] | None) -> int:
     except ConfigError as exc:
         print(f"ldp-collector: {exc}", file=sys.stderr)
         return EXIT_CONFIG
+    except StoreDamaged as exc:
+        # The same status as `run` on a damaged store: restarting (or re-running) cannot help.
+        print(f"ldp-collector: {exc}", file=sys.stderr)
+        return EXIT_STORE
     except CollectorError as exc:
         print(f"ldp-collector: {exc}", file=sys.stderr)
         return EXIT_RUNTIME

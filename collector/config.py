@@ -293,6 +293,10 @@ def _topic_problem(value: str) -> str | None:
     bad_plus = any("+" in lv and lv != "+" for lv in levels)
     if not value or value.startswith("$") or bad_hash or bad_plus:
         return "expected a topic filter such as 'ldp/v1/reports/#' (no leading '$')"
+    if not value.endswith("/#") or "+" in levels:
+        # The levels below the prefix name the sender, to whom alone a commit receipt may go
+        # (protocol/receipts.py, foreign_response_topic); a filter of another shape would hide it.
+        return "expected '<prefix>/#' such as 'ldp/v1/reports/#': the levels below the prefix name the sender"
     return None
 
 

@@ -44,6 +44,11 @@ class StoreError(CollectorError):
     """The checkpoint store cannot be used."""
 
 
+class StoreDamaged(StoreError):  # noqa: N818 - a state of the store, like StoreUnavailable
+    """The checkpoint store's bytes are not what was written (a failed integrity check or
+    checksum): restoring a backup is the way out, so every tool exits 10 on it."""
+
+
 class StoreUnavailable(StoreError):  # noqa: N818 - a state, like TimeoutError; it is an error subclass
     """The checkpoint store cannot take a commit *now*, for a cause that can go away.
 

@@ -55,7 +55,9 @@ MEANING = MappingProxyType(
             "reports not counted (ldp-fleet)"
         ),
         ExitStatus.BEYOND_TOLERANCE: "some estimate further from the truth than the tolerance (ldp-fleet)",
-        ExitStatus.STORE_DAMAGED: "the checkpoint store is damaged or missing; restarting cannot help (ldp-collector)",
+        ExitStatus.STORE_DAMAGED: (
+            "the checkpoint store is damaged or missing; restarting cannot help (ldp-collector run, status, estimate)"
+        ),
     }
 )
 """One sentence per status."""

@@ -40,7 +40,7 @@ import msgpack
 import psycopg
 
 from collector.config import StoreConfig, read_store_password
-from collector.errors import StoreError
+from collector.errors import StoreDamaged, StoreError
 from collector.store.codec import UseCaseRow
 from collector.store.integrity import (
     USE_CASE_COLUMNS,
@@ -151,7 +151,7 @@ class PostgresSetup(SegmentReads):
             self._conn = None
 
     def _damaged(self, what: str) -> StoreError:
-        return StoreError(
+        return StoreDamaged(
             f"the checkpoint database {self.location} is damaged: {what}. Stop every collector using it "
             "and restore it from a backup"
         )

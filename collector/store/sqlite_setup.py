@@ -36,7 +36,7 @@ from pathlib import Path
 
 import msgpack
 
-from collector.errors import StoreError, StoreUnavailable
+from collector.errors import StoreDamaged, StoreError, StoreUnavailable
 from collector.store.codec import UseCaseRow, rid_tag, seal
 from collector.store.integrity import (
     USE_CASE_COLUMNS,
@@ -417,7 +417,7 @@ class SQLiteSetup(SegmentReads):
     # -- integrity ---------------------------------------------------------------------
 
     def _damaged(self, what: str) -> StoreError:
-        return StoreError(
+        return StoreDamaged(
             f"{self.path} is damaged: {what}. Stop every collector using it and restore it from a "
             f"backup; or move it (and {self.marker.name}) aside to start an empty store, losing "
             "what it counted and the memory of folded report ids"

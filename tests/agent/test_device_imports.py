@@ -61,3 +61,31 @@ def test_the_sealed_state_needs_no_cryptography_package() -> None:
 def test_the_probe_sees_numpy_once_it_is_loaded() -> None:
     """The check can fail: the server half of a mechanism loads numpy."""
     assert _loaded_after("import protocol.server.cms", ["numpy"]) == ["numpy"]
+
+
+def test_the_commands_that_write_state_load_no_numpy(tmp_path: Path) -> None:
+    """Granting consent, recording and re-enrolling a whole state directory run on a device
+    without numpy: their random ids come from the pure draws (protocol/randomness.py)."""
+    key = tmp_path / "key"
+    key.write_bytes(bytes(range(32)))
+    key.chmod(0o600)
+    config = tmp_path / "agent.toml"
+    config.write_text(
+        f'[broker]\nhost = "127.0.0.1"\nport = 1\n[registry]\npath = "{ROOT / "deploy" / "usecases.example.toml"}"\n'
+        f'[state]\ndirectory = "{tmp_path / "state"}"\nkey_file = "{key}"\n[api]\nsocket = "{tmp_path / "a.sock"}"\n',
+        encoding="utf-8",
+    )
+
+    def verb(*words: str) -> list[str]:
+        argv = ["--config", str(config), *words]
+        call = (
+            "import contextlib, io, agent.cli\nwith contextlib.redirect_stdout(io.StringIO()):\n"
+            f"    rc = agent.cli.main({argv!r})\nassert rc == 0, rc"
+        )
+        return _loaded_after(call, ["numpy"])
+
+    assert verb("consent", "grant") == []
+    assert verb("record", "dark-mode-enabled", "1") == []
+    for path in [tmp_path / "state" / "manifest.sealed", *(tmp_path / "state").glob("uc-*.sealed")]:
+        path.unlink()
+    assert verb("re-enrol") == []

@@ -217,6 +217,54 @@ def test_status_after_a_manifest_rollback_shows_the_use_case_files_epsilon(
         assert row.epsilon_total >= on_file > 0
 
 
+def test_manifest_and_use_case_files_put_back_together_under_a_newer_ledger_stop(
+    make_agent: Callable[..., Agent], clock: FakeClock, tmp_path: Path
+) -> None:
+    """The manifest and every use-case file restored from a day-1 copy agree with each other, but
+    the ledger kept from day 4 records more ε for the reports it sent: every use case that sent
+    something stops instead of enforcing the older, lower ε, and status shows the ledger's figure."""
+    state = tmp_path / "state"
+    agent = make_agent()
+    agent.grant_consent()
+    _use(agent, clock)
+    saved = {p.name: p.read_bytes() for p in [*state.glob("uc-*.sealed"), state / "manifest.sealed"]}
+    _use(agent, clock, days=3)
+    later = _spent(agent)
+    for name, data in saved.items():
+        (state / name).write_bytes(data)
+    again = make_agent()
+    rows = _rows(again)
+    for name, row in rows.items():
+        assert row.state.startswith("stopped:"), (name, row.state)
+        assert "ledger" in row.state, row.state
+        assert "re-enrol" in row.state, row.state
+        assert row.epsilon_total is not None
+        assert row.epsilon_total >= later[name] - 1e-9
+    with pytest.raises(UseCaseStoppedError):
+        again.record(next(iter(VALUES)), VALUES[next(iter(VALUES))])
+
+
+def test_re_enrolment_replaces_an_unreadable_ledger_so_publishing_resumes(
+    make_agent: Callable[..., Agent], clock: FakeClock, tmp_path: Path
+) -> None:
+    """A ledger that does not open stops publishing; re-enrolment starts a new one saying why,
+    so the device publishes again, and no use case's ε goes down."""
+    state = tmp_path / "state"
+    agent = make_agent()
+    agent.grant_consent()
+    _use(agent, clock, days=2)
+    before = _spent(agent)
+    (state / "ledger.sealed").write_bytes(b"not a sealed file")
+    broken = make_agent()
+    assert "unreadable" in broken.status().ledger
+    broken.re_enrol()
+    again = make_agent()
+    assert again.status().ledger == "ok", again.status().ledger
+    assert any("started anew by re-enrolment" in n.text for n in again._files.ledger.notices)  # type: ignore[union-attr]
+    for name, spent in _spent(again).items():
+        assert spent >= before[name] - 1e-9, name
+
+
 def test_a_copied_in_ledger_stops_publishing_until_re_enrolment(
     make_agent: Callable[..., Agent], clock: FakeClock, tmp_path: Path
 ) -> None:

@@ -56,6 +56,9 @@ def test_defaults_and_shared_subscription_filter() -> None:
         ({"registry": "r", "mqtt": {"port": "1883"}}, "mqtt.port", "expected an integer"),
         ({"registry": "r", "mqtt": {"keepalive_s": True}}, "mqtt.keepalive_s", "boolean"),
         ({"registry": "r", "mqtt": {"topic": "a/#/b"}}, "mqtt.topic", "topic filter"),
+        # A filter without '/#' at its end would hide the sender a receipt may go to.
+        ({"registry": "r", "mqtt": {"topic": "ldp/v1/reports/+/+"}}, "mqtt.topic", "name the sender"),
+        ({"registry": "r", "mqtt": {"topic": "ldp/v1/reports/+/#"}}, "mqtt.topic", "name the sender"),
         ({"registry": "r", "mqtt": {"shared_group": "a/b"}}, "mqtt.shared_group", "cannot contain"),
         ({"registry": "r", "mqtt": {"tls": {"ca": "x"}}}, "mqtt.tls.ca", "unknown key"),
         ({"registry": "r", "mqtt": {"receipt_prefix": "ldp/v1/reports/#"}}, "mqtt.receipt_prefix", "ending in '/'"),
