@@ -10,7 +10,9 @@ terms:
   most ε spent that any file of the directory records for it, and is then added back by
   :func:`agent.registry_change.apply_registry`, which charges a new memo its longitudinal ε at
   once against the same lifetime cap (docs/privacy-accounting.md, "Registry changes"): ε spent
-  is never reset, and a use case whose cap cannot pay for the new memo stays stopped;
+  is never reset below what a remaining file records (with the ledger deleted too, nothing
+  records the reports sent; docs/state-integrity.md says so), and a use case whose cap cannot
+  pay for the new memo stays stopped;
 * when the manifest itself is gone, unreadable or another device's, every use case is
   affected and the device gets a new identity that consent, the ledger and the schedule are
   bound to; otherwise only the stopped use cases are, under the manifest in force;
