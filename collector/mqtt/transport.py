@@ -448,6 +448,13 @@ class MqttTransport:
             return
         while True:
             await asyncio.sleep(interval / 4)
+            if writer.transport.is_closing():
+                # The connection died while the read loop waits for ingest to drain or to give
+                # credit back (it reads nothing then, so it cannot see the loss): wake it, so
+                # the session ends and run() reconnects, instead of pinging a dead socket forever.
+                self._drained.set()
+                self._credit.set()
+                return
             now = time.monotonic()
             if now - self._last_tx >= interval / 2:
                 writer.write(PINGREQ_PACKET)
@@ -464,12 +471,13 @@ class MqttTransport:
         while True:
             self._handle_received()
             self._paused = True
-            while codec.buffered_bytes > limit:
+            while codec.buffered_bytes > limit and not transport.is_closing():
                 self._drained.clear()
                 await self._drained.wait()
-            while not codec.has_credit:
+            while not codec.has_credit and not transport.is_closing():
                 self._credit.clear()
                 await self._credit.wait()
+            # Closed meanwhile: the read below returns what is left, then the end or the error.
             self._paused = False
             data = await reader.read(1 << 18)
             if not data:

@@ -31,6 +31,7 @@ class FakeBroker:
     connack_properties: bytes = b""
     connack_reason: int = 0
     suback_code: int = 1
+    hang_up_after_script: bool = False  # close the connection once its script is sent
     port: int = 0
     connections: int = 0
     pings: int = 0
@@ -60,27 +61,14 @@ class FakeBroker:
             index = self.connections
             self.connections += 1
             self.sent.append(0)
-        rest = b""
         try:
-            # CONNECT, then SUBSCRIBE: answer each.
-            subscribed = False
-            while not subscribed:
-                data = await reader.read(65536)
-                if not data:
-                    return
-                packets, rest = split_packets(rest + data)
-                for first, body in packets:
-                    if first >> 4 == 1:  # CONNECT
-                        props = encode_varint(len(self.connack_properties)) + self.connack_properties
-                        head = bytes([0, self.connack_reason])
-                        writer.write(bytes([CONNACK << 4]) + encode_varint(2 + len(props)) + head + props)
-                    elif first >> 4 == SUBSCRIBE:
-                        pid = body[:2]
-                        writer.write(bytes([SUBACK << 4, 4]) + pid + bytes([0, self.suback_code]))
-                        subscribed = True
-            await writer.drain()
+            rest = await self._handshake(reader, writer)
+            if rest is None:
+                return
             if index < len(self.script):
                 await self._send(writer, index, self.script[index])
+                if self.hang_up_after_script:
+                    return
             while True:
                 data = await reader.read(65536)
                 if not data:
@@ -100,6 +88,27 @@ class FakeBroker:
             with contextlib.suppress(OSError, ConnectionError):
                 await writer.wait_closed()
 
+    async def _handshake(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bytes | None:
+        """CONNECT, then SUBSCRIBE: answer each; the bytes read past them (None: the client left)."""
+        rest = b""
+        subscribed = False
+        while not subscribed:
+            data = await reader.read(65536)
+            if not data:
+                return None
+            packets, rest = split_packets(rest + data)
+            for first, body in packets:
+                if first >> 4 == 1:  # CONNECT
+                    props = encode_varint(len(self.connack_properties)) + self.connack_properties
+                    head = bytes([0, self.connack_reason])
+                    writer.write(bytes([CONNACK << 4]) + encode_varint(2 + len(props)) + head + props)
+                elif first >> 4 == SUBSCRIBE:
+                    pid = body[:2]
+                    writer.write(bytes([SUBACK << 4, 4]) + pid + bytes([0, self.suback_code]))
+                    subscribed = True
+        await writer.drain()
+        return rest
+
     async def _send(self, writer: asyncio.StreamWriter, index: int, data: bytes) -> None:
         # In slices, so a client that refuses a huge packet early stops the flood early.
         step = 1 << 16
@@ -112,11 +121,20 @@ class FakeBroker:
 
 @contextlib.contextmanager
 def running_fake_broker(
-    script: Sequence[bytes], *, connack_properties: bytes = b"", connack_reason: int = 0, suback_code: int = 1
+    script: Sequence[bytes],
+    *,
+    connack_properties: bytes = b"",
+    connack_reason: int = 0,
+    suback_code: int = 1,
+    hang_up_after_script: bool = False,
 ) -> Iterator[FakeBroker]:
     """A fake broker on 127.0.0.1 at a free port, serving ``script`` (one entry per connection)."""
     broker = FakeBroker(
-        script=script, connack_properties=connack_properties, connack_reason=connack_reason, suback_code=suback_code
+        script=script,
+        connack_properties=connack_properties,
+        connack_reason=connack_reason,
+        suback_code=suback_code,
+        hang_up_after_script=hang_up_after_script,
     )
     loop = asyncio.new_event_loop()
     started = threading.Event()

@@ -219,3 +219,29 @@ def test_ldp_collector_run_fed_30_00_keeps_running(tmp_path: Path) -> None:
     log = (tmp_path / "collector.log").read_text()
     assert "protocol error from the broker" in log
     assert "Traceback" not in log
+
+
+@run_async
+async def test_a_connection_lost_while_ingest_holds_every_credit_is_seen_and_replaced() -> None:
+    """Receive Maximum 2, two reports that ingest has not taken yet (the read loop waits for
+    credit and reads nothing), then the broker hangs up: the transport still sees the loss and
+    connects again, instead of pinging a dead socket for ever."""
+    reports = publish(b"ldp/v1/reports/d1/x", b"a", packet_id=1) + publish(b"ldp/v1/reports/d1/x", b"b", packet_id=2)
+    with running_fake_broker([reports], hang_up_after_script=True) as broker:
+        config = MqttConfig(
+            host="127.0.0.1",
+            port=broker.port,
+            client_id="held",
+            receive_maximum=2,
+            keepalive_s=1,
+            reconnect_min_s=0.01,
+            reconnect_max_s=0.05,
+        )
+        transport = MqttTransport(config)
+        runner = asyncio.create_task(transport.run())
+        try:
+            await asyncio.to_thread(broker.wait_for, lambda b: b.connections >= 2)
+            assert not runner.done(), "run() ended"
+        finally:
+            await transport.close()
+            await asyncio.wait_for(runner, 10)
