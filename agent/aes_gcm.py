@@ -66,6 +66,8 @@ def _declare(lib: ctypes.CDLL) -> None:
         update.restype, update.argtypes = num, [ptr, ptr, count, text, num]
         final = getattr(lib, f"EVP_{direction}Final_ex")
         final.restype, final.argtypes = num, [ptr, ptr, count]
+    lib.ERR_clear_error.restype = None
+    lib.ERR_clear_error.argtypes = []
 
 
 @functools.cache
@@ -86,8 +88,9 @@ def libcrypto_loaded() -> bool:
     return _libcrypto() is not None
 
 
-def _ok(result: int, call: str) -> None:
+def _ok(result: int, call: str, lib: ctypes.CDLL) -> None:
     if result != 1:
+        lib.ERR_clear_error()  # the thread's queue is shared with Python's ssl and hashlib
         raise RuntimeError(f"libcrypto: {call} failed")
 
 
@@ -107,11 +110,11 @@ class _LibcryptoGcm:
             raise MemoryError("libcrypto: EVP_CIPHER_CTX_new failed")
         init = getattr(lib, f"EVP_{direction}Init_ex")
         try:
-            _ok(init(ctx, self._cipher, None, None, None), f"EVP_{direction}Init_ex")
-            _ok(lib.EVP_CIPHER_CTX_ctrl(ctx, _CTRL_SET_IVLEN, len(nonce), None), "EVP_CTRL_GCM_SET_IVLEN")
-            _ok(init(ctx, None, None, self._key, nonce), f"EVP_{direction}Init_ex")
+            _ok(init(ctx, self._cipher, None, None, None), f"EVP_{direction}Init_ex", lib)
+            _ok(lib.EVP_CIPHER_CTX_ctrl(ctx, _CTRL_SET_IVLEN, len(nonce), None), "EVP_CTRL_GCM_SET_IVLEN", lib)
+            _ok(init(ctx, None, None, self._key, nonce), f"EVP_{direction}Init_ex", lib)
             absorbed = ctypes.c_int(0)
-            _ok(getattr(lib, f"EVP_{direction}Update")(ctx, None, absorbed, aad, len(aad)), "the associated data")
+            _ok(getattr(lib, f"EVP_{direction}Update")(ctx, None, absorbed, aad, len(aad)), "the associated data", lib)
         except BaseException:
             lib.EVP_CIPHER_CTX_free(ctx)
             raise
@@ -125,11 +128,11 @@ class _LibcryptoGcm:
         try:
             out = ctypes.create_string_buffer(len(data) + TAG_BYTES)
             written, tail = ctypes.c_int(0), ctypes.c_int(0)
-            _ok(lib.EVP_EncryptUpdate(ctx, out, written, data, len(data)), "EVP_EncryptUpdate")
-            _ok(lib.EVP_EncryptFinal_ex(ctx, ctypes.byref(out, written.value), tail), "EVP_EncryptFinal_ex")
+            _ok(lib.EVP_EncryptUpdate(ctx, out, written, data, len(data)), "EVP_EncryptUpdate", lib)
+            _ok(lib.EVP_EncryptFinal_ex(ctx, ctypes.byref(out, written.value), tail), "EVP_EncryptFinal_ex", lib)
             size = written.value + tail.value
             tag = ctypes.create_string_buffer(TAG_BYTES)
-            _ok(lib.EVP_CIPHER_CTX_ctrl(ctx, _CTRL_GET_TAG, TAG_BYTES, tag), "EVP_CTRL_GCM_GET_TAG")
+            _ok(lib.EVP_CIPHER_CTX_ctrl(ctx, _CTRL_GET_TAG, TAG_BYTES, tag), "EVP_CTRL_GCM_GET_TAG", lib)
             return out.raw[:size] + tag.raw
         finally:
             lib.EVP_CIPHER_CTX_free(ctx)
@@ -145,10 +148,13 @@ class _LibcryptoGcm:
         try:
             out = ctypes.create_string_buffer(len(body) + TAG_BYTES)
             written, tail = ctypes.c_int(0), ctypes.c_int(0)
-            _ok(lib.EVP_DecryptUpdate(ctx, out, written, body, len(body)), "EVP_DecryptUpdate")
-            _ok(lib.EVP_CIPHER_CTX_ctrl(ctx, _CTRL_SET_TAG, TAG_BYTES, tag), "EVP_CTRL_GCM_SET_TAG")
+            _ok(lib.EVP_DecryptUpdate(ctx, out, written, body, len(body)), "EVP_DecryptUpdate", lib)
+            _ok(lib.EVP_CIPHER_CTX_ctrl(ctx, _CTRL_SET_TAG, TAG_BYTES, tag), "EVP_CTRL_GCM_SET_TAG", lib)
             # The tag is checked here: anything but 1 means the bytes are not authentic.
             if lib.EVP_DecryptFinal_ex(ctx, ctypes.byref(out, written.value), tail) != 1:
+                # A refused tag queues an OpenSSL error on this thread, where Python's ssl and
+                # hashlib would later find it and report it as theirs: cleared here.
+                lib.ERR_clear_error()
                 raise InvalidTagError("authentication failed")
             return out.raw[: written.value + tail.value]
         finally:

@@ -4,6 +4,7 @@ for byte, both refuse anything not authentic, and the ctypes calls run under
 
 from __future__ import annotations
 
+import ctypes
 import random
 import subprocess
 import sys
@@ -105,3 +106,19 @@ def test_sealing_works_where_memory_cannot_be_writable_and_executable() -> None:
     if done.stdout.strip() == "unsupported":
         pytest.skip("the kernel has no PR_SET_MDWE (Linux 6.3 or later)")
     assert done.stdout.strip() == "libcrypto"
+
+
+def test_a_refused_tag_leaves_no_error_on_openssls_queue() -> None:
+    """A refused tag queues an error on the thread's OpenSSL queue, which Python's ssl and
+    hashlib share; it is cleared, so none of theirs ever reports it as its own."""
+    lib = gcm._libcrypto()
+    if lib is None:
+        pytest.skip("no system libcrypto 3 or 1.1 to load: the cryptography package seals")
+    lib.ERR_peek_error.restype = ctypes.c_ulong
+    lib.ERR_peek_error.argtypes = []
+    cipher = gcm.aes_gcm(bytes(32))
+    sealed = bytearray(cipher.encrypt(bytes(12), b"state", b"aad"))
+    sealed[-1] ^= 1
+    with pytest.raises(gcm.InvalidTagError):
+        cipher.decrypt(bytes(12), bytes(sealed), b"aad")
+    assert lib.ERR_peek_error() == 0
