@@ -108,15 +108,19 @@ def test_sealing_works_where_memory_cannot_be_writable_and_executable() -> None:
     assert done.stdout.strip() == "libcrypto"
 
 
-def test_a_refused_tag_leaves_no_error_on_openssls_queue() -> None:
-    """A refused tag queues an error on the thread's OpenSSL queue, which Python's ssl and
-    hashlib share; it is cleared, so none of theirs ever reports it as its own."""
+def test_a_failed_call_leaves_no_error_on_openssls_queue() -> None:
+    """A libcrypto call that fails (here a nonce of no bytes, which GCM refuses) queues an error
+    on the thread's OpenSSL queue, which Python's ssl and hashlib share; it is cleared, so none
+    of theirs ever reports it as its own. A refused tag leaves nothing queued either."""
     lib = gcm._libcrypto()
     if lib is None:
         pytest.skip("no system libcrypto 3 or 1.1 to load: the cryptography package seals")
     lib.ERR_peek_error.restype = ctypes.c_ulong
     lib.ERR_peek_error.argtypes = []
     cipher = gcm.aes_gcm(bytes(32))
+    with pytest.raises(RuntimeError, match="SET_IVLEN"):
+        cipher.encrypt(b"", b"state", b"aad")
+    assert lib.ERR_peek_error() == 0
     sealed = bytearray(cipher.encrypt(bytes(12), b"state", b"aad"))
     sealed[-1] ^= 1
     with pytest.raises(gcm.InvalidTagError):
