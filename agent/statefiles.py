@@ -380,6 +380,12 @@ class StateFiles:
         use case stops.
         """
         path = self.path(MANIFEST)
+        # The ledger of this device records the lifetime ε of every report it sent: a manifest
+        # and use-case files put back together while a newer ledger stays would otherwise
+        # agree with each other and enforce the older, lower ε (docs/state-integrity.md).
+        sent: dict[str, float] = {}
+        if self.ledger is not None and self.ledger.device in (None, manifest.device):
+            sent = self.ledger.epsilon_by_use_case()
         for name, slot in slots.items():
             doc = slot.doc
             if created and doc is not None and doc.device is not None:
@@ -420,22 +426,24 @@ class StateFiles:
                     f"device is {manifest.device.hex()}): it was copied in; {RE_ENROL}"
                 )
                 continue
-            manifest = self._check_generation(name, slot, doc, entry, manifest)
+            manifest = self._check_generation(name, slot, doc, entry, manifest, ledger_floor=sent.get(name, 0.0))
         return manifest, None
 
     def _check_generation(
-        self, name: str, slot: Slot, doc: UseCaseDoc, entry: ManifestEntry | None, manifest: ManifestDoc
+        self,
+        name: str,
+        slot: Slot,
+        doc: UseCaseDoc,
+        entry: ManifestEntry | None,
+        manifest: ManifestDoc,
+        *,
+        ledger_floor: float,
     ) -> ManifestDoc:
-        """Compare the generation and ε spent of one of this device's files with its manifest entry."""
+        """Compare the generation and ε spent of one of this device's files with its manifest entry
+        and with the lifetime ε the ledger records for its reports (``ledger_floor``)."""
         expected = 0 if entry is None else entry.generation
         spent = epsilon_total(slot.use_case, doc)
         floor = 0.0 if entry is None else entry.epsilon_total
-        # The ledger of this device records the lifetime ε of every report it sent: a manifest
-        # and use-case files put back together while a newer ledger stays would otherwise
-        # agree with each other and enforce the older, lower ε (docs/state-integrity.md).
-        ledger_floor = 0.0
-        if self.ledger is not None and self.ledger.device in (None, manifest.device):
-            ledger_floor = self.ledger.epsilon_by_use_case().get(name, 0.0)
         if doc.generation < expected:
             slot.broken = (
                 f"state file {slot.path} is an older copy (generation {doc.generation}; the manifest expects "
