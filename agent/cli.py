@@ -32,6 +32,7 @@ from agent.status import AgentStatus, UseCaseStatus
 from protocol.plain import Json, JsonObject
 from runtime.clock import Clock, SystemClock
 from runtime.console import VersionAction, quiet_on_closed_pipe
+from runtime.errors import exception_leaves
 from runtime.exit_status import HELP as EXIT_HELP
 from runtime.exit_status import ExitStatus
 
@@ -534,7 +535,7 @@ def _main(argv: Sequence[str] | None, clock: Clock) -> int:
     except BrokenPipeError:
         raise  # the reader of stdout went away: quiet_on_closed_pipe ends it
     except Exception as exc:
-        leaves = _leaves(exc)
+        leaves = exception_leaves(exc)
         if all(isinstance(leaf, StateWriteError) for leaf in leaves):
             # The daemon's tasks could not write state (a full disk): say which file and why,
             # without a traceback; the exit status lets systemd retry later.
@@ -544,12 +545,6 @@ def _main(argv: Sequence[str] | None, clock: Clock) -> int:
         # Unexpected: log the traceback and exit non-zero, so systemd restarts the service.
         logging.getLogger("ldp_agent").exception("the agent failed")
         return EXIT_CODES["error"]
-
-
-def _leaves(exc: BaseException) -> list[BaseException]:
-    if isinstance(exc, BaseExceptionGroup):
-        return [leaf for inner in exc.exceptions for leaf in _leaves(inner)]
-    return [exc]
 
 
 # The errors a verb ends with, without a traceback, each with the kind its exit status is.

@@ -50,6 +50,7 @@ from collector.results import to_json
 from collector.service import run_service
 from collector.status import store_status
 from runtime.console import package_version, quiet_on_closed_pipe
+from runtime.errors import exception_leaves
 from runtime.exit_status import HELP as EXIT_HELP
 from runtime.exit_status import ExitStatus
 
@@ -196,19 +197,13 @@ def migrate(config: CollectorConfig) -> list[str]:
         store.close()
 
 
-def _leaves(exc: BaseException) -> list[BaseException]:
-    if isinstance(exc, BaseExceptionGroup):
-        return [leaf for inner in exc.exceptions for leaf in _leaves(inner)]
-    return [exc]
-
-
 def _run(config: CollectorConfig) -> int:
     try:
         asyncio.run(run_service(config))
     except (CollectorError, BaseExceptionGroup) as exc:
         # A task of the root group failed: report collector errors plainly, re-raise the rest
         # (a bug: the traceback is the useful output, and the exit status is non-zero).
-        leaves = _leaves(exc)
+        leaves = exception_leaves(exc)
         if not all(isinstance(e, CollectorError) for e in leaves):
             raise
         for leaf in leaves:

@@ -62,6 +62,7 @@ from fleet.tally import ShardResult
 from protocol.catalog import Catalog
 from protocol.registry import Registry
 from runtime.console import quiet_on_closed_pipe
+from runtime.errors import exception_leaves
 from runtime.exit_status import ExitStatus
 
 __all__ = ["main", "run_fleet"]
@@ -220,14 +221,6 @@ def _simulate_and_compare(
     return _Run(result, simulated, refs, labels, not_counted, rows, ingest_seconds)
 
 
-def _leaves(group: BaseExceptionGroup[BaseException]) -> list[BaseException]:
-    """The exceptions a (nested) group holds."""
-    out: list[BaseException] = []
-    for exc in group.exceptions:
-        out.extend(_leaves(exc) if isinstance(exc, BaseExceptionGroup) else [exc])
-    return out
-
-
 def run_fleet(args: argparse.Namespace, *, stdout: TextIO | None = None, stderr: TextIO | None = None) -> int:
     """Run the whole simulation as the command line asks; returns the exit status."""
     stdout = stdout or sys.stdout
@@ -255,7 +248,7 @@ def run_fleet(args: argparse.Namespace, *, stdout: TextIO | None = None, stderr:
         if service is None or rest is not None:
             raise
         display.finish()
-        leaves = _leaves(service)
+        leaves = exception_leaves(service)
         more = f" (and {len(leaves) - 1} more like it)" if len(leaves) > 1 else ""
         print(f"ldp-fleet: {leaves[0]}{more}", file=stderr)
         return EXIT_SERVICE

@@ -9,7 +9,7 @@ whichever side reports it.
 
 from __future__ import annotations
 
-__all__ = ["ConfigFileError", "SettingFileError"]
+__all__ = ["ConfigFileError", "SettingFileError", "exception_leaves"]
 
 
 class SettingFileError(ValueError):
@@ -43,3 +43,11 @@ class ConfigFileError(ValueError):
         self.kind = kind
         self.problem = problem
         super().__init__(f"{path}: {field}: {problem}" if field else f"{path}: {problem}")
+
+
+def exception_leaves(exc: BaseException) -> list[BaseException]:
+    """The exceptions ``exc`` stands for: itself, or every leaf of a (nested) exception group,
+    as a task group raises them, so a tool can say each failure once instead of a traceback."""
+    if isinstance(exc, BaseExceptionGroup):
+        return [leaf for inner in exc.exceptions for leaf in exception_leaves(inner)]
+    return [exc]
