@@ -360,6 +360,11 @@ class MqttTransport:
         codec = self._codec
         reader, writer = await asyncio.wait_for(self._open_connection(cfg), _CONNECT_TIMEOUT)
         self._writer = writer
+        if self._closing:
+            # close() ran while the connection was being opened, when there was no writer
+            # for it to close: this connection must not start a session (run()'s finally
+            # closes it), or run() would keep it alive and never return.
+            raise _ConnectionLostError("closed while connecting")
         writer.write(
             codec.connect(
                 client_id=cfg.client_id,

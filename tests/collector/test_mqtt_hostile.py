@@ -245,3 +245,29 @@ async def test_a_connection_lost_while_ingest_holds_every_credit_is_seen_and_rep
         finally:
             await transport.close()
             await asyncio.wait_for(runner, 10)
+
+
+@run_async
+async def test_close_while_a_connection_is_being_opened_ends_run() -> None:
+    """close() that lands while a connection is still being opened (there is no writer yet
+    for it to close) must still end run(): the connection that then opens is closed, not
+    kept alive by pings for ever."""
+    with running_fake_broker([b""]) as broker:
+        config = MqttConfig(host="127.0.0.1", port=broker.port, client_id="late", keepalive_s=1)
+        opening = asyncio.Event()
+        release = asyncio.Event()
+
+        async def slow_open(cfg: MqttConfig) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+            opening.set()
+            await release.wait()
+            return await asyncio.open_connection(cfg.host, cfg.port)
+
+        transport = MqttTransport(config, open_connection=slow_open)
+        runner = asyncio.create_task(transport.run())
+        try:
+            await asyncio.wait_for(opening.wait(), 10)
+            await transport.close()
+            release.set()
+            await asyncio.wait_for(runner, 10)
+        finally:
+            runner.cancel()
