@@ -12,7 +12,7 @@ per period, labelled by period; and why an estimate is withheld when it is. Ever
 period picker (kept in the address as ``?period.NAME=P``; default the API's latest releasable
 period), a one-line release rule, and under a frequency table the withheld entries with their
 reasons (``?withheld=1``). Every number goes through one formatter (``collector.numbers``, the
-CLI's too, with four-digit integers grouped as well: ``num``, :func:`dashboard_number`); axes have round ticks that include zero,
+CLI's too: ``fmt``, :func:`~collector.numbers.format_number`); axes have round ticks that include zero,
 titles, and labels spaced so they neither overlap nor leave the chart. The ε on each card is
 the one charged per report (``epsilon_report``), with the registry's declared bound if looser;
 under the latest period, the period's central (ε, δ) (``central``, in ``.central``). ``body[data-ready]`` turns to ``1``
@@ -26,19 +26,11 @@ benchmarks) is drawn by the first, ``fleet/plots.py``; do not add a third.
 from __future__ import annotations
 
 import json
-import re
 
-from collector.numbers import FORMAT_JS, format_number
+from collector.numbers import FORMAT_JS
 from collector.results import json_schema
 
-__all__ = ["DASHBOARD_HTML", "SCHEMA_CHECK_JS", "dashboard_number"]
-
-
-def dashboard_number(x: float | int | None, digits: int = 4) -> str:
-    """A number as the dashboard writes it (its ``num``): :func:`~collector.numbers.format_number`
-    with a four-digit integer part grouped too (``5,000`` beside ``10,000``), one format on the page."""
-    text = format_number(x, digits)
-    return text if "e" in text else re.sub(r"^(-?)(\d)(\d{3})(?=\.|$)", r"\1\2,\3", text)
+__all__ = ["DASHBOARD_HTML", "SCHEMA_CHECK_JS"]
 
 
 SCHEMA_CHECK_JS = r"""
@@ -148,13 +140,6 @@ const SCHEMA = JSON.parse(document.getElementById("schema").textContent);
     + SCHEMA_CHECK_JS
     + FORMAT_JS
     + r"""
-// One number format on the page: fmt's digits (collector/numbers.py), with the integer part
-// grouped by thousands from 1,000 up, where fmt starts at 10,000 ("5000" beside "10,000"
-// read as two formats).
-function num(x, digits) {
-  const s = fmt(x, digits);
-  return /e/.test(s) ? s : s.replace(/^(-?)(\d)(\d{3})(?=\.|$)/, "$1$2,$3");
-}
 
 function el(tag, attrs, ...children) {
   const node = document.createElement(tag);
@@ -201,14 +186,14 @@ function ticks(lo, hi, count) {
 function yAxis(g, y, values, x0, x1, title, top, bottom) {
   for (const v of values) {
     g.append(sv("line", {x1: x0, x2: x1, y1: y(v), y2: y(v), stroke: v === 0 ? "#98a2b3" : "#eaecf0"}));
-    g.append(sv("text", {x: x0 - 6, y: y(v) + 4, "text-anchor": "end", class: "tick"}, num(v)));
+    g.append(sv("text", {x: x0 - 6, y: y(v) + 4, "text-anchor": "end", class: "tick"}, fmt(v)));
   }
   const mid = (top + bottom) / 2;
   g.append(sv("text", {x: 12, y: mid, transform: `rotate(-90 12 ${mid})`, "text-anchor": "middle", class: "axis-title", "data-axis": "y"}, title));
 }
 
 // The left margin that holds the widest tick label and the rotated axis title.
-const leftMargin = values => Math.max(48, 30 + Math.max(...values.map(v => textWidth(num(v)))));
+const leftMargin = values => Math.max(48, 30 + Math.max(...values.map(v => textWidth(fmt(v)))));
 
 // Indices of labels of width `width` placed every `slot` pixels that do not overlap.
 function spaced(count, slot, width) {
@@ -230,7 +215,7 @@ function seriesChart(series, label) {
   }
   const ys = ticks(Math.min(...pts.map(p => p.ci[0])), Math.max(...pts.map(p => p.ci[1])), 4);
   const L = leftMargin(ys);
-  svg.append(legendTitle(L, 14, `${label} per period: `, [["point", "var(--accent)", "●", "estimate"], ["ci-band", "var(--band)", "■", `${num(series.confidence * 100)}% CI`]]));
+  svg.append(legendTitle(L, 14, `${label} per period: `, [["point", "var(--accent)", "●", "estimate"], ["ci-band", "var(--band)", "■", `${fmt(series.confidence * 100)}% CI`]]));
   const x = scale(0, Math.max(pts.length - 1, 1), L + 10, W - R), y = scale(ys[0], ys[ys.length - 1], H - B, T);
   const g = sv("g");
   yAxis(g, y, ys, L, W - R + 10, label, T, H - B);
@@ -243,7 +228,7 @@ function seriesChart(series, label) {
   g.append(sv("polyline", {points: pts.map((p, i) => `${x(i)},${y(p.value)}`).join(" "), fill: "none", stroke: "var(--accent)", "stroke-width": 2}));
   pts.forEach((p, i) => {
     const c = sv("circle", {cx: x(i), cy: y(p.value), r: 3.5, fill: "var(--accent)", class: "point"});
-    c.append(sv("title", {}, `${p.period_start}: ${num(p.value)} ± ${num(p.standard_error)} (SE), ${num(p.reports)} reports`));
+    c.append(sv("title", {}, `${p.period_start}: ${fmt(p.value)} ± ${fmt(p.standard_error)} (SE), ${fmt(p.reports)} reports`));
     g.append(c);
   });
   const slot = pts.length > 1 ? x(1) - x(0) : W;
@@ -262,7 +247,7 @@ function histogramChart(est, confidence) {
   const vals = b.flatMap(v => [v.ci[0], v.ci[1], v.consistent, 0]).filter(v => v !== null);
   const ys = ticks(Math.min(...vals), Math.max(...vals), 4);
   const L = leftMargin(ys);
-  svg.append(legendTitle(L, 14, "per bucket: ", [["bar", "var(--bar)", "■", "estimate"], ["error-bar", "#101828", "┃", `${num(confidence * 100)}% CI`], ["consistent", "#f79009", "◆", "consistent"]]));
+  svg.append(legendTitle(L, 14, "per bucket: ", [["bar", "var(--bar)", "■", "estimate"], ["error-bar", "#101828", "┃", `${fmt(confidence * 100)}% CI`], ["consistent", "#f79009", "◆", "consistent"]]));
   const y = scale(ys[0], ys[ys.length - 1], H - B, T);
   const slot = (W - L - R) / b.length;
   const g = sv("g");
@@ -271,7 +256,7 @@ function histogramChart(est, confidence) {
     const x0 = L + i * slot + slot * 0.15, w = slot * 0.7, cx = x0 + w / 2;
     const top = y(Math.max(v.value, 0)), base = y(Math.min(v.value, 0));
     const bar = sv("rect", {x: x0, y: Math.min(top, base), width: w, height: Math.max(Math.abs(base - top), 0.5), fill: "var(--bar)", class: "bar"});
-    bar.append(sv("title", {}, `[${edge(v.low)}, ${edge(v.high)}): ${num(v.value)} ± ${num(v.standard_error)} (SE)`));
+    bar.append(sv("title", {}, `[${edge(v.low)}, ${edge(v.high)}): ${fmt(v.value)} ± ${fmt(v.standard_error)} (SE)`));
     g.append(bar);
     if (v.ci[0] !== null && v.ci[1] !== null) {
       g.append(sv("line", {x1: cx, x2: cx, y1: y(v.ci[0]), y2: y(v.ci[1]), stroke: "#101828", "stroke-width": 1.3, class: "error-bar"}));
@@ -292,7 +277,7 @@ function histogramChart(est, confidence) {
   return svg;
 }
 
-const edge = v => v === null ? "∞" : num(v, 6);
+const edge = v => v === null ? "∞" : fmt(v, 6);
 
 // A chart title followed by legend entries, each marker filled with the colour the chart draws
 // its element in (data-mark names that element's class, for the headless check).
@@ -317,11 +302,11 @@ function reportsChart(series) {
   pts.forEach((p, i) => {
     const h = (H - T - B) * p.reports / max;
     const r = sv("rect", {x: L + i * slot + 1, y: H - B - h, width: Math.max(slot - 2, 1), height: h, fill: p.released ? "#98a2b3" : "#fdb022", class: p.released ? "released" : "unreleased"});
-    r.append(sv("title", {}, `${p.period_start}: ${num(p.reports)} reports${p.released ? "" : " (below min_reports)"}`));
+    r.append(sv("title", {}, `${p.period_start}: ${fmt(p.reports)} reports${p.released ? "" : " (below min_reports)"}`));
     svg.append(r);
   });
   svg.append(sv("line", {x1: L, x2: W - R, y1: H - B, y2: H - B, stroke: "#98a2b3"}));
-  svg.append(sv("text", {x: L - 6, y: T + 8, "text-anchor": "end", class: "tick"}, num(max)));
+  svg.append(sv("text", {x: L - 6, y: T + 8, "text-anchor": "end", class: "tick"}, fmt(max)));
   svg.append(sv("text", {x: L - 6, y: H - B, "text-anchor": "end", class: "tick"}, "0"));
   for (const i of spaced(pts.length, slot, textWidth("00-00 00:00")))
     svg.append(sv("text", {x: L + (i + 0.5) * slot, y: H - B + 14, "text-anchor": "middle", class: "tick period-label"}, stamp(pts[i])));
@@ -334,8 +319,8 @@ function reportsChart(series) {
 function correctionText(e) {
   // pfer's level counts false strings; the other corrections' is a rate (stats.py).
   if (!e.correction) return "";
-  if (e.correction === "pfer") return ` · pfer: at most ${num(e.alpha)} false strings expected`;
-  return ` · ${e.correction} at α = ${num(e.alpha)}`;
+  if (e.correction === "pfer") return ` · pfer: at most ${fmt(e.alpha)} false strings expected`;
+  return ` · ${e.correction} at α = ${fmt(e.alpha)}`;
 }
 
 // The release rule in one line, in words, with where it is explained (docs/estimation.md;
@@ -345,11 +330,11 @@ function releaseRule(est) {
   const e = est.estimate;
   let rule;
   if (est.kind !== "frequencies" || !e || e.tested === undefined) {
-    rule = `released: at least ${num(est.min_reports)} reports in the period`;
+    rule = `released: at least ${fmt(est.min_reports)} reports in the period`;
   } else {
-    const test = e.correction === "pfer" ? `with at most ${num(e.alpha)} false releases expected`
-      : `significant after ${CORRECTIONS[e.correction] || e.correction} at α = ${num(e.alpha)}`;
-    rule = `released: estimate ≥ ${num(e.threshold)} and ${test} over ${num(e.tested)} entries tested, with at least ${num(est.min_reports)} reports`;
+    const test = e.correction === "pfer" ? `with at most ${fmt(e.alpha)} false releases expected`
+      : `significant after ${CORRECTIONS[e.correction] || e.correction} at α = ${fmt(e.alpha)}`;
+    rule = `released: estimate ≥ ${fmt(e.threshold)} and ${test} over ${fmt(e.tested)} entries tested, with at least ${fmt(est.min_reports)} reports`;
   }
   const line = el("div", {class: "sub release-rule"}, rule + " — ");
   line.append(el("cite", {class: "doc-ref", title: "in the collector's documentation"}, "docs/estimation.md"));
@@ -363,7 +348,7 @@ function stringsTable(est, confidence) {
   const items = est.items;
   const hasP = items.some(i => i.p_value !== undefined);
   const head = el("tr", {}, el("th", {}, "value"), el("th", {}, "count"), el("th", {}, "SE"),
-                  el("th", {title: est.interval || ""}, `${num(confidence * 100)}% CI`));
+                  el("th", {title: est.interval || ""}, `${fmt(confidence * 100)}% CI`));
   if (hasP) head.append(el("th", {}, "p-value"));
   const table = el("table", {class: "strings"}, el("thead", {}, head));
   const body = el("tbody");
@@ -372,9 +357,9 @@ function stringsTable(est, confidence) {
     for (const it of rows) {
       // A released entry's SE is the spread of its interval conditional on release (docs/estimation.md).
       const se = it.selection_standard_error !== undefined ? it.selection_standard_error : it.standard_error;
-      const row = el("tr", {}, el("td", {}, it.value), el("td", {}, num(it.count)), el("td", {}, num(se)),
-                     el("td", {}, `${num(it.ci[0])} … ${num(it.ci[1])}`));
-      if (hasP) row.append(el("td", {}, num(it.p_value, 2)));
+      const row = el("tr", {}, el("td", {}, it.value), el("td", {}, fmt(it.count)), el("td", {}, fmt(se)),
+                     el("td", {}, `${fmt(it.ci[0])} … ${fmt(it.ci[1])}`));
+      if (hasP) row.append(el("td", {}, fmt(it.p_value, 2)));
       body.append(row);
     }
   };
@@ -386,8 +371,8 @@ function stringsTable(est, confidence) {
   if (est.interval) box.append(el("div", {class: "legend interval-legend"}, `SE and CI: ${est.interval}`));
   if (items.length > ROW_LIMIT) {
     const note = el("div", {class: "hidden-rows"},
-                    `${num(items.length - ROW_LIMIT)} more rows hidden (showing the ${num(ROW_LIMIT)} largest of ${num(items.length)}) `);
-    const button = el("button", {type: "button", class: "show-all"}, `show all ${num(items.length)}`);
+                    `${fmt(items.length - ROW_LIMIT)} more rows hidden (showing the ${fmt(ROW_LIMIT)} largest of ${fmt(items.length)}) `);
+    const button = el("button", {type: "button", class: "show-all"}, `show all ${fmt(items.length)}`);
     button.addEventListener("click", () => { fill(items); note.remove(); });
     note.append(button);
     box.append(note);
@@ -409,9 +394,9 @@ function roleText(uc) {
 function centralLine(g) {
   const line = el("div", {class: "sub central", "data-epsilon": g.epsilon === null ? "" : String(g.epsilon),
                           "data-delta": String(g.delta)});
-  const amplified = g.epsilon === null ? "no amplified ε stated" : `(ε ${num(g.epsilon)}, δ ${num(g.delta)})`;
+  const amplified = g.epsilon === null ? "no amplified ε stated" : `(ε ${fmt(g.epsilon)}, δ ${fmt(g.delta)})`;
   line.append("central guarantee of the period: ", el("b", {}, amplified),
-              ` for ${g.unit} among ${num(g.n)} shuffled reports · ε ${num(g.epsilon_local)} per record on the device · ${g.bound}` +
+              ` for ${g.unit} among ${fmt(g.n)} shuffled reports · ε ${fmt(g.epsilon_local)} per record on the device · ${g.bound}` +
               (g.note ? ` · ${g.note}` : ""));
   return line;
 }
@@ -423,9 +408,9 @@ function card(name, uc, several) {
   c.append(title);
   // The ε a device is charged per report (the mechanism's exact figure), and the registry's
   // declared bound when that is looser.
-  const declared = uc.epsilon > uc.epsilon_report * (1 + 1e-9) ? ` (declared ≤ ${num(uc.epsilon)})` : "";
-  c.append(el("div", {class: "sub"}, `${uc.mechanism} · ε ${num(uc.epsilon_report)} per report${declared} · period ${uc.period} · min ${num(uc.min_reports)} reports` +
-                                       (uc.release_threshold ? ` · threshold ${num(uc.release_threshold)}` : "") +
+  const declared = uc.epsilon > uc.epsilon_report * (1 + 1e-9) ? ` (declared ≤ ${fmt(uc.epsilon)})` : "";
+  c.append(el("div", {class: "sub"}, `${uc.mechanism} · ε ${fmt(uc.epsilon_report)} per report${declared} · period ${uc.period} · min ${fmt(uc.min_reports)} reports` +
+                                       (uc.release_threshold ? ` · threshold ${fmt(uc.release_threshold)}` : "") +
                                        (uc.description ? ` — ${uc.description}` : "")));
   return c;
 }
@@ -434,17 +419,17 @@ function card(name, uc, several) {
 // on demand (the first ROW_LIMIT, largest first).
 function withheldList(items) {
   const box = el("details", {class: "withheld-list"});
-  box.append(el("summary", {}, `${num(items.length)} withheld ${items.length === 1 ? "entry" : "entries"} and why`));
+  box.append(el("summary", {}, `${fmt(items.length)} withheld ${items.length === 1 ? "entry" : "entries"} and why`));
   const table = el("table", {class: "withheld-entries"},
                    el("thead", {}, el("tr", {}, el("th", {}, "value"), el("th", {}, "count"), el("th", {}, "SE"),
                                       el("th", {}, "p-value"), el("th", {}, "why withheld"))));
   const body = el("tbody");
   for (const it of items.slice(0, ROW_LIMIT))
-    body.append(el("tr", {}, el("td", {}, it.value), el("td", {}, num(it.count)), el("td", {}, num(it.standard_error)),
-                   el("td", {}, num(it.p_value, 2)), el("td", {class: "reason"}, it.withheld_reason || "")));
+    body.append(el("tr", {}, el("td", {}, it.value), el("td", {}, fmt(it.count)), el("td", {}, fmt(it.standard_error)),
+                   el("td", {}, fmt(it.p_value, 2)), el("td", {class: "reason"}, it.withheld_reason || "")));
   table.append(body);
   box.append(table);
-  if (items.length > ROW_LIMIT) box.append(el("div", {class: "hidden-rows"}, `${num(items.length - ROW_LIMIT)} more not shown`));
+  if (items.length > ROW_LIMIT) box.append(el("div", {class: "hidden-rows"}, `${fmt(items.length - ROW_LIMIT)} more not shown`));
   return box;
 }
 
@@ -455,7 +440,7 @@ const PICKED = new URLSearchParams(location.search);
 function periodPicker(name, periods, onPick) {
   const select = el("select", {class: "period-picker", "aria-label": `period of ${name}`});
   for (const p of periods.slice().reverse())
-    select.append(el("option", {value: String(p.period)}, `${p.period_start.slice(0, 16).replace("T", " ")} UTC · ${num(p.reports)} reports`));
+    select.append(el("option", {value: String(p.period)}, `${p.period_start.slice(0, 16).replace("T", " ")} UTC · ${fmt(p.reports)} reports`));
   select.addEventListener("change", () => {
     PICKED.set("period." + name, select.value);
     history.replaceState(null, "", "?" + PICKED.toString());
@@ -472,28 +457,28 @@ async function renderPeriod(body, select, base, period, series, latest) {
   const est = await getJSON(base + "/estimate" + query, "estimate");
   if (!latest()) return false;
   if (![...select.options].some(o => o.value === String(est.period)))
-    select.append(el("option", {value: String(est.period)}, `${est.period_start.slice(0, 16).replace("T", " ")} UTC · ${num(est.reports)} reports`));
+    select.append(el("option", {value: String(est.period)}, `${est.period_start.slice(0, 16).replace("T", " ")} UTC · ${fmt(est.reports)} reports`));
   select.value = String(est.period);
   body.textContent = "";
   body.dataset.period = String(est.period);
-  body.append(el("div", {class: "sub"}, `period ${est.period_start} … ${est.period_end}: ${num(est.reports)} reports, ${num(est.records)} records`));
+  body.append(el("div", {class: "sub"}, `period ${est.period_start} … ${est.period_end}: ${fmt(est.reports)} reports, ${fmt(est.records)} records`));
   if (est.central) body.append(centralLine(est.central));
   body.append(releaseRule(est));
   if (!est.released) {
     body.append(el("div", {class: "withheld"}, "not released: " + est.withheld_reason));
   } else if (est.kind === "proportion" || est.kind === "mean") {
     const e = est.estimate;
-    const h = el("div", {class: "headline"}, `${num(e.value)} `);
-    h.append(el("small", {}, `± ${num(e.standard_error)} (SE) · ${num(est.confidence * 100)}% CI ${num(e.ci[0])} … ${num(e.ci[1])}` +
-                             (e.range ? ` · range ${num(e.range[0])} … ${num(e.range[1])}` : "")));
+    const h = el("div", {class: "headline"}, `${fmt(e.value)} `);
+    h.append(el("small", {}, `± ${fmt(e.standard_error)} (SE) · ${fmt(est.confidence * 100)}% CI ${fmt(e.ci[0])} … ${fmt(e.ci[1])}` +
+                             (e.range ? ` · range ${fmt(e.range[0])} … ${fmt(e.range[1])}` : "")));
     body.append(h);
     body.append(seriesChart(series, est.kind === "mean" ? "mean per device" : "share of devices"));
   } else if (est.kind === "histogram") {
     body.append(histogramChart(est.estimate, est.confidence));
   } else {
     const e = est.estimate;
-    const what = e.discovered ? `${num(e.items.length)} discovered strings` : `${num(e.items.length)} of ${num(e.tested)} dictionary entries released`;
-    body.append(el("div", {class: "sub"}, `${what}` + (e.withheld ? ` · ${num(e.withheld)} withheld (below the release threshold, or not significantly above it)` : "") +
+    const what = e.discovered ? `${fmt(e.items.length)} discovered strings` : `${fmt(e.items.length)} of ${fmt(e.tested)} dictionary entries released`;
+    body.append(el("div", {class: "sub"}, `${what}` + (e.withheld ? ` · ${fmt(e.withheld)} withheld (below the release threshold, or not significantly above it)` : "") +
                                          correctionText(e)));
     body.append(stringsTable(e, est.confidence));
     if (e.withheld_items && e.withheld_items.length) body.append(withheldList(e.withheld_items));
@@ -526,7 +511,7 @@ async function renderUseCase(name, uc, several) {
 async function render() {
   const status = await getJSON("api/v1/status", "status");
   const counters = (status.live || {});
-  const rejected = Object.entries(counters.rejected || {}).map(([k, v]) => `${k} ${num(v)}`).join(", ");
+  const rejected = Object.entries(counters.rejected || {}).map(([k, v]) => `${k} ${fmt(v)}`).join(", ");
   const s = document.getElementById("summary");
   s.textContent = "";
   const kv = (k, v) => {
@@ -541,13 +526,13 @@ async function render() {
   // In a group the reports folded are every member's (one shared store); the live figures
   // after them are this member's own, and say so.
   const members = Object.keys(status.instances || {}).length;
-  kv("reports folded", num(status.counters.reports || 0) + (members > 1 ? ` by ${members} collectors` : ""));
+  kv("reports folded", fmt(status.counters.reports || 0) + (members > 1 ? ` by ${members} collectors` : ""));
   if (status.live) {
-    kv(members > 1 ? "messages to this one" : "messages", num(counters.messages));
-    kv("duplicates", num(counters.duplicates));
-    kv("lag", num(counters.aggregation_lag_seconds, 3) + " s");
-    kv("checkpoint age", num(counters.checkpoint_age_seconds, 3) + " s");
-    kv("buffer", num(100 * counters.buffer_fill, 3) + " %");
+    kv(members > 1 ? "messages to this one" : "messages", fmt(counters.messages));
+    kv("duplicates", fmt(counters.duplicates));
+    kv("lag", fmt(counters.aggregation_lag_seconds, 3) + " s");
+    kv("checkpoint age", fmt(counters.checkpoint_age_seconds, 3) + " s");
+    kv("buffer", fmt(100 * counters.buffer_fill, 3) + " %");
   }
   if (status.transport) kv("broker", status.transport.connected ? "connected" : "disconnected");
   if (rejected) s.append("  ·  ", el("span", {class: "rejects"}, "rejected: " + rejected));

@@ -5,9 +5,10 @@ and the tests run both on the same table:
 
 * ``None``, NaN and infinities are ``n/a``; zero is ``0``.
 * From 0.001 up to 10**15: ``digits`` significant digits (4 by default), but never fewer than
-  the integer part has: 1000 is ``1000``, 10955.8 is ``10,956``, 70.2 is ``70.2``. Zeros are
+  the integer part has: 1000 is ``1,000``, 10955.8 is ``10,956``, 70.2 is ``70.2``. Zeros are
   stripped after the decimal point only, so a whole number keeps its zeros. The integer part
-  is grouped by thousands with commas from 10,000 up (``1500``, ``10,956``, ``1,000,000``).
+  is grouped by thousands with commas from 1,000 up (``1,500``, ``10,956``, ``1,000,000``), so
+  a four-digit figure beside a five-digit one reads as the same format.
 * Below 0.001 or from 10**15 up: scientific, ``digits`` significant digits with the
   mantissa's trailing zeros stripped and a bare exponent (``1.5e-5``, ``2.35e15``).
 * Rounding is half away from zero on the exact binary value, which is what JavaScript's
@@ -61,7 +62,7 @@ def format_number(x: float | int | None, digits: int = 4) -> str:
     fixed = f"{exact.quantize(Decimal(1).scaleb(-decimals), rounding=ROUND_HALF_UP):f}"
     whole, _, fraction = fixed.partition(".")
     fraction = fraction.rstrip("0")
-    if len(whole) > 4:
+    if len(whole) > 3:
         whole = f"{int(whole):,}"
     return sign + whole + ("." + fraction if fraction else "")
 
@@ -84,7 +85,7 @@ function fmt(x, digits) {
   const decimals = Math.max(0, digits - (Math.floor(Math.log10(a)) + 1));
   let [whole, fraction] = a.toFixed(decimals).split(".");
   fraction = (fraction || "").replace(/0+$/, "");
-  if (whole.length > 4) whole = whole.replace(/\B(?=(\d{3})+(?!\d))/g, ",");
+  if (whole.length > 3) whole = whole.replace(/\B(?=(\d{3})+(?!\d))/g, ",");
   return sign + whole + (fraction ? "." + fraction : "");
 }
 """

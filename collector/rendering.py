@@ -84,7 +84,7 @@ def _release_lines(est: ReleaseDecision) -> list[str]:
         lines.append(f"  (SE and CI: {est.interval})")
     if est.withheld:
         threshold = _fmt(est.threshold)
-        lines.append(f"  ({est.withheld} entries withheld: below the threshold {threshold} or not significant)")
+        lines.append(f"  ({_fmt(est.withheld)} entries withheld: below the threshold {threshold} or not significant)")
     if est.correction and est.alpha is not None:
         lines.append(f"  ({est.tested} entries tested; {_correction_text(est.correction, est.alpha)})")
     if est.withheld_items is not None:

@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 
 from collector.config import CollectorConfig, parse_config
-from collector.dashboard import dashboard_number
 from collector.http import HttpApi
+from collector.numbers import format_number
 from collector.results import EstimateResult, ServiceStatus, from_json, json_schema
 from collector.store import CheckpointStore
 from protocol.catalog import Catalog
@@ -198,7 +198,7 @@ def _rows(card: str) -> list[list[str]]:
 async def test_dashboard_renders_plots_in_headless_chromium(
     tmp_path: Path, registry: Registry, registry_path: Path
 ) -> None:
-    """The dashboard in Chromium draws every chart; the numbers it shows are the API's, written by dashboard_number."""
+    """The dashboard in Chromium draws every chart; the numbers it shows are the API's, written by format_number."""
     _populate(tmp_path / "dash.sqlite3", registry, time.time())
     api = HttpApi(_config(tmp_path, registry_path))
     port = await api.start()
@@ -232,7 +232,7 @@ async def test_dashboard_renders_plots_in_headless_chromium(
     assert header
     assert _text(header[1]) == (
         f"instance dash · registry {status['registry_hash'][:12]} · "
-        f"reports folded {dashboard_number(status['counters']['reports'])}"
+        f"reports folded {format_number(status['counters']['reports'])}"
     )
     assert status["counters"]["reports"] >= 1000  # so a formatter that drops whole-number zeros would show
     # One table's rendered numbers against the API's estimate: the first rows, then the cut.
@@ -242,12 +242,12 @@ async def test_dashboard_renders_plots_in_headless_chromium(
     assert _rows(card) == [
         [
             i["value"],
-            dashboard_number(i["count"]),
+            format_number(i["count"]),
             # A released entry's SE column is the spread of its interval conditional on release.
-            dashboard_number(i.get("selection_standard_error", i["standard_error"])),
-            f"{dashboard_number(i['ci'][0])} … {dashboard_number(i['ci'][1])}",
+            format_number(i.get("selection_standard_error", i["standard_error"])),
+            f"{format_number(i['ci'][0])} … {format_number(i['ci'][1])}",
             # The release test's p-value (against the release threshold), two significant digits.
-            dashboard_number(i["p_value"], 2),
+            format_number(i["p_value"], 2),
         ]
         for i in items[:3]
     ]
@@ -257,7 +257,7 @@ async def test_dashboard_renders_plots_in_headless_chromium(
     assert f"{len(items)} of {emoji['estimate']['tested']} dictionary entries released" in _text(card)
     # The ε on every card is the one charged per report.
     for name, uc in registry.use_cases.items():
-        assert f"ε {dashboard_number(uc.cost)} per report" in _text(_card(dom, name))
+        assert f"ε {format_number(uc.cost)} per report" in _text(_card(dom, name))
         assert status["use_cases"][name]["epsilon_report"] == uc.cost
     # Mean over time: one point per period, with a confidence band.
     assert re.search(r'class="chart series" data-points="4"', dom)
@@ -379,12 +379,12 @@ async def test_dashboard_shows_the_central_guarantee_next_to_the_per_report_epsi
         assert float(line[1]) == central["epsilon"]
         assert float(line[2]) == central["delta"]
         assert text.startswith(
-            f"central guarantee of the period: (ε {dashboard_number(central['epsilon'])}, "
-            f"δ {dashboard_number(central['delta'])}) for one record of the period among "
-            f"{dashboard_number(central['n'])} shuffled reports · "
-            f"ε {dashboard_number(uc.cost)} per record on the device"
+            f"central guarantee of the period: (ε {format_number(central['epsilon'])}, "
+            f"δ {format_number(central['delta'])}) for one record of the period among "
+            f"{format_number(central['n'])} shuffled reports · "
+            f"ε {format_number(uc.cost)} per record on the device"
         ), text
         # Amplified: 400 shuffled reports give less than the per-record ε, never more.
         assert central["epsilon"] < uc.cost
         # The card's ε per report comes first, then the period's guarantee.
-        assert _text(card).index(f"ε {dashboard_number(uc.cost)} per report") < _text(card).index("central guarantee")
+        assert _text(card).index(f"ε {format_number(uc.cost)} per report") < _text(card).index("central guarantee")

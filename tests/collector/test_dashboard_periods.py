@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from collector.dashboard import dashboard_number
 from collector.http import HttpApi
+from collector.numbers import format_number
 from collector.store import CheckpointStore
 from protocol.registry import Registry
 from protocol.wire import decode_report, encode_report
@@ -49,11 +49,11 @@ def _bar_titles(card: str) -> list[str]:
 
 def _expected_bars(estimate: dict[str, Any]) -> list[str]:
     def edge(v: float | None) -> str:
-        return "∞" if v is None else dashboard_number(v, 6)
+        return "∞" if v is None else format_number(v, 6)
 
     return [
         f"[{edge(b['low'])}, {edge(b['high'])}): "
-        f"{dashboard_number(b['value'])} ± {dashboard_number(b['standard_error'])} (SE)"
+        f"{format_number(b['value'])} ± {format_number(b['standard_error'])} (SE)"
         for b in estimate["estimate"]["buckets"]
     ]
 
@@ -108,10 +108,10 @@ async def test_an_older_period_its_withheld_entries_and_a_clean_layout(
     assert _rows(table)[: len(items)] == [
         [
             i["value"],
-            dashboard_number(i["count"]),
-            dashboard_number(i.get("selection_standard_error", i["standard_error"])),
-            f"{dashboard_number(i['ci'][0])} … {dashboard_number(i['ci'][1])}",
-            dashboard_number(i["p_value"], 2),
+            format_number(i["count"]),
+            format_number(i.get("selection_standard_error", i["standard_error"])),
+            f"{format_number(i['ci'][0])} … {format_number(i['ci'][1])}",
+            format_number(i["p_value"], 2),
         ]
         for i in items[:50]
     ]
@@ -121,8 +121,8 @@ async def test_an_older_period_its_withheld_entries_and_a_clean_layout(
     # The release rule, in words, with where it is explained.
     e = emoji_old["estimate"]
     assert (
-        f"released: estimate ≥ {dashboard_number(e['threshold'])} and significant after Benjamini–Hochberg "
-        f"at α = {dashboard_number(e['alpha'])} over {dashboard_number(e['tested'])} entries tested"
+        f"released: estimate ≥ {format_number(e['threshold'])} and significant after Benjamini–Hochberg "
+        f"at α = {format_number(e['alpha'])} over {format_number(e['tested'])} entries tested"
     ) in _text(emoji)
     assert "docs/estimation.md" in _text(emoji)
     _check_layout(dom, registry, older)

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from collector.dashboard import dashboard_number
 from collector.http import HttpApi
+from collector.numbers import format_number
 from protocol.registry import Registry
 from tests.collector.support import run_async
 from tests.collector.test_dashboard import CHROMIUM, _config, _get
@@ -122,10 +122,10 @@ async def test_picking_an_older_period_redraws_the_card_with_that_periods_figure
     assert freq["rows"] == [
         [
             i["value"],
-            dashboard_number(i["count"]),
-            dashboard_number(i.get("selection_standard_error", i["standard_error"])),
-            f"{dashboard_number(i['ci'][0])} … {dashboard_number(i['ci'][1])}",
-            dashboard_number(i["p_value"], 2),
+            format_number(i["count"]),
+            format_number(i.get("selection_standard_error", i["standard_error"])),
+            f"{format_number(i['ci'][0])} … {format_number(i['ci'][1])}",
+            format_number(i["p_value"], 2),
         ]
         for i in items[:50]
     ]

@@ -24,14 +24,15 @@ CASES: list[tuple[float | None, int, str]] = [
     (70.2, 4, "70.2"),
     (70.2, 3, "70.2"),
     (100, 4, "100"),
-    (1000, 4, "1000"),
-    (1500, 4, "1500"),
+    (1000, 4, "1,000"),
+    (999.96, 4, "1,000"),  # rounding up to a fourth digit groups it too
+    (1500, 4, "1,500"),
     (10955.8, 4, "10,956"),
     (1e6, 4, "1,000,000"),
     (1.5e-5, 4, "1.5e-5"),
     (-1, 4, "-1"),
     (-7.02, 4, "-7.02"),
-    (-1500, 4, "-1500"),
+    (-1500, 4, "-1,500"),
     (-10955.8, 4, "-10,956"),
     (-1.5e-5, 4, "-1.5e-5"),
     (0.5694451960428426, 4, "0.5694"),
@@ -111,10 +112,10 @@ def test_the_cli_writes_numbers_the_same_way() -> None:
         ),
     )
     text = format_estimate(result)
-    assert "1,000,000 reports, 1500 records" in text
+    assert "1,000,000 reports, 1,500 records" in text
     assert "10,956" in text
     assert "70.2" in text
-    assert "3 entries withheld: below the threshold 1000 or not significant" in text
+    assert "3 entries withheld: below the threshold 1,000 or not significant" in text
 
 
 def test_released_entries_say_their_se_and_interval_are_conditional_on_release() -> None:
