@@ -274,6 +274,8 @@ class HttpApi:
         service: the running service, for live metrics and health; None serves a store read-only.
         live: the materialised aggregates to read (default: the service's, or new ones this API owns).
         head_timeout: seconds a connection has to send its request head (tests shorten it).
+        wall_clock: the time that says which period is the latest closed one for the
+            ``ldp_estimate_*`` gauges (tests pin it so no period boundary passes mid-test).
     """
 
     def __init__(
@@ -283,9 +285,11 @@ class HttpApi:
         service: ServiceView | None = None,
         live: LiveAggregates | None = None,
         head_timeout: float = HEAD_TIMEOUT_S,
+        wall_clock: Callable[[], float] = time.time,
     ) -> None:
         self.config = config
         self.head_timeout = head_timeout
+        self._wall_clock = wall_clock
         self.service = service
         if live is None and service is not None:
             live = service.live
@@ -447,7 +451,7 @@ class HttpApi:
     async def _metrics(self, request: web.Request) -> web.Response:
         encoder, content_type = choose_encoder(request.headers.get("Accept", ""))
         try:
-            self._gauges.update(await closed_period_estimates(self.live))
+            self._gauges.update(await closed_period_estimates(self.live, self._wall_clock()))
         except (StoreError, CollectorError) as exc:
             # /metrics is how a store outage is seen: it answers without the estimates (and
             # without stale ones) rather than failing with the store.
