@@ -189,12 +189,16 @@ class StoreConfig:
         password_file: the PostgreSQL password's file, or None (then the systemd credential
             ``store-password`` if present, else none: trust, peer or ``~/.pgpass``).
         compact_after: segments of one key before they are folded into its base.
+        check_interval_s: seconds between the running service's full checks of the store
+            (structure and every checksum, report ids included, as at start); reads are
+            checked after each read besides (``collector.live``).
     """
 
     path: Path = _DEFAULT_STORE
     url: Annotated[str | None, EMPTY_IS_NONE] = None
     password_file: Annotated[Path | None, EMPTY_IS_NONE] = None
     compact_after: Annotated[int, Range(1, 1 << 20)] = 64
+    check_interval_s: Annotated[float, Range(1.0, 7 * 86400.0)] = 3600.0
     source: str = field(default="<string>", metadata={"internal": True})
     """The config file (for error messages; not a key of the file)."""
 

@@ -544,6 +544,8 @@ def compute_estimate(
         if period is None:
             period = default_period(uc, store.totals(uc.ref))
         aggregate, info = store.aggregate(uc.ref, period)
+        # Damage that landed after the open's check and before the read is refused too.
+        store.check(report_ids=False)
     finally:
         store.close()
     return estimate_aggregate(

@@ -30,6 +30,16 @@ Memory is bounded: resident aggregates are kept least recently used first out, u
 as the store measures them). An aggregate larger than the whole bound is read for the
 request and not kept, as the CLI does.
 
+Damage is refused while running too, not only at the open: an answer leaves only after a
+check of the file (:meth:`Store.check`, the open's checks without the report ids, which no
+read here touches) that began after everything the answer was computed from had been read.
+A flip in an index or in ``sqlite_sequence`` is covered by no row checksum and reads as a
+silently missing segment; checking after the read catches it before anybody sees the number,
+and from then on every request is refused, naming the file, as the open refuses it
+(docs/deploy.md, "When the store is damaged"). Nothing read since the last check, nothing to
+check: a repeated request for an unchanged aggregate costs no check. The service also runs the
+full check (report ids included) every ``store.check_interval_s`` (:meth:`check`).
+
 Threads, not processes: one thread owns the read-only SQLite connection and does every read
 and fold; estimates run in ``estimation.workers`` other threads. Worker processes would need
 each aggregate copied to them (what they did before: each re-read it from SQLite), while the
@@ -51,7 +61,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from collector.config import CollectorConfig
-from collector.errors import StoreError
+from collector.errors import StoreDamaged, StoreError
 from collector.estimation import default_period, estimate_aggregate, registry_dir, resolve, series_of
 from collector.results import CollectorStatus, EstimateResult, MaterialisedStatus, Series
 from collector.status import status_of
@@ -112,6 +122,11 @@ class LiveAggregates:
         self._version = 0
         self._totals: tuple[int, list[KeyInfo]] | None = None
         self._loads = self._catch_ups = self._evictions = 0
+        self._checks = 0
+        # Whether anything was read from the store since its last check, and the damage a
+        # check found (every later request is refused with it).
+        self._unchecked = False
+        self._damage: StoreDamaged | None = None
         # ... except these counters, bumped on the estimate threads under the entry's lock,
         self._estimates = self._reused = 0
         # and these, on the event loop.
@@ -142,6 +157,9 @@ class LiveAggregates:
         uc = resolve(self.catalog, use_case)
         key, entry = await self._on(self._io, self._io_resolve, uc, period)
         version, result = await self._on(self._cpu, self._compute, uc, entry, withheld)
+        # The background fold may have added to the entry while it was computed: the check
+        # must begin after that read too.
+        await self._on(self._io, self._io_checked)
         return (key[0], key[1], version), result
 
     async def series(self, use_case: str, *, limit: int = 120) -> Series:
@@ -151,11 +169,20 @@ class LiveAggregates:
             KeyError: no accepted definition has that name or ref.
         """
         uc = resolve(self.catalog, use_case)
-        return await self._on(self._io, self._io_series, uc, limit)
+        return await self._on(self._io, self._io_answer, self._io_series, uc, limit)
 
     async def status(self) -> CollectorStatus:
         """:func:`~collector.status.status_of` the store."""
-        return await self._on(self._io, self._io_status)
+        return await self._on(self._io, self._io_answer, self._io_status)
+
+    async def check(self) -> None:
+        """Check the whole store as the open does, report ids included (the service's periodic check).
+
+        Raises:
+            StoreDamaged: naming the file and what is wrong; every later request is refused with it.
+            StoreUnavailable: the store cannot be read now.
+        """
+        await self._on(self._io, self._io_check, True)
 
     def committed(self, keys: Iterable[Key]) -> None:
         """Note that a commit added to ``keys``; :meth:`run` folds it into those that are resident."""
@@ -188,6 +215,7 @@ class LiveAggregates:
             evictions=self._evictions,
             estimates=self._estimates,
             reused=self._reused,
+            checks=self._checks,
         )
 
     def close(self) -> None:
@@ -225,7 +253,36 @@ class LiveAggregates:
 
     # -- the aggregates thread --------------------------------------------------------------
 
+    def _io_answer(self, fn: Callable[..., T], *args: Any) -> T:
+        """``fn(*args)`` on this thread, returned only once the store has been checked after its reads."""
+        answer = fn(*args)
+        self._io_checked()
+        return answer
+
+    def _io_checked(self) -> None:
+        """Check the store if anything was read from it since its last check."""
+        if self._damage is not None:
+            raise self._damage
+        if self._unchecked:
+            self._io_check(False)
+
+    def _io_check(self, report_ids: bool) -> None:
+        store = self._io_db()
+        try:
+            store.check(report_ids=report_ids)
+        except StoreDamaged as exc:
+            self._damage = exc
+            self._entries.clear()
+            self._bytes = 0
+            self._totals = None
+            log.error("%s", exc)
+            raise
+        self._checks += 1
+        self._unchecked = False
+
     def _io_db(self, use_case: str | None = None) -> Store:
+        if self._damage is not None:
+            raise self._damage
         store = self._store
         # A read-only connection knows the use cases collected when it opened; reopen (once
         # per new commit) in case this one has been collected since.
@@ -247,6 +304,7 @@ class LiveAggregates:
         last = store.last_seq()
         if self._totals is None or self._totals[0] != last:
             self._totals = (last, store.totals())
+            self._unchecked = True
         return [i for i in self._totals[1] if use_case is None or i.use_case == use_case]
 
     def _io_resolve(self, uc: UseCase, period: int | None) -> tuple[Key, _Entry]:
@@ -275,6 +333,7 @@ class LiveAggregates:
                     self._drop(key)  # it may be half folded
                     raise
                 if caught is not None:
+                    self._unchecked = True
                     entry.aggregate, info, entry.seq = caught
                     if info != entry.info:
                         entry.info = info
@@ -286,6 +345,7 @@ class LiveAggregates:
                 return entry
             self._drop(key)
         aggregate, info, seq = store.aggregate_at(*key)
+        self._unchecked = True
         self._loads += 1
         size = max(footprint(aggregate), _MIN_BYTES)
         entry = _Entry(aggregate=aggregate, info=info, seq=seq, version=self._next_version(), nbytes=size)
@@ -338,6 +398,7 @@ class LiveAggregates:
     def _io_status(self) -> CollectorStatus:
         totals = self._io_totals()
         store = self._io_db()
+        self._unchecked = True  # the counters are read afresh
         counters = store.counters()
         instances = {instance: store.counters(instance) for instance in store.instances()}
         return status_of(self.catalog, totals, counters, instances, store_path=self.config.store.location)

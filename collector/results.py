@@ -384,6 +384,8 @@ class MaterialisedStatus(_Value, frozen=True):
     evictions: int
     estimates: int
     reused: int
+    checks: int = 0
+    """Checks of the store after a read (``collector.live``), passed."""
 
 
 class IngestSnapshot(_Value, frozen=True):

@@ -123,6 +123,18 @@ async def _maintain(service: Service, clock: WallClock) -> None:
             service.metrics.compactions += 1
 
 
+async def _check_store(service: Service) -> None:
+    """The whole store checked as at start, every ``store.check_interval_s``: damage found
+    raises :class:`~collector.errors.StoreDamaged`, which ends the service (exit 10) before it
+    acknowledges another report; a store that cannot be read now waits for the next round."""
+    while True:
+        await asyncio.sleep(service.config.store.check_interval_s)
+        try:
+            await service.live.check()
+        except StoreUnavailable as exc:
+            log.warning("store check skipped: %s", exc)
+
+
 def _count_dropped(metrics: IngestMetrics, notifier: Notifier) -> None:
     metrics.sd_notify_dropped = notifier.dropped
 
@@ -223,6 +235,7 @@ async def _run_tasks(
         t_ingest = tg.create_task(service.ingest.run(), name="ingest")
         t_maintenance = tg.create_task(_maintenance(service, clock), name="maintenance")
         t_live = tg.create_task(service.live.run(), name="materialise")
+        t_check = tg.create_task(_check_store(service), name="store-check")
         # Its own task, not part of maintenance: a failing store must not stop the pings.
         t_watchdog = (
             tg.create_task(
@@ -247,6 +260,6 @@ async def _run_tasks(
         t_ingest.cancel()
         await asyncio.wait({t_ingest})
         await service.transport.close()
-        for task in (t_transport, t_maintenance, t_live, t_watchdog, t_http, t_ready):
+        for task in (t_transport, t_maintenance, t_live, t_check, t_watchdog, t_http, t_ready):
             if task is not None:
                 task.cancel()

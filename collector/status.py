@@ -96,6 +96,8 @@ def store_status(config: CollectorConfig) -> CollectorStatus:
         totals = store.totals()
         counters = store.counters()
         per_instance = {instance: store.counters(instance) for instance in store.instances()}
+        # Damage that landed after the open's check and before the reads is refused too.
+        store.check(report_ids=False)
     finally:
         store.close()
     return status_of(catalog, totals, counters, per_instance, store_path=config.store.location)

@@ -235,7 +235,7 @@ if [ "$postgres" -eq 1 ]; then
     pg_dir="$(mktemp -d /tmp/ldp-demo-pg.XXXXXX)"
     [ -z "$pg_user" ] || chown "$pg_user" "$pg_dir"
     say "starting PostgreSQL $("$pg_bin/postgres" --version | awk '{print $3}') on a socket in $pg_dir"
-    as_pg_user "$pg_bin/initdb" -D "$pg_dir/data" -U ldp --auth=trust -E UTF8 --no-sync \
+    as_pg_user "$pg_bin/initdb" -D "$pg_dir/data" -U ldp --auth=trust -E UTF8 --data-checksums --no-sync \
         >"$pg_dir/initdb.log" 2>&1 ||
         { echo "run-demo: initdb failed (see $pg_dir/initdb.log)" >&2; keep=1; exit 1; }
     as_pg_user "$pg_bin/pg_ctl" -D "$pg_dir/data" -l "$pg_dir/server.log" -w -t 60 \

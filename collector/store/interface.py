@@ -224,6 +224,11 @@ class Store(Protocol):
         """Check every checksum; raise StoreError naming the table and row at fault."""
         ...
 
+    def check(self, *, report_ids: bool = True) -> None:
+        """Check the store as it is now, as its open did; raise StoreDamaged naming what is
+        wrong (``report_ids=False``: leave out the remembered report ids, which reads never use)."""
+        ...
+
     def close(self) -> None:
         """Release the connection."""
         ...

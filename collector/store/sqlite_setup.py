@@ -158,6 +158,11 @@ def rollback(db: sqlite3.Connection) -> None:
             db.execute("ROLLBACK")
 
 
+_READ_TABLES = ("meta", "use_cases", "aggregates", "segments", "counters", "sqlite_sequence")
+"""What the live view reads (:meth:`SQLiteSetup.check` with ``report_ids=False``): every
+table but the remembered report ids and the allowance, which only commits use."""
+
+
 class SQLiteSetup(SegmentReads):
     """Opening, schema, use-case rows and integrity of the SQLite checkpoint database.
 
@@ -447,8 +452,31 @@ class SQLiteSetup(SegmentReads):
         """Store the checksum of the use case's row as it is now (after the row changed)."""
         self._put_digest(use_case_key(uc), self._use_case_digest(uc))
 
-    def _check_structure(self) -> None:
-        """SQLite's ``integrity_check``: pages, b-trees, and every index against its table.
+    def check(self, *, report_ids: bool = True) -> None:
+        """Run the open's checks again on the file as it is now: the structure and every checksum.
+
+        A running reader (the live view) calls it after it has read from the file and before it
+        answers, so damage that lands after the open is refused like damage found at the open
+        (docs/deploy.md, "When the store is damaged"). ``report_ids=False`` leaves out the
+        remembered report ids (the ``seen`` table and its index, most of the file), which no
+        read of the live view touches; the service's periodic check includes them.
+
+        Raises:
+            StoreDamaged: naming the file and what is wrong.
+            StoreUnavailable: the file cannot be read now (a lock, an I/O error).
+        """
+        try:
+            self._check_structure(None if report_ids else _READ_TABLES)
+            self.verify(report_ids=report_ids)
+        except sqlite3.DatabaseError as exc:
+            transient = _transient(self.path, exc)
+            if transient is not None:
+                raise transient from exc
+            raise self._damaged(f"SQLite reports: {exc}") from exc
+
+    def _check_structure(self, tables: Iterable[str] | None = None) -> None:
+        """SQLite's ``integrity_check``: pages, b-trees, and every index against its table
+        (of ``tables`` only, with their indexes, when given).
 
         ``quick_check`` is cheaper but does not compare indexes with their tables, and a bit
         flipped in an index entry then reads as a silently missing segment or use case (the
@@ -458,12 +486,15 @@ class SQLiteSetup(SegmentReads):
         and when the live view opens its connection (its cost: docs/deploy.md, "When the store
         is damaged").
         """
-        problems = [str(r[0]) for r in self._db.execute("PRAGMA integrity_check(20)")]
-        if problems != ["ok"]:
-            raise self._damaged("PRAGMA integrity_check: " + "; ".join(problems[:3]))
+        pragmas = ["integrity_check(20)"] if tables is None else [f"integrity_check({t})" for t in tables]
+        for pragma in pragmas:
+            problems = [str(r[0]) for r in self._db.execute(f"PRAGMA {pragma}")]
+            if problems != ["ok"]:
+                raise self._damaged(f"PRAGMA {pragma}: " + "; ".join(problems[:3]))
 
-    def verify(self) -> None:
-        """Check every checksum (``integrity_check`` has run at open).
+    def verify(self, *, report_ids: bool = True) -> None:
+        """Check every checksum (``integrity_check`` has run at open); the report ids' tags
+        only with ``report_ids``.
 
         Raises:
             StoreError: naming the file, the table and the row at fault, and what to do.
@@ -490,7 +521,8 @@ class SQLiteSetup(SegmentReads):
                 raise self._damaged(f"table sqlite_sequence: segments go up to {newest}, the sequence says {last!r}")
             check_aggregates(db.execute("SELECT uc, period, reports, records, data FROM aggregates"), self._open)
             check_segments(db.execute("SELECT uc, period, kind, reports, records, data FROM segments"), self._open)
-            check_seen(db.execute("SELECT rid, uc, period FROM seen"), self._damaged)
+            if report_ids:
+                check_seen(db.execute("SELECT rid, uc, period FROM seen"), self._damaged)
         except (TypeError, ValueError, OverflowError, AttributeError, msgpack.UnpackException) as exc:
             raise self._damaged(f"a row has a value of the wrong type ({exc})") from exc
         finally:

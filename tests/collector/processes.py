@@ -36,6 +36,7 @@ def write_config(
     instance: str = "test",
     shared_group: str = "",
     extra: str = "",
+    store_extra: str = "",
     http_port: int | None = None,
 ) -> Path:
     """A collector config file for a broker on loopback.
@@ -69,6 +70,7 @@ commit_interval_s = 0.05
 
 [store]
 {store_keys}
+{store_extra}
 
 {http}
 {extra}
