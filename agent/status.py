@@ -34,6 +34,13 @@ def _text(data: Mapping[str, Json], key: str) -> str:
     return value
 
 
+def _texts(data: Mapping[str, Json], key: str) -> tuple[str, ...]:
+    value = data.get(key, [])
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ValueError(f"status: {key!r} is not a list of strings: {value!r}")
+    return tuple(v for v in value if isinstance(v, str))
+
+
 def _maybe_count(data: Mapping[str, Json], key: str) -> int | None:
     value = data.get(key)
     if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
@@ -183,6 +190,10 @@ class AgentStatus:
         recording: ``"ok"``, or ``"paused since <time>: <why>..."`` while the state directory
             cannot be written (a full disk): values are refused and nothing is sent until it can
             (absent from the JSON of an agent of the previous release: read as ``"ok"``).
+        brokers: the brokers in the order this device tries them, its primary first (empty when
+            not known: the JSON of an agent of the previous release).
+        broker_in_use: the broker of the open connection (None while none is open, and when the
+            answer does not come from a running daemon).
     """
 
     consent: bool
@@ -197,6 +208,8 @@ class AgentStatus:
     use_cases: tuple[UseCaseStatus, ...]
     pid: int
     recording: str = "ok"
+    brokers: tuple[str, ...] = ()
+    broker_in_use: str | None = None
 
     def to_json(self) -> JsonObject:
         """The JSON object the API answers and ``ldp-agent status --json`` prints."""
@@ -213,6 +226,8 @@ class AgentStatus:
             "use_cases": [row.to_json() for row in self.use_cases],
             "pid": self.pid,
             "recording": self.recording,
+            "brokers": list(self.brokers),
+            "broker_in_use": self.broker_in_use,
         }
 
     @classmethod
@@ -239,4 +254,6 @@ class AgentStatus:
             use_cases=tuple(UseCaseStatus.from_json(row) for row in rows),
             pid=_count(status, "pid"),
             recording=_text(status, "recording") if "recording" in status else "ok",
+            brokers=_texts(status, "brokers"),
+            broker_in_use=_text(status, "broker_in_use") if status.get("broker_in_use") is not None else None,
         )
