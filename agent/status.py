@@ -191,7 +191,8 @@ class AgentStatus:
             cannot be written (a full disk): values are refused and nothing is sent until it can
             (absent from the JSON of an agent of the previous release: read as ``"ok"``).
         brokers: the brokers in the order this device tries them, its primary first (empty when
-            not known: the JSON of an agent of the previous release).
+            not known: the JSON of an agent of the previous release; then the JSON has neither
+            key).
         broker_in_use: the broker of the open connection (None while none is open, and when the
             answer does not come from a running daemon).
     """
@@ -213,7 +214,7 @@ class AgentStatus:
 
     def to_json(self) -> JsonObject:
         """The JSON object the API answers and ``ldp-agent status --json`` prints."""
-        return {
+        out: JsonObject = {
             "consent": self.consent,
             "consent_granted_at": self.consent_granted_at,
             "registry": self.registry,
@@ -226,9 +227,17 @@ class AgentStatus:
             "use_cases": [row.to_json() for row in self.use_cases],
             "pid": self.pid,
             "recording": self.recording,
-            "brokers": list(self.brokers),
-            "broker_in_use": self.broker_in_use,
         }
+        out.update(self._brokers_json())
+        return out
+
+    def _brokers_json(self) -> JsonObject:
+        # Only where known, like a use case's figures: the core alone knows no brokers.
+        out: JsonObject = {}
+        if self.brokers:
+            out["brokers"] = list(self.brokers)
+            out["broker_in_use"] = self.broker_in_use
+        return out
 
     @classmethod
     def from_json(cls, data: Json) -> AgentStatus:
