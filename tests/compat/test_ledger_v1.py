@@ -48,6 +48,7 @@ def test_the_fixture_is_a_ledger_of_version_1() -> None:
     sealer = Sealer(KEY)
     assert LEDGER_VERSION == 2
     old = sealer.read(FIXTURE / "ledger.sealed", "ledger", 1)
+    assert old is not None
     assert all("broker" not in e for e in old["entries"])
     with pytest.raises(StateUnreadableError):
         sealer.read(FIXTURE / "ledger.sealed", "ledger", LEDGER_VERSION)
@@ -56,6 +57,7 @@ def test_the_fixture_is_a_ledger_of_version_1() -> None:
 def test_a_version_1_ledger_opens_with_every_entry_and_no_broker(tmp_path: Path) -> None:
     state = _state(tmp_path)
     before = Sealer(KEY).read(state / "ledger.sealed", "ledger", 1)
+    assert before is not None
     files = {p.name: p.read_bytes() for p in state.iterdir()}
     device = _agent(state, FakeClock(START + 86_400))
     assert device.status().ledger == "ok"
