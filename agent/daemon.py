@@ -287,7 +287,8 @@ async def run_daemon(
         )
         d = daemon
         d.on_status = lambda line: _notify_status(notifier, line)
-        brokers = lambda: (d.publisher.brokers, d.publisher.broker_in_use)  # noqa: E731 - read at each request
+        # Read at each request; an in-memory transport without a name shows none.
+        brokers = lambda: (tuple(b for b in d.publisher.brokers if b), d.publisher.broker_in_use or None)  # noqa: E731
         async with serve(agent, cfg.api.socket, mode=cfg.api.socket_mode, brokers=brokers):
             try:
                 async with asyncio.TaskGroup() as tg:

@@ -168,8 +168,10 @@ class Publisher:
         self._clock = clock
         self._rng = rng
         self._in_use: str | None = None
-        # Report id -> the broker that acknowledged its last send (see the module's docstring).
+        # Report id -> the broker that acknowledged its last send (see the module's docstring);
+        # kept only with several brokers, where a report can move.
         self._carried_by: dict[bytes, str] = {}
+        self._several = len(routes) > 1
         self._retry = Retry(backoff or Backoff(), jitter=_jitter(rng))
         self._wake = asyncio.Event()
         self._idle = asyncio.Event()
@@ -312,10 +314,10 @@ class Publisher:
                         await conn.publish(p.topic, p.entry.payload, correlation=p.entry.report_id)
                     except PublishRefusedError as e:
                         refused.append((p, e.reason))
-                        self._carried_by[p.entry.report_id] = broker
+                        self._carried(p, broker)
                         continue
                     sent.append(p)
-                    self._carried_by[p.entry.report_id] = broker
+                    self._carried(p, broker)
                     _end_if_cancelled()
             finally:
                 # Persist the sends even when cancelled (SIGTERM) or after a failure.
@@ -327,9 +329,16 @@ class Publisher:
                 continue  # a receipt may have settled everything while we sent
             await self._wait(later)
 
+    def _carried(self, p: Pending, broker: str) -> None:
+        """``broker`` acknowledged a send of ``p`` (remembered only with several brokers)."""
+        if self._several:
+            self._carried_by[p.entry.report_id] = broker
+
     def _with_moved(self, due: list[Pending], broker: str) -> list[Pending]:
         """``due`` and the reports whose last send another broker acknowledged: their receipts
         were to come on a connection that is gone, so they are sent again through ``broker`` now."""
+        if not self._carried_by:
+            return due
         waiting = self._agent.outbox()
         known = {p.entry.report_id for p in waiting}
         for report_id in [r for r in self._carried_by if r not in known]:
