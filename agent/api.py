@@ -180,13 +180,24 @@ _REFUSAL_KINDS: tuple[tuple[type[Exception], str], ...] = (
 _REFUSALS = tuple(t for t, _ in _REFUSAL_KINDS)
 
 
-def handle_request(agent: Agent, request: object, *, on_change: Callable[[], None] | None = None) -> JsonObject:
+BrokerUse: TypeAlias = Callable[[], tuple[tuple[str, ...], str | None]]
+"""The brokers in the device's order and the one in use (None: no connection open), for ``status``."""
+
+
+def handle_request(
+    agent: Agent,
+    request: object,
+    *,
+    on_change: Callable[[], None] | None = None,
+    brokers: BrokerUse | None = None,
+) -> JsonObject:
     """Serve one decoded request; never raises for a bad request.
 
     Args:
         agent: the agent.
         request: the decoded JSON request.
         on_change: called after a change that may concern the daemon (consent).
+        brokers: what ``status`` says about the brokers (the daemon's publisher).
     """
     if not isinstance(request, dict) or not isinstance(request.get("op"), str):
         return _error("bad-request", 'expected a JSON object with a string "op"')
@@ -195,14 +206,24 @@ def handle_request(agent: Agent, request: object, *, on_change: Callable[[], Non
     if handler is None:
         return _error("bad-request", f"unknown op {op!r}; the operations are: {', '.join(_OPS)} (docs/agent-api.md)")
     try:
-        return handler(agent, request, on_change)
+        reply = handler(agent, request, on_change)
+        status = reply.get("status")
+        if brokers is not None and isinstance(status, dict):
+            order, in_use = brokers()
+            status.update(brokers=list(order), broker_in_use=in_use)
+        return reply
     except _REFUSALS as e:
         return _error(next(kind for t, kind in _REFUSAL_KINDS if isinstance(e, t)), str(e))
 
 
 @contextlib.asynccontextmanager
 async def serve(
-    agent: Agent, path: Path, *, mode: int = 0o660, on_change: Callable[[], None] | None = None
+    agent: Agent,
+    path: Path,
+    *,
+    mode: int = 0o660,
+    on_change: Callable[[], None] | None = None,
+    brokers: BrokerUse | None = None,
 ) -> AsyncIterator[asyncio.Server]:
     """Serve the API on a Unix socket for the duration of the block.
 
@@ -242,7 +263,7 @@ async def serve(
             request = json.loads(line)
         except (ValueError, UnicodeDecodeError):
             return _error("bad-request", "the request is not one line of JSON")
-        return handle_request(agent, request, on_change=on_change)
+        return handle_request(agent, request, on_change=on_change, brokers=brokers)
 
     path.parent.mkdir(parents=True, exist_ok=True)
     with contextlib.suppress(FileNotFoundError):

@@ -199,6 +199,8 @@ def _request(cfg: AgentConfig, request: JsonObject, clock: Clock) -> JsonObject:
     # No daemon: open the state ourselves, under the lock a daemon would hold. Imported here:
     # talking to a running daemon needs none of the mechanisms.
     from agent.api import handle_request  # noqa: PLC0415
+    from agent.brokers import broker_order  # noqa: PLC0415
+    from agent.identity import device_identity  # noqa: PLC0415
     from agent.opening import StateLock, load_registry, open_agent  # noqa: PLC0415
     from protocol.randomness import SystemRandom  # noqa: PLC0415
 
@@ -206,11 +208,22 @@ def _request(cfg: AgentConfig, request: JsonObject, clock: Clock) -> JsonObject:
     try:
         with StateLock(cfg.state.directory):
             agent = open_agent(cfg, registry, clock=clock, rng=SystemRandom())
-            return handle_request(agent, request)
+            identity = device_identity(cfg.broker, source=str(cfg.source or "<config>"))
+            order = tuple(str(a) for a in broker_order(identity, cfg.broker.endpoints))
+            return handle_request(agent, request, brokers=lambda: (order, None))
     except AgentBusyError:
         raise AgentBusyError(
             f"an agent process holds {cfg.state.directory} but does not answer on {cfg.api.socket}"
         ) from None
+
+
+def _brokers(status: AgentStatus) -> str:
+    """The brokers in the device's order, the one in use marked (or none open)."""
+    names = [f"{b} (in use)" if b == status.broker_in_use else b for b in status.brokers]
+    if len(names) > 1:
+        names[0] += " (primary)"
+    in_use = "" if status.broker_in_use is not None else "; no connection open"
+    return ", ".join(names) + in_use
 
 
 def _print_status(status: AgentStatus) -> None:
@@ -219,6 +232,8 @@ def _print_status(status: AgentStatus) -> None:
     print(f"next cycle:  {_when(status.next_cycle)}   last cycle: {_when(status.last_cycle)}")
     print(f"outbox:      {status.outbox} reports waiting; ledger {status.ledger}")
     print(f"recording:   {status.recording}")
+    if status.brokers:
+        print(f"brokers:     {_brokers(status)}")
     print("use cases:")
     for row in status.use_cases:
         line = f"  {row.definition:<38} {row.mechanism:<13} {row.state}"
@@ -275,7 +290,7 @@ def _print_ledger(entries: Sequence[Mapping[str, object]], notices: Sequence[Map
         print(
             f"{_when(e['sent'])}  {e['use_case']}  period {e['period']}  {_length(e['records'])} records"
             f"  ε {e['epsilon']:.4g} (day {e['epsilon_today']:.4g}, total {e['epsilon_total']:.4g})"
-            f"  {e.get('status', 'sent')}"
+            f"  {e.get('status', 'sent')}{f' via {broker}' if (broker := e.get('broker')) else ''}"
         )
         print(f"    {json.dumps(e['records'])}")
 

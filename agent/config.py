@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, ClassVar, Literal
 
+from agent.brokers import BrokerAddress, parse_address
 from agent.errors import ConfigError
 from protocol.schema import Invalid, Range, check_ranges
 from runtime.config import load_config_file, parse_config_text
@@ -48,13 +49,23 @@ def _positive(name: str, value: float) -> None:
         raise Invalid(name, f"must be a positive number; got {value!r}")
 
 
+_DEFAULT_PORT = 8883
+"""MQTT over TLS."""
+
+
 @dataclass(frozen=True, kw_only=True)
 class BrokerConfig:
     """Where and how reports are published (MQTT over TLS, QoS 1).
 
+    Either ``host`` (with ``port``) names the one broker, or ``addresses`` lists several;
+    a device tries them in the order :func:`agent.brokers.broker_order` gives it, its primary
+    first (agent.publisher says when it moves on and when it comes back).
+
     Attributes:
-        host: broker host name or address.
-        port: broker TCP port (8883 is MQTT over TLS).
+        host: broker host name or address (when ``addresses`` is not given).
+        port: broker TCP port (8883 is MQTT over TLS), with ``host``.
+        addresses: several brokers, each ``host:port`` (``[ipv6]:port``), instead of
+            ``host`` and ``port``; every other key applies to each of them.
         tls: use TLS (turn off only for a loopback test broker).
         ca_file: CA bundle to verify the broker with (system trust store when omitted).
         cert_file: client certificate, for certificate authentication.
@@ -77,8 +88,9 @@ class BrokerConfig:
         receipt_backoff_max: cap of that wait in seconds.
     """
 
-    host: str
-    port: Annotated[int, Range(1, 65535)] = 8883
+    host: str | None = None
+    port: Annotated[int, Range(1, 65535)] = _DEFAULT_PORT
+    addresses: tuple[str, ...] | None = None
     tls: bool = True
     ca_file: Path | None = None
     cert_file: Path | None = None
@@ -100,8 +112,7 @@ class BrokerConfig:
 
     def __post_init__(self) -> None:
         check_ranges(self)
-        if not self.host:
-            raise Invalid("host", "must not be empty")
+        self._check_brokers()
         if (self.cert_file is None) != (self.key_file is None):
             raise Invalid("key_file", "cert_file and key_file go together (client certificate authentication)")
         if self.password_file is not None and self.username is None:
@@ -122,6 +133,37 @@ class BrokerConfig:
             raise Invalid("backoff_max", "must be at least backoff_initial")
         if not self.topic_prefix or "#" in self.topic_prefix or "+" in self.topic_prefix:
             raise Invalid("topic_prefix", "must be a non-empty topic without wildcards")
+
+    def _check_brokers(self) -> None:
+        if self.addresses is None:
+            if self.host is None:
+                raise Invalid("host", "is required but missing; add it (or list the brokers in addresses)")
+            if not self.host:
+                raise Invalid("host", "must not be empty")
+            return
+        if self.host is not None:
+            raise Invalid("addresses", f"give either host (and port) or addresses, not both; host is {self.host!r}")
+        if self.port != _DEFAULT_PORT:
+            raise Invalid("port", f"goes with host; with addresses each address names its port; got {self.port}")
+        if not self.addresses:
+            raise Invalid("addresses", "must list at least one broker as host:port; got []")
+        seen: dict[tuple[str, int], str] = {}
+        for i, text in enumerate(self.addresses):
+            try:
+                address = parse_address(text)
+            except ValueError as e:
+                raise Invalid(f"addresses[{i}]", str(e)) from None
+            key = (address.host.lower(), address.port)
+            if key in seen:
+                raise Invalid(f"addresses[{i}]", f"{text!r} is listed twice (as {seen[key]!r} before)")
+            seen[key] = text
+
+    @property
+    def endpoints(self) -> tuple[BrokerAddress, ...]:
+        """The brokers, as listed (``host`` and ``port`` make a list of one)."""
+        if self.addresses is None:
+            return (BrokerAddress(self.host or "", self.port),)
+        return tuple(parse_address(a) for a in self.addresses)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -334,36 +334,37 @@ class Agent:
         """
         return outbox.due(self.outbox(), now, timeout, cap)
 
-    def acknowledge(self, acked: Sequence[Pending]) -> None:
-        """Reports the broker acknowledged (without receipts): add them to the ledger, then
-        drop them from the outbox.
+    def acknowledge(self, acked: Sequence[Pending], *, broker: str = "") -> None:
+        """Reports the broker acknowledged (without receipts): add them to the ledger (with the
+        ``broker`` that acknowledged them), then drop them from the outbox.
 
         The ledger is written first; a crash before the outbox write resends identical bytes
         (the collector de-duplicates by report id) and the ledger keeps one entry per id.
         """
         try:
-            outbox.acknowledge(self._files, acked, clock=self.clock, retention=self.ledger_retention)
+            outbox.acknowledge(self._files, acked, clock=self.clock, retention=self.ledger_retention, broker=broker)
         except StateWriteError as e:
             # The reports stay in the outbox and are sent again, byte for byte, once the state
             # can be written; the collector de-duplicates them by report id.
             log.error("acknowledgements not recorded, the reports will be sent again: %s", e)
 
-    def mark_sent(self, sent: Sequence[Pending]) -> None:
-        """Reports the broker acknowledged (with receipts): the ledger says "sent", and each
+    def mark_sent(self, sent: Sequence[Pending], *, broker: str = "") -> None:
+        """Reports the ``broker`` acknowledged (with receipts): the ledger says "sent", and each
         stays in the outbox with the time of this send and its count, waiting for its receipt.
         """
         try:
-            outbox.mark_sent(self._files, sent, clock=self.clock, retention=self.ledger_retention)
+            outbox.mark_sent(self._files, sent, clock=self.clock, retention=self.ledger_retention, broker=broker)
         except StateWriteError as e:
             log.error("sends not recorded, the reports will be sent again: %s", e)
 
-    def mark_refused(self, refused: Sequence[tuple[Pending, str]]) -> None:
-        """Sends the broker refused, with the reason: the ledger says "refused by the broker:
+    def mark_refused(self, refused: Sequence[tuple[Pending, str]], *, broker: str = "") -> None:
+        """Sends the ``broker`` refused, with the reason: the ledger says "refused by the broker:
         <reason>", and each report waits in the outbox to be tried again (agent.outbox)."""
-        outbox.mark_refused(self._files, refused, clock=self.clock, retention=self.ledger_retention)
+        outbox.mark_refused(self._files, refused, clock=self.clock, retention=self.ledger_retention, broker=broker)
 
-    def settle(self, receipts: Sequence[Receipt]) -> int:
-        """Commit receipts arrived: the ledger records the outcome, then the reports leave the outbox.
+    def settle(self, receipts: Sequence[Receipt], *, broker: str = "") -> int:
+        """Commit receipts arrived (through ``broker``): the ledger records the outcome and the
+        broker, then the reports leave the outbox.
 
         A receipt for a report no longer in the outbox (a second answer to a resend) is
         ignored. Ledger first, as in :meth:`acknowledge`: a crash in between re-sends bytes
@@ -374,7 +375,12 @@ class Agent:
         """
         try:
             return outbox.settle(
-                self._files, receipts, self.outbox(), clock=self.clock, retention=self.ledger_retention
+                self._files,
+                receipts,
+                self.outbox(),
+                clock=self.clock,
+                retention=self.ledger_retention,
+                broker=broker,
             )
         except StateWriteError as e:
             # Unsettled reports are sent again later and the collector answers them again.

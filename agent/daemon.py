@@ -22,15 +22,17 @@ import signal
 from collections.abc import Callable, Mapping, Sequence
 
 from agent.api import serve
+from agent.brokers import BrokerAddress, broker_order
 from agent.config import AgentConfig, ScheduleConfig
 from agent.core import Agent
 from agent.errors import ConsentRequiredError, UseCaseStoppedError, ValueRefusedError
+from agent.identity import device_identity
 from agent.opening import StateLock, check_probes, load_registry, open_agent
 from agent.probes import Probe, Sample, build_probes
 from agent.publisher import Publisher, ReceiptPolicy
 from agent.schedule import next_cycle_after, plausible_next
 from agent.state import AgentDoc
-from agent.transport import Connection, ReceiptConnection, Transport
+from agent.transport import Connection, ReceiptConnection, Route, Transport
 from agent.usecases import Kind, counter_input, kind_of
 from protocol.randomness import RandomSource, SystemRandom
 from runtime.backoff import Backoff
@@ -47,26 +49,48 @@ class _Shutdown(Exception):  # noqa: N818 - a signal, not an error
 
 
 class LazyMqttTransport:
-    """Imports the MQTT adapter on the first connection, so an idle daemon does not load it."""
+    """Imports the MQTT adapter on the first connection, so an idle daemon does not load it.
 
-    def __init__(self, cfg: AgentConfig, rng: RandomSource) -> None:
+    Args:
+        cfg: the config.
+        rng: the source of client identifiers.
+        address: the broker (default: the first of ``[broker]``).
+    """
+
+    def __init__(self, cfg: AgentConfig, rng: RandomSource, address: BrokerAddress | None = None) -> None:
         self._cfg = cfg
         self._rng = rng
+        self._broker = address or cfg.broker.endpoints[0]
         self._inner: Transport | None = None
+
+    @property
+    def address(self) -> str:
+        """The broker's ``host:port``."""
+        return str(self._broker)
 
     def connect(self) -> contextlib.AbstractAsyncContextManager[Connection]:
         if self._inner is None:
             from agent.mqtt import MqttTransport  # noqa: PLC0415 - aiomqtt only once something is sent
 
-            self._inner = MqttTransport(self._cfg.broker, self._rng)
+            self._inner = MqttTransport(self._cfg.broker, self._rng, address=self._broker)
         return self._inner.connect()
 
     def connect_receipts(self) -> contextlib.AbstractAsyncContextManager[ReceiptConnection]:
         from agent.mqtt import MqttTransport  # noqa: PLC0415 - aiomqtt only once something is sent
 
         if not isinstance(self._inner, MqttTransport):
-            self._inner = MqttTransport(self._cfg.broker, self._rng)
+            self._inner = MqttTransport(self._cfg.broker, self._rng, address=self._broker)
         return self._inner.connect_receipts()
+
+
+def broker_routes(cfg: AgentConfig, rng: RandomSource) -> list[Route]:
+    """One route per configured broker, in this device's order (agent.brokers), its primary first.
+
+    Raises:
+        ConfigError: the identity the order depends on cannot be read (agent.identity).
+    """
+    order = broker_order(device_identity(cfg.broker, source=str(cfg.source or "<config>")), cfg.broker.endpoints)
+    return [Route(str(a), LazyMqttTransport(cfg, rng, a)) for a in order]
 
 
 class Daemon:
@@ -74,7 +98,7 @@ class Daemon:
 
     Args:
         agent: the agent core.
-        transport: the broker connection factory.
+        transport: the broker connection factory, or one route per broker in the device's order.
         clock: the wall clock; cycles wait on it.
         rng: randomness for jitter and backoff.
         schedule: when cycles run.
@@ -86,7 +110,7 @@ class Daemon:
     def __init__(
         self,
         agent: Agent,
-        transport: Transport,
+        transport: Transport | Sequence[Route],
         *,
         clock: Clock,
         rng: RandomSource,
@@ -249,7 +273,7 @@ async def run_daemon(
         agent = open_agent(cfg, registry, clock=clock, rng=rng, environ=environ)
         daemon = Daemon(
             agent,
-            transport or LazyMqttTransport(cfg, rng),
+            transport or broker_routes(cfg, rng),
             clock=clock,
             rng=rng,
             schedule=cfg.schedule,
@@ -263,7 +287,9 @@ async def run_daemon(
         )
         d = daemon
         d.on_status = lambda line: _notify_status(notifier, line)
-        async with serve(agent, cfg.api.socket, mode=cfg.api.socket_mode):
+        # Read at each request; an in-memory transport without a name shows none.
+        brokers = lambda: (tuple(b for b in d.publisher.brokers if b), d.publisher.broker_in_use or None)  # noqa: E731
+        async with serve(agent, cfg.api.socket, mode=cfg.api.socket_mode, brokers=brokers):
             try:
                 async with asyncio.TaskGroup() as tg:
                     d.start(tg)

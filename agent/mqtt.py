@@ -61,6 +61,7 @@ from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 from paho.mqtt.reasoncodes import ReasonCode
 
+from agent.brokers import BrokerAddress
 from agent.config import BrokerConfig, read_password, tls_context
 from agent.errors import TransportError
 from agent.identity import device_identity
@@ -227,19 +228,27 @@ class _MqttReceiptConnection:
 
 
 class MqttTransport:
-    """Connections to the configured broker.
+    """Connections to one of the configured brokers.
 
     Args:
         cfg: the ``[broker]`` section.
         rng: the source of client identifiers.
+        address: the broker (default: the first of ``cfg``; agent.publisher holds one
+            transport per broker, in the device's order).
     """
 
-    def __init__(self, cfg: BrokerConfig, rng: RandomSource) -> None:
+    def __init__(self, cfg: BrokerConfig, rng: RandomSource, *, address: BrokerAddress | None = None) -> None:
         self._cfg = cfg
         self._rng = rng
+        self._broker = address or cfg.endpoints[0]
         # The user name the broker will see (or the certificate's common name): the receipt
         # topic sits under it, where the ACL (%u) lets only this identity read.
         self._identity = device_identity(cfg)
+
+    @property
+    def address(self) -> str:
+        """The broker's ``host:port``."""
+        return str(self._broker)
 
     def _client(self, identifier: str, *, v5: bool) -> aiomqtt.Client:
         cfg = self._cfg
@@ -248,8 +257,8 @@ class MqttTransport:
         tls = tls_context(cfg)
         if v5:
             return _Client(
-                cfg.host,
-                cfg.port,
+                self._broker.host,
+                self._broker.port,
                 identifier=identifier,
                 username=cfg.username,
                 password=read_password(cfg),
@@ -261,8 +270,8 @@ class MqttTransport:
                 logger=log,
             )
         return aiomqtt.Client(
-            cfg.host,
-            cfg.port,
+            self._broker.host,
+            self._broker.port,
             identifier=identifier,
             username=cfg.username,
             password=read_password(cfg),
@@ -292,7 +301,7 @@ class MqttTransport:
                 yield _MqttReceiptConnection(client, cfg.publish_timeout, topic)
         except aiomqtt.MqttError as e:
             what = "connection lost" if entered else "cannot connect"
-            raise _transport_error(f"{what} ({cfg.host}:{cfg.port})", e) from e
+            raise _transport_error(f"{what} ({self._broker})", e) from e
 
     @contextlib.asynccontextmanager
     async def connect(self) -> AsyncIterator[Connection]:
@@ -306,4 +315,4 @@ class MqttTransport:
                 yield _MqttConnection(client, cfg.publish_timeout)
         except aiomqtt.MqttError as e:
             what = "connection lost" if entered else "cannot connect"
-            raise _transport_error(f"{what} ({cfg.host}:{cfg.port})", e) from e
+            raise _transport_error(f"{what} ({self._broker})", e) from e

@@ -156,7 +156,7 @@ def _by_use_case(reports: Sequence[Pending]) -> dict[str, set[bytes]]:
 # ---------------------------------------------------------------------- the ledger
 
 
-def _ledger_entry(p: Pending, now: float, status: str) -> LedgerEntry:
+def _ledger_entry(p: Pending, now: float, status: str, broker: str) -> LedgerEntry:
     body = msgpack.unpackb(p.entry.payload, raw=False)
     return LedgerEntry(
         report_id=p.entry.report_id,
@@ -169,6 +169,7 @@ def _ledger_entry(p: Pending, now: float, status: str) -> LedgerEntry:
         epsilon_total=p.entry.epsilon_total,
         sent=now,
         status=status,
+        broker=broker,
     )
 
 
@@ -220,8 +221,10 @@ def add_notices(files: StateFiles, notices: Sequence[LedgerNotice], *, now: floa
 # ---------------------------------------------------------------------- sends and receipts
 
 
-def acknowledge(files: StateFiles, acked: Sequence[Pending], *, clock: Clock, retention: float) -> None:
-    """Reports the broker acknowledged (without receipts): add them to the ledger, then drop
+def acknowledge(
+    files: StateFiles, acked: Sequence[Pending], *, clock: Clock, retention: float, broker: str = ""
+) -> None:
+    """Reports the ``broker`` acknowledged (without receipts): add them to the ledger, then drop
     them from the outbox."""
     if not acked:
         return
@@ -233,28 +236,34 @@ def acknowledge(files: StateFiles, acked: Sequence[Pending], *, clock: Clock, re
     for p in acked:
         if p.entry.report_id in known:
             continue
-        ledger.entries.append(_ledger_entry(p, now, "sent"))
+        ledger.entries.append(_ledger_entry(p, now, "sent", broker))
         known.add(p.entry.report_id)
     files.write_ledger(ledger)
     _drop_from_outbox(files, _by_use_case(acked))
 
 
-def mark_sent(files: StateFiles, sent: Sequence[Pending], *, clock: Clock, retention: float) -> None:
-    """Reports the broker acknowledged (with receipts): the ledger says "sent", and each
-    stays in the outbox with the time of this send and its count, waiting for its receipt."""
-    _record_sends(files, [(p, "sent") for p in sent], clock=clock, retention=retention)
+def mark_sent(files: StateFiles, sent: Sequence[Pending], *, clock: Clock, retention: float, broker: str = "") -> None:
+    """Reports the ``broker`` acknowledged (with receipts): the ledger says "sent" (through that
+    broker), and each stays in the outbox with the time of this send and its count, waiting for
+    its receipt."""
+    _record_sends(files, [(p, "sent") for p in sent], clock=clock, retention=retention, broker=broker)
 
 
-def mark_refused(files: StateFiles, refused: Sequence[tuple[Pending, str]], *, clock: Clock, retention: float) -> None:
+def mark_refused(
+    files: StateFiles, refused: Sequence[tuple[Pending, str]], *, clock: Clock, retention: float, broker: str = ""
+) -> None:
     """Sends the broker refused (a PUBACK reason code >= 0x80), each with the reason's name:
     the ledger says "refused by the broker: <reason>", and each report stays in the outbox as
     if sent, so that it is tried again only after :func:`receipt_wait` (ε is already spent)."""
     for p, reason in refused:
         log.warning("use case %s: the broker refused a report (%s); it is tried again later", p.use_case, reason)
-    _record_sends(files, [(p, BROKER_REFUSED + reason) for p, reason in refused], clock=clock, retention=retention)
+    sends = [(p, BROKER_REFUSED + reason) for p, reason in refused]
+    _record_sends(files, sends, clock=clock, retention=retention, broker=broker)
 
 
-def _record_sends(files: StateFiles, sends: Sequence[tuple[Pending, str]], *, clock: Clock, retention: float) -> None:
+def _record_sends(
+    files: StateFiles, sends: Sequence[tuple[Pending, str]], *, clock: Clock, retention: float, broker: str
+) -> None:
     """The ledger gets each report's status (a new entry, or a "sent" or a broker's refusal
     replaced), then each stays in the outbox with the time of this send and its count."""
     if not sends:
@@ -268,12 +277,16 @@ def _record_sends(files: StateFiles, sends: Sequence[tuple[Pending, str]], *, cl
     for p, status in sends:
         entry = index.get(p.entry.report_id)
         if entry is None:
-            entry = _ledger_entry(p, now, status)
+            entry = _ledger_entry(p, now, status, broker)
             ledger.entries.append(entry)
             index[p.entry.report_id] = entry
             changed = True
-        elif entry.status != status and (entry.status == "sent" or entry.status.startswith(BROKER_REFUSED)):
-            entry.status = status
+        elif (entry.status == "sent" or entry.status.startswith(BROKER_REFUSED)) and (
+            entry.status,
+            entry.broker,
+        ) != (status, broker):
+            # The status and the broker of the latest send (a failover changes the broker).
+            entry.status, entry.broker = status, broker
             changed = True
     if changed:
         files.write_ledger(ledger)
@@ -292,7 +305,13 @@ def _record_sends(files: StateFiles, sends: Sequence[tuple[Pending, str]], *, cl
 
 
 def settle(
-    files: StateFiles, receipts: Sequence[Receipt], pending: Sequence[Pending], *, clock: Clock, retention: float
+    files: StateFiles,
+    receipts: Sequence[Receipt],
+    pending: Sequence[Pending],
+    *,
+    clock: Clock,
+    retention: float,
+    broker: str = "",
 ) -> int:
     """Commit receipts arrived: the ledger records the outcome, then the reports leave the outbox.
 
@@ -302,6 +321,7 @@ def settle(
         pending: the reports in the outbox (:func:`waiting`).
         clock: the wall clock.
         retention: seconds the ledger keeps an entry.
+        broker: the broker the receipts came through (the ledger records it).
 
     A receipt for a report no longer in the outbox (a second answer to a resend) is ignored.
 
@@ -321,9 +341,10 @@ def settle(
         status = outcome[p.entry.report_id]
         entry = index.get(p.entry.report_id)
         if entry is None:
-            ledger.entries.append(_ledger_entry(p, now, status))
+            ledger.entries.append(_ledger_entry(p, now, status, broker))
         else:
             entry.status = status
+            entry.broker = broker
         if status != "counted":
             log.warning("use case %s: the collector refused a report (%s)", p.use_case, status[9:])
     files.write_ledger(ledger)

@@ -26,19 +26,48 @@ in a tight loop. A broker that says "not now" (:class:`~agent.transport.BrokerBu
 CONNACK or DISCONNECT 0x88, 0x89, 0x97, 0x9F) makes the wait grow faster
 (:meth:`runtime.backoff.Retry.next_delay`); the jitter, drawn from the agent's random source,
 spreads a fleet's reconnects.
+
+Several brokers (``[broker] addresses``). The publisher holds one :class:`~agent.transport.Route`
+per broker, in the device's order (:func:`agent.brokers.broker_order`: its primary first). A
+round tries them in that order: when connecting fails or a connection is lost, the next broker
+is tried at once; only when every broker of the round has failed does the backoff wait (the
+same capped, jittered wait as with one broker, counted per round), and the next round starts
+again at the primary. A session that ends because the outbox is empty ends the round, so every
+round, and every new cycle's reports, start at the primary: a device goes back to its primary
+as soon as it serves again, which keeps the fleet spread as the hash spreads it (a device that
+stayed on its fallback would leave the fallback with the load of two brokers long after the
+primary came back). The price is one failed connection attempt per round while the primary is
+down.
+
+A report sent through one broker waits for its receipt on that connection's response topic;
+once that connection is gone the receipt cannot arrive. So after a failover the reports whose
+last acknowledged send went through another broker are due at once on the new connection
+(not after their receipt wait); the collector counts a report id once whichever broker
+delivers it. Which broker carried each send is kept in memory: after a restart such reports
+wait their receipt wait, as before. Reconnecting to the same broker keeps the receipt wait
+(the collector may still be committing the report). The ledger records the broker of each
+report's last acknowledged send, and of the connection its receipt came on.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from agent.core import Agent
 from agent.errors import TransportError
 from agent.outbox import Pending
-from agent.transport import BrokerBusyError, PublishRefusedError, ReceiptConnection, ReceiptTransport, Transport
+from agent.transport import (
+    BrokerBusyError,
+    PublishRefusedError,
+    ReceiptConnection,
+    ReceiptTransport,
+    Route,
+    Transport,
+    address_of,
+)
 from protocol.randomness import RandomSource, uniform_draws
 from runtime.backoff import Backoff, Retry
 from runtime.clock import Clock
@@ -109,7 +138,8 @@ class Publisher:
 
     Args:
         agent: the agent whose outbox is drained.
-        transport: connections to the broker.
+        transport: connections to the broker, or one route per broker in the device's order
+            (the primary first).
         clock: for backoff sleeps.
         rng: for backoff jitter.
         backoff: the retry policy.
@@ -120,20 +150,28 @@ class Publisher:
     def __init__(
         self,
         agent: Agent,
-        transport: Transport,
+        transport: Transport | Sequence[Route],
         *,
         clock: Clock,
         rng: RandomSource,
         backoff: Backoff | None = None,
         receipts: ReceiptPolicy | None = None,
     ) -> None:
-        if receipts is not None and not isinstance(transport, ReceiptTransport):
-            raise TypeError(f"{type(transport).__name__} cannot receive commit receipts")
+        routes = list(transport) if isinstance(transport, Sequence) else [Route(address_of(transport), transport)]
+        if not routes:
+            raise ValueError("no broker to publish through")
+        for route in routes:
+            if receipts is not None and not isinstance(route.transport, ReceiptTransport):
+                raise TypeError(f"{type(route.transport).__name__} cannot receive commit receipts")
         self._agent = agent
-        self._transport = transport
+        self._routes = routes
         self._clock = clock
         self._rng = rng
-        self._receipt_transport = transport if isinstance(transport, ReceiptTransport) else None
+        self._in_use: str | None = None
+        # Report id -> the broker that acknowledged its last send (see the module's docstring);
+        # kept only with several brokers, where a report can move.
+        self._carried_by: dict[bytes, str] = {}
+        self._several = len(routes) > 1
         self._retry = Retry(backoff or Backoff(), jitter=_jitter(rng))
         self._wake = asyncio.Event()
         self._idle = asyncio.Event()
@@ -161,12 +199,22 @@ class Publisher:
         )
 
     @property
+    def brokers(self) -> tuple[str, ...]:
+        """The brokers in the order they are tried, the primary first."""
+        return tuple(r.broker for r in self._routes)
+
+    @property
+    def broker_in_use(self) -> str | None:
+        """The broker of the open connection (None while none is open)."""
+        return self._in_use
+
+    @property
     def idle(self) -> bool:
         """True while nothing is being published (outbox empty, or waiting out a backoff)."""
         return self._idle.is_set()
 
-    async def drain_once(self) -> int:
-        """One connection's worth of publishing.
+    async def drain_once(self, route: Route | None = None) -> int:
+        """One connection's worth of publishing (through ``route``; by default the primary).
 
         Returns:
             The number of reports acknowledged.
@@ -178,22 +226,26 @@ class Publisher:
         pending = self._agent.outbox()
         if not pending:
             return 0
+        route = route or self._routes[0]
         acked: list[Pending] = []
         try:
-            async with self._transport.connect() as conn:
+            async with route.transport.connect() as conn:
                 self._connections += 1
+                self._in_use = route.broker
                 for p in pending:
                     await conn.publish(p.topic, p.entry.payload)
                     acked.append(p)
                     _end_if_cancelled()
         finally:
+            self._in_use = None
             # Persist acknowledgements even when cancelled (SIGTERM) or after a failure.
-            self._agent.acknowledge(acked)
+            self._agent.acknowledge(acked, broker=route.broker)
             self._acknowledged += len(acked)
         return len(acked)
 
-    async def receipt_session(self) -> int:
-        """One connection with commit receipts: send what is due, settle what is answered.
+    async def receipt_session(self, route: Route | None = None) -> int:
+        """One connection with commit receipts (through ``route``; by default the primary): send
+        what is due, settle what is answered.
 
         Returns when the outbox is empty. The task that listens for receipts belongs to a task
         group of the connection's: it ends with it.
@@ -206,31 +258,36 @@ class Publisher:
                 connection ended (what was sent and settled before is already recorded).
         """
         policy = self._receipts
-        transport = self._receipt_transport
-        if policy is None or transport is None:
+        route = route or self._routes[0]
+        transport = route.transport
+        if policy is None or not isinstance(transport, ReceiptTransport):
             raise RuntimeError("receipt_session without a receipt policy")
         if not self._agent.outbox():
             return 0
         settled_before = self._settled
-        async with transport.connect_receipts() as conn:
-            self._connections += 1
-            failed: TransportError | None = None
-            async with asyncio.TaskGroup() as tg:
-                listener = tg.create_task(self._listen(conn), name="receipts")
-                try:
-                    await self._exchange(conn, listener, policy)
-                except TransportError as e:
-                    # Raised below, outside the group (a group would wrap it in an exception
-                    # group), still inside the connection, which sees it as before.
-                    failed = e
-                finally:
-                    listener.cancel()
-            if failed is not None:
-                raise failed
+        try:
+            async with transport.connect_receipts() as conn:
+                self._connections += 1
+                self._in_use = route.broker
+                failed: TransportError | None = None
+                async with asyncio.TaskGroup() as tg:
+                    listener = tg.create_task(self._listen(conn, route.broker), name="receipts")
+                    try:
+                        await self._exchange(conn, listener, policy, route.broker)
+                    except TransportError as e:
+                        # Raised below, outside the group (a group would wrap it in an exception
+                        # group), still inside the connection, which sees it as before.
+                        failed = e
+                    finally:
+                        listener.cancel()
+                if failed is not None:
+                    raise failed
+        finally:
+            self._in_use = None
         return self._settled - settled_before
 
     async def _exchange(
-        self, conn: ReceiptConnection, listener: asyncio.Task[TransportError], policy: ReceiptPolicy
+        self, conn: ReceiptConnection, listener: asyncio.Task[TransportError], policy: ReceiptPolicy, broker: str
     ) -> None:
         """Send what is due and wait for receipts, until nothing waits.
 
@@ -243,6 +300,7 @@ class Publisher:
             if listener.done():
                 raise listener.result()  # the connection ended
             due, later = self._agent.due(self._clock.time(), policy.timeout, policy.cap)
+            due = self._with_moved(due, broker)
             if not due and later is None:
                 return
             resends = sum(1 for p in due if p.entry.attempts)
@@ -256,20 +314,51 @@ class Publisher:
                         await conn.publish(p.topic, p.entry.payload, correlation=p.entry.report_id)
                     except PublishRefusedError as e:
                         refused.append((p, e.reason))
+                        self._carried(p, broker)
                         continue
                     sent.append(p)
+                    self._carried(p, broker)
                     _end_if_cancelled()
             finally:
                 # Persist the sends even when cancelled (SIGTERM) or after a failure.
-                self._agent.mark_sent(sent)
-                self._agent.mark_refused(refused)
+                self._agent.mark_sent(sent, broker=broker)
+                self._agent.mark_refused(refused, broker=broker)
                 self._acknowledged += len(sent)
                 self._refused += len(refused)
             if due:
                 continue  # a receipt may have settled everything while we sent
             await self._wait(later)
 
-    async def _listen(self, conn: ReceiptConnection) -> TransportError:
+    def _carried(self, p: Pending, broker: str) -> None:
+        """``broker`` acknowledged a send of ``p`` (remembered only with several brokers)."""
+        if self._several:
+            self._carried_by[p.entry.report_id] = broker
+
+    def _with_moved(self, due: list[Pending], broker: str) -> list[Pending]:
+        """``due`` and the reports whose last send another broker acknowledged: their receipts
+        were to come on a connection that is gone, so they are sent again through ``broker`` now."""
+        if not self._carried_by:
+            return due
+        waiting = self._agent.outbox()
+        known = {p.entry.report_id for p in waiting}
+        for report_id in [r for r in self._carried_by if r not in known]:
+            del self._carried_by[report_id]  # settled or dropped: forget it
+        chosen = {p.entry.report_id for p in due}
+        moved = [
+            p
+            for p in waiting
+            if p.entry.report_id not in chosen and self._carried_by.get(p.entry.report_id, broker) != broker
+        ]
+        if not moved:
+            return due
+        log.info(
+            "%d reports sent through another broker wait for receipts; sending them again through %s",
+            len(moved),
+            broker,
+        )
+        return sorted([*due, *moved], key=lambda p: (p.entry.created, p.use_case))
+
+    async def _listen(self, conn: ReceiptConnection, broker: str) -> TransportError:
         """Settle receipts as they arrive, until the connection ends.
 
         Returns:
@@ -282,7 +371,7 @@ class Publisher:
             except TransportError as e:
                 self._wake.set()
                 return e
-            settled = self._agent.settle(receipts)
+            settled = self._agent.settle(receipts, broker=broker)
             if settled:
                 self._settled += settled
                 self._wake.set()
@@ -312,20 +401,55 @@ class Publisher:
                 await self._wake.wait()
             self._wake.clear()
             self._idle.clear()
+            try:
+                await self._round()
+                self._retry.reset()
+            except _RoundFailedError as failed:
+                delay = self._retry.next_delay(busy=failed.busy)
+                log.warning(
+                    "publishing failed (%s); %d reports wait; retrying in %.2f s",
+                    failed.last,
+                    self._agent.outbox_size,
+                    delay,
+                )
+                self._idle.set()
+                await self._clock.sleep(delay)
+
+    async def _round(self) -> None:
+        """One session through the first broker, in the device's order, that serves.
+
+        Raises:
+            _RoundFailedError: every broker failed (or the last failure left nothing to send).
+        """
+        busy = False
+        for i, route in enumerate(self._routes):
             delivered = self._acknowledged + self._settled
             try:
                 if self._receipts is not None:
-                    await self.receipt_session()
+                    await self.receipt_session(route)
                 else:
-                    await self.drain_once()
-                self._retry.reset()
+                    await self.drain_once(route)
+                return
             except TransportError as e:
                 self._failures += 1
                 if self._acknowledged + self._settled > delivered:
                     self._retry.reset()  # the connection delivered before it broke: the broker serves
-                delay = self._retry.next_delay(busy=isinstance(e, BrokerBusyError))
-                log.warning(
-                    "publishing failed (%s); %d reports wait; retrying in %.2f s", e, self._agent.outbox_size, delay
-                )
-                self._idle.set()
-                await self._clock.sleep(delay)
+                busy = busy or isinstance(e, BrokerBusyError)
+                following = self._routes[i + 1] if i + 1 < len(self._routes) else None
+                if following is None or not self._agent.outbox():
+                    raise _RoundFailedError(e, busy=busy) from e
+                log.warning("publishing through %s failed (%s); trying %s", route.broker, e, following.broker)
+
+
+class _RoundFailedError(Exception):
+    """Every broker of a round failed: the publisher waits its backoff.
+
+    Attributes:
+        last: the last broker's error.
+        busy: a broker of the round said "not now" (the wait grows faster).
+    """
+
+    def __init__(self, last: TransportError, *, busy: bool) -> None:
+        super().__init__(str(last))
+        self.last = last
+        self.busy = busy

@@ -60,10 +60,13 @@ __all__ = [
     "OutboxEntry",
     "PendingRecords",
     "UseCaseDoc",
+    "ledger_from_v1",
 ]
 
 USE_CASE_VERSION = 1
-LEDGER_VERSION = 1
+LEDGER_VERSION = 2
+"""2: each entry names the broker that carried the report (``broker``); 1 had no such field
+(:func:`ledger_from_v1` reads it)."""
 AGENT_VERSION = 1
 CONSENT_VERSION = 1
 MANIFEST_VERSION = 1
@@ -383,6 +386,9 @@ class LedgerEntry:
             (the collector rejected it for good) or ``"refused by the broker: <reason>"`` (the
             broker refused its last send; it waits in the outbox to be tried again,
             agent.outbox). Entries written before receipts read "sent".
+        broker: the broker (``host:port``) whose connection acknowledged the report's last
+            send or brought its receipt; "" when not known (an entry of a ledger of version 1,
+            or an in-memory broker without a name).
     """
 
     report_id: bytes
@@ -395,11 +401,13 @@ class LedgerEntry:
     epsilon_total: float
     sent: float
     status: str = "sent"
+    broker: str = ""
 
     def to_plain(self) -> PlainDoc:
         """Plain data."""
         return {
             "status": self.status,
+            "broker": self.broker,
             "id": self.report_id,
             "use_case": self.use_case,
             "period": self.period,
@@ -425,6 +433,7 @@ class LedgerEntry:
             epsilon_total=float(_need(data, "epsilon_total", float, where)),
             sent=float(_need(data, "sent", float, where)),
             status=_status(_optional(data, "status", "sent"), f"{where}.status"),
+            broker=_need(data, "broker", str, where),
         )
 
 
@@ -508,6 +517,22 @@ class LedgerDoc:
         for e in self.entries:
             out[e.use_case] = max(out.get(e.use_case, 0.0), e.epsilon_total)
         return out
+
+
+def ledger_from_v1(data: object) -> LedgerDoc:
+    """A ledger of version 1 (before brokers were recorded): each entry's broker is unknown ("").
+
+    Raises:
+        ValueError: the document is not a ledger of version 1 (one that names brokers is not).
+    """
+    raw = _need(data, "entries", list, "ledger")
+    entries: list[Plain] = []
+    for i, entry in enumerate(raw):
+        if not isinstance(entry, dict) or "broker" in entry:
+            raise ValueError(f"ledger.entries[{i}]: not an entry of a version 1 ledger")
+        entries.append({**entry, "broker": ""})
+    assert isinstance(data, dict)  # _need checked it
+    return LedgerDoc.from_plain({**data, "entries": entries})
 
 
 @dataclass

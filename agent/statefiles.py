@@ -31,6 +31,7 @@ from agent.state import (
     ManifestDoc,
     ManifestEntry,
     UseCaseDoc,
+    ledger_from_v1,
 )
 from agent.usecases import Kind, fingerprint, kind_of, load_permanent_state
 from protocol.errors import StateError
@@ -253,7 +254,17 @@ class StateFiles:
     def _read_ledger(self) -> bool:
         """Open the ledger (a new one if there is none); True if its file was there."""
         try:
-            raw = self._sealer.read(self.path("ledger" + SUFFIX), "ledger", LEDGER_VERSION)
+            try:
+                raw = self._sealer.read(self.path("ledger" + SUFFIX), "ledger", LEDGER_VERSION)
+            except StateUnreadableError as newer:
+                # A ledger of version 1 (sealed with that version) is read and carried on as
+                # version 2, its brokers unknown; it is written as version 2 at the next change.
+                try:
+                    old = self._sealer.read(self.path("ledger" + SUFFIX), "ledger", LEDGER_VERSION - 1)
+                except StateUnreadableError:
+                    raise newer from None
+                self.ledger = ledger_from_v1(old)
+                return True
             self.ledger = LedgerDoc() if raw is None else LedgerDoc.from_plain(raw)
             return raw is not None
         except (StateUnreadableError, ValueError) as e:

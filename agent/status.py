@@ -34,6 +34,13 @@ def _text(data: Mapping[str, Json], key: str) -> str:
     return value
 
 
+def _texts(data: Mapping[str, Json], key: str) -> tuple[str, ...]:
+    value = data.get(key, [])
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ValueError(f"status: {key!r} is not a list of strings: {value!r}")
+    return tuple(v for v in value if isinstance(v, str))
+
+
 def _maybe_count(data: Mapping[str, Json], key: str) -> int | None:
     value = data.get(key)
     if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
@@ -183,6 +190,11 @@ class AgentStatus:
         recording: ``"ok"``, or ``"paused since <time>: <why>..."`` while the state directory
             cannot be written (a full disk): values are refused and nothing is sent until it can
             (absent from the JSON of an agent of the previous release: read as ``"ok"``).
+        brokers: the brokers in the order this device tries them, its primary first (empty when
+            not known: the JSON of an agent of the previous release; then the JSON has neither
+            key).
+        broker_in_use: the broker of the open connection (None while none is open, and when the
+            answer does not come from a running daemon).
     """
 
     consent: bool
@@ -197,10 +209,12 @@ class AgentStatus:
     use_cases: tuple[UseCaseStatus, ...]
     pid: int
     recording: str = "ok"
+    brokers: tuple[str, ...] = ()
+    broker_in_use: str | None = None
 
     def to_json(self) -> JsonObject:
         """The JSON object the API answers and ``ldp-agent status --json`` prints."""
-        return {
+        out: JsonObject = {
             "consent": self.consent,
             "consent_granted_at": self.consent_granted_at,
             "registry": self.registry,
@@ -214,6 +228,16 @@ class AgentStatus:
             "pid": self.pid,
             "recording": self.recording,
         }
+        out.update(self._brokers_json())
+        return out
+
+    def _brokers_json(self) -> JsonObject:
+        # Only where known, like a use case's figures: the core alone knows no brokers.
+        out: JsonObject = {}
+        if self.brokers:
+            out["brokers"] = list(self.brokers)
+            out["broker_in_use"] = self.broker_in_use
+        return out
 
     @classmethod
     def from_json(cls, data: Json) -> AgentStatus:
@@ -239,4 +263,6 @@ class AgentStatus:
             use_cases=tuple(UseCaseStatus.from_json(row) for row in rows),
             pid=_count(status, "pid"),
             recording=_text(status, "recording") if "recording" in status else "ok",
+            brokers=_texts(status, "brokers"),
+            broker_in_use=_text(status, "broker_in_use") if status.get("broker_in_use") is not None else None,
         )

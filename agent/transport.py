@@ -30,6 +30,7 @@ from protocol.receipts import Receipt
 
 __all__ = [
     "BUSY_REASON_CODES",
+    "Addressed",
     "BrokerBusyError",
     "Connection",
     "MemoryTransport",
@@ -37,7 +38,9 @@ __all__ = [
     "Published",
     "ReceiptConnection",
     "ReceiptTransport",
+    "Route",
     "Transport",
+    "address_of",
 ]
 
 
@@ -130,6 +133,34 @@ class ReceiptTransport(Protocol):
         ...
 
 
+@runtime_checkable
+class Addressed(Protocol):
+    """A transport that names the broker it connects to (``host:port``)."""
+
+    @property
+    def address(self) -> str:
+        """The broker's address, as the ledger and ``ldp-agent status`` show it."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    """One of the brokers the publisher may use, in the device's order (agent.brokers).
+
+    Attributes:
+        broker: its address (``host:port``), recorded in the ledger with each report it carried.
+        transport: connections to it.
+    """
+
+    broker: str
+    transport: Transport
+
+
+def address_of(transport: Transport) -> str:
+    """The broker a transport connects to ("" when it does not say: an in-memory one without a name)."""
+    return transport.address if isinstance(transport, Addressed) else ""
+
+
 @dataclass(frozen=True, slots=True)
 class Published:
     """One message an in-memory broker acknowledged.
@@ -165,6 +196,7 @@ class MemoryTransport:
             or never: a lost report).
         refuse: with receipts, called with each message's topic; returns the reason the broker
             refuses it (a PUBACK reason code >= 0x80, as an ACL would), or None to accept it.
+        address: the name the ledger records for this broker ("": none).
     """
 
     online: bool = True
@@ -174,6 +206,7 @@ class MemoryTransport:
     connections: int = 0
     answer: Callable[[Published], Receipt | None] | None = None
     refuse: Callable[[str], str | None] | None = None
+    address: str = ""
     _open: dict[str, asyncio.Queue[list[Receipt] | None]] = field(default_factory=dict, init=False, repr=False)
 
     @contextlib.asynccontextmanager

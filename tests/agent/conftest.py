@@ -10,6 +10,7 @@ import pytest
 
 from agent.core import Agent
 from agent.sealed import Sealer
+from agent.state import LEDGER_VERSION
 from protocol.randomness import SeededRandom
 from protocol.registry import Registry, parse_registry
 from tests.support.clocks import FakeClock
@@ -77,8 +78,10 @@ min_reports = 1
 """
 
 
-def read_sealed(path: Path, purpose: str, version: int = 1) -> Any:
-    """Decrypt a sealed state file with the tests' key."""
+def read_sealed(path: Path, purpose: str, version: int | None = None) -> Any:
+    """Decrypt a sealed state file with the tests' key (by default at the version this release writes)."""
+    if version is None:
+        version = LEDGER_VERSION if purpose == "ledger" else 1
     return Sealer(KEY).read(path, purpose, version)
 
 

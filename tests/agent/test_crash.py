@@ -19,6 +19,7 @@ from paho.mqtt.enums import CallbackAPIVersion
 
 from agent.accounting import EPSILON_SLACK
 from agent.sealed import Sealer
+from agent.state import LEDGER_VERSION
 from protocol.registry import parse_registry
 from protocol.wire import decode_report
 from tests.agent.conftest import KEY, REGISTRY
@@ -130,7 +131,7 @@ class _Observer:
         agent = self.sealer.read(self.state / "agent.sealed", "agent", 1)
         if agent is not None:
             self.cycles = max(self.cycles, agent["cycles"])
-        ledger = self.sealer.read(self.state / "ledger.sealed", "ledger", 1)
+        ledger = self.sealer.read(self.state / "ledger.sealed", "ledger", LEDGER_VERSION)
         for e in (ledger or {"entries": []})["entries"]:
             self._report(
                 e["id"], e["use_case"], e["day"], len(e["records"]), e["epsilon"], eps_total=e["epsilon_total"]

@@ -8,6 +8,7 @@ from typing import Any
 import msgpack
 
 from agent.core import Agent
+from agent.errors import StateUnreadableError
 from agent.sealed import Sealer
 from protocol.catalog import Catalog
 from protocol.randomness import SeededRandom
@@ -57,7 +58,12 @@ def _plain(state: Path) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for p in sorted(state.glob("*.sealed")):
         name = p.name.removesuffix(".sealed")
-        out[p.name] = read_sealed(p, "usecase:" + name[3:] if name.startswith("uc-") else name)
+        purpose = "usecase:" + name[3:] if name.startswith("uc-") else name
+        try:
+            out[p.name] = read_sealed(p, purpose)
+        except StateUnreadableError:
+            # The previous release's ledger is version 1 until this release first writes it.
+            out[p.name] = read_sealed(p, purpose, 1)
     return out
 
 
