@@ -51,6 +51,9 @@ CPU per unit of work: the same msgpack-decode loop costs 0.78 us a unit flat out
 1,000-unit bursts 5 ms apart and 2.5 us in 50-unit bursts (an idle vCPU is halted, and a
 woken one starts cold; busy loops at ``SCHED_IDLE`` keeping every core running cut that to
 0.91 and 1.29 us, but did not move the collector ratios beyond their run-to-run spread).
+
+``--brokers`` adds, per shape, one collector on one broker against the same collector on two
+(``mqtt.addresses``), in the same run (``benchmarks.collector_brokers``; docs/deploy.md reads it).
 """
 
 from __future__ import annotations
@@ -72,6 +75,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from benchmarks.collector_brokers import compare_brokers
 from benchmarks.harness import emit, progress, rate
 from benchmarks.load import LABEL, build_counters, build_single, publish
 from collector.config import IngestConfig
@@ -517,6 +521,7 @@ def bench(
     modes: Sequence[str] = MODES,
     references: bool = True,
     repeat: int = 1,
+    brokers: bool = False,
 ) -> dict[str, Any]:
     """Run every shape, consumer and collector setup (the collectors ``repeat`` times); one JSON-ready document."""
     registry = parse_registry(REGISTRY.read_bytes(), source=str(REGISTRY))
@@ -575,6 +580,10 @@ def bench(
                                 other = row[ref][f"{mode}_msgs_per_s"]
                                 result[f"{mode}_ratio_to_{ref}"] = _ratio(result[f"{mode}_msgs_per_s"], other)
                     row[f"collector_{setup.name}"] = result
+                if brokers:
+                    row["one_broker_against_two"] = compare_brokers(
+                        items, warmup, registry, REGISTRY, work, tag=tag, modes=modes, repeat=repeat
+                    )
                 targets += _targets(row, modes)
                 rows.append(row)
     return {
@@ -644,6 +653,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     )
     parser.add_argument("--no-sqlite", action="store_true", help="skip the one-collector SQLite run")
     parser.add_argument("--no-references", action="store_true", help="skip mosquitto_sub and paho-mqtt")
+    parser.add_argument("--brokers", action="store_true", help="also one collector on one broker against two")
     parser.add_argument(
         "--modes",
         default="backlog,live,isolated",
@@ -675,6 +685,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             modes=modes,
             references=not args.no_references,
             repeat=args.repeat,
+            brokers=args.brokers,
         )
     )
 
