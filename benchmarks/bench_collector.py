@@ -52,8 +52,7 @@ CPU per unit of work: the same msgpack-decode loop costs 0.78 us a unit flat out
 woken one starts cold; busy loops at ``SCHED_IDLE`` keeping every core running cut that to
 0.91 and 1.29 us, but did not move the collector ratios beyond their run-to-run spread).
 
-``--brokers`` adds, per shape, one collector on one broker against the same collector on two
-(``mqtt.addresses``), in the same run (``benchmarks.collector_brokers``; docs/deploy.md reads it).
+``--brokers`` adds one collector on one broker against two, per shape (``benchmarks.collector_brokers``).
 """
 
 from __future__ import annotations
@@ -569,17 +568,7 @@ def bench(
                             _collectors(items, warmup, registry, work, setup=setup, tag=f"{tag}{r}", db=db, modes=modes)
                         )
                 for setup in setups:
-                    result = _median_of(runs[setup])
-                    for mode in modes:
-                        if f"{mode}_msgs_per_s" not in result:
-                            continue
-                        result[f"{mode}_records_per_s"] = round(result[f"{mode}_msgs_per_s"] * records, 1)
-                        if references and mode != "isolated":
-                            # docs/mqtt-client.md: the collector against bare subscribers.
-                            for ref in ("mosquitto_sub", "paho_manual_ack"):
-                                other = row[ref][f"{mode}_msgs_per_s"]
-                                result[f"{mode}_ratio_to_{ref}"] = _ratio(result[f"{mode}_msgs_per_s"], other)
-                    row[f"collector_{setup.name}"] = result
+                    row[f"collector_{setup.name}"] = _summary(runs[setup], row, modes, records, references=references)
                 if brokers:
                     row["one_broker_against_two"] = compare_brokers(
                         items, warmup, registry, REGISTRY, work, tag=tag, modes=modes, repeat=repeat
@@ -596,6 +585,23 @@ def bench(
         "results": rows,
         "targets": targets,
     }
+
+
+def _summary(
+    runs: Sequence[dict[str, Any]], row: dict[str, Any], modes: Sequence[str], records: int, *, references: bool
+) -> dict[str, Any]:
+    """One setup's medians, with records per second and (``references``) the ratios to the bare subscribers."""
+    result = _median_of(runs)
+    for mode in modes:
+        if f"{mode}_msgs_per_s" not in result:
+            continue
+        result[f"{mode}_records_per_s"] = round(result[f"{mode}_msgs_per_s"] * records, 1)
+        if references and mode != "isolated":
+            # docs/mqtt-client.md: the collector against bare subscribers.
+            for ref in ("mosquitto_sub", "paho_manual_ack"):
+                other = row[ref][f"{mode}_msgs_per_s"]
+                result[f"{mode}_ratio_to_{ref}"] = _ratio(result[f"{mode}_msgs_per_s"], other)
+    return result
 
 
 def _targets(row: dict[str, Any], modes: Sequence[str]) -> list[dict[str, Any]]:

@@ -144,5 +144,6 @@ def _broker_line(b: BrokerStatistics) -> str:
         state += f" since {when}"
     return (
         f"broker {b.address}: {state}; {format_number(b.received)} received, {format_number(b.acked)} acknowledged, "
-        f"{format_number(b.receipts_sent)} receipts, {format_number(b.connects)} connections"
+        f"{format_number(b.receipts_sent)} receipts, {format_number(b.connects)} "
+        f"connection{'' if b.connects == 1 else 's'}"
     )

@@ -17,12 +17,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from collector.cli import main as collector_main
 from collector.config import CollectorConfig, MqttConfig, load_config, parse_config
 from collector.errors import ConfigError
+from collector.metrics import IngestMetrics, render_prometheus
+from collector.rendering import format_status
+from collector.results import CollectorStatus, ServiceStatus
 from collector.service import Service, run_service
 from collector.store import CheckpointStore
+from collector.transport import BrokerStatistics, TransportStatistics
 from protocol.registry import Registry
 from protocol.wire import decode_report
 from tests.collector.brokers import ReceiptDevice, kill9
@@ -69,6 +74,60 @@ def test_bad_addresses_name_the_file_the_field_and_the_value(mqtt: dict[str, Any
     with pytest.raises(ConfigError) as caught:
         parse_config({"registry": "r.toml", "mqtt": mqtt}, source="collector.toml")
     assert str(caught.value).startswith(expected), str(caught.value)
+
+
+# -- what each broker's session shows --------------------------------------------------------
+
+_A = BrokerStatistics(
+    address="mqtt-a:8883", connected=False, since=1764197130.0, connects=2, received=5, acked=4, receipts_sent=3
+)
+_B = BrokerStatistics(
+    address="mqtt-b:8883", connected=True, since=None, connects=1, received=7, acked=7, receipts_sent=0
+)
+
+
+def test_metrics_label_each_broker_session() -> None:
+    """/metrics has each broker's session labelled ``broker="host:port"``; a session never up has no since."""
+    stats = TransportStatistics(
+        connected=False,
+        connects=3,
+        buffered=0,
+        capacity=2,
+        unacked=1,
+        received=12,
+        acked=11,
+        stale_acks=0,
+        dropped=0,
+        brokers=(_A, _B),
+    )
+    text = render_prometheus(IngestMetrics(), stats, instance="t")
+    samples = {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+    a, b = (("broker", "mqtt-a:8883"),), (("broker", "mqtt-b:8883"),)
+    assert samples["ldp_collector_broker_session_connected", a] == 0
+    assert samples["ldp_collector_broker_session_connected", b] == 1
+    assert samples["ldp_collector_broker_session_received_total", a] == 5
+    assert samples["ldp_collector_broker_session_acked_total", b] == 7
+    assert samples["ldp_collector_broker_session_receipts_sent_total", a] == 3
+    assert samples["ldp_collector_broker_session_connects_total", a] == 2
+    assert samples["ldp_collector_broker_session_since_seconds", a] == 1764197130.0
+    assert ("ldp_collector_broker_session_since_seconds", b) not in samples
+    assert samples["ldp_collector_broker_connected", ()] == 0  # the sum: not every broker is up
+
+
+def test_status_text_lists_each_broker() -> None:
+    """``ldp-collector status`` prints one line per broker after the store's status."""
+    base = CollectorStatus(registry_hash="h", registries=(), store="s", use_cases={}, counters={}, instances={})
+    text = format_status(ServiceStatus.of(base, instance="m", brokers=(_A, _B)))
+    assert text.splitlines()[-2:] == [
+        "broker mqtt-a:8883: disconnected since 2025-11-26T22:45:30Z; 5 received, 4 acknowledged, 3 receipts, "
+        "2 connections",
+        "broker mqtt-b:8883: connected; 7 received, 7 acknowledged, 0 receipts, 1 connection",
+    ]
+    assert format_status(base) == format_status(ServiceStatus.of(base, instance="m"))
 
 
 # -- two real brokers ----------------------------------------------------------------------
