@@ -148,10 +148,20 @@ def running_fake_broker(
         started.set()
         async with server:
             await stop.wait()
-            for writer in list(broker._writers):
-                writer.close()
-            if broker._tasks:
-                await asyncio.wait(broker._tasks, timeout=10)
+        # The server accepts nothing more, but a connection it accepted just before (a client
+        # reconnecting as the test ends) may still be on its way to a handler (asyncio's
+        # accept task, connection_made, the handler's first step): turn the loop until every
+        # other task is a handler, so that each connection is closed below instead of being
+        # left to the garbage collector, unclosed.
+        me = asyncio.current_task()
+        for _ in range(1000):
+            if all(t in broker._tasks for t in asyncio.all_tasks() if t is not me):
+                break
+            await asyncio.sleep(0)
+        for writer in list(broker._writers):
+            writer.close()
+        if broker._tasks:
+            await asyncio.wait(broker._tasks, timeout=10)
 
     thread = threading.Thread(target=loop.run_until_complete, args=(serve(),), daemon=True)
     thread.start()
