@@ -36,9 +36,10 @@ read here touches) that began after everything the answer was computed from had 
 A flip in an index or in ``sqlite_sequence`` is covered by no row checksum and reads as a
 silently missing segment; checking after the read catches it before anybody sees the number,
 and from then on every request is refused, naming the file, as the open refuses it, and
-:meth:`run` raises it, which stops the service (docs/deploy.md, "When the store is damaged"). Nothing read since the last check, nothing to
-check: a repeated request for an unchanged aggregate costs no check. The service also runs the
-full check (report ids included) every ``store.check_interval_s`` (:meth:`check`).
+:meth:`run` raises it, which stops the service (docs/deploy.md, "When the store is damaged").
+Nothing read since the last check, nothing to check: a repeated request for an unchanged
+aggregate costs no check. The service also runs the full check (report ids included) every
+``store.check_interval_s`` (:meth:`check`).
 
 Threads, not processes: one thread owns the read-only SQLite connection and does every read
 and fold; estimates run in ``estimation.workers`` other threads. Worker processes would need
