@@ -85,15 +85,15 @@ def copy_plain(value: Plain) -> Plain:
     references inside a document become separate copies; documents read from a sealed file
     have none).
     """
-    kind = type(value)
-    if kind in _SCALARS:
+    if type(value) in _SCALARS:
         return value
-    if kind is dict:
-        return {k: v if type(v) in _SCALARS else copy_plain(v) for k, v in value.items()}  # type: ignore[union-attr]
-    if kind is list:
-        return [v if type(v) in _SCALARS else copy_plain(v) for v in value]  # type: ignore[union-attr]
-    if kind is tuple:
-        return tuple(copy_plain(v) for v in value)  # type: ignore[union-attr]
+    if isinstance(value, dict):
+        out: dict[Any, Plain] = {k: v if type(v) in _SCALARS else copy_plain(v) for k, v in value.items()}
+        return out
+    if isinstance(value, list):
+        return [v if type(v) in _SCALARS else copy_plain(v) for v in value]
+    if isinstance(value, tuple):
+        return tuple(copy_plain(v) for v in value)
     return copy.deepcopy(value)  # anything else (never in a document the agent writes)
 
 
