@@ -62,6 +62,8 @@ def _saved_epsilon(budget: object) -> float:
 
 def _extends(old: Plain, new: Plain) -> bool:
     """True if ``new`` keeps every entry of ``old`` unchanged (memo tables only grow)."""
+    if old == new:
+        return True  # the common case (nothing drawn), decided by one comparison in C
     if isinstance(old, dict) and isinstance(new, dict):
         return all(k in new and _extends(v, new[k]) for k, v in old.items())
     return bool(old == new)
