@@ -399,17 +399,20 @@ def _audit_epsilon(device: _Device, caps: dict[str, float]) -> tuple[int, list[s
     return len(spent), problems
 
 
-def _record(shard: _Shard, device: _Device, name: str, value: object | None, period: int) -> None:
-    """Give the device's agent its value of the period (none: the device has no value); count refusals."""
-    if value is None or name not in device.agent.registry.use_cases:
+def _record(shard: _Shard, device: _Device, values: Sequence[tuple[str, object | None, int]]) -> None:
+    """Give the device's agent its values of the period (name, value, period; a value of None:
+    the device has none), in one state write as a device's batch; count refusals."""
+    agent = device.agent
+    given = [(name, value, period) for name, value, period in values if value is not None]
+    given = [item for item in given if item[0] in agent.registry.use_cases]
+    if not given:
         return
-    try:
-        outcome = device.agent.record(name, value)
-    except (ValueRefusedError, UseCaseStoppedError):
-        shard.result.refused[name] = shard.result.refused.get(name, 0) + 1
-        return
-    if outcome.outcome == "recorded":
-        device.recorded[(name, period)] = value
+    results = agent.record_each([(name, value, None) for name, value, _ in given])
+    for (name, value, period), result in zip(given, results, strict=True):
+        if isinstance(result, ValueRefusedError | UseCaseStoppedError):
+            shard.result.refused[name] = shard.result.refused.get(name, 0) + 1
+        elif result.outcome == "recorded":
+            device.recorded[(name, period)] = value
 
 
 def _move(fleet: Sequence[_Device], change: RegistryChange, registry: Registry, clock: FakeClock, at: int) -> None:
@@ -472,8 +475,14 @@ async def _simulate(
             for done, i in enumerate(np.argsort(due, kind="stable")):
                 device = fleet[int(i)]
                 clock.set(float(due[i]))
-                for name, column in values.items():
-                    _record(shard, device, name, column[device.number], first[name] + slot // slots_per_period[name])
+                _record(
+                    shard,
+                    device,
+                    [
+                        (name, column[device.number], first[name] + slot // slots_per_period[name])
+                        for name, column in values.items()
+                    ],
+                )
                 device.daemon.run_cycle()
                 await queue.put(device)
                 if done % 16 == 0:
