@@ -144,6 +144,7 @@ class StateFiles:
 
     def __init__(self, directory: Path, sealer: Sealer, rng: RandomSource) -> None:
         self.directory = directory
+        self._paths: dict[str, Path] = {}
         self._sealer = sealer
         self._rng = rng
         directory.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -164,7 +165,11 @@ class StateFiles:
 
     def path(self, name: str) -> Path:
         """The path of the state file ``name``."""
-        return self.directory / name
+        # Made once per name: every step writes the manifest and a few files by path.
+        found = self._paths.get(name)
+        if found is None:
+            found = self._paths[name] = self.directory / name
+        return found
 
     def use_case_path(self, name: str) -> Path:
         """The sealed file of use case ``name``."""
