@@ -335,6 +335,7 @@ async def run_shard(
         broker = dataclasses.replace(plan.broker, receipts=plan.receipts)
         transport = MqttTransport(broker, SeededRandom(device_seed(plan.seed, plan.start, -1 - worker)))
     started = time.monotonic()
+    cpu_started = time.process_time()
     shard = _Shard(plan)
     async with contextlib.AsyncExitStack() as stack:
         if root is None and plan.state_dir is None:
@@ -352,6 +353,7 @@ async def run_shard(
         fleet = [_Device(d, plan=plan, registry=registry, clock=clock, root=base, shard=shard) for d in devices]
         shard.result.devices = len(fleet)
         shard.result.setup_seconds = time.monotonic() - started
+        shard.result.setup_cpu_seconds = time.process_time() - cpu_started
         await _simulate(shard, generators=generators, fleet=fleet, clock=clock, worker=worker, progress=progress)
         if plan.receipts:
             await _await_receipts(shard)

@@ -95,6 +95,7 @@ class ShardResult:
         retries: device publish attempts repeated after a connection failure, and reports sent
             again for want of a receipt.
         setup_seconds: time to create the agents.
+        setup_cpu_seconds: CPU time that took (summed over workers).
         run_seconds: time to simulate and publish.
         outcomes: definition ref -> what the receipts said -> how many reports (``counted``,
             ``refused: <reason>``); empty without receipts.
@@ -113,6 +114,7 @@ class ShardResult:
     messages: int = 0
     retries: int = 0
     setup_seconds: float = 0.0
+    setup_cpu_seconds: float = 0.0
     run_seconds: float = 0.0
     outcomes: dict[str, dict[str, int]] = field(default_factory=dict)
     missing: int = 0
@@ -132,6 +134,7 @@ class ShardResult:
             messages=self.messages + other.messages,
             retries=self.retries + other.retries,
             setup_seconds=max(self.setup_seconds, other.setup_seconds),
+            setup_cpu_seconds=self.setup_cpu_seconds + other.setup_cpu_seconds,
             run_seconds=max(self.run_seconds, other.run_seconds),
             missing=self.missing + other.missing,
             epsilon_checked=self.epsilon_checked + other.epsilon_checked,
