@@ -188,13 +188,7 @@ class Sealer:
 
     Args:
         key: the 32-byte AES-256 key.
-
-    Attributes:
-        keeps_files: :meth:`read` and :meth:`write` use the files at their paths (a subclass
-            that keeps the sealed blobs elsewhere says False, and no state directory is made).
     """
-
-    keeps_files = True
 
     def __init__(self, key: bytes) -> None:
         if len(key) != KEY_BYTES:

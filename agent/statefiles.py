@@ -147,9 +147,8 @@ class StateFiles:
         self._paths: dict[str, Path] = {}
         self._sealer = sealer
         self._rng = rng
-        if sealer.keeps_files:  # a sealer keeping no files (the simulator's) needs no directory
-            directory.mkdir(mode=0o700, parents=True, exist_ok=True)
-            self._remove_stale_temporaries()
+        directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+        self._remove_stale_temporaries()
         self.consent: ConsentDoc | None = None
         self.slots: dict[str, Slot] = {}
         self.ledger: LedgerDoc | None = None

@@ -88,8 +88,6 @@ class MemorySealer(Sealer):
     fsyncs are skipped, which would otherwise dominate a simulation of thousands of devices.
     """
 
-    keeps_files = False
-
     def __init__(self, key: bytes) -> None:
         super().__init__(key)
         self._blobs: dict[Path, bytes] = {}
@@ -321,7 +319,7 @@ async def run_shard(
         transport: how to reach the broker (default: the agent's MQTT transport to ``plan.broker``).
         progress: called with a snapshot a few times per second and after every slot.
         root: the state directory root (default: ``plan.state_dir`` or a throw-away name;
-            with in-memory state nothing is written there).
+            with in-memory state nothing is written there but empty directories).
 
     Raises:
         TransportError: the broker could not be reached or stopped acknowledging.
@@ -341,7 +339,7 @@ async def run_shard(
     shard = _Shard(plan)
     async with contextlib.AsyncExitStack() as stack:
         if root is None and plan.state_dir is None:
-            # In-memory state names a directory per agent (made by no one: nothing is written there).
+            # In-memory state still needs a directory per agent (it only stays empty).
             root = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="ldp-fleet-")))
         base = Path(root or plan.state_dir or ".")
         pool = ConnectionPool(
