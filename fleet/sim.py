@@ -34,6 +34,10 @@ comes back is routed to the device whose outbox holds that id (its agent settles
 as a device does: the ledger says counted or refused, the report leaves the outbox). A report
 without a receipt after ``receipt_timeout`` real seconds is sent again, byte for byte. The
 run ends when every report has its receipt, or after ``receipt_wait`` real seconds.
+A device's reports are marked sent (``Agent.mark_sent``) only if their receipts have not all
+come before the device's next send or the end of the run; when they have, the agent settles
+them in one state write, as a device whose receipts come before it writes the send would.
+Either way a report stays in the outbox, its ε charged when it was staged, until settled.
 
 **A registry change** (:class:`RegistryChange`): at a given slot, every second device restarts
 its agent with a second registry, as a device that takes an update does; its state carries
@@ -120,6 +124,10 @@ class _Device:
         self.agent.grant_consent()
         # (use case, period) -> the value recorded, until the report carrying it is counted.
         self.recorded: dict[tuple[str, int], object] = {}
+        # Reports of the last send not yet marked sent, and receipts not yet settled (_Shard.send).
+        self.unmarked: list[Pending] = []
+        self.answers: list[Receipt] = []
+        self.sending = False
 
     def _agent(self, registry: Registry) -> Agent:
         agent = Agent(
@@ -206,8 +214,34 @@ class _Shard:
                 device.recorded.pop((use_case.name, period), None)
             by_device.setdefault(device.number, (device, []))[1].append(receipt)
         for device, mine in by_device.values():
-            # The agent settles them as a device does: the ledger says so, the reports leave the outbox.
-            device.agent.settle(mine)
+            device.answers.extend(mine)
+            self._settle_if_answered(device)
+
+    def _settle_if_answered(self, device: _Device) -> None:
+        """Once every report of the device's last send is answered, the agent settles them as a
+        device does (the ledger says so, the reports leave the outbox); marking them sent first
+        would only have been overwritten."""
+        if device.sending:
+            return  # the reports of this send are known when it ends
+        answered = {r.correlation for r in device.answers}
+        if all(p.entry.report_id in answered for p in device.unmarked):
+            device.unmarked = []
+            self._settle(device)
+
+    @staticmethod
+    def _settle(device: _Device) -> None:
+        answers, device.answers = device.answers, []
+        if answers:
+            device.agent.settle(answers)
+
+    def flush(self, device: _Device) -> None:
+        """Mark sent the device's reports still waiting for their receipt, then settle the
+        receipts that came: the ledger and the outbox as if each had happened at once."""
+        if device.unmarked:
+            waiting = {p.entry.report_id for p in device.agent.outbox()}
+            unmarked, device.unmarked = device.unmarked, []
+            device.agent.mark_sent([p for p in unmarked if p.entry.report_id in waiting])
+        self._settle(device)
 
     async def send(self, device: _Device) -> None:
         """Publish the device's reports not sent yet, each asking for a receipt.
@@ -215,9 +249,11 @@ class _Shard:
         Raises:
             TransportError: a publish was not acknowledged (what was sent before is recorded).
         """
+        self.flush(device)
         due = [p for p in device.agent.outbox() if p.entry.attempts == 0]
         sent: list[Pending] = []
         refused: list[tuple[Pending, str]] = []
+        device.sending = True
         try:
             for p in due:
                 self.waiting[p.entry.report_id] = (device, p.entry.payload)
@@ -237,8 +273,15 @@ class _Shard:
             for p in due:
                 if p.entry.report_id not in done:
                     self.waiting.pop(p.entry.report_id, None)
-            device.agent.mark_sent(sent)
-            device.agent.mark_refused(refused)
+            # Marked sent when the next send of the device or the end of the run comes first,
+            # else settled at once when their receipts come (one state write instead of two;
+            # the ε was charged when the reports were staged, and they stay in the outbox).
+            device.unmarked = sent
+            device.sending = False
+            if refused:
+                self.flush(device)  # the ledger lists this send's reports in the order they went
+                device.agent.mark_refused(refused)
+            self._settle_if_answered(device)
 
     def refused_by_broker(self, device: _Device, payload: bytes, reason: str) -> None:
         """The broker refused a report: one of the fleet's own reports that will not be counted."""
@@ -357,6 +400,8 @@ async def run_shard(
         await _simulate(shard, generators=generators, fleet=fleet, clock=clock, worker=worker, progress=progress)
         if plan.receipts:
             await _await_receipts(shard)
+            for device in fleet:
+                shard.flush(device)
     caps = _caps(shard.catalog)
     for device in fleet:
         checked, problems = _audit_epsilon(device, caps)
