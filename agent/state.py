@@ -474,6 +474,22 @@ class LedgerEntry:
     status: str = "sent"
     broker: str = ""
 
+    def __copy__(self) -> LedgerEntry:
+        # What copy.copy gives (the records list shared), without its generic reduce protocol:
+        # every step that writes the ledger copies each entry it keeps.
+        return LedgerEntry(
+            self.report_id,
+            self.use_case,
+            self.period,
+            self.records,
+            self.epsilon,
+            self.day,
+            self.epsilon_today,
+            self.epsilon_total,
+            self.sent,
+            self.status,
+        )
+
     def to_plain(self) -> PlainDoc:
         """Plain data."""
         return {
