@@ -181,9 +181,10 @@ class UseCase:
     collector: CollectorSettings
     description: str = ""
 
-    @property
+    @functools.cached_property
     def fingerprint(self) -> bytes:
-        """:func:`mechanism_fingerprint` of this use case's mechanism."""
+        """:func:`mechanism_fingerprint` of this use case's mechanism (computed once: the
+        mechanism is frozen, and an agent asks for it whenever it starts a use case's state)."""
         return mechanism_fingerprint(self.mechanism)
 
     @functools.cached_property
