@@ -37,11 +37,11 @@ What may be in a use-case file (docs/design.md, invariant 1):
 
 from __future__ import annotations
 
-import copy
 import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from agent.plain_copy import SCALARS, copy_plain
 from protocol.plain import Plain, PlainDoc
 
 __all__ = [
@@ -61,7 +61,6 @@ __all__ = [
     "OutboxEntry",
     "PendingRecords",
     "UseCaseDoc",
-    "copy_plain",
     "ledger_from_v1",
 ]
 
@@ -73,28 +72,6 @@ AGENT_VERSION = 1
 CONSENT_VERSION = 1
 MANIFEST_VERSION = 1
 DEVICE_ID_BYTES = 16
-
-
-_SCALARS = frozenset({bool, int, float, str, bytes, type(None)})
-
-
-def copy_plain(value: Plain) -> Plain:
-    """A deep copy of plain data: new dicts, lists and tuples; the immutable scalars shared.
-
-    What ``copy.deepcopy`` gives for these documents, at a fraction of its cost (shared
-    references inside a document become separate copies; documents read from a sealed file
-    have none).
-    """
-    if type(value) in _SCALARS:
-        return value
-    if isinstance(value, dict):
-        out: dict[Any, Plain] = {k: v if type(v) in _SCALARS else copy_plain(v) for k, v in value.items()}
-        return out
-    if isinstance(value, list):
-        return [v if type(v) in _SCALARS else copy_plain(v) for v in value]
-    if isinstance(value, tuple):
-        return tuple(copy_plain(v) for v in value)
-    return copy.deepcopy(value)  # anything else (never in a document the agent writes)
 
 
 def _need(data: object, key: str, kind: type | tuple[type, ...], where: str) -> Any:
@@ -168,20 +145,7 @@ class OutboxEntry:
     attempts: int = 0
 
     def __deepcopy__(self, memo: dict[int, Any]) -> OutboxEntry:
-        # Every field is an immutable scalar: a copy of the fields is a deep copy.
-        return OutboxEntry(
-            self.report_id,
-            self.period,
-            self.payload,
-            self.records,
-            self.epsilon,
-            self.created,
-            self.day,
-            self.epsilon_today,
-            self.epsilon_total,
-            self.sent_at,
-            self.attempts,
-        )
+        return OutboxEntry(**self.__dict__)  # every field is an immutable scalar
 
     def to_plain(self) -> PlainDoc:
         """Plain data."""
@@ -242,7 +206,7 @@ class PendingRecords:
 
     def __deepcopy__(self, memo: dict[int, Any]) -> PendingRecords:
         return PendingRecords(
-            [r if type(r) in _SCALARS else copy_plain(r) for r in self.records],
+            [r if type(r) in SCALARS else copy_plain(r) for r in self.records],
             self.offered,
             list(self.seen),  # keyed hashes: bytes
             self.definition,
@@ -327,23 +291,14 @@ class UseCaseDoc:
         # copy.deepcopy of this document, field by field: a step changes a copy and keeps it only
         # once its sealed write succeeded, several times per report, and the generic deepcopy
         # was the largest single cost of a report.
-        return UseCaseDoc(
-            fingerprint=self.fingerprint,
-            hash_key=self.hash_key,
-            permanent={k: copy_plain(v) for k, v in self.permanent.items()},
-            totals={p: dict(t) for p, t in self.totals.items()},  # keyed hash -> number
-            pending={p: r.__deepcopy__(memo) for p, r in self.pending.items()},
-            last_closed=self.last_closed,
-            budget={k: copy_plain(v) for k, v in self.budget.items()},
-            outbox=[e.__deepcopy__(memo) for e in self.outbox],
-            dropped_reports=self.dropped_reports,
-            unsent_records=self.unsent_records,
-            device=self.device,
-            generation=self.generation,
-            definition=self.definition,
-            period=self.period,
-            memo_generation=self.memo_generation,
-        )
+        changing = {
+            "permanent": {k: copy_plain(v) for k, v in self.permanent.items()},
+            "totals": {p: dict(t) for p, t in self.totals.items()},  # keyed hash -> number
+            "pending": {p: r.__deepcopy__(memo) for p, r in self.pending.items()},
+            "budget": {k: copy_plain(v) for k, v in self.budget.items()},
+            "outbox": [e.__deepcopy__(memo) for e in self.outbox],
+        }
+        return UseCaseDoc(**{**self.__dict__, **changing})
 
     def to_plain(self) -> PlainDoc:
         """Plain data."""
@@ -476,19 +431,8 @@ class LedgerEntry:
 
     def __copy__(self) -> LedgerEntry:
         # What copy.copy gives (the records list shared), without its generic reduce protocol:
-        # every step that writes the ledger copies each entry it keeps.
-        return LedgerEntry(
-            self.report_id,
-            self.use_case,
-            self.period,
-            self.records,
-            self.epsilon,
-            self.day,
-            self.epsilon_today,
-            self.epsilon_total,
-            self.sent,
-            self.status,
-        )
+        # every ledger write copies each entry it keeps.
+        return LedgerEntry(**self.__dict__)
 
     def to_plain(self) -> PlainDoc:
         """Plain data."""

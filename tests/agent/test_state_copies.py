@@ -6,7 +6,8 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from agent.state import LedgerEntry, OutboxEntry, PendingRecords, UseCaseDoc, copy_plain
+from agent.plain_copy import copy_plain
+from agent.state import LedgerEntry, OutboxEntry, PendingRecords, UseCaseDoc
 
 
 def _doc() -> UseCaseDoc:
