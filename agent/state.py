@@ -41,7 +41,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from agent.plain_copy import SCALARS, copy_plain
+from agent.plain_copy import copy_plain
 from protocol.plain import Plain, PlainDoc
 
 __all__ = [
@@ -205,13 +205,7 @@ class PendingRecords:
     cost: float | None = None
 
     def __deepcopy__(self, memo: dict[int, Any]) -> PendingRecords:
-        return PendingRecords(
-            [r if type(r) in SCALARS else copy_plain(r) for r in self.records],
-            self.offered,
-            list(self.seen),  # keyed hashes: bytes
-            self.definition,
-            self.cost,
-        )
+        return PendingRecords(**{**self.__dict__, "records": copy_plain(self.records), "seen": list(self.seen)})
 
     def to_plain(self) -> PlainDoc:
         """Plain data."""
@@ -288,17 +282,11 @@ class UseCaseDoc:
     memo_generation: int = 0
 
     def __deepcopy__(self, memo: dict[int, Any]) -> UseCaseDoc:
-        # copy.deepcopy of this document, field by field: a step changes a copy and keeps it only
-        # once its sealed write succeeded, several times per report, and the generic deepcopy
-        # was the largest single cost of a report.
-        changing = {
-            "permanent": {k: copy_plain(v) for k, v in self.permanent.items()},
-            "totals": {p: dict(t) for p, t in self.totals.items()},  # keyed hash -> number
-            "pending": {p: r.__deepcopy__(memo) for p, r in self.pending.items()},
-            "budget": {k: copy_plain(v) for k, v in self.budget.items()},
-            "outbox": [e.__deepcopy__(memo) for e in self.outbox],
-        }
-        return UseCaseDoc(**{**self.__dict__, **changing})
+        # copy.deepcopy field by field: a step copies several per report, the generic way cost the most
+        plain = {name: copy_plain(getattr(self, name)) for name in ("permanent", "totals", "budget")}
+        pending = {p: r.__deepcopy__(memo) for p, r in self.pending.items()}
+        outbox = [e.__deepcopy__(memo) for e in self.outbox]
+        return UseCaseDoc(**{**self.__dict__, **plain, "pending": pending, "outbox": outbox})
 
     def to_plain(self) -> PlainDoc:
         """Plain data."""
@@ -430,9 +418,7 @@ class LedgerEntry:
     broker: str = ""
 
     def __copy__(self) -> LedgerEntry:
-        # What copy.copy gives (the records list shared), without its generic reduce protocol:
-        # every ledger write copies each entry it keeps.
-        return LedgerEntry(**self.__dict__)
+        return LedgerEntry(**self.__dict__)  # copy.copy's shallow copy, without its reduce protocol
 
     def to_plain(self) -> PlainDoc:
         """Plain data."""
