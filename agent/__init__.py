@@ -7,14 +7,15 @@ collection cycle every 6 hours (UTC-aligned, jittered) closes periods, samples w
 daily limit and the lifetime ε cap, and stages msgpack reports, which an MQTT publisher
 sends with QoS 1 and removes only once the broker acknowledged them.
 
-Modules: ``config`` (TOML), ``errors``, ``sealed`` (AES-GCM files), ``state``
-(sealed documents), ``plain`` (the types of msgpack and JSON data), ``accounting`` (daily
-limit, ε cap), ``usecases`` (per-mechanism rules, the one caller of the mechanisms),
-``policy`` (local caps), ``core`` (the agent, one object over its jobs: ``statefiles`` (the
-state directory and its manifest), ``recording``, ``collection``, ``outbox`` (outbox, ledger,
-receipts), ``registry_change``, ``status``), ``probes``, ``api`` (Unix socket), ``transport``
-and ``mqtt`` (publishing), ``publisher``, ``schedule``, ``daemon``, ``cli``. The clock and
-sd_notify are :mod:`runtime`'s, shared with the collector.
+Modules: ``config`` (TOML), ``errors``, ``sealed`` (AES-GCM files), ``state`` (sealed
+documents; ``plain_copy`` copies their contents), ``plain`` (the types of msgpack and JSON
+data), ``accounting`` (daily limit, ε cap), ``usecases`` (per-mechanism rules, the one
+caller of the mechanisms), ``policy`` (local caps), ``core`` (the agent, one object over its
+jobs: ``statefiles`` (the state directory and its manifest), ``recording``, ``collection``,
+``outbox`` (outbox, ledger, receipts), ``registry_change``, ``status``), ``probes``, ``api``
+(Unix socket), ``transport`` and ``mqtt`` (publishing), ``publisher``, ``schedule``,
+``daemon``, ``cli``. The clock and sd_notify are :mod:`runtime`'s, shared with the
+collector.
 """
 
 __all__ = [
@@ -29,6 +30,7 @@ __all__ = [
     "mqtt",
     "outbox",
     "plain",
+    "plain_copy",
     "policy",
     "probes",
     "publisher",

@@ -44,7 +44,13 @@ from pathlib import Path
 from agent import collection, outbox, re_enrolment, recording
 from agent.accounting import Budget, day_of
 from agent.collection import CycleSummary
-from agent.errors import ConsentRequiredError, ConsentUnreadableError, StateWriteError
+from agent.errors import (
+    ConsentRequiredError,
+    ConsentUnreadableError,
+    StateWriteError,
+    UseCaseStoppedError,
+    ValueRefusedError,
+)
 from agent.outbox import Pending, receipt_wait
 from agent.re_enrolment import Carried
 from agent.recording import RecordOutcome, reservoir_offer
@@ -244,6 +250,27 @@ class Agent:
             raise self._paused(blocked)
         try:
             return recording.record_many(self._files, self.registry, items, clock=self.clock, rng=self.rng)
+        except StateWriteError as e:
+            raise self._paused(e) from e
+
+    def record_each(
+        self, items: Iterable[tuple[str, object, str | None]]
+    ) -> list[RecordOutcome | ValueRefusedError | UseCaseStoppedError]:
+        """Record several values as :meth:`record` would one by one, with one state write for all.
+
+        Each value gets its outcome, or the error :meth:`record` would have raised for it
+        (``ValueRefusedError``, ``UseCaseStoppedError``); the others are recorded all the same.
+
+        Raises:
+            ConsentRequiredError: before the user opted in.
+            StateWriteError: the state cannot be written: recording is paused, no value was kept.
+        """
+        self._require_consent()
+        blocked = self._writable()
+        if blocked is not None and self._files.load_blocked is not None:
+            raise self._paused(blocked)
+        try:
+            return recording.record_each(self._files, self.registry, items, clock=self.clock, rng=self.rng)
         except StateWriteError as e:
             raise self._paused(e) from e
 

@@ -29,7 +29,7 @@ from protocol.randomness import RandomSource, uniform_draws
 from protocol.registry import Registry
 from runtime.clock import Clock
 
-__all__ = ["MAX_SEEN_PER_PERIOD", "RecordOutcome", "record_many", "reservoir_offer"]
+__all__ = ["MAX_SEEN_PER_PERIOD", "RecordOutcome", "record_each", "record_many", "reservoir_offer"]
 
 MAX_SEEN_PER_PERIOD = 4096
 """Distinct strings remembered per period (beyond it new strings are dropped, and counted)."""
@@ -118,31 +118,82 @@ def record_many(
     for name, values in by_slot.items():
         slot = files.slots[name]
         doc = copy.deepcopy(slot.doc) if slot.doc is not None else new_use_case_doc(slot.use_case, rng)
-        budget = budget_of(slot.use_case, doc)
-        if budget.exhausted(slot.use_case.cost):
+        stopped = _stopped(slot, doc)
+        if stopped is not None:
             files.write_slots(writes)  # what was recorded before this use case is kept
-            raise UseCaseStoppedError(
-                f"use case {name!r} has spent its lifetime ε cap ({budget.epsilon_cap:g}) and no longer records"
-            )
+            raise stopped
         for value, key in values:
-            outcome = _record_into(slot, doc, value, key, clock=clock, rng=rng)
-            pending = doc.pending.get(_period_for_record(slot, doc, clock))
-            note = ""
-            if slot.kind is Kind.COUNTER:
-                note = clamp_note(slot.use_case, check_counter_value(slot.use_case, value)) or ""
-            outcomes.append(
-                RecordOutcome(
-                    name,
-                    outcome,
-                    counter=slot.kind is Kind.COUNTER,
-                    offered=pending.offered if pending is not None else 0,
-                    limit=slot.use_case.daily_limit,
-                    note=note,
-                )
-            )
+            outcomes.append(_record_one(slot, doc, value, key, clock=clock, rng=rng))
         writes.append((slot, doc))
     files.write_slots(writes)
     return outcomes
+
+
+def record_each(
+    files: StateFiles,
+    registry: Registry,
+    items: Iterable[tuple[str, object, str | None]],
+    *,
+    clock: Clock,
+    rng: RandomSource,
+) -> list[RecordOutcome | ValueRefusedError | UseCaseStoppedError]:
+    """Record several values as one :func:`record_many` call per value would, in one write.
+
+    Each value gets its outcome, or the error that call would have raised for it (the others
+    are recorded all the same); the values are taken in order, so the device's random draws are
+    those of the calls one by one. One write for all of them: each use case's file once, then
+    the manifest once (a simulated fleet records a few values per device and cycle).
+
+    Raises:
+        StateWriteError: the state cannot be written; none of the values was kept.
+    """
+    results: list[RecordOutcome | ValueRefusedError | UseCaseStoppedError] = []
+    docs: dict[str, tuple[Slot, UseCaseDoc] | UseCaseStoppedError] = {}
+    for name, value, key in items:
+        try:
+            slot = _slot(files, registry, name)
+            _check_value(slot, value, key)
+        except (ValueRefusedError, UseCaseStoppedError) as e:
+            results.append(e)
+            continue
+        working = docs.get(name)
+        if working is None:
+            doc = copy.deepcopy(slot.doc) if slot.doc is not None else new_use_case_doc(slot.use_case, rng)
+            working = docs[name] = _stopped(slot, doc) or (slot, doc)
+        if isinstance(working, UseCaseStoppedError):
+            results.append(working)
+            continue
+        results.append(_record_one(slot, working[1], value, key, clock=clock, rng=rng))
+    files.write_slots([w for w in docs.values() if not isinstance(w, UseCaseStoppedError)])
+    return results
+
+
+def _stopped(slot: Slot, doc: UseCaseDoc) -> UseCaseStoppedError | None:
+    """The error for a use case that spent its lifetime ε cap (None while it may record)."""
+    budget = budget_of(slot.use_case, doc)
+    if not budget.exhausted(slot.use_case.cost):
+        return None
+    return UseCaseStoppedError(
+        f"use case {slot.use_case.name!r} has spent its lifetime ε cap ({budget.epsilon_cap:g}) and no longer records"
+    )
+
+
+def _record_one(
+    slot: Slot, doc: UseCaseDoc, value: object, key: str | None, *, clock: Clock, rng: RandomSource
+) -> RecordOutcome:
+    outcome = _record_into(slot, doc, value, key, clock=clock, rng=rng)
+    pending = doc.pending.get(_period_for_record(slot, doc, clock))
+    note = ""
+    if slot.kind is Kind.COUNTER:
+        note = clamp_note(slot.use_case, check_counter_value(slot.use_case, value)) or ""
+    return RecordOutcome(
+        slot.use_case.name,
+        outcome,
+        counter=slot.kind is Kind.COUNTER,
+        offered=pending.offered if pending is not None else 0,
+        limit=slot.use_case.daily_limit,
+        note=note,
+    )
 
 
 def _slot(files: StateFiles, registry: Registry, name: str) -> Slot:

@@ -41,6 +41,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from agent.plain_copy import copy_plain
 from protocol.plain import Plain, PlainDoc
 
 __all__ = [
@@ -143,6 +144,9 @@ class OutboxEntry:
     sent_at: float = 0.0
     attempts: int = 0
 
+    def __deepcopy__(self, memo: dict[int, Any]) -> OutboxEntry:
+        return OutboxEntry(**self.__dict__)  # every field is an immutable scalar
+
     def to_plain(self) -> PlainDoc:
         """Plain data."""
         return {
@@ -199,6 +203,9 @@ class PendingRecords:
     seen: list[bytes] = field(default_factory=list)
     definition: bytes | None = None
     cost: float | None = None
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> PendingRecords:
+        return PendingRecords(**{**self.__dict__, "records": copy_plain(self.records), "seen": list(self.seen)})
 
     def to_plain(self) -> PlainDoc:
         """Plain data."""
@@ -273,6 +280,13 @@ class UseCaseDoc:
     definition: bytes | None = None
     period: str | None = None
     memo_generation: int = 0
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> UseCaseDoc:
+        # copy.deepcopy field by field: a step copies several per report, the generic way cost the most
+        plain = {name: copy_plain(getattr(self, name)) for name in ("permanent", "totals", "budget")}
+        pending = {p: r.__deepcopy__(memo) for p, r in self.pending.items()}
+        outbox = [e.__deepcopy__(memo) for e in self.outbox]
+        return UseCaseDoc(**{**self.__dict__, **plain, "pending": pending, "outbox": outbox})
 
     def to_plain(self) -> PlainDoc:
         """Plain data."""
@@ -402,6 +416,9 @@ class LedgerEntry:
     sent: float
     status: str = "sent"
     broker: str = ""
+
+    def __copy__(self) -> LedgerEntry:
+        return LedgerEntry(**self.__dict__)  # copy.copy's shallow copy, without its reduce protocol
 
     def to_plain(self) -> PlainDoc:
         """Plain data."""

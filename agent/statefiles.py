@@ -62,6 +62,8 @@ def _saved_epsilon(budget: object) -> float:
 
 def _extends(old: Plain, new: Plain) -> bool:
     """True if ``new`` keeps every entry of ``old`` unchanged (memo tables only grow)."""
+    if old == new:
+        return True  # the common case (nothing drawn), decided by one comparison in C
     if isinstance(old, dict) and isinstance(new, dict):
         return all(k in new and _extends(v, new[k]) for k, v in old.items())
     return bool(old == new)
@@ -142,6 +144,7 @@ class StateFiles:
 
     def __init__(self, directory: Path, sealer: Sealer, rng: RandomSource) -> None:
         self.directory = directory
+        self._paths: dict[str, Path] = {}
         self._sealer = sealer
         self._rng = rng
         directory.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -162,7 +165,11 @@ class StateFiles:
 
     def path(self, name: str) -> Path:
         """The path of the state file ``name``."""
-        return self.directory / name
+        # Made once per name: every step writes the manifest and a few files by path.
+        found = self._paths.get(name)
+        if found is None:
+            found = self._paths[name] = self.directory / name
+        return found
 
     def use_case_path(self, name: str) -> Path:
         """The sealed file of use case ``name``."""

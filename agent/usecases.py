@@ -159,14 +159,26 @@ def clamp_note(use_case: UseCase, value: int | float) -> str | None:
     clipped = mech.counter_input(value)
     if clipped != value:
         return f"{value!r} is above the range {_range(mech.value_range)}: the period's total is clamped to {clipped!r}"
-    if isinstance(mech, HistogramMechanism):
-        edges = mech.bucket_edges
-        if math.isfinite(edges[-1]) and value >= edges[-1]:
-            return (
-                f"{value!r} is beyond the last bucket [{edges[-2]:g}, {edges[-1]:g}): "
-                "the period's total is counted in the last bucket"
-            )
+    edges = _bucket_edges(use_case)
+    if edges is not None and math.isfinite(edges[-1]) and value >= edges[-1]:
+        return (
+            f"{value!r} is beyond the last bucket [{edges[-2]:g}, {edges[-1]:g}): "
+            "the period's total is counted in the last bucket"
+        )
     return None
+
+
+_BUCKET_EDGES: dict[bytes, tuple[float, ...] | None] = {}
+
+
+def _bucket_edges(use_case: UseCase) -> tuple[float, ...] | None:
+    """A histogram mechanism's bucket edges (None for any other), looked up once per definition:
+    the runtime protocol check costs tens of microseconds, and this runs for every counter value."""
+    key = use_case.definition
+    if key not in _BUCKET_EDGES:
+        mech = use_case.mechanism
+        _BUCKET_EDGES[key] = tuple(mech.bucket_edges) if isinstance(mech, HistogramMechanism) else None
+    return _BUCKET_EDGES[key]
 
 
 def _range(bounds: tuple[float, float] | None) -> str:

@@ -34,6 +34,10 @@ comes back is routed to the device whose outbox holds that id (its agent settles
 as a device does: the ledger says counted or refused, the report leaves the outbox). A report
 without a receipt after ``receipt_timeout`` real seconds is sent again, byte for byte. The
 run ends when every report has its receipt, or after ``receipt_wait`` real seconds.
+A device's reports are marked sent (``Agent.mark_sent``) only if their receipts have not all
+come before the device's next send or the end of the run; when they have, the agent settles
+them in one state write, as a device whose receipts come before it writes the send would.
+Either way a report stays in the outbox, its ε charged when it was staged, until settled.
 
 **A registry change** (:class:`RegistryChange`): at a given slot, every second device restarts
 its agent with a second registry, as a device that takes an update does; its state carries
@@ -55,8 +59,11 @@ from typing import Any
 
 import msgpack
 import numpy as np
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from agent.accounting import EPSILON_SLACK
+from agent.aes_gcm import InvalidTagError
 from agent.config import ScheduleConfig
 from agent.core import Agent, Pending
 from agent.daemon import Daemon
@@ -80,6 +87,27 @@ __all__ = ["MemorySealer", "run_shard"]
 log = logging.getLogger("ldp_fleet")
 
 
+class _PackageGcm:
+    """AES-256-GCM from the cryptography package, a dependency of the agent: the same bytes as
+    the agent's calls into the system's libcrypto (GCM is a function of the key, the nonce, the
+    associated data and the plaintext; tests/agent/test_aes_gcm.py holds the two together), at a
+    small fraction of their cost per call through ctypes. A device keeps the libcrypto it maps
+    anyway (agent/aes_gcm.py: the package's own OpenSSL costs a device memory); the simulator,
+    sealing a few times per report, is no device."""
+
+    def __init__(self, key: bytes) -> None:
+        self._aead = AESGCM(key)
+
+    def encrypt(self, nonce: bytes, data: bytes, aad: bytes) -> bytes:
+        return self._aead.encrypt(nonce, data, aad)
+
+    def decrypt(self, nonce: bytes, data: bytes, aad: bytes) -> bytes:
+        try:
+            return self._aead.decrypt(nonce, data, aad)
+        except InvalidTag:
+            raise InvalidTagError("authentication failed") from None
+
+
 class MemorySealer(Sealer):
     """A :class:`Sealer` that keeps the sealed blobs in memory instead of files.
 
@@ -90,6 +118,7 @@ class MemorySealer(Sealer):
 
     def __init__(self, key: bytes) -> None:
         super().__init__(key)
+        self._aead = _PackageGcm(key)
         self._blobs: dict[Path, bytes] = {}
 
     def read(self, path: Path, purpose: str, version: int) -> Any | None:
@@ -120,6 +149,10 @@ class _Device:
         self.agent.grant_consent()
         # (use case, period) -> the value recorded, until the report carrying it is counted.
         self.recorded: dict[tuple[str, int], object] = {}
+        # Reports of the last send not yet marked sent, and receipts not yet settled (_Shard.send).
+        self.unmarked: list[Pending] = []
+        self.answers: list[Receipt] = []
+        self.sending = False
 
     def _agent(self, registry: Registry) -> Agent:
         agent = Agent(
@@ -206,8 +239,34 @@ class _Shard:
                 device.recorded.pop((use_case.name, period), None)
             by_device.setdefault(device.number, (device, []))[1].append(receipt)
         for device, mine in by_device.values():
-            # The agent settles them as a device does: the ledger says so, the reports leave the outbox.
-            device.agent.settle(mine)
+            device.answers.extend(mine)
+            self._settle_if_answered(device)
+
+    def _settle_if_answered(self, device: _Device) -> None:
+        """Once every report of the device's last send is answered, the agent settles them as a
+        device does (the ledger says so, the reports leave the outbox); marking them sent first
+        would only have been overwritten."""
+        if device.sending:
+            return  # the reports of this send are known when it ends
+        answered = {r.correlation for r in device.answers}
+        if all(p.entry.report_id in answered for p in device.unmarked):
+            device.unmarked = []
+            self._settle(device)
+
+    @staticmethod
+    def _settle(device: _Device) -> None:
+        answers, device.answers = device.answers, []
+        if answers:
+            device.agent.settle(answers)
+
+    def flush(self, device: _Device) -> None:
+        """Mark sent the device's reports still waiting for their receipt, then settle the
+        receipts that came: the ledger and the outbox as if each had happened at once."""
+        if device.unmarked:
+            waiting = {p.entry.report_id for p in device.agent.outbox()}
+            unmarked, device.unmarked = device.unmarked, []
+            device.agent.mark_sent([p for p in unmarked if p.entry.report_id in waiting])
+        self._settle(device)
 
     async def send(self, device: _Device) -> None:
         """Publish the device's reports not sent yet, each asking for a receipt.
@@ -215,9 +274,11 @@ class _Shard:
         Raises:
             TransportError: a publish was not acknowledged (what was sent before is recorded).
         """
+        self.flush(device)
         due = [p for p in device.agent.outbox() if p.entry.attempts == 0]
         sent: list[Pending] = []
         refused: list[tuple[Pending, str]] = []
+        device.sending = True
         try:
             for p in due:
                 self.waiting[p.entry.report_id] = (device, p.entry.payload)
@@ -237,8 +298,15 @@ class _Shard:
             for p in due:
                 if p.entry.report_id not in done:
                     self.waiting.pop(p.entry.report_id, None)
-            device.agent.mark_sent(sent)
-            device.agent.mark_refused(refused)
+            # Marked sent when the next send of the device or the end of the run comes first,
+            # else settled at once when their receipts come (one state write instead of two;
+            # the ε was charged when the reports were staged, and they stay in the outbox).
+            device.unmarked = sent
+            device.sending = False
+            if refused:
+                self.flush(device)  # the ledger lists this send's reports in the order they went
+                device.agent.mark_refused(refused)
+            self._settle_if_answered(device)
 
     def refused_by_broker(self, device: _Device, payload: bytes, reason: str) -> None:
         """The broker refused a report: one of the fleet's own reports that will not be counted."""
@@ -335,6 +403,7 @@ async def run_shard(
         broker = dataclasses.replace(plan.broker, receipts=plan.receipts)
         transport = MqttTransport(broker, SeededRandom(device_seed(plan.seed, plan.start, -1 - worker)))
     started = time.monotonic()
+    cpu_started = time.process_time()
     shard = _Shard(plan)
     async with contextlib.AsyncExitStack() as stack:
         if root is None and plan.state_dir is None:
@@ -352,9 +421,12 @@ async def run_shard(
         fleet = [_Device(d, plan=plan, registry=registry, clock=clock, root=base, shard=shard) for d in devices]
         shard.result.devices = len(fleet)
         shard.result.setup_seconds = time.monotonic() - started
+        shard.result.setup_cpu_seconds = time.process_time() - cpu_started
         await _simulate(shard, generators=generators, fleet=fleet, clock=clock, worker=worker, progress=progress)
         if plan.receipts:
             await _await_receipts(shard)
+            for device in fleet:
+                shard.flush(device)
     caps = _caps(shard.catalog)
     for device in fleet:
         checked, problems = _audit_epsilon(device, caps)
@@ -399,17 +471,20 @@ def _audit_epsilon(device: _Device, caps: dict[str, float]) -> tuple[int, list[s
     return len(spent), problems
 
 
-def _record(shard: _Shard, device: _Device, name: str, value: object | None, period: int) -> None:
-    """Give the device's agent its value of the period (none: the device has no value); count refusals."""
-    if value is None or name not in device.agent.registry.use_cases:
+def _record(shard: _Shard, device: _Device, values: Sequence[tuple[str, object | None, int]]) -> None:
+    """Give the device's agent its values of the period (name, value, period; a value of None:
+    the device has none), in one state write as a device's batch; count refusals."""
+    agent = device.agent
+    given = [(name, value, period) for name, value, period in values if value is not None]
+    given = [item for item in given if item[0] in agent.registry.use_cases]
+    if not given:
         return
-    try:
-        outcome = device.agent.record(name, value)
-    except (ValueRefusedError, UseCaseStoppedError):
-        shard.result.refused[name] = shard.result.refused.get(name, 0) + 1
-        return
-    if outcome.outcome == "recorded":
-        device.recorded[(name, period)] = value
+    results = agent.record_each([(name, value, None) for name, value, _ in given])
+    for (name, value, period), result in zip(given, results, strict=True):
+        if isinstance(result, ValueRefusedError | UseCaseStoppedError):
+            shard.result.refused[name] = shard.result.refused.get(name, 0) + 1
+        elif result.outcome == "recorded":
+            device.recorded[(name, period)] = value
 
 
 def _move(fleet: Sequence[_Device], change: RegistryChange, registry: Registry, clock: FakeClock, at: int) -> None:
@@ -472,8 +547,14 @@ async def _simulate(
             for done, i in enumerate(np.argsort(due, kind="stable")):
                 device = fleet[int(i)]
                 clock.set(float(due[i]))
-                for name, column in values.items():
-                    _record(shard, device, name, column[device.number], first[name] + slot // slots_per_period[name])
+                _record(
+                    shard,
+                    device,
+                    [
+                        (name, column[device.number], first[name] + slot // slots_per_period[name])
+                        for name, column in values.items()
+                    ],
+                )
                 device.daemon.run_cycle()
                 await queue.put(device)
                 if done % 16 == 0:

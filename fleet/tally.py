@@ -5,13 +5,25 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from protocol.interfaces import EstimateKind, as_histogram
+from protocol.interfaces import EstimateKind, HistogramMechanism, as_histogram
 from protocol.registry import UseCase
 
 __all__ = ["MAX_PROBLEMS", "Progress", "ShardResult", "Tally", "tally_kind"]
 
 MAX_PROBLEMS = 20
 """Findings of the ε audit kept per run (the count of pairs checked is kept in full)."""
+
+
+_HISTOGRAMS: dict[bytes, HistogramMechanism] = {}
+"""Definition hash -> its mechanism as a histogram: ``as_histogram`` checks a runtime protocol,
+which costs more than the rest of a tally, once per definition instead of once per value."""
+
+
+def _histogram(use_case: UseCase) -> HistogramMechanism:
+    found = _HISTOGRAMS.get(use_case.definition)
+    if found is None:
+        found = _HISTOGRAMS[use_case.definition] = as_histogram(use_case.mechanism)
+    return found
 
 
 def tally_kind(use_case: UseCase) -> str:
@@ -46,7 +58,7 @@ class Tally:
         if kind == "mean":
             self.total += float(value)  # type: ignore[arg-type]
         elif kind == "histogram":
-            histogram = as_histogram(use_case.mechanism)
+            histogram = _histogram(use_case)
             if not self.buckets:
                 self.buckets = [0] * (len(histogram.bucket_edges) - 1)
             if not isinstance(value, int | float):
@@ -83,6 +95,7 @@ class ShardResult:
         retries: device publish attempts repeated after a connection failure, and reports sent
             again for want of a receipt.
         setup_seconds: time to create the agents.
+        setup_cpu_seconds: CPU time that took (summed over workers).
         run_seconds: time to simulate and publish.
         outcomes: definition ref -> what the receipts said -> how many reports (``counted``,
             ``refused: <reason>``); empty without receipts.
@@ -101,6 +114,7 @@ class ShardResult:
     messages: int = 0
     retries: int = 0
     setup_seconds: float = 0.0
+    setup_cpu_seconds: float = 0.0
     run_seconds: float = 0.0
     outcomes: dict[str, dict[str, int]] = field(default_factory=dict)
     missing: int = 0
@@ -120,6 +134,7 @@ class ShardResult:
             messages=self.messages + other.messages,
             retries=self.retries + other.retries,
             setup_seconds=max(self.setup_seconds, other.setup_seconds),
+            setup_cpu_seconds=self.setup_cpu_seconds + other.setup_cpu_seconds,
             run_seconds=max(self.run_seconds, other.run_seconds),
             missing=self.missing + other.missing,
             epsilon_checked=self.epsilon_checked + other.epsilon_checked,

@@ -181,9 +181,10 @@ class UseCase:
     collector: CollectorSettings
     description: str = ""
 
-    @property
+    @functools.cached_property
     def fingerprint(self) -> bytes:
-        """:func:`mechanism_fingerprint` of this use case's mechanism."""
+        """:func:`mechanism_fingerprint` of this use case's mechanism (computed once: the
+        mechanism is frozen, and an agent asks for it whenever it starts a use case's state)."""
         return mechanism_fingerprint(self.mechanism)
 
     @functools.cached_property
@@ -206,9 +207,12 @@ class UseCase:
         name one definition of a use case (``emoji@3f2a9c1b``)."""
         return f"{self.name}@{self.definition.hex()[:REF_HEX_DIGITS]}"
 
-    @property
+    @functools.cached_property
     def cost(self) -> float:
-        """The ε an accountant charges for one report: the mechanism's exact ``epsilon_report``."""
+        """The ε an accountant charges for one report: the mechanism's exact ``epsilon_report``.
+
+        Computed once per use case (the mechanism is frozen): exact ``epsilon_report`` is
+        rational arithmetic, and an agent asks for the cost several times per report."""
         return float(self.mechanism.epsilon_report)
 
     @functools.cached_property
