@@ -20,6 +20,9 @@
 #   --keep          keep the broker's and collector's working files too (certificates, database)
 #   --collectors N  run N collectors in one MQTT shared subscription group (default 1); each
 #                   has its own dashboard, and any of them serves the same estimates
+#   --brokers N     run N independent brokers (default 1): every collector holds a session on
+#                   each, and the fleet spreads its devices over them, each device through
+#                   its own primary broker, as agents with [broker] addresses do
 #   --postgres      keep the checkpoints in a PostgreSQL server started for the demo (in the
 #                   working directory, on a Unix socket) instead of a SQLite file; installs
 #                   Debian's postgresql package when it is missing
@@ -58,6 +61,7 @@ no_wait=0
 out=""
 keep=0
 collectors=1
+brokers=1
 postgres=0
 registry_change=0
 fleet_args=()
@@ -72,6 +76,7 @@ while [ $# -gt 0 ]; do
         --out) [ $# -ge 2 ] || usage; out="$2"; shift 2 ;;
         --keep) keep=1; shift ;;
         --collectors) [ $# -ge 2 ] || usage; collectors="$2"; shift 2 ;;
+        --brokers) [ $# -ge 2 ] || usage; brokers="$2"; shift 2 ;;
         --postgres) postgres=1; shift ;;
         --registry-change) registry_change=1; shift ;;
         -h | --help) usage 0 ;;
@@ -83,6 +88,7 @@ for n in "$devices" "$days" "$seed"; do
     [[ "$n" =~ ^[0-9]+$ ]] || { echo "run-demo: --devices, --days and --seed take whole numbers" >&2; exit 2; }
 done
 [[ "$collectors" =~ ^[1-9][0-9]?$ ]] || { echo "run-demo: --collectors takes 1 to 99" >&2; exit 2; }
+[[ "$brokers" =~ ^[1-9]$ ]] || { echo "run-demo: --brokers takes 1 to 9" >&2; exit 2; }
 [ -z "$wait_seconds" ] || [[ "$wait_seconds" =~ ^[0-9]+$ ]] || { echo "run-demo: --wait takes seconds" >&2; exit 2; }
 [ "$registry_change" -eq 0 ] || [ "$days" -ge 3 ] ||
     { echo "run-demo: --registry-change needs --days 3 or more (a day before the change, the change, and after)" >&2; exit 2; }
@@ -139,7 +145,7 @@ py=.venv/bin/python
 work="$(mktemp -d "${TMPDIR:-/tmp}/ldp-demo.XXXXXX")"
 [ -n "$out" ] || out="$work/results"
 mkdir -p "$out"
-broker_pid=""
+broker_pids=()
 collector_pids=()
 pg_started=0
 pg_dir=""
@@ -159,11 +165,11 @@ cleanup() {
     if [ "$pg_started" -eq 1 ]; then
         as_pg_user "$pg_bin/pg_ctl" -D "$pg_dir/data" -m fast -w stop >/dev/null 2>&1 || true
     fi
-    if [ -n "$broker_pid" ] && kill -0 "$broker_pid" 2>/dev/null; then
-        kill -TERM "$broker_pid" 2>/dev/null || true
-        for _ in $(seq 50); do kill -0 "$broker_pid" 2>/dev/null || break; sleep 0.1; done
-        kill -KILL "$broker_pid" 2>/dev/null || true
-    fi
+    for pid in ${broker_pids[@]+"${broker_pids[@]}"}; do kill -TERM "$pid" 2>/dev/null || true; done
+    for pid in ${broker_pids[@]+"${broker_pids[@]}"}; do
+        for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+        kill -KILL "$pid" 2>/dev/null || true
+    done
     if [ "$keep" -eq 0 ]; then
         for part in pki secrets broker collector-*; do rm -rf "${work:?}/"$part; done
         [ -z "$pg_dir" ] || rm -rf "$pg_dir"
@@ -205,26 +211,45 @@ deploy/make-test-ca.sh "$work/pki" >/dev/null
 # collector's per-device allowance hold for every simulated device.
 deploy/make-broker-users.sh --user collector --user fleet-sim "$work/broker/passwd" "$work/secrets" >/dev/null
 
-# --- the broker: deploy/mosquitto/mosquitto.conf with its paths and ports moved here -----
-mqtt_port="$(free_port)"
-mtls_port="$(free_port)"
-mkdir -p "$work/broker/data"
+# --- the brokers: deploy/mosquitto/mosquitto.conf with its paths and ports moved here -----
+# Every broker shares the users, the ACL and the certificates; each has its own ports, data
+# and log (broker/1, broker/2, ...). With several, nothing links them: a device picks one.
 cat deploy/mosquitto/acl deploy/mosquitto/acl.fleet-sim >"$work/broker/acl"
 cp "$work/pki/ca.pem" "$work/pki/broker.pem" "$work/pki/broker.key" "$work/broker/"
-sed -e "s|^listener 8883\$|listener $mqtt_port 127.0.0.1|" \
-    -e "s|^listener 8884\$|listener $mtls_port 127.0.0.1|" \
-    -e "s|/etc/mosquitto/ldp/|$work/broker/|g" \
-    -e "s|^persistence_location .*|persistence_location $work/broker/data/|" \
-    -e "s|^user .*|user $(id -un)|" \
-    -e "s|^pid_file .*||" \
-    -e "s|^log_dest .*|log_dest file $work/broker/mosquitto.log|" \
-    deploy/mosquitto/mosquitto.conf >"$work/broker/mosquitto.conf"
-grep -q "^listener $mqtt_port 127.0.0.1" "$work/broker/mosquitto.conf" ||
-    { echo "run-demo: deploy/mosquitto/mosquitto.conf has no 'listener 8883' line to move" >&2; exit 1; }
-say "starting Mosquitto on 127.0.0.1:$mqtt_port (TLS, passwords, ACL)"
-"$mosquitto_bin" -c "$work/broker/mosquitto.conf" >"$work/broker/stdout.log" 2>&1 &
-broker_pid=$!
-wait_for 15 "import socket; socket.create_connection(('127.0.0.1', $mqtt_port), timeout=0.5)" "Mosquitto"
+mqtt_ports=()
+for b in $(seq "$brokers"); do
+    mqtt_port="$(free_port)"
+    mtls_port="$(free_port)"
+    mqtt_ports+=("$mqtt_port")
+    bdir="$work/broker/$b"
+    mkdir -p "$bdir/data"
+    sed -e "s|^listener 8883\$|listener $mqtt_port 127.0.0.1|" \
+        -e "s|^listener 8884\$|listener $mtls_port 127.0.0.1|" \
+        -e "s|/etc/mosquitto/ldp/|$work/broker/|g" \
+        -e "s|^persistence_location .*|persistence_location $bdir/data/|" \
+        -e "s|^user .*|user $(id -un)|" \
+        -e "s|^pid_file .*||" \
+        -e "s|^log_dest .*|log_dest file $bdir/mosquitto.log|" \
+        deploy/mosquitto/mosquitto.conf >"$bdir/mosquitto.conf"
+    grep -q "^listener $mqtt_port 127.0.0.1" "$bdir/mosquitto.conf" ||
+        { echo "run-demo: deploy/mosquitto/mosquitto.conf has no 'listener 8883' line to move" >&2; exit 1; }
+    if [ "$brokers" -eq 1 ]; then
+        say "starting Mosquitto on 127.0.0.1:$mqtt_port (TLS, passwords, ACL)"
+    else
+        say "starting Mosquitto $b of $brokers on 127.0.0.1:$mqtt_port (TLS, passwords, ACL)"
+    fi
+    "$mosquitto_bin" -c "$bdir/mosquitto.conf" >"$bdir/stdout.log" 2>&1 &
+    broker_pids+=($!)
+    wait_for 15 "import socket; socket.create_connection(('127.0.0.1', $mqtt_port), timeout=0.5)" "Mosquitto $b"
+done
+broker_list="$(printf '127.0.0.1:%s,' "${mqtt_ports[@]}")"
+broker_list="${broker_list%,}"
+if [ "$brokers" -eq 1 ]; then
+    broker_lines="host = \"127.0.0.1\"
+port = ${mqtt_ports[0]}"
+else
+    broker_lines="addresses = [$(printf '"127.0.0.1:%s", ' "${mqtt_ports[@]}" | sed 's/, $//')]"
+fi
 
 # --- the checkpoint store: a SQLite file, or a PostgreSQL server of the demo's own --------
 if [ "$postgres" -eq 1 ]; then
@@ -282,8 +307,7 @@ instance = "demo-$i"
 $registry_lines
 
 [mqtt]
-host = "127.0.0.1"
-port = $mqtt_port
+$broker_lines
 client_id = "ldp-collector-demo-$i"
 $group_line
 username = "collector"
@@ -322,12 +346,24 @@ status=0
 .venv/bin/ldp-fleet \
     "${fleet_registry_args[@]}" \
     --devices "$devices" --days "$days" --seed "$seed" --workers "$workers" \
-    --broker "127.0.0.1:$mqtt_port" --ca-file "$work/pki/ca.pem" \
+    --broker "$broker_list" --ca-file "$work/pki/ca.pem" \
     --username fleet-sim --password-file "$work/secrets/fleet-sim.password" \
     --collector-url "http://127.0.0.1:$http_port" \
     --output "$out/results.json" --plots "$out/plots" \
     ${fleet_args[@]+"${fleet_args[@]}"} || status=$?
 
+if [ "$brokers" -gt 1 ]; then
+    # What each broker carried, summed over the collectors (each member sees its share).
+    "$py" - "${http_ports[@]}" <<'PY' || true
+import json, sys, urllib.request
+totals = {}
+for port in sys.argv[1:]:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=10) as response:
+        for broker in json.load(response).get("brokers", []):
+            totals[broker["address"]] = totals.get(broker["address"], 0) + broker["received"]
+print("Reports received per broker: " + ", ".join(f"{a} {n:,}" for a, n in sorted(totals.items())))
+PY
+fi
 echo
 echo "Dashboard (the same estimates, latest period per use case): http://127.0.0.1:$http_port/"
 if [ "$collectors" -gt 1 ]; then

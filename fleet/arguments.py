@@ -155,7 +155,8 @@ def _broker_options(net: argparse._ArgumentGroup) -> None:
     net.add_argument(
         "--broker",
         default=DEFAULT_BROKER,
-        help=f"HOST:PORT (default {DEFAULT_BROKER}, the TLS listener of the shipped broker config)",
+        help=f"HOST:PORT (default {DEFAULT_BROKER}, the TLS listener of the shipped broker config); several, "
+        "comma-separated, spread the devices over the brokers as agents with [broker] addresses do",
     )
     net.add_argument(
         "--tls",
@@ -383,11 +384,15 @@ def _generators(
 
 
 def _broker(args: argparse.Namespace) -> BrokerConfig:
-    host, port = _host_port(args.broker)
+    places = [_host_port(text.strip()) for text in str(args.broker).split(",")]
+    # One broker as host and port (as before); several as the agent's addresses list.
+    host, port = places[0] if len(places) == 1 else (None, 8883)
+    addresses = None if len(places) == 1 else tuple(f"[{h}]:{p}" if ":" in h else f"{h}:{p}" for h, p in places)
     try:
         broker = BrokerConfig(
             host=host,
             port=port,
+            addresses=addresses,
             tls=bool(args.tls),
             ca_file=args.ca_file,
             cert_file=args.cert_file,

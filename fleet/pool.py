@@ -9,13 +9,14 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 from agent.errors import TransportError
 from agent.transport import Connection, PublishRefusedError, ReceiptConnection, ReceiptTransport, Transport
 from protocol.receipts import Receipt
 from runtime.backoff import Backoff
 
-__all__ = ["MAX_PUBLISH_ATTEMPTS", "ConnectionPool", "DeviceTransport"]
+__all__ = ["MAX_PUBLISH_ATTEMPTS", "ConnectionPool", "DeviceTransport", "Pool"]
 
 log = logging.getLogger("ldp_fleet")
 
@@ -25,6 +26,22 @@ _REPAIR_BACKOFF = Backoff(initial=0.05, cap=2.0)
 
 MAX_PUBLISH_ATTEMPTS = 8
 """A device's reports are retried this many times across reconnects before the run fails."""
+
+
+class Pool(Protocol):
+    """What the devices publish through: one :class:`ConnectionPool`, or one per broker
+    (:class:`fleet.brokers.BrokerPools`)."""
+
+    async def publish(
+        self, topic: str, payload: bytes, *, correlation: bytes | None = None, device: str | None = None
+    ) -> None:
+        """Publish; return after the broker's acknowledgement (raise TransportError otherwise).
+        ``device`` names the publishing device (it picks the broker where there are several)."""
+        ...
+
+    async def repair(self, *, attempt: int) -> None:
+        """Reopen broken connections (raise TransportError if they cannot be)."""
+        ...
 
 
 @dataclass
@@ -147,10 +164,13 @@ class ConnectionPool:
                     await self._open(slot)
                     self.reconnects += 1
 
-    async def publish(self, topic: str, payload: bytes, *, correlation: bytes | None = None) -> None:
+    async def publish(
+        self, topic: str, payload: bytes, *, correlation: bytes | None = None, device: str | None = None
+    ) -> None:
         """Publish on the least busy live connection; return after the broker's acknowledgement.
 
-        With receipts, ``correlation`` (the report id) comes back in the commit receipt.
+        With receipts, ``correlation`` (the report id) comes back in the commit receipt;
+        ``device`` is not needed here (one broker).
 
         Raises:
             PublishRefusedError: the broker acknowledged it with a refusal (its ACL denies the
@@ -181,22 +201,24 @@ class ConnectionPool:
 class DeviceTransport:
     """One device's view of the pool: its publisher "connects" by borrowing pooled connections."""
 
-    def __init__(self, pool: ConnectionPool, on_ack: Callable[[bytes], None]) -> None:
+    def __init__(self, pool: Pool, on_ack: Callable[[bytes], None], *, device: str | None = None) -> None:
         self._pool = pool
         self._on_ack = on_ack
+        self._device = device
 
     @contextlib.asynccontextmanager
     async def connect(self) -> AsyncIterator[Connection]:
-        yield _DeviceConnection(self._pool, self._on_ack)
+        yield _DeviceConnection(self._pool, self._on_ack, self._device)
 
 
 class _DeviceConnection:
-    def __init__(self, pool: ConnectionPool, on_ack: Callable[[bytes], None]) -> None:
+    def __init__(self, pool: Pool, on_ack: Callable[[bytes], None], device: str | None) -> None:
         self._pool = pool
         self._on_ack = on_ack
+        self._device = device
 
     async def publish(self, topic: str, payload: bytes) -> None:
-        await self._pool.publish(topic, payload)
+        await self._pool.publish(topic, payload, device=self._device)
         self._on_ack(payload)
 
 

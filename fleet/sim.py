@@ -72,9 +72,10 @@ from agent.identity import device_identity
 from agent.schedule import next_cycle_after
 from agent.sealed import Sealer
 from agent.transport import PublishRefusedError, Transport
+from fleet.brokers import BrokerPools
 from fleet.clock import FakeClock
 from fleet.plan import SLOT_SECONDS, FleetPlan, RegistryChange, build_generators, device_seed
-from fleet.pool import MAX_PUBLISH_ATTEMPTS, ConnectionPool, DeviceTransport
+from fleet.pool import MAX_PUBLISH_ATTEMPTS, ConnectionPool, DeviceTransport, Pool
 from fleet.tally import MAX_PROBLEMS, Progress, ShardResult, Tally, tally_kind
 from fleet.values import ValueGenerator
 from protocol.catalog import Catalog
@@ -145,6 +146,8 @@ class _Device:
         self._plan = plan
         self.rng = rng
         self._shard = shard
+        # What picks its broker among several (fleet.brokers): its sub-identity, or its number.
+        self.name = shard.identity(number) or f"device-{number}"
         self.agent = self._agent(registry)
         self.agent.grant_consent()
         # (use case, period) -> the value recorded, until the report carrying it is counted.
@@ -163,7 +166,7 @@ class _Device:
             rng=self.rng,
             device_identity=self._shard.identity(self.number),
         )
-        transport = DeviceTransport(self._shard.pool, self._acked)
+        transport = DeviceTransport(self._shard.pool, self._acked, device=self.name)
         self.daemon = Daemon(
             agent,
             transport,
@@ -182,10 +185,10 @@ class _Device:
 
 
 class _Shard:
-    def __init__(self, plan: FleetPlan, pool: ConnectionPool | None = None) -> None:
+    def __init__(self, plan: FleetPlan, pool: Pool | None = None) -> None:
         self.plan = plan
         self.catalog = plan.catalog()
-        self.pool: ConnectionPool = pool  # type: ignore[assignment]  # set by run_shard before any device exists
+        self.pool: Pool = pool  # type: ignore[assignment]  # set by run_shard before any device exists
         self.result = ShardResult()
         # Reports sent and waiting for their receipt: report id -> (device, payload).
         self.waiting: dict[bytes, tuple[_Device, bytes]] = {}
@@ -283,7 +286,7 @@ class _Shard:
             for p in due:
                 self.waiting[p.entry.report_id] = (device, p.entry.payload)
                 try:
-                    await self.pool.publish(p.topic, p.entry.payload, correlation=p.entry.report_id)
+                    await self.pool.publish(p.topic, p.entry.payload, correlation=p.entry.report_id, device=device.name)
                 except PublishRefusedError as e:
                     # The broker dropped this report (its ACL denies the topic): no receipt will
                     # come, so it is settled here as not counted, and the next report goes on.
@@ -323,7 +326,9 @@ class _Shard:
             if report_id not in self.waiting:
                 continue  # answered meanwhile
             use_case, _, _ = self._report(payload)
-            await self.pool.publish(device.agent.topic(use_case.name), payload, correlation=report_id)
+            await self.pool.publish(
+                device.agent.topic(use_case.name), payload, correlation=report_id, device=device.name
+            )
         self.result.retries += len(items)
         return len(items)
 
@@ -395,13 +400,18 @@ async def run_shard(
     """
     registry = plan.registry()
     generators = build_generators(plan)
+    transports: list[Transport] = []
     if transport is None:
         from agent.mqtt import MqttTransport  # noqa: PLC0415 - only when publishing to a real broker
 
         if plan.broker is None:
             raise ValueError("the plan names no broker and no transport was given")
         broker = dataclasses.replace(plan.broker, receipts=plan.receipts)
-        transport = MqttTransport(broker, SeededRandom(device_seed(plan.seed, plan.start, -1 - worker)))
+        rng = SeededRandom(device_seed(plan.seed, plan.start, -1 - worker))
+        # One transport (and pool) per broker: the devices spread over them (fleet.brokers).
+        transports = [MqttTransport(broker, rng, address=a) for a in broker.endpoints]
+    else:
+        transports = [transport]
     started = time.monotonic()
     cpu_started = time.process_time()
     shard = _Shard(plan)
@@ -410,13 +420,20 @@ async def run_shard(
             # In-memory state still needs a directory per agent (it only stays empty).
             root = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="ldp-fleet-")))
         base = Path(root or plan.state_dir or ".")
-        pool = ConnectionPool(
-            transport,
-            size=plan.connections,
-            window=plan.window,
-            on_receipts=shard.receipts if plan.receipts else None,
-        )
-        shard.pool = await stack.enter_async_context(pool)
+        pools = [
+            ConnectionPool(
+                t,
+                size=plan.connections,
+                window=plan.window,
+                on_receipts=shard.receipts if plan.receipts else None,
+            )
+            for t in transports
+        ]
+        if len(pools) == 1:
+            shard.pool = await stack.enter_async_context(pools[0])
+        else:
+            assert plan.broker is not None
+            shard.pool = await stack.enter_async_context(BrokerPools(pools, plan.broker.endpoints))
         clock = FakeClock(float(plan.start))
         fleet = [_Device(d, plan=plan, registry=registry, clock=clock, root=base, shard=shard) for d in devices]
         shard.result.devices = len(fleet)

@@ -29,6 +29,7 @@ ENV = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
     [
         pytest.param([], id="one-collector-sqlite"),
         pytest.param(["--collectors", "2", "--postgres"], id="group-postgres"),
+        pytest.param(["--brokers", "2"], id="two-brokers"),
     ],
 )
 def test_the_demo_runs_and_every_estimate_is_within_5_se(tmp_path: Path, options: list[str]) -> None:
@@ -50,6 +51,15 @@ def test_the_demo_runs_and_every_estimate_is_within_5_se(tmp_path: Path, options
     if "--collectors" in options:
         assert "Every collector of the group serves the same estimates" in run.stdout
         assert "starting PostgreSQL" in run.stderr
+    if "--brokers" in options:
+        # Each device publishes through its own primary: both brokers carried part of the fleet.
+        line = re.search(r"Reports received per broker: (.*)", run.stdout)
+        assert line is not None, run.stdout[-2000:]
+        counts = [int(n.replace(",", "")) for n in re.findall(r"127\.0\.0\.1:\d+ ([\d,]+)", line.group(1))]
+        assert len(counts) == 2, line.group(0)
+        assert all(n > 0 for n in counts), line.group(0)
+        counted = sum(said.get("counted", 0) for said in results["receipts"]["by_definition"].values())
+        assert sum(counts) == counted  # every report received once, through one broker or the other
     # Only the results stay: the broker's, collectors' and database's files are removed.
     leftovers = [p.name for p in tmp_path.glob("ldp-demo.*/*")]
     assert leftovers == [], leftovers
