@@ -400,18 +400,7 @@ async def run_shard(
     """
     registry = plan.registry()
     generators = build_generators(plan)
-    transports: list[Transport] = []
-    if transport is None:
-        from agent.mqtt import MqttTransport  # noqa: PLC0415 - only when publishing to a real broker
-
-        if plan.broker is None:
-            raise ValueError("the plan names no broker and no transport was given")
-        broker = dataclasses.replace(plan.broker, receipts=plan.receipts)
-        rng = SeededRandom(device_seed(plan.seed, plan.start, -1 - worker))
-        # One transport (and pool) per broker: the devices spread over them (fleet.brokers).
-        transports = [MqttTransport(broker, rng, address=a) for a in broker.endpoints]
-    else:
-        transports = [transport]
+    transports = [transport] if transport is not None else _broker_transports(plan, worker)
     started = time.monotonic()
     cpu_started = time.process_time()
     shard = _Shard(plan)
@@ -420,20 +409,7 @@ async def run_shard(
             # In-memory state still needs a directory per agent (it only stays empty).
             root = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="ldp-fleet-")))
         base = Path(root or plan.state_dir or ".")
-        pools = [
-            ConnectionPool(
-                t,
-                size=plan.connections,
-                window=plan.window,
-                on_receipts=shard.receipts if plan.receipts else None,
-            )
-            for t in transports
-        ]
-        if len(pools) == 1:
-            shard.pool = await stack.enter_async_context(pools[0])
-        else:
-            assert plan.broker is not None
-            shard.pool = await stack.enter_async_context(BrokerPools(pools, plan.broker.endpoints))
+        shard.pool = await stack.enter_async_context(_pool(plan, transports, shard))
         clock = FakeClock(float(plan.start))
         fleet = [_Device(d, plan=plan, registry=registry, clock=clock, root=base, shard=shard) for d in devices]
         shard.result.devices = len(fleet)
@@ -456,6 +432,34 @@ async def run_shard(
             shard.result.unsent[use_case] = shard.result.unsent.get(use_case, 0) + 1
     shard.result.run_seconds = time.monotonic() - started
     return shard.result
+
+
+def _broker_transports(plan: FleetPlan, worker: int) -> list[Transport]:
+    """The agent's MQTT transport to each broker of the plan (the devices spread over them)."""
+    from agent.mqtt import MqttTransport  # noqa: PLC0415 - only when publishing to a real broker
+
+    if plan.broker is None:
+        raise ValueError("the plan names no broker and no transport was given")
+    broker = dataclasses.replace(plan.broker, receipts=plan.receipts)
+    rng = SeededRandom(device_seed(plan.seed, plan.start, -1 - worker))
+    return [MqttTransport(broker, rng, address=a) for a in broker.endpoints]
+
+
+def _pool(plan: FleetPlan, transports: Sequence[Transport], shard: _Shard) -> ConnectionPool | BrokerPools:
+    """One pool of connections per transport; several behind one :class:`BrokerPools`."""
+    pools = [
+        ConnectionPool(
+            t,
+            size=plan.connections,
+            window=plan.window,
+            on_receipts=shard.receipts if plan.receipts else None,
+        )
+        for t in transports
+    ]
+    if len(pools) == 1:
+        return pools[0]
+    assert plan.broker is not None
+    return BrokerPools(pools, plan.broker.endpoints)
 
 
 def _caps(catalog: Catalog) -> dict[str, float]:
