@@ -51,6 +51,8 @@ CPU per unit of work: the same msgpack-decode loop costs 0.78 us a unit flat out
 1,000-unit bursts 5 ms apart and 2.5 us in 50-unit bursts (an idle vCPU is halted, and a
 woken one starts cold; busy loops at ``SCHED_IDLE`` keeping every core running cut that to
 0.91 and 1.29 us, but did not move the collector ratios beyond their run-to-run spread).
+
+``--brokers`` adds one collector on one broker against two, per shape (``benchmarks.collector_brokers``).
 """
 
 from __future__ import annotations
@@ -72,6 +74,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from benchmarks.collector_brokers import compare_brokers
 from benchmarks.harness import emit, progress, rate
 from benchmarks.load import LABEL, build_counters, build_single, publish
 from collector.config import IngestConfig
@@ -517,6 +520,7 @@ def bench(
     modes: Sequence[str] = MODES,
     references: bool = True,
     repeat: int = 1,
+    brokers: bool = False,
 ) -> dict[str, Any]:
     """Run every shape, consumer and collector setup (the collectors ``repeat`` times); one JSON-ready document."""
     registry = parse_registry(REGISTRY.read_bytes(), source=str(REGISTRY))
@@ -564,17 +568,11 @@ def bench(
                             _collectors(items, warmup, registry, work, setup=setup, tag=f"{tag}{r}", db=db, modes=modes)
                         )
                 for setup in setups:
-                    result = _median_of(runs[setup])
-                    for mode in modes:
-                        if f"{mode}_msgs_per_s" not in result:
-                            continue
-                        result[f"{mode}_records_per_s"] = round(result[f"{mode}_msgs_per_s"] * records, 1)
-                        if references and mode != "isolated":
-                            # docs/mqtt-client.md: the collector against bare subscribers.
-                            for ref in ("mosquitto_sub", "paho_manual_ack"):
-                                other = row[ref][f"{mode}_msgs_per_s"]
-                                result[f"{mode}_ratio_to_{ref}"] = _ratio(result[f"{mode}_msgs_per_s"], other)
-                    row[f"collector_{setup.name}"] = result
+                    row[f"collector_{setup.name}"] = _summary(runs[setup], row, modes, records, references=references)
+                if brokers:
+                    row["one_broker_against_two"] = compare_brokers(
+                        items, warmup, registry, REGISTRY, work, tag=tag, modes=modes, repeat=repeat
+                    )
                 targets += _targets(row, modes)
                 rows.append(row)
     return {
@@ -587,6 +585,23 @@ def bench(
         "results": rows,
         "targets": targets,
     }
+
+
+def _summary(
+    runs: Sequence[dict[str, Any]], row: dict[str, Any], modes: Sequence[str], records: int, *, references: bool
+) -> dict[str, Any]:
+    """One setup's medians, with records per second and (``references``) the ratios to the bare subscribers."""
+    result = _median_of(runs)
+    for mode in modes:
+        if f"{mode}_msgs_per_s" not in result:
+            continue
+        result[f"{mode}_records_per_s"] = round(result[f"{mode}_msgs_per_s"] * records, 1)
+        if references and mode != "isolated":
+            # docs/mqtt-client.md: the collector against bare subscribers.
+            for ref in ("mosquitto_sub", "paho_manual_ack"):
+                other = row[ref][f"{mode}_msgs_per_s"]
+                result[f"{mode}_ratio_to_{ref}"] = _ratio(result[f"{mode}_msgs_per_s"], other)
+    return result
 
 
 def _targets(row: dict[str, Any], modes: Sequence[str]) -> list[dict[str, Any]]:
@@ -644,6 +659,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     )
     parser.add_argument("--no-sqlite", action="store_true", help="skip the one-collector SQLite run")
     parser.add_argument("--no-references", action="store_true", help="skip mosquitto_sub and paho-mqtt")
+    parser.add_argument("--brokers", action="store_true", help="also one collector on one broker against two")
     parser.add_argument(
         "--modes",
         default="backlog,live,isolated",
@@ -675,6 +691,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             modes=modes,
             references=not args.no_references,
             repeat=args.repeat,
+            brokers=args.brokers,
         )
     )
 

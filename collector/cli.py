@@ -8,7 +8,9 @@ Verbs:
   reports to be released, else the latest with data), read from the checkpoint database; safe
   while the service runs (SQLite WAL readers do not block the writer).
 * ``ldp-collector status [--json]`` - the definitions of every use case, their periods and
-  report counts, and lifetime counters.
+  report counts, and lifetime counters; with each broker connection (address, connected or
+  not since when, messages received and acknowledged) when the service answers on its HTTP
+  address.
 * ``ldp-collector check-config`` - decode the config and every registry file it names (the
   current one and ``earlier_registries``), list each file's use cases with their definition
   refs, and check every file they name (TLS CA, certificate and key, password file,
@@ -48,7 +50,7 @@ from collector.estimation import compute_estimate, load_dictionary, registry_dir
 from collector.rendering import format_estimate, format_status
 from collector.results import to_json
 from collector.service import run_service
-from collector.status import store_status
+from collector.status import store_status, with_brokers
 from runtime.console import package_version, quiet_on_closed_pipe
 from runtime.errors import exception_leaves
 from runtime.exit_status import HELP as EXIT_HELP
@@ -234,7 +236,7 @@ def _estimate(
 
 
 def _status(config: CollectorConfig, as_json: bool) -> int:
-    status = store_status(config)
+    status = with_brokers(store_status(config), config)
     print(to_json(status, indent=2).decode() if as_json else format_status(status))
     return 0
 

@@ -18,6 +18,8 @@ Schema (every section and key optional except ``registry``; defaults shown)::
     [mqtt]
     host = "127.0.0.1"
     port = 1883
+    addresses = []                  # several brokers: ["mqtt-a:8883", "mqtt-b:8883"] replaces host
+                                    # and port; one session per broker, every other key shared
     client_id = "ldp-collector"     # fixed: the persistent session is keyed by it
     topic = "ldp/v1/reports/#"
     shared_group = ""               # "g" subscribes to $share/g/<topic> (MQTT 5)
@@ -86,6 +88,7 @@ from runtime.errors import ConfigFileError, SettingFileError
 from runtime.secret_files import read_password as read_password_file
 
 __all__ = [
+    "MAX_BROKERS",
     "CollectorConfig",
     "EstimationConfig",
     "HttpConfig",
@@ -98,6 +101,7 @@ __all__ = [
     "parse_config",
     "read_password",
     "read_store_password",
+    "split_address",
 ]
 
 
@@ -136,6 +140,10 @@ class MqttConfig:
     reconnect_max_s: Annotated[float, Range(0.001, 3600.0)] = 5.0
     receipt_prefix: str = "ldp/v1/receipts/"
     tls: TlsConfig | None = None
+    addresses: tuple[str, ...] = ()
+    """Several brokers as ``"host:port"`` (``"[::1]:1883"`` for IPv6), instead of ``host`` and
+    ``port``: the collector holds one session on each, in the shared group on each, and every
+    other key of the section applies to all of them (docs/deploy.md, "Several brokers")."""
     source: str = field(default="<string>", metadata={"internal": True})
     """The config file (for error messages; not a key of the file)."""
 
@@ -144,6 +152,7 @@ class MqttConfig:
         # that need more than a range are checked here.
         for name, problem in (
             ("host", None if self.host else "expected a host name"),
+            ("addresses", _addresses_problem(self)),
             ("client_id", _client_id_problem(self.client_id)),
             ("topic", _topic_problem(self.topic)),
             ("shared_group", None if self.shared_group is None else _group_problem(self.shared_group)),
@@ -154,6 +163,14 @@ class MqttConfig:
         if self.reconnect_max_s < self.reconnect_min_s:
             problem = f"expected a number in [{self.reconnect_min_s:g}, 3600] (at least reconnect_min_s)"
             raise Invalid("reconnect_max_s", f"{problem}; got {self.reconnect_max_s!r}", kind="out-of-range")
+
+    @property
+    def brokers(self) -> tuple[MqttConfig, ...]:
+        """One config per broker: ``addresses`` each with the rest of the section, or this one."""
+        if not self.addresses:
+            return (self,)
+        places = map(split_address, self.addresses)
+        return tuple(replace(self, host=host, port=port, addresses=()) for host, port in places)
 
     @property
     def topic_filter(self) -> str:
@@ -289,6 +306,47 @@ class CollectorConfig:
     def __post_init__(self) -> None:
         if not (self.instance and self.instance.isprintable() and len(self.instance) <= 200):
             raise Invalid("instance", "expected a short printable name")
+
+
+MAX_BROKERS = 64
+"""The most brokers ``mqtt.addresses`` may name (each is a session, a socket and a task)."""
+
+
+def split_address(address: str) -> tuple[str, int]:
+    """``"host:port"`` (or ``"[v6 address]:port"``) as (host, port).
+
+    Raises:
+        ValueError: the text is not of that form or the port is not in [1, 65535].
+    """
+    host, sep, port = address.rpartition(":")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    elif ":" in host:
+        sep = ""  # an IPv6 address needs its brackets to be told from the port
+    if not sep or not host or any(c.isspace() or c in "/[]" for c in host) or not port.isdigit():
+        raise ValueError("expected 'host:port' such as 'mqtt-a.example:8883' ('[::1]:1883' for IPv6)")
+    if not 1 <= int(port) <= 65535:
+        raise ValueError("expected a port in [1, 65535]")
+    return host, int(port)
+
+
+def _addresses_problem(mqtt: MqttConfig) -> str | None:
+    if not mqtt.addresses:
+        return None
+    if mqtt.host != "127.0.0.1" or mqtt.port != 1883:
+        return f"give either host and port (one broker) or addresses (several), not both; got host {mqtt.host!r}"
+    if len(mqtt.addresses) > MAX_BROKERS:
+        return f"expected at most {MAX_BROKERS} brokers; got {len(mqtt.addresses)}"
+    seen: dict[tuple[str, int], str] = {}
+    for address in mqtt.addresses:
+        try:
+            where = split_address(address)
+        except ValueError as exc:
+            return f"{exc}; got {address!r}"
+        if where in seen:
+            return f"the same broker twice: {seen[where]!r} and {address!r}"
+        seen[where] = address
+    return None
 
 
 def _topic_problem(value: str) -> str | None:

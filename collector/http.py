@@ -8,8 +8,9 @@ Routes (``GET`` and ``HEAD``; JSON unless stated):
                                            commit latency and batch histograms, process metrics,
                                            and the latest closed period's mean or proportion
                                            per use case (``ldp_estimate_*``, ``collector.export``)
-``/healthz``                               liveness: broker connection, checkpoint age; 503 while
-                                           the checkpoint store cannot take commits
+``/healthz``                               liveness: broker connections, checkpoint age; 503 while
+                                           the checkpoint store cannot take commits; "degraded"
+                                           (200) while one of several brokers is unreachable
 ``/api/v1/status``                         registry hashes, the definitions of every use case with
                                            their periods, lifetime counters, live ingest metrics
                                            and transport state
@@ -51,6 +52,7 @@ it), so ``collector.service`` imports it and not the other way round.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable
@@ -471,10 +473,16 @@ class HttpApi:
             return _json(200, body)
         metrics = self.service.metrics
         snap = metrics.snapshot()
+        transport = self.service.transport.statistics()
         body.update(
-            connected=self.service.transport.statistics().connected,
+            connected=transport.connected,
             checkpoint_age_seconds=snap.checkpoint_age_seconds,
+            brokers=[dataclasses.asdict(b) for b in transport.brokers],
         )
+        if len(transport.brokers) > 1 and not transport.connected:
+            # Alive and serving the brokers it reaches (or waiting for all, reconnecting):
+            # restarting cannot bring a broker back, so this is not a failure (docs/deploy.md).
+            body.update(status="degraded")
         if metrics.store_error:
             # Up, but not counting: reports wait at the broker until the store takes commits again.
             body.update(status="unhealthy", cause=metrics.store_error, detail=metrics.store_error_detail)

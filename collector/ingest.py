@@ -21,7 +21,8 @@ The path of one message (003 §3.2.2 "Ingestion and Aggregation", made streaming
    unacknowledged; the broker redelivers them and step 4 recognises the ones already folded.
 6. Then the commit receipts (``protocol.receipts``, docs/design.md, invariant 8): every message that
    asked for one (an MQTT 5 Response Topic under ``mqtt.receipt_prefix`` and Correlation
-   Data) is answered, one message per response topic per commit: *counted* when its report
+   Data) is answered through the broker that delivered it (a collector may subscribe to
+   several, collector.mqtt.brokers), one message per response topic per commit: *counted* when its report
    is in the store (folded now or by an earlier delivery), *refused* with the counted reason
    otherwise (a report for a period ahead of the clock gets none: it may count later). A
    receipt is never sent before the commit that decided it, so "counted" is never premature.
@@ -128,9 +129,10 @@ class StoreThread(Generic[S_co]):
         self._executor.shutdown(wait=True)
 
 
-# A receipt request waiting for its commit: (response topic, correlation, outcome), where the
+# A receipt request waiting for its commit: (route, response topic, correlation, outcome), where
+# the route is the broker that delivered the report (the receipt goes back through it) and the
 # outcome is the refusal reason (a str) or the report id (bytes) whose fate the commit decides.
-_Request = tuple[bytes, bytes, str | bytes]
+_Request = tuple[int, bytes, bytes, str | bytes]
 
 
 @dataclass
@@ -309,9 +311,9 @@ class Ingest:
         self.metrics.messages += len(deliveries)
         self.metrics.pending = len(tokens)
 
-    def _receipt_to(self, d: Delivery) -> tuple[bytes, bytes] | None:
-        """Where a receipt for ``d`` goes (response topic, correlation); None when none was asked
-        for or the request is not one the collector answers."""
+    def _receipt_to(self, d: Delivery) -> tuple[int, bytes, bytes] | None:
+        """Where a receipt for ``d`` goes (route, response topic, correlation); None when none was
+        asked for or the request is not one the collector answers."""
         reply_to = d.reply_to
         correlation = d.correlation
         if reply_to is None and correlation is None:
@@ -334,7 +336,7 @@ class Ingest:
             # only the receipt is withheld.
             self.metrics.receipt_requests_refused[refused] += 1
             return None
-        return reply_to, correlation
+        return d.route, reply_to, correlation
 
     def _judge(self, d: Delivery) -> DecodedReport | str:
         """The decoded report of ``d``, or the reason it is refused."""
@@ -373,7 +375,7 @@ class Ingest:
             return "retired"
         return None
 
-    def _refuse(self, reason: str, receipt: tuple[bytes, bytes] | None) -> None:
+    def _refuse(self, reason: str, receipt: tuple[int, bytes, bytes] | None) -> None:
         """Count a refused message; its receipt says why."""
         self._counters["rejected:" + reason] += 1
         self.metrics.rejected[reason] += 1
@@ -382,7 +384,7 @@ class Ingest:
         if receipt is not None and reason != "period-future":
             self._requests.append((*receipt, reason))
 
-    def _keep(self, report: DecodedReport, sender: bytes, receipt: tuple[bytes, bytes] | None) -> None:
+    def _keep(self, report: DecodedReport, sender: bytes, receipt: tuple[int, bytes, bytes] | None) -> None:
         """Buffer an accepted report for the next commit, unless its id is buffered already."""
         if receipt is not None:
             # Decided by the commit: counted (fresh or already stored) unless expired there.
@@ -483,8 +485,8 @@ class Ingest:
     def _acknowledge(self, commit: _Commit, result: CommitResult) -> None:
         # Acknowledge only now: the contribution and the report ids are durable.
         self.transport.ack(commit.tokens)
-        if commit.requests:
-            self.transport.send_receipts(_receipts(commit.requests, result))
+        for route, receipts in _receipts(commit.requests, result).items():
+            self.transport.send_receipts(receipts, route=route)
         m = self.metrics
         m.commits += 1
         m.commit_seconds += result.seconds
@@ -511,10 +513,11 @@ class Ingest:
             self.on_commit(result)
 
 
-def _receipts(requests: Sequence[_Request], result: CommitResult) -> dict[bytes, list[Receipt]]:
-    """The committed outcome of each request, grouped by response topic (one message each)."""
-    out: dict[bytes, list[Receipt]] = {}
-    for topic, correlation, outcome in requests:
+def _receipts(requests: Sequence[_Request], result: CommitResult) -> dict[int, dict[bytes, list[Receipt]]]:
+    """The committed outcome of each request, grouped by route (the broker that delivered the
+    report), then by response topic (one message each)."""
+    out: dict[int, dict[bytes, list[Receipt]]] = {}
+    for route, topic, correlation, outcome in requests:
         if isinstance(outcome, str):
             receipt = Receipt(correlation, counted=False, reason=outcome)
         elif outcome in result.expired_ids:
@@ -523,5 +526,5 @@ def _receipts(requests: Sequence[_Request], result: CommitResult) -> dict[bytes,
             receipt = Receipt(correlation, counted=False, reason="over-allowance")
         else:
             receipt = Receipt(correlation, counted=True)
-        out.setdefault(topic, []).append(receipt)
+        out.setdefault(route, {}).setdefault(topic, []).append(receipt)
     return out

@@ -18,7 +18,7 @@ from __future__ import annotations
 import importlib.metadata
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from prometheus_client import (
@@ -34,7 +34,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from collector.results import IngestSnapshot
-from collector.transport import TransportStatistics
+from collector.transport import BrokerStatistics, TransportStatistics
 
 __all__ = [
     "COMMIT_LATENCY_BUCKETS",
@@ -330,12 +330,51 @@ def _transport_families(t: TransportStatistics) -> Iterable[Metric]:
         "Commit receipts not sent because the broker connection was down (the agent resends).",
         t.receipts_dropped,
     )
+    yield from _broker_families(t.brokers)
     # The broker's own counters ($SYS/broker/..., see collector.mqtt.BROKER_COUNTERS): a
     # growing dropped count means reports were lost at the broker (full queues).
     for topic, name, kind, help_text in _BROKER_METRICS:
         if topic in t.broker:
             value = t.broker[topic]
             yield _counter(name, help_text, value) if kind == "counter" else _gauge(name, help_text, value)
+
+
+def _broker_families(brokers: Sequence[BrokerStatistics]) -> Iterable[Metric]:
+    """Each broker's session, labelled ``broker="host:port"`` (the unlabelled families above
+    are the sums; ``ldp_collector_broker_connected`` is 1 only while every broker is)."""
+    if not brokers:
+        return
+    families = (
+        (GaugeMetricFamily, "ldp_collector_broker_session_connected", "1 if subscribed to this broker.", "connected"),
+        (CounterMetricFamily, "ldp_collector_broker_session_connects", "Connections made to this broker.", "connects"),
+        (
+            CounterMetricFamily,
+            "ldp_collector_broker_session_received",
+            "Messages received from this broker.",
+            "received",
+        ),
+        (CounterMetricFamily, "ldp_collector_broker_session_acked", "Acknowledgements sent to this broker.", "acked"),
+        (
+            CounterMetricFamily,
+            "ldp_collector_broker_session_receipts_sent",
+            "Commit receipts published through this broker.",
+            "receipts_sent",
+        ),
+    )
+    for kind, name, help_text, attribute in families:
+        family = kind(name, help_text, labels=["broker"])
+        for b in brokers:
+            family.add_metric([b.address], float(getattr(b, attribute)))
+        yield family
+    since = GaugeMetricFamily(
+        "ldp_collector_broker_session_since_seconds",
+        "When this broker's session last came up or went down (Unix time).",
+        labels=["broker"],
+    )
+    for b in brokers:
+        if b.since is not None:
+            since.add_metric([b.address], b.since)
+    yield since
 
 
 class _ProcessCollector(ProcessCollector):

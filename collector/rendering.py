@@ -4,6 +4,8 @@
 
 from __future__ import annotations
 
+import datetime as dt
+
 from collector.numbers import format_number
 from collector.results import (
     CentralGuarantee,
@@ -12,7 +14,9 @@ from collector.results import (
     FrequencyEntry,
     HistogramEstimate,
     ReleaseDecision,
+    ServiceStatus,
 )
+from collector.transport import BrokerStatistics
 
 __all__ = ["format_estimate", "format_status"]
 
@@ -128,4 +132,18 @@ def format_status(status: CollectorStatus) -> str:
             f"  {instance}: " + ", ".join(f"{k} {v:,}" for k, v in sorted(counters.items()))
             for instance, counters in sorted(instances.items())
         )
+    if isinstance(status, ServiceStatus) and status.brokers:
+        lines.extend(_broker_line(b) for b in status.brokers)
     return "\n".join(lines)
+
+
+def _broker_line(b: BrokerStatistics) -> str:
+    state = "connected" if b.connected else "disconnected"
+    if b.since is not None:
+        when = dt.datetime.fromtimestamp(b.since, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        state += f" since {when}"
+    return (
+        f"broker {b.address}: {state}; {format_number(b.received)} received, {format_number(b.acked)} acknowledged, "
+        f"{format_number(b.receipts_sent)} receipts, {format_number(b.connects)} "
+        f"connection{'' if b.connects == 1 else 's'}"
+    )

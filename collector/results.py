@@ -25,7 +25,7 @@ from typing import Any, Final, TypeVar
 
 import msgspec
 
-from collector.transport import TransportStatistics
+from collector.transport import BrokerStatistics, TransportStatistics
 
 __all__ = [
     "CentralGuarantee",
@@ -412,12 +412,17 @@ class IngestSnapshot(_Value, frozen=True):
 
 class ServiceStatus(CollectorStatus, frozen=True, omit_defaults=True):
     """:class:`CollectorStatus` as a running service answers it: with its instance name, its
-    materialised aggregates, and (when it ingests) its ingest counters and transport."""
+    materialised aggregates, and (when it ingests) its ingest counters and transport.
+
+    ``brokers`` is what ``ldp-collector status`` adds when the service answers on its HTTP
+    address: each broker connection, as ``/healthz`` lists them (the API's own answer has
+    them under ``transport.brokers``)."""
 
     instance: str = ""
     materialised: MaterialisedStatus | None = None
     live: IngestSnapshot | None = None
     transport: TransportStatistics | None = None
+    brokers: tuple[BrokerStatistics, ...] | None = None
 
     @classmethod
     def of(
@@ -428,6 +433,7 @@ class ServiceStatus(CollectorStatus, frozen=True, omit_defaults=True):
         materialised: MaterialisedStatus | None = None,
         live: IngestSnapshot | None = None,
         transport: TransportStatistics | None = None,
+        brokers: tuple[BrokerStatistics, ...] | None = None,
     ) -> ServiceStatus:
         """``status`` with what a running service adds."""
         return cls(
@@ -436,6 +442,7 @@ class ServiceStatus(CollectorStatus, frozen=True, omit_defaults=True):
             materialised=materialised,
             live=live,
             transport=transport,
+            brokers=brokers,
         )
 
 

@@ -28,7 +28,7 @@ from collector.http import serve_http
 from collector.ingest import Ingest, StoreThread
 from collector.live import LiveAggregates
 from collector.metrics import IngestMetrics, metrics_registry
-from collector.mqtt import READ_PAUSE_S, MqttTransport
+from collector.mqtt import READ_PAUSE_S, BrokerSet
 from collector.store import Store, open_store
 from protocol.catalog import Catalog, catalog_of
 from protocol.registry import Registry
@@ -85,7 +85,7 @@ class Service:
     catalog: Catalog
     store: StoreThread[Store]
     metrics: IngestMetrics
-    transport: MqttTransport
+    transport: BrokerSet
     ingest: Ingest
     live: LiveAggregates
     notifier: Notifier
@@ -181,7 +181,8 @@ async def run_service(
         low_water = await store.call(lambda s: s.low_water())
         metrics = IngestMetrics()
         # The read pause (collector.mqtt.READ_PAUSE_S) stays well inside the commit interval.
-        transport = MqttTransport(config.mqtt, read_pause_s=min(READ_PAUSE_S, config.ingest.commit_interval_s / 4))
+        # One session per broker (mqtt.addresses), all feeding this one ingest.
+        transport = BrokerSet(config.mqtt, read_pause_s=min(READ_PAUSE_S, config.ingest.commit_interval_s / 4))
         ingest = Ingest(
             catalog=catalog,
             transport=transport,
@@ -203,15 +204,14 @@ async def run_service(
         if http_starter is None and config.http.enabled:
             http_starter = serve_http
         log.info(
-            "collector %s: registry %s (%s; %d definitions from %d files), store %s, broker %s:%d",
+            "collector %s: registry %s (%s; %d definitions from %d files), store %s, broker %s",
             config.instance,
             config.registry,
             catalog.hash_hex,
             len(catalog.use_cases),
             len(catalog.registries),
             config.store.location,
-            config.mqtt.host,
-            config.mqtt.port,
+            ", ".join(s.address for s in transport.sessions),
         )
         await _run_tasks(service, clock, stop, http_starter, on_ready)
     finally:
@@ -248,10 +248,13 @@ async def _run_tasks(
         t_http = tg.create_task(http_starter(service), name="http") if http_starter else None
 
         async def ready() -> None:
+            # Serving once any broker has granted the subscription: a broker that is down at
+            # start must not hold the unit in "activating" (docs/deploy.md, "Several brokers").
+            await service.transport.wait_serving()
+            service.notifier.notify("READY=1")
             await service.transport.wait_subscribed()
             if on_ready is not None:
                 on_ready(service)
-            service.notifier.notify("READY=1")
 
         t_ready = tg.create_task(ready(), name="ready")
         await stop.wait()

@@ -8,17 +8,33 @@ service knows (:class:`collector.results.ServiceStatus`).
 
 from __future__ import annotations
 
+import json
+import urllib.error
+import urllib.request
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+import msgspec
+
 from collector.config import CollectorConfig
 from collector.estimation import open_readonly, period_bounds
-from collector.results import CollectorStatus, DefinitionStatus, PeriodTotals, RegistrySource, UseCaseStatus
+from collector.results import (
+    CollectorStatus,
+    DefinitionStatus,
+    PeriodTotals,
+    RegistrySource,
+    ServiceStatus,
+    UseCaseStatus,
+)
 from collector.store import KeyInfo
+from collector.transport import BrokerStatistics
 from protocol.catalog import Catalog
 from protocol.registry import UseCase
 
-__all__ = ["status_of", "store_status"]
+__all__ = ["SERVICE_TIMEOUT_S", "running_brokers", "status_of", "store_status", "with_brokers"]
+
+SERVICE_TIMEOUT_S = 2.0
+"""How long ``status`` waits for the running service's ``/healthz`` before leaving the brokers out."""
 
 
 def _definition_status(catalog: Catalog, uc: UseCase, totals: Sequence[KeyInfo]) -> DefinitionStatus:
@@ -101,3 +117,36 @@ def store_status(config: CollectorConfig) -> CollectorStatus:
     finally:
         store.close()
     return status_of(catalog, totals, counters, per_instance, store_path=config.store.location)
+
+
+def running_brokers(config: CollectorConfig, *, timeout: float = SERVICE_TIMEOUT_S) -> tuple[BrokerStatistics, ...]:
+    """The broker connections of the service this config runs, from its ``/healthz``.
+
+    Empty when the HTTP API is off, nothing answers on its address, or what answers is
+    another collector (its ``instance`` differs): the store's status stands on its own.
+    """
+    http = config.http
+    if not http.enabled or http.port == 0:
+        return ()
+    host = f"[{http.host}]" if ":" in http.host else http.host
+    try:
+        with urllib.request.urlopen(f"http://{host}:{http.port}/healthz", timeout=timeout) as response:
+            body = json.loads(response.read())
+    except urllib.error.HTTPError as exc:  # 503 while the store is unavailable still lists the brokers
+        body = json.loads(exc.read() or b"{}")
+    except (OSError, ValueError):
+        return ()
+    if not isinstance(body, dict) or body.get("instance") != config.instance:
+        return ()
+    try:
+        return msgspec.convert(body.get("brokers", []), tuple[BrokerStatistics, ...])
+    except msgspec.ValidationError:
+        return ()
+
+
+def with_brokers(status: CollectorStatus, config: CollectorConfig) -> CollectorStatus:
+    """``status`` with the running service's broker connections, when it answers (``ldp-collector status``)."""
+    brokers = running_brokers(config)
+    if not brokers:
+        return status
+    return ServiceStatus.of(status, instance=config.instance, brokers=brokers)

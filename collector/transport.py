@@ -26,10 +26,28 @@ from typing import Protocol
 
 from protocol.receipts import Receipt
 
-__all__ = ["NO_ACK", "Delivery", "MemoryTransport", "Transport", "TransportStatistics"]
+__all__ = [
+    "MAX_ROUTES",
+    "NO_ACK",
+    "BrokerStatistics",
+    "Delivery",
+    "MemoryTransport",
+    "Transport",
+    "TransportStatistics",
+    "route_of",
+]
 
 NO_ACK = -1
 """Token of a delivery that needs no acknowledgement (a QoS 0 message)."""
+
+MAX_ROUTES = 256
+"""The most brokers one collector subscribes to: a token keeps its broker's index in 8 bits."""
+
+
+def route_of(token: int) -> int:
+    """The index of the broker whose connection gave out ``token`` (bits 16-23; see
+    ``collector.mqtt.codec``: ``(generation << 8 | route) << 16 | packet id``)."""
+    return (token >> 16) & 0xFF
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +62,8 @@ class Delivery:
         correlation: the Correlation Data to echo in the receipt (the report id).
         sender: the device identity the broker authenticated, from the topic
             (``<prefix>/<identity>/<use_case>``); empty when the topic has none.
+        route: the index of the broker that delivered it (0 with one broker): its receipt
+            goes back through the same broker, the one the device is connected to.
     """
 
     payload: bytes
@@ -51,6 +71,30 @@ class Delivery:
     reply_to: bytes | None = None
     correlation: bytes | None = None
     sender: bytes = b""
+    route: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerStatistics:
+    """One broker connection of a collector, as ``/healthz``, ``status`` and the metrics show it.
+
+    Attributes:
+        address: ``host:port`` of the broker.
+        connected: whether the session is up and subscribed right now.
+        since: when it last became connected or disconnected (Unix time), None before the first attempt ended.
+        connects: successful connections so far.
+        received: messages received from this broker.
+        acked: acknowledgements sent to it.
+        receipts_sent: commit receipts published through it.
+    """
+
+    address: str
+    connected: bool
+    since: float | None
+    connects: int
+    received: int
+    acked: int
+    receipts_sent: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,7 +119,10 @@ class TransportStatistics:
         receipts_sent: commit receipts published (``protocol.receipts``).
         receipts_dropped: receipts not sent because no connection was up (the agent resends).
         broker: the broker's own counters from ``$SYS/broker/...`` (the last value of each
-            topic in :data:`BROKER_COUNTERS`), empty if the broker sends none.
+            topic in :data:`BROKER_COUNTERS`), empty if the broker sends none; with several
+            brokers, each counter summed over them.
+        brokers: each broker connection on its own (one entry per configured broker; empty
+            for a transport that is no broker session, such as :class:`MemoryTransport`).
     """
 
     connected: bool
@@ -92,6 +139,8 @@ class TransportStatistics:
     receipts_sent: int = 0
     receipts_dropped: int = 0
     broker: Mapping[str, float] = field(default_factory=dict)
+    # A factory, not (): the API's JSON Schema (collector.results.json_schema) is plain JSON data.
+    brokers: tuple[BrokerStatistics, ...] = field(default_factory=tuple)
 
 
 class Transport(Protocol):
@@ -105,8 +154,9 @@ class Transport(Protocol):
         """Acknowledge deliveries (after their contribution is committed)."""
         ...
 
-    def send_receipts(self, receipts: Mapping[bytes, Sequence[Receipt]]) -> None:
-        """Publish commit receipts, one message per response topic (after the commit)."""
+    def send_receipts(self, receipts: Mapping[bytes, Sequence[Receipt]], *, route: int = 0) -> None:
+        """Publish commit receipts, one message per response topic (after the commit), through
+        broker ``route`` (the :attr:`Delivery.route` of the reports they answer)."""
         ...
 
     def statistics(self) -> TransportStatistics:
@@ -136,6 +186,8 @@ class MemoryTransport:
         self._connects = 1
         self._requests: dict[int, tuple[bytes | None, bytes | None]] = {}
         self.receipts: list[tuple[bytes, Receipt]] = []
+        self.receipt_routes: list[int] = []
+        """The route each entry of :attr:`receipts` was sent through."""
 
     def push(
         self, payload: bytes, sender: bytes = b"", *, reply_to: bytes | None = None, correlation: bytes | None = None
@@ -188,10 +240,11 @@ class MemoryTransport:
             if payload is not None:
                 self.acked.append(payload)
 
-    def send_receipts(self, receipts: Mapping[bytes, Sequence[Receipt]]) -> None:
-        """Record the receipts (topic, receipt) in :attr:`receipts`."""
+    def send_receipts(self, receipts: Mapping[bytes, Sequence[Receipt]], *, route: int = 0) -> None:
+        """Record the receipts (topic, receipt) in :attr:`receipts`, and their route."""
         for topic, items in receipts.items():
             self.receipts.extend((topic, r) for r in items)
+            self.receipt_routes.extend(route for _ in items)
 
     @property
     def unacked(self) -> int:

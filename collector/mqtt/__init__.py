@@ -10,8 +10,11 @@ Three rooms (docs/mqtt-client.md says why the client is the collector's own):
 * :mod:`collector.mqtt.transport` - the asyncio side: the connection, the read loop,
   keep-alive, acknowledgement after commit, receipts, reconnection with backoff; with
   :mod:`collector.mqtt.tls` for the TLS context.
+* :mod:`collector.mqtt.brokers` - one session per broker of ``mqtt.addresses``, seen by
+  ingest as one transport.
 """
 
+from collector.mqtt.brokers import BrokerSet
 from collector.mqtt.codec import SubscriberCodec
 from collector.mqtt.packets import (
     BROKER_COUNTERS,
@@ -47,6 +50,7 @@ __all__ = [
     "READ_PAUSE_S",
     "SUBACK",
     "SUBSCRIBE",
+    "BrokerSet",
     "MqttProtocolError",
     "MqttTransport",
     "SubscriberCodec",

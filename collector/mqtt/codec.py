@@ -24,9 +24,11 @@ What the codec enforces (docs/mqtt-client.md, "What the client enforces"):
   2.0.11 does so by a few messages once acknowledgements flow (MQTT 5 §4.9).
 * **QoS 0 cannot flood the buffer**: a QoS 0 message that finds ``receive_maximum``
   deliveries buffered is dropped and counted.
-* **Tokens name a connection**: a delivery's token is ``connection generation << 16 |
-  packet id``; a token of an earlier connection is never acknowledged on a later one, where
-  its packet id may already name another message.
+* **Tokens name a connection**: a delivery's token is ``(connection generation << 8 |
+  route) << 16 | packet id``; a token of an earlier connection is never acknowledged on a
+  later one, where its packet id may already name another message. The route names the
+  broker among several a collector subscribes to (``collector.transport.route_of``), so one
+  list of tokens can be split back to the connections that delivered them.
 * **Metadata stripped**: a :class:`~collector.transport.Delivery` carries only the payload,
   the sender's identity (the topic levels between the subscription's prefix and the use
   case) and a receipt request; the rest of the topic, the flags and other properties end here.
@@ -61,7 +63,7 @@ from collector.mqtt.packets import (
     permanent_refusal,
     subscribe_packet,
 )
-from collector.transport import NO_ACK, Delivery
+from collector.transport import MAX_ROUTES, NO_ACK, Delivery
 
 __all__ = [
     "BrokerCounter",
@@ -193,9 +195,15 @@ class SubscriberCodec:
         topic_prefix: the reports' topic without its trailing ``#`` (``b"ldp/v1/reports/"``):
             the levels after it, up to the last one (the use case), are the sender's
             identity. None: deliveries carry no sender.
+        route: the broker's index among those the collector subscribes to, carried in every
+            delivery and token.
     """
 
-    def __init__(self, *, receive_maximum: int, max_packet_bytes: int, topic_prefix: bytes | None = None) -> None:
+    def __init__(
+        self, *, receive_maximum: int, max_packet_bytes: int, topic_prefix: bytes | None = None, route: int = 0
+    ) -> None:
+        if not 0 <= route < MAX_ROUTES:
+            raise ValueError(f"route must be in [0, {MAX_ROUTES - 1}]; got {route}")
         if not 1 <= receive_maximum <= 65535:
             raise ValueError(f"receive_maximum must be in [1, 65535]; got {receive_maximum}")
         if max_packet_bytes < 2:
@@ -203,6 +211,7 @@ class SubscriberCodec:
         self.receive_maximum = receive_maximum
         self.max_packet_bytes = max_packet_bytes
         self._prefix = topic_prefix
+        self.route = route
         self._state = _CLOSED
         self._buf = b""
         self._pos = 0  # where the unparsed bytes of _buf begin
@@ -263,6 +272,11 @@ class SubscriberCodec:
         self._buf = b""
         self._pos = 0
         self._in_flight = 0
+
+    @property
+    def _connection_key(self) -> int:
+        """What every token of the current connection holds above its packet id."""
+        return (self._generation << 8) | self.route
 
     @property
     def connected(self) -> bool:
@@ -341,7 +355,8 @@ class SubscriberCodec:
         measures it per packet); only rare packets leave it for a function.
         """
         buf, pos, out, prefix, cap = self._buf, self._pos, self._queue, self._prefix, self.receive_maximum
-        n, gen, max_packet, unacked = len(buf), self._generation << 16, self.max_packet_bytes, self._in_flight
+        n, gen, max_packet, unacked = len(buf), self._connection_key << 16, self.max_packet_bytes, self._in_flight
+        route = self.route
         received = qos1 = nbytes = 0
         event: Event | None = None
         try:
@@ -401,7 +416,7 @@ class SubscriberCodec:
                     self._dropped += 1
                 else:
                     nbytes += end - i
-                    out.append(Delivery(buf[i:end], token, reply_to, correlation, sender))
+                    out.append(Delivery(buf[i:end], token, reply_to, correlation, sender, route))
                 pos = end
         finally:
             # What was parsed before an error stays buffered (module docstring).
@@ -427,7 +442,7 @@ class SubscriberCodec:
         Tokens of earlier connections are counted stale and left out: the broker redelivers
         those messages, and the report-id table absorbs the repeat. ``NO_ACK`` is skipped.
         """
-        current = self._generation
+        current = self._connection_key
         pids = [t & 0xFFFF for t in tokens if t != NO_ACK and t >> 16 == current]
         self._stale += sum(1 for t in tokens if t != NO_ACK) - len(pids)
         if not pids:

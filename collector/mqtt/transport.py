@@ -74,7 +74,7 @@ from collector.mqtt.packets import (
     publish_packet,
 )
 from collector.mqtt.tls import broker_tls_context
-from collector.transport import Delivery, TransportStatistics
+from collector.transport import BrokerStatistics, Delivery, TransportStatistics
 from protocol.receipts import Receipt, encode_receipts
 from runtime.backoff import Backoff, Retry
 
@@ -139,6 +139,10 @@ class MqttTransport:
         open_connection: opens each connection (default: :func:`open_broker_connection`).
         sleep: waits out each reconnect delay (default: :func:`asyncio.sleep`; tests record
             the delays through it).
+        route: this broker's index among the collector's brokers (``collector.mqtt.brokers``),
+            carried in its deliveries and tokens.
+        ready: set whenever deliveries arrive (default: an event of its own); the brokers of
+            one collector share one, so ingest waits on all of them at once.
     """
 
     def __init__(
@@ -148,8 +152,11 @@ class MqttTransport:
         read_pause_s: float = READ_PAUSE_S,
         open_connection: BrokerConnector = open_broker_connection,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        route: int = 0,
+        ready: asyncio.Event | None = None,
     ) -> None:
         self.config = config
+        self.route = route
         self._sleep = sleep
         self._read_pause_s = read_pause_s
         self._open_connection = open_connection
@@ -158,9 +165,13 @@ class MqttTransport:
         # (the use case), is the sender's identity.
         prefix = config.topic[:-1].encode() if config.topic.endswith("/#") else None
         self._codec = SubscriberCodec(
-            receive_maximum=config.receive_maximum, max_packet_bytes=config.max_packet_bytes, topic_prefix=prefix
+            receive_maximum=config.receive_maximum,
+            max_packet_bytes=config.max_packet_bytes,
+            topic_prefix=prefix,
+            route=route,
         )
-        self._ready = asyncio.Event()
+        self._ready = ready if ready is not None else asyncio.Event()
+        self._since: float | None = None  # when the connection last came up or went down (Unix time)
         self._drained = asyncio.Event()
         self._drained.set()
         self._subscribed = asyncio.Event()
@@ -189,10 +200,20 @@ class MqttTransport:
         while not codec.buffered:
             self._ready.clear()
             await self._ready.wait()
+        return self.take(max_count)
+
+    def take(self, max_count: int) -> list[Delivery]:
+        """Up to ``max_count`` buffered deliveries, at once (none when nothing is buffered)."""
+        codec = self._codec
         out = codec.take(max_count)
         if codec.buffered_bytes <= self.config.buffer_bytes // 2:
             self._drained.set()
         return out
+
+    @property
+    def buffered(self) -> int:
+        """Deliveries received and not yet taken."""
+        return self._codec.buffered
 
     def ack(self, tokens: Sequence[int]) -> None:
         """Send PUBACK for every token of the live connection; drop the others."""
@@ -208,8 +229,11 @@ class MqttTransport:
         if self._codec.has_credit:
             self._credit.set()
 
-    def send_receipts(self, receipts: Mapping[bytes, Sequence[Receipt]]) -> None:
+    def send_receipts(self, receipts: Mapping[bytes, Sequence[Receipt]], *, route: int = 0) -> None:
         """Publish commit receipts at QoS 0, one message per response topic (chunked).
+
+        ``route`` is for a set of brokers (``collector.mqtt.brokers``) to choose this one by;
+        a single connection sends every receipt it is given.
 
         QoS 0 is enough: a lost receipt only makes the agent resend the identical report,
         which de-duplication counts once and answers again. Receipts for a connection that
@@ -249,7 +273,27 @@ class MqttTransport:
             receipts_sent=self._receipts_sent,
             receipts_dropped=self._receipts_dropped,
             broker=dict(self._broker),
+            brokers=(self.broker_statistics(),),
         )
+
+    def broker_statistics(self) -> BrokerStatistics:
+        """This broker's connection, for ``/healthz``, ``status`` and the metrics."""
+        counts = self._codec.statistics()
+        return BrokerStatistics(
+            address=self.address,
+            connected=self._writer is not None and self._subscribed.is_set(),
+            since=self._since,
+            connects=self._connects,
+            received=counts.received,
+            acked=counts.acked,
+            receipts_sent=self._receipts_sent,
+        )
+
+    @property
+    def address(self) -> str:
+        """``host:port`` of the broker (an IPv6 host in brackets)."""
+        host = self.config.host
+        return f"[{host}]:{self.config.port}" if ":" in host else f"{host}:{self.config.port}"
 
     async def wait_subscribed(self) -> None:
         """Return once a connection is up and the broker has granted the subscription."""
@@ -326,6 +370,8 @@ class MqttTransport:
 
     async def _close(self) -> None:
         writer, self._writer = self._writer, None
+        if self._subscribed.is_set() or self._since is None:
+            self._since = time.time()
         self._subscribed.clear()
         # Tokens handed out on this connection are now stale.
         self._codec.connection_lost()
@@ -415,6 +461,8 @@ class MqttTransport:
                     f"the broker refused the connection for now (reason code 0x{event.reason:02x})"
                 )
             case Subscribed():
+                if not self._subscribed.is_set():
+                    self._since = time.time()
                 self._subscribed.set()
             case SubscriptionRefused(reason=0):
                 raise TransportError(

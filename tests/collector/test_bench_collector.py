@@ -47,3 +47,19 @@ def test_repeated_runs_are_summarised_by_their_medians() -> None:
     assert out["live_collector_cpu_us_per_msg_runs"] == [30.0, 20.0, 90.0]
     assert out["per"] == [1]  # details that are not one number: the first run's
     assert "n_runs" not in out
+
+
+def test_a_small_run_compares_one_broker_with_two() -> None:
+    """``--brokers``: the same stream through one collector on one broker and on two, every report
+    committed once in each (the run asserts it), with each setup's figures and the ratio."""
+    doc = bench(0, MESSAGES, setups=(), modes=("backlog", "live"), references=False, brokers=True)
+
+    (row,) = doc["results"]
+    compared = row["one_broker_against_two"]
+    for setup in ("brokers_1", "brokers_2"):
+        for mode in ("backlog", "live"):
+            assert compared[setup][f"{mode}_msgs_per_s"] > 0
+            assert compared[setup][f"{mode}_collector_cpu_us_per_msg"] > 0
+            assert set(compared[setup][f"{mode}_cores_busy"]) == {"collector", "brokers"}
+    assert {"backlog_two_over_one", "live_two_over_one"} <= set(compared)
+    print(compared)

@@ -50,14 +50,14 @@ async def test_receipts_follow_the_commit_with_each_outcome(
     sent_at_commit: list[int] = []
     original = transport.send_receipts
 
-    def checking(receipts: object) -> None:
+    def checking(receipts: object, **route: int) -> None:
         # Whatever a receipt says counted is already in the database, read from outside.
         reader = CheckpointStore(path, registry, readonly=True)
         try:
             sent_at_commit.append(sum(k.reports for k in reader.totals()))
         finally:
             reader.close()
-        original(receipts)  # type: ignore[arg-type]
+        original(receipts, **route)  # type: ignore[arg-type]
 
     transport.send_receipts = checking  # type: ignore[method-assign]
     ingest = Ingest(catalog=registry, transport=transport, store=store, config=config, metrics=metrics, clock=clock)

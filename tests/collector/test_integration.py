@@ -104,7 +104,7 @@ async def test_reports_from_several_clients_sum_exactly(
     async with _running(config) as service:
         # After a short read the socket is left to fill, never longer than a quarter of the
         # commit interval (white-box: the pause the service chose).
-        pause = service.transport._read_pause_s
+        pause = service.transport.sessions[0]._read_pause_s
         assert pause == min(READ_PAUSE_S, config.ingest.commit_interval_s / 4) > 0
         await asyncio.gather(
             asyncio.to_thread(_paho_publish, mosquitto, "device-a", parts[0], v5=True),

@@ -120,8 +120,9 @@ async def test_qos0_messages_need_no_ack_and_topics_are_dropped(mosquitto: Broke
             Delivery(b"none", NO_ACK, sender=b""),
         ]
         # The rest of the topic, client id and flags are gone; a receipt request (reply_to,
-        # correlation) stays only until the receipt is sent, the sender only until the commit.
-        assert set(Delivery.__slots__) == {"payload", "token", "reply_to", "correlation", "sender"}
+        # correlation) stays only until the receipt is sent, the sender only until the commit;
+        # the route (which of the collector's brokers delivered it) only picks the receipt's way back.
+        assert set(Delivery.__slots__) == {"payload", "token", "reply_to", "correlation", "sender", "route"}
         assert all((d.reply_to, d.correlation) == (None, None) for d in deliveries)
     finally:
         await transport.close()
