@@ -105,7 +105,9 @@ class Mark:
     settled_through: dict[str, int] = field(default_factory=dict)
 
 
-def build_devices(registry: Registry, state: Path, agents: int, brokers: Sequence[str], clock: ShiftedClock) -> list[Device]:
+def build_devices(
+    registry: Registry, state: Path, agents: int, brokers: Sequence[str], clock: ShiftedClock
+) -> list[Device]:
     """``agents`` agents, each with its state directory, user name and routes in its own order."""
     devices = []
     for i in range(agents):
@@ -154,18 +156,24 @@ class Fleet:
         self.staged: set[bytes] = set()
         self.marks: list[Mark] = []
 
-    def stage(self, cycles: int) -> int:
-        """Record, move the clock one cycle on, collect; ``cycles`` times. Returns the reports staged."""
+    async def stage(self, cycles: int) -> int:
+        """Record, move the clock one cycle on, collect; ``cycles`` times. Returns the reports staged.
+
+        The event loop gets a turn after each agent, so the publishers keep sending and
+        settling receipts while a cycle is staged (as each device's daemon would).
+        """
         before = len(self.staged)
         for _ in range(cycles):
             n = self.cycles
             for i, device in enumerate(self.devices):
                 device.agent.record("usage", (37 * i + 11 * n) % 3_600)
                 device.agent.record("hist", (i + n) % 100)
+                await asyncio.sleep(0)
             self.clock.advance(CYCLE_S)
             for device in self.devices:
                 device.agent.collect()
                 self.staged.update(p.entry.report_id for p in device.agent.outbox())
+                await asyncio.sleep(0)
             self.cycles += 1
         for device in self.devices:
             device.publisher.kick()
@@ -232,7 +240,7 @@ async def serve(fleet: Fleet) -> None:
             command = json.loads(line)
             cmd = command["cmd"]
             if cmd == "stage":
-                answer: dict[str, Any] = {"staged": fleet.stage(int(command["cycles"]))}
+                answer: dict[str, Any] = {"staged": await fleet.stage(int(command["cycles"]))}
             elif cmd == "mark":
                 answer = {"waiting": fleet.mark(str(command["name"]), float(command["at"])).total}
             elif cmd == "drain":
