@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import logging
 import sys
 import time
 from collections.abc import Sequence
@@ -265,6 +266,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--broker", action="append", required=True, help="host:port, once per broker")
     parser.add_argument("--start", type=float, required=True, help="the simulated time of the first cycle")
     ns = parser.parse_args(argv)
+    # The publishers' failovers and resends, with times, in the test's log of this process.
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s", stream=sys.stderr)
     registry = parse_registry(ns.registry.read_bytes(), source=str(ns.registry))
     clock = ShiftedClock(ns.start)
     fleet = Fleet(build_devices(registry, ns.state, ns.agents, ns.broker, clock), clock)
