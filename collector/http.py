@@ -68,7 +68,7 @@ from prometheus_client.registry import Collector
 from collector.config import CollectorConfig
 from collector.dashboard import DASHBOARD_HTML
 from collector.definitions import catalog_of_config
-from collector.errors import CollectorError, StoreError, StoreUnavailable
+from collector.errors import CollectorError, StoreDamaged, StoreError, StoreUnavailable
 from collector.export import EXPORT_FORMATS, EstimateGauges, closed_period_estimates, export_text
 from collector.live import LiveAggregates
 from collector.metrics import IngestMetrics, metrics_registry
@@ -422,6 +422,10 @@ class HttpApi:
                 # The store's state is public (healthz says the same); its file name is not.
                 log.warning("HTTP %s %s: checkpoint store unavailable: %s", request.method, request.path, exc)
                 response = _error(503, f"the checkpoint store is unavailable ({exc.cause}); try again later")
+            except StoreDamaged as exc:
+                # A known state with its own message (the file, what is wrong, what to do): no traceback.
+                log.error("HTTP %s %s: %s", request.method, request.path, exc)
+                response = _error(500, "the checkpoint store is damaged (the collector's log has the details)")
             except (StoreError, CollectorError):
                 log.exception("HTTP %s %s failed", request.method, request.path)
                 response = _error(500, "the checkpoint store could not be read (the collector's log has the details)")

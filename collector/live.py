@@ -35,8 +35,8 @@ check of the file (:meth:`Store.check`, the open's checks without the report ids
 read here touches) that began after everything the answer was computed from had been read.
 A flip in an index or in ``sqlite_sequence`` is covered by no row checksum and reads as a
 silently missing segment; checking after the read catches it before anybody sees the number,
-and from then on every request is refused, naming the file, as the open refuses it
-(docs/deploy.md, "When the store is damaged"). Nothing read since the last check, nothing to
+and from then on every request is refused, naming the file, as the open refuses it, and
+:meth:`run` raises it, which stops the service (docs/deploy.md, "When the store is damaged"). Nothing read since the last check, nothing to
 check: a repeated request for an unchanged aggregate costs no check. The service also runs the
 full check (report ids included) every ``store.check_interval_s`` (:meth:`check`).
 
@@ -132,6 +132,7 @@ class LiveAggregates:
         # and these, on the event loop.
         self._dirty: set[Key] = set()
         self._wake = asyncio.Event()
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     # -- the event-loop side --------------------------------------------------------------
 
@@ -155,11 +156,11 @@ class LiveAggregates:
             StoreError: the checkpoint database cannot be read.
         """
         uc = resolve(self.catalog, use_case)
-        key, entry = await self._on(self._io, self._io_resolve, uc, period)
+        key, entry = await self._on(self._io, self._io_guarded, self._io_resolve, uc, period)
         version, result = await self._on(self._cpu, self._compute, uc, entry, withheld)
         # The background fold may have added to the entry while it was computed: the check
         # must begin after that read too.
-        await self._on(self._io, self._io_checked)
+        await self._on(self._io, self._io_guarded, self._io_checked)
         return (key[0], key[1], version), result
 
     async def series(self, use_case: str, *, limit: int = 120) -> Series:
@@ -182,7 +183,7 @@ class LiveAggregates:
             StoreDamaged: naming the file and what is wrong; every later request is refused with it.
             StoreUnavailable: the store cannot be read now.
         """
-        await self._on(self._io, self._io_check, True)
+        await self._on(self._io, self._io_guarded, self._io_check, True)
 
     def committed(self, keys: Iterable[Key]) -> None:
         """Note that a commit added to ``keys``; :meth:`run` folds it into those that are resident."""
@@ -194,13 +195,22 @@ class LiveAggregates:
 
         A store that cannot be read is logged and retried at the next commit: requests read
         the store themselves and report the error, so the view is never served stale silently.
+
+        Raises:
+            StoreDamaged: the open, a read or a check of the store found damage (the
+                service then stops, as at start, before it acknowledges another report).
         """
+        self._loop = asyncio.get_running_loop()
         while True:
             await self._wake.wait()
             self._wake.clear()
+            if self._damage is not None:
+                raise self._damage
             keys, self._dirty = self._dirty, set()
             try:
-                await self._on(self._io, self._io_fold, sorted(keys))
+                await self._on(self._io, self._io_guarded, self._io_fold, sorted(keys))
+            except StoreDamaged:
+                raise
             except StoreError as exc:
                 log.warning("materialised aggregates not updated: %s", exc)
 
@@ -255,34 +265,42 @@ class LiveAggregates:
 
     def _io_answer(self, fn: Callable[..., T], *args: Any) -> T:
         """``fn(*args)`` on this thread, returned only once the store has been checked after its reads."""
-        answer = fn(*args)
-        self._io_checked()
-        return answer
 
-    def _io_checked(self) -> None:
-        """Check the store if anything was read from it since its last check."""
+        def answer() -> T:
+            result = fn(*args)
+            self._io_checked()
+            return result
+
+        return self._io_guarded(answer)
+
+    def _io_guarded(self, fn: Callable[..., T], *args: Any) -> T:
+        """``fn(*args)`` on this thread; damage it meets (at the open, a read or a check) is kept
+        and refuses every later request, and :meth:`run` raises it."""
         if self._damage is not None:
             raise self._damage
-        if self._unchecked:
-            self._io_check(False)
-
-    def _io_check(self, report_ids: bool) -> None:
-        store = self._io_db()
         try:
-            store.check(report_ids=report_ids)
+            return fn(*args)
         except StoreDamaged as exc:
             self._damage = exc
             self._entries.clear()
             self._bytes = 0
             self._totals = None
             log.error("%s", exc)
+            if self._loop is not None:
+                self._loop.call_soon_threadsafe(self._wake.set)  # run() raises it
             raise
+
+    def _io_checked(self) -> None:
+        """Check the store if anything was read from it since its last check."""
+        if self._unchecked:
+            self._io_check(False)
+
+    def _io_check(self, report_ids: bool) -> None:
+        self._io_db().check(report_ids=report_ids)
         self._checks += 1
         self._unchecked = False
 
     def _io_db(self, use_case: str | None = None) -> Store:
-        if self._damage is not None:
-            raise self._damage
         store = self._store
         # A read-only connection knows the use cases collected when it opened; reopen (once
         # per new commit) in case this one has been collected since.

@@ -11,7 +11,10 @@ The start and the read-only commands meet the same flips in ``test_store_integri
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import shutil
+import urllib.error
+import urllib.request
 from collections import Counter
 from pathlib import Path
 
@@ -27,6 +30,7 @@ from tests.collector.corruption import NOW, Flip, plan, prepare
 from tests.collector.fake_broker import running_fake_broker
 from tests.collector.processes import CollectorProcess, write_config
 from tests.collector.support import current_period, privatized_reports
+from tests.support.broker import free_port
 
 USE_CASES = ("usage", "hist", "home")
 GUARD_S = 120.0  # a hang guard for the service to stop, not a speed requirement
@@ -123,31 +127,32 @@ def test_damage_under_a_running_service_is_never_read_as_a_number(
     assert outcomes["refused-on-read"] + outcomes["refused-on-commit"] > 0
 
 
-def test_the_services_periodic_check_stops_it_on_damage_nobody_reads(
-    tmp_path: Path, registry: Registry, registry_path: Path
-) -> None:
-    """A flip in a stored aggregate under the running service, which nobody reads: its periodic
-    full check finds it, and the service stops with 10, naming the file. (Not a flip among the
-    report ids: the service prunes the old periods' ids at start, and so rewrites their pages.)"""
-    original, _ = prepare(tmp_path / "made", registry)
-    # A flip the open's checks refuse, in an aggregate: found on a copy.
-    probe = tmp_path / "probe" / original.name
+def _refused_flip(original: Path, registry: Registry, directory: Path) -> Flip:
+    """A flip in a stored aggregate that the open's checks refuse (found on a copy)."""
+    probe = directory / original.name
     for flip in plan(original, 36, seed=5):
         if flip.object != "aggregates":
             continue
-        shutil.rmtree(probe.parent, ignore_errors=True)
-        probe.parent.mkdir()
+        shutil.rmtree(directory, ignore_errors=True)
+        directory.mkdir()
         shutil.copyfile(original, probe)
         _flip(probe, flip)
         try:
             CheckpointStore(probe, registry, instance="probe", readonly=True).close()
         except StoreDamaged:
-            break
-    else:
-        raise AssertionError("no flip in the aggregates is refused by the open's checks")
+            return flip
+    raise AssertionError("no flip in the aggregates is refused by the open's checks")
+
+
+def _run_service_until_it_stops(
+    tmp_path: Path, registry_path: Path, original: Path, flip: Flip, *, interval: float, request: str | None
+) -> tuple[int, str, Path]:
+    """Start the service on a copy of ``original``, apply ``flip`` under it, optionally ask its
+    HTTP API for ``request``; wait for it to stop. Its exit status, its log and the store."""
     store = tmp_path / "service" / original.name
     store.parent.mkdir()
     shutil.copyfile(original, store)
+    http_port = free_port()
     with running_fake_broker([b""]) as broker:
         config = write_config(
             tmp_path / "service",
@@ -155,18 +160,46 @@ def test_the_services_periodic_check_stops_it_on_damage_nobody_reads(
             host="127.0.0.1",
             port=broker.port,
             store=store,
-            store_extra="check_interval_s = 1",
+            store_extra=f"check_interval_s = {interval}",
+            http_port=http_port,
         )
         proc = CollectorProcess(config, log=tmp_path / "collector.log")
         try:
             proc.start()
             _flip(store, flip)
+            if request is not None:
+                with contextlib.suppress(urllib.error.HTTPError):
+                    urllib.request.urlopen(f"http://127.0.0.1:{http_port}{request}", timeout=GUARD_S).close()
             assert proc.process is not None
             code = proc.process.wait(timeout=GUARD_S)
             proc.process = None
         finally:
             proc.close()
-    log = (tmp_path / "collector.log").read_text()
+    return code, (tmp_path / "collector.log").read_text(), store
+
+
+def test_the_services_periodic_check_stops_it_on_damage_nobody_reads(
+    tmp_path: Path, registry: Registry, registry_path: Path
+) -> None:
+    """A flip in a stored aggregate under the running service, which nobody reads: its periodic
+    full check finds it, and the service stops with 10, naming the file. (Not a flip among the
+    report ids: the service prunes the old periods' ids at start, and so rewrites their pages.)"""
+    original, _ = prepare(tmp_path / "made", registry)
+    flip = _refused_flip(original, registry, tmp_path / "probe")
+    code, log, store = _run_service_until_it_stops(tmp_path, registry_path, original, flip, interval=1, request=None)
+    assert code == ExitStatus.STORE_DAMAGED, log[-2000:]
+    assert f"{store} is damaged" in log
+    assert "Traceback" not in log
+
+
+def test_damage_a_request_finds_stops_the_service(tmp_path: Path, registry: Registry, registry_path: Path) -> None:
+    """The same flip found by the live view answering a request (the periodic check an hour
+    away): the request is refused and the service stops with 10, as at start."""
+    original, _ = prepare(tmp_path / "made", registry)
+    flip = _refused_flip(original, registry, tmp_path / "probe")
+    code, log, store = _run_service_until_it_stops(
+        tmp_path, registry_path, original, flip, interval=3600, request="/api/v1/status"
+    )
     assert code == ExitStatus.STORE_DAMAGED, log[-2000:]
     assert f"{store} is damaged" in log
     assert "Traceback" not in log
