@@ -289,6 +289,8 @@ def test_two_brokers_killed_in_turn_lose_and_duplicate_nothing(scene: Scene) -> 
     for use_case, n in by_use_case.items():
         assert sum(p["reports"] for p in status["use_cases"][use_case]["periods"]) == n, use_case
     members = {name: c.get("reports", 0) for name, c in status["instances"].items()}
+    assert sorted(members) == [m.name for m in scene.members], members
+    assert all(n > 0 for n in members.values()), f"a member folded nothing: {members}"
     marks = {m["name"]: (m["waiting"], m["seconds"]) for m in summary["marks"]}
     assert all(seconds is not None for _, seconds in marks.values()), marks
     kills = "; ".join(
