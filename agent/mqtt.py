@@ -119,6 +119,13 @@ class _Client(aiomqtt.Client):
         if isinstance(reason_code, ReasonCode):
             self.disconnect_reason = reason_code
         self.gone.set()
+        # aiomqtt ignores a connection lost before the CONNACK, so a broker killed during the
+        # handshake held the connect (and the failover to the next broker, agent.publisher)
+        # until its timeout; the connect fails at once instead. The lock is held only while
+        # __aenter__ waits for the CONNACK, so the future failed here is always awaited.
+        if self._lock.locked() and not self._connected.done():
+            self._connected.set_exception(aiomqtt.MqttError(f"connection lost before the CONNACK ({reason_code})"))
+            return
         super()._on_disconnect(client, userdata, flags, reason_code, properties)
 
     async def publish_checked(self, topic: str, payload: bytes, *, timeout: float, properties: Properties) -> None:

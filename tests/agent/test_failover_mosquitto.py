@@ -20,6 +20,7 @@ from paho.mqtt.enums import CallbackAPIVersion
 from agent.brokers import broker_order
 from agent.config import BrokerConfig
 from agent.core import Agent
+from agent.errors import TransportError
 from agent.mqtt import MqttTransport
 from agent.publisher import Publisher, ReceiptPolicy
 from agent.transport import Route
@@ -179,3 +180,25 @@ def test_a_killed_primary_fails_over_and_every_report_is_counted_once(
     # The waiting reports travelled through both brokers; the others through one each.
     assert counter.delivered_through(primary.port) == first | waiting
     assert counter.delivered_through(second.port) == waiting | third
+
+
+def test_a_broker_lost_before_its_connack_fails_the_connect_at_once() -> None:
+    """A broker that drops the connection after the CONNECT, with no CONNACK (one killed during the
+    handshake): the connect fails with a TransportError at once, not at ``publish_timeout``, so
+    the publisher can try the next broker (tests/deploy/test_multihost_brokers.py found the wait)."""
+
+    async def scenario() -> None:
+        async def drop(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            await reader.read(1)  # the CONNECT has begun to arrive
+            writer.transport.abort()
+
+        server = await asyncio.start_server(drop, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        # A connect timeout far beyond the hang guard: only a prompt failure passes.
+        cfg = BrokerConfig(host="127.0.0.1", port=port, tls=False, publish_timeout=10 * DEADLINE)
+        async with server:
+            with pytest.raises(TransportError):
+                async with asyncio.timeout(DEADLINE), MqttTransport(cfg, SeededRandom(3)).connect_receipts():
+                    pass
+
+    asyncio.run(scenario())

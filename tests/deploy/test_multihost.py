@@ -20,7 +20,6 @@ import json
 import math
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -35,9 +34,9 @@ from benchmarks.load import build_counters, build_flags
 from protocol.registry import Registry
 from tests.collector.processes import ROOT, CollectorProcess, write_config
 from tests.collector.support import current_period, load_registry, write_registry
-from tests.support.broker import find_mosquitto
+from tests.support.hosted import HostedBroker, HostedPostgres, wait_reachable
 from tests.support.netns import Host, Network, network
-from tests.support.postgres import PostgresServer, find_postgres
+from tests.support.postgres import find_postgres
 from tests.support.publish import write_stream
 
 pytestmark = pytest.mark.multihost
@@ -60,63 +59,6 @@ def _env() -> dict[str, str]:
     return dict(os.environ, PYTHONPATH=str(ROOT))
 
 
-def _wait_reachable(client: Host, server: Host, port: int) -> None:
-    """Wait until ``client`` can open a TCP connection to ``server:port`` (over the test network)."""
-    code = (
-        "import socket, sys, time\n"
-        "deadline = time.monotonic() + float(sys.argv[3])\n"
-        "while True:\n"
-        "    try:\n"
-        "        socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=2).close()\n"
-        "        break\n"
-        "    except OSError:\n"
-        "        if time.monotonic() > deadline:\n"
-        "            sys.exit(f'{sys.argv[1]}:{sys.argv[2]} unreachable')\n"
-        "        time.sleep(0.1)\n"
-    )
-    done = client.run(
-        [sys.executable, "-c", code, server.address, str(port), str(GUARD_S)],
-        capture_output=True,
-        text=True,
-        timeout=GUARD_S + 60,
-    )
-    assert done.returncode == 0, f"{client.name} cannot reach {server.name}: {done.stderr}"
-
-
-@dataclass
-class HostedPostgres(PostgresServer):
-    """A throwaway PostgreSQL whose server runs on ``host`` and listens at its address only."""
-
-    host: Host | None = None
-
-    def _run(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-        assert self.host is not None
-        cmd = [str(self.bindir / args[0]), *args[1:]]
-        if self._owner is not None:
-            cmd = ["runuser", "-u", self._owner, "--", *cmd]
-        return subprocess.run(self.host.command(cmd), check=check, capture_output=True, text=True, timeout=120)
-
-    def init(self) -> None:
-        """``initdb``, then listen on the host's address and trust the test network's /24."""
-        assert self.host is not None
-        super().init()
-        subnet = self.host.address.rsplit(".", 1)[0] + ".0/24"
-        with (self.data / "postgresql.conf").open("a") as f:
-            f.write(f"listen_addresses = '{self.host.address}'\n")  # the later line wins
-        with (self.data / "pg_hba.conf").open("a") as f:
-            f.write(f"host all all {subnet} trust\n")
-
-    def start(self, timeout: float = 120.0) -> None:
-        """Start the server on its host; ``pg_ctl -w`` waits until it accepts connections."""
-        self._run("pg_ctl", "-D", str(self.data), "-l", str(self.log_path), "-w", "-t", str(int(timeout)), "start")
-
-    @property
-    def url(self) -> str:
-        """The URL the collectors use: the database host's address, over the network."""
-        assert self.host is not None
-        return f"postgresql://{self.user}@{self.host.address}:{self.port}/{self.database}"
-
-
 @dataclass
 class Scene:
     """The hosts and what runs on them."""
@@ -130,22 +72,10 @@ class Scene:
     configs: list[Path]
 
 
-def _start_broker(host: Host, work: Path) -> subprocess.Popen[bytes]:
-    binary = find_mosquitto()
-    assert binary is not None, "mosquitto is not installed; ./deploy/test.sh installs it"
-    directory = work / "broker"
-    directory.mkdir()
-    config = directory / "mosquitto.conf"
-    config.write_text(
-        f"listener {BROKER_PORT} {host.address}\n"
-        "allow_anonymous true\n"
-        f"persistence true\npersistence_location {directory}/\n"
-        f"log_dest file {directory}/mosquitto.log\nlog_type error\nlog_type warning\n"
-        "max_queued_messages 0\nmax_inflight_messages 0\n"
-        "user root\n",
-        encoding="utf-8",
-    )
-    return host.popen([binary, "-c", str(config)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+def _start_broker(host: Host, work: Path) -> HostedBroker:
+    broker = HostedBroker(host, work / "broker", port=BROKER_PORT)
+    broker.start()
+    return broker
 
 
 @pytest.fixture
@@ -169,7 +99,7 @@ def scene(registry_path: Path) -> Iterator[Scene]:
     # A short path: the members' notify sockets live here (a Unix socket path has 108 bytes).
     work = Path(tempfile.mkdtemp(prefix="ldp-mh-"))
     processes: list[CollectorProcess] = []
-    broker_proc: subprocess.Popen[bytes] | None = None
+    broker_proc: HostedBroker | None = None
     postgres: HostedPostgres | None = None
     try:
         with network(*names) as net:
@@ -180,8 +110,8 @@ def scene(registry_path: Path) -> Iterator[Scene]:
             postgres.start()
             postgres.create_database()
             members = [hosts[f"collector-{i}"] for i in range(MEMBERS)]
-            _wait_reachable(members[0], hosts["broker"], BROKER_PORT)
-            _wait_reachable(members[0], hosts["db"], DB_PORT)
+            wait_reachable(members[0], hosts["broker"], BROKER_PORT)
+            wait_reachable(members[0], hosts["db"], DB_PORT)
             configs = []
             for i, member in enumerate(members):
                 config = write_config(
@@ -216,8 +146,7 @@ def scene(registry_path: Path) -> Iterator[Scene]:
         if postgres is not None:
             postgres.stop(mode="immediate")
         if broker_proc is not None:
-            broker_proc.kill()
-            broker_proc.wait(timeout=30)
+            broker_proc.kill9()
         shutil.rmtree(work, ignore_errors=True)
 
 
@@ -263,7 +192,7 @@ def test_a_group_across_hosts_counts_every_report_and_estimates_the_truth(
     )
     stream = scene.work / "stream.msgpack"
     write_stream(stream, items)
-    _wait_reachable(scene.publisher, scene.broker, BROKER_PORT)
+    wait_reachable(scene.publisher, scene.broker, BROKER_PORT)
     published = scene.publisher.run(
         [
             sys.executable,
