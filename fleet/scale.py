@@ -1,0 +1,332 @@
+"""The fleet's scale mode (``ldp-fleet --scale``): devices simulated in bulk, not as complete agents.
+
+A complete agent per device (:mod:`fleet.sim`) costs a few hundred microseconds of CPU per
+report: sealing its state, accounting, keeping its outbox and ledger. That is what a device
+does, and what the normal fleet checks; it is also what keeps a fleet of 10^5 devices from
+sending a day's reports in minutes. The scale mode keeps what makes a report a device's and
+drops the rest:
+
+* **Per-device state, set up once.** Every device's permanent randomness is drawn once for
+  the run and kept as arrays (:mod:`fleet.scale_privatize`): 1BitMean's α and memo bits,
+  dBitFlipPM's buckets and memoized answers, RAPPOR's cohort and memoized ``B'``.
+* **The same values.** Each device's value per (use case, period) comes from the normal
+  fleet's generators (:func:`fleet.plan.build_generators`), so both modes simulate the same
+  population.
+* **Daily limits by construction.** A device sends at most ``daily_limit`` records per use case
+  and day, and one report per (use case, period), as the agent's accounting allows
+  (docs/privacy-accounting.md); a value beyond the limit is counted as not sent.
+* **The agent's wire form.** Reports are encoded with :func:`protocol.wire.encode_report`,
+  each with a fresh random report id, and published under the device's own sub-identity
+  (``<prefix>/<user>/<device number>/<use case>``, as :mod:`fleet.sim`), so the collector's
+  allowance per device holds.
+* **Receipts.** Reports go through a pool of long-lived pipelined connections
+  (:class:`fleet.pool.ConnectionPool`), each asking for the collector's commit receipt; the
+  truth holds the values whose reports a receipt said were counted, and a report without a
+  receipt after ``receipt_timeout`` seconds is sent again byte for byte.
+
+What it does not do: seal state, keep a ledger or an outbox, audit ε per device, or run the
+agent's schedule (every device of a period is privatized in one batch). Records are
+privatized per (use case, period) in batches, with the fleet's coins from one seeded source,
+so a run is reproducible for the same plan.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from agent.config import BrokerConfig
+from agent.errors import TransportError
+from agent.identity import device_identity
+from agent.transport import PublishRefusedError, Transport
+from fleet.plan import SLOT_SECONDS, FleetPlan, build_generators, device_seed
+from fleet.pool import MAX_PUBLISH_ATTEMPTS, ConnectionPool
+from fleet.scale_privatize import DevicePrivatizer, device_privatizer
+from fleet.tally import Progress, ShardResult, Tally, tally_kind
+from protocol.errors import InputError
+from protocol.randomness import SeededRandom
+from protocol.receipts import Receipt
+from protocol.registry import UseCase
+from protocol.wire import Report, encode_report
+
+__all__ = ["SCALE_LABEL", "ScaleReport", "build_period", "run_scale"]
+
+log = logging.getLogger("ldp_fleet")
+
+SCALE_LABEL = (
+    "scale mode: devices are simulated in bulk, not as complete agents; "
+    "reports are privatized per device with the vectorised privatizers"
+)
+TOPIC_PREFIX = "ldp/v1/reports"
+"""Where reports go: the agent's default topic prefix (docs/device-identity.md)."""
+
+_BATCH = 50_000
+"""Devices privatized in one call: bounds the arrays a batch makes."""
+
+
+@dataclass(frozen=True, slots=True)
+class ScaleReport:
+    """One report of the scale mode, and what it carries.
+
+    Attributes:
+        device: the device number.
+        use_case: the use case (the plan's definition).
+        period: the period index.
+        value: the value the device recorded (the truth it adds when counted).
+        topic: where it is published.
+        payload: the encoded report.
+        report_id: its id (the receipt's correlation data).
+    """
+
+    device: int
+    use_case: UseCase
+    period: int
+    value: object
+    topic: str
+    payload: bytes
+    report_id: bytes
+
+
+class _Fleet:
+    """The whole fleet's state: one privatizer per use case, records sent per device and day."""
+
+    def __init__(self, plan: FleetPlan, identity: str | None) -> None:
+        self.plan = plan
+        self.identity = identity
+        self.rng = SeededRandom(device_seed(plan.seed, plan.start, -1_000_000))
+        # Report ids from a stream of their own (fleet.plan.device_seed: the start is part of it).
+        self.ids = np.random.default_rng(device_seed(plan.seed, plan.start, -1_000_001))
+        self.use_cases = [plan.use_case(name) for name in plan.use_cases]
+        self.privatizers = {uc.name: device_privatizer(uc, plan.devices, self.rng) for uc in self.use_cases}
+        self.sent_on: dict[str, tuple[int, np.ndarray[Any, np.dtype[np.int64]]]] = {}
+        self.result = ShardResult(devices=plan.devices)
+
+    def topic(self, device: int, use_case: str) -> str:
+        if self.identity is None:
+            return f"{TOPIC_PREFIX}/{use_case}"
+        return f"{TOPIC_PREFIX}/{self.identity}/{device:07d}/{use_case}"
+
+    def allowance(self, use_case: UseCase, day: int) -> np.ndarray[Any, np.dtype[np.int64]]:
+        """Records each device has sent of ``use_case`` on ``day`` (a fresh count each day)."""
+        seen = self.sent_on.get(use_case.name)
+        if seen is None or seen[0] != day:
+            seen = self.sent_on[use_case.name] = (day, np.zeros(self.plan.devices, dtype=np.int64))
+        return seen[1]
+
+
+def build_period(
+    fleet: _Fleet, use_case: UseCase, period: int, values: list[object | None], day: int
+) -> list[ScaleReport]:
+    """Every device's report of ``use_case`` for ``period`` (one record each; none for a device
+    without a value, with a value the mechanism refuses, or at its daily limit)."""
+    result = fleet.result
+    privatizer: DevicePrivatizer = fleet.privatizers[use_case.name]
+    sent = fleet.allowance(use_case, day)
+    rows: list[int] = []
+    inputs: list[object] = []
+    raw: list[object] = []
+    for device, value in enumerate(values):
+        if value is None:
+            continue
+        try:
+            checked = privatizer.value(value)
+        except InputError:
+            result.refused[use_case.name] = result.refused.get(use_case.name, 0) + 1
+            continue
+        if sent[device] >= use_case.daily_limit:
+            result.unsent[use_case.name] = result.unsent.get(use_case.name, 0) + 1
+            continue
+        rows.append(device)
+        inputs.append(checked)
+        raw.append(value)
+    chosen = np.asarray(rows, dtype=np.int64)
+    sent[chosen] += 1
+    out: list[ScaleReport] = []
+    for lo in range(0, len(rows), _BATCH):
+        part = chosen[lo : lo + _BATCH]
+        records = privatizer.records(part, inputs[lo : lo + _BATCH], fleet.rng)
+        ids = fleet.ids.bytes(16 * len(part))
+        for i, (device, record) in enumerate(zip(part.tolist(), records, strict=True)):
+            report_id = ids[16 * i : 16 * i + 16]
+            payload = encode_report(
+                Report(
+                    use_case=use_case.name,
+                    definition=use_case.definition,
+                    period=period,
+                    report_id=report_id,
+                    records=[record],
+                )
+            )
+            topic = fleet.topic(device, use_case.name)
+            out.append(ScaleReport(device, use_case, period, raw[lo + i], topic, payload, report_id))
+    return out
+
+
+def periods(fleet: _Fleet) -> Iterator[tuple[int, list[ScaleReport]]]:
+    """Slot by slot, the reports of every period that starts in it (the generators' order)."""
+    plan = fleet.plan
+    generators = build_generators(plan)
+    first = {uc.name: uc.period.index_at(plan.start) for uc in fleet.use_cases}
+    per = {uc.name: uc.period.seconds // SLOT_SECONDS for uc in fleet.use_cases}
+    for slot in range(plan.slots):
+        day = slot * SLOT_SECONDS // 86_400
+        for uc in fleet.use_cases:
+            if slot % per[uc.name]:
+                continue
+            offset = slot // per[uc.name]
+            yield slot, build_period(fleet, uc, first[uc.name] + offset, generators[uc.name].values(offset), day)
+
+
+class _Sender:
+    """Publishes the reports through the pool and folds the receipts into the result."""
+
+    def __init__(self, fleet: _Fleet, receipts: bool) -> None:
+        self.fleet = fleet
+        self.receipts_on = receipts
+        self.pool: ConnectionPool = None  # type: ignore[assignment]  # set by run_scale before sending
+        self.waiting: dict[bytes, ScaleReport] = {}
+
+    def _tally(self, report: ScaleReport) -> None:
+        uc = report.use_case
+        tally = self.fleet.result.truth.setdefault(uc.ref, {}).setdefault(report.period, Tally())
+        tally.add(tally_kind(uc), report.value, uc)
+
+    def receipts(self, receipts: list[Receipt]) -> None:
+        """Commit receipts arrived: count what they say, once per report."""
+        result = self.fleet.result
+        for receipt in receipts:
+            report = self.waiting.pop(receipt.correlation, None)
+            if report is None:
+                continue  # a second answer, to a report sent again
+            ref = report.use_case.ref
+            status = "counted" if receipt.counted else f"refused: {receipt.reason or 'unknown'}"
+            said = result.outcomes.setdefault(ref, {})
+            said[status] = said.get(status, 0) + 1
+            if receipt.counted:
+                counted = result.counted_periods.setdefault(ref, {})
+                counted[report.period] = counted.get(report.period, 0) + 1
+                self._tally(report)
+
+    async def send(self, report: ScaleReport) -> None:
+        """Publish one report until the broker acknowledges it (reconnecting the pool on failure).
+
+        Raises:
+            TransportError: not acknowledged after :data:`fleet.pool.MAX_PUBLISH_ATTEMPTS` attempts.
+        """
+        result = self.fleet.result
+        if self.receipts_on:
+            self.waiting[report.report_id] = report
+        for attempt in range(MAX_PUBLISH_ATTEMPTS):
+            try:
+                await self.pool.publish(report.topic, report.payload, correlation=report.report_id)
+            except PublishRefusedError as e:
+                self.waiting.pop(report.report_id, None)
+                said = result.outcomes.setdefault(report.use_case.ref, {})
+                status = f"refused by the broker: {e.reason}"
+                said[status] = said.get(status, 0) + 1
+                return
+            except TransportError as e:
+                result.retries += 1
+                log.warning("device %d: publishing failed (%s); reconnecting", report.device, e)
+                with contextlib.suppress(TransportError):
+                    await self.pool.repair(attempt=attempt)
+                continue
+            result.messages += 1
+            pub = result.published.setdefault(report.use_case.ref, {}).setdefault(report.period, [0, 0])
+            pub[0] += 1
+            pub[1] += 1
+            if not self.receipts_on:
+                self._tally(report)
+            return
+        raise TransportError(f"device {report.device}: report not acknowledged after {MAX_PUBLISH_ATTEMPTS} attempts")
+
+    async def send_all(self, reports: list[ScaleReport], lanes: int) -> None:
+        """Publish ``reports`` over ``lanes`` concurrent publishers (the pool's connections x window)."""
+        items = iter(reports)
+
+        async def lane() -> None:
+            for report in items:  # one shared iterator: each report goes out once
+                await self.send(report)
+
+        async with asyncio.TaskGroup() as tg:
+            for i in range(lanes):
+                tg.create_task(lane(), name=f"scale-publish-{i}")
+
+    async def await_receipts(self, plan: FleetPlan) -> None:
+        """Wait until every report has its receipt (sending again what has none after the timeout)."""
+        deadline = time.monotonic() + plan.receipt_wait
+        sent_at = time.monotonic()
+        while self.waiting and time.monotonic() < deadline:
+            if time.monotonic() - sent_at >= plan.receipt_timeout:
+                log.warning("%d reports have had no commit receipt; sending them again", len(self.waiting))
+                again = list(self.waiting.values())
+                self.fleet.result.retries += len(again)
+                for report in again:
+                    if report.report_id in self.waiting:
+                        with contextlib.suppress(TransportError):
+                            await self.pool.publish(report.topic, report.payload, correlation=report.report_id)
+                sent_at = time.monotonic()
+            await asyncio.sleep(0.05)
+        self.fleet.result.missing = len(self.waiting)
+
+
+def _transport(plan: FleetPlan) -> Transport:
+    from agent.mqtt import MqttTransport  # noqa: PLC0415 - only when publishing to a real broker
+
+    if plan.broker is None:
+        raise ValueError("the plan names no broker and no transport was given")
+    broker: BrokerConfig = dataclasses.replace(plan.broker, receipts=plan.receipts)
+    return MqttTransport(broker, SeededRandom(device_seed(plan.seed, plan.start, -1_000_002)))
+
+
+async def run_scale(
+    plan: FleetPlan,
+    *,
+    transport: Transport | None = None,
+    progress: Callable[[Progress], None] | None = None,
+) -> ShardResult:
+    """Simulate the plan's whole fleet in scale mode and publish its reports.
+
+    Args:
+        plan: the simulation (a registry change and a state directory are not simulated here).
+        transport: how to reach the broker (default: the agent's MQTT transport to ``plan.broker``).
+        progress: called after every slot.
+
+    Raises:
+        TransportError: the broker could not be reached or stopped acknowledging.
+        fleet.values.GeneratorError: a generator does not fit its use case.
+    """
+    if plan.change is not None:
+        raise ValueError("the scale mode does not simulate a registry change")
+    started = time.monotonic()
+    cpu_started = time.process_time()
+    identity = None if plan.broker is None else device_identity(plan.broker, source="ldp-fleet")
+    fleet = _Fleet(plan, identity)
+    transport = transport or _transport(plan)
+    sender = _Sender(fleet, plan.receipts)
+    pool = ConnectionPool(
+        transport, size=plan.connections, window=plan.window, on_receipts=sender.receipts if plan.receipts else None
+    )
+    result = fleet.result
+    async with pool:
+        sender.pool = pool
+        result.setup_seconds = time.monotonic() - started
+        result.setup_cpu_seconds = time.process_time() - cpu_started
+        for slot, reports in periods(fleet):
+            await sender.send_all(reports, plan.connections * plan.window)
+            if progress is not None:
+                progress(Progress(0, slot + 1, 0, result.messages))
+        if progress is not None:
+            progress(Progress(0, plan.slots + 1, 0, result.messages))
+        if plan.receipts:
+            await sender.await_receipts(plan)
+    result.run_seconds = time.monotonic() - started
+    return result
