@@ -58,6 +58,7 @@ from fleet.report import (
     write_plots,
 )
 from fleet.runner import ProgressDisplay, simulate
+from fleet.scale import SCALE_LABEL
 from fleet.tally import ShardResult
 from protocol.catalog import Catalog
 from protocol.registry import Registry
@@ -192,7 +193,7 @@ def _simulate_and_compare(
     if client is not None:
         client.wait_connected(timeout=60.0)
     wall = time.monotonic()
-    result = simulate(plan, workers=args.workers, display=display, timeout=args.timeout)
+    result = simulate(plan, workers=args.workers, display=display, timeout=args.timeout, scale=args.scale)
     simulated = time.monotonic() - wall
     display.finish()
     display.message(
@@ -230,10 +231,15 @@ def run_fleet(args: argparse.Namespace, *, stdout: TextIO | None = None, stderr:
     except FleetError as e:
         print(f"ldp-fleet: {e}", file=stderr)
         return EXIT_USAGE
+    if args.scale and (plan.change is not None or plan.state_dir is not None or args.workers != 1):
+        print("ldp-fleet: --scale runs in one process, without --registry-change or --state-dir", file=stderr)
+        return EXIT_USAGE
     unused_rows = unused_series_rows(plan, registry)
     catalog = plan.catalog()
     display = ProgressDisplay(plan, args.workers, stderr, quiet=args.quiet)
     client = CollectorClient(args.collector_url) if args.collector_url else None
+    if args.scale:
+        display.message(f"ldp-fleet: {SCALE_LABEL}")
     _announce(plan, registry, display)
     try:
         run = _simulate_and_compare(args, plan, catalog, display, client)
@@ -283,7 +289,9 @@ def run_fleet(args: argparse.Namespace, *, stdout: TextIO | None = None, stderr:
         timing=(run.simulated, run.ingest_seconds),
         unused_rows=unused_rows,
     )
-    text = to_json(document, indent=1).decode() + "\n"
+    # The scale mode's results say so first: its devices were not complete agents.
+    labelled = {"mode": SCALE_LABEL} | msgspec.structs.asdict(document) if args.scale else document
+    text = to_json(labelled, indent=1).decode() + "\n"
     if args.json:
         stdout.write(text)
     elif client is not None:
