@@ -57,7 +57,7 @@ from protocol.receipts import Receipt
 from protocol.registry import UseCase
 from protocol.wire import Report, encode_report
 
-__all__ = ["SCALE_LABEL", "ScaleReport", "build_period", "run_scale"]
+__all__ = ["SCALE_LABEL", "ScaleFleet", "ScaleReport", "build_period", "periods", "run_scale"]
 
 log = logging.getLogger("ldp_fleet")
 
@@ -95,7 +95,7 @@ class ScaleReport:
     report_id: bytes
 
 
-class _Fleet:
+class ScaleFleet:
     """The whole fleet's state: one privatizer per use case, records sent per device and day."""
 
     def __init__(self, plan: FleetPlan, identity: str | None) -> None:
@@ -123,7 +123,7 @@ class _Fleet:
 
 
 def build_period(
-    fleet: _Fleet, use_case: UseCase, period: int, values: list[object | None], day: int
+    fleet: ScaleFleet, use_case: UseCase, period: int, values: list[object | None], day: int
 ) -> list[ScaleReport]:
     """Every device's report of ``use_case`` for ``period`` (one record each; none for a device
     without a value, with a value the mechanism refuses, or at its daily limit)."""
@@ -170,7 +170,7 @@ def build_period(
     return out
 
 
-def periods(fleet: _Fleet) -> Iterator[tuple[int, list[ScaleReport]]]:
+def periods(fleet: ScaleFleet) -> Iterator[tuple[int, list[ScaleReport]]]:
     """Slot by slot, the reports of every period that starts in it (the generators' order)."""
     plan = fleet.plan
     generators = build_generators(plan)
@@ -188,7 +188,7 @@ def periods(fleet: _Fleet) -> Iterator[tuple[int, list[ScaleReport]]]:
 class _Sender:
     """Publishes the reports through the pool and folds the receipts into the result."""
 
-    def __init__(self, fleet: _Fleet, receipts: bool) -> None:
+    def __init__(self, fleet: ScaleFleet, receipts: bool) -> None:
         self.fleet = fleet
         self.receipts_on = receipts
         self.pool: ConnectionPool = None  # type: ignore[assignment]  # set by run_scale before sending
@@ -309,7 +309,7 @@ async def run_scale(
     started = time.monotonic()
     cpu_started = time.process_time()
     identity = None if plan.broker is None else device_identity(plan.broker, source="ldp-fleet")
-    fleet = _Fleet(plan, identity)
+    fleet = ScaleFleet(plan, identity)
     transport = transport or _transport(plan)
     sender = _Sender(fleet, plan.receipts)
     pool = ConnectionPool(
