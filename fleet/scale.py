@@ -19,8 +19,8 @@ drops the rest:
   each with a fresh random report id, and published under the device's own sub-identity
   (``<prefix>/<user>/<device number>/<use case>``, as :mod:`fleet.sim`), so the collector's
   allowance per device holds.
-* **Receipts.** Reports go through a pool of long-lived pipelined connections
-  (:class:`fleet.pool.ConnectionPool`), each asking for the collector's commit receipt; the
+* **Receipts.** Reports go through a few long-lived pipelined connections
+  (:mod:`fleet.scale_publisher`), each asking for the collector's commit receipt; the
   truth holds the values whose reports a receipt said were counted, and a report without a
   receipt after ``receipt_timeout`` seconds is sent again byte for byte.
 
@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import logging
 import time
 from collections.abc import Callable, Iterator
@@ -43,13 +42,11 @@ from typing import Any
 
 import numpy as np
 
-from agent.config import BrokerConfig
-from agent.errors import TransportError
 from agent.identity import device_identity
-from agent.transport import PublishRefusedError, Transport
+from agent.mqtt import random_client_id
 from fleet.plan import SLOT_SECONDS, FleetPlan, build_generators, device_seed
-from fleet.pool import MAX_PUBLISH_ATTEMPTS, ConnectionPool
 from fleet.scale_privatize import DevicePrivatizer, device_privatizer
+from fleet.scale_publisher import Outgoing, ReceiptPublisher
 from fleet.tally import Progress, ShardResult, Tally, tally_kind
 from protocol.errors import InputError
 from protocol.randomness import SeededRandom
@@ -70,6 +67,10 @@ TOPIC_PREFIX = "ldp/v1/reports"
 
 _BATCH = 50_000
 """Devices privatized in one call: bounds the arrays a batch makes."""
+SCALE_WINDOW = 2_000
+"""PUBLISHes in flight per connection: enough to keep the broker busy across the loopback."""
+_REFUSED = 0x80
+"""PUBACK reason codes from here on refuse the message (MQTT 5 §3.4.2.1)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -186,12 +187,12 @@ def periods(fleet: ScaleFleet) -> Iterator[tuple[int, list[ScaleReport]]]:
 
 
 class _Sender:
-    """Publishes the reports through the pool and folds the receipts into the result."""
+    """Publishes the reports over the fleet's connections and folds the receipts into the result."""
 
     def __init__(self, fleet: ScaleFleet, receipts: bool) -> None:
         self.fleet = fleet
         self.receipts_on = receipts
-        self.pool: ConnectionPool = None  # type: ignore[assignment]  # set by run_scale before sending
+        self.publishers: list[ReceiptPublisher] = []
         self.waiting: dict[bytes, ScaleReport] = {}
 
     def _tally(self, report: ScaleReport) -> None:
@@ -215,113 +216,96 @@ class _Sender:
                 counted[report.period] = counted.get(report.period, 0) + 1
                 self._tally(report)
 
-    async def send(self, report: ScaleReport) -> None:
-        """Publish one report until the broker acknowledges it (reconnecting the pool on failure).
+    def acknowledged(self, item: Outgoing, reason: int) -> None:
+        """The broker's PUBACK of a first send: published, or refused (its ACL denies the topic)."""
+        assert isinstance(item, ScaleReport)
+        result = self.fleet.result
+        ref = item.use_case.ref
+        if reason >= _REFUSED:
+            self.waiting.pop(item.report_id, None)
+            said = result.outcomes.setdefault(ref, {})
+            status = f"refused by the broker: reason code 0x{reason:02x}"
+            said[status] = said.get(status, 0) + 1
+            return
+        result.messages += 1
+        pub = result.published.setdefault(ref, {}).setdefault(item.period, [0, 0])
+        pub[0] += 1
+        pub[1] += 1
+        if not self.receipts_on:
+            self._tally(item)
+
+    async def send_all(self, reports: list[ScaleReport]) -> None:
+        """Publish ``reports``, spread over the connections; return when the broker acknowledged all.
 
         Raises:
-            TransportError: not acknowledged after :data:`fleet.pool.MAX_PUBLISH_ATTEMPTS` attempts.
+            TransportError: a connection ended.
         """
-        result = self.fleet.result
         if self.receipts_on:
-            self.waiting[report.report_id] = report
-        for attempt in range(MAX_PUBLISH_ATTEMPTS):
-            try:
-                await self.pool.publish(report.topic, report.payload, correlation=report.report_id)
-            except PublishRefusedError as e:
-                self.waiting.pop(report.report_id, None)
-                said = result.outcomes.setdefault(report.use_case.ref, {})
-                status = f"refused by the broker: {e.reason}"
-                said[status] = said.get(status, 0) + 1
-                return
-            except TransportError as e:
-                result.retries += 1
-                log.warning("device %d: publishing failed (%s); reconnecting", report.device, e)
-                with contextlib.suppress(TransportError):
-                    await self.pool.repair(attempt=attempt)
-                continue
-            result.messages += 1
-            pub = result.published.setdefault(report.use_case.ref, {}).setdefault(report.period, [0, 0])
-            pub[0] += 1
-            pub[1] += 1
-            if not self.receipts_on:
-                self._tally(report)
-            return
-        raise TransportError(f"device {report.device}: report not acknowledged after {MAX_PUBLISH_ATTEMPTS} attempts")
-
-    async def send_all(self, reports: list[ScaleReport], lanes: int) -> None:
-        """Publish ``reports`` over ``lanes`` concurrent publishers (the pool's connections x window)."""
-        items = iter(reports)
-
-        async def lane() -> None:
-            for report in items:  # one shared iterator: each report goes out once
-                await self.send(report)
-
+            self.waiting.update((r.report_id, r) for r in reports)
+        n = len(self.publishers)
         async with asyncio.TaskGroup() as tg:
-            for i in range(lanes):
-                tg.create_task(lane(), name=f"scale-publish-{i}")
+            for i, publisher in enumerate(self.publishers):
+                tg.create_task(publisher.publish_all(reports[i::n], self.acknowledged), name=f"scale-publish-{i}")
 
     async def await_receipts(self, plan: FleetPlan) -> None:
-        """Wait until every report has its receipt (sending again what has none after the timeout)."""
+        """Wait until every report has its receipt (sending again, byte for byte, what has none
+        after the plan's receipt timeout), or until the plan's receipt wait is over."""
         deadline = time.monotonic() + plan.receipt_wait
         sent_at = time.monotonic()
         while self.waiting and time.monotonic() < deadline:
             if time.monotonic() - sent_at >= plan.receipt_timeout:
-                log.warning("%d reports have had no commit receipt; sending them again", len(self.waiting))
                 again = list(self.waiting.values())
+                log.warning("%d reports have had no commit receipt; sending them again", len(again))
                 self.fleet.result.retries += len(again)
-                for report in again:
-                    if report.report_id in self.waiting:
-                        with contextlib.suppress(TransportError):
-                            await self.pool.publish(report.topic, report.payload, correlation=report.report_id)
+                await self.publishers[0].publish_all(again, lambda _item, _reason: None)
                 sent_at = time.monotonic()
             await asyncio.sleep(0.05)
         self.fleet.result.missing = len(self.waiting)
 
 
-def _transport(plan: FleetPlan) -> Transport:
-    from agent.mqtt import MqttTransport  # noqa: PLC0415 - only when publishing to a real broker
-
-    if plan.broker is None:
-        raise ValueError("the plan names no broker and no transport was given")
-    broker: BrokerConfig = dataclasses.replace(plan.broker, receipts=plan.receipts)
-    return MqttTransport(broker, SeededRandom(device_seed(plan.seed, plan.start, -1_000_002)))
-
-
 async def run_scale(
     plan: FleetPlan,
     *,
-    transport: Transport | None = None,
+    window: int = SCALE_WINDOW,
     progress: Callable[[Progress], None] | None = None,
 ) -> ShardResult:
-    """Simulate the plan's whole fleet in scale mode and publish its reports.
+    """Simulate the plan's whole fleet in scale mode and publish its reports to ``plan.broker``.
 
     Args:
-        plan: the simulation (a registry change and a state directory are not simulated here).
-        transport: how to reach the broker (default: the agent's MQTT transport to ``plan.broker``).
+        plan: the simulation (a registry change and a state directory are not simulated here);
+            ``plan.connections`` connections publish.
+        window: PUBLISHes in flight per connection.
         progress: called after every slot.
 
     Raises:
-        TransportError: the broker could not be reached or stopped acknowledging.
+        TransportError: the broker could not be reached or a connection ended.
         fleet.values.GeneratorError: a generator does not fit its use case.
     """
     if plan.change is not None:
         raise ValueError("the scale mode does not simulate a registry change")
+    if plan.broker is None:
+        raise ValueError("the plan names no broker")
     started = time.monotonic()
     cpu_started = time.process_time()
-    identity = None if plan.broker is None else device_identity(plan.broker, source="ldp-fleet")
+    identity = device_identity(plan.broker, source="ldp-fleet")
     fleet = ScaleFleet(plan, identity)
-    transport = transport or _transport(plan)
     sender = _Sender(fleet, plan.receipts)
-    pool = ConnectionPool(
-        transport, size=plan.connections, window=plan.window, on_receipts=sender.receipts if plan.receipts else None
-    )
+    ids = SeededRandom(device_seed(plan.seed, plan.start, -1_000_002))
     result = fleet.result
-    async with pool:
-        sender.pool = pool
+    async with contextlib.AsyncExitStack() as stack:
+        for _ in range(plan.connections):
+            publisher = ReceiptPublisher(
+                plan.broker,
+                client_id=random_client_id(ids),
+                identity=identity,
+                window=window,
+                on_receipts=sender.receipts if plan.receipts else None,
+            )
+            sender.publishers.append(await stack.enter_async_context(publisher))
         result.setup_seconds = time.monotonic() - started
         result.setup_cpu_seconds = time.process_time() - cpu_started
         for slot, reports in periods(fleet):
-            await sender.send_all(reports, plan.connections * plan.window)
+            await sender.send_all(reports)
             if progress is not None:
                 progress(Progress(0, slot + 1, 0, result.messages))
         if progress is not None:
