@@ -9,10 +9,10 @@ use cases) and its default generators:
 * ``mosquitto``: the same fleet publishing through a real Mosquitto on loopback (plain
   MQTT, four pooled connections), acknowledged with QoS 1;
 * ``mosquitto-tls``: the same through the deploy configuration (TLS, passwords, ACL);
-* ``scale-mosquitto-collector`` (``main`` and ``run(..., scale=True)``): the **scale mode**
+* ``scale-mosquitto-tls-collector`` (``main`` and ``run(..., scale=True)``): the **scale mode**
   (fleet/scale.py: devices simulated in bulk, not as complete agents; reports privatized per
-  device with the vectorised privatizers) through a real Mosquitto (plain MQTT, the user name
-  ``fleet-sim`` for the sub-identities) into a real collector, every report with its commit
+  device with the vectorised privatizers) through a real Mosquitto in the deploy configuration
+  (TLS, the simulator's user, the ACL) into a real collector, every report with its commit
   receipt; ``reports_per_second`` runs until the last receipt, and the CPU per report of the
   simulator, the broker and the collector says where the time goes.
 
@@ -165,9 +165,16 @@ def scale_row(devices: int, days: int, *, connections: int = SCALE_CONNECTIONS) 
     """The scale mode (fleet/scale.py) through a real Mosquitto into a real collector, with receipts:
     reports per second until the last report's receipt said it was counted."""
     progress(f"bench_fleet: scale mode, {devices} devices x {days} days")
-    with tempfile.TemporaryDirectory(prefix="bench-fleet-scale-") as tmp, running_stack(Path(tmp), tls=False) as stack:
-        # A user name on the plain broker gives each device its sub-identity, and receipts a topic.
-        broker = BrokerConfig(host="127.0.0.1", port=stack.broker_port, tls=False, username="fleet-sim")
+    with tempfile.TemporaryDirectory(prefix="bench-fleet-scale-") as tmp, running_stack(Path(tmp), tls=True) as stack:
+        # The deploy configuration, as the demo runs it: its queue per subscriber holds what the
+        # collector has not taken yet (a plain test broker's default of 1,000 would drop reports).
+        broker = BrokerConfig(
+            host="127.0.0.1",
+            port=stack.broker_port,
+            ca_file=stack.ca_file,
+            username="fleet-sim",
+            password_file=stack.password_file,
+        )
         # The collector takes only periods it still keeps: the days before today, as ldp-fleet's default.
         today = int(time.time()) // 86_400 * 86_400
         plan = dataclasses.replace(
@@ -183,7 +190,7 @@ def scale_row(devices: int, days: int, *, connections: int = SCALE_CONNECTIONS) 
     run_seconds = elapsed - result.setup_seconds
     per_report = max(result.messages, 1)
     return {
-        "configuration": "scale-mosquitto-collector",
+        "configuration": "scale-mosquitto-tls-collector",
         "label": SCALE_LABEL,
         "devices": devices,
         "days": days,

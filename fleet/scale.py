@@ -69,6 +69,11 @@ _BATCH = 50_000
 """Devices privatized in one call: bounds the arrays a batch makes."""
 SCALE_WINDOW = 2_000
 """PUBLISHes in flight per connection: enough to keep the broker busy across the loopback."""
+SCALE_UNANSWERED = 100_000
+"""Reports published and still without their receipt, at most: far below the deployed broker's
+queue per subscriber (deploy/mosquitto/mosquitto.conf, max_queued_messages)."""
+_CHUNK = 10_000
+"""Reports published between two looks at the receipts."""
 _REFUSED = 0x80
 """PUBACK reason codes from here on refuse the message (MQTT 5 §3.4.2.1)."""
 
@@ -189,9 +194,11 @@ def periods(fleet: ScaleFleet) -> Iterator[tuple[int, list[ScaleReport]]]:
 class _Sender:
     """Publishes the reports over the fleet's connections and folds the receipts into the result."""
 
-    def __init__(self, fleet: ScaleFleet, receipts: bool) -> None:
+    def __init__(self, fleet: ScaleFleet, receipts: bool, unanswered: int) -> None:
         self.fleet = fleet
         self.receipts_on = receipts
+        self.unanswered = unanswered
+        self.answered = asyncio.Event()
         self.publishers: list[ReceiptPublisher] = []
         self.waiting: dict[bytes, ScaleReport] = {}
 
@@ -203,6 +210,7 @@ class _Sender:
     def receipts(self, receipts: list[Receipt]) -> None:
         """Commit receipts arrived: count what they say, once per report."""
         result = self.fleet.result
+        self.answered.set()
         for receipt in receipts:
             report = self.waiting.pop(receipt.correlation, None)
             if report is None:
@@ -235,38 +243,53 @@ class _Sender:
             self._tally(item)
 
     async def send_all(self, reports: list[ScaleReport]) -> None:
-        """Publish ``reports``, spread over the connections; return when the broker acknowledged all.
+        """Publish ``reports``, spread over the connections, never more than ``unanswered`` of
+        the fleet's reports without their receipt (a collector that falls behind holds the fleet
+        back, as each device waits for its own receipts, instead of the broker's queue filling);
+        return when the broker acknowledged all.
 
         Raises:
             TransportError: a connection ended.
         """
-        if self.receipts_on:
-            self.waiting.update((r.report_id, r) for r in reports)
         n = len(self.publishers)
-        async with asyncio.TaskGroup() as tg:
-            for i, publisher in enumerate(self.publishers):
-                tg.create_task(publisher.publish_all(reports[i::n], self.acknowledged), name=f"scale-publish-{i}")
+        step = max(1, min(_CHUNK, self.unanswered // 2))
+        for lo in range(0, len(reports), step):
+            chunk = reports[lo : lo + step]
+            if self.receipts_on:
+                await self.await_receipts(room=self.unanswered - len(chunk))
+                self.waiting.update((r.report_id, r) for r in chunk)
+            async with asyncio.TaskGroup() as tg:
+                for i, publisher in enumerate(self.publishers):
+                    tg.create_task(publisher.publish_all(chunk[i::n], self.acknowledged), name=f"scale-publish-{i}")
 
-    async def await_receipts(self, plan: FleetPlan) -> None:
-        """Wait until every report has its receipt (sending again, byte for byte, what has none
-        after the plan's receipt timeout), or until the plan's receipt wait is over."""
+    async def await_receipts(self, *, room: int = 0) -> None:
+        """Wait until at most ``room`` reports lack their receipt, or the plan's receipt wait is
+        over. When no receipt has come for the plan's receipt timeout, every report without one
+        is sent again, byte for byte (the collector counts a report id once)."""
+        plan = self.fleet.plan
         deadline = time.monotonic() + plan.receipt_wait
-        sent_at = time.monotonic()
-        while self.waiting and time.monotonic() < deadline:
-            if time.monotonic() - sent_at >= plan.receipt_timeout:
+        seen, since = len(self.waiting), time.monotonic()
+        while len(self.waiting) > room and time.monotonic() < deadline:
+            if len(self.waiting) < seen:
+                seen, since = len(self.waiting), time.monotonic()
+            elif time.monotonic() - since >= plan.receipt_timeout:
                 again = list(self.waiting.values())
-                log.warning("%d reports have had no commit receipt; sending them again", len(again))
+                log.warning("no commit receipt for %g s; sending %d reports again", plan.receipt_timeout, len(again))
                 self.fleet.result.retries += len(again)
                 await self.publishers[0].publish_all(again, lambda _item, _reason: None)
-                sent_at = time.monotonic()
-            await asyncio.sleep(0.05)
-        self.fleet.result.missing = len(self.waiting)
+                since = time.monotonic()
+            self.answered.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.answered.wait(), 0.05)
+        if room == 0:
+            self.fleet.result.missing = len(self.waiting)
 
 
 async def run_scale(
     plan: FleetPlan,
     *,
     window: int = SCALE_WINDOW,
+    unanswered: int = SCALE_UNANSWERED,
     progress: Callable[[Progress], None] | None = None,
 ) -> ShardResult:
     """Simulate the plan's whole fleet in scale mode and publish its reports to ``plan.broker``.
@@ -275,6 +298,7 @@ async def run_scale(
         plan: the simulation (a registry change and a state directory are not simulated here);
             ``plan.connections`` connections publish.
         window: PUBLISHes in flight per connection.
+        unanswered: most reports published and still without their receipt (with receipts).
         progress: called after every slot.
 
     Raises:
@@ -289,7 +313,7 @@ async def run_scale(
     cpu_started = time.process_time()
     identity = device_identity(plan.broker, source="ldp-fleet")
     fleet = ScaleFleet(plan, identity)
-    sender = _Sender(fleet, plan.receipts)
+    sender = _Sender(fleet, plan.receipts, unanswered)
     ids = SeededRandom(device_seed(plan.seed, plan.start, -1_000_002))
     result = fleet.result
     async with contextlib.AsyncExitStack() as stack:
@@ -311,6 +335,6 @@ async def run_scale(
         if progress is not None:
             progress(Progress(0, plan.slots + 1, 0, result.messages))
         if plan.receipts:
-            await sender.await_receipts(plan)
+            await sender.await_receipts()
     result.run_seconds = time.monotonic() - started
     return result
