@@ -244,5 +244,8 @@ class ReceiptPublisher:
                 pid = self._free.popleft()
                 self._inflight[pid] = item
                 out.append(self._encode(item, pid))
-            writer.write(b"".join(out))
-            await writer.drain()
+            try:
+                writer.write(b"".join(out))
+                await writer.drain()
+            except OSError as e:
+                raise TransportError(f"the broker connection ended: {e}") from None
