@@ -21,13 +21,16 @@ drops the rest:
   allowance per device holds.
 * **Receipts.** Reports go through a few long-lived pipelined connections
   (:mod:`fleet.scale_publisher`), each asking for the collector's commit receipt; the
-  truth holds the values whose reports a receipt said were counted, and a report without a
-  receipt after ``receipt_timeout`` seconds is sent again byte for byte.
+  truth holds the values whose reports a receipt said were counted. At most
+  :data:`SCALE_UNANSWERED` reports wait for their receipt at a time (a device waits for its
+  own), and when no receipt has come for ``receipt_timeout`` seconds the reports without
+  one are sent again byte for byte.
 
-What it does not do: seal state, keep a ledger or an outbox, audit ε per device, or run the
-agent's schedule (every device of a period is privatized in one batch). Records are
-privatized per (use case, period) in batches, with the fleet's coins from one seeded source,
-so a run is reproducible for the same plan.
+What it does not do: seal state, keep a ledger or an outbox, hold a device to its lifetime ε
+cap or audit its ε (a run of a few days stays far below the caps of
+``deploy/fleet.usecases.toml``), or run the agent's schedule (every device of a period is
+privatized in one batch). Records are privatized per (use case, period) in batches, with
+the fleet's coins from one seeded source, so a run is reproducible for the same plan.
 """
 
 from __future__ import annotations
