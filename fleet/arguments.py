@@ -18,6 +18,7 @@ from agent.config import BrokerConfig, PolicyConfig, read_password, tls_context
 from agent.errors import ConfigError, PolicyError
 from agent.policy import check_registry
 from fleet.plan import SLOT_SECONDS, FleetPlan, RegistryChange, build_generators
+from fleet.scale import SCALE_LABEL
 from fleet.values import KINDS, GeneratorError, GeneratorSpec, default_spec, load_population, parse_spec
 from protocol.registry import Registry, RegistryError, parse_registry
 from runtime.console import package_version
@@ -148,6 +149,11 @@ def _simulation_options(sim: argparse._ArgumentGroup) -> None:
     )
     sim.add_argument(
         "--state-dir", type=Path, help="keep the devices' sealed state in files here (default: sealed, in memory)"
+    )
+    sim.add_argument(
+        "--scale",
+        action="store_true",
+        help=f"{SCALE_LABEL} (one process; no registry change, no state files; see fleet/scale.py)",
     )
 
 

@@ -37,6 +37,7 @@ from agent.errors import TransportError
 from collector.results import to_json
 from fleet.arguments import FleetError, build_parser, build_plan, count
 from fleet.document import (
+    FleetResults,
     build_document,
     dropped_lines,
     labels_of,
@@ -58,6 +59,7 @@ from fleet.report import (
     write_plots,
 )
 from fleet.runner import ProgressDisplay, simulate
+from fleet.scale import SCALE_LABEL
 from fleet.tally import ShardResult
 from protocol.catalog import Catalog
 from protocol.registry import Registry
@@ -117,8 +119,25 @@ def _print_truth(plan: FleetPlan, catalog: Catalog, result: ShardResult, stdout:
             print(f"{labels[ref]} period {period}: {to_json(truth).decode()}", file=stdout)
 
 
-def _announce(plan: FleetPlan, registry: Registry, display: ProgressDisplay) -> None:
-    """The first lines: what is simulated, and the registry change if any."""
+def _scale_fits(args: argparse.Namespace, plan: FleetPlan, stderr: TextIO) -> bool:
+    """Whether the scale mode, if asked for, can run this plan (it simulates no registry change,
+    keeps no state files and runs in one process); says why not."""
+    if args.scale and (plan.change is not None or plan.state_dir is not None or args.workers != 1):
+        print("ldp-fleet: --scale runs in one process, without --registry-change or --state-dir", file=stderr)
+        return False
+    return True
+
+
+def _document_text(document: FleetResults, *, scale: bool) -> str:
+    """The results document as JSON; the scale mode's says so first: its devices were not complete agents."""
+    labelled = {"mode": SCALE_LABEL} | msgspec.structs.asdict(document) if scale else document
+    return to_json(labelled, indent=1).decode() + "\n"
+
+
+def _announce(plan: FleetPlan, registry: Registry, display: ProgressDisplay, *, scale: bool = False) -> None:
+    """The first lines: the scale mode's label (with ``scale``), what is simulated, and the registry change if any."""
+    if scale:
+        display.message(f"ldp-fleet: {SCALE_LABEL}")
     start_iso = dt.datetime.fromtimestamp(plan.start, dt.UTC).isoformat().replace("+00:00", "Z")
     display.message(
         f"ldp-fleet: {count(plan.devices, 'device')}, {count(plan.days, 'day')} from {start_iso}, use cases: "
@@ -192,7 +211,7 @@ def _simulate_and_compare(
     if client is not None:
         client.wait_connected(timeout=60.0)
     wall = time.monotonic()
-    result = simulate(plan, workers=args.workers, display=display, timeout=args.timeout)
+    result = simulate(plan, workers=args.workers, display=display, timeout=args.timeout, scale=args.scale)
     simulated = time.monotonic() - wall
     display.finish()
     display.message(
@@ -230,11 +249,13 @@ def run_fleet(args: argparse.Namespace, *, stdout: TextIO | None = None, stderr:
     except FleetError as e:
         print(f"ldp-fleet: {e}", file=stderr)
         return EXIT_USAGE
+    if not _scale_fits(args, plan, stderr):
+        return EXIT_USAGE
     unused_rows = unused_series_rows(plan, registry)
     catalog = plan.catalog()
     display = ProgressDisplay(plan, args.workers, stderr, quiet=args.quiet)
     client = CollectorClient(args.collector_url) if args.collector_url else None
-    _announce(plan, registry, display)
+    _announce(plan, registry, display, scale=args.scale)
     try:
         run = _simulate_and_compare(args, plan, catalog, display, client)
     except (TransportError, CollectorUnavailableError, TimeoutError) as e:
@@ -283,7 +304,7 @@ def run_fleet(args: argparse.Namespace, *, stdout: TextIO | None = None, stderr:
         timing=(run.simulated, run.ingest_seconds),
         unused_rows=unused_rows,
     )
-    text = to_json(document, indent=1).decode() + "\n"
+    text = _document_text(document, scale=args.scale)
     if args.json:
         stdout.write(text)
     elif client is not None:

@@ -14,6 +14,7 @@ from typing import Any, TextIO
 
 from agent.errors import AgentError, TransportError
 from fleet.plan import FleetPlan
+from fleet.scale import run_scale
 from fleet.sim import run_shard
 from fleet.tally import Progress, ShardResult
 from fleet.values import GeneratorError
@@ -111,13 +112,18 @@ def _worker_main(plan: FleetPlan, lo: int, hi: int, worker: int, out: Any) -> No
         out.put(("done", worker, result))
 
 
-def simulate(plan: FleetPlan, *, workers: int, display: ProgressDisplay, timeout: float) -> ShardResult:
-    """Run the devices (in this process, or split across worker processes).
+def simulate(
+    plan: FleetPlan, *, workers: int, display: ProgressDisplay, timeout: float, scale: bool = False
+) -> ShardResult:
+    """Run the devices (in this process, or split across worker processes; ``scale``: in bulk,
+    in this process, :mod:`fleet.scale`).
 
     Raises:
         TransportError: if the broker failed.
         TimeoutError: if the workers did not finish within ``timeout`` seconds.
     """
+    if scale:
+        return asyncio.run(asyncio.wait_for(run_scale(plan, progress=display.update), timeout=timeout))
     ranges = shard_ranges(plan.devices, workers)
     if len(ranges) == 1:
         # The agents log a line per cycle at INFO: far too much for thousands of devices.

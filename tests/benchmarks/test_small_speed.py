@@ -18,6 +18,7 @@ from benchmarks import (
     bench_store_integrity,
     bench_wire,
 )
+from fleet.scale import SCALE_LABEL
 from tests.benchmarks.support import covers, report, require_keys, run_main
 from tests.support.broker import Broker
 from tests.support.postgres import PostgresServer
@@ -167,6 +168,27 @@ def test_fleet(mosquitto: Broker) -> None:
     assert doc["checks"] == {"same_reports_in_every_configuration": True}
     assert rows[0]["reports"] > 0
     report("bench_fleet", {r["configuration"]: r["device_cycles_per_second"] for r in rows})
+
+
+def test_fleet_scale_mode() -> None:
+    """The scale mode's row at 50 devices for a day, through a real Mosquitto into a real collector:
+    labelled, every report counted by receipt, the CPU per report of each process given."""
+    row = bench_fleet.scale_row(50, 1, connections=2)
+    require_keys(
+        row,
+        (
+            "reports_per_second",
+            "generator_cpu_us_per_report",
+            "broker_cpu_us_per_report",
+            "collector_cpu_us_per_report",
+        ),
+        where="fleet scale row",
+    )
+    assert row["label"] == SCALE_LABEL
+    assert row["reports"] == 50 * (2 * 4 + 4 * 1)  # 6-hour use cases x 4 periods, daily x 1
+    assert row["counted"] == row["reports"]
+    assert row["missing_receipts"] == 0
+    report("bench_fleet scale mode", {"reports_per_second": row["reports_per_second"]})
 
 
 @covers("bench_results")
