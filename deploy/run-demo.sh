@@ -13,6 +13,13 @@
 #   --days N        simulated days (default 7)
 #   --seed N        seed of the simulation (default 1)
 #   --workers N     ldp-fleet worker processes (default: 1, or 2 from 5,000 devices on)
+#   --scale         simulate the devices in bulk (ldp-fleet --scale: per-device state and the
+#                   vectorised privatizers, every report still privatized per device and
+#                   counted by receipt; no agent state, ledger or ε audit); the default from
+#                   20,000 devices on, where complete agents take too long on one machine
+#   --complete-agents
+#                   one complete agent per device (state, limits, ledger, ε audit) whatever
+#                   the number of devices; the default below 20,000
 #   --wait SECONDS  keep the dashboard up this long after the run, then stop (default: until Ctrl-C)
 #   --no-wait       stop everything as soon as the results are printed
 #   --out DIR       where results.json and the SVG plots go (default: a new ldp-demo.* directory
@@ -64,6 +71,7 @@ collectors=1
 brokers=1
 postgres=0
 registry_change=0
+mode=""
 fleet_args=()
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -79,6 +87,8 @@ while [ $# -gt 0 ]; do
         --brokers) [ $# -ge 2 ] || usage; brokers="$2"; shift 2 ;;
         --postgres) postgres=1; shift ;;
         --registry-change) registry_change=1; shift ;;
+        --scale) mode=scale; shift ;;
+        --complete-agents) mode=agents; shift ;;
         -h | --help) usage 0 ;;
         --) shift; fleet_args=("$@"); break ;;
         *) echo "run-demo: unknown option $1 (see --help)" >&2; exit 2 ;;
@@ -92,6 +102,16 @@ done
 [ -z "$wait_seconds" ] || [[ "$wait_seconds" =~ ^[0-9]+$ ]] || { echo "run-demo: --wait takes seconds" >&2; exit 2; }
 [ "$registry_change" -eq 0 ] || [ "$days" -ge 3 ] ||
     { echo "run-demo: --registry-change needs --days 3 or more (a day before the change, the change, and after)" >&2; exit 2; }
+if [ -z "$mode" ]; then
+    # A complete agent costs about 0.5 ms of CPU per report end to end here (README, "How
+    # fast"): 100,000 devices for a day would take over 15 minutes; the scale mode, 2 to 3.
+    if [ "$devices" -ge 20000 ] && [ "$registry_change" -eq 0 ]; then mode=scale; else mode=agents; fi
+fi
+if [ "$mode" = scale ]; then
+    [ "$registry_change" -eq 0 ] ||
+        { echo "run-demo: --registry-change needs complete agents (the scale mode keeps no agent state to move)" >&2; exit 2; }
+    [ -z "$workers" ] || { echo "run-demo: --workers is for complete agents; the scale mode runs in one process" >&2; exit 2; }
+fi
 if [ -z "$workers" ]; then
     # Two processes pay off once the fleet is large (each device costs a few ms per cycle).
     if [ "$devices" -ge 5000 ]; then workers=2; else workers=1; fi
@@ -341,11 +361,17 @@ for i in $(seq "$collectors"); do
 done
 
 # --- the fleet -----------------------------------------------------------------------------
-say "running ldp-fleet: $devices devices, $days days"
+if [ "$mode" = scale ]; then
+    say "running ldp-fleet: $devices devices, $days days, in scale mode (devices simulated in bulk; --complete-agents for one agent per device)"
+    mode_args=(--scale)
+else
+    say "running ldp-fleet: $devices devices, $days days"
+    mode_args=(--workers "$workers")
+fi
 status=0
 .venv/bin/ldp-fleet \
     "${fleet_registry_args[@]}" \
-    --devices "$devices" --days "$days" --seed "$seed" --workers "$workers" \
+    --devices "$devices" --days "$days" --seed "$seed" "${mode_args[@]}" \
     --broker "$broker_list" --ca-file "$work/pki/ca.pem" \
     --username fleet-sim --password-file "$work/secrets/fleet-sim.password" \
     --collector-url "http://127.0.0.1:$http_port" \

@@ -176,10 +176,14 @@ def _failure(result: ShardResult, undelivered: str | None, display: ProgressDisp
         for problem in result.epsilon_problems:
             print(f"ldp-fleet: ε audit: {problem}", file=stderr)
         return ExitStatus.ERROR
-    display.message(
-        f"ldp-fleet: ε audit: {result.epsilon_checked:,} (device, use case) ledgers checked: ε spent never went "
-        "down and never passed a lifetime cap"
-    )
+    if result.epsilon_checked == 0:
+        # The scale mode keeps no agent ledgers: there was nothing to audit, which is not an all-clear.
+        display.message("ldp-fleet: ε audit: none (no agent ledgers in this mode)")
+    else:
+        display.message(
+            f"ldp-fleet: ε audit: {result.epsilon_checked:,} (device, use case) ledgers checked: ε spent never "
+            "went down and never passed a lifetime cap"
+        )
     return None
 
 
