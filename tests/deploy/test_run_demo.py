@@ -30,6 +30,7 @@ ENV = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
         pytest.param([], id="one-collector-sqlite"),
         pytest.param(["--collectors", "2", "--postgres"], id="group-postgres"),
         pytest.param(["--brokers", "2"], id="two-brokers"),
+        pytest.param(["--scale"], id="scale-mode"),
     ],
 )
 def test_the_demo_runs_and_every_estimate_is_within_5_se(tmp_path: Path, options: list[str]) -> None:
@@ -51,6 +52,9 @@ def test_the_demo_runs_and_every_estimate_is_within_5_se(tmp_path: Path, options
     if "--collectors" in options:
         assert "Every collector of the group serves the same estimates" in run.stdout
         assert "starting PostgreSQL" in run.stderr
+    if "--scale" in options:
+        assert "in scale mode (devices simulated in bulk" in run.stderr
+        assert results["mode"].startswith("scale mode")
     if "--brokers" in options:
         # Each device publishes through its own primary: both brokers carried part of the fleet.
         line = re.search(r"Reports received per broker: (.*)", run.stdout)
@@ -90,6 +94,27 @@ def test_the_demo_with_a_registry_change_counts_every_report_under_its_own_defin
     assert any(d.startswith("crash-reported@") for d in definitions)
     assert "(current definition, cms" in run.stdout
     assert "(earlier definition, cms" in run.stdout
+
+
+@pytest.mark.parametrize(
+    ("options", "said"),
+    [
+        (["--scale", "--registry-change", "--days", "3"], "--registry-change needs complete agents"),
+        (["--scale", "--workers", "2"], "--workers is for complete agents"),
+    ],
+)
+def test_the_demo_refuses_what_the_scale_mode_cannot_do(tmp_path: Path, options: list[str], said: str) -> None:
+    run = subprocess.run(
+        ["deploy/run-demo.sh", "--no-wait", *options],
+        cwd=ROOT,
+        env={**ENV, "TMPDIR": str(tmp_path)},
+        capture_output=True,
+        text=True,
+        timeout=120,  # a hang guard only
+        check=False,
+    )
+    assert run.returncode == 2, run.stderr
+    assert said in run.stderr
 
 
 def test_the_demo_refuses_a_registry_change_shorter_than_three_days(tmp_path: Path) -> None:
