@@ -59,11 +59,9 @@ from typing import Any
 
 import msgpack
 import numpy as np
-from cryptography.exceptions import InvalidTag
-from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from agent.accounting import EPSILON_SLACK
-from agent.aes_gcm import InvalidTagError
+from agent.aes_gcm import package_aes_gcm
 from agent.config import ScheduleConfig
 from agent.core import Agent, Pending
 from agent.daemon import Daemon
@@ -88,27 +86,6 @@ __all__ = ["MemorySealer", "run_shard"]
 log = logging.getLogger("ldp_fleet")
 
 
-class _PackageGcm:
-    """AES-256-GCM from the cryptography package, a dependency of the agent: the same bytes as
-    the agent's calls into the system's libcrypto (GCM is a function of the key, the nonce, the
-    associated data and the plaintext; tests/agent/test_aes_gcm.py holds the two together), at a
-    small fraction of their cost per call through ctypes. A device keeps the libcrypto it maps
-    anyway (agent/aes_gcm.py: the package's own OpenSSL costs a device memory); the simulator,
-    sealing a few times per report, is no device."""
-
-    def __init__(self, key: bytes) -> None:
-        self._aead = AESGCM(key)
-
-    def encrypt(self, nonce: bytes, data: bytes, aad: bytes) -> bytes:
-        return self._aead.encrypt(nonce, data, aad)
-
-    def decrypt(self, nonce: bytes, data: bytes, aad: bytes) -> bytes:
-        try:
-            return self._aead.decrypt(nonce, data, aad)
-        except InvalidTag:
-            raise InvalidTagError("authentication failed") from None
-
-
 class MemorySealer(Sealer):
     """A :class:`Sealer` that keeps the sealed blobs in memory instead of files.
 
@@ -119,7 +96,8 @@ class MemorySealer(Sealer):
 
     def __init__(self, key: bytes) -> None:
         super().__init__(key)
-        self._aead = _PackageGcm(key)
+        # The cryptography package's GCM: the agent's bytes at a fraction of ctypes' cost per call.
+        self._aead = package_aes_gcm(key)
         self._blobs: dict[Path, bytes] = {}
 
     def read(self, path: Path, purpose: str, version: int) -> Any | None:
