@@ -40,13 +40,6 @@ class BrokerPools:
         self._addresses = list(addresses)
         self._orders: dict[str, list[int]] = {}
         self._stack = contextlib.AsyncExitStack()
-        self.published = [0] * len(pools)
-        """Reports each broker acknowledged."""
-
-    @property
-    def reconnects(self) -> int:
-        """Connections reopened, over every pool."""
-        return sum(p.reconnects for p in self._pools)
 
     async def __aenter__(self) -> BrokerPools:
         try:
@@ -85,7 +78,6 @@ class BrokerPools:
             except TransportError as exc:
                 failure = exc
                 continue
-            self.published[i] += 1
             return
         assert failure is not None
         raise failure
