@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     import ssl
 
 __all__ = [
+    "DEFAULT_TOPIC_PREFIX",
     "ActiveSecondsProbe",
     "AgentConfig",
     "ApiConfig",
@@ -51,6 +52,10 @@ def _positive(name: str, value: float) -> None:
 
 _DEFAULT_PORT = 8883
 """MQTT over TLS."""
+
+
+DEFAULT_TOPIC_PREFIX = "ldp/v1/reports"
+"""Where reports go unless ``[broker] topic_prefix`` says otherwise (docs/wire-format.md)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -101,7 +106,7 @@ class BrokerConfig:
     publish_timeout: float = 30.0
     backoff_initial: float = 1.0
     backoff_max: float = 300.0
-    topic_prefix: str = "ldp/v1/reports"
+    topic_prefix: str = DEFAULT_TOPIC_PREFIX
     receipts: bool = True
     receipt_prefix: str = "ldp/v1/receipts/"
     receipt_timeout_seconds: float = 120.0

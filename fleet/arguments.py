@@ -14,6 +14,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from agent.brokers import parse_address
 from agent.config import BrokerConfig, PolicyConfig, read_password, tls_context
 from agent.errors import ConfigError, PolicyError
 from agent.policy import check_registry
@@ -220,13 +221,6 @@ def _tolerance(text: str) -> float:
     return value
 
 
-def _host_port(text: str) -> tuple[str, int]:
-    host, sep, port = text.rpartition(":")
-    if not sep or not host or not port.isdigit():
-        raise FleetError(f"--broker must be HOST:PORT; got {text!r}")
-    return host.strip("[]"), int(port)
-
-
 def _start_of(args: argparse.Namespace) -> int:
     if args.start:
         try:
@@ -390,15 +384,18 @@ def _generators(
 
 
 def _broker(args: argparse.Namespace) -> BrokerConfig:
-    places = [_host_port(text.strip()) for text in str(args.broker).split(",")]
+    try:
+        # The agent's parser of [broker] addresses: HOST:PORT, an IPv6 address in brackets.
+        places = [parse_address(text.strip()) for text in str(args.broker).split(",")]
+    except ValueError as e:
+        raise FleetError(f"--broker must be HOST:PORT[,HOST:PORT...]: {e}") from None
     # One broker as host and port (as before); several as the agent's addresses list.
-    host, port = places[0] if len(places) == 1 else (None, 8883)
-    addresses = None if len(places) == 1 else tuple(f"[{h}]:{p}" if ":" in h else f"{h}:{p}" for h, p in places)
+    one = places[0] if len(places) == 1 else None
     try:
         broker = BrokerConfig(
-            host=host,
-            port=port,
-            addresses=addresses,
+            host=None if one is None else one.host,
+            port=8883 if one is None else one.port,
+            addresses=None if one is not None else tuple(str(a) for a in places),
             tls=bool(args.tls),
             ca_file=args.ca_file,
             cert_file=args.cert_file,

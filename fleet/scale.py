@@ -45,6 +45,7 @@ from typing import Any
 
 import numpy as np
 
+from agent.config import DEFAULT_TOPIC_PREFIX
 from agent.identity import device_identity
 from agent.mqtt import random_client_id
 from fleet.plan import SLOT_SECONDS, FleetPlan, build_generators, device_seed
@@ -65,8 +66,6 @@ SCALE_LABEL = (
     "scale mode: devices are simulated in bulk, not as complete agents; "
     "reports are privatized per device with the vectorised privatizers"
 )
-TOPIC_PREFIX = "ldp/v1/reports"
-"""Where reports go: the agent's default topic prefix (docs/device-identity.md)."""
 
 _BATCH = 50_000
 """Devices privatized in one call: bounds the arrays a batch makes."""
@@ -117,11 +116,13 @@ class ScaleFleet:
         self.privatizers = {uc.name: device_privatizer(uc, plan.devices, self.rng) for uc in self.use_cases}
         self.sent_on: dict[str, tuple[int, np.ndarray[Any, np.dtype[np.int64]]]] = {}
         self.result = ShardResult(devices=plan.devices)
+        self.topic_prefix = DEFAULT_TOPIC_PREFIX if plan.broker is None else plan.broker.topic_prefix
 
     def topic(self, device: int, use_case: str) -> str:
+        """Where ``device`` publishes ``use_case``: as an agent under its sub-identity does (agent.core.Agent.topic)."""
         if self.identity is None:
-            return f"{TOPIC_PREFIX}/{use_case}"
-        return f"{TOPIC_PREFIX}/{self.identity}/{device:07d}/{use_case}"
+            return f"{self.topic_prefix}/{use_case}"
+        return f"{self.topic_prefix}/{self.identity}/{device:07d}/{use_case}"
 
     def allowance(self, use_case: UseCase, day: int) -> np.ndarray[Any, np.dtype[np.int64]]:
         """Records each device has sent of ``use_case`` on ``day`` (a fresh count each day)."""
