@@ -67,6 +67,9 @@ __all__ = ["SCHEMA_VERSION", "CheckpointStore"]
 
 _IN_CHUNK = 500  # SQLite host parameters per "IN (...)" query
 
+_SeenRow = tuple[int, int, bytes]
+"""A remembered report id: use case id, period, the id with its tag (codec.rid_tag)."""
+
 
 class CheckpointStore(SQLiteSetup):
     """The SQLite checkpoint database of one or several collectors.
@@ -109,17 +112,21 @@ class CheckpointStore(SQLiteSetup):
         db.execute("BEGIN IMMEDIATE")
         try:
             verdict = Verdict.of(reports, dict(db.execute("SELECT id, low_water FROM use_cases").fetchall()), uc_of)
-            verdict.fresh = self._fresh(verdict.current)
+            fresh, rows = self._remember(verdict.current, uc_of)
+            verdict.fresh = fresh
             if sender_of:
-                verdict.refuse_over(*self._within_allowance(verdict.fresh, sender_of, uc_of))
+                refused = verdict.refuse_over(*self._within_allowance(fresh, sender_of, uc_of))
+                if refused:
+                    # A report over the allowance is not remembered: a copy sent again is judged again.
+                    ids = {r.report_id for r in refused}
+                    db.executemany(
+                        "DELETE FROM seen WHERE uc = ? AND period = ? AND rid = ?",
+                        [row for row, r in zip(rows, fresh, strict=True) if r.report_id in ids],
+                    )
             groups = group_by_key(verdict.fresh)
             segments, records = segment_rows(self._use_cases, groups)
             db.executemany(
                 "INSERT INTO segments (uc, period, kind, reports, records, data) VALUES (?, ?, ?, ?, ?, ?)", segments
-            )
-            db.executemany(
-                "INSERT INTO seen (rid, uc, period) VALUES (?, ?, ?)",
-                [(self._tagged(r), uc_of[r.use_case.ref], r.period) for r in verdict.fresh],
             )
             db.executemany(
                 "INSERT INTO counters (instance, name, value) VALUES (?, ?, ?) "
@@ -159,38 +166,79 @@ class CheckpointStore(SQLiteSetup):
         return within_room(fresh, claims.slots, room)
 
     def _take_room(self, claims: Claims) -> dict[Slot, int]:
-        """How many of each slot's claims still fit its allowance; count them as used (inside the transaction)."""
+        """How many of each slot's claims still fit its allowance; count them as used (inside the transaction).
+
+        One upsert per slot adds its claims and returns the new count: a slot is usually new or
+        far from its cap, and reading it first would walk the same B-tree twice. The rare slot
+        that went past its cap is set back to what fits.
+        """
         db = self._db
         room: dict[Slot, int] = {}
-        used: dict[Slot, int] = {}
         for slot, want in claims.want.items():
-            found = db.execute("SELECT reports FROM allowance WHERE uc = ? AND period = ? AND tag = ?", slot).fetchone()
-            used[slot] = 0 if found is None else int(found[0])
-            room[slot] = min(want, max(0, claims.cap[slot] - used[slot]))
-        db.executemany(
-            "INSERT INTO allowance (uc, period, tag, reports) VALUES (?, ?, ?, ?) "
-            "ON CONFLICT (uc, period, tag) DO UPDATE SET reports = excluded.reports",
-            [(*slot, used[slot] + n) for slot, n in room.items() if n > 0],
-        )
+            (total,) = db.execute(
+                "INSERT INTO allowance (uc, period, tag, reports) VALUES (?, ?, ?, ?) "
+                "ON CONFLICT (uc, period, tag) DO UPDATE SET reports = reports + excluded.reports RETURNING reports",
+                (*slot, want),
+            ).fetchall()[0]
+            used = int(total) - want
+            room[slot] = min(want, max(0, claims.cap[slot] - used))
+            if room[slot] < want:
+                if used + room[slot]:
+                    db.execute(
+                        "UPDATE allowance SET reports = ? WHERE uc = ? AND period = ? AND tag = ?",
+                        (used + room[slot], *slot),
+                    )
+                else:
+                    db.execute("DELETE FROM allowance WHERE uc = ? AND period = ? AND tag = ?", slot)
         return room
 
-    def _tagged(self, report: FoldedReport) -> bytes:
-        return rid_tag(report.report_id, self._use_cases[report.use_case.ref].id, report.period)
+    def _remember(
+        self, reports: Sequence[FoldedReport], uc_of: Mapping[str, int]
+    ) -> tuple[list[FoldedReport], list[_SeenRow]]:
+        """The reports whose id the store did not hold (the first of repeats within ``reports``),
+        and their ``seen`` rows, now stored (inside the transaction).
 
-    def _fresh(self, reports: Sequence[FoldedReport]) -> list[FoldedReport]:
-        ids = [self._tagged(r) for r in reports]
-        known: set[bytes] = set()
-        for i in range(0, len(ids), _IN_CHUNK):
-            chunk = ids[i : i + _IN_CHUNK]
-            q = f"SELECT rid FROM seen WHERE rid IN ({','.join('?' * len(chunk))})"
-            known.update(row[0] for row in self._db.execute(q, chunk))
-        fresh = []
-        for r, rid in zip(reports, ids, strict=True):
-            if rid in known:
-                continue
-            known.add(rid)
-            fresh.append(r)
-        return fresh
+        Usually none is held, and one ``INSERT OR IGNORE`` per id both checks and stores it: a
+        lookup first would walk the same B-tree twice. When the insert count shows that some
+        were held (a redelivery), the inserts are undone and the held ones looked up.
+        """
+        db = self._db
+        fresh: list[FoldedReport] = []
+        rows: list[_SeenRow] = []
+        repeated: set[_SeenRow] = set()
+        for r in reports:
+            uc = uc_of[r.use_case.ref]
+            row = (uc, r.period, rid_tag(r.report_id, uc, r.period))
+            if row not in repeated:
+                repeated.add(row)
+                fresh.append(r)
+                rows.append(row)
+        db.execute("SAVEPOINT remember")
+        before = db.total_changes
+        db.executemany("INSERT OR IGNORE INTO seen (uc, period, rid) VALUES (?, ?, ?)", rows)
+        if db.total_changes - before == len(rows):
+            db.execute("RELEASE remember")
+            return fresh, rows
+        db.execute("ROLLBACK TO remember")
+        db.execute("RELEASE remember")
+        held = self._held(rows)
+        kept = [i for i, row in enumerate(rows) if row not in held]
+        fresh, rows = [fresh[i] for i in kept], [rows[i] for i in kept]
+        db.executemany("INSERT INTO seen (uc, period, rid) VALUES (?, ?, ?)", rows)
+        return fresh, rows
+
+    def _held(self, rows: Sequence[_SeenRow]) -> set[_SeenRow]:
+        """Those of ``rows`` that ``seen`` holds, looked up by (use case, period)."""
+        by_key: dict[tuple[int, int], list[bytes]] = {}
+        for uc, period, rid in rows:
+            by_key.setdefault((uc, period), []).append(rid)
+        held: set[_SeenRow] = set()
+        for (uc, period), rids in by_key.items():
+            for i in range(0, len(rids), _IN_CHUNK):
+                chunk = rids[i : i + _IN_CHUNK]
+                q = f"SELECT rid FROM seen WHERE uc = ? AND period = ? AND rid IN ({','.join('?' * len(chunk))})"
+                held.update((uc, period, bytes(rid)) for (rid,) in self._db.execute(q, (uc, period, *chunk)))
+        return held
 
     # -- reading -----------------------------------------------------------------------
 
@@ -263,7 +311,8 @@ class CheckpointStore(SQLiteSetup):
 
     def last_seq(self) -> int:
         """The sequence number of the latest segment ever committed (0 before the first)."""
-        row = self._db.execute("SELECT seq FROM sqlite_sequence WHERE name = 'segments'").fetchone()
+        with self._reading():
+            row = self._db.execute("SELECT seq FROM sqlite_sequence WHERE name = 'segments'").fetchone()
         return int(row[0]) if row else 0
 
     def totals(self, use_case: str | None = None) -> list[KeyInfo]:
@@ -277,38 +326,45 @@ class CheckpointStore(SQLiteSetup):
             f"UNION ALL SELECT uc, period, sum(reports), sum(records) FROM segments WHERE uc IN ({marks}) "
             "GROUP BY uc, period"
         )
-        return self._add_totals(self._db.execute(query, [*ids, *ids]), ids)
+        with self._reading():
+            return self._add_totals(self._db.execute(query, [*ids, *ids]), ids)
 
     def counters(self, instance: str | None = None) -> dict[str, int]:
         """Persisted ingest counters (of one instance, or summed over all)."""
-        if instance is None:
-            rows = self._db.execute("SELECT name, sum(value) FROM counters GROUP BY name")
-        else:
-            rows = self._db.execute("SELECT name, value FROM counters WHERE instance = ?", (instance,))
-        return {str(name): int(value) for name, value in rows}
+        with self._reading():
+            if instance is None:
+                rows = self._db.execute("SELECT name, sum(value) FROM counters GROUP BY name")
+            else:
+                rows = self._db.execute("SELECT name, value FROM counters WHERE instance = ?", (instance,))
+            return {str(name): int(value) for name, value in rows}
 
     def instances(self) -> list[str]:
         """Names of the collectors that have committed to this database."""
-        return [str(row[0]) for row in self._db.execute("SELECT DISTINCT instance FROM counters ORDER BY instance")]
+        with self._reading():
+            rows = self._db.execute("SELECT DISTINCT instance FROM counters ORDER BY instance").fetchall()
+        return [str(row[0]) for row in rows]
 
     def data_version(self) -> tuple[int, int]:
         """A pair that changes whenever committed data changes (for caching estimates)."""
-        row = self._db.execute("SELECT seq FROM sqlite_sequence WHERE name = 'segments'").fetchone()
-        compactions = self._db.execute("SELECT value FROM meta WHERE key = 'compactions'").fetchone()
+        with self._reading():
+            row = self._db.execute("SELECT seq FROM sqlite_sequence WHERE name = 'segments'").fetchone()
+            compactions = self._db.execute("SELECT value FROM meta WHERE key = 'compactions'").fetchone()
         return (int(row[0]) if row else 0, int(compactions[0]) if compactions else 0)
 
     def seen_count(self) -> int:
         """Report ids currently remembered."""
-        return int(self._db.execute("SELECT count(*) FROM seen").fetchone()[0])
+        with self._reading():
+            return int(self._db.execute("SELECT count(*) FROM seen").fetchone()[0])
 
     # -- maintenance -------------------------------------------------------------------
 
     def low_water(self) -> dict[str, int]:
         """The lowest period still accepted, per use case (0 if never set)."""
         out = {}
-        for name, row in self._use_cases.items():
-            r = self._db.execute("SELECT low_water FROM use_cases WHERE id = ?", (row.id,)).fetchone()
-            out[name] = int(r[0])
+        with self._reading():
+            for name, row in self._use_cases.items():
+                r = self._db.execute("SELECT low_water FROM use_cases WHERE id = ?", (row.id,)).fetchone()
+                out[name] = int(r[0])
         return out
 
     def prune(self, low_water: Mapping[str, int]) -> int:
@@ -358,11 +414,12 @@ class CheckpointStore(SQLiteSetup):
 
     def compaction_candidates(self, compact_after: int) -> list[tuple[str, int]]:
         """Keys whose segments should be folded into their base now."""
-        rows = self._db.execute(
-            "SELECT s.uc, s.period, s.n, s.size, coalesce(length(a.data), 0) FROM "
-            "(SELECT uc, period, count(*) AS n, sum(length(data)) AS size FROM segments "
-            "GROUP BY uc, period) s LEFT JOIN aggregates a ON a.uc = s.uc AND a.period = s.period"
-        ).fetchall()
+        with self._reading():
+            rows = self._db.execute(
+                "SELECT s.uc, s.period, s.n, s.size, coalesce(length(a.data), 0) FROM "
+                "(SELECT uc, period, count(*) AS n, sum(length(data)) AS size FROM segments "
+                "GROUP BY uc, period) s LEFT JOIN aggregates a ON a.uc = s.uc AND a.period = s.period"
+            ).fetchall()
         return self._worth_compacting(rows, compact_after, self.low_water())
 
     def compact(self, use_case: str, period: int) -> int:

@@ -57,9 +57,10 @@ from protocol.registry import Registry, UseCase
 
 __all__ = ["SCHEMA_VERSION", "SQLiteSetup"]
 
-SCHEMA_VERSION = 3
-"""3: use-case rows keyed by the definition hash. (2: checksums on aggregates, segments, report
-ids, use-case rows and counters, rows keyed by the mechanism's fingerprint; 1: no checksums.)"""
+SCHEMA_VERSION = 4
+"""4: report ids keyed by (use case, period, id), with no second index. (3: use-case rows keyed
+by the definition hash; 2: checksums on aggregates, segments, report ids, use-case rows and
+counters, rows keyed by the mechanism's fingerprint; 1: no checksums.)"""
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value BLOB NOT NULL);
@@ -91,11 +92,11 @@ CREATE TABLE IF NOT EXISTS segments (
 );
 CREATE INDEX IF NOT EXISTS segments_key ON segments (uc, period, seq);
 CREATE TABLE IF NOT EXISTS seen (
-    rid BLOB PRIMARY KEY,
     uc INTEGER NOT NULL,
-    period INTEGER NOT NULL
+    period INTEGER NOT NULL,
+    rid BLOB NOT NULL,
+    PRIMARY KEY (uc, period, rid)
 ) WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS seen_period ON seen (uc, period);
 CREATE TABLE IF NOT EXISTS allowance_keys (
     uc INTEGER NOT NULL,
     period INTEGER NOT NULL,
@@ -279,8 +280,8 @@ class SQLiteSetup(SegmentReads):
             )
         if found == 1:
             self._upgrade_from_1()
-        if found <= 2:
-            self._db.execute("UPDATE meta SET value = ? WHERE key = 'schema'", (SCHEMA_VERSION,))
+        if found <= 3:
+            self._rekey_seen()
 
     def _upgrade_from_1(self) -> None:
         """Schema 1 had no checksums: seal every row as it stands, in one transaction."""
@@ -308,6 +309,29 @@ class SQLiteSetup(SegmentReads):
             for (instance,) in db.execute("SELECT DISTINCT instance FROM counters").fetchall():
                 self._put_digest(counters_key(instance), self._counters_digest(instance))
             db.execute("UPDATE meta SET value = 2 WHERE key = 'schema'")
+            db.execute("COMMIT")
+        except BaseException:
+            rollback(db)
+            raise
+
+    def _rekey_seen(self) -> None:
+        """Schemas 1-3 kept report ids keyed by id, with a second index by (use case, period) for
+        pruning: every remembered id was two random B-tree inserts, and a commit dirtied about
+        twice the pages (docs/deploy.md, "The store's cost per report"). Schema 4 keys them by
+        (use case, period, id), which both lookups and pruning use. One transaction."""
+        db = self._db
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            db.execute(
+                "CREATE TABLE seen_by_period (uc INTEGER NOT NULL, period INTEGER NOT NULL, rid BLOB NOT NULL, "
+                "PRIMARY KEY (uc, period, rid)) WITHOUT ROWID"
+            )
+            db.execute(
+                "INSERT INTO seen_by_period (uc, period, rid) SELECT uc, period, rid FROM seen ORDER BY uc, period, rid"
+            )
+            db.execute("DROP TABLE seen")  # its index seen_period goes with it
+            db.execute("ALTER TABLE seen_by_period RENAME TO seen")
+            db.execute("UPDATE meta SET value = ? WHERE key = 'schema'", (SCHEMA_VERSION,))
             db.execute("COMMIT")
         except BaseException:
             rollback(db)
@@ -458,16 +482,23 @@ class SQLiteSetup(SegmentReads):
         A running reader (the live view) calls it after it has read from the file and before it
         answers, so damage that lands after the open is refused like damage found at the open
         (docs/deploy.md, "When the store is damaged"). ``report_ids=False`` leaves out the
-        remembered report ids (the ``seen`` table and its index, most of the file), which no
+        remembered report ids (the ``seen`` table, most of the file), which no
         read of the live view touches; the service's periodic check includes them.
 
         Raises:
             StoreDamaged: naming the file and what is wrong.
             StoreUnavailable: the file cannot be read now (a lock, an I/O error).
         """
-        try:
+        with self._reading():
             self._check_structure(None if report_ids else _READ_TABLES)
             self.verify(report_ids=report_ids)
+
+    @contextlib.contextmanager
+    def _reading(self) -> Iterator[None]:
+        """Map a SQLite failure of a read: one that can pass to StoreUnavailable, any other (a
+        malformed page, say) to StoreDamaged naming the file, never a bare sqlite3 error."""
+        try:
+            yield
         except sqlite3.DatabaseError as exc:
             transient = _transient(self.path, exc)
             if transient is not None:

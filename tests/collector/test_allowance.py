@@ -339,3 +339,28 @@ def test_one_commit_judges_each_reports_allowance_on_its_own(site: StoreSite, re
     finally:
         store.close()
     assert (result.reports, result.over_allowance, result.duplicates) == (2, 0, 0)
+
+
+def test_reports_over_the_allowance_are_judged_again_and_held_ids_are_told_from_new_ones(
+    site: StoreSite, registry: Registry
+) -> None:
+    """A report refused as over the allowance is not remembered: sent again, it is over again, not a
+    duplicate; the slot's count stays at its cap. A commit that mixes held ids, new ids and a
+    repeat within itself folds exactly the new ones (on either backend)."""
+    period = current_period(registry, "flag", time.time())
+    made = [decode_report(p, registry) for p in bit_reports(registry, "flag", 6, period=period, seed=11)]
+    store = site.open(registry)
+    try:
+        first = store.commit(made[:2], {}, [b"dev-a", b"dev-a"])
+        assert (first.reports, first.over_allowance, first.duplicates) == (1, 1, 0)
+        assert first.over_allowance_ids == {made[1].report_id}
+        again = store.commit(made[:2], {}, [b"dev-a", b"dev-a"])
+        assert (again.reports, again.over_allowance, again.duplicates) == (0, 1, 1)
+        assert site.query("SELECT reports FROM allowance") == [(1,)]
+        mixed = store.commit([made[0], made[2], made[3], made[2], made[4]], {}, [b"", b"dev-b", b"", b"", b"dev-c"])
+        assert (mixed.reports, mixed.over_allowance, mixed.duplicates) == (3, 0, 2)
+        assert store.seen_count() == 4
+        last = store.commit([made[5], made[4]], {})
+        assert (last.reports, last.duplicates) == (1, 1)
+    finally:
+        store.close()

@@ -97,7 +97,7 @@ def test_status_estimate_and_the_live_view_never_read_a_damaged_store_silently(
     assert refused["live"] > 0
 
 
-@pytest.mark.parametrize("index", ["segments_key", "seen_period", "sqlite_autoindex_use_cases_1"])
+@pytest.mark.parametrize("index", ["segments_key", "sqlite_autoindex_use_cases_1"])
 def test_an_index_damaged_while_the_service_runs_stops_the_live_view_when_it_opens(
     tmp_path: Path, registry: Registry, registry_path: Path, index: str
 ) -> None:

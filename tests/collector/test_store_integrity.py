@@ -25,7 +25,7 @@ def test_bit_flips_in_every_table_and_index_never_give_a_silent_wrong_number(
     bad = [(f, k, d) for f, k, d in results if k in ("SILENT", "CRASH")]
     assert not bad, bad[:5]
     objects = {f.object for f, _, _ in results}
-    assert {"aggregates", "segments", "seen", "use_cases", "counters", "meta", "segments_key", "seen_period"} <= objects
+    assert {"aggregates", "segments", "seen", "use_cases", "counters", "meta", "segments_key"} <= objects
     for name in objects - {"sqlite_sequence"}:
         assert any(f.object == name and k.startswith("refused") for f, k, _ in results), name
     assert {k for _, k, _ in results} <= set(OUTCOMES)
@@ -89,5 +89,5 @@ def test_bit_flips_read_only_give_no_silent_wrong_number(tmp_path: Path, registr
     assert len(results) >= 500
     bad = [(f, k, d) for f, k, d in results if k in ("SILENT", "CRASH")]
     assert not bad, bad[:5]
-    for name in ("segments_key", "seen_period", "sqlite_autoindex_use_cases_1"):
+    for name in ("segments_key", "sqlite_autoindex_use_cases_1"):
         assert any(f.object == name and k.startswith("refused") for f, k, _ in results), name
