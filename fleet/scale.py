@@ -223,7 +223,10 @@ class _Sender:
 
     def _tally(self, report: ScaleReport, ref: str) -> None:
         uc = report.use_case
-        per_period = self.fleet.result.truth.setdefault(ref, {})
+        truth = self.fleet.result.truth
+        per_period = truth.get(ref)
+        if per_period is None:
+            per_period = truth[ref] = {}
         tally = per_period.get(report.period)
         if tally is None:
             tally = per_period[report.period] = Tally()
@@ -233,17 +236,21 @@ class _Sender:
         """Commit receipts arrived: count what they say, once per report."""
         result = self.fleet.result
         self.answered.set()
-        waiting, refs = self.waiting, self._refs
+        waiting, refs, outcomes, counted_periods = self.waiting, self._refs, result.outcomes, result.counted_periods
         for receipt in receipts:
             report = waiting.pop(receipt.correlation, None)
             if report is None:
                 continue  # a second answer, to a report sent again
             ref = refs[report.use_case.name]
             status = "counted" if receipt.counted else f"refused: {receipt.reason or 'unknown'}"
-            said = result.outcomes.setdefault(ref, {})
+            said = outcomes.get(ref)
+            if said is None:
+                said = outcomes[ref] = {}
             said[status] = said.get(status, 0) + 1
             if receipt.counted:
-                counted = result.counted_periods.setdefault(ref, {})
+                counted = counted_periods.get(ref)
+                if counted is None:
+                    counted = counted_periods[ref] = {}
                 counted[report.period] = counted.get(report.period, 0) + 1
                 self._tally(report, ref)
 
@@ -259,7 +266,9 @@ class _Sender:
             said[status] = said.get(status, 0) + 1
             return
         result.messages += 1
-        per_period = result.published.setdefault(ref, {})
+        per_period = result.published.get(ref)
+        if per_period is None:
+            per_period = result.published[ref] = {}
         pub = per_period.get(item.period)
         if pub is None:
             pub = per_period[item.period] = [0, 0]
