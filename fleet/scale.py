@@ -41,8 +41,7 @@ import contextlib
 import gc
 import logging
 import time
-from collections.abc import Callable, Iterable, Iterator
-from itertools import repeat
+from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -124,12 +123,6 @@ class ScaleReport(NamedTuple):
     payload: bytes
     report_id: bytes
 
-    @classmethod
-    def rows(cls, fields: Iterable[tuple[int, UseCase, int, object, str, bytes, bytes]]) -> list[ScaleReport]:
-        """A report of each tuple of fields, in the order above: made by the tuple's own
-        constructor, which spares a Python call per report (a run makes hundreds of thousands)."""
-        return [tuple.__new__(cls, row) for row in fields]
-
 
 class ScaleFleet:
     """The whole fleet's state: one privatizer per use case, records sent per device and day."""
@@ -209,8 +202,12 @@ def build_period(
         payloads = encode_reports(use_case.name, use_case.definition, period, report_ids, [[r] for r in records])
         devices = part.tolist()
         topics = fleet.topics(devices, use_case.name)
-        fields = zip(devices, repeat(use_case), repeat(period), raw[lo : lo + _BATCH], topics, payloads, report_ids)
-        out.extend(ScaleReport.rows(fields))
+        out.extend(
+            ScaleReport(device, use_case, period, value, topic, payload, report_id)
+            for device, value, topic, payload, report_id in zip(
+                devices, raw[lo : lo + _BATCH], topics, payloads, report_ids, strict=True
+            )
+        )
     return out
 
 
