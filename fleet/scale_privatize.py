@@ -18,6 +18,7 @@ Values go in as the agent takes them: checked by the mechanism, and a counter's 
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import Any
 
@@ -66,9 +67,14 @@ class DevicePrivatizer:
         """
         mech = self.use_case.mechanism
         checked = mech.check_value(raw)
-        if kind_of(self.use_case) is Kind.COUNTER and not isinstance(checked, str | bytes):
+        if self._counter and not isinstance(checked, str | bytes):
             return mech.counter_input(checked)
         return checked
+
+    @functools.cached_property
+    def _counter(self) -> bool:
+        """Whether the use case's values are counters: asked once, not once per value."""
+        return kind_of(self.use_case) is Kind.COUNTER
 
     def records(self, rows: npt.NDArray[np.int64], values: Sequence[Any], rng: RandomSource) -> list[Any]:
         """The wire form of device ``rows[i]``'s record of ``values[i]`` (values from :meth:`value`)."""

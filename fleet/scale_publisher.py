@@ -62,8 +62,17 @@ class Outgoing(Protocol):
     def report_id(self) -> bytes: ...
 
 
+_u16 = struct.Struct(">H").pack
+_SHORT_VARINTS: Final = tuple(encode_varint(n) for n in range(128))
+"""The one-byte Variable Byte Integers: every property length and most packet lengths here."""
+
+
 def _str16(data: bytes) -> bytes:
-    return struct.pack(">H", len(data)) + data
+    return _u16(len(data)) + data
+
+
+def _varint(value: int) -> bytes:
+    return _SHORT_VARINTS[value] if value < 128 else encode_varint(value)
 
 
 class ReceiptPublisher:
@@ -214,9 +223,15 @@ class ReceiptPublisher:
         self._on_receipts(decode_receipts(body[pos:]))
 
     def _encode(self, item: Outgoing, pid: int) -> bytes:
-        props = self._response + (b"\x09" + _str16(item.report_id) if self._response else b"")
-        body = _str16(item.topic.encode()) + struct.pack(">H", pid) + encode_varint(len(props)) + props + item.payload
-        return b"\x32" + encode_varint(len(body)) + body  # PUBLISH, QoS 1
+        if self._response:
+            rid = item.report_id
+            props = b"".join((self._response, b"\x09", _u16(len(rid)), rid))
+        else:
+            props = b""
+        topic = item.topic.encode()
+        head = b"".join((_u16(len(topic)), topic, _u16(pid), _varint(len(props)), props))
+        payload = item.payload
+        return b"".join((b"\x32", _varint(len(head) + len(payload)), head, payload))  # PUBLISH, QoS 1
 
     async def publish_all(self, items: Sequence[Outgoing], on_ack: Callable[[Outgoing, int], None]) -> None:
         """Publish ``items``; ``on_ack(item, reason code)`` at each PUBACK; return when all are acknowledged.

@@ -72,6 +72,7 @@ __all__ = [
     "Report",
     "decode_report",
     "encode_report",
+    "encode_reports",
     "make_report",
     "max_report_size",
     "new_report_id",
@@ -177,6 +178,41 @@ def make_report(
         report_id=new_report_id(rng),
         records=use_case.mechanism.encode_plain(records),
     )
+
+
+def encode_reports(
+    use_case: str, definition: bytes, period: int, report_ids: Sequence[bytes], records: Sequence[Sequence[Any]]
+) -> list[bytes]:
+    """The bytes of many reports of one use case and period: ``encode_report`` of each
+    ``Report(use_case, definition, period, report_ids[i], records[i])``, byte for byte.
+
+    The envelope up to the report id is the same for all of them, so it is packed once and
+    only the report id and the records are packed per report (a fleet simulator sends every
+    device's report of a period at once).
+
+    Raises:
+        ValueError: a field :class:`Report` refuses, or unequal numbers of ids and records.
+    """
+    if len(report_ids) != len(records):
+        raise ValueError(f"{len(report_ids)} report ids for {len(records)} record lists")
+    Report(use_case=use_case, definition=definition, period=period, report_id=bytes(REPORT_ID_SIZE), records=[])
+    packer = msgpack.Packer(use_bin_type=True)
+    # The map of encode_report: six keys in the order v, u, h, p, i, r.
+    head = b"".join(
+        [
+            packer.pack_map_header(len(REQUIRED)),
+            *(packer.pack(part) for part in (K_VERSION, FORMAT_VERSION, K_USE_CASE, use_case)),
+            *(packer.pack(part) for part in (K_HASH, definition, K_PERIOD, period, K_ID)),
+        ]
+    )
+    id_head = packer.pack(bytes(REPORT_ID_SIZE))[:-REPORT_ID_SIZE]
+    records_key = packer.pack(K_RECORDS)
+    out: list[bytes] = []
+    for report_id, recs in zip(report_ids, records, strict=True):
+        if type(report_id) is not bytes or len(report_id) != REPORT_ID_SIZE:
+            raise ValueError(f"report_id must be {REPORT_ID_SIZE} bytes; got {report_id!r}")
+        out.append(b"".join((head, id_head, report_id, records_key, packer.pack(recs))))
+    return out
 
 
 def max_report_size(use_case: UseCase) -> int:
