@@ -47,6 +47,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from agent.config import DEFAULT_TOPIC_PREFIX
+from agent.errors import TransportError
 from agent.identity import device_identity
 from agent.mqtt import random_client_id
 from fleet.plan import SLOT_SECONDS, FleetPlan, build_generators, device_seed
@@ -235,6 +236,8 @@ class _Sender:
         self.unanswered = unanswered
         self.answered = asyncio.Event()
         self.publishers: list[ReceiptPublisher] = []
+        self.tasks: asyncio.TaskGroup | None = None  # set once the connections are open
+        self.in_flight: list[asyncio.Task[TransportError | None]] = []
         self.waiting: dict[bytes, ScaleReport] = {}
         # Per use case, what every one of its reports is counted under: asked once, not per report.
         self._refs = {uc.name: uc.ref for uc in fleet.use_cases}
@@ -300,7 +303,8 @@ class _Sender:
         """Publish ``reports``, spread over the connections, never more than ``unanswered`` of
         the fleet's reports without their receipt (a collector that falls behind holds the fleet
         back, as each device waits for its own receipts, instead of the broker's queue filling);
-        return when the broker acknowledged all.
+        return when the last chunk is written, the broker's acknowledgements of it still to come
+        (:meth:`flush`), so that the next period is built while broker and collector work.
 
         Raises:
             TransportError: a connection ended.
@@ -311,10 +315,38 @@ class _Sender:
             chunk = reports[lo : lo + step]
             if self.receipts_on:
                 await self.await_receipts(room=self.unanswered - len(chunk))
+            await self.flush()
+            if self.receipts_on:
                 self.waiting.update((r.report_id, r) for r in chunk)
-            async with asyncio.TaskGroup() as tg:
-                for i, publisher in enumerate(self.publishers):
-                    tg.create_task(publisher.publish_all(chunk[i::n], self.acknowledged), name=f"scale-publish-{i}")
+            if self.tasks is None:
+                raise RuntimeError("the sender has no task group: its connections are not open")
+            self.in_flight = [
+                self.tasks.create_task(self._publish(publisher, chunk[i::n]), name=f"scale-publish-{i}")
+                for i, publisher in enumerate(self.publishers)
+            ]
+            # Let the connections write the chunk before the caller goes on to build the next
+            # period: broker and collector work on it meanwhile, in their own processes.
+            await asyncio.sleep(0)
+
+    async def _publish(self, publisher: ReceiptPublisher, items: list[ScaleReport]) -> TransportError | None:
+        """Publish ``items`` on ``publisher``; the error that ended its connection, kept for :meth:`flush`."""
+        try:
+            await publisher.publish_all(items, self.acknowledged)
+        except TransportError as e:
+            return e
+        return None
+
+    async def flush(self) -> None:
+        """Wait until the broker acknowledged what :meth:`send_all` handed over.
+
+        Raises:
+            TransportError: a connection ended.
+        """
+        pending, self.in_flight = self.in_flight, []
+        for task in pending:
+            error = await task
+            if error is not None:
+                raise error
 
     async def await_receipts(self, *, room: int = 0) -> None:
         """Wait until at most ``room`` reports lack their receipt, or the plan's receipt wait is
@@ -330,6 +362,7 @@ class _Sender:
                 again = list(self.waiting.values())
                 log.warning("no commit receipt for %g s; sending %d reports again", plan.receipt_timeout, len(again))
                 self.fleet.result.retries += len(again)
+                await self.flush()
                 await self.publishers[0].publish_all(again, lambda _item, _reason: None)
                 since = time.monotonic()
             self.answered.clear()
@@ -367,9 +400,9 @@ async def run_scale(
     cpu_started = time.process_time()
     identity = device_identity(plan.broker, source="ldp-fleet")
     fleet = ScaleFleet(plan, identity)
-    sender = _Sender(fleet, plan.receipts, unanswered)
     ids = SeededRandom(device_seed(plan.seed, plan.start, -1_000_002))
     result = fleet.result
+    sender = _Sender(fleet, plan.receipts, unanswered)
     async with contextlib.AsyncExitStack() as stack:
         stack.enter_context(_fewer_collections())
         for _ in range(plan.connections):
@@ -383,13 +416,35 @@ async def run_scale(
             sender.publishers.append(await stack.enter_async_context(publisher))
         result.setup_seconds = time.monotonic() - started
         result.setup_cpu_seconds = time.process_time() - cpu_started
-        for slot, reports in periods(fleet):
-            await sender.send_all(reports)
-            if progress is not None:
-                progress(Progress(0, slot + 1, 0, result.messages))
+        await _send_periods(sender, progress)
         if progress is not None:
             progress(Progress(0, plan.slots + 1, 0, result.messages))
         if plan.receipts:
             await sender.await_receipts()
     result.run_seconds = time.monotonic() - started
     return result
+
+
+async def _send_periods(sender: _Sender, progress: Callable[[Progress], None] | None) -> None:
+    """Build and publish every period's reports, the next built while the last is acknowledged.
+
+    The publishing tasks belong to a group that ends here, before the connections close. An
+    exception of the run (a connection that ended, a generator that does not fit) is raised
+    again as itself once the tasks are gone, not wrapped in the group's ExceptionGroup.
+    """
+    failed: Exception | None = None
+    async with asyncio.TaskGroup() as tasks:
+        sender.tasks = tasks
+        try:
+            for slot, reports in periods(sender.fleet):
+                await sender.send_all(reports)
+                if progress is not None:
+                    progress(Progress(0, slot + 1, 0, sender.fleet.result.messages))
+            await sender.flush()
+        except Exception as exc:
+            failed = exc
+            for task in sender.in_flight:
+                task.cancel()
+    sender.tasks = None
+    if failed is not None:
+        raise failed
