@@ -67,6 +67,8 @@ __all__ = ["SCHEMA_VERSION", "CheckpointStore"]
 
 _IN_CHUNK = 500  # SQLite host parameters per "IN (...)" query
 
+_UPSERT_ROWS = 500  # allowance slots per multi-row upsert (4 host parameters each)
+
 _SeenRow = tuple[int, int, bytes]
 """A remembered report id: use case id, period, the id with its tag (codec.rid_tag)."""
 
@@ -168,21 +170,29 @@ class CheckpointStore(SQLiteSetup):
     def _take_room(self, claims: Claims) -> dict[Slot, int]:
         """How many of each slot's claims still fit its allowance; count them as used (inside the transaction).
 
-        One upsert per slot adds its claims and returns the new count: a slot is usually new or
-        far from its cap, and reading it first would walk the same B-tree twice. The rare slot
-        that went past its cap is set back to what fits.
+        An upsert adds the claims of up to :data:`_UPSERT_ROWS` slots and returns their new
+        counts: a slot is usually new or far from its cap, reading it first would walk the same
+        B-tree twice, and one statement per slot cost a step, a bind and a reset each. The rare
+        slot that went past its cap is set back to what fits.
         """
         db = self._db
+        want = claims.want
+        slots = list(want)
+        totals: dict[Slot, int] = {}
+        for i in range(0, len(slots), _UPSERT_ROWS):
+            chunk = slots[i : i + _UPSERT_ROWS]
+            values = ",".join(("(?, ?, ?, ?)",) * len(chunk))
+            rows = db.execute(
+                f"INSERT INTO allowance (uc, period, tag, reports) VALUES {values} ON CONFLICT (uc, period, tag) "
+                "DO UPDATE SET reports = reports + excluded.reports RETURNING uc, period, tag, reports",
+                [v for slot in chunk for v in (*slot, want[slot])],
+            ).fetchall()
+            totals.update(((uc, period, bytes(tag)), int(total)) for uc, period, tag, total in rows)
         room: dict[Slot, int] = {}
-        for slot, want in claims.want.items():
-            (total,) = db.execute(
-                "INSERT INTO allowance (uc, period, tag, reports) VALUES (?, ?, ?, ?) "
-                "ON CONFLICT (uc, period, tag) DO UPDATE SET reports = reports + excluded.reports RETURNING reports",
-                (*slot, want),
-            ).fetchall()[0]
-            used = int(total) - want
-            room[slot] = min(want, max(0, claims.cap[slot] - used))
-            if room[slot] < want:
+        for slot, n in want.items():
+            used = totals[slot] - n
+            room[slot] = min(n, max(0, claims.cap[slot] - used))
+            if room[slot] < n:
                 if used + room[slot]:
                     db.execute(
                         "UPDATE allowance SET reports = ? WHERE uc = ? AND period = ? AND tag = ?",
@@ -224,8 +234,16 @@ class CheckpointStore(SQLiteSetup):
         held = self._held(rows)
         kept = [i for i, row in enumerate(rows) if row not in held]
         fresh, rows = [fresh[i] for i in kept], [rows[i] for i in kept]
-        db.executemany("INSERT INTO seen (uc, period, rid) VALUES (?, ?, ?)", rows)
+        self._insert_seen(rows, "INSERT")
         return fresh, rows
+
+    def _insert_seen(self, rows: Sequence[_SeenRow], verb: str) -> None:
+        """``verb`` (``INSERT`` or ``INSERT OR IGNORE``) ``rows`` into ``seen``, many rows per
+        statement: one SQLite step for a chunk costs less than a step, a bind and a reset per row."""
+        for i in range(0, len(rows), _UPSERT_ROWS):
+            chunk = rows[i : i + _UPSERT_ROWS]
+            values = ",".join(("(?, ?, ?)",) * len(chunk))
+            self._db.execute(f"{verb} INTO seen (uc, period, rid) VALUES {values}", [v for row in chunk for v in row])
 
     def _held(self, rows: Sequence[_SeenRow]) -> set[_SeenRow]:
         """Those of ``rows`` that ``seen`` holds, looked up by (use case, period)."""
