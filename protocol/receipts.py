@@ -103,7 +103,7 @@ def valid_response_topic(topic: bytes, prefix: bytes) -> bool:
     """
     if not prefix or not topic.startswith(prefix) or len(topic) <= len(prefix):
         return False
-    if len(topic) > MAX_RESPONSE_TOPIC_BYTES or any(c in topic for c in (b"+", b"#", b"\x00")):
+    if len(topic) > MAX_RESPONSE_TOPIC_BYTES or b"+" in topic or b"#" in topic or b"\x00" in topic:
         return False
     try:
         topic.decode("utf-8")

@@ -201,10 +201,11 @@ class UseCase:
         every report made under it (wire format 2)."""
         return definition_hash(self)
 
-    @property
+    @functools.cached_property
     def ref(self) -> str:
         """``name@<first 8 hex digits of the definition>``: how people, the API and the store
-        name one definition of a use case (``emoji@3f2a9c1b``)."""
+        name one definition of a use case (``emoji@3f2a9c1b``); formatted once, as the
+        collector asks for it for every report it receives."""
         return f"{self.name}@{self.definition.hex()[:REF_HEX_DIGITS]}"
 
     @functools.cached_property

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any, Final, TypeAlias
 
 import msgpack
 
@@ -111,6 +111,7 @@ REASONS: Final = frozenset(
 """Every ``MalformedReportError.reason`` the decoder can raise."""
 
 _SCALAR_TYPES: Final = frozenset({int, float, str, bytes, bool, type(None)})
+_BYTES: Final = (bytes, bytearray, memoryview)
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)
@@ -384,25 +385,33 @@ def _check_headers(data: bytes, catalog: Catalog) -> None:
         return
 
 
+_Where: TypeAlias = "str | tuple[_Where, int, object, bool]"
+"""Where a value sits: its path, or (its parent's place, the parent's depth, its key, whether
+the parent is a list), turned into a path by :func:`_path` only when a fault is reported."""
+
+
 def _check_plain(value: object, depth: int, path: str) -> None:
     """Only msgpack's plain types, at most MAX_DEPTH deep (the envelope is depth 1).
 
     The unpacker can also produce ``Timestamp`` objects (ext type -1 bypasses ``ext_hook``);
     mechanisms are promised plain data only. Each container's element types are checked
-    as one set (in C); only containers are visited one by one.
+    as one set (in C); only containers are visited one by one, and the path of one is
+    written out only for a fault (every report has nested records, few have faults).
     """
-    stack: list[tuple[object, int, str]] = [(value, depth, path)]
+    stack: list[tuple[object, int, _Where]] = [(value, depth, path)]
     while stack:
-        obj, d, p = stack.pop()
+        obj, d, where = stack.pop()
         if d > MAX_DEPTH:
-            raise MalformedReportError("too-deep", p, f"nesting deeper than {MAX_DEPTH}")
+            raise MalformedReportError("too-deep", _path(where), f"nesting deeper than {MAX_DEPTH}")
         if isinstance(obj, list):
+            indexed = True
             values: Any = obj
         elif isinstance(obj, dict):
+            indexed = False
             values = obj.values()
         else:
             if type(obj) not in _SCALAR_TYPES:
-                raise MalformedReportError("bad-type", p, f"{type(obj).__name__} is not allowed")
+                raise MalformedReportError("bad-type", _path(where), f"{type(obj).__name__} is not allowed")
             continue
         if set(map(type, values)) <= _SCALAR_TYPES:
             continue
@@ -410,10 +419,18 @@ def _check_plain(value: object, depth: int, path: str) -> None:
         for key, item in pairs:
             t = type(item)
             if t is list or t is dict:
-                stack.append((item, d + 1, _child_path(p, d, key, isinstance(obj, list))))
+                stack.append((item, d + 1, (where, d, key, indexed)))
             elif t not in _SCALAR_TYPES:
-                sub = _child_path(p, d, key, isinstance(obj, list))
+                sub = _child_path(_path(where), d, key, indexed)
                 raise MalformedReportError("bad-type", sub, f"{t.__name__} is not allowed")
+
+
+def _path(where: _Where) -> str:
+    """The documented name of a place :func:`_check_plain` noted."""
+    if isinstance(where, str):
+        return where
+    parent, depth, key, indexed = where
+    return _child_path(_path(parent), depth, key, indexed)
 
 
 def _child_path(parent: str, depth: int, key: object, indexed: bool) -> str:
@@ -487,7 +504,7 @@ def decode_report(
             :data:`REASONS` and ``field`` names the offending field (``""`` for the whole message).
         TypeError: if ``data`` is not bytes (a caller mistake, not hostile input).
     """
-    if not isinstance(data, bytes | bytearray | memoryview):
+    if not isinstance(data, _BYTES):
         raise TypeError(f"decode_report takes bytes; got {type(data).__name__}")
     if len(data) > max_size:
         raise MalformedReportError("oversize", "", f"{len(data)} bytes exceed the cap of {max_size}")

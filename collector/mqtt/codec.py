@@ -365,10 +365,15 @@ class SubscriberCodec:
                 length = buf[pos + 1]
                 start = pos + 2
                 if length & 0x80:
-                    header = decode_varint(buf, pos + 1)
-                    if header is None:
-                        break
-                    length, start = header
+                    if n - pos > 2 and buf[pos + 2] < 0x80:
+                        # Two bytes: a report of 128 bytes to 16 KiB, most of them.
+                        length = (length & 0x7F) | (buf[pos + 2] << 7)
+                        start = pos + 3
+                    else:
+                        header = decode_varint(buf, pos + 1)
+                        if header is None:
+                            break
+                        length, start = header
                 end = start + length
                 if end - pos > max_packet:
                     raise _too_large(end - pos, max_packet)
@@ -525,7 +530,22 @@ def _control(kind: int, body: bytes) -> Event | None:
 
 
 def _receipt_request(buf: bytes, i: int, end: int) -> tuple[bytes | None, bytes | None, int]:
-    """Response Topic and Correlation Data in the properties at ``i`` (None without both); where the payload starts."""
+    """Response Topic and Correlation Data in the properties at ``i`` (None without both); where the payload starts.
+
+    A receipt request as agents write it (a one-byte property length, then exactly a Response
+    Topic and a Correlation Data) is read by hand: it comes with every report, and the
+    general parser costs several times as much. Any other block, or one this reading does
+    not account for to the byte, goes to :func:`parse_properties`, which then also names
+    its fault.
+    """
+    length = buf[i]
+    stop = i + 1 + length
+    if length < 0x80 and i + 4 <= stop <= end and buf[i + 1] == RESPONSE_TOPIC:
+        topic_end = i + 4 + ((buf[i + 2] << 8) | buf[i + 3])
+        if topic_end + 3 <= stop and buf[topic_end] == CORRELATION_DATA:
+            data_end = topic_end + 3 + ((buf[topic_end + 1] << 8) | buf[topic_end + 2])
+            if data_end == stop:
+                return buf[i + 4 : topic_end], buf[topic_end + 3 : data_end], stop
     props, i = parse_properties(buf, i, end)
     topic, data = props.get(RESPONSE_TOPIC), props.get(CORRELATION_DATA)
     if isinstance(topic, bytes) and isinstance(data, bytes):
