@@ -35,7 +35,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final, TypeAlias
+from typing import Any, Final
 
 import msgpack
 
@@ -385,33 +385,56 @@ def _check_headers(data: bytes, catalog: Catalog) -> None:
         return
 
 
-_Where: TypeAlias = "str | tuple[_Where, int, object, bool]"
-"""Where a value sits: its path, or (its parent's place, the parent's depth, its key, whether
-the parent is a list), turned into a path by :func:`_path` only when a fault is reported."""
-
-
 def _check_plain(value: object, depth: int, path: str) -> None:
     """Only msgpack's plain types, at most MAX_DEPTH deep (the envelope is depth 1).
 
     The unpacker can also produce ``Timestamp`` objects (ext type -1 bypasses ``ext_hook``);
-    mechanisms are promised plain data only. Each container's element types are checked
-    as one set (in C); only containers are visited one by one, and the path of one is
-    written out only for a fault (every report has nested records, few have faults).
+    mechanisms are promised plain data only. Every report's records pass a fast pass that
+    only answers yes or no; a no is walked again by :func:`_plain_fault`, which names the
+    fault (field and reason).
     """
-    stack: list[tuple[object, int, _Where]] = [(value, depth, path)]
+    t = type(value)
+    if (t is list or t is dict) and _plain_within(value, depth):
+        return
+    _plain_fault(value, depth, path)
+
+
+_PLAIN_TYPES: Final = _SCALAR_TYPES | {list, dict}
+
+
+def _plain_within(container: Any, depth: int) -> bool:
+    """Whether a list or dict at ``depth`` holds only plain types, at most MAX_DEPTH deep."""
+    if depth > MAX_DEPTH:
+        return False
+    values = container.values() if type(container) is dict else container
+    types = set(map(type, values))
+    if types <= _SCALAR_TYPES:
+        return True
+    if not types <= _PLAIN_TYPES:
+        return False
+    for item in values:
+        t = type(item)
+        if (t is list or t is dict) and not _plain_within(item, depth + 1):
+            return False
+    return True
+
+
+def _plain_fault(value: object, depth: int, path: str) -> None:
+    """Raise the fault :func:`_check_plain` found: the first one of a walk that visits containers
+    one by one (each container's element types are checked as one set, in C), so that the
+    reason and field it names do not depend on the fast pass."""
+    stack: list[tuple[object, int, str]] = [(value, depth, path)]
     while stack:
-        obj, d, where = stack.pop()
+        obj, d, p = stack.pop()
         if d > MAX_DEPTH:
-            raise MalformedReportError("too-deep", _path(where), f"nesting deeper than {MAX_DEPTH}")
+            raise MalformedReportError("too-deep", p, f"nesting deeper than {MAX_DEPTH}")
         if isinstance(obj, list):
-            indexed = True
             values: Any = obj
         elif isinstance(obj, dict):
-            indexed = False
             values = obj.values()
         else:
             if type(obj) not in _SCALAR_TYPES:
-                raise MalformedReportError("bad-type", _path(where), f"{type(obj).__name__} is not allowed")
+                raise MalformedReportError("bad-type", p, f"{type(obj).__name__} is not allowed")
             continue
         if set(map(type, values)) <= _SCALAR_TYPES:
             continue
@@ -419,18 +442,10 @@ def _check_plain(value: object, depth: int, path: str) -> None:
         for key, item in pairs:
             t = type(item)
             if t is list or t is dict:
-                stack.append((item, d + 1, (where, d, key, indexed)))
+                stack.append((item, d + 1, _child_path(p, d, key, isinstance(obj, list))))
             elif t not in _SCALAR_TYPES:
-                sub = _child_path(_path(where), d, key, indexed)
+                sub = _child_path(p, d, key, isinstance(obj, list))
                 raise MalformedReportError("bad-type", sub, f"{t.__name__} is not allowed")
-
-
-def _path(where: _Where) -> str:
-    """The documented name of a place :func:`_check_plain` noted."""
-    if isinstance(where, str):
-        return where
-    parent, depth, key, indexed = where
-    return _child_path(_path(parent), depth, key, indexed)
 
 
 def _child_path(parent: str, depth: int, key: object, indexed: bool) -> str:
