@@ -49,6 +49,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import logging
+import operator
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
@@ -506,13 +507,18 @@ class Ingest:
             self.on_commit(result)
 
 
+_REF: Callable[[DecodedReport], str] = operator.attrgetter("use_case.ref")
+
+
 def _outcomes(reports: Sequence[DecodedReport], result: CommitResult) -> Counter[tuple[str, str]]:
     """How many of a commit's reports each definition has per outcome (``counted``,
     ``period-expired``, ``over-allowance``)."""
     expired, over = result.expired_ids, result.over_allowance_ids
-    if not expired and not over:  # the common commit: everything counted
-        return Counter((r.use_case.ref, "counted") for r in reports)
     out: Counter[tuple[str, str]] = Counter()
+    if not expired and not over:  # the common commit: everything counted
+        for ref, n in Counter(map(_REF, reports)).items():
+            out[ref, "counted"] = n
+        return out
     for report in reports:
         if report.report_id in expired:
             outcome = "period-expired"
