@@ -365,15 +365,12 @@ class SubscriberCodec:
                 length = buf[pos + 1]
                 start = pos + 2
                 if length & 0x80:
-                    if n - pos > 2 and buf[pos + 2] < 0x80:
-                        # Two bytes: a report of 128 bytes to 16 KiB, most of them.
-                        length = (length & 0x7F) | (buf[pos + 2] << 7)
-                        start = pos + 3
-                    else:
-                        header = decode_varint(buf, pos + 1)
-                        if header is None:
-                            break
+                    if n - pos > 2 and buf[pos + 2] < 0x80:  # two bytes: most reports (128 B to 16 KiB)
+                        length, start = (length & 0x7F) | (buf[pos + 2] << 7), pos + 3
+                    elif (header := decode_varint(buf, pos + 1)) is not None:
                         length, start = header
+                    else:
+                        break
                 end = start + length
                 if end - pos > max_packet:
                     raise _too_large(end - pos, max_packet)
@@ -415,7 +412,7 @@ class SubscriberCodec:
                     reply_to, correlation, i = _receipt_request(buf, i, end)
                 else:
                     i += 1
-                sender = _sender(prefix, buf[start + 2 : start + 2 + topic_len]) if prefix is not None else b""
+                sender = _sender(prefix, buf, start + 2, start + 2 + topic_len) if prefix is not None else b""
                 received += 1
                 if token == NO_ACK and len(out) >= cap:
                     self._dropped += 1
@@ -553,12 +550,14 @@ def _receipt_request(buf: bytes, i: int, end: int) -> tuple[bytes | None, bytes 
     return None, None, i
 
 
-def _sender(prefix: bytes, topic: bytes) -> bytes:
-    """The identity levels of ``<prefix><identity>/<use_case>``; empty when there are none."""
-    if not topic.startswith(prefix):
+def _sender(prefix: bytes, buf: bytes, start: int, end: int) -> bytes:
+    """The identity levels of the topic ``buf[start:end]``, ``<prefix><identity>/<use_case>``;
+    empty when there are none. Read in place: one slice per message, the identity's."""
+    if not buf.startswith(prefix, start, end):
         return b""
-    identity, _, _ = topic[len(prefix) :].rpartition(b"/")
-    return identity
+    begin = start + len(prefix)
+    last = buf.rfind(b"/", begin, end)
+    return buf[begin:last] if last >= 0 else b""
 
 
 def _broker_counter(topic: bytes, buf: bytes, i: int, end: int) -> BrokerCounter | None:
