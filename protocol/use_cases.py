@@ -105,12 +105,12 @@ class Period(enum.Enum):
     @property
     def seconds(self) -> int:
         """Length of one slot in seconds."""
-        return _PERIOD_SECONDS[self.value]
+        return _PERIOD_SECONDS[self._value_]  # _value_, not the slower value property: read per report
 
     @property
     def max_index(self) -> int:
         """Largest plausible slot index: slots starting before 2**33 s after the epoch (year 2242)."""
-        return _PERIOD_MAX_INDEX[self.value]
+        return _PERIOD_MAX_INDEX[self._value_]
 
     def index_at(self, unix_seconds: float) -> int:
         """The slot number containing ``unix_seconds`` (slots are aligned to the Unix epoch, UTC)."""
