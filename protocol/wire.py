@@ -420,9 +420,9 @@ def _plain_within(container: Any, depth: int) -> bool:
 
 
 def _plain_fault(value: object, depth: int, path: str) -> None:
-    """Raise the fault :func:`_check_plain` found: the first one of a walk that visits containers
-    one by one (each container's element types are checked as one set, in C), so that the
-    reason and field it names do not depend on the fast pass."""
+    """The walk that names a fault: raise for the first one it meets, visiting containers one
+    by one (each container's element types are checked as one set, in C); return for plain
+    data. The reason and field it names do not depend on the fast pass."""
     stack: list[tuple[object, int, str]] = [(value, depth, path)]
     while stack:
         obj, d, p = stack.pop()
