@@ -49,6 +49,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import logging
+import operator
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
@@ -408,7 +409,7 @@ class Ingest:
         reports = self._reports
         # 003 §3.2.2: "randomly permutes the ordering of privatized records within each use
         # case" - the store concatenates records in this order.
-        order = self._rng.permutation(len(reports))
+        order = self._rng.permutation(len(reports)).tolist()  # Python ints index a list faster than numpy's
         shuffled = [reports[i] for i in order]
         senders = [self._senders[i] for i in order]
         counters = self._counters
@@ -492,14 +493,7 @@ class Ingest:
         m.commit_seconds += result.seconds
         m.observe_commit(seconds=result.seconds, batch=len(commit.reports))
         # Each report's outcome, as its receipt states it (a duplicate of a stored id counts).
-        for report in commit.reports:
-            if report.report_id in result.expired_ids:
-                outcome = "period-expired"
-            elif report.report_id in result.over_allowance_ids:
-                outcome = "over-allowance"
-            else:
-                outcome = "counted"
-            m.use_case_reports[report.use_case.ref, outcome] += 1
+        m.use_case_reports.update(_outcomes(commit.reports, result))
         m.reports += result.reports
         m.records += result.records
         m.duplicates += result.duplicates
@@ -513,18 +507,48 @@ class Ingest:
             self.on_commit(result)
 
 
+_REF: Callable[[DecodedReport], str] = operator.attrgetter("use_case.ref")
+
+
+def _outcomes(reports: Sequence[DecodedReport], result: CommitResult) -> Counter[tuple[str, str]]:
+    """How many of a commit's reports each definition has per outcome (``counted``,
+    ``period-expired``, ``over-allowance``)."""
+    expired, over = result.expired_ids, result.over_allowance_ids
+    out: Counter[tuple[str, str]] = Counter()
+    if not expired and not over:  # the common commit: everything counted
+        for ref, n in Counter(map(_REF, reports)).items():
+            out[ref, "counted"] = n
+        return out
+    for report in reports:
+        if report.report_id in expired:
+            outcome = "period-expired"
+        elif report.report_id in over:
+            outcome = "over-allowance"
+        else:
+            outcome = "counted"
+        out[report.use_case.ref, outcome] += 1
+    return out
+
+
 def _receipts(requests: Sequence[_Request], result: CommitResult) -> dict[int, dict[bytes, list[Receipt]]]:
     """The committed outcome of each request, grouped by route (the broker that delivered the
     report), then by response topic (one message each)."""
     out: dict[int, dict[bytes, list[Receipt]]] = {}
+    expired, over = result.expired_ids, result.over_allowance_ids
+    # The list of the previous request's topic: requests of one connection come in runs.
+    last: tuple[int, bytes] | None = None
+    receipts: list[Receipt] = []
     for route, topic, correlation, outcome in requests:
         if isinstance(outcome, str):
             receipt = Receipt(correlation, counted=False, reason=outcome)
-        elif outcome in result.expired_ids:
+        elif outcome in expired:
             receipt = Receipt(correlation, counted=False, reason="period-expired")
-        elif outcome in result.over_allowance_ids:
+        elif outcome in over:
             receipt = Receipt(correlation, counted=False, reason="over-allowance")
         else:
             receipt = Receipt(correlation, counted=True)
-        out.setdefault(route, {}).setdefault(topic, []).append(receipt)
+        if last != (route, topic):
+            last = (route, topic)
+            receipts = out.setdefault(route, {}).setdefault(topic, [])
+        receipts.append(receipt)
     return out

@@ -22,7 +22,7 @@ import asyncio
 import collections
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from protocol.receipts import Receipt
 
@@ -50,9 +50,11 @@ def route_of(token: int) -> int:
     return (token >> 16) & 0xFF
 
 
-@dataclass(frozen=True, slots=True)
-class Delivery:
+class Delivery(NamedTuple):
     """One received message, reduced to its payload and its sender.
+
+    Immutable, and a named tuple rather than a frozen dataclass: one is made for every
+    message received, and a tuple is made in a third of the time.
 
     Attributes:
         payload: the message body, exactly as published.

@@ -63,6 +63,7 @@ MAX_RECEIPT_BYTES: Final = 256 * 1024
 _MAX_REASON: Final = 64
 COUNTED: Final = 0
 REFUSED: Final = 1
+_SLASH: Final = ord("/")
 
 
 class MalformedReceiptError(LdpError):
@@ -103,8 +104,10 @@ def valid_response_topic(topic: bytes, prefix: bytes) -> bool:
     """
     if not prefix or not topic.startswith(prefix) or len(topic) <= len(prefix):
         return False
-    if len(topic) > MAX_RESPONSE_TOPIC_BYTES or any(c in topic for c in (b"+", b"#", b"\x00")):
+    if len(topic) > MAX_RESPONSE_TOPIC_BYTES or b"+" in topic or b"#" in topic or b"\x00" in topic:
         return False
+    if topic.isascii():  # the usual topic, valid UTF-8 without decoding it
+        return True
     try:
         topic.decode("utf-8")
     except UnicodeDecodeError:
@@ -138,11 +141,14 @@ def foreign_response_topic(topic: bytes, prefix: bytes, sender: bytes) -> str | 
     """
     if not sender:
         return None
-    rest = topic[len(prefix) :]
-    if b"/" not in rest:
+    # Read in place: the user level is topic[start:slash], the client level what follows.
+    start = len(prefix)
+    slash = topic.find(b"/", start)
+    if slash < 0:
         return "previous-layout"
-    user, _, client = rest.partition(b"/")
-    if user != sender.partition(b"/")[0] or not client or b"/" in client:
+    user = topic[start:slash]
+    owner = sender.startswith(user) and (len(sender) == len(user) or sender[len(user)] == _SLASH)
+    if not owner or slash == len(topic) - 1 or topic.find(b"/", slash + 1) >= 0:
         return "other-identity"
     return None
 

@@ -105,12 +105,12 @@ class Period(enum.Enum):
     @property
     def seconds(self) -> int:
         """Length of one slot in seconds."""
-        return _PERIOD_SECONDS[self.value]
+        return _PERIOD_SECONDS[self._value_]  # _value_, not the slower value property: read per report
 
     @property
     def max_index(self) -> int:
         """Largest plausible slot index: slots starting before 2**33 s after the epoch (year 2242)."""
-        return _PERIOD_MAX_INDEX[self.value]
+        return _PERIOD_MAX_INDEX[self._value_]
 
     def index_at(self, unix_seconds: float) -> int:
         """The slot number containing ``unix_seconds`` (slots are aligned to the Unix epoch, UTC)."""
@@ -201,10 +201,11 @@ class UseCase:
         every report made under it (wire format 2)."""
         return definition_hash(self)
 
-    @property
+    @functools.cached_property
     def ref(self) -> str:
         """``name@<first 8 hex digits of the definition>``: how people, the API and the store
-        name one definition of a use case (``emoji@3f2a9c1b``)."""
+        name one definition of a use case (``emoji@3f2a9c1b``); formatted once, as the
+        collector asks for it for every report it receives."""
         return f"{self.name}@{self.definition.hex()[:REF_HEX_DIGITS]}"
 
     @functools.cached_property

@@ -112,6 +112,7 @@ REASONS: Final = frozenset(
 """Every ``MalformedReportError.reason`` the decoder can raise."""
 
 _SCALAR_TYPES: Final = frozenset({int, float, str, bytes, bool, type(None)})
+_BYTES: Final = (bytes, bytearray, memoryview)
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)
@@ -424,9 +425,40 @@ def _check_plain(value: object, depth: int, path: str) -> None:
     """Only msgpack's plain types, at most MAX_DEPTH deep (the envelope is depth 1).
 
     The unpacker can also produce ``Timestamp`` objects (ext type -1 bypasses ``ext_hook``);
-    mechanisms are promised plain data only. Each container's element types are checked
-    as one set (in C); only containers are visited one by one.
+    mechanisms are promised plain data only. Every report's records pass a fast pass that
+    only answers yes or no; a no is walked again by :func:`_plain_fault`, which names the
+    fault (field and reason).
     """
+    t = type(value)
+    if (t is list or t is dict) and _plain_within(value, depth):
+        return
+    _plain_fault(value, depth, path)
+
+
+_PLAIN_TYPES: Final = _SCALAR_TYPES | {list, dict}
+
+
+def _plain_within(container: Any, depth: int) -> bool:
+    """Whether a list or dict at ``depth`` holds only plain types, at most MAX_DEPTH deep."""
+    if depth > MAX_DEPTH:
+        return False
+    values = container.values() if type(container) is dict else container
+    types = set(map(type, values))
+    if types <= _SCALAR_TYPES:
+        return True
+    if not types <= _PLAIN_TYPES:
+        return False
+    for item in values:
+        t = type(item)
+        if (t is list or t is dict) and not _plain_within(item, depth + 1):
+            return False
+    return True
+
+
+def _plain_fault(value: object, depth: int, path: str) -> None:
+    """The walk that names a fault: raise for the first one it meets, visiting containers one
+    by one (each container's element types are checked as one set, in C); return for plain
+    data. The reason and field it names do not depend on the fast pass."""
     stack: list[tuple[object, int, str]] = [(value, depth, path)]
     while stack:
         obj, d, p = stack.pop()
@@ -523,7 +555,7 @@ def decode_report(
             :data:`REASONS` and ``field`` names the offending field (``""`` for the whole message).
         TypeError: if ``data`` is not bytes (a caller mistake, not hostile input).
     """
-    if not isinstance(data, bytes | bytearray | memoryview):
+    if not isinstance(data, _BYTES):
         raise TypeError(f"decode_report takes bytes; got {type(data).__name__}")
     if len(data) > max_size:
         raise MalformedReportError("oversize", "", f"{len(data)} bytes exceed the cap of {max_size}")

@@ -122,7 +122,7 @@ async def test_qos0_messages_need_no_ack_and_topics_are_dropped(mosquitto: Broke
         # The rest of the topic, client id and flags are gone; a receipt request (reply_to,
         # correlation) stays only until the receipt is sent, the sender only until the commit;
         # the route (which of the collector's brokers delivered it) only picks the receipt's way back.
-        assert set(Delivery.__slots__) == {"payload", "token", "reply_to", "correlation", "sender", "route"}
+        assert set(Delivery._fields) == {"payload", "token", "reply_to", "correlation", "sender", "route"}
         assert all((d.reply_to, d.correlation) == (None, None) for d in deliveries)
     finally:
         await transport.close()

@@ -30,9 +30,12 @@ from collector.mqtt.codec import (
 )
 from collector.mqtt.packets import (
     BROKER_COUNTERS,
+    CORRELATION_DATA,
+    RESPONSE_TOPIC,
     MqttProtocolError,
     decode_varint,
     encode_varint,
+    parse_properties,
     publish_packet,
     split_packets,
 )
@@ -260,6 +263,51 @@ def test_a_delivery_keeps_the_payload_the_sender_and_the_receipt_request_only() 
     )
     assert first.token & 0xFFFF == 9
     assert second == Delivery(b"x", NO_ACK, sender=b"")
+
+
+def _near_receipt_requests() -> st.SearchStrategy[bytes]:
+    """Property blocks (with their length) laid out as agents write a receipt request, and
+    blocks a few bytes off it: lengths that miss by one, other or extra properties, cut short."""
+    agent = st.builds(_receipt_request, st.binary(max_size=40), st.binary(max_size=20))
+    other = st.one_of(
+        st.just(b"\x02\x00\x00\x00\x10"), st.just(b"\x09\x00\x01\x07"), st.just(b"\x7f"), st.binary(max_size=4)
+    )
+    body = st.one_of(
+        agent,
+        st.builds(bytes.__add__, agent, other),
+        st.builds(bytes.__add__, other, agent),
+        st.builds(lambda block, cut: block[: cut % (len(block) + 1)], agent, st.integers(min_value=0)),
+    )
+    return st.builds(
+        lambda block, delta: encode_varint(max(len(block) + delta, 0)) + block, body, st.sampled_from([0, 0, 0, -1, 1])
+    )
+
+
+@settings(max_examples=500, deadline=None)
+@given(_near_receipt_requests(), st.binary(max_size=8))
+def test_a_receipt_request_reads_as_the_general_property_parser_reads_it(block: bytes, payload: bytes) -> None:
+    """The hand-read agent layout gives what parse_properties gives: the same topic, correlation
+    and payload, or a protocol error for the same blocks."""
+    topic = PREFIX + b"fleet-sim/7/usage"
+    body = struct.pack(">H", len(topic)) + topic + struct.pack(">H", 5) + block + payload
+    stream = CONNACK + b"\x32" + encode_varint(len(body)) + body
+    try:
+        props, start = parse_properties(body, 2 + len(topic) + 2, len(body))
+    except MqttProtocolError:
+        expected = None
+    else:
+        request = (props.get(RESPONSE_TOPIC), props.get(CORRELATION_DATA))
+        if not all(isinstance(v, bytes) for v in request):
+            request = (None, None)
+        expected = (*request, body[start:])
+    _, deliveries, error = _feed(_codec(), [stream])
+    if expected is None:
+        assert error is not None
+        assert deliveries == []
+    else:
+        assert error is None
+        (delivery,) = deliveries
+        assert (delivery.reply_to, delivery.correlation, delivery.payload) == expected
 
 
 def test_events_come_in_order_and_a_disconnect_ends_the_connection() -> None:

@@ -108,6 +108,12 @@ def test_a_receipt_topic_sits_under_the_identity_that_reads_it() -> None:
         (b"ldp/v1/receipts/000042/c1", b"fleet-sim/000042", "other-identity"),
         (b"ldp/v1/receipts/dev-ab/c1", b"dev-a", "other-identity"),
         (b"ldp/v1/receipts/c1", b"dev-a", "previous-layout"),
+        # The user level against the sender's first level, read in place: a prefix of either is not it.
+        (b"ldp/v1/receipts/dev-a/c1", b"dev", "other-identity"),
+        (b"ldp/v1/receipts/dev/c1", b"dev-a/7", "other-identity"),
+        (b"ldp/v1/receipts/dev-a/c1", b"dev-a/", None),
+        (b"ldp/v1/receipts//c1", b"/7", None),
+        (b"ldp/v1/receipts//c1", b"dev-a", "other-identity"),
     ],
 )
 def test_only_the_senders_own_receipt_topic_is_answered(topic: bytes, sender: bytes, refused: str | None) -> None:

@@ -379,6 +379,38 @@ def test_deep_nesting_is_refused() -> None:
     _reject(b"\x91" * 1_000 + b"\x00", "too-deep", "[0]" * MAX_DEPTH)
 
 
+_plain_or_not = st.recursive(
+    st.one_of(
+        st.integers(),
+        st.floats(allow_nan=False),
+        st.text(max_size=3),
+        st.binary(max_size=3),
+        st.booleans(),
+        st.none(),
+        st.just(msgpack.Timestamp(1, 0)),
+    ),
+    lambda inner: st.one_of(st.lists(inner, max_size=4), st.dictionaries(st.text(max_size=2), inner, max_size=3)),
+    max_leaves=40,
+)
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    st.one_of(st.lists(_plain_or_not, max_size=4), st.dictionaries(st.text(max_size=2), _plain_or_not)),
+    st.integers(1, MAX_DEPTH + 1),
+)
+def test_the_fast_plain_pass_agrees_with_the_walk_that_names_the_fault(value: Any, depth: int) -> None:
+    """The records' fast type and depth pass says yes exactly when the walk finds no fault, so
+    every fault is still named by the walk."""
+    try:
+        wire._plain_fault(value, depth, "records")
+    except MalformedReportError:
+        faultless = False
+    else:
+        faultless = True
+    assert wire._plain_within(value, depth) == faultless
+
+
 def test_envelope_must_be_a_map() -> None:
     """A message that is not a map is a type error on the whole message."""
     for obj in (1, "x", b"x", [1, 2], None, 1.5, True):
