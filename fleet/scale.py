@@ -47,7 +47,6 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from agent.config import DEFAULT_TOPIC_PREFIX
-from agent.errors import TransportError
 from agent.identity import device_identity
 from agent.mqtt import random_client_id
 from fleet.plan import SLOT_SECONDS, FleetPlan, build_generators, device_seed
@@ -236,8 +235,6 @@ class _Sender:
         self.unanswered = unanswered
         self.answered = asyncio.Event()
         self.publishers: list[ReceiptPublisher] = []
-        self.tasks: asyncio.TaskGroup | None = None  # set once the connections are open
-        self.in_flight: list[asyncio.Task[TransportError | None]] = []
         self.waiting: dict[bytes, ScaleReport] = {}
         # Per use case, what every one of its reports is counted under: asked once, not per report.
         self._refs = {uc.name: uc.ref for uc in fleet.use_cases}
@@ -315,38 +312,20 @@ class _Sender:
             chunk = reports[lo : lo + step]
             if self.receipts_on:
                 await self.await_receipts(room=self.unanswered - len(chunk))
-            await self.flush()
-            if self.receipts_on:
                 self.waiting.update((r.report_id, r) for r in chunk)
-            if self.tasks is None:
-                raise RuntimeError("the sender has no task group: its connections are not open")
-            self.in_flight = [
-                self.tasks.create_task(self._publish(publisher, chunk[i::n]), name=f"scale-publish-{i}")
-                for i, publisher in enumerate(self.publishers)
-            ]
-            # Let the connections write the chunk before the caller goes on to build the next
-            # period: broker and collector work on it meanwhile, in their own processes.
-            await asyncio.sleep(0)
-
-    async def _publish(self, publisher: ReceiptPublisher, items: list[ScaleReport]) -> TransportError | None:
-        """Publish ``items`` on ``publisher``; the error that ended its connection, kept for :meth:`flush`."""
-        try:
-            await publisher.publish_all(items, self.acknowledged)
-        except TransportError as e:
-            return e
-        return None
+            # Written, not yet acknowledged: the caller builds the next period while broker and
+            # collector work on this one; each connection's window bounds what is in flight.
+            for i, publisher in enumerate(self.publishers):
+                await publisher.write_all(chunk[i::n], self.acknowledged)
 
     async def flush(self) -> None:
-        """Wait until the broker acknowledged what :meth:`send_all` handed over.
+        """Wait until the broker acknowledged everything :meth:`send_all` wrote.
 
         Raises:
             TransportError: a connection ended.
         """
-        pending, self.in_flight = self.in_flight, []
-        for task in pending:
-            error = await task
-            if error is not None:
-                raise error
+        for publisher in self.publishers:
+            await publisher.settled()
 
     async def await_receipts(self, *, room: int = 0) -> None:
         """Wait until at most ``room`` reports lack their receipt, or the plan's receipt wait is
@@ -426,25 +405,9 @@ async def run_scale(
 
 
 async def _send_periods(sender: _Sender, progress: Callable[[Progress], None] | None) -> None:
-    """Build and publish every period's reports, the next built while the last is acknowledged.
-
-    The publishing tasks belong to a group that ends here, before the connections close. An
-    exception of the run (a connection that ended, a generator that does not fit) is raised
-    again as itself once the tasks are gone, not wrapped in the group's ExceptionGroup.
-    """
-    failed: Exception | None = None
-    async with asyncio.TaskGroup() as tasks:
-        sender.tasks = tasks
-        try:
-            for slot, reports in periods(sender.fleet):
-                await sender.send_all(reports)
-                if progress is not None:
-                    progress(Progress(0, slot + 1, 0, sender.fleet.result.messages))
-            await sender.flush()
-        except Exception as exc:
-            failed = exc
-            for task in sender.in_flight:
-                task.cancel()
-    sender.tasks = None
-    if failed is not None:
-        raise failed
+    """Build and publish every period's reports, each built while the ones before are acknowledged."""
+    for slot, reports in periods(sender.fleet):
+        await sender.send_all(reports)
+        if progress is not None:
+            progress(Progress(0, slot + 1, 0, sender.fleet.result.messages))
+    await sender.flush()

@@ -106,8 +106,8 @@ class ReceiptPublisher:
         self._writer: asyncio.StreamWriter | None = None
         self._reader_task: asyncio.Task[None] | None = None
         self._free: collections.deque[int] = collections.deque(range(1, self._window + 1))
-        self._inflight: dict[int, Outgoing] = {}
-        self._on_ack: Callable[[Outgoing, int], None] = lambda _item, _reason: None
+        # Each PUBLISH in flight by packet id, with what to call at its PUBACK.
+        self._inflight: dict[int, tuple[Outgoing, Callable[[Outgoing, int], None]]] = {}
         self._wake = asyncio.Event()
         self._subscribed = asyncio.Event()
         self._error: BaseException | None = None
@@ -203,10 +203,11 @@ class ReceiptPublisher:
         kind = first >> 4
         if kind == PUBACK:
             pid = (body[0] << 8) | body[1]
-            item = self._inflight.pop(pid, None)
-            if item is not None:
+            sent = self._inflight.pop(pid, None)
+            if sent is not None:
                 self._free.append(pid)
-                self._on_ack(item, body[2] if len(body) > 2 else 0)
+                item, on_ack = sent
+                on_ack(item, body[2] if len(body) > 2 else 0)
         elif kind == PUBLISH and self._on_receipts is not None:
             self._receipt(first, body)
         elif kind == SUBACK:
@@ -239,14 +240,23 @@ class ReceiptPublisher:
         Raises:
             TransportError: the connection ended (items not acknowledged were not passed to ``on_ack``).
         """
+        await self.write_all(items, on_ack)
+        await self.settled()
+
+    async def write_all(self, items: Sequence[Outgoing], on_ack: Callable[[Outgoing, int], None]) -> None:
+        """Write ``items`` as PUBLISHes, each once a packet id of the window is free; return when
+        all are written, their PUBACKs (``on_ack(item, reason code)`` each) still to come.
+
+        Raises:
+            TransportError: the connection ended.
+        """
         writer = self._writer
         assert writer is not None
-        self._on_ack = on_ack
         pending = iter(items)
         exhausted = False
-        while not exhausted or self._inflight:
+        while not exhausted:
             self._check()
-            if exhausted or not self._free:
+            if not self._free:
                 self._wake.clear()
                 await self._until(self._wake)
                 continue
@@ -257,10 +267,22 @@ class ReceiptPublisher:
                     exhausted = True
                     break
                 pid = self._free.popleft()
-                self._inflight[pid] = item
+                self._inflight[pid] = (item, on_ack)
                 out.append(self._encode(item, pid))
             try:
                 writer.write(b"".join(out))
                 await writer.drain()
             except OSError as e:
                 raise TransportError(f"the broker connection ended: {e}") from None
+
+    async def settled(self) -> None:
+        """Wait until every PUBLISH written has its PUBACK.
+
+        Raises:
+            TransportError: the connection ended first.
+        """
+        while self._inflight:
+            self._check()
+            self._wake.clear()
+            await self._until(self._wake)
+        self._check()
