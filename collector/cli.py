@@ -47,6 +47,7 @@ from collector.config import CollectorConfig, check_files, load_config
 from collector.definitions import catalog_of_config, load_catalog
 from collector.errors import CollectorError, ConfigError, StoreDamaged, StoreError, StoreUnavailable
 from collector.estimation import compute_estimate, load_dictionary, registry_dir
+from collector.heap import fewer_young_collections, freeze_start_up
 from collector.rendering import format_estimate, format_status
 from collector.results import to_json
 from collector.service import run_service
@@ -200,8 +201,9 @@ def migrate(config: CollectorConfig) -> list[str]:
 
 
 def _run(config: CollectorConfig) -> int:
+    fewer_young_collections()
     try:
-        asyncio.run(run_service(config))
+        asyncio.run(run_service(config, on_ready=freeze_start_up))
     except (CollectorError, BaseExceptionGroup) as exc:
         # A task of the root group failed: report collector errors plainly, re-raise the rest
         # (a bug: the traceback is the useful output, and the exit status is non-zero).

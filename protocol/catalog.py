@@ -70,6 +70,7 @@ class Catalog:
     _by_definition: Mapping[bytes, UseCase] = field(default_factory=dict, repr=False)
     _by_registry: Mapping[bytes, Registry] = field(default_factory=dict, repr=False)
     _by_name: Mapping[str, tuple[UseCase, ...]] = field(default_factory=dict, repr=False)
+    _largest: Mapping[str, tuple[int, int]] = field(default_factory=dict, repr=False)
 
     @classmethod
     def build(
@@ -116,6 +117,13 @@ class Catalog:
             _by_definition=MappingProxyType(by_definition),
             _by_registry=MappingProxyType({r.hash: r for r in registries}),
             _by_name=MappingProxyType({n: tuple(ucs) for n, ucs in by_name.items()}),
+            # The decoder asks this of every report: worked out once per name, not per report.
+            _largest=MappingProxyType(
+                {
+                    n: (max(uc.max_report_bytes for uc in ucs), max(uc.daily_limit for uc in ucs))
+                    for n, ucs in by_name.items()
+                }
+            ),
         )
         dates: dict[str, datetime.date] = {}
         for key, day in (retire or {}).items():
@@ -205,10 +213,7 @@ class Catalog:
     def largest_report(self, name: str) -> tuple[int, int] | None:
         """The largest report size and record count any definition of ``name`` allows (None:
         no such use case); the decoder's cheap bound before a report's definition is known."""
-        found = self._by_name.get(name)
-        if not found:
-            return None
-        return max(uc.max_report_bytes for uc in found), max(uc.daily_limit for uc in found)
+        return self._largest.get(name)
 
     @property
     def max_daily_limit(self) -> int:
