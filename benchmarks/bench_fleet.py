@@ -24,7 +24,8 @@ configuration publishes the same reports: ``checks`` says whether their counts a
 ``target`` is the figure asked of complete agents: 10,000 reports per second at 1,000 devices
 x 1 day (the default size), and which configurations meet it at the size measured.
 ``scale_target`` is the scale mode's: 30,000 reports per second through the broker into the
-collector. ``cpu_us_per_report`` is the simulator process's CPU time per report after the set-up (the
+collector, judged on the median of ``--repeat`` runs (:data:`SCALE_REPEAT`).
+``cpu_us_per_report`` is the simulator process's CPU time per report after the set-up (the
 broker's and the collector's are their own processes'): unlike the rates, it changes little
 with the share of the cores the run gets.
 """
@@ -65,6 +66,10 @@ SCALE_TARGET_REPORTS_PER_SECOND = 30_000
 """The scale mode should bring this many reports per second through the broker into the collector."""
 SCALE_CONNECTIONS = 4
 """Connections of the scale row (fleet.scale.SCALE_WINDOW publishes in flight on each)."""
+SCALE_REPEAT = 5
+"""Runs of the scale row; its figures are the median run's. At 1,000 devices x 1 day a run
+lasts under half a second, and on the 2-core machine its rate moves by up to a tenth from one
+run to the next (29,100-31,200 reports/s over five runs of one build)."""
 
 
 def _plan(devices: int, days: int, broker: BrokerConfig | None = None) -> FleetPlan:
@@ -209,13 +214,27 @@ def scale_row(devices: int, days: int, *, connections: int = SCALE_CONNECTIONS) 
     }
 
 
-def run(devices: int, days: int = 2, *, broker: Broker | None = None, scale: bool = False) -> dict[str, Any]:
+def scale_median(devices: int, days: int, *, repeat: int = SCALE_REPEAT) -> dict[str, Any]:
+    """:func:`scale_row` ``repeat`` times: the run with the median rate, with every run's rate
+    (``runs_reports_per_second``, lowest first)."""
+    runs = sorted((scale_row(devices, days) for _ in range(max(1, repeat))), key=lambda r: r["reports_per_second"])
+    return {
+        **runs[len(runs) // 2],
+        "repeat": len(runs),
+        "runs_reports_per_second": [r["reports_per_second"] for r in runs],
+        "every_report_counted_in_every_run": all(r["counted"] == r["reports"] for r in runs),
+    }
+
+
+def run(
+    devices: int, days: int = 2, *, broker: Broker | None = None, scale: bool = False, repeat: int = SCALE_REPEAT
+) -> dict[str, Any]:
     """Every configuration and the check that they published the same reports; the JSON document."""
     rows = bench(devices, days, broker=broker)
     checks: dict[str, bool] = {"same_reports_in_every_configuration": len({row["reports"] for row in rows}) == 1}
-    scale_rows = [scale_row(devices, days)] if scale else []
+    scale_rows = [scale_median(devices, days, repeat=repeat)] if scale else []
     if scale_rows:
-        checks["scale_mode_every_report_counted"] = scale_rows[0]["counted"] == scale_rows[0]["reports"]
+        checks["scale_mode_every_report_counted"] = scale_rows[0]["every_report_counted_in_every_run"]
     met = [row["configuration"] for row in rows if row["reports_per_second"] >= TARGET_REPORTS_PER_SECOND]  # agents
     target = {
         "reports_per_second": TARGET_REPORTS_PER_SECOND,
@@ -226,7 +245,7 @@ def run(devices: int, days: int = 2, *, broker: Broker | None = None, scale: boo
     }
     scale_target = {
         "reports_per_second": SCALE_TARGET_REPORTS_PER_SECOND,
-        "at": "1,000 devices x 1 day, scale mode through the broker into the collector",
+        "at": "1,000 devices x 1 day, scale mode through the broker into the collector, the median run",
         "measured_at": target["measured_at"],
         "met": bool(scale_rows) and scale_rows[0]["reports_per_second"] >= SCALE_TARGET_REPORTS_PER_SECOND,
     }
@@ -245,11 +264,19 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--devices", type=int, default=1000)
     parser.add_argument("--days", type=int, default=1)
     parser.add_argument("--scale-only", action="store_true", help="only the scale mode's row")
+    parser.add_argument(
+        "--repeat",
+        type=int,
+        default=SCALE_REPEAT,
+        help=f"runs of the scale mode's row; its figures are the median run's (default {SCALE_REPEAT})",
+    )
     args = parser.parse_args(argv)
+    if args.repeat < 1:
+        parser.error("--repeat takes a positive number of runs")
     if args.scale_only:
-        emit({"benchmark": "fleet", "results": [scale_row(args.devices, args.days)]})
+        emit({"benchmark": "fleet", "results": [scale_median(args.devices, args.days, repeat=args.repeat)]})
     else:
-        emit(run(args.devices, args.days, scale=True))
+        emit(run(args.devices, args.days, scale=True, repeat=args.repeat))
 
 
 if __name__ == "__main__":
