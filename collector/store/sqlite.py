@@ -234,16 +234,8 @@ class CheckpointStore(SQLiteSetup):
         held = self._held(rows)
         kept = [i for i, row in enumerate(rows) if row not in held]
         fresh, rows = [fresh[i] for i in kept], [rows[i] for i in kept]
-        self._insert_seen(rows, "INSERT")
+        db.executemany("INSERT INTO seen (uc, period, rid) VALUES (?, ?, ?)", rows)
         return fresh, rows
-
-    def _insert_seen(self, rows: Sequence[_SeenRow], verb: str) -> None:
-        """``verb`` (``INSERT`` or ``INSERT OR IGNORE``) ``rows`` into ``seen``, many rows per
-        statement: one SQLite step for a chunk costs less than a step, a bind and a reset per row."""
-        for i in range(0, len(rows), _UPSERT_ROWS):
-            chunk = rows[i : i + _UPSERT_ROWS]
-            values = ",".join(("(?, ?, ?)",) * len(chunk))
-            self._db.execute(f"{verb} INTO seen (uc, period, rid) VALUES {values}", [v for row in chunk for v in row])
 
     def _held(self, rows: Sequence[_SeenRow]) -> set[_SeenRow]:
         """Those of ``rows`` that ``seen`` holds, looked up by (use case, period)."""
