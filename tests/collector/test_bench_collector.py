@@ -25,7 +25,10 @@ def test_a_small_group_run_reports_every_mode_and_target() -> None:
     for mode in ("backlog", "live"):
         assert one[f"{mode}_messages_per_member"] == [MESSAGES]
         assert sum(three[f"{mode}_messages_per_member"]) == MESSAGES
-        assert one[f"{mode}_collector_cpu_us_per_msg"] > 0
+        # Read from /proc in clock ticks (10 ms): 600 messages at under 17 µs each can round to
+        # no tick at all, so only its presence is checked here; the warm-up's CPU (below,
+        # thousands of messages) shows the accounting works.
+        assert one[f"{mode}_collector_cpu_us_per_msg"] >= 0
     # One at a time: each member drained its own share of the shared subscription.
     assert sum(three["isolated_messages_per_member"]) == MESSAGES
     assert all(count > 0 for count in three["isolated_messages_per_member"])
