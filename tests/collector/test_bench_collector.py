@@ -62,7 +62,7 @@ def test_a_small_run_compares_one_broker_with_two() -> None:
     for setup in ("brokers_1", "brokers_2"):
         for mode in ("backlog", "live"):
             assert compared[setup][f"{mode}_msgs_per_s"] > 0
-            assert compared[setup][f"{mode}_collector_cpu_us_per_msg"] > 0
+            assert compared[setup][f"{mode}_collector_cpu_us_per_msg"] >= 0  # clock ticks: see above
             assert set(compared[setup][f"{mode}_cores_busy"]) == {"collector", "brokers"}
     assert {"backlog_two_over_one", "live_two_over_one"} <= set(compared)
     print(compared)
