@@ -95,8 +95,9 @@ class _OneBitMean(DevicePrivatizer):
     def __init__(self, use_case: UseCase, devices: int, rng: RandomSource) -> None:
         self.use_case = use_case
         self.devices = devices
-        assert isinstance(use_case.mechanism, OneBitMean)
-        self._server = OneBitMeanServer(use_case.mechanism)
+        server = use_case.server
+        assert isinstance(server, OneBitMeanServer)
+        self._server = server
         self.states = self._server.setup_many(devices, rng)
 
     def records(self, rows: npt.NDArray[np.int64], values: Sequence[Any], rng: RandomSource) -> list[Any]:
@@ -115,8 +116,9 @@ class _DBitFlip(DevicePrivatizer):
     def __init__(self, use_case: UseCase, devices: int, rng: RandomSource) -> None:
         self.use_case = use_case
         self.devices = devices
-        assert isinstance(use_case.mechanism, DBitFlip)
-        self._server = DBitFlipServer(use_case.mechanism)
+        server = use_case.server
+        assert isinstance(server, DBitFlipServer)
+        self._server = server
         self.states = self._server.setup_many(devices, rng)
 
     def records(self, rows: npt.NDArray[np.int64], values: Sequence[Any], rng: RandomSource) -> list[Any]:
@@ -139,14 +141,14 @@ class _Event(DevicePrivatizer):
         self.devices = devices
 
     def records(self, rows: npt.NDArray[np.int64], values: Sequence[Any], rng: RandomSource) -> list[Any]:
-        mech = self.use_case.mechanism
-        if isinstance(mech, RandomizedResponse):
-            return list(RRServer(mech).privatize_many(np.asarray(values, dtype=np.uint8), rng).bits.tolist())
-        if isinstance(mech, HadamardCountMeanSketch):
-            h = HCMSServer(mech).privatize_many(list(values), rng)
+        server = self.use_case.server
+        if isinstance(server, RRServer):
+            return list(server.privatize_many(np.asarray(values, dtype=np.uint8), rng).bits.tolist())
+        if isinstance(server, HCMSServer):
+            h = server.privatize_many(list(values), rng)
             return [list(r) for r in zip(h.j.tolist(), h.ell.tolist(), h.bits.tolist(), strict=True)]
-        assert isinstance(mech, CountMeanSketch)
-        c = CMSServer(mech).privatize_many(list(values), rng)
+        assert isinstance(server, CMSServer)
+        c = server.privatize_many(list(values), rng)
         return [[j, bytes(b)] for j, b in zip(c.indices.tolist(), c.bits, strict=True)]
 
     def plain_state(self, row: int) -> Any:
