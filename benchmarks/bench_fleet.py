@@ -51,15 +51,10 @@ from benchmarks.harness import emit, progress, rate
 from fleet.plan import FleetPlan
 from fleet.scale import SCALE_LABEL, run_scale
 from fleet.sim import run_shard
-from fleet.values import default_spec
 from protocol.randomness import SeededRandom
-from protocol.registry import parse_registry
-from tests.fleet.support import running_stack
+from tests.fleet.support import every_use_case_plan, running_stack
 from tests.support.broker import Broker, running_broker
 
-ROOT = Path(__file__).resolve().parents[1]
-REGISTRY = ROOT / "deploy" / "fleet.usecases.toml"
-START = 1_700_006_400  # 2023-11-15T00:00:00Z
 TARGET_REPORTS_PER_SECOND = 10_000
 """Complete agents at 1,000 devices x 1 day should publish this many reports per second."""
 SCALE_TARGET_REPORTS_PER_SECOND = 30_000
@@ -73,20 +68,7 @@ run to the next (29,100-31,200 reports/s over five runs of one build)."""
 
 
 def _plan(devices: int, days: int, broker: BrokerConfig | None = None) -> FleetPlan:
-    text = REGISTRY.read_bytes()
-    registry = parse_registry(text, source=str(REGISTRY))
-    names = tuple(registry.use_cases)
-    return FleetPlan(
-        registry_text=text,
-        registry_path=str(REGISTRY),
-        use_cases=names,
-        generators={n: default_spec(registry.use_cases[n]) for n in names},
-        devices=devices,
-        days=days,
-        start=START,
-        seed=1,
-        broker=broker,
-    )
+    return dataclasses.replace(every_use_case_plan(devices=devices, days=days, seed=1), broker=broker)
 
 
 def _row(name: str, plan: FleetPlan, transport: Transport) -> dict[str, Any]:

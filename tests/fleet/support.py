@@ -23,10 +23,38 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from fleet.plan import FleetPlan
+from fleet.values import default_spec
+from protocol.registry import parse_registry
 from tests.support.broker import find_mosquitto, free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
+FLEET_REGISTRY = DEPLOY / "fleet.usecases.toml"
+START = 1_700_006_400  # 2023-11-15T00:00:00Z
+
+
+def every_use_case_plan(
+    *, devices: int, days: int, seed: int, text: bytes | None = None, path: Path = FLEET_REGISTRY
+) -> FleetPlan:
+    """A plan of every use case of a registry, each with its default generator, from :data:`START`.
+
+    ``text`` is the registry (read from ``path`` when None; ``path`` is what the plan names).
+    Other fields keep their defaults: ``dataclasses.replace`` sets them.
+    """
+    registry_text = path.read_bytes() if text is None else text
+    registry = parse_registry(registry_text, source=str(path))
+    names = tuple(registry.use_cases)
+    return FleetPlan(
+        registry_text=registry_text,
+        registry_path=str(path),
+        use_cases=names,
+        generators={n: default_spec(registry.use_cases[n]) for n in names},
+        devices=devices,
+        days=days,
+        start=START,
+        seed=seed,
+    )
 
 
 @dataclass(frozen=True)
@@ -104,7 +132,7 @@ def _collector_config(directory: Path, *, port: int, http_port: int, tls: tuple[
         auth = f'username = "collector"\npassword_file = "{password}"\n[mqtt.tls]\nca_file = "{ca}"\n'
     path = directory / "collector.toml"
     path.write_text(
-        f"""registry = "{DEPLOY / "fleet.usecases.toml"}"
+        f"""registry = "{FLEET_REGISTRY}"
 instance = "fleet-test"
 
 [mqtt]

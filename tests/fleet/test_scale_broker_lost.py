@@ -10,15 +10,17 @@ import pytest
 
 from agent.config import BrokerConfig
 from agent.errors import TransportError
-from benchmarks.bench_fleet import _plan
 from fleet.scale import run_scale
 from fleet.tally import Progress
+from tests.fleet.support import every_use_case_plan
 from tests.support.broker import Broker
 
 
 def test_a_broker_lost_mid_run_ends_the_scale_mode_with_a_transport_error(mosquitto: Broker) -> None:
     plan = dataclasses.replace(
-        _plan(200, 3, BrokerConfig(host=mosquitto.host, port=mosquitto.port, tls=False)), receipts=False
+        every_use_case_plan(devices=200, days=3, seed=1),
+        broker=BrokerConfig(host=mosquitto.host, port=mosquitto.port, tls=False),
+        receipts=False,
     )
     slots: list[int] = []
 

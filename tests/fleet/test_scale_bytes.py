@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import hashlib
 from collections import Counter
-from pathlib import Path
 
 import msgpack
 
@@ -20,31 +19,14 @@ from agent.config import BrokerConfig
 from fleet.plan import FleetPlan
 from fleet.scale import ScaleFleet, periods
 from fleet.scale_publisher import ReceiptPublisher
-from fleet.values import default_spec
-from protocol.registry import parse_registry
-
-ROOT = Path(__file__).resolve().parents[2]
-REGISTRY = ROOT / "deploy" / "fleet.usecases.toml"
-START = 1_700_006_400  # 2023-11-15T00:00:00Z
+from tests.fleet.support import FLEET_REGISTRY, every_use_case_plan
 
 REPORTS_DIGEST = "be4512cbd36613314419d68cadd01229a821039d2ff154c0d7fedafc2c9165fd"
 PACKETS_DIGEST = "e0e7a24ac0c8b2f02949de3b68010637147e40c68d7e7c03249f57c679b3eb2c"
 
 
 def _plan(*, devices: int = 60, days: int = 2, text: bytes | None = None) -> FleetPlan:
-    registry_text = REGISTRY.read_bytes() if text is None else text
-    registry = parse_registry(registry_text, source=str(REGISTRY))
-    names = tuple(registry.use_cases)
-    return FleetPlan(
-        registry_text=registry_text,
-        registry_path=str(REGISTRY),
-        use_cases=names,
-        generators={n: default_spec(registry.use_cases[n]) for n in names},
-        devices=devices,
-        days=days,
-        start=START,
-        seed=7,
-    )
+    return every_use_case_plan(devices=devices, days=days, seed=7, text=text)
 
 
 def _digest_reports(fleet: ScaleFleet) -> tuple[str, int]:
@@ -70,8 +52,8 @@ def test_reports_are_byte_for_byte_those_of_the_plan_and_seed() -> None:
 
 def test_held_back_reports_leave_the_others_unchanged() -> None:
     # A daily limit of 2 on the first 6-hour use case: two of its four periods a day are held back.
-    text = REGISTRY.read_bytes().replace(b'period = "6h"\ndaily_limit = 4', b'period = "6h"\ndaily_limit = 2', 1)
-    assert text != REGISTRY.read_bytes()
+    text = FLEET_REGISTRY.read_bytes().replace(b'period = "6h"\ndaily_limit = 4', b'period = "6h"\ndaily_limit = 2', 1)
+    assert text != FLEET_REGISTRY.read_bytes()
     fleet = ScaleFleet(_plan(devices=20, days=1, text=text), "fleet-sim")
     kept = [r for _, batch in periods(fleet) for r in batch]
     assert fleet.result.unsent == {"app-usage-seconds": 40}

@@ -17,7 +17,6 @@ from __future__ import annotations
 import math
 from collections import Counter
 from fractions import Fraction
-from pathlib import Path
 from typing import Any
 
 import msgpack
@@ -29,13 +28,9 @@ from agent.usecases import privatize
 from fleet.plan import FleetPlan
 from fleet.scale import ScaleFleet, periods
 from fleet.scale_privatize import device_privatizer
-from fleet.values import default_spec
 from protocol.randomness import SeededRandom
 from protocol.registry import UseCase, parse_registry
-
-ROOT = Path(__file__).resolve().parents[2]
-REGISTRY = ROOT / "deploy" / "fleet.usecases.toml"
-START = 1_700_006_400  # 2023-11-15T00:00:00Z
+from tests.fleet.support import FLEET_REGISTRY, every_use_case_plan
 
 VALUES: dict[str, list[object]] = {
     "app-usage-seconds": [0, 100, 21_600, 5_000, 7, 30_000],
@@ -71,7 +66,7 @@ min_reports = 50
 
 
 def _registry_use_cases() -> dict[str, UseCase]:
-    return dict(parse_registry(REGISTRY.read_bytes(), source=str(REGISTRY)).use_cases)
+    return dict(parse_registry(FLEET_REGISTRY.read_bytes(), source=str(FLEET_REGISTRY)).use_cases)
 
 
 def _agent_records(use_case: UseCase, states: list[Any], values: list[Any], seed: int) -> list[Any]:
@@ -117,18 +112,7 @@ def test_sketch_records_follow_the_exact_distribution(name: str) -> None:
 
 
 def _plan(days: int, registry_text: bytes, devices: int = 40) -> FleetPlan:
-    registry = parse_registry(registry_text, source=str(REGISTRY))
-    names = tuple(registry.use_cases)
-    return FleetPlan(
-        registry_text=registry_text,
-        registry_path=str(REGISTRY),
-        use_cases=names,
-        generators={n: default_spec(registry.use_cases[n]) for n in names},
-        devices=devices,
-        days=days,
-        start=START,
-        seed=5,
-    )
+    return every_use_case_plan(devices=devices, days=days, seed=5, text=registry_text)
 
 
 def _snapshot(fleet: ScaleFleet) -> dict[str, bytes]:
@@ -140,7 +124,7 @@ def _snapshot(fleet: ScaleFleet) -> dict[str, bytes]:
 
 
 def test_memoized_state_is_per_device_and_never_redrawn() -> None:
-    fleet = ScaleFleet(_plan(3, REGISTRY.read_bytes()), "fleet-sim")
+    fleet = ScaleFleet(_plan(3, FLEET_REGISTRY.read_bytes()), "fleet-sim")
     before = _snapshot(fleet)
     reports = [r for _, batch in periods(fleet) for r in batch]
     assert reports
@@ -173,8 +157,8 @@ def test_rappor_memo_is_reused_for_the_same_value() -> None:
 def test_no_device_passes_its_daily_limit() -> None:
     # Four 6-hour periods a day against a limit of 2: the scale mode sends two and holds back two.
     # app-usage-seconds is the registry's first 6-hour use case.
-    text = REGISTRY.read_bytes().replace(b'period = "6h"\ndaily_limit = 4', b'period = "6h"\ndaily_limit = 2', 1)
-    assert text != REGISTRY.read_bytes()
+    text = FLEET_REGISTRY.read_bytes().replace(b'period = "6h"\ndaily_limit = 4', b'period = "6h"\ndaily_limit = 2', 1)
+    assert text != FLEET_REGISTRY.read_bytes()
     days = 3
     fleet = ScaleFleet(_plan(days, text), "fleet-sim")
     per_day: Counter[tuple[int, str, int]] = Counter()

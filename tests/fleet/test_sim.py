@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 from collections import Counter
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -17,13 +18,11 @@ from fleet import sim
 from fleet.plan import FleetPlan
 from fleet.sim import MemorySealer, run_shard
 from fleet.tally import ShardResult
-from fleet.values import default_spec, parse_spec
-from protocol.registry import parse_registry
+from fleet.values import parse_spec
 from protocol.wire import decode_report
+from tests.fleet.support import FLEET_REGISTRY, START, every_use_case_plan
 
 ROOT = Path(__file__).resolve().parents[2]
-REGISTRY_PATH = ROOT / "deploy" / "fleet.usecases.toml"
-START = 1_700_006_400  # 2023-11-15T00:00:00Z
 
 LIMITED = """
 format = 1
@@ -39,22 +38,9 @@ min_reports = 1
 """
 
 
-def _plan(*, devices: int, days: int, text: bytes | None = None, path: Path = REGISTRY_PATH) -> FleetPlan:
-    data = path.read_bytes() if text is None else text
-    registry = parse_registry(data)
-    names = tuple(registry.use_cases)
-    return FleetPlan(
-        registry_text=data,
-        registry_path=str(path),
-        use_cases=names,
-        generators={n: default_spec(registry.use_cases[n]) for n in names},
-        devices=devices,
-        days=days,
-        start=START,
-        seed=11,
-        connections=2,
-        window=4,
-    )
+def _plan(*, devices: int, days: int, text: bytes | None = None, path: Path = FLEET_REGISTRY) -> FleetPlan:
+    plan = every_use_case_plan(devices=devices, days=days, seed=11, text=text, path=path)
+    return dataclasses.replace(plan, connections=2, window=4)
 
 
 def _run(plan: FleetPlan, devices: range, transport: object) -> ShardResult:
