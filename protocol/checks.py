@@ -22,6 +22,7 @@ __all__ = [
     "check_epsilon",
     "check_indexed_bits",
     "check_int",
+    "check_packed_bits",
     "check_power_of_two",
     "check_probability",
     "check_seed",
@@ -108,15 +109,27 @@ def check_indexed_bits(
         raise MalformedReportError("bad-type", f"{field}.{index_name}", "expected an integer")
     if not 0 <= index < bound:
         raise MalformedReportError("out-of-range", f"{field}.{index_name}", f"must lie in [0, {bound})")
+    return index, check_packed_bits(bits, width=width, field=f"{field}.bits")
+
+
+def check_packed_bits(bits: object, *, width: int, field: str) -> bytes:
+    """``bits`` as ``bytes`` holding exactly ``width`` packed bits with zero padding, strictly.
+
+    The unused low bits of the last byte must be zero, as ``np.packbits`` writes them: a
+    correct client never sends others, so they mark a forged or corrupted record.
+
+    Raises:
+        MalformedReportError: ``bad-type``, ``bad-length`` or ``bad-padding``, naming ``field``.
+    """
     if type(bits) is not bytes:
-        raise MalformedReportError("bad-type", f"{field}.bits", "expected bytes")
+        raise MalformedReportError("bad-type", field, "expected bytes")
     nbytes = (width + 7) // 8
     if len(bits) != nbytes:
-        raise MalformedReportError("bad-length", f"{field}.bits", f"expected {nbytes} bytes, got {len(bits)}")
+        raise MalformedReportError("bad-length", field, f"expected {nbytes} bytes, got {len(bits)}")
     pad = 8 * nbytes - width
     if pad and bits[-1] & ((1 << pad) - 1):
-        raise MalformedReportError("bad-padding", f"{field}.bits", f"the last {pad} bits must be zero")
-    return index, bits
+        raise MalformedReportError("bad-padding", field, f"the last {pad} bits must be zero")
+    return bits
 
 
 def require(data: object, key: str, kind: type | tuple[type, ...], *, where: str) -> Any:

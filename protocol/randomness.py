@@ -26,9 +26,11 @@ from __future__ import annotations
 
 import os
 import struct
+from collections.abc import Sequence
 from dataclasses import dataclass
 from decimal import ROUND_CEILING, ROUND_FLOOR, Context, Decimal
 from fractions import Fraction
+from functools import cached_property
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
@@ -36,21 +38,29 @@ if TYPE_CHECKING:
     import numpy.typing as npt
 
 __all__ = [
+    "BYTE_FLIP",
+    "BYTE_KEEP",
+    "BYTE_TIE",
     "SCALE",
+    "ByteCoins",
     "Coin",
     "RandomSource",
     "SeededRandom",
     "SystemRandom",
     "bernoulli",
     "bernoulli_thresholds",
+    "byte_coin_rows",
     "coin_at_least",
     "coin_at_most",
     "dexp",
     "flips",
     "random_bytes",
+    "sample_floyd",
     "sample_without_replacement",
     "uniform_draws",
+    "uniform_from_words",
     "uniform_ints",
+    "uniform_word",
 ]
 
 SCALE = 1 << 64
@@ -249,6 +259,118 @@ def sample_without_replacement(rng: RandomSource, n: int, d: int) -> list[int]:
     return pool[:d]
 
 
+def uniform_word(rng: RandomSource, word: int, n: int) -> int:
+    """An integer uniform on ``{0, ..., n - 1}`` from one uniform 64-bit ``word`` already drawn.
+
+    ``word % n`` when ``word`` lies below the largest multiple of ``n`` under ``2**64``
+    (every value then has the same number of preimages); otherwise (probability below
+    ``n / 2**64``) fresh words are drawn from ``rng`` until one does. A mechanism that lays
+    out a report's words in advance (one per choice) uses this, and
+    :func:`uniform_from_words` is its vectorised twin over the same layout.
+    """
+    if n <= 0:
+        raise ValueError(f"range must be positive; got {n}")
+    limit = SCALE - SCALE % n
+    while word >= limit:
+        word = rng.draw(1)[0]
+    return word % n
+
+
+def sample_floyd(rng: RandomSource, words: Sequence[int], n: int, d: int) -> list[int]:
+    """``d`` distinct integers from ``{0, ..., n - 1}``, every subset equally likely, in increasing order.
+
+    Floyd's algorithm: for ``j = n - d, ..., n - 1`` draw ``t`` uniform on ``{0, ..., j}``
+    (:func:`uniform_word` on the next of ``words``) and take ``t``, or ``j`` if ``t`` is
+    taken already. Step ``j`` adds each of its ``j + 1`` candidates with the probability
+    that keeps every ``d``-subset equally likely, with one word per element and no pool of
+    ``n`` entries, so a subset of a large range costs ``d`` draws.
+
+    Raises:
+        ValueError: ``d`` outside ``[0, n]`` or fewer than ``d`` words.
+    """
+    if not 0 <= d <= n:
+        raise ValueError(f"cannot draw {d} distinct items from {n}")
+    if len(words) < d:
+        raise ValueError(f"{d} draws need {d} words; got {len(words)}")
+    chosen: set[int] = set()
+    for i, j in enumerate(range(n - d, n)):
+        t = uniform_word(rng, words[i], j + 1)
+        chosen.add(j if t in chosen else t)
+    return sorted(chosen)
+
+
+BYTE_FLIP, BYTE_KEEP, BYTE_TIE = 0x31, 0x30, 0x32
+"""A byte coin's outcome as an ASCII digit (:class:`ByteCoins`): heads ``"1"``, tails ``"0"``, and
+``"2"`` for a byte equal to the threshold's top byte, which a fresh 56-bit remainder decides."""
+
+_LOW56 = (1 << 56) - 1
+
+
+@dataclass(frozen=True)
+class ByteCoins:
+    """Many flips of one coin, each resolved from one random byte where that suffices.
+
+    A flip compares a uniform 64-bit ``U`` with the coin's threshold ``T``: ``U``'s top byte
+    decides unless it equals ``T``'s top byte, and only then (probability ``1/256``) is a
+    fresh 56-bit remainder compared with ``T``'s low 56 bits, so every flip shows heads with
+    probability exactly ``T / 2**64`` while a vector of ``m`` flips costs ``m`` bytes of
+    randomness instead of ``8 m``. The outcomes are ASCII digits (:data:`BYTE_FLIP`,
+    :data:`BYTE_KEEP`), so ``int(digits, 2)`` packs them. Count Mean Sketch (003 Alg. 2) and
+    optimized unary encoding flip a coin per coordinate this way.
+    """
+
+    coin: Coin
+
+    @cached_property
+    def table(self) -> bytes:
+        """Random byte -> its digit (heads, tails, or a tie with the threshold's top byte)."""
+        high = self.coin.numerator >> 56
+        if self.coin.numerator == SCALE:
+            return bytes([BYTE_FLIP]) * 256
+        return bytes(BYTE_FLIP if b < high else BYTE_TIE if b == high else BYTE_KEEP for b in range(256))
+
+    def digits(self, coin_bytes: bytes, spares: list[int], rng: RandomSource) -> bytearray:
+        """One digit per byte of ``coin_bytes``; ties take the words of ``spares`` in order (more
+        are drawn from ``rng``, eight at a time, when they run out). ``spares`` is consumed."""
+        out = bytearray(coin_bytes.translate(self.table))
+        low = self.coin.numerator & _LOW56
+        tie = out.find(BYTE_TIE)
+        while tie != -1:
+            if not spares:
+                spares += rng.draw(8)
+            out[tie] = BYTE_FLIP if spares.pop(0) >> 8 < low else BYTE_KEEP
+            tie = out.find(BYTE_TIE, tie + 1)
+        return out
+
+
+def byte_coin_rows(
+    rng: RandomSource, coin: Coin, coin_bytes: npt.NDArray[np.uint8], spares: npt.NDArray[np.uint64]
+) -> npt.NDArray[np.bool_]:
+    """:meth:`ByteCoins.digits` for many rows at once: row ``i``'s flips from ``coin_bytes[i]``, its
+    ties from ``spares[i]`` in order (then fresh words, eight at a time, as the pure path does)."""
+    import numpy as np  # noqa: PLC0415 - the vectorised path only
+
+    if coin.numerator == SCALE:
+        return np.ones(coin_bytes.shape, dtype=np.bool_)
+    high, low = np.uint8(coin.numerator >> 56), np.uint64(coin.numerator & _LOW56)
+    heads = coin_bytes < high
+    rows, cols = np.nonzero(coin_bytes == high)
+    if rows.size:
+        first = np.searchsorted(rows, rows, side="left")
+        rank = np.arange(rows.size) - first
+        fits = rank < spares.shape[1]
+        heads[rows[fits], cols[fits]] = (spares[rows[fits], rank[fits]] >> np.uint64(8)) < low
+        for r in np.unique(rows[~fits]).tolist():
+            extra: list[int] = []
+            for c, rk in zip(cols[rows == r].tolist(), rank[rows == r].tolist(), strict=True):
+                if rk < spares.shape[1]:
+                    continue
+                if not extra:
+                    extra = rng.draw(8)
+                heads[r, c] = extra.pop(0) >> 8 < int(low)
+    return heads
+
+
 # --- the vectorised path (the simulator's and the batch privatizers') -----------------------
 
 
@@ -310,6 +432,22 @@ def uniform_ints(rng: RandomSource, n: int, size: int) -> npt.NDArray[np.int64]:
             redo = redo[fresh >= limit]
     result: npt.NDArray[np.int64] = (c // chunk.type(k)).astype(np.int64)
     return result
+
+
+def uniform_from_words(rng: RandomSource, words: npt.NDArray[np.uint64], n: int) -> npt.NDArray[np.int64]:
+    """:func:`uniform_word` over an array of words: ``words % n``, a word at or above the
+    largest multiple of ``n`` under ``2**64`` replaced, in order, by fresh words from ``rng``
+    until one is below it (as the pure twin does for a single report)."""
+    import numpy as np  # noqa: PLC0415 - the vectorised path only
+
+    if n <= 0:
+        raise ValueError(f"range must be positive; got {n}")
+    limit = SCALE - SCALE % n
+    out: npt.NDArray[np.int64] = (words % np.uint64(n)).astype(np.int64)
+    if limit < SCALE:
+        for i in np.flatnonzero(words >= np.uint64(limit)).tolist():
+            out[i] = uniform_word(rng, int(words[i]), n)
+    return out
 
 
 def _uniform_ints_wide(rng: RandomSource, n: int, size: int) -> npt.NDArray[np.int64]:

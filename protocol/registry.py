@@ -14,7 +14,8 @@ Schema (``docs/wire-format.md`` has the full table)::
     salt = "<hex, >= 16 bytes>"          # optional; public seeds of hashed use cases derive from it
 
     [use_cases.emoji]
-    mechanism = "cms"                     # rr, one-bit-mean, dbitflip, rappor, cms, hcms, sfp
+    mechanism = "cms"                     # rr, one-bit-mean, dbitflip, rappor, cms, hcms, sfp,
+                                          # olh, grr, oue, ss, pgr
     epsilon = 4                           # declared ε of one report (see below)
     period = "1d"                         # "6h" or "1d": the reporting slot
     daily_limit = 1                       # records per device per day (also per report)
@@ -63,7 +64,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Annotated, Any, ClassVar, Final, TypeVar
 
-from protocol import cms, dbitflip, hcms, one_bit_mean, randomized_response, rappor, sfp
+from protocol import cms, dbitflip, grr, hcms, olh, one_bit_mean, oue, pgr, randomized_response, rappor, sfp, ss
 from protocol.envelope import HASH_SIZE, MAX_REPORT_BYTES
 from protocol.errors import ParameterError
 from protocol.interfaces import EstimateKind, Mechanism, MechanismEntry
@@ -120,9 +121,15 @@ BUILTIN_MECHANISMS: Final[tuple[MechanismEntry, ...]] = (
     cms.ENTRY,
     hcms.ENTRY,
     sfp.ENTRY,
+    olh.ENTRY,
+    grr.ENTRY,
+    oue.ENTRY,
+    ss.ENTRY,
+    pgr.ENTRY,
 )
-"""The seven mechanisms of the source papers, in the order the docs list them. A caller that
-needs another (a test, an extension) passes its entry to :func:`parse_registry` beside these."""
+"""The seven mechanisms of the source papers, in the order the docs list them, then the five
+frequency oracles at the local-privacy limit (docs/estimation.md). A caller that needs another
+(a test, an extension) passes its entry to :func:`parse_registry` beside these."""
 
 MECHANISM_NAMES: Final = tuple(e.name for e in BUILTIN_MECHANISMS)
 """The built-in mechanism names."""

@@ -1,0 +1,117 @@
+"""Optimized unary encoding, the server half: decode, count, estimate, plan, privatize in bulk.
+
+See :mod:`protocol.oue` for the randomizer, its coins and its privacy. ``C_v`` is the number of
+reports with bit ``v`` set; the estimate is the support estimator of
+:mod:`protocol.server.support` with ``p* = 1/2`` and ``q* = q``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import ClassVar, Final
+
+import numpy as np
+import numpy.typing as npt
+
+from protocol.checks import check_packed_bits
+from protocol.errors import MalformedReportError, ParameterError
+from protocol.oue import OptimizedUnaryEncoding
+from protocol.randomness import RandomSource, byte_coin_rows
+from protocol.server.contract import PlainServer, PlanFigures
+from protocol.server.estimate import VectorEstimate
+from protocol.server.support import SupportAggregate, support_estimate, support_variance
+
+__all__ = ["OUEAggregate", "OUEBatch", "OUEServer", "count_set_bits", "decode_packed"]
+
+_CHUNK_CELLS: Final = 1 << 22
+"""Unpacked bits handled per step when counting a batch, so the temporaries stay a few MiB."""
+
+
+def decode_packed(raw: object, width: int) -> npt.NDArray[np.uint8]:
+    """A list of packed ``width``-bit vectors, strictly, as an ``(n, ceil(width / 8))`` array."""
+    if not isinstance(raw, list):
+        raise MalformedReportError("bad-type", "records", "expected a list of packed bit vectors")
+    for i, bits in enumerate(raw):
+        check_packed_bits(bits, width=width, field=f"records[{i}]")
+    nbytes = (width + 7) // 8
+    return np.frombuffer(b"".join(raw), dtype=np.uint8).reshape(len(raw), nbytes).copy()
+
+
+def count_set_bits(packed: npt.NDArray[np.uint8], width: int) -> npt.NDArray[np.int64]:
+    """How many rows of ``packed`` set each of the ``width`` bits."""
+    counts = np.zeros(width, dtype=np.int64)
+    step = max(1, _CHUNK_CELLS // max(width, 1))
+    for start in range(0, packed.shape[0], step):
+        bits = np.unpackbits(packed[start : start + step], axis=1, count=width)
+        counts += bits.sum(axis=0, dtype=np.int64)
+    return counts
+
+
+@dataclass(frozen=True, eq=False)
+class OUEBatch:
+    """Packed vectors, one row per record (``uint8``, ``n x ceil(k / 8)``)."""
+
+    bits: npt.NDArray[np.uint8]
+
+    def __len__(self) -> int:
+        return int(self.bits.shape[0])
+
+
+class OUEAggregate(SupportAggregate):
+    """Reports with each bit set (``C_v``) and ``n``."""
+
+    def add(self, batch: OUEBatch) -> None:
+        """Count the set bits."""
+        self.add_counts(count_set_bits(batch.bits, self.counts.size), len(batch))
+
+
+class OUEServer(PlainServer[OptimizedUnaryEncoding, OUEBatch, OUEAggregate]):
+    """Optimized unary encoding's server half."""
+
+    batch_type: ClassVar[type[OUEBatch]] = OUEBatch
+    aggregate_type: ClassVar[type[OUEAggregate]] = OUEAggregate
+
+    def decode_records(self, raw: object) -> OUEBatch:
+        """A list of packed ``k``-bit vectors, strictly."""
+        return OUEBatch(decode_packed(raw, self.mechanism.k))
+
+    def encode_batch(self, batch: OUEBatch) -> list[object]:
+        """The batch's records in wire form."""
+        return [row.tobytes() for row in batch.bits]
+
+    def privatize_many(self, values: Sequence[str], rng: RandomSource) -> OUEBatch:
+        """Privatize many values, each report's words in the device's layout (:mod:`protocol.oue`)."""
+        mech = self.mechanism
+        n, k, cw = len(values), mech.k, mech.coin_words
+        own = np.fromiter((mech.index_of(v) for v in values), dtype=np.int64, count=n)
+        words = rng.words(n * mech.draw_words).reshape(n, mech.draw_words)
+        coin_bytes = np.ascontiguousarray(words[:, :cw]).view(np.uint8).reshape(n, 8 * cw)[:, :k]
+        heads = byte_coin_rows(rng, mech.other_coin, coin_bytes, words[:, cw + 1 :])
+        heads[np.arange(n), own] = (words[:, cw] >> np.uint64(63)) == 1
+        return OUEBatch(np.packbits(heads, axis=1))
+
+    def privatize_records(self, values: Sequence[str], rng: RandomSource) -> list[object]:
+        """:meth:`privatize_many` in wire form."""
+        return self.encode_batch(self.privatize_many(values, rng))
+
+    def estimate_frequencies(self, aggregate: object, candidates: Sequence[str]) -> VectorEstimate:
+        """Every category's count with its plug-in SE."""
+        agg, mech = self.own_aggregate(aggregate), self.mechanism
+        if tuple(candidates) != mech.categories:
+            raise ParameterError("candidates", "the categories, in order", candidates)
+        p, q = mech.support_probabilities
+        return support_estimate(agg.counts, agg.n, p=p, q=q)
+
+    def plan(self, n: float) -> PlanFigures:
+        """The SE of a category nobody holds: ``sqrt(n q (1 - q)) / (1/2 - q)``."""
+        mech = self.mechanism
+        p, q = mech.support_probabilities
+        return PlanFigures(
+            n=n,
+            standard_error=math.sqrt(float(support_variance(n=n, count=0.0, p=p, q=q))),
+            unit="count",
+            figures={"epsilon_report": mech.epsilon_report, "bandwidth_bits": float(mech.k)},
+            formulas=("Wang et al. 2017 §4.3: Var = n q(1-q)/(1/2-q)^2 = n 4e^eps/(e^eps-1)^2, q = 1/(e^eps+1)",),
+        )
