@@ -103,6 +103,10 @@ class FixedCategories(NoPermanentState):
         except (KeyError, TypeError):
             raise InputError(f"{value!r} is not one of the {len(self.categories):,} categories") from None
 
+    def setup(self, rng: object) -> None:
+        """No permanent state: each event is privatized afresh."""
+        return
+
     def parse_value(self, text: str) -> str:
         """The text itself."""
         return text

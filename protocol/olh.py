@@ -163,6 +163,10 @@ class OptimalLocalHashing(EventLevelStrings):
         """``ln(p / q)`` for the implemented coin (at most ε)."""
         return math.log(self.p_exact / self.q_exact)
 
+    def setup(self, rng: RandomSource) -> None:
+        """No permanent state: each event is privatized afresh (event-level privacy)."""
+        return
+
     def privatize(self, value: str | bytes, state: None, rng: RandomSource) -> tuple[OLHRecord, None]:
         """One report for ``value`` (Wang et al. 2017 §4.4, over the fixed family)."""
         return self.privatize_bytes(as_value_bytes(value), rng), None

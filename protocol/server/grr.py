@@ -66,6 +66,10 @@ class GRRServer(PlainServer[GeneralizedRandomizedResponse, GRRBatch, GRRAggregat
         """A list of category indices, strictly."""
         return GRRBatch(decode_indices(raw, self.mechanism.k))
 
+    def batch(self, records: Sequence[int]) -> GRRBatch:
+        """Typed records in columnar form."""
+        return GRRBatch(np.array(records, dtype=np.int64).reshape(len(records)))
+
     def encode_batch(self, batch: GRRBatch) -> list[object]:
         """The batch's records in wire form (the simulator publishes them)."""
         return list(batch.categories.tolist())

@@ -77,6 +77,11 @@ class OUEServer(PlainServer[OptimizedUnaryEncoding, OUEBatch, OUEAggregate]):
         """A list of packed ``k``-bit vectors, strictly."""
         return OUEBatch(decode_packed(raw, self.mechanism.k))
 
+    def batch(self, records: Sequence[bytes]) -> OUEBatch:
+        """Typed records in columnar form."""
+        width = self.mechanism.record_bytes
+        return OUEBatch(np.frombuffer(b"".join(records), dtype=np.uint8).reshape(len(records), width).copy())
+
     def encode_batch(self, batch: OUEBatch) -> list[object]:
         """The batch's records in wire form."""
         return [row.tobytes() for row in batch.bits]

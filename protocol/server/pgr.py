@@ -112,6 +112,10 @@ class PGRServer(PlainServer[ProjectiveGeometryResponse, PGRBatch, PGRAggregate])
         """A list of point indices in ``[0, K)``, strictly."""
         return PGRBatch(decode_indices(raw, self.mechanism.geometry.points))
 
+    def batch(self, records: Sequence[int]) -> PGRBatch:
+        """Typed records in columnar form."""
+        return PGRBatch(np.array(records, dtype=np.int64).reshape(len(records)))
+
     def encode_batch(self, batch: PGRBatch) -> list[object]:
         """The batch's records in wire form."""
         return list(batch.points.tolist())

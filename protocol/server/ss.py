@@ -90,6 +90,10 @@ class SSServer(PlainServer[SubsetSelection, SSBatch, SSAggregate]):
         decode = _decode_indices if mech.wire_form == "indices" else _decode_bits
         return SSBatch(decode(raw, k=mech.k, d=mech.d))
 
+    def batch(self, records: Sequence[tuple[int, ...]]) -> SSBatch:
+        """Typed records in columnar form."""
+        return SSBatch(np.array(records, dtype=np.int64).reshape(len(records), self.mechanism.d))
+
     def encode_batch(self, batch: SSBatch) -> list[object]:
         """The batch's records in wire form."""
         return self.mechanism.encode_records([tuple(row) for row in batch.members.tolist()])

@@ -30,6 +30,12 @@ PINNED = {
     "homepage": "9913d4c5797c0b30ff9752f410b2051a",
     "new-words": "d69411edd1391dfa6dc752cd0d62450b",
     "safari-energy-domains": "d92913148e1ddd198d96dc30d5b080d0",
+    # The frequency oracles at the local-privacy limit (added in 0.2.0).
+    "default-browser": "82fd2ce28e76c24e941b5c29094cd6e1",
+    "emoji-olh": "e48cf51ae1a69ca728e17ae33e6d8d63",
+    "keyboard-locale": "d5b3858755ba2d196480ef6740ce8ae5",
+    "screen-resolution": "ab1e91e218d739b63f5607b3980751fd",
+    "utc-offset": "dab605bfc137331165e7c87d7cfad96a",
 }
 
 
