@@ -8,11 +8,12 @@ and round-trip, and the estimates are unbiased with standard errors that cover a
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import math
-from decimal import Decimal
 from collections import Counter
 from collections.abc import Callable
+from decimal import Decimal
 from fractions import Fraction
 from typing import Any
 
@@ -210,11 +211,13 @@ def test_a_value_outside_the_domain_is_refused(name: str) -> None:
 )
 def test_bad_parameters_name_the_field(name: str, extra: dict[str, Any], field: str) -> None:
     """A parameter out of its range is a ParameterError naming it."""
+    build: Callable[[], object] = (
+        (lambda: GeneralizedRandomizedResponse(epsilon=1.0, **extra))
+        if "categories" in extra
+        else (lambda: make(name, epsilon=1.0, k=5, **extra))
+    )
     with pytest.raises(ParameterError) as err:
-        if "categories" in extra:
-            GeneralizedRandomizedResponse(epsilon=1.0, **extra)
-        else:
-            make(name, epsilon=1.0, k=5, **extra)
+        build()
     assert err.value.name == field
 
 
@@ -229,7 +232,8 @@ def test_defaults_follow_from_epsilon_and_the_domain() -> None:
     assert ss.d in (15, 16)
     assert SubsetSelection(epsilon=8.0, categories=_categories(8)).d == 1
     pgr = ProjectiveGeometryResponse(epsilon=4.0, categories=_categories(843))
-    assert 40 <= pgr.q <= 60 and pgr.geometry.points >= 843
+    assert 40 <= pgr.q <= 60
+    assert pgr.geometry.points >= 843
     assert pgr == ProjectiveGeometryResponse(epsilon=4.0, categories=_categories(843), q=pgr.q, t=pgr.t)
 
 
@@ -303,10 +307,8 @@ def test_decoder_is_total(name: str, raw: object) -> None:
     """Any plain value decodes to a batch or raises MalformedReportError, nothing else."""
     extra: dict[str, Any] = {"d": 2} if name == "ss" else {}
     mech = make(name, epsilon=4.0, k=5, **extra)
-    try:
+    with contextlib.suppress(MalformedReportError):
         server_of(mech).decode_records(raw)
-    except MalformedReportError:
-        pass
 
 
 # ------------------------------------------------------------------ aggregates
@@ -354,7 +356,9 @@ def test_an_empty_aggregate_estimates_nan(name: str) -> None:
     mech = make(name, epsilon=2.0, k=20)
     server = frequency_server(server_of(mech))
     est = server.estimate_frequencies(server.new_aggregate(), list(_categories(20)))
-    assert est.n == 0 and np.isnan(est.values).all() and np.isnan(est.standard_errors).all()
+    assert est.n == 0
+    assert np.isnan(est.values).all()
+    assert np.isnan(est.standard_errors).all()
 
 
 # ------------------------------------------------------------- unbiased, honest SE

@@ -39,7 +39,7 @@ def test_the_collision_term_grows_with_sum_f2_and_falls_with_seeds() -> None:
 
 @pytest.mark.slow
 def test_the_second_moment_plug_in_is_unbiased() -> None:
-    """Zipf(1.1) over 500 values, 20,000 reports, 60 families: the mean of Σ f^2's estimate is within 5 SE of the truth."""
+    """Zipf(1.1) over 500 values, 20,000 reports, 60 families: Σ f^2's estimate averages within 5 SE of the truth."""
     weights = 1.0 / np.arange(1, 501) ** 1.1
     counts = np.floor(weights / weights.sum() * 20_000).astype(np.int64)
     values = [f"v{i}" for i, c in enumerate(counts.tolist()) for _ in range(c)]

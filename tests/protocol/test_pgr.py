@@ -54,7 +54,7 @@ def test_fourier_reconstruction_equals_summing_each_hyperplane(q: int, t: int) -
 
 
 def test_reported_points_lie_where_the_coin_says() -> None:
-    """On the hyperplane when the coin says so, off it otherwise, uniformly within each (chi-square-free count check)."""
+    """On the hyperplane when the coin says so, off it otherwise, and uniform within each."""
     mech = _mech(3, 3)
     v = mech.point_of(4)
     g = mech.geometry
@@ -66,8 +66,10 @@ def test_reported_points_lie_where_the_coin_says() -> None:
             u = mech.reported_point(v, on, rng.draw(1)[0], rng)
             counts[u] = counts.get(u, 0) + 1
     dot = {i: sum(a * b for a, b in zip(mech.point_of(i), v, strict=True)) % 3 for i in range(g.points)}
-    assert all(dot[u] == 0 for u in on_counts) and len(on_counts) == g.h
-    assert all(dot[u] != 0 for u in off_counts) and len(off_counts) == g.points - g.h
+    assert all(dot[u] == 0 for u in on_counts)
+    assert len(on_counts) == g.h
+    assert all(dot[u] != 0 for u in off_counts)
+    assert len(off_counts) == g.points - g.h
     for counts, size in ((on_counts, g.h), (off_counts, g.points - g.h)):
         p = 1 / size
         for c in counts.values():
@@ -78,7 +80,8 @@ def test_the_default_geometry_is_the_least_variance_within_the_table() -> None:
     """choose_geometry's (q, t) has no larger variance than any other qualifying (q, t), and t = 2 is k-RR."""
     for k, eps in ((8, 1.0), (843, 4.0), (843, 1.0), (65_536, 4.0)):
         best = choose_geometry(k, eps)
-        assert best.points >= k and (best.t == 2 or best.q**best.t <= WORK_CELLS)
+        assert best.points >= k
+        assert best.t == 2 or best.q**best.t <= WORK_CELLS
         for t in range(3, 8):
             for q in (p for p in range(2, 300) if is_prime(p) and p**t <= WORK_CELLS):
                 g = Geometry(q, t)
