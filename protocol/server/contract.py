@@ -34,6 +34,7 @@ from protocol.server.estimate import BitEstimates, Estimate, VectorEstimate
 __all__ = [
     "Aggregate",
     "Batch",
+    "BatchPrivatizer",
     "CandidateServer",
     "DiscoveredItem",
     "DiscoveryServer",
@@ -221,6 +222,17 @@ class DiscoveryServer(ServerMechanism, Protocol):
         self, aggregate: Aggregate, *, alphabet: str, top_t: int, threshold: float
     ) -> Sequence[DiscoveredItem]:
         """The strings found, each with its count and standard error."""
+        ...
+
+
+@runtime_checkable
+class BatchPrivatizer(Protocol):
+    """A server half that privatizes many values of an event mechanism at once, each with the
+    device's coins in the device's layout, in wire form (the fleet's scale mode and the
+    benchmarks use it; the frequency oracles at the local-privacy limit have it)."""
+
+    def privatize_records(self, values: Sequence[str], rng: Any) -> list[object]:
+        """One record per value, in the mechanism's wire form."""
         ...
 
 

@@ -18,10 +18,11 @@ import pytest
 
 from protocol.randomness import SeededRandom
 from protocol.registry import Registry, UseCase, parse_registry
-from tests.compat.previous_release import PreviousRelease
+from tests.compat.previous_release import PreviousRelease, known_to_previous
 
 ROOT = Path(__file__).resolve().parents[2]
 REGISTRIES = (ROOT / "deploy" / "usecases.example.toml", ROOT / "deploy" / "fleet.usecases.toml")
+"""The registries compared, each without the use cases of mechanisms the previous release lacks."""
 SEEDS = range(6)
 
 # A value sequence per kind of recorded value, with repeats (memos are reused) and edges.
@@ -80,19 +81,33 @@ def _rows(uc: UseCase, seed: int) -> bytes:
     return packed
 
 
+def _known(path: Path) -> str:
+    return known_to_previous(path.read_text(encoding="utf-8"))
+
+
 @pytest.fixture(scope="module")
-def previous_records(previous_release: PreviousRelease) -> dict[str, str]:
+def previous_records(previous_release: PreviousRelease, tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     """What release 0.1.0 produced, per registry, use case and seed."""
+    copies = []
+    for path in REGISTRIES:
+        copy = tmp_path_factory.mktemp("registries") / path.name
+        copy.write_text(_known(path), encoding="utf-8")
+        copies.append(copy)
     found: dict[str, str] = previous_release.run(
-        _RECORDS, json.dumps([str(p) for p in REGISTRIES]), json.dumps(VALUES), json.dumps(list(SEEDS))
+        _RECORDS, json.dumps([str(p) for p in copies]), json.dumps(VALUES), json.dumps(list(SEEDS))
     )
-    return found
+    return {
+        key.replace(str(copy), str(path)): value
+        for key, value in found.items()
+        for copy, path in zip(copies, REGISTRIES, strict=True)
+        if key.startswith(f"{copy}:")
+    }
 
 
 def _cases() -> list[tuple[str, Registry, str]]:
     out = []
     for path in REGISTRIES:
-        registry = parse_registry(path.read_bytes(), source=str(path))
+        registry = parse_registry(_known(path), source=str(path))
         out += [(str(path), registry, name) for name in registry.use_cases]
     return out
 
