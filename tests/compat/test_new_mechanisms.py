@@ -3,8 +3,9 @@
 Release 0.1.0 knows seven mechanisms. A registry that names ``olh``, ``grr``, ``oue``, ``ss`` or
 ``pgr`` is refused when its agent or its collector loads it, naming the mechanism (so a fleet
 is never half-configured), and a report made under such a use case by this release's agent
-is refused by the previous release's decoder without touching any aggregate: 0.1.0 reads wire format 1 only, so it refuses them by their version
-before it looks at the use case (collectors are upgraded before agents, docs/wire-format.md).
+is refused by the previous release's decoder without touching any aggregate: 0.1.0 reads
+wire format 1 only, so it refuses them by their version before it looks at the use case
+(collectors are upgraded before agents, docs/wire-format.md).
 """
 
 from __future__ import annotations
