@@ -39,6 +39,7 @@ limit keeps ``q`` below ``e**ε + 1`` and the error above subset selection's; th
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -227,10 +228,26 @@ class ProjectiveGeometryResponse(FixedCategories):
         """The canonical vector of point ``index`` of PG(t-1, q)."""
         return _point(index, self.q, self.t, self.offsets)
 
+    @cached_property
+    def _hyperplane_offsets(self) -> tuple[int, ...]:
+        # The points of PG(t-2, q), which index a hyperplane's points (module docstring).
+        return _offsets(self.q, self.t - 1)
+
+    @cached_property
+    def _off_points(self) -> int:
+        return int(self.q ** (self.t - 1))
+
+    @cached_property
+    def _others(self) -> tuple[tuple[int, ...], ...]:
+        # For each leading position, the other positions: where a hyperplane basis puts c.
+        return tuple(tuple(j for j in range(self.t) if j != lead) for lead in range(self.t))
+
     def index_of_point(self, u: Sequence[int]) -> int:
         """The index of the point of any non-zero vector ``u`` (scaled to its canonical form)."""
         q = self.q
-        lead = next(i for i, x in enumerate(u) if x % q)
+        lead = 0
+        while u[lead] % q == 0:
+            lead += 1
         inverse = pow(u[lead] % q, q - 2, q)
         rest = 0
         for x in u[lead + 1 :]:
@@ -248,17 +265,15 @@ class ProjectiveGeometryResponse(FixedCategories):
         """The point the word chooses on ``v``'s hyperplane (``on``) or off it."""
         q, t = self.q, self.t
         lead = v.index(1)
-        g = self.geometry
         c: Sequence[int]
         if on:
-            c = _point(uniform_word(rng, word, g.h), q, t - 1, _offsets(q, t - 1))
+            c = _point(uniform_word(rng, word, self.geometry.h), q, t - 1, self._hyperplane_offsets)
             first = 0
         else:
-            c = _digits(uniform_word(rng, word, q ** (t - 1)), q, t - 1)
+            c = _digits(uniform_word(rng, word, self._off_points), q, t - 1)
             first = 1
         u = [0] * t
-        others = [j for j in range(t) if j != lead]
-        for cj, j in zip(c, others, strict=True):
+        for cj, j in zip(c, self._others[lead], strict=True):
             u[j] = cj
             first -= cj * v[j]
         u[lead] = first % q
@@ -306,7 +321,7 @@ def _digits(value: int, q: int, width: int) -> list[int]:
 
 
 def _point(index: int, q: int, t: int, offsets: Sequence[int]) -> tuple[int, ...]:
-    lead = max(i for i in range(t) if offsets[i] <= index)
+    lead = bisect.bisect_right(offsets, index) - 1
     return (0,) * lead + (1, *_digits(index - offsets[lead], q, t - 1 - lead))
 
 

@@ -60,6 +60,8 @@ __all__ = ["OLHAggregate", "OLHBatch", "OLHServer"]
 _Real = TypeVar("_Real", float, npt.NDArray[np.float64])
 _PLAN_TOP_SHARE: Final = 0.1
 """The planner's ``Σ f**2 <= 0.1 n**2`` (the most frequent value holds at most a tenth), as for CMS."""
+_DIRECT_CELLS: Final = 1 << 18
+"""Up to this many (row, candidate) pairs a dictionary query hashes them all in one vectorised pass."""
 _PLAN_COLLISION_SHARE: Final = 0.1
 """The planner suggests the family at which the collision term is at most this share of the coin term."""
 
@@ -221,9 +223,21 @@ class OLHServer(PlainServer[OptimalLocalHashing, OLHBatch, OLHAggregate]):
         if n == 0:
             return no_counts(len(fp))
         p, _, inv_g = self.support
-        sums = gather_sums(aggregate.table, self.mechanism.family, fp, workers=workers)
+        sums = self._gather(aggregate.table, fp, workers=workers)
         values = (sums - n * inv_g) / (p - inv_g)
         return counts_with_errors(values, n=n, second_moment=aggregate.second_moment(), variance=self.variance)
+
+    def _gather(
+        self, table: npt.NDArray[np.int64], fp: Fingerprints, *, workers: int | None
+    ) -> npt.NDArray[np.float64]:
+        """``S(d) = Σ_j T[j, h_j(d)]``: every (row, candidate) hash in one pass for a small dictionary
+        (a few million cells), else row by row in threads (:func:`gather_sums`)."""
+        family = self.mechanism.family
+        if family.count * len(fp) > _DIRECT_CELLS:
+            return gather_sums(table, family, fp, workers=workers)
+        rows = np.arange(family.count, dtype=np.int64)[:, None]
+        sums: npt.NDArray[np.float64] = table[rows, evaluate(family, fp, rows)].sum(axis=0, dtype=np.float64)
+        return sums
 
     def variance(self, *, n: float, count: _Real, others_sum_sq: _Real) -> _Real:
         """``Var[ĉ(d)]`` over the coins and the family (module docstring), ``Σ_{v != d} f_v**2 = others_sum_sq``."""

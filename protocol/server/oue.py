@@ -87,15 +87,25 @@ class OUEServer(PlainServer[OptimizedUnaryEncoding, OUEBatch, OUEAggregate]):
         return [row.tobytes() for row in batch.bits]
 
     def privatize_many(self, values: Sequence[str], rng: RandomSource) -> OUEBatch:
-        """Privatize many values, each report's words in the device's layout (:mod:`protocol.oue`)."""
+        """Privatize many values, each report's words in the device's layout (:mod:`protocol.oue`),
+        a few MiB of coins at a time."""
         mech = self.mechanism
-        n, k, cw = len(values), mech.k, mech.coin_words
-        own = np.fromiter((mech.index_of(v) for v in values), dtype=np.int64, count=n)
+        own = np.fromiter((mech.index_of(v) for v in values), dtype=np.int64, count=len(values))
+        out = np.empty((own.size, mech.record_bytes), dtype=np.uint8)
+        step = max(1, _CHUNK_CELLS // (8 * mech.draw_words))
+        for start in range(0, own.size, step):
+            out[start : start + step] = self._vectors(own[start : start + step], rng)
+        return OUEBatch(out)
+
+    def _vectors(self, own: npt.NDArray[np.int64], rng: RandomSource) -> npt.NDArray[np.uint8]:
+        mech = self.mechanism
+        n, k, cw = own.size, mech.k, mech.coin_words
         words = rng.words(n * mech.draw_words).reshape(n, mech.draw_words)
         coin_bytes = np.ascontiguousarray(words[:, :cw]).view(np.uint8).reshape(n, 8 * cw)[:, :k]
         heads = byte_coin_rows(rng, mech.other_coin, coin_bytes, words[:, cw + 1 :])
         heads[np.arange(n), own] = (words[:, cw] >> np.uint64(63)) == 1
-        return OUEBatch(np.packbits(heads, axis=1))
+        packed: npt.NDArray[np.uint8] = np.packbits(heads, axis=1)
+        return packed
 
     def privatize_records(self, values: Sequence[str], rng: RandomSource) -> list[object]:
         """:meth:`privatize_many` in wire form."""
