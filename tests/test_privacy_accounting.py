@@ -165,11 +165,12 @@ def test_sequences_with_one_pattern_of_changes_stay_within_w_memos(example: Regi
 
 
 def test_the_registry_change_figure() -> None:
-    """`default-browser` at f = 0.6 (deploy/fleet.usecases.v2.toml): ε∞ = 2 ln(7/3), ε₁ = 0.4286."""
+    """`default-browser` at f = 0.6 (deploy/fleet.usecases.v2.toml): ε∞ = 2 ln(7/3) per B′ redrawn, ε₁ = 0.4286."""
     r = _registry("fleet.usecases.v2.toml").use_cases["default-browser"].mechanism
     assert isinstance(r, Rappor)
     assert r.epsilon_infinity == pytest.approx(2 * math.log(7 / 3), rel=1e-12)
     assert (format_number(r.epsilon_infinity), format_number(r.epsilon_one)) == ("1.695", "0.4286")
+    assert format_number(2 * r.epsilon_infinity) == "3.389"  # a device that reported two browsers
 
 
 def _row(first_cell: str) -> list[str]:
