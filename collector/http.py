@@ -75,6 +75,7 @@ from collector.metrics import IngestMetrics, metrics_registry
 from collector.results import ServiceStatus, UseCaseBrief, json_schema, named, to_json
 from collector.transport import TransportStatistics
 from protocol.registry import Period
+from runtime.resources import ResourceErrors, resource_shortage
 
 __all__ = [
     "ACCEPT_ERROR_INTERVAL_S",
@@ -114,6 +115,8 @@ class AcceptErrorLog:
     a second later: hundreds of identical lines that bury the rest of the log. This logs the
     first at once, then one line per :data:`ACCEPT_ERROR_INTERVAL_S` with how many there were;
     every other report goes to the handler that was there before (or asyncio's default).
+    Each failure is also counted in ``resources`` when given (the service's, exported as
+    ``ldp_collector_resource_errors_total{operation="http-accept"}``).
     """
 
     def __init__(
@@ -122,8 +125,10 @@ class AcceptErrorLog:
         *,
         interval: float = ACCEPT_ERROR_INTERVAL_S,
         clock: Callable[[], float] = time.monotonic,
+        resources: ResourceErrors | None = None,
     ) -> None:
         self._loop = loop
+        self._resources = resources
         self._previous = loop.get_exception_handler()
         self.interval = interval
         self._clock = clock
@@ -151,6 +156,11 @@ class AcceptErrorLog:
             return
         self._held += 1
         self._last = context.get("exception")
+        if self._resources is not None:
+            # Counted for the metrics (ldp_collector_resource_errors_total{operation="http-accept"}).
+            exc = self._last
+            name = resource_shortage(exc) if isinstance(exc, BaseException) else None
+            self._resources.shortage("http-accept", name or "other")
         if self._clock() >= self._next:
             self._report()
 
@@ -365,7 +375,9 @@ class HttpApi:
                 lingering_time=1.0,
             )
 
-        self._accept_errors = AcceptErrorLog(loop)
+        self._accept_errors = AcceptErrorLog(
+            loop, resources=None if self.service is None else self.service.metrics.resources
+        )
         self._accept_errors.install()
         self._server = await loop.create_server(protocol, http.host, http.port, reuse_address=True)
         log.info("HTTP API and dashboard on http://%s:%d/", http.host, self.port)

@@ -12,6 +12,7 @@ __all__ = [
     "errors",
     "exit_status",
     "registry_file",
+    "resources",
     "sd_notify",
     "secret_files",
     "tls",
