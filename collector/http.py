@@ -105,6 +105,7 @@ ACCEPT_ERROR_INTERVAL_S = 60.0
 """At most one log line per this many seconds about connections that could not be accepted."""
 
 _ACCEPT_FAILED = "socket.accept() out of system resource"  # asyncio's context message (selector_events)
+_ACCEPT_RETRY_S = 1.0  # asyncio's delay before it listens again after such a failure (constants.ACCEPT_RETRY_DELAY)
 
 
 class AcceptErrorLog:
@@ -135,26 +136,47 @@ class AcceptErrorLog:
         self._next = float("-inf")
         self._held = 0
         self._last: object = None
+        self._failed = False
+        self._closed = False
 
     def install(self) -> None:
         """Become the loop's exception handler."""
         self._loop.set_exception_handler(self)
 
-    def uninstall(self) -> None:
-        """Give the handler back, logging the failures not yet reported."""
+    def uninstall(self, *, linger: float = 0.0) -> None:
+        """Give the handler back, logging the failures not yet reported.
+
+        Args:
+            linger: after an accept failure, stay this many seconds more (the server closing):
+                asyncio's retry of a failed accept is a timer that the server's ``close`` does
+                not cancel, and it then fails on the closed socket; that failure is expected
+                and dropped instead of logged with a traceback.
+        """
         if self._held:
             self._report()
+        self._closed = True
+        if linger > 0 and self._failed:
+            self._loop.call_later(linger, self._give_back)
+        else:
+            self._give_back()
+
+    def _give_back(self) -> None:
         if self._loop.get_exception_handler() is self:
             self._loop.set_exception_handler(self._previous)
 
     def __call__(self, loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
-        if context.get("message") != _ACCEPT_FAILED:
+        message = str(context.get("message", ""))
+        if self._closed and "_start_serving" in message and isinstance(context.get("exception"), ValueError):
+            log.debug("the retry of a failed accept found the server closed, as expected")
+            return
+        if message != _ACCEPT_FAILED:
             if self._previous is None:
                 loop.default_exception_handler(context)
             else:
                 self._previous(loop, context)
             return
         self._held += 1
+        self._failed = True
         self._last = context.get("exception")
         if self._resources is not None:
             # Counted for the metrics (ldp_collector_resource_errors_total{operation="http-accept"}).
@@ -401,7 +423,7 @@ class HttpApi:
             self._server.close()
             self._server = None
         if self._accept_errors is not None:
-            self._accept_errors.uninstall()
+            self._accept_errors.uninstall(linger=_ACCEPT_RETRY_S * 2)
             self._accept_errors = None
         if self._runner is not None:
             runner, self._runner = self._runner, None

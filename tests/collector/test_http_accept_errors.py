@@ -71,3 +71,30 @@ def test_other_loop_errors_reach_the_handler_that_was_there() -> None:
         assert loop.get_exception_handler() is not handler
     finally:
         loop.close()
+
+
+def test_the_accept_retry_that_fires_after_the_server_closed_is_dropped(caplog: pytest.LogCaptureFixture) -> None:
+    """Closed after a failure: asyncio's retry timer failing on the closed socket is no error; then the handler goes."""
+    loop = asyncio.new_event_loop()
+    handler = AcceptErrorLog(loop)
+    handler.install()
+    try:
+        with caplog.at_level(logging.DEBUG):
+            loop.call_exception_handler(dict(_CONTEXT))
+            handler.uninstall(linger=0.01)
+            assert loop.get_exception_handler() is handler  # the retry timer may still fire
+            loop.call_exception_handler(
+                {
+                    "message": "Exception in callback BaseSelectorEventLoop._start_serving(...)",
+                    "exception": ValueError("Invalid file descriptor: -1"),
+                }
+            )
+            deadline = loop.time() + 30.0
+            while loop.get_exception_handler() is handler:
+                assert loop.time() < deadline, "the handler was never given back"
+                loop.run_until_complete(asyncio.sleep(0))
+        errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+        assert len(errors) == 1, errors  # the failure's own line (nothing held back), no traceback
+        assert not any(r.exc_info for r in caplog.records)
+    finally:
+        loop.close()
