@@ -12,6 +12,7 @@ import pytest
 
 from collector.amplification import central_epsilon, default_delta
 from collector.numbers import format_number
+from protocol.one_bit_mean import theorem5_epsilon
 from protocol.rappor import Rappor
 from protocol.registry import Registry, parse_registry
 
@@ -171,6 +172,13 @@ def test_the_registry_change_figure() -> None:
     assert r.epsilon_infinity == pytest.approx(2 * math.log(7 / 3), rel=1e-12)
     assert (format_number(r.epsilon_infinity), format_number(r.epsilon_one)) == ("1.695", "0.4286")
     assert format_number(2 * r.epsilon_infinity) == "3.389"  # a device that reported two browsers
+
+
+def test_no_joint_bound_makes_one_memo_charge_enough() -> None:
+    """000 Thm 5's joint ε″ at a memo ε of 1 is 2.718, above the 2 two keys' memos are charged."""
+    joint = theorem5_epsilon(1.0)
+    assert format_number(joint) == "2.718"
+    assert joint > 2 * 1.0
 
 
 def _row(first_cell: str) -> list[str]:

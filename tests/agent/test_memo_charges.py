@@ -88,8 +88,10 @@ def test_a_change_charges_each_redrawn_memo_of_a_multi_key_one_bit_mean_and_dbit
         text = _notice(again, name)
         assert "under 3 drawn memos (one per counter key)" in text, text
         assert f"3 new memos, each charged ε {charge:.4g} (ε {3 * charge:.4g} in all)" in text, text
-    # The figure: a memo ε of 1.0 per key (ε = 1), so three keys cost 3, not 1.
+    # docs/privacy-accounting.md's figures: a memo ε of 1.0 per key (ε = 1), so three keys cost 3,
+    # not 1; dBitFlipPM at d = 2 costs its report's ε, 1.0, per key too.
     assert _charge(v2["seconds"]) == pytest.approx(1.0, abs=1e-12)
+    assert _charge(v2["hist"]) == pytest.approx(1.0, abs=1e-12)
 
     # Each key draws its new memo at its next use; only the records are charged from then on.
     _use(again, clock)
