@@ -149,7 +149,7 @@ def _changed(slot: Slot, doc: UseCaseDoc, now: float, rng: RandomSource) -> tupl
 
 
 def _memo_phrase(memos: int, charge: float) -> str:
-    """ "2 new memos, each charged ε 1 (ε 2 in all)" or "a new memo, charged ε 1"."""
+    """The charge in words: ``2 new memos, each charged ε 1 (ε 2 in all)`` or ``a new memo, charged ε 1``."""
     if memos == 1:
         return f"a new memo, charged ε {charge:.4g}"
     return f"{memos} new memos, each charged ε {charge:.4g} (ε {memos * charge:.4g} in all)"

@@ -494,6 +494,7 @@ class MqttTransport:
                 self._last_rx = self._last_tx = time.monotonic()
                 self._session_start = (self._last_rx, self._codec.statistics().received)
                 self._resources.succeeded("mqtt-connect")
+                self._resources.succeeded("mqtt-session")
             case ConnectionRefused():
                 if event.permanent_cause is not None:
                     raise TransportError(
