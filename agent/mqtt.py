@@ -281,7 +281,11 @@ class MqttTransport:
         self._broker = address or cfg.endpoints[0]
         # The user name the broker will see (or the certificate's common name): the receipt
         # topic sits under it, where the ACL (%u) lets only this identity read.
-        self._identity = device_identity(cfg)
+        try:
+            self._identity = device_identity(cfg)
+        except ResourceShortageError as e:
+            # Made at the first connection (agent.daemon): retried like one that failed.
+            raise TransportError(f"cannot connect ({self._broker}): {e}") from e
 
     @property
     def address(self) -> str:

@@ -5,6 +5,7 @@ imports): part of the base install, so nothing here imports a server library.
 """
 
 __all__ = [
+    "accept_errors",
     "backoff",
     "clock",
     "config",
