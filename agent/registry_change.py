@@ -150,6 +150,8 @@ def _changed(slot: Slot, doc: UseCaseDoc, now: float, rng: RandomSource) -> tupl
 
 def _memo_phrase(memos: int, charge: float) -> str:
     """The charge in words: ``2 new memos, each charged ε 1 (ε 2 in all)`` or ``a new memo, charged ε 1``."""
+    if memos == 0:
+        return "nothing charged (no memo had been drawn)"
     if memos == 1:
         return f"a new memo, charged ε {charge:.4g}"
     return f"{memos} new memos, each charged ε {charge:.4g} (ε {memos * charge:.4g} in all)"
@@ -166,9 +168,10 @@ def _new_memos(slot: Slot, new: UseCaseDoc, budget: Budget, said: list[str]) -> 
     that were never drawn are not redrawn and cost nothing more: that change paid for them.
     """
     uc = slot.use_case
-    memos = memos_held(new.permanent)
-    if not memos:
+    if not new.permanent:
         return budget
+    # A state that holds no memo (RAPPOR's cohort and key before any value) is drawn anew for free.
+    memos = memos_held(new.permanent)
     charge = memo_charge(uc)
     if not budget.fits(0, memos * charge):
         slot.broken = (
