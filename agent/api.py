@@ -45,6 +45,7 @@ from agent.errors import (
 from agent.state import LedgerEntry
 from agent.usecases import coerce_text
 from protocol.plain import Json, JsonObject, Plain
+from runtime.accept_errors import AcceptErrorLog
 
 if TYPE_CHECKING:
     import asyncio
@@ -270,9 +271,16 @@ async def serve(
         path.unlink()
     server = await asyncio.start_unix_server(on_client, path=str(path), limit=MAX_REQUEST_BYTES)
     os.chmod(path, mode)
+    # Out of descriptors (a flood of clients holding connections): asyncio's failed accepts are
+    # one line a minute, not one traceback a second (runtime/accept_errors.py).
+    accept_errors = AcceptErrorLog(
+        asyncio.get_running_loop(), logger=log, server="agent API", unit="deploy/ldp-agent.service"
+    )
+    accept_errors.install()
     try:
         yield server
     finally:
         server.close()
+        accept_errors.uninstall(linger=2.0)
         with contextlib.suppress(FileNotFoundError):
             path.unlink()

@@ -52,7 +52,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import ssl
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import aiomqtt
@@ -74,6 +76,7 @@ from agent.transport import (
 )
 from protocol.randomness import RandomSource
 from protocol.receipts import MalformedReceiptError, Receipt, decode_receipts, receipt_topic
+from runtime.resources import ResourceShortageError
 
 __all__ = ["MqttTransport", "random_client_id"]
 
@@ -234,6 +237,34 @@ class _MqttReceiptConnection:
                 log.warning("ignored a malformed receipt message: %s", e.reason)
 
 
+_CREDENTIALS: dict[
+    tuple[bool, Path | None, Path | None, Path | None, Path | None], tuple[ssl.SSLContext | None, str | None]
+] = {}
+"""The TLS context and the password of each set of files, once read (one per daemon; the fleet's
+devices, which share their files, share one)."""
+
+
+def _credentials(cfg: BrokerConfig, broker: BrokerAddress) -> tuple[ssl.SSLContext | None, str | None]:
+    """The TLS context and the password ``cfg`` names, read at the first connection and reused by
+    every later one: a reconnect opens no file (runtime/tls.py), so a full open-file table can
+    only fail its socket, which is retried.
+
+    Raises:
+        ConfigError: a file is missing, unreadable or broken (the operator's to fix: it ends
+            the daemon, naming the field and the file).
+        TransportError: a file could not be read for want of a system resource (``EMFILE``,
+            ...): retried with the publisher's backoff, like a broker that cannot be reached.
+    """
+    key = (cfg.tls, cfg.ca_file, cfg.cert_file, cfg.key_file, cfg.password_file)
+    found = _CREDENTIALS.get(key)
+    if found is None:
+        try:
+            found = _CREDENTIALS[key] = (tls_context(cfg), read_password(cfg))
+        except ResourceShortageError as e:
+            raise TransportError(f"cannot connect ({broker}): {e}") from e
+    return found
+
+
 class MqttTransport:
     """Connections to one of the configured brokers.
 
@@ -250,7 +281,11 @@ class MqttTransport:
         self._broker = address or cfg.endpoints[0]
         # The user name the broker will see (or the certificate's common name): the receipt
         # topic sits under it, where the ACL (%u) lets only this identity read.
-        self._identity = device_identity(cfg)
+        try:
+            self._identity = device_identity(cfg)
+        except ResourceShortageError as e:
+            # Made at the first connection (agent.daemon): retried like one that failed.
+            raise TransportError(f"cannot connect ({self._broker}): {e}") from e
 
     @property
     def address(self) -> str:
@@ -259,16 +294,14 @@ class MqttTransport:
 
     def _client(self, identifier: str, *, v5: bool) -> aiomqtt.Client:
         cfg = self._cfg
-        # A CA, key or password file gone since start-up is the operator's to fix: ConfigError
-        # (naming the field and the file) ends the daemon instead of a retry loop.
-        tls = tls_context(cfg)
+        tls, password = _credentials(cfg, self._broker)
         if v5:
             return _Client(
                 self._broker.host,
                 self._broker.port,
                 identifier=identifier,
                 username=cfg.username,
-                password=read_password(cfg),
+                password=password,
                 tls_context=tls,
                 keepalive=cfg.keepalive,
                 protocol=aiomqtt.ProtocolVersion.V5,
@@ -281,7 +314,7 @@ class MqttTransport:
             self._broker.port,
             identifier=identifier,
             username=cfg.username,
-            password=read_password(cfg),
+            password=password,
             tls_context=tls,
             keepalive=cfg.keepalive,
             clean_session=True,

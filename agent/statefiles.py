@@ -17,6 +17,7 @@ from pathlib import Path
 
 from agent.accounting import EPSILON_SLACK, Budget
 from agent.errors import StateUnreadableError, StateWriteError
+from agent.manifest import ManifestDoc, ManifestEntry
 from agent.sealed import Sealer, fsync_directory
 from agent.state import (
     AGENT_VERSION,
@@ -28,12 +29,10 @@ from agent.state import (
     AgentDoc,
     ConsentDoc,
     LedgerDoc,
-    ManifestDoc,
-    ManifestEntry,
     UseCaseDoc,
     ledger_from_v1,
 )
-from agent.usecases import Kind, fingerprint, kind_of, load_permanent_state
+from agent.usecases import Kind, fingerprint, kind_of, load_permanent_state, memos_held
 from protocol.errors import StateError
 from protocol.plain import Plain, PlainDoc
 from protocol.randomness import RandomSource, random_bytes
@@ -617,6 +616,26 @@ class StateFiles:
             if spent is not None:
                 seen.append(spent)
         return max(seen) if seen else None
+
+    def memos_recorded(self, name: str) -> int:
+        """The most memos any file of the directory shows use case ``name`` held (0 if none
+        shows any): its file if it opens and is this device's, a removed use case's count in
+        the manifest, and the most records one report of the ledger carried (each record of a
+        counter's or a string's period answers from a memo of its own). A lower bound where the
+        file is gone: a memo whose reports the ledger no longer lists is not seen
+        (docs/state-integrity.md, "Re-enrolment")."""
+        seen = [0]
+        for manifest in (self.manifest, self.manifest_on_disk):
+            entry = None if manifest is None else manifest.entries.get(name)
+            if entry is not None and entry.memos is not None:
+                seen.append(entry.memos)
+        doc = self.read_use_case_doc(name)
+        known = self.manifest or self.manifest_on_disk
+        if doc is not None and (known is None or doc.device in (None, known.device)):
+            seen.append(memos_held(doc.permanent))
+        if self.ledger is not None:
+            seen += [len(e.records) for e in self.ledger.entries if e.use_case == name]
+        return max(seen)
 
     # ------------------------------------------------------------------ removing
 

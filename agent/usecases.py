@@ -32,7 +32,7 @@ from typing import cast
 from agent.errors import ValueRefusedError
 from protocol.checks import MAX_COUNTER
 from protocol.errors import InputError
-from protocol.interfaces import HistogramMechanism, Privatization, RecordValue
+from protocol.interfaces import HistogramMechanism, Privatization, RecordValue, memos_in_plain
 from protocol.plain import Plain
 from protocol.randomness import RandomSource
 from protocol.registry import UseCase
@@ -49,6 +49,7 @@ __all__ = [
     "kind_of",
     "load_permanent_state",
     "memo_charge",
+    "memos_held",
     "privacy_figures",
     "privatize",
     "setup",
@@ -115,6 +116,16 @@ def memo_charge(use_case: UseCase) -> float:
     many reports draw on it (the mechanism's ``epsilon_longitudinal``; 0 for a mechanism whose
     reports each compose on their own)."""
     return float(privacy_figures(use_case).get("epsilon_longitudinal", 0.0))
+
+
+def memos_held(permanent: Mapping[bytes, Plain]) -> int:
+    """How many memos a use case's permanent states hold: one per counter key for 1BitMean and
+    dBitFlipPM (each key its own α and memo bits, or buckets and ``f_d``; 000 §3.1, §3.4), one
+    per distinct value for RAPPOR (its ``B'``, 004 §2). Each one redrawn is charged
+    :func:`memo_charge` (docs/privacy-accounting.md, "Registry changes"). Read from the states'
+    plain layout, so it needs neither the parameters they were drawn under nor a registry that
+    still has the use case."""
+    return sum(memos_in_plain(state) for state in permanent.values())
 
 
 def _refused(use_case: UseCase, exc: InputError) -> ValueRefusedError:

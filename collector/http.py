@@ -56,7 +56,7 @@ import dataclasses
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable
-from typing import Any, Protocol
+from typing import Protocol
 
 from aiohttp import web
 from aiohttp.http_exceptions import BadHttpMessage, LineTooLong
@@ -75,6 +75,7 @@ from collector.metrics import IngestMetrics, metrics_registry
 from collector.results import ServiceStatus, UseCaseBrief, json_schema, named, to_json
 from collector.transport import TransportStatistics
 from protocol.registry import Period
+from runtime.accept_errors import ACCEPT_ERROR_INTERVAL_S, AcceptErrorLog
 
 __all__ = [
     "ACCEPT_ERROR_INTERVAL_S",
@@ -96,75 +97,9 @@ _MAX_HEADERS = 32  # a browser sends about 15; bounds a head at about 270 KiB
 _MAX_BODY = 1024  # nothing is uploaded: every route is GET
 _MAX_PERIOD = max(p.max_index for p in Period)  # larger indices overflowed SQLite's integers (HTTP 500)
 _CACHED_BODIES = 1024
+_ACCEPT_RETRY_S = 1.0  # asyncio's delay before it listens again after a failed accept (constants.ACCEPT_RETRY_DELAY)
 # Server: the name only; aiohttp would announce its version and Python's.
 _SECURITY_HEADERS = {"Cache-Control": "no-store", "X-Content-Type-Options": "nosniff", "Server": "ldp-collector"}
-
-
-ACCEPT_ERROR_INTERVAL_S = 60.0
-"""At most one log line per this many seconds about connections that could not be accepted."""
-
-_ACCEPT_FAILED = "socket.accept() out of system resource"  # asyncio's context message (selector_events)
-
-
-class AcceptErrorLog:
-    """The event loop's exception handler while the API serves: accept failures counted, one line per interval.
-
-    When the process runs out of file descriptors (a flood of slow clients, each holding a
-    connection until the head deadline), asyncio reports every failed ``accept()`` and retries
-    a second later: hundreds of identical lines that bury the rest of the log. This logs the
-    first at once, then one line per :data:`ACCEPT_ERROR_INTERVAL_S` with how many there were;
-    every other report goes to the handler that was there before (or asyncio's default).
-    """
-
-    def __init__(
-        self,
-        loop: asyncio.AbstractEventLoop,
-        *,
-        interval: float = ACCEPT_ERROR_INTERVAL_S,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        self._loop = loop
-        self._previous = loop.get_exception_handler()
-        self.interval = interval
-        self._clock = clock
-        self._next = float("-inf")
-        self._held = 0
-        self._last: object = None
-
-    def install(self) -> None:
-        """Become the loop's exception handler."""
-        self._loop.set_exception_handler(self)
-
-    def uninstall(self) -> None:
-        """Give the handler back, logging the failures not yet reported."""
-        if self._held:
-            self._report()
-        if self._loop.get_exception_handler() is self:
-            self._loop.set_exception_handler(self._previous)
-
-    def __call__(self, loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
-        if context.get("message") != _ACCEPT_FAILED:
-            if self._previous is None:
-                loop.default_exception_handler(context)
-            else:
-                self._previous(loop, context)
-            return
-        self._held += 1
-        self._last = context.get("exception")
-        if self._clock() >= self._next:
-            self._report()
-
-    def _report(self) -> None:
-        log.error(
-            "HTTP API: %d connection(s) could not be accepted (%s); asyncio retries each second; at most one "
-            "line per %g s. Raise the open-file limit (LimitNOFILE= in deploy/ldp-collector.service) or look "
-            "for a client holding connections open",
-            self._held,
-            self._last,
-            self.interval,
-        )
-        self._held = 0
-        self._next = self._clock() + self.interval
 
 
 class StatisticsSource(Protocol):
@@ -365,7 +300,14 @@ class HttpApi:
                 lingering_time=1.0,
             )
 
-        self._accept_errors = AcceptErrorLog(loop)
+        self._accept_errors = AcceptErrorLog(
+            loop,
+            logger=log,
+            server="HTTP API",
+            unit="deploy/ldp-collector.service",
+            operation="http-accept",
+            resources=None if self.service is None else self.service.metrics.resources,
+        )
         self._accept_errors.install()
         self._server = await loop.create_server(protocol, http.host, http.port, reuse_address=True)
         log.info("HTTP API and dashboard on http://%s:%d/", http.host, self.port)
@@ -389,7 +331,7 @@ class HttpApi:
             self._server.close()
             self._server = None
         if self._accept_errors is not None:
-            self._accept_errors.uninstall()
+            self._accept_errors.uninstall(linger=_ACCEPT_RETRY_S * 2)
             self._accept_errors = None
         if self._runner is not None:
             runner, self._runner = self._runner, None

@@ -23,7 +23,7 @@ from prometheus_client import CollectorRegistry
 
 from collector.config import CollectorConfig
 from collector.definitions import load_catalog, load_registry
-from collector.errors import ConfigError, StoreUnavailable
+from collector.errors import ConfigError, StoreUnavailable, TransportError
 from collector.http import serve_http
 from collector.ingest import Ingest, StoreThread
 from collector.live import LiveAggregates
@@ -33,6 +33,7 @@ from collector.store import Store, open_store
 from protocol.catalog import Catalog, catalog_of
 from protocol.registry import Registry
 from runtime.clock import SystemClock, WallClock
+from runtime.resources import ResourceShortageError
 from runtime.sd_notify import Notifier
 
 __all__ = ["MAINTENANCE_INTERVAL_S", "Service", "check_size_caps", "load_catalog", "load_registry", "run_service"]
@@ -135,6 +136,25 @@ async def _check_store(service: Service) -> None:
             log.warning("store check skipped: %s", exc)
 
 
+def _broker_set(config: CollectorConfig, metrics: IngestMetrics) -> BrokerSet:
+    """One session per broker, each with its TLS context built now, once (a reconnect opens no file).
+
+    Raises:
+        ConfigError: a TLS file or the password file cannot be used.
+        TransportError: a file could not be read for want of a system resource (exit 1:
+            systemd starts the service again; not the configuration's fault).
+    """
+    try:
+        # The read pause (collector.mqtt.READ_PAUSE_S) stays well inside the commit interval.
+        return BrokerSet(
+            config.mqtt,
+            read_pause_s=min(READ_PAUSE_S, config.ingest.commit_interval_s / 4),
+            resources=metrics.resources,
+        )
+    except ResourceShortageError as exc:
+        raise TransportError(f"cannot start the broker sessions: {exc} (a system resource ran out)") from exc
+
+
 def _count_dropped(metrics: IngestMetrics, notifier: Notifier) -> None:
     metrics.sd_notify_dropped = notifier.dropped
 
@@ -180,9 +200,8 @@ async def run_service(
     try:
         low_water = await store.call(lambda s: s.low_water())
         metrics = IngestMetrics()
-        # The read pause (collector.mqtt.READ_PAUSE_S) stays well inside the commit interval.
         # One session per broker (mqtt.addresses), all feeding this one ingest.
-        transport = BrokerSet(config.mqtt, read_pause_s=min(READ_PAUSE_S, config.ingest.commit_interval_s / 4))
+        transport = _broker_set(config, metrics)
         ingest = Ingest(
             catalog=catalog,
             transport=transport,

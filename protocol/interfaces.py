@@ -54,6 +54,7 @@ __all__ = [
     "as_discovery",
     "as_frequencies",
     "as_histogram",
+    "memos_in_plain",
     "own",
 ]
 
@@ -479,6 +480,11 @@ class MemoizedState(PlainRecords):
     state class as ``state_type`` (with ``from_plain(mechanism, data)``, ``StateError`` when
     the data is not this mechanism's, and ``to_plain()``); privacy figures, value checks and
     the record, batch and aggregate types stay in its own module.
+
+    A saved state is one memo (1BitMean's α and memo bits, dBitFlipPM's buckets and ``f_d``),
+    unless the mechanism memoizes per value, in which case it keeps those memos as a mapping
+    under ``"memo"`` (RAPPOR's ``B'`` per keyed hash), one memo per entry:
+    :func:`memos_in_plain` counts them without knowing the mechanism.
     """
 
     __slots__ = ()
@@ -498,3 +504,20 @@ class MemoizedState(PlainRecords):
         (grown where the mechanism memoizes per value, as RAPPOR does)."""
         record, saved = self.privatize(self.check_value(value), self.state_type.from_plain(self, state), rng)
         return self.encode_records([record])[0], saved.to_plain()
+
+
+def memos_in_plain(state: object) -> int:
+    """How many memos a saved permanent state holds: one per entry of a per-value memo table
+    (a mapping under ``"memo"``, RAPPOR's ``B'`` per keyed hash, 004 §2), else one.
+
+    Read from the plain form's layout alone (:class:`MemoizedState`), never checked against a
+    mechanism's parameters: the agent counts the memos of a state drawn under parameters the
+    registry has since changed, or of a use case the registry no longer has, to charge each
+    memo that must be drawn anew (docs/privacy-accounting.md, "Registry changes"). A state of
+    a mechanism that memoizes nothing (dBitFlip with ``memoize=False``) counts one too; its
+    mechanism charges nothing for a new memo.
+    """
+    if state is None:
+        return 0
+    table = state.get("memo") if isinstance(state, Mapping) else None
+    return len(table) if isinstance(table, Mapping) else 1

@@ -5,6 +5,7 @@ imports): part of the base install, so nothing here imports a server library.
 """
 
 __all__ = [
+    "accept_errors",
     "backoff",
     "clock",
     "config",
@@ -12,6 +13,7 @@ __all__ = [
     "errors",
     "exit_status",
     "registry_file",
+    "resources",
     "sd_notify",
     "secret_files",
     "tls",

@@ -29,9 +29,10 @@ import asyncio
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 
 from collector.config import MqttConfig
-from collector.mqtt.transport import READ_PAUSE_S, BrokerConnector, MqttTransport, open_broker_connection
+from collector.mqtt.transport import READ_PAUSE_S, BrokerConnector, MqttTransport
 from collector.transport import NO_ACK, BrokerStatistics, Delivery, TransportStatistics, route_of
 from protocol.receipts import Receipt
+from runtime.resources import ResourceErrors
 
 __all__ = ["BrokerSet"]
 
@@ -45,8 +46,10 @@ class BrokerSet:
     Args:
         config: the ``[mqtt]`` section; ``config.brokers`` gives one config per broker.
         read_pause_s: passed to each session (:data:`collector.mqtt.READ_PAUSE_S`).
-        open_connection: opens each connection (tests pass their own).
+        open_connection: opens each connection (tests pass their own; by default each session
+            builds its TLS context once, here).
         sleep: waits out each reconnect delay.
+        resources: counts the connections that failed for want of a system resource.
     """
 
     def __init__(
@@ -54,8 +57,9 @@ class BrokerSet:
         config: MqttConfig,
         *,
         read_pause_s: float = READ_PAUSE_S,
-        open_connection: BrokerConnector = open_broker_connection,
+        open_connection: BrokerConnector | None = None,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        resources: ResourceErrors | None = None,
     ) -> None:
         self.config = config
         self._ready = asyncio.Event()
@@ -67,6 +71,7 @@ class BrokerSet:
                 sleep=sleep,
                 route=route,
                 ready=self._ready,
+                resources=resources,
             )
             for route, broker in enumerate(config.brokers)
         )

@@ -38,9 +38,14 @@ Guarantees:
   is busy (CONNACK or DISCONNECT 0x88, 0x89, 0x97, 0x9F: :data:`BUSY_REASON_CODES`) makes
   the waits grow faster; the jitter keeps collectors from coming back in step. A refusal
   that retrying cannot fix (bad credentials, subscription not granted at QoS 1) raises
-  :class:`~collector.errors.TransportError` and ends the service; so does a TLS file that is
-  gone or broken at a reconnect (a :class:`~collector.errors.ConfigError` naming the field
-  and the file).
+  :class:`~collector.errors.TransportError` and ends the service.
+* **A reconnect opens no file**: the TLS context is built once, when the session is made at
+  start-up (:func:`broker_connector`; a TLS file that cannot be used then is a
+  :class:`~collector.errors.ConfigError` naming the field and the file), and every connection
+  reuses it. A connection that fails for want of a system resource (``EMFILE`` when a flood
+  of HTTP clients has filled the open-file table, ``ENFILE``, ``ENOMEM``, ``ENOBUFS``) is
+  retried with the same backoff, counted (``ldp_collector_resource_errors_total``) and logged
+  once until a connection succeeds (:mod:`runtime.resources`).
 * **Every task has an owner**: :meth:`MqttTransport.run` is run by its caller's task group;
   the keep-alive of a connection is a task of that connection's own group, ended with it.
 """
@@ -77,8 +82,16 @@ from collector.mqtt.tls import broker_tls_context
 from collector.transport import BrokerStatistics, Delivery, TransportStatistics
 from protocol.receipts import Receipt, encode_receipts
 from runtime.backoff import Backoff, Retry
+from runtime.resources import ResourceErrors
 
-__all__ = ["BUSY_REASON_CODES", "READ_PAUSE_S", "BrokerConnector", "MqttTransport", "open_broker_connection"]
+__all__ = [
+    "BUSY_REASON_CODES",
+    "READ_PAUSE_S",
+    "BrokerConnector",
+    "MqttTransport",
+    "broker_connector",
+    "open_broker_connection",
+]
 
 log = logging.getLogger(__name__)
 
@@ -112,14 +125,32 @@ BrokerConnector = Callable[[MqttConfig], Awaitable[tuple[asyncio.StreamReader, a
 """Opens one connection to the broker a config names (tests pass their own streams)."""
 
 
-async def open_broker_connection(config: MqttConfig) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-    """A TCP connection to the broker ``config`` names, over TLS when ``[mqtt.tls]`` is set.
+def broker_connector(config: MqttConfig) -> BrokerConnector:
+    """Opens connections to the broker ``config`` names, over TLS when ``[mqtt.tls]`` is set,
+    with a TLS context built here, once: every connection reuses it and reads no file.
 
     Raises:
-        ConfigError: a TLS file is gone or broken (read again at every connection).
+        ConfigError: a TLS file is missing, unreadable or broken.
+        runtime.resources.ResourceShortageError: a TLS file could not be read for want of a
+            system resource.
+    """
+    context = broker_tls_context(config)
+
+    async def open_connection(cfg: MqttConfig) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        return await asyncio.open_connection(cfg.host, cfg.port, ssl=context, limit=1 << 20)
+
+    return open_connection
+
+
+async def open_broker_connection(config: MqttConfig) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """One TCP connection to the broker ``config`` names, over TLS when ``[mqtt.tls]`` is set
+    (a context of its own: a session keeps one, :func:`broker_connector`).
+
+    Raises:
+        ConfigError: a TLS file is missing, unreadable or broken.
         OSError: the broker cannot be reached.
     """
-    return await asyncio.open_connection(config.host, config.port, ssl=broker_tls_context(config), limit=1 << 20)
+    return await broker_connector(config)(config)
 
 
 class _ConnectionLostError(Exception):
@@ -136,13 +167,19 @@ class MqttTransport:
         config: broker address, client id, topic, shared-subscription group, limits.
         read_pause_s: how long the socket is left to fill after a short read (see
             :data:`READ_PAUSE_S`; the service passes at most a quarter of its commit interval).
-        open_connection: opens each connection (default: :func:`open_broker_connection`).
+        open_connection: opens each connection (default: :func:`broker_connector`'s, whose TLS
+            context is built here, at start-up).
         sleep: waits out each reconnect delay (default: :func:`asyncio.sleep`; tests record
             the delays through it).
         route: this broker's index among the collector's brokers (``collector.mqtt.brokers``),
             carried in its deliveries and tokens.
         ready: set whenever deliveries arrive (default: an event of its own); the brokers of
             one collector share one, so ingest waits on all of them at once.
+        resources: counts the connections that failed for want of a system resource (default:
+            a counter of its own; the service shares its own, exported as metrics).
+
+    Raises:
+        ConfigError: a TLS file or the password file cannot be used.
     """
 
     def __init__(
@@ -150,16 +187,18 @@ class MqttTransport:
         config: MqttConfig,
         *,
         read_pause_s: float = READ_PAUSE_S,
-        open_connection: BrokerConnector = open_broker_connection,
+        open_connection: BrokerConnector | None = None,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         route: int = 0,
         ready: asyncio.Event | None = None,
+        resources: ResourceErrors | None = None,
     ) -> None:
         self.config = config
         self.route = route
         self._sleep = sleep
         self._read_pause_s = read_pause_s
-        self._open_connection = open_connection
+        self._open_connection = open_connection or broker_connector(config)
+        self._resources = resources or ResourceErrors(log)
         self._password = read_password(config)
         # "ldp/v1/reports/#" -> b"ldp/v1/reports/": what comes after it, up to the last level
         # (the use case), is the sender's identity.
@@ -328,7 +367,10 @@ class MqttTransport:
                     )
                     self._disconnect_with(exc.reason)
             except (OSError, EOFError, TimeoutError, _ConnectionLostError) as exc:
-                if not self._closing:
+                # Out of files or memory (a flood of HTTP clients, say): counted and logged once
+                # until a connection succeeds, and retried like any other failure.
+                operation = "mqtt-connect" if self._session_start is None else "mqtt-session"
+                if not self._closing and not self._resources.failed(operation, exc):
                     what = "lost" if self._writer is not None else "failed"
                     log.warning(
                         "broker connection to %s:%d %s: %s", cfg.host, cfg.port, what, exc or type(exc).__name__
@@ -451,6 +493,8 @@ class MqttTransport:
                 self._connects += 1
                 self._last_rx = self._last_tx = time.monotonic()
                 self._session_start = (self._last_rx, self._codec.statistics().received)
+                self._resources.succeeded("mqtt-connect")
+                self._resources.succeeded("mqtt-session")
             case ConnectionRefused():
                 if event.permanent_cause is not None:
                     raise TransportError(

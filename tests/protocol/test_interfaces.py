@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from protocol.interfaces import EstimateKind, Mechanism, Privatization
+from protocol.interfaces import EstimateKind, Mechanism, Privatization, memos_in_plain
 from protocol.randomness import SeededRandom
 from protocol.registry import BUILTIN_MECHANISMS, MECHANISM_NAMES, Registry, parse_registry
 from protocol.server.contract import (
@@ -134,3 +134,18 @@ def test_a_mix_up_of_mechanisms_is_a_type_error(example: Registry) -> None:
     batch = hcms.server.decode_records([hcms.mechanism.privatize_plain("x", None, SeededRandom(1))[0]])
     with pytest.raises(TypeError, match="cms"):
         cms.server.fold(cms.server.new_aggregate(), batch)
+
+
+def test_memos_in_plain_counts_one_memo_per_state_or_per_value(example: Registry) -> None:
+    """A memoized state is one memo, RAPPOR's one per distinct value, a stateless mechanism's none."""
+    rng = SeededRandom(12)
+    counted = {}
+    for uc in example.use_cases.values():
+        mech = uc.mechanism
+        state = mech.setup_plain(rng)
+        if mech.privatization is Privatization.STRING:
+            assert memos_in_plain(state) == 0  # nothing memoized before the first value
+            for word in ("alpha", "beta", "gamma", "beta"):
+                _, state = mech.privatize_plain(mech.check_value(word), state, rng)
+        counted[mech.name] = memos_in_plain(state)
+    assert counted == {"rr": 0, "cms": 0, "hcms": 0, "sfp": 0, "one-bit-mean": 1, "dbitflip": 1, "rappor": 3}
