@@ -15,6 +15,7 @@ release wrote: the compatibility tests open it with this release's code.
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import textwrap
@@ -23,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["VERSION", "WHEEL", "PreviousRelease", "install"]
+__all__ = ["METADATA_KEYS", "VERSION", "WHEEL", "PreviousRelease", "install", "without_metadata"]
 
 VERSION = "0.1.0"
 WHEEL = Path(__file__).resolve().parent / "previous" / f"ldp_telemetry-{VERSION}-py3-none-any.whl"
@@ -61,6 +62,16 @@ class PreviousRelease:
             raise AssertionError(f"the previous release's script failed ({done.returncode}):\n{done.stderr[-4000:]}")
         lines = done.stdout.strip().splitlines()
         return json.loads(lines[-1]) if lines else None
+
+
+METADATA_KEYS = ("strict", "owner", "expires", "data_review", "notification_emails")
+"""The registry keys this release added (protocol/metadata.py), which release 0.1.0 refuses as unknown."""
+
+
+def without_metadata(text: str) -> str:
+    """A registry's text with the lines of :data:`METADATA_KEYS` removed: what release 0.1.0 reads."""
+    keys = "|".join(METADATA_KEYS)
+    return re.sub(rf"^(?:{keys}) = .*\n", "", text, flags=re.MULTILINE)
 
 
 def install(directory: Path) -> PreviousRelease:
