@@ -14,6 +14,7 @@ import logging
 import os
 import socket
 import sys
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -29,6 +30,7 @@ from agent.errors import (
     ValueRefusedError,
 )
 from agent.status import AgentStatus, UseCaseStatus
+from protocol.metadata import metadata_warnings
 from protocol.plain import Json, JsonObject
 from runtime.clock import Clock, SystemClock
 from runtime.console import VersionAction, quiet_on_closed_pipe
@@ -49,6 +51,8 @@ EXIT_CODES: dict[str, int] = {
     "value-refused": ExitStatus.REFUSED,
     "consent-required": ExitStatus.NO_CONSENT,
     "use-case-stopped": ExitStatus.STOPPED,
+    # Past its end date: a stop too, which a registry with a later date lifts (agent/expiry.py).
+    "use-case-expired": ExitStatus.STOPPED,
     "state-unreadable": ExitStatus.STATE_UNREADABLE,
     # A use case the registry does not have: a wrong command line, as for ldp-collector estimate.
     "unknown-use-case": ExitStatus.CONFIG,
@@ -367,8 +371,9 @@ def _client(cfg: AgentConfig, args: argparse.Namespace, clock: Clock) -> int:
     return 0
 
 
-def check_config(cfg: AgentConfig, environ: dict[str, str] | None = None) -> list[str]:
-    """Check the registry and every file the config names; one line per file.
+def check_config(cfg: AgentConfig, environ: dict[str, str] | None = None, *, now: float | None = None) -> list[str]:
+    """Check the registry and every file the config names; one line per file, then a warning per
+    use case without an owner or an end date, or past its end date (at ``now``, default the time).
 
     Raises:
         ConfigError: naming the file and the field (the registry's own errors name the registry).
@@ -388,6 +393,11 @@ def check_config(cfg: AgentConfig, environ: dict[str, str] | None = None) -> lis
         if existing is None or not existing.is_dir():
             raise ConfigError(source, field, f"{existing} is not a directory; {path} cannot be made")
     lines += _check_probes(cfg, source)
+    # The same warnings as the collector's check-config (protocol/metadata.py); strict = true
+    # in the registry turns the missing metadata into a refusal before this.
+    moment = time.time() if now is None else now
+    metadata = ((name, uc.metadata) for name, uc in registry.use_cases.items())
+    lines += [f"warning: {line}" for line in metadata_warnings(metadata, now=moment)]
     return lines
 
 
@@ -579,7 +589,7 @@ _VERB_ERRORS = tuple(t for t, _ in _VERB_ERROR_KINDS)
 def _dispatch(cfg: AgentConfig, args: argparse.Namespace, clock: Clock) -> int:
     try:
         if args.verb == "check-config":
-            for line in check_config(cfg):
+            for line in check_config(cfg, now=clock.time()):
                 print(f"  {line}")
             opened = check_state(cfg)
             if opened is not None:
