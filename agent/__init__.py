@@ -12,9 +12,10 @@ documents; ``plain_copy`` copies their contents), ``plain`` (the types of msgpac
 data), ``accounting`` (daily limit, ε cap), ``usecases`` (per-mechanism rules, the one
 caller of the mechanisms), ``policy`` (local caps), ``core`` (the agent, one object over its
 jobs: ``statefiles`` (the state directory and its manifest), ``recording``, ``collection``,
-``outbox`` (outbox, ledger, receipts), ``registry_change``, ``status``), ``probes``, ``api``
-(Unix socket), ``transport`` and ``mqtt`` (publishing), ``publisher``, ``schedule``,
-``daemon``, ``cli``. The clock and sd_notify are :mod:`runtime`'s, shared with the
+``outbox`` (outbox, ledger, receipts), ``registry_change``, ``expiry``, ``status``),
+``probes``, ``api`` (Unix socket), ``transport`` and ``mqtt`` (publishing), ``publisher``,
+``schedule``, ``daemon``, ``cli``. For applications: ``client`` (the socket's client, standard
+library only) and ``codegen`` (``ldp-agent generate``: typed code per use case). The clock and sd_notify are :mod:`runtime`'s, shared with the
 collector.
 """
 
@@ -22,11 +23,14 @@ __all__ = [
     "accounting",
     "api",
     "cli",
+    "client",
+    "codegen",
     "collection",
     "config",
     "core",
     "daemon",
     "errors",
+    "expiry",
     "mqtt",
     "outbox",
     "plain",
