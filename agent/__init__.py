@@ -15,7 +15,8 @@ jobs: ``statefiles`` (the state directory and its manifest), ``recording``, ``co
 ``outbox`` (outbox, ledger, receipts), ``registry_change``, ``expiry``, ``status``),
 ``probes``, ``api`` (Unix socket), ``transport`` and ``mqtt`` (publishing), ``publisher``,
 ``schedule``, ``daemon``, ``cli``. For applications: ``client`` (the socket's client, standard
-library only) and ``codegen`` (``ldp-agent generate``: typed code per use case). The clock and sd_notify are :mod:`runtime`'s, shared with the
+library only) and ``generate`` (``ldp-agent generate``: typed code per use case, from ``codegen``,
+``codegen_python`` and ``codegen_c``). The clock and sd_notify are :mod:`runtime`'s, shared with the
 collector.
 """
 
@@ -25,12 +26,15 @@ __all__ = [
     "cli",
     "client",
     "codegen",
+    "codegen_c",
+    "codegen_python",
     "collection",
     "config",
     "core",
     "daemon",
     "errors",
     "expiry",
+    "generate",
     "mqtt",
     "outbox",
     "plain",

@@ -83,6 +83,9 @@ verbs:
   status                   consent, use cases, next cycle, outbox size, ε spent, recording paused
   re-enrol                 after state files were deleted or replaced: start the stopped use cases
                            anew (new permanent randomness), carrying ε spent forward; see its --help
+  generate --language python|c REGISTRY
+                           print typed code with one function per use case of REGISTRY, for
+                           applications that record through the agent (needs no config)
 
 config: --config, else $LDP_AGENT_CONFIG, else /etc/ldp-agent/agent.toml
 
@@ -134,6 +137,16 @@ def _parser() -> argparse.ArgumentParser:
     led.add_argument("--json", action="store_true", help="print JSON")
     st = sub.add_parser("status", help="show the agent's status", description="Consent, use cases, schedule, budget.")
     st.add_argument("--json", action="store_true", help="print JSON")
+    gen = sub.add_parser(
+        "generate",
+        help="print typed code per use case for applications",
+        description="Print a Python module or a C header with one typed function per use case of REGISTRY, "
+        "recording through the agent's socket (agent.client, clients/c/), documented with the use case's "
+        'description, ε, daily limit, owner and end date (docs/agent-api.md, "Clients"). Needs no config.',
+    )
+    # The languages of agent.generate.LANGUAGES, named here so that --help needs no import of it.
+    gen.add_argument("--language", required=True, choices=("python", "c"))
+    gen.add_argument("registry", type=Path, metavar="REGISTRY", help="the use-case registry (TOML)")
     sub.add_parser(
         "re-enrol",
         help="start stopped use cases anew after state files were deleted or replaced",
@@ -546,8 +559,27 @@ def main(argv: Sequence[str] | None = None, *, clock: Clock | None = None) -> in
     return quiet_on_closed_pipe(lambda: _main(argv, clock or SystemClock()))
 
 
+def _generate(args: argparse.Namespace) -> int:
+    """``ldp-agent generate``: the code on stdout; a registry that cannot be read or written, status 2."""
+    from agent.codegen import GenerateError  # noqa: PLC0415 - only this verb writes code
+    from agent.generate import generate  # noqa: PLC0415
+    from protocol.registry import RegistryError  # noqa: PLC0415
+    from runtime.errors import SettingFileError  # noqa: PLC0415
+    from runtime.registry_file import read_registry  # noqa: PLC0415
+
+    try:
+        code = generate(read_registry(args.registry), args.language)
+    except (SettingFileError, RegistryError, GenerateError) as e:
+        print(f"ldp-agent: {e}", file=sys.stderr)
+        return ExitStatus.CONFIG
+    sys.stdout.write(code)
+    return ExitStatus.OK
+
+
 def _main(argv: Sequence[str] | None, clock: Clock) -> int:
     args = _parser().parse_args(argv)
+    if args.verb == "generate":
+        return _generate(args)  # a developer's verb: no agent config on that machine
     path = args.config or Path(os.environ.get(CONFIG_ENV) or DEFAULT_CONFIG)
     try:
         cfg = load_config(path)
