@@ -297,9 +297,16 @@ def _objects(value: Json) -> list[Mapping[str, Json]]:
     return [v for v in value if isinstance(v, Mapping)]
 
 
+_END_DATE_NOTICES = ("expired on ", "renewed: ")
+"""How the ledger's notices of an end date begin (agent.expiry.EXPIRED and RENEWED; named here so
+that printing the ledger a daemon sent loads none of the state's modules)."""
+
+
 def _print_ledger(entries: Sequence[Mapping[str, object]], notices: Sequence[Mapping[str, object]]) -> None:
     for n in notices:
-        print(f"{_when(n['at'])}  {n['use_case']}  registry change: {n['text']}")
+        text = str(n["text"])
+        what = "end date" if text.startswith(_END_DATE_NOTICES) else "registry change"
+        print(f"{_when(n['at'])}  {n['use_case']}  {what}: {text}")
     if not entries:
         print("nothing has left this device")
         return

@@ -208,3 +208,26 @@ def test_check_config_warns_of_each_use_case_without_owner_or_end_date_and_stric
     assert "4 lack them" in err
     for name in lacking:
         assert f"{name} (no owner and no expires)" in err
+
+
+def test_the_ledger_prints_end_date_notices_as_such(
+    make_agent: Callable[..., Agent], clock: FakeClock, ending: Registry, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`ldp-agent ledger` labels the stop "end date", not "registry change" (the prefixes are agent.expiry's)."""
+    from agent import cli, expiry  # noqa: PLC0415
+
+    assert (expiry.EXPIRED, expiry.RENEWED) == cli._END_DATE_NOTICES
+    agent = make_agent(registry_override=ending)
+    agent.grant_consent()
+    clock.set(START + DAY)
+    agent.collect()
+    cli._print_ledger([], [n.to_plain() for n in agent.notices()])
+    lines = capsys.readouterr().out.splitlines()
+    assert any(
+        line.endswith(
+            f"flag  end date: expired on {ENDS.isoformat()} (owner: {OWNER}): values are refused "
+            "from then on; those recorded before are sent when their period ends, and nothing more "
+            "is charged"
+        )
+        for line in lines
+    ), lines
