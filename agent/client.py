@@ -342,12 +342,16 @@ class AgentClient:
                 sock.connect(str(self.path))
             except (FileNotFoundError, ConnectionRefusedError) as e:
                 raise AgentUnavailableError(f"no agent listens on {self.path}: {e.strerror or e}") from None
+            deadline = time.monotonic() + self.timeout
             try:
                 with contextlib.suppress(BrokenPipeError, ConnectionResetError):
                     sock.sendall(request)  # a busy agent may answer unread: _received
                 buffer = bytearray()
-                while (line := _line(buffer, _received(sock.recv, 16_384))) is None:
-                    pass
+                while True:
+                    # One deadline for the whole reply, however it is cut up.
+                    sock.settimeout(max(deadline - time.monotonic(), 1e-3))
+                    if (line := _line(buffer, _received(sock.recv, 16_384))) is not None:
+                        break
             except TimeoutError:
                 raise _silent(self.path, self.timeout) from None
             return line
