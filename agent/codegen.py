@@ -7,7 +7,8 @@ calls the clients of this repository (:mod:`agent.client`, ``clients/c/``) and h
 else.
 
 What each use case takes is asked of its mechanism (docs/design.md, convention 4), never of
-its name, so a mechanism added to the registry gets its typed function unchanged:
+its name, through :func:`agent.usecases.value_facts` (the one module of the agent that calls
+a mechanism), so a mechanism added to the registry gets its typed function unchanged:
 
 * ``value_type`` gives the type: a bit is a ``bool``, a count an integer, a number a float, a
   string a string;
@@ -27,13 +28,8 @@ import re
 from dataclasses import dataclass
 from typing import Final
 
-from protocol.interfaces import (
-    EstimateKind,
-    Privatization,
-    ValueType,
-    as_discovery,
-    as_frequencies,
-)
+from agent.usecases import ValueFacts, value_facts
+from protocol.interfaces import ValueType
 from protocol.registry import Registry, UseCase
 
 __all__ = ["GenerateError", "Shape", "Signature", "identifier", "signatures", "unique"]
@@ -88,23 +84,17 @@ def identifier(text: str) -> str:
     return word or "value"
 
 
-def _shape(use_case: UseCase) -> tuple[Shape, tuple[str, ...]]:
-    mech = use_case.mechanism
-    if mech.kind is EstimateKind.CATEGORIES:
-        categories = as_frequencies(mech).fixed_categories
-        if categories:
-            return Shape.CATEGORY, tuple(categories)
-    return _SHAPES[mech.value_type], ()
+def _shape(facts: ValueFacts) -> Shape:
+    return Shape.CATEGORY if facts.categories else _SHAPES[facts.value_type]
 
 
-def _doc(use_case: UseCase, shape: Shape, counter: bool) -> tuple[str, ...]:
-    mech = use_case.mechanism
+def _doc(use_case: UseCase, facts: ValueFacts, shape: Shape) -> tuple[str, ...]:
     lines = [use_case.description or f"Use case {use_case.name}."]
     cost = f"ε {use_case.cost:.4g} per report"
     if use_case.epsilon > use_case.cost * (1 + 1e-9):
         cost += f" (declared at most {use_case.epsilon:g})"
     lines.append(
-        f"Mechanism {mech.name}, {cost}, period {use_case.period.value}, daily limit {use_case.daily_limit}, "
+        f"Mechanism {facts.mechanism}, {cost}, period {use_case.period.value}, daily limit {use_case.daily_limit}, "
         f"lifetime ε {use_case.lifetime_epsilon:g}."
     )
     what = {
@@ -115,12 +105,12 @@ def _doc(use_case: UseCase, shape: Shape, counter: bool) -> tuple[str, ...]:
         Shape.CATEGORY: "One of the categories.",
     }[shape]
     if shape in (Shape.COUNT, Shape.NUMBER):
-        low_high = mech.value_range
-        what += f" in [{low_high[0]:g}, {low_high[1]:g}]." if low_high is not None else " (>= 0)."
-    if counter:
+        bounds = facts.value_range
+        what += f" in [{bounds[0]:g}, {bounds[1]:g}]." if bounds is not None else " (>= 0)."
+    if facts.counter:
         what += " Added to the period's running total per key, privatized and sent once when the period ends."
-    if mech.kind is EstimateKind.DISCOVERY:
-        what += f" Characters of {as_discovery(mech).alphabet!r} only; others are refused."
+    if facts.alphabet is not None:
+        what += f" Characters of {facts.alphabet!r} only; others are refused."
     lines.append(what)
     meta = use_case.metadata
     owner = meta.owner or "no owner named in the registry"
@@ -144,9 +134,10 @@ def signatures(registry: Registry) -> list[Signature]:
                 f"use cases {found[ident]!r} and {name!r} both make the identifier {ident!r}; rename one"
             )
         found[ident] = name
-        shape, categories = _shape(uc)
-        counter = uc.mechanism.privatization is Privatization.COUNTER
-        out.append(Signature(name, ident, shape, counter, categories, _doc(uc, shape, counter)))
+        facts = value_facts(uc)
+        shape = _shape(facts)
+        categories = facts.categories or ()
+        out.append(Signature(name, ident, shape, facts.counter, categories, _doc(uc, facts, shape)))
     return out
 
 
