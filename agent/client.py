@@ -24,7 +24,6 @@ of this module (``agent/codegen_python.py``).
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import enum
 import json
@@ -382,6 +381,10 @@ class AsyncAgentClient:
         return await self._exchange(_request(use_case, "text", text, key))
 
     async def _exchange(self, request: bytes) -> RecordReply:
+        # Imported where it is used: asyncio doubles what importing this module costs a program
+        # that only blocks (benchmarks/bench_clients.py, "import").
+        import asyncio  # noqa: PLC0415
+
         for attempt in range(self.busy_retries + 1):
             try:
                 return _reply(await self._once(request))
@@ -394,6 +397,8 @@ class AsyncAgentClient:
     async def _once(self, request: bytes) -> bytes:
         # The loop's socket calls rather than streams: a stream that meets a reset raises before
         # it hands over what arrived first, and the reply may be just that (_received).
+        import asyncio  # noqa: PLC0415 - as in _exchange
+
         loop = asyncio.get_running_loop()
         try:
             async with asyncio.timeout(self.timeout):
