@@ -17,10 +17,11 @@ value beyond its mechanism's range, and the clamping that applies).
 
 docs/agent-api.md describes every operation, its fields, its replies and the error kinds.
 Replies are ``{"ok": true, ...}`` or ``{"ok": false, "error": <kind>, "message": <text>}`` with
-kind one of ``bad-request``, ``unknown-use-case``, ``value-refused``, ``consent-required``, ``use-case-stopped``,
-``state-unreadable``, ``state-unwritable`` (a full disk: recording pauses and resumes by
-itself), ``busy``. The same dispatcher serves the CLI when no daemon runs, so
-both paths behave identically. Access is controlled by the socket's file mode.
+kind one of ``bad-request``, ``unknown-use-case``, ``value-refused``, ``consent-required``,
+``use-case-stopped``, ``use-case-expired`` (past its end date), ``state-unreadable``,
+``state-unwritable`` (a full disk: recording pauses and resumes by itself), ``busy``. The same
+dispatcher serves the CLI when no daemon runs, so both paths behave identically. Access is
+controlled by the socket's file mode.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from agent.errors import (
     ConsentUnreadableError,
     StateUnreadableError,
     StateWriteError,
+    UseCaseExpiredError,
     UseCaseStoppedError,
     ValueRefusedError,
 )
@@ -174,6 +176,8 @@ _REFUSAL_KINDS: tuple[tuple[type[Exception], str], ...] = (
     (ConsentUnreadableError, "state-unreadable"),
     (ValueRefusedError, "value-refused"),
     (ConsentRequiredError, "consent-required"),
+    # Before its base class: past its end date is a stop a registry renews (agent/expiry.py).
+    (UseCaseExpiredError, "use-case-expired"),
     (UseCaseStoppedError, "use-case-stopped"),
     (StateUnreadableError, "state-unreadable"),
     (StateWriteError, "state-unwritable"),

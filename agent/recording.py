@@ -19,6 +19,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from agent.errors import UseCaseStoppedError, ValueRefusedError
+from agent.expiry import expired_error
 from agent.state import PendingRecords, UseCaseDoc
 from agent.statefiles import Slot, StateFiles, budget_of, new_use_case_doc
 from agent.usecases import Kind, check_counter_value, check_value, clamp_note, privatize, setup
@@ -105,12 +106,14 @@ def record_many(
 
     Raises:
         ValueRefusedError: unknown use case, or a value that does not fit it.
-        UseCaseStoppedError: the use case stopped (ε cap spent, unreadable state, ...); what
-            was recorded for the use cases before it in the batch is kept.
+        UseCaseStoppedError: the use case stopped (ε cap spent, unreadable state, past its end
+            date: ``UseCaseExpiredError``); what was recorded for the use cases before it in the
+            batch is kept.
     """
     by_slot: dict[str, list[tuple[object, str | None]]] = {}
+    now = clock.time()
     for name, value, key in items:
-        slot = _slot(files, registry, name)
+        slot = _slot(files, registry, name, now)
         _check_value(slot, value, key)
         by_slot.setdefault(name, []).append((value, key))
     outcomes: list[RecordOutcome] = []
@@ -149,9 +152,10 @@ def record_each(
     """
     results: list[RecordOutcome | ValueRefusedError | UseCaseStoppedError] = []
     docs: dict[str, tuple[Slot, UseCaseDoc] | UseCaseStoppedError] = {}
+    now = clock.time()
     for name, value, key in items:
         try:
-            slot = _slot(files, registry, name)
+            slot = _slot(files, registry, name, now)
             _check_value(slot, value, key)
         except (ValueRefusedError, UseCaseStoppedError) as e:
             results.append(e)
@@ -196,13 +200,16 @@ def _record_one(
     )
 
 
-def _slot(files: StateFiles, registry: Registry, name: str) -> Slot:
+def _slot(files: StateFiles, registry: Registry, name: str, now: float) -> Slot:
     slot = files.slots.get(name)
     if slot is None:
         known = ", ".join(sorted(registry.use_cases))
         raise ValueRefusedError(f"unknown use case {name!r}; the registry has: {known}")
     if slot.broken:
         raise UseCaseStoppedError(f"use case {name!r} is stopped: {slot.broken}")
+    if slot.use_case.metadata.expired(now):
+        # Before the value is looked at: past its end date nothing is stored or charged.
+        raise expired_error(slot.use_case)
     return slot
 
 

@@ -81,8 +81,8 @@ class UseCaseStatus:
         daily_limit: records sent per day at most.
         epsilon_per_record: ε one record costs.
         epsilon_cap: the lifetime ε cap.
-        state: ``"active"``, ``"no consent"``, ``"stopped: lifetime ε cap reached"`` or
-            ``"stopped: <why>"``.
+        state: ``"active"``, ``"no consent"``, ``"stopped: lifetime ε cap reached"``,
+            ``"stopped: <why>"`` or ``"expired on <date> (owner: <owner>): records refused"``.
         records_today: records charged today (None: not known, as for every figure below).
         epsilon_today: ε charged today.
         epsilon_total: lifetime ε charged (for a stopped use case, what the manifest recorded).

@@ -27,12 +27,22 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import cast
 
 from agent.errors import ValueRefusedError
 from protocol.checks import MAX_COUNTER
 from protocol.errors import InputError
-from protocol.interfaces import HistogramMechanism, Privatization, RecordValue, memos_in_plain
+from protocol.interfaces import (
+    EstimateKind,
+    HistogramMechanism,
+    Privatization,
+    RecordValue,
+    ValueType,
+    as_discovery,
+    as_frequencies,
+    memos_in_plain,
+)
 from protocol.plain import Plain
 from protocol.randomness import RandomSource
 from protocol.registry import UseCase
@@ -40,6 +50,7 @@ from protocol.registry import UseCase
 __all__ = [
     "MAX_COUNTER",
     "Kind",
+    "ValueFacts",
     "check_counter_value",
     "check_value",
     "clamp_note",
@@ -53,6 +64,7 @@ __all__ = [
     "privacy_figures",
     "privatize",
     "setup",
+    "value_facts",
 ]
 
 Kind = Privatization
@@ -214,3 +226,39 @@ def coerce_text(use_case: UseCase, text: str) -> object:
         return use_case.mechanism.parse_value(text)
     except InputError as exc:
         raise _refused(use_case, exc) from None
+
+
+@dataclass(frozen=True, slots=True)
+class ValueFacts:
+    """What an application hands a use case, as its mechanism says (what ``ldp-agent generate`` types).
+
+    Attributes:
+        mechanism: the mechanism's registry name (for people: the generated documentation).
+        value_type: a bit, a count, a number or a string.
+        categories: the fixed categories the string must be one of, or None.
+        counter: the values add up to a period's total per counter key.
+        value_range: the closed range of a number, or None.
+        alphabet: the characters a discovered string may hold, or None.
+    """
+
+    mechanism: str
+    value_type: ValueType
+    categories: tuple[str, ...] | None
+    counter: bool
+    value_range: tuple[float, float] | None
+    alphabet: str | None
+
+
+def value_facts(use_case: UseCase) -> ValueFacts:
+    """The facts of what ``use_case`` records, asked of its mechanism's contract (never of its name)."""
+    mech = use_case.mechanism
+    categories = as_frequencies(mech).fixed_categories if mech.kind is EstimateKind.CATEGORIES else None
+    alphabet = as_discovery(mech).alphabet if mech.kind is EstimateKind.DISCOVERY else None
+    return ValueFacts(
+        mechanism=mech.name,
+        value_type=mech.value_type,
+        categories=tuple(categories) if categories else None,
+        counter=mech.privatization is Privatization.COUNTER,
+        value_range=mech.value_range,
+        alphabet=alphabet,
+    )

@@ -3,7 +3,8 @@
 
 It reads the JSON API (relative URLs, so it works behind a path prefix) and draws, per use
 case (per definition, while a registry change rolls out: each definition that has reports gets
-a card of its own, titled with its ref, marked current or earlier, and retired when it is): the
+a card of its own, titled with its ref, marked current or earlier, and retired when it is; under
+the title its owner and end date, and a mark on a use case past that date, whose data is kept): the
 mean or proportion per period over time with its confidence band; the histogram
 with error bars (confidence intervals) and the consistent (projected) histogram; the table
 of discovered strings with counts, standard errors, intervals and p-values (the first 50
@@ -120,6 +121,8 @@ DASHBOARD_HTML = (
   .role { display: inline-block; font-size: 11px; font-weight: 600; border-radius: 4px; padding: 1px 6px; margin-left: 8px; vertical-align: 2px; }
   .role.current { background: #d1fadf; color: #05603a; }
   .role.earlier { background: #fef0c7; color: #93370d; }
+  .role.expired { background: #fee4e2; color: #b42318; }
+  .expired-note { color: #b42318; }
 </style>
 </head>
 <body data-ready="0">
@@ -401,11 +404,25 @@ function centralLine(g) {
   return line;
 }
 
+// Who answers for a use case and until when (its registry's owner and expires, protocol/metadata.py).
+// Past its end date agents record nothing more; what was collected is kept and drawn as before.
+function ownership(uc) {
+  const line = el("div", {class: "sub ownership"});
+  line.append(uc.owner ? `owner ${uc.owner}` : "no owner named in the registry");
+  if (!uc.expires) line.append(" · no end date");
+  else if (uc.expired) line.append(" · ", el("b", {class: "expired-note"}, `expired on ${uc.expires}`), ": agents record nothing more; the data below is kept");
+  else line.append(` · collects until ${uc.expires}`);
+  if (uc.data_review) line.append(" · ", el("a", {href: uc.data_review}, "data review"));
+  return line;
+}
+
 function card(name, uc, several) {
-  const c = el("section", {class: "card", id: "uc-" + name, "data-kind": uc.kind});
+  const c = el("section", {class: "card", id: "uc-" + name, "data-kind": uc.kind, "data-expired": uc.expired ? "1" : "0"});
   const title = el("h2", {}, name);
   if (several) title.append(el("span", {class: "role " + (uc.current ? "current" : "earlier")}, roleText(uc)));
+  if (uc.expired) title.append(el("span", {class: "role expired"}, "expired"));
   c.append(title);
+  c.append(ownership(uc));
   // The ε a device is charged per report (the mechanism's exact figure), and the registry's
   // declared bound when that is looser.
   const declared = uc.epsilon > uc.epsilon_report * (1 + 1e-9) ? ` (declared ≤ ${fmt(uc.epsilon)})` : "";

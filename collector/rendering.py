@@ -10,6 +10,7 @@ from collector.numbers import format_number
 from collector.results import (
     CentralGuarantee,
     CollectorStatus,
+    DefinitionStatus,
     EstimateResult,
     FrequencyEntry,
     HistogramEstimate,
@@ -122,7 +123,7 @@ def format_status(status: CollectorStatus) -> str:
             role = "current" if d.current else "earlier"
             if d.retired_from:
                 role += f", retired from {d.retired_from}"
-            lines.append(f"  {d.definition:40s} {d.mechanism:13s} {count:<11s} {tail}  ({role})")
+            lines.append(f"  {d.definition:40s} {d.mechanism:13s} {count:<11s} {tail}  ({role}; {_ownership(d)})")
     instances = status.instances
     whose = f" (all of {', '.join(sorted(instances))})" if len(instances) > 1 else ""
     lines.append(f"counters{whose}: " + ", ".join(f"{k} {v:,}" for k, v in sorted(status.counters.items())))
@@ -135,6 +136,16 @@ def format_status(status: CollectorStatus) -> str:
     if isinstance(status, ServiceStatus) and status.brokers:
         lines.extend(_broker_line(b) for b in status.brokers)
     return "\n".join(lines)
+
+
+def _ownership(d: DefinitionStatus) -> str:
+    """Who answers for a definition and until when; an expired one says so first (its data is kept)."""
+    owner = f"owner {d.owner}" if d.owner else "no owner"
+    if d.expires is None:
+        return f"{owner}, no end date"
+    if d.expired:
+        return f"EXPIRED on {d.expires}, agents record nothing more; {owner}"
+    return f"{owner}, expires {d.expires}"
 
 
 def _broker_line(b: BrokerStatistics) -> str:

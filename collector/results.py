@@ -288,7 +288,16 @@ class PeriodTotals(_Value, frozen=True):
 
 
 class _DefinitionFields(_Value, frozen=True):
-    """What a definition is, where it comes from, and whether it is current or retired."""
+    """What a definition is, where it comes from, whether it is current or retired, and who answers
+    for it until when (its registry's metadata, protocol/metadata.py).
+
+    Attributes:
+        owner: who answers for the use case (``None``: its registry names nobody).
+        expires: the day it stops collecting, ISO 8601 (``None``: no end date).
+        expired: the end date has passed: agents record nothing more; the data is kept.
+        data_review: the review that approved the collection (a URL), if given.
+        notification_emails: who is told about it.
+    """
 
     definition: str
     hash: str
@@ -305,6 +314,11 @@ class _DefinitionFields(_Value, frozen=True):
     lifetime_epsilon: float | None
     min_reports: int
     release_threshold: float
+    owner: str | None
+    expires: str | None
+    expired: bool
+    data_review: str | None
+    notification_emails: tuple[str, ...]
 
 
 class DefinitionStatus(_DefinitionFields, frozen=True):

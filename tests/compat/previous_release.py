@@ -24,7 +24,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["MECHANISMS", "VERSION", "WHEEL", "PreviousRelease", "install", "known_to_previous"]
+__all__ = [
+    "MECHANISMS",
+    "METADATA_KEYS",
+    "VERSION",
+    "WHEEL",
+    "PreviousRelease",
+    "for_previous",
+    "install",
+    "known_to_previous",
+    "without_metadata",
+]
 
 VERSION = "0.1.0"
 WHEEL = Path(__file__).resolve().parent / "previous" / f"ldp_telemetry-{VERSION}-py3-none-any.whl"
@@ -86,6 +96,22 @@ class PreviousRelease:
             raise AssertionError(f"the previous release's script failed ({done.returncode}):\n{done.stderr[-4000:]}")
         lines = done.stdout.strip().splitlines()
         return json.loads(lines[-1]) if lines else None
+
+
+METADATA_KEYS = ("strict", "owner", "expires", "data_review", "notification_emails")
+"""The registry keys this release added (protocol/metadata.py), which release 0.1.0 refuses as unknown."""
+
+
+def without_metadata(text: str) -> str:
+    """A registry's text with the lines of :data:`METADATA_KEYS` removed: what release 0.1.0 reads."""
+    keys = "|".join(METADATA_KEYS)
+    return re.sub(rf"^(?:{keys}) = .*\n", "", text, flags=re.MULTILINE)
+
+
+def for_previous(text: str) -> str:
+    """What release 0.1.0 reads of a registry of this release: without the use cases of mechanisms
+    it lacks (:func:`known_to_previous`) and without the metadata keys (:func:`without_metadata`)."""
+    return without_metadata(known_to_previous(text))
 
 
 def install(directory: Path) -> PreviousRelease:

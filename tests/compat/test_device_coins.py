@@ -5,6 +5,10 @@ device sets up its state and privatizes a sequence of values (repeats included, 
 reused) with a seeded random source; release 0.1.0 (installed from its wheel) does the same in
 a subprocess. Every record's wire form and every saved state must be equal byte for byte:
 whatever the mechanism code's layout, a device's coins and records do not change.
+
+The previous release is given each registry without its metadata (``strict``, ``owner``,
+``expires``, ...), keys it does not know and refuses (``tests/compat/test_registry_metadata.py``);
+they are outside every hash, so both releases build the same use cases from the two texts.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ import pytest
 
 from protocol.randomness import SeededRandom
 from protocol.registry import Registry, UseCase, parse_registry
-from tests.compat.previous_release import PreviousRelease, known_to_previous
+from tests.compat.previous_release import PreviousRelease, for_previous, known_to_previous
 
 ROOT = Path(__file__).resolve().parents[2]
 REGISTRIES = (ROOT / "deploy" / "usecases.example.toml", ROOT / "deploy" / "fleet.usecases.toml")
@@ -87,21 +91,23 @@ def _known(path: Path) -> str:
 
 @pytest.fixture(scope="module")
 def previous_records(previous_release: PreviousRelease, tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
-    """What release 0.1.0 produced, per registry, use case and seed."""
-    copies = []
+    """What release 0.1.0 produced, per registry, use case and seed (keyed by this tree's paths), from
+    copies of the registries it can read (:func:`for_previous`)."""
+    copies = tmp_path_factory.mktemp("registries-without-metadata")
+    paths: dict[str, str] = {}
     for path in REGISTRIES:
-        copy = tmp_path_factory.mktemp("registries") / path.name
-        copy.write_text(_known(path), encoding="utf-8")
-        copies.append(copy)
+        stripped = copies / path.name
+        stripped.write_text(for_previous(path.read_text(encoding="utf-8")), encoding="utf-8")
+        paths[str(stripped)] = str(path)
     found: dict[str, str] = previous_release.run(
-        _RECORDS, json.dumps([str(p) for p in copies]), json.dumps(VALUES), json.dumps(list(SEEDS))
+        _RECORDS, json.dumps(list(paths)), json.dumps(VALUES), json.dumps(list(SEEDS))
     )
-    return {
-        key.replace(str(copy), str(path)): value
-        for key, value in found.items()
-        for copy, path in zip(copies, REGISTRIES, strict=True)
-        if key.startswith(f"{copy}:")
-    }
+    # The previous release names each row by the copy it read: the rows by this tree's file.
+    renamed = {}
+    for key, value in found.items():
+        read, _, rest = key.partition(":")
+        renamed[f"{paths[read]}:{rest}"] = value
+    return renamed
 
 
 def _cases() -> list[tuple[str, Registry, str]]:

@@ -19,7 +19,7 @@ import pytest
 from protocol.randomness import SeededRandom
 from protocol.registry import parse_registry
 from protocol.wire import encode_report, make_report
-from tests.compat.previous_release import MECHANISMS, PreviousRelease, known_to_previous
+from tests.compat.previous_release import MECHANISMS, PreviousRelease, for_previous, without_metadata
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "deploy" / "usecases.example.toml"
@@ -72,7 +72,7 @@ def test_the_previous_release_refuses_a_registry_naming_a_new_mechanism(
 ) -> None:
     """The example registry with one new mechanism's use case: 0.1.0 refuses it as unknown-mechanism, naming it."""
     assert mechanism not in MECHANISMS
-    known = known_to_previous(EXAMPLE.read_text(encoding="utf-8"))
+    known = for_previous(EXAMPLE.read_text(encoding="utf-8"))
     full = EXAMPLE.read_text(encoding="utf-8")
     name = _use_case_of(mechanism)
     start = full.index(f"[use_cases.{name}]")
@@ -82,7 +82,7 @@ def test_the_previous_release_refuses_a_registry_naming_a_new_mechanism(
         end = rest.find("\n[use_cases.", end + 1)
     table = full[start : start + 1 + (len(rest) if end == -1 else end)]
     path = tmp_path / "usecases.toml"
-    path.write_text(known + "\n" + table + "\n", encoding="utf-8")
+    path.write_text(known + "\n" + without_metadata(table) + "\n", encoding="utf-8")
     assert parse_registry(path.read_bytes())[name].mechanism.name == mechanism
     found = previous_release.run(_LOAD, str(path))
     assert found["kind"] == "unknown-mechanism"
@@ -106,6 +106,6 @@ def test_the_previous_release_refuses_reports_of_a_new_use_case(
         report = make_report(uc, registry, period=uc.period.index_at(1_700_000_000), records=[record], rng=rng)
         reports.append(encode_report(report).hex())
     path = tmp_path / "usecases.toml"
-    path.write_text(known_to_previous(EXAMPLE.read_text(encoding="utf-8")), encoding="utf-8")
+    path.write_text(for_previous(EXAMPLE.read_text(encoding="utf-8")), encoding="utf-8")
     found = previous_release.run(_DECODE, str(path), json.dumps(reports))
     assert [reason for reason, _ in found] == ["unknown-version"] * len(NEW)

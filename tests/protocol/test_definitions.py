@@ -65,6 +65,7 @@ def test_adding_changing_or_removing_a_use_case_leaves_the_others_alone() -> Non
     text = EXAMPLE.read_text(encoding="utf-8")
     base = _example(text)
     added = text + '\n[use_cases.new-flag]\nmechanism = "rr"\nepsilon = 1\nperiod = "1d"\ndaily_limit = 1\n'
+    added += 'owner = "team@example.org"\nexpires = 2030-01-01\n'  # the example registry is strict
     added += "lifetime_epsilon = 10\n[use_cases.new-flag.collector]\nmin_reports = 10\n"
     changed = _edit(text, "emoji", "epsilon = 4", "epsilon = 3")
     removed = text[: text.index("[use_cases.homepage]")]  # the tables from homepage on
