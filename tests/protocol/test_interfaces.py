@@ -149,4 +149,4 @@ def test_memos_in_plain_counts_one_memo_per_state_or_per_value(example: Registry
                 _, state = mech.privatize_plain(mech.check_value(word), state, rng)
         counted[mech.name] = memos_in_plain(state)
     stateless = {"rr", "cms", "hcms", "sfp", "olh", "grr", "oue", "ss", "pgr"}
-    assert counted == {name: 0 for name in stateless} | {"one-bit-mean": 1, "dbitflip": 1, "rappor": 3}
+    assert counted == dict.fromkeys(stateless, 0) | {"one-bit-mean": 1, "dbitflip": 1, "rappor": 3}
