@@ -288,7 +288,7 @@ def _released(small: bool) -> list[dict[str, Any]]:
         counts[:held] = np.floor(weights / weights.sum() * n).astype(np.int64)
         counts[0] += n - int(counts.sum())
     values = [names[i] for i, c in enumerate(counts.tolist()) for _ in range(c)]
-    want, max_seeds = (40, 4) if small else (400, 200)
+    want, max_seeds = (40, 4) if small else (800, 400)
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for mechanism in ("olh", "grr", "oue", "ss", "pgr"):
