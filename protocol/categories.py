@@ -39,12 +39,17 @@ def check_categories(value: object, *, low: int = 2) -> tuple[str, ...]:
     if not isinstance(value, list | tuple):
         raise ParameterError("categories", allowed, value)
     cats = tuple(value)
-    if not low <= len(cats) <= CATEGORIES_MAX or not all(isinstance(c, str) for c in cats):
-        raise ParameterError("categories", allowed, value)
+    # The message shows what is wrong, not a list of up to millions of entries.
+    shown = f"{len(cats):,} entries" if len(cats) > 10 else cats
+    if not low <= len(cats) <= CATEGORIES_MAX:
+        raise ParameterError("categories", allowed, shown)
+    odd = next((c for c in cats if not isinstance(c, str)), None)
+    if odd is not None:
+        raise ParameterError("categories", f"{allowed}; {odd!r} is not a string", shown)
     seen: set[str] = set()
     for c in cats:
         if c in seen:
-            raise ParameterError("categories", f"{allowed}; {c!r} appears twice", value)
+            raise ParameterError("categories", f"{allowed}; {c!r} appears twice", shown)
         seen.add(c)
     return cats
 

@@ -98,7 +98,7 @@ def as_value_bytes(value: object) -> bytes:
             return value.encode("utf-8")
         except UnicodeEncodeError as exc:
             raise InputError(f"a str value must be encodable as UTF-8: {exc}") from exc
-    raise InputError(f"CMS privatizes str or bytes values; got {type(value).__name__}")
+    raise InputError(f"a string value is str or bytes; got {type(value).__name__}")
 
 
 class ScalarHash:

@@ -51,6 +51,11 @@ class GRRBatch:
 class GRRAggregate(SupportAggregate):
     """Reports per category (``C_v``) and ``n``."""
 
+    @classmethod
+    def records_per_report(cls, mechanism: GeneralizedRandomizedResponse) -> int:
+        """Every report names one category."""
+        return 1
+
     def add(self, batch: GRRBatch) -> None:
         """Count the reported categories."""
         self.add_counts(np.bincount(batch.categories, minlength=self.counts.size), len(batch))

@@ -244,7 +244,10 @@ class OLHServer(PlainServer[OptimalLocalHashing, OLHBatch, OLHAggregate]):
         p, q, inv_g = self.support
         spread = inv_g * (1 - inv_g)
         others = n - count
-        collisions = (p - q) ** 2 * spread * (others_sum_sq - others) / self.mechanism.seeds
+        # Σ f(f - 1) over the other values: never below 0, though the plug-ins can make it so.
+        pairs = others_sum_sq - others
+        pairs = pairs * (pairs > 0)
+        collisions = (p - q) ** 2 * spread * pairs / self.mechanism.seeds
         var_s = count * p * (1 - p) + others * spread + collisions
         return var_s / (p - inv_g) ** 2
 

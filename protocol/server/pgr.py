@@ -40,7 +40,7 @@ from protocol.server.estimate import VectorEstimate
 from protocol.server.grr import decode_indices
 from protocol.server.support import SupportAggregate, support_estimate, support_variance
 
-__all__ = ["PGRAggregate", "PGRBatch", "PGRServer", "canonical_index", "points"]
+__all__ = ["PGRAggregate", "PGRBatch", "PGRServer", "canonical_index", "inverse_mod", "points"]
 
 _GATHER_CELLS: Final = 1 << 21
 """Coordinates (categories x multiples x t) gathered per step, so the temporaries stay a few MiB."""
@@ -58,13 +58,27 @@ def points(index: npt.NDArray[np.int64], q: int, t: int) -> npt.NDArray[np.int64
     return out
 
 
+def inverse_mod(x: npt.NDArray[np.int64], q: int) -> npt.NDArray[np.int64]:
+    """``x**(q-2) mod q`` elementwise: the inverse of each non-zero ``x`` in F_q for a prime ``q``
+    (Fermat), by squaring in ``uint64`` (``q < 2**32``, so a product of two residues fits)."""
+    base = (x % q).astype(np.uint64)
+    result = np.ones_like(base)
+    modulus = np.uint64(q)
+    exponent = q - 2
+    while exponent:
+        if exponent & 1:
+            result = (result * base) % modulus
+        base = (base * base) % modulus
+        exponent >>= 1
+    return result.astype(np.int64)
+
+
 def canonical_index(u: npt.NDArray[np.int64], q: int, t: int) -> npt.NDArray[np.int64]:
     """The point index of every non-zero row of ``u`` (rows scaled to canonical form first)."""
     u = u % q
     rows = np.arange(u.shape[0])
     lead = np.argmax(u != 0, axis=1)
-    inverse = np.array([0] + [pow(x, q - 2, q) for x in range(1, q)], dtype=np.int64)
-    canon = (u * inverse[u[rows, lead]][:, None]) % q
+    canon = (u * inverse_mod(u[rows, lead], q)[:, None]) % q
     offsets = np.array([sum(q ** (t - 1 - j) for j in range(i)) for i in range(t)], dtype=np.int64)
     rest = np.zeros(u.shape[0], dtype=np.int64)
     for p in range(t):
@@ -90,6 +104,11 @@ class PGRAggregate(SupportAggregate):
     def size_of(cls, mechanism: ProjectiveGeometryResponse) -> int:
         """``K``, the points of PG(t-1, q)."""
         return mechanism.geometry.points
+
+    @classmethod
+    def records_per_report(cls, mechanism: ProjectiveGeometryResponse) -> int:
+        """Every report is one point."""
+        return 1
 
     def add(self, batch: PGRBatch) -> None:
         """Count the reported points."""

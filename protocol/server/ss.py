@@ -43,6 +43,11 @@ class SSBatch:
 class SSAggregate(SupportAggregate):
     """Reports whose subset contains each category (``C_v``) and ``n``."""
 
+    @classmethod
+    def records_per_report(cls, mechanism: SubsetSelection) -> int:
+        """Every report names ``d`` categories."""
+        return mechanism.d
+
     def add(self, batch: SSBatch) -> None:
         """Count each record's members."""
         self.add_counts(np.bincount(batch.members.ravel(), minlength=self.counts.size), len(batch))

@@ -77,6 +77,12 @@ class SupportAggregate:
         """The number of values counted (the mechanism's ``k``)."""
         return int(mechanism.k)
 
+    @classmethod
+    def records_per_report(cls, mechanism: Any) -> int | None:
+        """How many values each report counts (``None``: it varies, as with unary encoding's bits),
+        so a saved aggregate's counts must add up to ``n`` times it."""
+        return None
+
     @property
     def n(self) -> int:
         """Reports folded in."""
@@ -108,4 +114,7 @@ class SupportAggregate:
         ).astype(np.int64)
         if n < 0 or (counts.size and (int(counts.min()) < 0 or int(counts.max()) > n)):
             raise StateError(f"{where}: every count must lie in [0, n] with n >= 0")
+        each = cls.records_per_report(mechanism)
+        if each is not None and int(counts.sum()) != each * n:
+            raise StateError(f"{where}: the counts add up to {int(counts.sum())}, not {each} per report of {n}")
         return cls(mechanism, counts, n)
