@@ -51,16 +51,19 @@ from collector.store.integrity import (
 )
 from collector.store.interface import MIGRATE_COMMAND, legacy_fingerprint, use_case_fingerprint
 from collector.store.reads import SegmentReads
+from collector.store.sqlite_ids import LIMIT, SQLiteIds, check_runs
 from protocol.catalog import Catalog, catalog_of
 from protocol.errors import StateError
 from protocol.registry import Registry, UseCase
 
 __all__ = ["SCHEMA_VERSION", "SQLiteSetup"]
 
-SCHEMA_VERSION = 4
-"""4: report ids keyed by (use case, period, id), with no second index. (3: use-case rows keyed
-by the definition hash; 2: checksums on aggregates, segments, report ids, use-case rows and
-counters, rows keyed by the mechanism's fingerprint; 1: no checksums.)"""
+SCHEMA_VERSION = 5
+"""5: the report ids and allowance tags of recent commits in append-only runs (``id_runs``),
+settled into ``seen`` and ``allowance`` in bulk (collector/store/sqlite_ids.py). (4: report ids
+keyed by (use case, period, id), with no second index; 3: use-case rows keyed by the definition
+hash; 2: checksums on aggregates, segments, report ids, use-case rows and counters, rows keyed
+by the mechanism's fingerprint; 1: no checksums.)"""
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value BLOB NOT NULL);
@@ -110,6 +113,14 @@ CREATE TABLE IF NOT EXISTS allowance (
     reports INTEGER NOT NULL,
     PRIMARY KEY (uc, period, tag)
 ) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS id_runs (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    kind TEXT NOT NULL,
+    uc INTEGER NOT NULL,
+    period INTEGER NOT NULL,
+    data BLOB NOT NULL
+);
+CREATE INDEX IF NOT EXISTS id_runs_key ON id_runs (uc, period);
 CREATE TABLE IF NOT EXISTS counters (
     instance TEXT NOT NULL,
     name TEXT NOT NULL,
@@ -178,6 +189,7 @@ class SQLiteSetup(SegmentReads):
         instance: str = "collector",
         readonly: bool = False,
         synchronous: str = "FULL",
+        ids_in_memory: int = LIMIT,
     ) -> None:
         self.path = Path(path)
         self.catalog = catalog_of(catalog)
@@ -197,6 +209,9 @@ class SQLiteSetup(SegmentReads):
             if not readonly:
                 self._check_marker()
             self.verify()
+            self._ids = SQLiteIds(self._db, self._damaged, limit=ids_in_memory)
+            if not readonly:
+                self._ids.load()
         except sqlite3.DatabaseError as exc:
             transient = _transient(self.path, exc)
             if transient is not None:  # a full disk or a lock at start: a restart may succeed
@@ -282,6 +297,10 @@ class SQLiteSetup(SegmentReads):
             self._upgrade_from_1()
         if found <= 3:
             self._rekey_seen()
+        if found <= 4:
+            # 4 -> 5 adds the table of runs (made with the others at connect), empty: every report id
+            # and allowance tag the file holds is settled. Only the version changes.
+            self._db.execute("UPDATE meta SET value = ? WHERE key = 'schema'", (SCHEMA_VERSION,))
 
     def _upgrade_from_1(self) -> None:
         """Schema 1 had no checksums: seal every row as it stands, in one transaction."""
@@ -331,7 +350,7 @@ class SQLiteSetup(SegmentReads):
             )
             db.execute("DROP TABLE seen")  # its index seen_period goes with it
             db.execute("ALTER TABLE seen_by_period RENAME TO seen")
-            db.execute("UPDATE meta SET value = ? WHERE key = 'schema'", (SCHEMA_VERSION,))
+            db.execute("UPDATE meta SET value = 4 WHERE key = 'schema'")
             db.execute("COMMIT")
         except BaseException:
             rollback(db)
@@ -554,6 +573,7 @@ class SQLiteSetup(SegmentReads):
             check_segments(db.execute("SELECT uc, period, kind, reports, records, data FROM segments"), self._open)
             if report_ids:
                 check_seen(db.execute("SELECT rid, uc, period FROM seen"), self._damaged)
+                check_runs(db, self._damaged)
         except (TypeError, ValueError, OverflowError, AttributeError, msgpack.UnpackException) as exc:
             raise self._damaged(f"a row has a value of the wrong type ({exc})") from exc
         finally:
