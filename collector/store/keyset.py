@@ -42,9 +42,9 @@ def _words(ids: Sequence[bytes]) -> tuple[_U64, _U64]:
     Raises:
         ValueError: a key is not 16 bytes long.
     """
-    joined = b"".join(ids)
-    if len(joined) != KEY_BYTES * len(ids) or any(len(i) != KEY_BYTES for i in ids):
+    if set(map(len, ids)) - {KEY_BYTES}:
         raise ValueError(f"every key must be {KEY_BYTES} bytes")
+    joined = b"".join(ids)
     both = np.frombuffer(joined, dtype=">u8").reshape(-1, 2)
     return both[:, 0].astype(np.uint64), both[:, 1].astype(np.uint64)
 
@@ -95,7 +95,13 @@ class _Group:
         return held
 
     def add(self, ids: Sequence[bytes]) -> int:
-        """Add one occurrence of each of ``ids``; the number of keys that were new."""
+        """Add one occurrence of each of ``ids``; the number of keys that were new.
+
+        Raises:
+            ValueError: a key is not 16 bytes long (checked before anything is added).
+        """
+        if set(map(len, ids)) - {KEY_BYTES}:
+            raise ValueError(f"every key must be {KEY_BYTES} bytes")
         at = self.positions(ids)
         old = at[at >= 0]
         if len(old):
