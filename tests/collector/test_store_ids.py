@@ -56,7 +56,8 @@ def test_settled_and_recent_ids_and_slots_answer_alike(tmp_path: Path, registry:
         store.close()
     settled = _rows(path, "SELECT count(*) FROM seen")
     in_runs = _rows(path, "SELECT count(*) FROM id_runs WHERE kind = 'r'")
-    assert settled > 0 and in_runs > 0, (settled, in_runs)
+    assert settled > 0, settled
+    assert in_runs > 0, in_runs
     db = sqlite3.connect(path)
     assert sorted(sqlite_allowance(db).values()) == [1] * 180
     db.close()
