@@ -18,6 +18,7 @@ costs O(log n) amortised, and the memory is 20 bytes a key in the arrays (two wo
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 
 import numpy as np
@@ -58,7 +59,7 @@ class _Group:
         self.hi: _U64 = np.empty(0, dtype=np.uint64)
         self.lo: _U64 = np.empty(0, dtype=np.uint64)
         self.counts: npt.NDArray[np.uint32] = np.empty(0, dtype=np.uint32)
-        self.waiting: dict[bytes, int] = {}
+        self.waiting: Counter[bytes] = Counter()
 
     def __len__(self) -> int:
         return len(self.hi) + len(self.waiting)
@@ -103,14 +104,13 @@ class _Group:
         if set(map(len, ids)) - {KEY_BYTES}:
             raise ValueError(f"every key must be {KEY_BYTES} bytes")
         at = self.positions(ids)
-        old = at[at >= 0]
-        if len(old):
-            np.add.at(self.counts, old, 1)
+        held = at >= 0
+        if held.any():
+            np.add.at(self.counts, at[held], 1)
+            ids = [i for i, h in zip(ids, held.tolist(), strict=True) if not h]
         waiting = self.waiting
         before = len(waiting)
-        for i, pos in zip(ids, at.tolist(), strict=True):
-            if pos < 0:
-                waiting[i] = waiting.get(i, 0) + 1
+        waiting.update(ids)
         new = len(waiting) - before
         if len(waiting) >= max(_MERGE_AT, len(self.hi) // 8):
             self._merge()
@@ -127,7 +127,7 @@ class _Group:
         self.hi = np.insert(self.hi, at, hi)
         self.lo = np.insert(self.lo, at, lo)
         self.counts = np.insert(self.counts, at, counts)
-        self.waiting = {}
+        self.waiting = Counter()
 
     def items(self) -> Iterator[tuple[bytes, int]]:
         """Every key with its count."""

@@ -139,14 +139,29 @@ class CheckpointStore(SQLiteSetup):
         return verdict.result(records, start, list(groups))
 
     def _unheld(self, reports: Sequence[FoldedReport], uc_of: Mapping[str, int]) -> list[FoldedReport]:
-        """The reports whose id the store does not hold (the first of repeats within ``reports``), in order."""
-        first: dict[tuple[Key, bytes], FoldedReport] = {}
+        """The reports whose id the store does not hold (the first of repeats within ``reports``), in
+        order within each (use case, period)."""
+        groups: dict[Key, list[FoldedReport]] = {}
         for r in reports:
-            first.setdefault(((uc_of[r.use_case.ref], r.period), r.report_id), r)
-        held: set[tuple[Key, bytes]] = set()
-        for key, rids in by_key(first).items():
-            held.update((key, rid) for rid, h in zip(rids, self._ids.held(key, rids), strict=True) if h)
-        return [r for kr, r in first.items() if kr not in held] if held else list(first.values())
+            key = (uc_of[r.use_case.ref], r.period)
+            members = groups.get(key)
+            if members is None:
+                members = groups[key] = []
+            members.append(r)
+        fresh: list[FoldedReport] = []
+        for key, group in groups.items():
+            members, rids = group, [r.report_id for r in group]
+            if len(set(rids)) < len(rids):  # a repeat within the commit: its first copy stands for it
+                firsts: dict[bytes, FoldedReport] = {}
+                for r in group:
+                    firsts.setdefault(r.report_id, r)
+                members, rids = list(firsts.values()), list(firsts)
+            held = self._ids.held(key, rids)
+            if any(held):
+                fresh.extend(r for r, h in zip(members, held, strict=True) if not h)
+            else:
+                fresh.extend(members)
+        return fresh
 
     def _within_allowance(
         self, fresh: Sequence[FoldedReport], sender_of: Mapping[bytes, bytes], uc_of: Mapping[str, int]
@@ -178,17 +193,26 @@ class CheckpointStore(SQLiteSetup):
     def _room(self, claims: Claims) -> tuple[dict[Slot, int], dict[Key, list[bytes]]]:
         """How many of each slot's claims still fit its allowance, and the tags that count them
         (each once per report it admits)."""
-        want = claims.want
+        want, cap = claims.want, claims.cap
         slots: dict[Key, list[Slot]] = {}
         for slot in want:
-            slots.setdefault((slot[0], slot[1]), []).append(slot)
+            key = (slot[0], slot[1])
+            members = slots.get(key)
+            if members is None:
+                members = slots[key] = []
+            members.append(slot)
         room: dict[Slot, int] = {}
         tags: dict[Key, list[bytes]] = {}
         for key, members in slots.items():
             used = self._ids.used(key, [slot[2] for slot in members])
+            if not any(used) and all(want[slot] == 1 <= cap[slot] for slot in members):
+                # The usual commit: each device's first report for the key, one each.
+                room.update(dict.fromkeys(members, 1))
+                tags[key] = [slot[2] for slot in members]
+                continue
             counted = tags[key] = []
             for slot, n in zip(members, used, strict=True):
-                fits = room[slot] = min(want[slot], max(0, claims.cap[slot] - n))
+                fits = room[slot] = min(want[slot], max(0, cap[slot] - n))
                 counted.extend([slot[2]] * fits)
         return room, tags
 

@@ -12,6 +12,7 @@ import pytest
 
 from collector.store import CheckpointStore
 from collector.store import sqlite as sqlite_module
+from collector.store.codec import allowance_tag, allowance_tagger
 from protocol.registry import Registry
 from protocol.wire import DecodedReport, decode_report
 from tests.collector.conftest import NOW
@@ -122,15 +123,14 @@ def test_a_failed_commit_leaves_nothing_held_in_memory(
         early = _reports(registry, now - 1, 50, seed=1)
         assert store.commit(early, {}, _senders(0, 50)).reports == 50
         batch = _reports(registry, now, 50, seed=2)
-        real = sqlite_module.segment_rows
 
         def failing(*args: object, **kwargs: object) -> object:
             raise sqlite3.OperationalError("disk I/O error")
 
-        monkeypatch.setattr(sqlite_module, "segment_rows", failing)
-        with pytest.raises(Exception, match="disk I/O error"):
-            store.commit(batch, {}, _senders(0, 50))
-        monkeypatch.setattr(sqlite_module, "segment_rows", real)
+        with monkeypatch.context() as patch:
+            patch.setattr(sqlite_module, "segment_rows", failing)
+            with pytest.raises(Exception, match="disk I/O error"):
+                store.commit(batch, {}, _senders(0, 50))
         retried = store.commit(batch, {}, _senders(0, 50))
         assert (retried.reports, retried.duplicates, retried.over_allowance) == (50, 0, 0)
         assert store.commit(early + batch, {}, _senders(0, 50) * 2).duplicates == 100
@@ -161,3 +161,12 @@ def test_retention_deletes_runs_and_settled_rows_of_closed_periods(tmp_path: Pat
         assert (again.reports, again.duplicates) == (0, 30)
     finally:
         store.close()
+
+
+def test_the_tagger_of_a_commit_gives_the_allowance_tag() -> None:
+    """The keyed state computed once and copied per sender gives allowance_tag's digest for any sender."""
+    gen = np.random.default_rng(3)
+    key = gen.bytes(32)
+    tag = allowance_tagger(key)
+    senders = [gen.bytes(int(n)) for n in gen.integers(0, 300, size=200)]
+    assert [tag(s) for s in senders] == [allowance_tag(s, key) for s in senders]
