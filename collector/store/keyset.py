@@ -95,26 +95,30 @@ class _Group:
             return [n + waiting.get(i, 0) for n, i in zip(held, ids, strict=True)]
         return held
 
-    def add(self, ids: Sequence[bytes]) -> int:
+    def add(self, ids: Sequence[bytes], *, new: bool) -> int:
         """Add one occurrence of each of ``ids``; the number of keys that were new.
+
+        ``new``: the caller knows that none of ``ids`` is held and no two are equal (a commit's
+        fresh report ids, judged under the write lock), so they are not looked up.
 
         Raises:
             ValueError: a key is not 16 bytes long (checked before anything is added).
         """
         if set(map(len, ids)) - {KEY_BYTES}:
             raise ValueError(f"every key must be {KEY_BYTES} bytes")
-        at = self.positions(ids)
-        held = at >= 0
-        if held.any():
-            np.add.at(self.counts, at[held], 1)
-            ids = [i for i, h in zip(ids, held.tolist(), strict=True) if not h]
+        if not new:
+            at = self.positions(ids)
+            held = at >= 0
+            if held.any():
+                np.add.at(self.counts, at[held], 1)
+                ids = [i for i, h in zip(ids, held.tolist(), strict=True) if not h]
         waiting = self.waiting
         before = len(waiting)
         waiting.update(ids)
-        new = len(waiting) - before
+        added = len(waiting) - before
         if len(waiting) >= max(_MERGE_AT, len(self.hi) // 8):
             self._merge()
-        return new
+        return added
 
     def _merge(self) -> None:
         """Move the waiting keys into the arrays, keeping them sorted by the high word."""
@@ -158,8 +162,11 @@ class KeySet:
             return [0] * len(ids)
         return group.count(ids)
 
-    def add(self, key: Key, ids: Sequence[bytes]) -> None:
+    def add(self, key: Key, ids: Sequence[bytes], *, new: bool = False) -> None:
         """Add one occurrence of each of ``ids`` under ``key`` (a key given twice counts twice).
+
+        ``new``: none of ``ids`` is held under ``key`` and no two are equal, so they need no
+        lookup; the caller must know it (a wrong promise would count a key twice in two places).
 
         Raises:
             ValueError: a key is not 16 bytes long.
@@ -169,7 +176,7 @@ class KeySet:
         group = self._groups.get(key)
         if group is None:
             group = self._groups[key] = _Group()
-        self.size += group.add(ids)
+        self.size += group.add(ids, new=new)
 
     def drop(self, key: Key) -> None:
         """Forget every key of ``key``."""

@@ -114,12 +114,13 @@ class CheckpointStore(SQLiteSetup):
             verdict = Verdict.of(reports, dict(db.execute("SELECT id, low_water FROM use_cases").fetchall()), uc_of)
             verdict.fresh = self._unheld(verdict.current, uc_of)
             tags: dict[Key, list[bytes]] = {}
+            new_tags: set[Key] = set()
             if sender_of:
                 # A report over the allowance is not remembered: a copy sent again is judged again.
-                kept, over, tags = self._within_allowance(verdict.fresh, sender_of, uc_of)
+                kept, over, tags, new_tags = self._within_allowance(verdict.fresh, sender_of, uc_of)
                 verdict.refuse_over(kept, over)
             ids = by_key(((uc_of[r.use_case.ref], r.period), r.report_id) for r in verdict.fresh)
-            written = self._ids.append(ids, tags)
+            written = self._ids.append(ids, tags, new_tags)
             groups = group_by_key(verdict.fresh)
             segments, records = segment_rows(self._use_cases, groups)
             db.executemany(
@@ -165,9 +166,10 @@ class CheckpointStore(SQLiteSetup):
 
     def _within_allowance(
         self, fresh: Sequence[FoldedReport], sender_of: Mapping[bytes, bytes], uc_of: Mapping[str, int]
-    ) -> tuple[list[FoldedReport], int, dict[Key, list[bytes]]]:
-        """The reports within their device's allowance, how many were beyond it, and the tags to
-        count for the kept ones, by (use case, period) (inside the transaction)."""
+    ) -> tuple[list[FoldedReport], int, dict[Key, list[bytes]], set[Key]]:
+        """The reports within their device's allowance, how many were beyond it, the tags to count
+        for the kept ones by (use case, period), and the keys whose tags are all new and single
+        (inside the transaction)."""
         db = self._db
         keys: dict[tuple[int, int], bytes] = {}
 
@@ -186,13 +188,13 @@ class CheckpointStore(SQLiteSetup):
             return key
 
         claims = claim_allowance(fresh, sender_of, uc_of, key_of)
-        room, tags = self._room(claims)
+        room, tags, new = self._room(claims)
         kept, over = within_room(fresh, claims.slots, room)
-        return kept, over, tags
+        return kept, over, tags, new
 
-    def _room(self, claims: Claims) -> tuple[dict[Slot, int], dict[Key, list[bytes]]]:
-        """How many of each slot's claims still fit its allowance, and the tags that count them
-        (each once per report it admits)."""
+    def _room(self, claims: Claims) -> tuple[dict[Slot, int], dict[Key, list[bytes]], set[Key]]:
+        """How many of each slot's claims still fit its allowance, the tags that count them (each
+        once per report it admits), and the keys whose slots were all unused and claimed once."""
         want, cap = claims.want, claims.cap
         slots: dict[Key, list[Slot]] = {}
         for slot in want:
@@ -203,18 +205,20 @@ class CheckpointStore(SQLiteSetup):
             members.append(slot)
         room: dict[Slot, int] = {}
         tags: dict[Key, list[bytes]] = {}
+        new: set[Key] = set()
         for key, members in slots.items():
             used = self._ids.used(key, [slot[2] for slot in members])
             if not any(used) and all(want[slot] == 1 <= cap[slot] for slot in members):
                 # The usual commit: each device's first report for the key, one each.
                 room.update(dict.fromkeys(members, 1))
                 tags[key] = [slot[2] for slot in members]
+                new.add(key)
                 continue
             counted = tags[key] = []
             for slot, n in zip(members, used, strict=True):
                 fits = room[slot] = min(want[slot], max(0, cap[slot] - n))
                 counted.extend([slot[2]] * fits)
-        return room, tags
+        return room, tags, new
 
     # -- reading -----------------------------------------------------------------------
 

@@ -95,8 +95,9 @@ class RunsWritten:
     """What a commit appended, to be held in memory once it has committed.
 
     Attributes:
-        ids: the report ids it folded, by (use case, period).
+        ids: the report ids it folded, by (use case, period) (none held before, none twice).
         tags: the allowance tags it counted (a tag once per report), by (use case, period).
+        new_tags: the keys whose tags were all held by no report before and appear once.
         seq: the highest run ``seq`` it wrote (0: none).
         settled: the keys it settled.
         generation: the generation it set (0: unchanged).
@@ -104,6 +105,7 @@ class RunsWritten:
 
     ids: dict[Key, list[bytes]] = field(default_factory=dict)
     tags: dict[Key, list[bytes]] = field(default_factory=dict)
+    new_tags: set[Key] = field(default_factory=set)
     seq: int = 0
     settled: list[Key] = field(default_factory=list)
     generation: int = 0
@@ -161,7 +163,7 @@ class SQLiteIds:
     def _read_runs(self, rows: Iterable[Sequence[object]]) -> None:
         for row in rows:
             seq, kind, key, payload = _opened(row, self._damaged)
-            (self.ids if kind == IDS else self.tags).add(key, _split(payload))
+            (self.ids if kind == IDS else self.tags).add(key, _split(payload), new=False)
             self._seq = max(self._seq, seq)
             self._written[key] = self._commits
 
@@ -218,8 +220,14 @@ class SQLiteIds:
 
     # -- a commit's writes -----------------------------------------------------------------
 
-    def append(self, ids: Mapping[Key, list[bytes]], tags: Mapping[Key, list[bytes]]) -> RunsWritten:
-        """Append the commit's runs (inside its transaction); settle when memory would hold too much."""
+    def append(
+        self, ids: Mapping[Key, list[bytes]], tags: Mapping[Key, list[bytes]], new_tags: set[Key]
+    ) -> RunsWritten:
+        """Append the commit's runs (inside its transaction); settle when memory would hold too much.
+
+        ``ids`` are the report ids judged fresh (held nowhere, each once); ``new_tags`` the keys of
+        ``tags`` whose tags are likewise each held nowhere and counted once.
+        """
         db = self._db
         row = db.execute("SELECT seq FROM sqlite_sequence WHERE name = 'id_runs'").fetchone()
         seq = int(row[0]) if row else 0
@@ -231,7 +239,7 @@ class SQLiteIds:
                     payload = b"".join(keys)
                     rows.append((seq, kind, key[0], key[1], _seal(seq, kind, key, payload)))
         db.executemany("INSERT INTO id_runs (seq, kind, uc, period, data) VALUES (?, ?, ?, ?, ?)", rows)
-        written = RunsWritten(dict(ids), dict(tags), seq if rows else 0)
+        written = RunsWritten(dict(ids), dict(tags), new_tags, seq if rows else 0)
         adding = sum(len(v) for v in ids.values()) + sum(len(v) for v in tags.values())
         if self.ids.size + self.tags.size + adding > self.limit:
             self._settle(written)
@@ -295,11 +303,14 @@ class SQLiteIds:
             self._written.pop(key, None)
             self._settled.add(key)
         settled = set(written.settled)
-        for by_key, keys in ((written.ids, self.ids), (written.tags, self.tags)):
-            for key, values in by_key.items():
-                if key not in settled:
-                    keys.add(key, values)
-                    self._written[key] = self._commits
+        for key, values in written.ids.items():
+            if key not in settled:
+                self.ids.add(key, values, new=True)
+                self._written[key] = self._commits
+        for key, values in written.tags.items():
+            if key not in settled:
+                self.tags.add(key, values, new=key in written.new_tags)
+                self._written[key] = self._commits
         self._seq = max(self._seq, written.seq)
         if written.generation:
             self._generation = written.generation

@@ -65,6 +65,18 @@ def test_dropping_a_group_forgets_only_it() -> None:
     assert (keys.size, keys.groups()) == (0, [])
 
 
+def test_keys_known_to_be_new_are_added_without_a_lookup_and_count_alike() -> None:
+    """Keys promised new (a commit's fresh ids) count exactly as keys looked up first."""
+    gen = np.random.default_rng(4)
+    looked, trusted = KeySet(), KeySet()
+    for _ in range(20):
+        batch = _keys(gen, int(gen.integers(100, 3000)))
+        looked.add((1, 1), batch)
+        trusted.add((1, 1), batch, new=True)
+    assert dict(looked.items((1, 1))) == dict(trusted.items((1, 1)))
+    assert looked.size == trusted.size
+
+
 def test_a_key_of_the_wrong_length_is_refused() -> None:
     """Every key is 16 bytes; anything else is a ValueError, not a silently different key."""
     keys = KeySet()
