@@ -76,6 +76,7 @@ from collector.results import ServiceStatus, UseCaseBrief, json_schema, named, t
 from collector.transport import TransportStatistics
 from protocol.registry import Period
 from runtime.accept_errors import ACCEPT_ERROR_INTERVAL_S, AcceptErrorLog
+from runtime.closing import close_in_thread
 
 __all__ = [
     "ACCEPT_ERROR_INTERVAL_S",
@@ -338,7 +339,7 @@ class HttpApi:
             await runner.cleanup()
         if self._owns_live:
             self._owns_live = False
-            await asyncio.to_thread(self.live.close)
+            await close_in_thread(self.live.close)
 
     # -- the middleware: methods, error bodies, headers ----------------------------------------
 

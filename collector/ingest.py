@@ -54,7 +54,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Self, TypeVar
 
 import numpy as np
 
@@ -70,6 +70,7 @@ from protocol.registry import Registry
 from protocol.wire import DecodedReport, decode_report
 from runtime.backoff import Backoff, Retry
 from runtime.clock import SystemClock, WallClock
+from runtime.closing import close_in_thread
 
 __all__ = ["RETRY_MAX_S", "RETRY_MIN_S", "Ingest", "StoreThread", "period_windows"]
 
@@ -128,6 +129,14 @@ class StoreThread(Generic[S_co]):
         """Close the database and stop the thread (waits for queued work)."""
         self._executor.submit(self._store.close).result()
         self._executor.shutdown(wait=True)
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        # The close waits for queued work: off the event loop, and to its end even when the
+        # service is cancelled meanwhile (docs/design.md, convention 14).
+        await close_in_thread(self.close)
 
 
 # A receipt request waiting for its commit: (route, response topic, correlation, outcome), where
