@@ -67,9 +67,11 @@ from collector.estimation import default_period, estimate_aggregate, registry_di
 from collector.results import CollectorStatus, EstimateResult, MaterialisedStatus, Series
 from collector.status import status_of
 from collector.store import KeyInfo, Store, footprint, open_store
+from collector.threads import thread_count
 from protocol.catalog import Catalog, catalog_of
 from protocol.registry import Registry, UseCase
 from protocol.server.contract import Aggregate
+from protocol.server.parallel import Threads
 from runtime.closing import close_in_thread
 
 __all__ = ["Key", "LiveAggregates"]
@@ -116,6 +118,11 @@ class LiveAggregates:
         self._cpu = concurrent.futures.ThreadPoolExecutor(
             max_workers=max(config.estimation.workers, 1), thread_name_prefix="estimate"
         )
+        # What one estimate splits its numpy work between (collector.threads): apart from the
+        # estimate threads, which wait for these parts.
+        count = thread_count()
+        self._numpy = concurrent.futures.ThreadPoolExecutor(max_workers=count, thread_name_prefix="numpy")
+        self._threads = Threads(self._numpy, count)
         # Everything below is touched only on the aggregates thread (the _io executor) ...
         self._store: Store | None = None
         self._opened_at = -1
@@ -240,6 +247,7 @@ class LiveAggregates:
     def close(self) -> None:
         """Stop the threads (waiting for the running task) and close the database."""
         self._cpu.shutdown(wait=True, cancel_futures=True)
+        self._numpy.shutdown(wait=True, cancel_futures=True)
         self._io.shutdown(wait=True, cancel_futures=True)
         if self._store is not None:
             self._store.close()
@@ -262,6 +270,7 @@ class LiveAggregates:
                 confidence=self.config.estimation.confidence,
                 registry_dir=registry_dir(self.catalog, uc),
                 withheld=withheld,
+                threads=self._threads,
             )
             entry.estimates[withheld] = (entry.version, result)
             # An estimate may keep a transform with the aggregate (HCMS keeps its Hadamard

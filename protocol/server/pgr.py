@@ -38,6 +38,7 @@ from protocol.randomness import RandomSource, uniform_from_words
 from protocol.server.contract import PlainServer, PlanFigures
 from protocol.server.estimate import VectorEstimate
 from protocol.server.grr import decode_indices
+from protocol.server.parallel import Threads
 from protocol.server.support import SupportAggregate, support_estimate, support_variance
 
 __all__ = ["PGRAggregate", "PGRBatch", "PGRServer", "canonical_index", "points"]
@@ -177,8 +178,10 @@ class PGRServer(PlainServer[ProjectiveGeometryResponse, PGRBatch, PGRAggregate])
             out[start : start + len(block)] = np.rint((n + sums) / q).astype(np.int64)
         return out
 
-    def estimate_frequencies(self, aggregate: object, candidates: Sequence[str]) -> VectorEstimate:
-        """Every category's count with its plug-in SE."""
+    def estimate_frequencies(
+        self, aggregate: object, candidates: Sequence[str], *, threads: Threads | None = None
+    ) -> VectorEstimate:
+        """Every category's count with its plug-in SE (one pass over the counts: ``threads`` are not needed)."""
         agg, mech = self.own_aggregate(aggregate), self.mechanism
         if tuple(candidates) != mech.categories:
             raise ParameterError("candidates", "the categories, in order", candidates)

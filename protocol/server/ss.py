@@ -20,6 +20,7 @@ from protocol.randomness import RandomSource, uniform_from_words
 from protocol.server.contract import PlainServer, PlanFigures
 from protocol.server.estimate import VectorEstimate
 from protocol.server.oue import decode_packed
+from protocol.server.parallel import Threads
 from protocol.server.support import SupportAggregate, support_estimate, support_variance
 from protocol.ss import SubsetSelection
 
@@ -137,8 +138,10 @@ class SSServer(PlainServer[SubsetSelection, SSBatch, SSAggregate]):
         """:meth:`privatize_many` in wire form."""
         return self.encode_batch(self.privatize_many(values, rng))
 
-    def estimate_frequencies(self, aggregate: object, candidates: Sequence[str]) -> VectorEstimate:
-        """Every category's count with its plug-in SE."""
+    def estimate_frequencies(
+        self, aggregate: object, candidates: Sequence[str], *, threads: Threads | None = None
+    ) -> VectorEstimate:
+        """Every category's count with its plug-in SE (one pass over the counts: ``threads`` are not needed)."""
         agg, mech = self.own_aggregate(aggregate), self.mechanism
         if tuple(candidates) != mech.categories:
             raise ParameterError("candidates", "the categories, in order", candidates)
