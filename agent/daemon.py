@@ -27,13 +27,14 @@ from agent.config import AgentConfig, ScheduleConfig
 from agent.core import Agent
 from agent.errors import ConsentRequiredError, UseCaseStoppedError, ValueRefusedError
 from agent.identity import device_identity
+from agent.mechanism_calls import counter_input, privatization_of
 from agent.opening import StateLock, check_probes, load_registry, open_agent
 from agent.probes import Probe, Sample, build_probes
 from agent.publisher import Publisher, ReceiptPolicy
 from agent.schedule import next_cycle_after, plausible_next
 from agent.state import AgentDoc
 from agent.transport import Connection, ReceiptConnection, Route, Transport
-from agent.usecases import Kind, counter_input, kind_of
+from protocol.interfaces import Privatization
 from protocol.randomness import RandomSource, SystemRandom
 from runtime.backoff import Backoff
 from runtime.clock import Clock, SystemClock
@@ -144,7 +145,7 @@ class Daemon:
                 continue
             batch = items
             bounds = use_case.mechanism.value_range
-            if kind_of(use_case) is Kind.COUNTER and bounds is not None:
+            if privatization_of(use_case) is Privatization.COUNTER and bounds is not None:
                 # A probe interval can exceed the counter's range (a long suspend): clip to it.
                 batch = [(n, counter_input(use_case, v), k) for n, v, k in items if isinstance(v, int)]
             try:

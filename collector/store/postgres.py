@@ -108,15 +108,6 @@ import psycopg
 
 from collector.errors import StoreError
 from collector.store.admission import Claims, Slot, Verdict, claim_allowance, senders_by_report, within_room
-from collector.store.codec import (
-    RID_BYTES,
-    TAG_BYTES,
-    Segment,
-    UseCaseRow,
-    group_by_key,
-    rid_tag,
-    segment_rows,
-)
 from collector.store.integrity import counters_digest, counters_key
 from collector.store.interface import CommitResult, FoldedReport, KeyInfo
 from collector.store.postgres_schema import (
@@ -129,6 +120,15 @@ from collector.store.postgres_schema import (
 )
 from collector.store.postgres_session import DDL_LOCK_TIMEOUT
 from collector.store.postgres_setup import PostgresSetup
+from collector.store.row_format import (
+    RID_BYTES,
+    TAG_BYTES,
+    Segment,
+    UseCaseRow,
+    group_by_key,
+    rid_tag,
+    segment_rows,
+)
 from protocol.server.contract import Aggregate
 
 __all__ = ["SCHEMA_VERSION", "PostgresStore"]
