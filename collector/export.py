@@ -1,5 +1,5 @@
 """Estimates for an operator's tools: one period as rows (CSV or JSON lines), and the latest
-closed period of every mean and proportion as Prometheus gauges.
+estimate of every mean and proportion as Prometheus gauges.
 
 The rows are read off the :class:`~collector.results.EstimateResult` the API's ``/estimate``
 serves for the same period (``collector.estimation``'s result, computed once per version of
@@ -12,9 +12,11 @@ definition and period, so files of several periods concatenate into one table
 (docs/deploy.md, "Exporting estimates").
 
 The gauges (:class:`EstimateGauges`, in ``/metrics``) carry only means and proportions, one
-series per current use case: labels ``use_case`` and ``definition``, and only the latest
-closed period, so the label set is bounded by the registry and a scrape never carries a
-frequency table (those are the export's).
+series per current use case: labels ``use_case`` and ``definition``, and only the period the
+API calls latest (``/estimate`` without ``?period``: the latest period that can be released,
+else the latest with reports; :func:`collector.estimation.default_period`), so a gauge and the
+API never show two different periods as "the latest", the label set is bounded by the
+registry, and a scrape never carries a frequency table (those are the export's).
 """
 
 from __future__ import annotations
@@ -37,9 +39,9 @@ __all__ = [
     "EXPORT_FORMATS",
     "GAUGED_KINDS",
     "EstimateGauges",
-    "closed_period_estimates",
     "export_rows",
     "export_text",
+    "latest_estimates",
 ]
 
 GAUGED_KINDS = ("mean", "proportion")
@@ -159,22 +161,21 @@ def export_text(result: EstimateResult, fmt: str) -> str:
     return out.getvalue()
 
 
-async def closed_period_estimates(live: LiveAggregates, now: float | None = None) -> list[EstimateResult]:
-    """The estimate of the latest closed period (the one before the period ``now`` is in) of every
-    current mean and proportion use case, as ``/estimate?period=P`` computes it."""
-    at = time.time() if now is None else now
+async def latest_estimates(live: LiveAggregates) -> list[EstimateResult]:
+    """The latest estimate of every current mean and proportion use case: what ``/estimate``
+    answers without ``?period`` (the same call, so the same period and the same numbers)."""
     out = []
     for name in live.catalog.names():
         uc = live.catalog.current_of(name)
         if uc is None or uc.mechanism.kind.result not in GAUGED_KINDS:
             continue
-        _, result = await live.estimate(name, uc.period.index_at(at) - 1)
+        _, result = await live.estimate(name)
         out.append(result)
     return out
 
 
 class EstimateGauges(Collector):
-    """The gauges of :func:`closed_period_estimates`, set before each scrape (:meth:`update`).
+    """The gauges of :func:`latest_estimates`, set before each scrape (:meth:`update`).
 
     ``ldp_estimate_reports`` is there for every gauged use case; the value, its standard error
     and its interval only when the period is released (a withheld period has no number to show).
@@ -192,13 +193,13 @@ class EstimateGauges(Collector):
         labels = ["use_case", "definition"]
         families = {
             "reports": GaugeMetricFamily(
-                "ldp_estimate_reports", "Reports in the latest closed period of the use case", labels=labels
+                "ldp_estimate_reports", "Reports in the period of the latest estimate of the use case", labels=labels
             ),
             "period_start": GaugeMetricFamily(
                 "ldp_estimate_period_start_seconds", "Start of the period the estimate is of (Unix time)", labels=labels
             ),
             "value": GaugeMetricFamily(
-                "ldp_estimate_value", "Mean or proportion of the latest closed period, when released", labels=labels
+                "ldp_estimate_value", "Mean or proportion of the latest estimate, when released", labels=labels
             ),
             "se": GaugeMetricFamily("ldp_estimate_standard_error", "Standard error of the estimate", labels=labels),
             "low": GaugeMetricFamily("ldp_estimate_ci_low", "Lower end of the confidence interval", labels=labels),

@@ -6,8 +6,9 @@ Routes (``GET`` and ``HEAD``; JSON unless stated):
 ``/``                                      the dashboard (one self-contained HTML page, no CDN)
 ``/metrics``                               Prometheus (``prometheus_client``): ingest, transport,
                                            commit latency and batch histograms, process metrics,
-                                           and the latest closed period's mean or proportion
-                                           per use case (``ldp_estimate_*``, ``collector.export``)
+                                           and the latest estimate of each mean or proportion
+                                           (``ldp_estimate_*``, the period ``/estimate`` shows;
+                                           ``collector.export``)
 ``/healthz``                               liveness: broker connections, checkpoint age; 503 while
                                            the checkpoint store cannot take commits; "degraded"
                                            (200) while one of several brokers is unreachable
@@ -54,7 +55,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-import time
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Protocol
 
@@ -69,7 +69,7 @@ from collector.config import CollectorConfig
 from collector.dashboard import DASHBOARD_HTML
 from collector.definitions import catalog_of_config
 from collector.errors import CollectorError, StoreDamaged, StoreError, StoreUnavailable
-from collector.export import EXPORT_FORMATS, EstimateGauges, closed_period_estimates, export_text
+from collector.export import EXPORT_FORMATS, EstimateGauges, export_text, latest_estimates
 from collector.live import LiveAggregates
 from collector.metrics import IngestMetrics, metrics_registry
 from collector.results import ServiceStatus, UseCaseBrief, json_schema, named, to_json
@@ -212,8 +212,6 @@ class HttpApi:
         service: the running service, for live metrics and health; None serves a store read-only.
         live: the materialised aggregates to read (default: the service's, or new ones this API owns).
         head_timeout: seconds a connection has to send its request head (tests shorten it).
-        wall_clock: the time that says which period is the latest closed one for the
-            ``ldp_estimate_*`` gauges (tests pin it so no period boundary passes mid-test).
     """
 
     def __init__(
@@ -223,11 +221,9 @@ class HttpApi:
         service: ServiceView | None = None,
         live: LiveAggregates | None = None,
         head_timeout: float = HEAD_TIMEOUT_S,
-        wall_clock: Callable[[], float] = time.time,
     ) -> None:
         self.config = config
         self.head_timeout = head_timeout
-        self._wall_clock = wall_clock
         self.service = service
         if live is None and service is not None:
             live = service.live
@@ -400,7 +396,7 @@ class HttpApi:
     async def _metrics(self, request: web.Request) -> web.Response:
         encoder, content_type = choose_encoder(request.headers.get("Accept", ""))
         try:
-            self._gauges.update(await closed_period_estimates(self.live, self._wall_clock()))
+            self._gauges.update(await latest_estimates(self.live))
         except (StoreError, CollectorError) as exc:
             # /metrics is how a store outage is seen: it answers without the estimates (and
             # without stale ones) rather than failing with the store.
