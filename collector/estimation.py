@@ -54,7 +54,7 @@ from collector.config import CollectorConfig
 from collector.decoding.consistency import project_simplex as _project
 from collector.decoding.discovery_settings import SFP_MAX_WORDS, discovery_top_t
 from collector.decoding.rappor import RapporDecoder
-from collector.decoding.release import DEFAULT_ALPHA, Release, ReleaseRule, release
+from collector.decoding.release import DEFAULT_ALPHA, NEAR_CUTOFF, Release, ReleaseRule, release
 from collector.decoding.sketches import NOT_PRODUCIBLE, producible
 from collector.definitions import catalog_of_config
 from collector.errors import StoreError
@@ -197,6 +197,7 @@ def _entry(detail: Release, i: int) -> FrequencyEntry:
         interval=detail.interval_text(i),
         median_unbiased=finite(float(detail.median_unbiased[i])),
         selection_standard_error=finite(float(detail.selection_standard_errors[i])) if released else None,
+        near_cutoff=bool(detail.near_cutoff[i]),
     )
 
 
@@ -213,6 +214,7 @@ def _frequencies(detail: Release, *, withheld: bool) -> ReleaseDecision:
         test=rule.describe(),
         withheld_items=tuple(_entry(detail, i) for i in detail.order(~detail.released)) if withheld else None,
         interval=detail.released_interval_text(),
+        near_cutoff=NEAR_CUTOFF if bool(detail.near_cutoff.any()) else None,
     )
 
 

@@ -135,6 +135,10 @@ class FrequencyEntry(_Value, frozen=True, omit_defaults=True):
         selection_standard_error: the spread to read with a released entry's ``count``: its
             conditional interval's width over ``2 z``; ``standard_error`` far above the
             cutoff, larger near it (``standard_error`` stays the one the test used).
+        near_cutoff: a released entry whose estimate barely crossed the release cutoff (less
+            than 2 SE above it): its conditional interval is no longer ``count ± z spread``,
+            so it is shown by ``ci`` alone, with the words "near the cutoff"
+            (docs/estimation.md, "What is shown").
     """
 
     value: str
@@ -148,6 +152,7 @@ class FrequencyEntry(_Value, frozen=True, omit_defaults=True):
     interval: str | None = None
     median_unbiased: Number = None
     selection_standard_error: Number = None
+    near_cutoff: bool = False
 
 
 class ReleaseDecision(_Value, frozen=True, omit_defaults=True, tag="frequencies", tag_field="form"):
@@ -169,6 +174,7 @@ class ReleaseDecision(_Value, frozen=True, omit_defaults=True, tag="frequencies"
         note: why there is nothing to test (no candidate dictionary).
         interval: what the released entries' ``ci`` means (``"95 % interval conditional on
             release"``).
+        near_cutoff: what a released entry shown "near cutoff" means, when one is.
     """
 
     items: tuple[FrequencyEntry, ...]
@@ -186,6 +192,7 @@ class ReleaseDecision(_Value, frozen=True, omit_defaults=True, tag="frequencies"
     unexplained: CountFigure | None = None
     note: str | None = None
     interval: str | None = None
+    near_cutoff: str | None = None
 
 
 class CentralGuarantee(_Value, frozen=True, omit_defaults=True):
