@@ -53,13 +53,13 @@ it), so ``collector.service`` imports it and not the other way round.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Protocol
 
 from aiohttp import web
 from aiohttp.http_exceptions import BadHttpMessage, LineTooLong
+from msgspec.structs import replace as struct_replace
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import Metric
 from prometheus_client.exposition import choose_encoder
@@ -72,7 +72,7 @@ from collector.errors import CollectorError, StoreDamaged, StoreError, StoreUnav
 from collector.export import EXPORT_FORMATS, EstimateGauges, export_text, latest_estimates
 from collector.live import LiveAggregates
 from collector.metrics import IngestMetrics, metrics_registry
-from collector.results import ServiceStatus, UseCaseBrief, json_schema, named, to_json
+from collector.results import Health, ServiceStatus, UseCaseBrief, json_schema, named, to_json
 from collector.transport import TransportStatistics
 from protocol.registry import Period
 from runtime.accept_errors import ACCEPT_ERROR_INTERVAL_S, AcceptErrorLog
@@ -411,26 +411,27 @@ class HttpApi:
         return response
 
     async def _health(self, request: web.Request) -> web.Response:
-        body: dict[str, object] = {"status": "ok", "instance": self.config.instance}
+        instance = self.config.instance
         if self.service is None:
-            return _json(200, body)
+            return _json(200, Health(status="ok", instance=instance))
         metrics = self.service.metrics
-        snap = metrics.snapshot()
         transport = self.service.transport.statistics()
-        body.update(
+        health = Health(
+            status="ok",
+            instance=instance,
             connected=transport.connected,
-            checkpoint_age_seconds=snap.checkpoint_age_seconds,
-            brokers=[dataclasses.asdict(b) for b in transport.brokers],
+            checkpoint_age_seconds=metrics.snapshot().checkpoint_age_seconds,
+            brokers=transport.brokers,
         )
+        if metrics.store_error:
+            # Up, but not counting: reports wait at the broker until the store takes commits again.
+            detail = metrics.store_error_detail
+            return _json(503, struct_replace(health, status="unhealthy", cause=metrics.store_error, detail=detail))
         if len(transport.brokers) > 1 and not transport.connected:
             # Alive and serving the brokers it reaches (or waiting for all, reconnecting):
             # restarting cannot bring a broker back, so this is not a failure (docs/deploy.md).
-            body.update(status="degraded")
-        if metrics.store_error:
-            # Up, but not counting: reports wait at the broker until the store takes commits again.
-            body.update(status="unhealthy", cause=metrics.store_error, detail=metrics.store_error_detail)
-            return _json(503, body)
-        return _json(200, body)
+            return _json(200, struct_replace(health, status="degraded"))
+        return _json(200, health)
 
     async def _schema(self, request: web.Request) -> web.Response:
         return _json(200, _SCHEMA)

@@ -36,6 +36,7 @@ __all__ = [
     "EstimateForm",
     "EstimateResult",
     "FrequencyEntry",
+    "Health",
     "HistogramBucket",
     "HistogramEstimate",
     "IngestSnapshot",
@@ -465,6 +466,24 @@ class ServiceStatus(CollectorStatus, frozen=True, omit_defaults=True):
             transport=transport,
             brokers=brokers,
         )
+
+
+class Health(_Value, frozen=True):
+    """What ``/healthz`` answers: ``ok``, ``degraded`` (one of several brokers unreachable) or
+    ``unhealthy`` (the store takes no commits, with its ``cause`` and ``detail``).
+
+    A read-only API (no running service) answers ``status`` and ``instance`` alone: the other
+    fields are then left out, not ``null``, as ``checkpoint_age_seconds`` is before the first
+    commit.
+    """
+
+    status: str
+    instance: str
+    connected: bool | msgspec.UnsetType = msgspec.UNSET
+    checkpoint_age_seconds: float | msgspec.UnsetType | None = msgspec.UNSET
+    brokers: tuple[BrokerStatistics, ...] | msgspec.UnsetType = msgspec.UNSET
+    cause: str | msgspec.UnsetType = msgspec.UNSET
+    detail: str | msgspec.UnsetType = msgspec.UNSET
 
 
 # -- the edge -----------------------------------------------------------------------------------
