@@ -24,10 +24,11 @@ from __future__ import annotations
 import calendar
 import csv
 import io
-import json
 import time
 from collections.abc import Iterable, Iterator, Sequence
 
+import msgspec
+from msgspec.structs import replace as struct_replace
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
@@ -39,6 +40,7 @@ __all__ = [
     "EXPORT_FORMATS",
     "GAUGED_KINDS",
     "EstimateGauges",
+    "ExportRow",
     "export_rows",
     "export_text",
     "latest_estimates",
@@ -50,52 +52,61 @@ GAUGED_KINDS = ("mean", "proportion")
 EXPORT_FORMATS = {"csv": "text/csv", "jsonl": "application/x-ndjson"}
 """The formats an export is written in, with their media types."""
 
-EXPORT_COLUMNS = (
-    "use_case",
-    "definition",
-    "period",
-    "period_start",
-    "period_end",
-    "reports",
-    "kind",
-    "item",
-    "low",
-    "high",
-    "value",
-    "standard_error",
-    "ci_low",
-    "ci_high",
-    "p_value",
-    "released",
-    "withheld_reason",
-)
+Cell = str | int | float | bool | None
+"""One cell of a row (``None``: the column does not apply to the kind)."""
+
+
+class ExportRow(msgspec.Struct, frozen=True, kw_only=True):
+    """One row of an export: the period's identity, then one entry's, bucket's or estimate's
+    figures (a field that does not apply to the kind is ``None``, an empty cell)."""
+
+    use_case: str
+    definition: str
+    period: int
+    period_start: str
+    period_end: str
+    reports: int
+    kind: str
+    item: str | None = None
+    low: float | None = None
+    high: float | None = None
+    value: float | None = None
+    standard_error: float | None = None
+    ci_low: float | None = None
+    ci_high: float | None = None
+    p_value: float | None = None
+    released: bool | None = None
+    withheld_reason: str | None = None
+
+
+EXPORT_COLUMNS: tuple[str, ...] = ExportRow.__struct_fields__
 """The columns of every row, in order (a field that does not apply to the kind is empty)."""
 
-Row = dict[str, str | int | float | bool | None]
+_LINE_ENCODER = msgspec.json.Encoder()  # the columns in their order, as the CSV header has them
 
 
-def _entry(base: Row, e: FrequencyEntry) -> Row:
+def _entry(base: ExportRow, e: FrequencyEntry) -> ExportRow:
     # A released entry's SE is the spread of its interval conditional on release (docs/estimation.md).
     se = e.selection_standard_error if e.selection_standard_error is not None else e.standard_error
-    return base | {
-        "item": e.value,
-        "value": e.count,
-        "standard_error": se,
-        "ci_low": e.ci[0],
-        "ci_high": e.ci[1],
-        "p_value": e.p_value,
-        "released": e.released,
-        "withheld_reason": e.withheld_reason,
-    }
+    return struct_replace(
+        base,
+        item=e.value,
+        value=e.count,
+        standard_error=se,
+        ci_low=e.ci[0],
+        ci_high=e.ci[1],
+        p_value=e.p_value,
+        released=e.released,
+        withheld_reason=e.withheld_reason,
+    )
 
 
-def export_rows(result: EstimateResult) -> Iterator[Row]:
+def export_rows(result: EstimateResult) -> Iterator[ExportRow]:
     """The rows of ``result``, each with every column of :data:`EXPORT_COLUMNS`.
 
     A period that is not released as a whole (too few reports) is one row saying why.
     """
-    base: Row = dict.fromkeys(EXPORT_COLUMNS)
-    base.update(
+    base = ExportRow(
         use_case=result.use_case,
         definition=result.definition,
         period=result.period,
@@ -106,34 +117,36 @@ def export_rows(result: EstimateResult) -> Iterator[Row]:
     )
     est = result.estimate
     if not result.released or est is None:
-        yield base | {"released": False, "withheld_reason": result.withheld_reason}
+        yield struct_replace(base, released=False, withheld_reason=result.withheld_reason)
     elif isinstance(est, ScalarEstimate):
-        yield base | {
-            "value": est.value,
-            "standard_error": est.standard_error,
-            "ci_low": est.ci[0],
-            "ci_high": est.ci[1],
-            "released": True,
-        }
+        yield struct_replace(
+            base,
+            value=est.value,
+            standard_error=est.standard_error,
+            ci_low=est.ci[0],
+            ci_high=est.ci[1],
+            released=True,
+        )
     elif isinstance(est, HistogramEstimate):
         for i, b in enumerate(est.buckets):
-            yield base | {
-                "item": str(i),
-                "low": b.low,
-                "high": b.high,
-                "value": b.value,
-                "standard_error": b.standard_error,
-                "ci_low": b.ci[0],
-                "ci_high": b.ci[1],
-                "released": True,
-            }
+            yield struct_replace(
+                base,
+                item=str(i),
+                low=b.low,
+                high=b.high,
+                value=b.value,
+                standard_error=b.standard_error,
+                ci_low=b.ci[0],
+                ci_high=b.ci[1],
+                released=True,
+            )
     else:
         assert isinstance(est, ReleaseDecision)
         for e in est.items + (est.withheld_items or ()):
             yield _entry(base, e)
 
 
-def _cell(value: str | int | float | bool | None) -> str | int | float:
+def _cell(value: Cell) -> str | int | float:
     if value is None:
         return ""
     if isinstance(value, bool):
@@ -151,13 +164,13 @@ def export_text(result: EstimateResult, fmt: str) -> str:
         raise ValueError(f"format must be one of {', '.join(EXPORT_FORMATS)}; got {fmt[:40]!r}")
     rows = list(export_rows(result))
     if fmt == "jsonl":
-        return "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows)
+        return "".join(_LINE_ENCODER.encode(r).decode() + "\n" for r in rows)
     out = io.StringIO()
-    writer = csv.DictWriter(out, fieldnames=EXPORT_COLUMNS, lineterminator="\n")
-    writer.writeheader()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(EXPORT_COLUMNS)
     # Undefined numbers (None) are empty cells, flags are true/false as in the JSON lines;
     # str of a float keeps every digit.
-    writer.writerows({k: _cell(v) for k, v in r.items()} for r in rows)
+    writer.writerows([_cell(v) for v in msgspec.structs.astuple(r)] for r in rows)
     return out.getvalue()
 
 

@@ -30,10 +30,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from collector.decoding.plain import ValueEstimate, finite
+from collector.decoding.plain import ValueEstimate
 from collector.decoding.release import Release, ReleaseRule, release
 from protocol.cms import as_value_bytes
-from protocol.plain import JsonObject
 from protocol.server.cms import CMSAggregate
 from protocol.server.hashing import family_fingerprints
 from protocol.server.hcms import HCMSAggregate
@@ -87,20 +86,6 @@ class FrequencyRelease:
     control: str | None
     confidence: float
     detail: Release
-
-    def to_plain(self) -> JsonObject:
-        """JSON-ready form."""
-        return {
-            "entries": [e.to_plain() for e in self.entries],
-            "tested": self.tested,
-            "released": self.released,
-            "withheld": self.withheld,
-            "n": self.n,
-            "threshold": finite(self.threshold),
-            "alpha": self.alpha,
-            "control": self.control,
-            "confidence": self.confidence,
-        }
 
 
 def _rule(
