@@ -15,10 +15,10 @@ the running service keeps the aggregates people read in memory and keeps them cu
   costs no more than what was added.
 * Keys nobody has asked this member for are not materialised. In a group each member would
   otherwise fold every member's segments: for a mechanism whose segments carry records (the
-  Safari sketch) that is each report read back and folded once per member, and three
-  members spent 1.6 times one member's CPU per message on it (``bench_collector``,
-  ``isolated``). Now the member that serves a key pays for keeping it current, and members
-  that only ingest pay nothing for it.
+  Safari sketch) that is each report read back and folded once per member, which cost three
+  members well over one member's CPU per message (docs/benchmarks.md, "The live view in a
+  group of collectors"). Now the member that serves a key pays for keeping it current, and
+  members that only ingest pay nothing for it.
 * A request checks that its key is current (one query on the segment sequence; normally the
   background task has already caught up), then computes the estimate from memory with
   :func:`collector.estimation.estimate_aggregate` and keeps it with the aggregate's version
