@@ -485,13 +485,19 @@ class HttpApi:
             return _error(400, f"period must be a slot index in [0, {_MAX_PERIOD}]; got {str(raw)[:40]}")
         return period
 
-    async def _export(self, request: web.Request) -> web.Response:
+    def _asked(self, request: web.Request) -> tuple[str, int | None] | web.Response:
+        """The use case and the period a request names, or the error that answers it."""
         name = request.match_info["name"]
         if (unknown := self._unknown(name)) is not None:
             return unknown
         period = self._period(request)
-        if isinstance(period, web.Response):
-            return period
+        return period if isinstance(period, web.Response) else (name, period)
+
+    async def _export(self, request: web.Request) -> web.Response:
+        asked = self._asked(request)
+        if isinstance(asked, web.Response):
+            return asked
+        name, period = asked
         fmt = request.query.get("format") or "csv"
         if fmt not in EXPORT_FORMATS:
             return _error(400, f"format must be one of {', '.join(EXPORT_FORMATS)}; got {fmt[:40]!r}")
@@ -503,12 +509,10 @@ class HttpApi:
         return response
 
     async def _estimate(self, request: web.Request) -> web.Response:
-        name = request.match_info["name"]
-        if (unknown := self._unknown(name)) is not None:
-            return unknown
-        period = self._period(request)
-        if isinstance(period, web.Response):
-            return period
+        asked = self._asked(request)
+        if isinstance(asked, web.Response):
+            return asked
+        name, period = asked
         flag = request.query.get("withheld") or "0"
         if flag not in ("0", "1"):
             return _error(400, f"withheld must be 0 or 1; got {flag[:40]!r}")

@@ -45,7 +45,7 @@ from protocol.checks import check_epsilon, check_int, check_seed, encoded_size
 from protocol.cms import ScalarHash, as_value_bytes
 from protocol.errors import InputError, ParameterError
 from protocol.hashing import HashFamily
-from protocol.interfaces import EstimateKind, EventLevelStrings, MechanismEntry, Privatization, ValueType
+from protocol.interfaces import EstimateKind, EventLevelStrings, MechanismEntry
 from protocol.randomness import Coin, RandomSource, coin_at_most, dexp, uniform_word
 
 __all__ = [
@@ -111,9 +111,6 @@ class OptimalLocalHashing(EventLevelStrings):
     name: ClassVar[str] = "olh"
     server: ClassVar[str] = "protocol.server.olh:OLHServer"
     record_type: ClassVar[type[OLHRecord]] = OLHRecord
-    privatization: ClassVar[Privatization] = Privatization.EVENT
-    value_type: ClassVar[ValueType] = ValueType.STRING
-    value_range: ClassVar[tuple[float, float] | None] = None
     kind: ClassVar[EstimateKind] = EstimateKind.DICTIONARY
     epsilon: float
     seed: bytes

@@ -38,7 +38,7 @@ from typing import Any, ClassVar, Final
 
 from protocol.categories import FixedCategories, check_categories, convert_categories
 from protocol.checks import check_epsilon, encoded_size
-from protocol.interfaces import EstimateKind, MechanismEntry, Privatization, ValueType
+from protocol.interfaces import MechanismEntry
 from protocol.randomness import BYTE_FLIP, BYTE_KEEP, ByteCoins, Coin, RandomSource, coin_at_least, dexp, random_bytes
 
 __all__ = ["ENTRY", "OptimizedUnaryEncoding"]
@@ -57,10 +57,6 @@ class OptimizedUnaryEncoding(FixedCategories):
     """
 
     name: ClassVar[str] = "oue"
-    kind: ClassVar[EstimateKind] = EstimateKind.CATEGORIES
-    privatization: ClassVar[Privatization] = Privatization.EVENT
-    value_type: ClassVar[ValueType] = ValueType.STRING
-    value_range: ClassVar[tuple[float, float] | None] = None
     record_type: ClassVar[type[bytes]] = bytes
     server: ClassVar[str] = "protocol.server.oue:OUEServer"
     epsilon: float
