@@ -8,8 +8,8 @@ it. The JSON is what scripts read (``ldp-agent status --json``): its keys and th
 stay as they are. A use case's figures are in it only where they are known: none without
 consent, only ``epsilon_total`` (what the manifest recorded) for a stopped use case.
 
-This module imports nothing beyond the standard library, so the CLI that talks to a running
-daemon stays light.
+This module imports nothing beyond the standard library and protocol.schema (itself standard
+library only), so the CLI that talks to a running daemon stays light.
 """
 
 from __future__ import annotations
