@@ -44,6 +44,7 @@ __all__ = [
     "disconnect_packet",
     "encode_varint",
     "parse_properties",
+    "puback_packet",
     "publish_packet",
     "receipt_request",
     "split_packets",
@@ -219,6 +220,11 @@ def acknowledgements(packet_ids: Sequence[int]) -> bytes:
     Each is ``0x40 0x02 <packet id>``: the form both protocol levels accept (§3.4.2.1).
     """
     return struct.pack(f">{len(packet_ids)}I", *(0x40020000 | p for p in packet_ids))
+
+
+def puback_packet(packet_id: int, reason: int) -> bytes:
+    """A PUBACK with ``reason`` and no properties (§3.4): a refusal, at 0x80 and above."""
+    return bytes([PUBACK << 4, 3]) + _u16(packet_id) + bytes([reason])
 
 
 def disconnect_packet(reason: int) -> bytes:
