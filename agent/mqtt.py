@@ -244,7 +244,7 @@ class MqttTransport:
                 entered = True
                 # Subscribed before the first publish, so no receipt can come before we listen.
                 granted = await client.subscribe(topic, qos=0, timeout=cfg.publish_timeout)
-                if any((code if isinstance(code, int) else code.value) >= 0x80 for code in granted):
+                if any(is_failure(code if isinstance(code, int) else code.value) for code in granted):
                     raise TransportError(f"the broker refused the receipt subscription {topic} (check its ACL)")
                 yield _MqttReceiptConnection(client, cfg.publish_timeout, topic)
         except aiomqtt.MqttError as e:
