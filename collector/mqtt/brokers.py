@@ -178,12 +178,14 @@ class BrokerSet:
 
     async def wait_serving(self) -> None:
         """Return once any broker has granted the subscription (the member is serving then)."""
-        waits = [asyncio.ensure_future(s.wait_subscribed()) for s in self.sessions]
+        waits = [asyncio.create_task(s.wait_subscribed(), name=f"mqtt-serving-{s.address}") for s in self.sessions]
         try:
             await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
         finally:
+            # The waits end here, whatever ends this one: no task outlives its owner (docs/design.md, convention 12).
             for w in waits:
                 w.cancel()
+            await asyncio.gather(*waits, return_exceptions=True)
 
     async def close(self) -> None:
         """Disconnect every session politely; :meth:`run` returns."""
