@@ -30,7 +30,7 @@ from typing import Final, Protocol
 from agent.config import BrokerConfig, read_password, tls_context
 from agent.errors import TransportError
 from protocol.mqtt.events import ConnectionRefused, Disconnected, Event, Subscribed
-from protocol.mqtt.packets import MqttProtocolError, publish_packet, receipt_request
+from protocol.mqtt.packets import MqttProtocolError, RequestProperties, publish_packet
 from protocol.mqtt.reasons import is_failure
 from protocol.mqtt.session import Session
 from protocol.mqtt.states import Role
@@ -81,7 +81,8 @@ class ReceiptPublisher:
         self._window = max(1, min(window, _SUBSCRIBE_ID - 1))
         self._on_receipts = on_receipts
         self._topic = receipt_topic(broker.receipt_prefix, identity, client_id)
-        self._response_topic = self._topic.encode()
+        # The receipt request each report carries: Response Topic, and its id as Correlation Data.
+        self._request = RequestProperties(self._topic.encode()) if on_receipts is not None else None
         self._session = Session(Role.PUBLISHER)
         self._stack: contextlib.AsyncExitStack | None = None
         self._writer: asyncio.StreamWriter | None = None
@@ -213,7 +214,7 @@ class ReceiptPublisher:
 
     def _properties(self, item: Outgoing) -> bytes:
         """The receipt request of ``item`` (Response Topic and its report id), or none."""
-        return receipt_request(self._response_topic, item.report_id) if self._on_receipts is not None else b""
+        return self._request(item.report_id) if self._request is not None else b""
 
     def _encode(self, item: Outgoing, pid: int) -> bytes:
         """The PUBLISH that carries ``item`` under packet id ``pid``: what :meth:`write_all` writes
@@ -240,7 +241,8 @@ class ReceiptPublisher:
         """
         writer = self._writer
         assert writer is not None
-        publish, properties = self._session.publish, self._properties
+        # Looked up once: the loop below runs once per report.
+        publish, request, free, inflight = self._session.publish, self._request, self._free, self._inflight
         pending = iter(items)
         exhausted = False
         while not exhausted:
@@ -250,16 +252,15 @@ class ReceiptPublisher:
                 await self._wake.wait()
                 continue
             out: list[bytes] = []
-            while self._free and len(out) < _BATCH:
+            while free and len(out) < _BATCH:
                 item = next(pending, None)
                 if item is None:
                     exhausted = True
                     break
-                pid = self._free.popleft()
-                self._inflight[pid] = (item, on_ack)
-                out.append(
-                    publish(item.topic.encode(), item.payload, qos=1, packet_id=pid, properties=properties(item))
-                )
+                pid = free.popleft()
+                inflight[pid] = (item, on_ack)
+                props = request(item.report_id) if request is not None else b""
+                out.append(publish(item.topic.encode(), item.payload, qos=1, packet_id=pid, properties=props))
             try:
                 writer.write(b"".join(out))
                 await writer.drain()

@@ -41,6 +41,7 @@ What the session enforces (docs/mqtt-client.md, "What the client enforces"):
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import NoReturn
 
 from protocol.mqtt.events import (
     MAX_TAGS,
@@ -71,8 +72,8 @@ from protocol.mqtt.packets import (
     decode_connack,
     decode_varint,
     disconnect_packet,
+    frame_publish,
     parse_properties,
-    publish_packet,
     subscribe_packet,
 )
 from protocol.mqtt.reasons import NORMAL, PACKET_TOO_LARGE, PROTOCOL_ERROR, permanent_refusal
@@ -84,6 +85,10 @@ PROTOCOL_MAX_PACKET = 268_435_460
 """The largest packet MQTT can frame: a 256 MiB remaining length and its five-byte header."""
 
 _CLOSED, _CONNECTING, _OPEN = State.CLOSED, State.CONNECTING, State.OPEN
+_PUBACK = PUBACK << 4
+_acknowledged = tuple.__new__
+"""Makes an :class:`Acknowledged` from a tuple without the named tuple's own ``__new__``, a
+Python function: the receive loop makes one per PUBACK."""
 
 
 class Session:
@@ -133,10 +138,16 @@ class Session:
         self._prefix = topic_prefix
         table = TRANSITIONS[our_role]
         self._table = table
-        # What the receive loop may read, from the table: it runs once per message and asks no dict.
-        reads = {step for (state, step) in table if state is _OPEN}
-        self._max_read_qos = 1 if Step.READ_PUBLISH_QOS1 in reads else 0 if Step.READ_PUBLISH_QOS0 in reads else -1
+        # The table by state, and what the hot paths (a PUBLISH sent, a PUBLISH or a PUBACK read,
+        # once per message) may do in the current state: flags derived from the table whenever
+        # the state changes (_enter), so that they ask no dict per message.
+        self._steps = {
+            state: {step: following for (at, step), following in table.items() if at is state} for state in State
+        }
+        self._sends_qos0 = self._sends_qos1 = self._reads_pubacks = False
+        self._max_read_qos = -1
         self._state = _CLOSED
+        self._enter(_CLOSED)
         self._buf = b""
         self._pos = 0  # where the unparsed bytes of _buf begin
         self._connection = 0
@@ -162,19 +173,28 @@ class Session:
         """Whether the broker has accepted the current connection and it has not ended."""
         return self._state is _OPEN
 
+    def _enter(self, state: State) -> None:
+        """Move to ``state``, and derive from the table what the hot paths may do there."""
+        self._state = state
+        steps = self._steps[state]
+        self._sends_qos0 = Step.SEND_PUBLISH_QOS0 in steps
+        self._sends_qos1 = Step.SEND_PUBLISH_QOS1 in steps
+        self._reads_pubacks = Step.READ_PUBACK in steps
+        self._max_read_qos = 1 if Step.READ_PUBLISH_QOS1 in steps else 0 if Step.READ_PUBLISH_QOS0 in steps else -1
+
     def _send(self, step: Step, detail: str = "") -> None:
         """Move by a packet the caller sends; refuse one the table does not allow."""
-        following = self._table.get((self._state, step))
+        following = self._steps[self._state].get(step)
         if following is None:
             raise MqttUsageError(self.our_role, self._state, step, detail)
-        self._state = following
+        self._enter(following)
 
     def _read(self, step: Step, kind: int) -> None:
         """Move by a packet the broker sent; a protocol error when the table does not allow it."""
-        following = self._table.get((self._state, step))
+        following = self._steps[self._state].get(step)
         if following is None:
             raise MqttProtocolError(f"unexpected packet type {kind} from the broker", reason=PROTOCOL_ERROR)
-        self._state = following
+        self._enter(following)
 
     # -- connection ------------------------------------------------------------------------
 
@@ -223,7 +243,7 @@ class Session:
 
     def connection_lost(self) -> None:
         """The connection ended: its partial packet is gone and its tokens are stale."""
-        self._state = self._table[self._state, Step.LOST]
+        self._enter(self._steps[self._state][Step.LOST])
         self._end()
         self._new_connection()
 
@@ -236,7 +256,7 @@ class Session:
         self._subscribing.clear()
 
     def _end(self) -> None:
-        self._state = _CLOSED
+        self._enter(_CLOSED)
         self._buf = b""
         self._pos = 0
 
@@ -279,17 +299,23 @@ class Session:
             MqttUsageError: not connected, QoS 1 in the subscriber's role, a QoS other than
                 0 and 1, or a packet id in use.
         """
-        if qos == 1:
-            self._claim(packet_id, Step.SEND_PUBLISH_QOS1)
-            self._send(Step.SEND_PUBLISH_QOS1)
-            self._outgoing.add(packet_id)
-        elif qos == 0:
-            self._send(Step.SEND_PUBLISH_QOS0)
-        else:
-            raise MqttUsageError(self.our_role, self._state, Step.SEND_PUBLISH_QOS1, f"QoS {qos} is not spoken here")
-        return publish_packet(
-            topic, payload, qos=qos, packet_id=packet_id, dup=dup, version=self.version, properties=properties
-        )
+        outgoing = self._outgoing
+        # Both steps leave an open connection open (the table), so the flags stay true.
+        if qos == 1 and self._sends_qos1 and 0 < packet_id < 0x10000 and packet_id not in outgoing:
+            if packet_id in self._subscribing:
+                self._claim(packet_id, Step.SEND_PUBLISH_QOS1)
+            outgoing.add(packet_id)
+        elif not (qos == 0 and self._sends_qos0):
+            self._refuse_publish(qos, packet_id)
+        return frame_publish(topic, payload, qos, packet_id, dup, self.version, properties)
+
+    def _refuse_publish(self, qos: int, packet_id: int) -> NoReturn:
+        """Raise the caller's mistake in asking for a PUBLISH :meth:`publish` refused."""
+        step = Step.SEND_PUBLISH_QOS1 if qos else Step.SEND_PUBLISH_QOS0
+        if qos not in (0, 1):
+            raise MqttUsageError(self.our_role, self._state, step, f"QoS {qos} is not spoken here")
+        self._send(step)  # raises when the table refuses the step; else the packet id is at fault
+        raise MqttUsageError(self.our_role, self._state, step, f"packet id {packet_id} is not free")
 
     def _claim(self, packet_id: int, step: Step) -> None:
         if not 1 <= packet_id <= 65535 or packet_id in self._outgoing or packet_id in self._subscribing:
@@ -304,7 +330,7 @@ class Session:
         Raises:
             MqttUsageError: the publisher's role, which reads no QoS 1 PUBLISH.
         """
-        if (_OPEN, Step.SEND_PUBACK) not in self._table:
+        if Step.SEND_PUBACK not in self._steps[_OPEN]:
             raise MqttUsageError(self.our_role, self._state, Step.SEND_PUBACK)
         if self._state is not _OPEN:
             self.drop_acks(tokens)
@@ -413,7 +439,8 @@ class Session:
         """
         buf, pos, out, prefix, cap = self._buf, self._pos, self._deliveries, self._prefix, self.receive_maximum
         n, key, max_packet, unacked = len(buf), self._key << 16, self.max_packet_bytes, self._in_flight
-        max_qos, v5 = self._max_read_qos, self.version == 5
+        max_qos, v5, pubacks = self._max_read_qos, self.version == 5, self._reads_pubacks
+        outgoing, acks = self._outgoing, self._acks
         received = qos1 = 0
         event: Event | None = None
         try:
@@ -435,6 +462,14 @@ class Session:
                     break
                 if b0 >> 4 != PUBLISH:
                     pos = end
+                    if b0 == _PUBACK and pubacks and length == 2:
+                        # A publisher's bulk: a PUBACK with reason Success and no properties (§3.4.2.1).
+                        pid = (buf[start] << 8) | buf[start + 1]
+                        if pid not in outgoing:
+                            raise _unexpected_ack(pid)
+                        outgoing.discard(pid)
+                        acks.append(_acknowledged(Acknowledged, (pid, 0)))
+                        continue
                     event = self._control(b0 >> 4, buf, start, end)
                     if event is not None:
                         break
@@ -505,7 +540,7 @@ class Session:
             raise MqttProtocolError("PUBACK shorter than its packet id")
         pid = (buf[start] << 8) | buf[start + 1]
         if pid not in self._outgoing:
-            raise MqttProtocolError(f"PUBACK for packet id {pid}, which awaits none", reason=PROTOCOL_ERROR)
+            raise _unexpected_ack(pid)
         reason = buf[start + 2] if end - start > 2 else 0
         if end - start > 3:
             parse_properties(buf, start + 3, end)  # read, to refuse a malformed one; nothing in it is used
@@ -568,6 +603,10 @@ def _no_packet_id(i: int, end: int) -> MqttProtocolError:
     if i + 2 > end:
         return MqttProtocolError("PUBLISH ends inside its topic or packet id")
     return MqttProtocolError("QoS 1 PUBLISH with packet id 0", reason=PROTOCOL_ERROR)
+
+
+def _unexpected_ack(pid: int) -> MqttProtocolError:
+    return MqttProtocolError(f"PUBACK for packet id {pid}, which awaits none", reason=PROTOCOL_ERROR)
 
 
 def _too_large(size: int, max_packet: int) -> MqttProtocolError:
