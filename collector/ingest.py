@@ -62,7 +62,7 @@ from collector.config import IngestConfig
 from collector.errors import StoreUnavailable
 from collector.metrics import IngestMetrics
 from collector.store import CommitResult, Store
-from collector.transport import Delivery, Transport
+from collector.transport import Delivery, Transport, route_of
 from protocol.catalog import Catalog, catalog_of
 from protocol.errors import MalformedReportError
 from protocol.receipts import MAX_CORRELATION_BYTES, Receipt, foreign_response_topic, valid_response_topic
@@ -355,7 +355,7 @@ class Ingest:
             # only the receipt is withheld.
             self.metrics.receipt_requests_refused[refused] += 1
             return None
-        return d.route, reply_to, correlation
+        return route_of(d.token), reply_to, correlation
 
     def _judge(self, d: Delivery) -> DecodedReport | str:
         """The decoded report of ``d``, or the reason it is refused."""
