@@ -1,6 +1,6 @@
 """Recording values: each is privatized at once or added to a counter's running total.
 
-How a value is kept depends on when its mechanism privatizes (:mod:`agent.usecases`): a
+How a value is kept depends on when its mechanism privatizes (:mod:`agent.mechanism_calls`): a
 counter's value joins the period's total per counter key, answered from the key's memo when
 the period closes (000 §3.1); a string is privatized at once from its memo entry ``B'``, at
 most once per period (004 §2); an event is privatized at once with fresh coins (003 §3.2.1).
@@ -20,11 +20,11 @@ from dataclasses import dataclass
 
 from agent.errors import UseCaseStoppedError, ValueRefusedError
 from agent.expiry import expired_error
+from agent.mechanism_calls import check_counter_value, check_value, clamp_note, privatize, setup
 from agent.state import PendingRecords, UseCaseDoc
 from agent.statefiles import Slot, StateFiles, budget_of, new_use_case_doc
-from agent.usecases import Kind, check_counter_value, check_value, clamp_note, privatize, setup
 from protocol.errors import InputError
-from protocol.interfaces import EstimateKind, as_discovery
+from protocol.interfaces import EstimateKind, Privatization, as_discovery
 from protocol.plain import Plain
 from protocol.randomness import RandomSource, uniform_draws
 from protocol.registry import Registry
@@ -76,7 +76,7 @@ class RecordOutcome:
         limit: the use case's daily record limit, the most records of the period that are sent;
             beyond it a uniformly random ``limit`` of the ``offered`` are kept (003 §3.2.1).
         note: for a counter value beyond its mechanism's range, what the clamping rule does
-            (:func:`agent.usecases.clamp_note`); empty otherwise.
+            (:func:`agent.mechanism_calls.clamp_note`); empty otherwise.
     """
 
     use_case: str
@@ -188,12 +188,12 @@ def _record_one(
     outcome = _record_into(slot, doc, value, key, clock=clock, rng=rng)
     pending = doc.pending.get(_period_for_record(slot, doc, clock))
     note = ""
-    if slot.kind is Kind.COUNTER:
+    if slot.kind is Privatization.COUNTER:
         note = clamp_note(slot.use_case, check_counter_value(slot.use_case, value)) or ""
     return RecordOutcome(
         slot.use_case.name,
         outcome,
-        counter=slot.kind is Kind.COUNTER,
+        counter=slot.kind is Privatization.COUNTER,
         offered=pending.offered if pending is not None else 0,
         limit=slot.use_case.daily_limit,
         note=note,
@@ -219,7 +219,7 @@ def _check_value(slot: Slot, value: object, key: str | None) -> None:
         raise ValueRefusedError(
             f"use case {uc.name!r} ({uc.mechanism.name}) takes a number or a string; got {type(value).__name__}"
         )
-    if key is not None and slot.kind is not Kind.COUNTER:
+    if key is not None and slot.kind is not Privatization.COUNTER:
         raise ValueRefusedError(f"use case {uc.name!r} ({uc.mechanism.name}) takes no counter key")
     if key is not None and (not isinstance(key, str) or not key or len(key) > 256):
         raise ValueRefusedError(f"a counter key is a non-empty string of at most 256 characters; got {key!r}")
@@ -242,7 +242,7 @@ def _record_into(
 ) -> str:
     uc = slot.use_case
     period = _period_for_record(slot, doc, clock)
-    if slot.kind is Kind.COUNTER:
+    if slot.kind is Privatization.COUNTER:
         amount = check_counter_value(uc, value)
         kh = _keyed_hash(doc.hash_key, (key or "").encode("utf-8"), _COUNTER_PERSON)
         if kh not in doc.permanent:
@@ -252,7 +252,7 @@ def _record_into(
         totals[kh] = min(totals.get(kh, 0) + amount, float(1 << 53))
         return "recorded"
     pending = doc.pending.setdefault(period, PendingRecords(definition=uc.definition, cost=uc.cost))
-    if slot.kind is Kind.STRING:
+    if slot.kind is Privatization.STRING:
         assert isinstance(value, str)
         seen = _keyed_hash(doc.hash_key, value.encode("utf-8"), _STRING_PERSON)
         if seen in pending.seen:

@@ -18,6 +18,7 @@ from pathlib import Path
 from agent.accounting import EPSILON_SLACK, Budget
 from agent.errors import StateUnreadableError, StateWriteError
 from agent.manifest import ManifestDoc, ManifestEntry
+from agent.mechanism_calls import fingerprint, load_permanent_state, memos_held, privatization_of
 from agent.sealed import Sealer, fsync_directory
 from agent.state import (
     AGENT_VERSION,
@@ -32,8 +33,8 @@ from agent.state import (
     UseCaseDoc,
     ledger_from_v1,
 )
-from agent.usecases import Kind, fingerprint, kind_of, load_permanent_state, memos_held
 from protocol.errors import StateError
+from protocol.interfaces import Privatization
 from protocol.plain import Plain, PlainDoc
 from protocol.randomness import RandomSource, random_bytes
 from protocol.registry import Registry, UseCase
@@ -82,7 +83,7 @@ class Slot:
     """
 
     use_case: UseCase
-    kind: Kind
+    kind: Privatization
     path: Path
     doc: UseCaseDoc | None = None
     broken: str | None = None
@@ -330,7 +331,7 @@ class StateFiles:
             self.write_schedule(self.read_schedule_file())
 
     def _load_slot(self, use_case: UseCase) -> Slot:
-        slot = Slot(use_case, kind_of(use_case), self.use_case_path(use_case.name))
+        slot = Slot(use_case, privatization_of(use_case), self.use_case_path(use_case.name))
         try:
             raw = self._sealer.read(slot.path, f"usecase:{use_case.name}", USE_CASE_VERSION)
             if raw is None:

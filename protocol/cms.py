@@ -50,7 +50,7 @@ from typing import Any, ClassVar, Final
 from protocol.checks import check_epsilon, check_int, check_seed, encoded_size
 from protocol.errors import InputError
 from protocol.hashing import HashFamily, fingerprint_key
-from protocol.interfaces import EstimateKind, EventLevelStrings, MechanismEntry, Privatization, ValueType
+from protocol.interfaces import EstimateKind, EventLevelStrings, MechanismEntry
 from protocol.randomness import (
     SCALE,
     Coin,
@@ -148,9 +148,6 @@ class CountMeanSketch(EventLevelStrings):
     name: ClassVar[str] = "cms"
     server: ClassVar[str] = "protocol.server.cms:CMSServer"
     record_type: ClassVar[type[CMSRecord]] = CMSRecord
-    privatization: ClassVar[Privatization] = Privatization.EVENT
-    value_type: ClassVar[ValueType] = ValueType.STRING
-    value_range: ClassVar[tuple[float, float] | None] = None
     kind: ClassVar[EstimateKind] = EstimateKind.DICTIONARY
     epsilon: float
     k: int

@@ -45,7 +45,7 @@ from protocol.checks import EPSILON_MIN_MULTI, check_epsilon, check_int, check_s
 from protocol.cms import ScalarHash, as_value_bytes
 from protocol.errors import InputError, ParameterError
 from protocol.hashing import HashFamily
-from protocol.interfaces import EstimateKind, EventLevelStrings, MechanismEntry, Privatization, ValueType
+from protocol.interfaces import EstimateKind, EventLevelStrings, MechanismEntry
 from protocol.randomness import Coin, RandomSource, coin_at_most, dexp, log_ratio, uniform_word
 
 __all__ = [
@@ -120,9 +120,6 @@ class OptimalLocalHashing(EventLevelStrings):
     name: ClassVar[str] = "olh"
     server: ClassVar[str] = "protocol.server.olh:OLHServer"
     record_type: ClassVar[type[OLHRecord]] = OLHRecord
-    privatization: ClassVar[Privatization] = Privatization.EVENT
-    value_type: ClassVar[ValueType] = ValueType.STRING
-    value_range: ClassVar[tuple[float, float] | None] = None
     kind: ClassVar[EstimateKind] = EstimateKind.DICTIONARY
     epsilon: float
     seed: bytes

@@ -37,7 +37,7 @@ from typing import Any, ClassVar, Final
 
 from protocol.categories import FixedCategories, check_categories, convert_categories
 from protocol.checks import EPSILON_MIN_MULTI, check_epsilon, encoded_size
-from protocol.interfaces import EstimateKind, MechanismEntry, Privatization, ValueType
+from protocol.interfaces import MechanismEntry
 from protocol.randomness import (
     BYTE_FLIP,
     BYTE_KEEP,
@@ -66,10 +66,6 @@ class OptimizedUnaryEncoding(FixedCategories):
     """
 
     name: ClassVar[str] = "oue"
-    kind: ClassVar[EstimateKind] = EstimateKind.CATEGORIES
-    privatization: ClassVar[Privatization] = Privatization.EVENT
-    value_type: ClassVar[ValueType] = ValueType.STRING
-    value_range: ClassVar[tuple[float, float] | None] = None
     record_type: ClassVar[type[bytes]] = bytes
     server: ClassVar[str] = "protocol.server.oue:OUEServer"
     epsilon: float

@@ -50,7 +50,7 @@ from typing import Any, ClassVar, Final
 from protocol.categories import FixedCategories, check_categories, convert_categories
 from protocol.checks import EPSILON_MIN_MULTI, check_epsilon, check_int, encoded_size
 from protocol.errors import ParameterError
-from protocol.interfaces import EstimateKind, MechanismEntry, Privatization, ValueType
+from protocol.interfaces import MechanismEntry
 from protocol.randomness import Coin, RandomSource, coin_at_most, dexp, log_ratio, uniform_word
 
 __all__ = [
@@ -161,10 +161,6 @@ class ProjectiveGeometryResponse(FixedCategories):
     """
 
     name: ClassVar[str] = "pgr"
-    kind: ClassVar[EstimateKind] = EstimateKind.CATEGORIES
-    privatization: ClassVar[Privatization] = Privatization.EVENT
-    value_type: ClassVar[ValueType] = ValueType.STRING
-    value_range: ClassVar[tuple[float, float] | None] = None
     record_type: ClassVar[type[int]] = int
     server: ClassVar[str] = "protocol.server.pgr:PGRServer"
     epsilon: float

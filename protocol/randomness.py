@@ -90,9 +90,9 @@ class SystemRandom:
 
     Every word comes straight from the kernel: no user-space expansion sits on the privacy
     path. The largest request a device makes is one sketch record's coins (a 1,024-coordinate
-    CMS record needs 8 KiB), which ``os.urandom`` serves in about 40 µs on the reference
-    machine; a device privatizes a handful of records a day, so a faster stream would buy
-    nothing that matters (measured 2026-11-24: 41 µs for 8 KiB, 6.6 ms for 1 MiB).
+    CMS record needs 8 KiB), which ``os.urandom`` serves in tens of microseconds, and a device
+    privatizes a handful of records a day, so a faster stream would buy nothing that matters
+    (docs/benchmarks.md, "The OS CSPRNG per request").
     """
 
     def draw(self, n: int) -> list[int]:

@@ -38,7 +38,7 @@ from typing import Any, ClassVar, Final, Literal
 
 from protocol.categories import FixedCategories, check_categories, convert_categories
 from protocol.checks import EPSILON_MIN_MULTI, check_epsilon, check_int, encoded_size
-from protocol.interfaces import EstimateKind, MechanismEntry, Privatization, ValueType
+from protocol.interfaces import MechanismEntry
 from protocol.randomness import Coin, RandomSource, coin_at_most, dexp, log_ratio, sample_floyd
 
 __all__ = ["ENTRY", "SubsetSelection", "optimal_subset_size", "subset_support"]
@@ -83,10 +83,6 @@ class SubsetSelection(FixedCategories):
     """
 
     name: ClassVar[str] = "ss"
-    kind: ClassVar[EstimateKind] = EstimateKind.CATEGORIES
-    privatization: ClassVar[Privatization] = Privatization.EVENT
-    value_type: ClassVar[ValueType] = ValueType.STRING
-    value_range: ClassVar[tuple[float, float] | None] = None
     record_type: ClassVar[type[tuple[int, ...]]] = tuple
     server: ClassVar[str] = "protocol.server.ss:SSServer"
     epsilon: float

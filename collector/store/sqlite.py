@@ -57,10 +57,10 @@ from collector.store.admission import (
     senders_by_report,
     within_room,
 )
-from collector.store.codec import UseCaseRow, group_by_key, segment_rows
 from collector.store.integrity import counters_key
 from collector.store.interface import CommitResult, FoldedReport, KeyInfo
 from collector.store.keyset import Key
+from collector.store.row_format import UseCaseRow, group_by_key, segment_rows
 from collector.store.sqlite_ids import by_key
 from collector.store.sqlite_setup import SCHEMA_VERSION, SQLiteSetup, end_read, rollback
 from protocol.server.contract import Aggregate

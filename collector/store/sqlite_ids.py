@@ -35,8 +35,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from collector.errors import StoreError
-from collector.store.codec import DIGEST_BYTES, digest, rid_tag
 from collector.store.keyset import KEY_BYTES, Key, KeySet
+from collector.store.row_format import DIGEST_BYTES, digest, rid_tag
 
 __all__ = ["IDS", "LIMIT", "TAGS", "RunsWritten", "SQLiteIds", "check_runs"]
 

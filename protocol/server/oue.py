@@ -7,7 +7,6 @@ reports with bit ``v`` set; the estimate is the support estimator of
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import ClassVar, Final
@@ -16,12 +15,11 @@ import numpy as np
 import numpy.typing as npt
 
 from protocol.checks import check_packed_bits
-from protocol.errors import MalformedReportError, ParameterError
+from protocol.errors import MalformedReportError
 from protocol.oue import OptimizedUnaryEncoding
 from protocol.randomness import PushbackSource, RandomSource, byte_coin_overflow, byte_coin_rows
-from protocol.server.contract import PlainServer, PlanFigures
-from protocol.server.estimate import VectorEstimate
-from protocol.server.support import SupportAggregate, support_estimate, support_variance
+from protocol.server.contract import PlanFigures
+from protocol.server.support import SupportAggregate, SupportServer
 
 __all__ = ["OUEAggregate", "OUEBatch", "OUEServer", "count_set_bits", "decode_packed"]
 
@@ -67,7 +65,7 @@ class OUEAggregate(SupportAggregate):
         self.add_counts(count_set_bits(batch.bits, self.counts.size), len(batch))
 
 
-class OUEServer(PlainServer[OptimizedUnaryEncoding, OUEBatch, OUEAggregate]):
+class OUEServer(SupportServer[OptimizedUnaryEncoding, OUEBatch, OUEAggregate]):
     """Optimized unary encoding's server half."""
 
     batch_type: ClassVar[type[OUEBatch]] = OUEBatch
@@ -128,26 +126,10 @@ class OUEServer(PlainServer[OptimizedUnaryEncoding, OUEBatch, OUEAggregate]):
         packed: npt.NDArray[np.uint8] = np.packbits(heads, axis=1)
         return packed
 
-    def privatize_records(self, values: Sequence[str], rng: RandomSource) -> list[object]:
-        """:meth:`privatize_many` in wire form."""
-        return self.encode_batch(self.privatize_many(values, rng))
-
-    def estimate_frequencies(self, aggregate: object, candidates: Sequence[str]) -> VectorEstimate:
-        """Every category's count with its plug-in SE."""
-        agg, mech = self.own_aggregate(aggregate), self.mechanism
-        if tuple(candidates) != mech.categories:
-            raise ParameterError("candidates", "the categories, in order", candidates)
-        p, q = mech.support_probabilities
-        return support_estimate(agg.counts, agg.n, p=p, q=q)
-
     def plan(self, n: float) -> PlanFigures:
         """The SE of a category nobody holds: ``sqrt(n q (1 - q)) / (1/2 - q)``."""
-        mech = self.mechanism
-        p, q = mech.support_probabilities
-        return PlanFigures(
-            n=n,
-            standard_error=math.sqrt(float(support_variance(n=n, count=0.0, p=p, q=q))),
-            unit="count",
-            figures={"epsilon_report": mech.epsilon_report, "bandwidth_bits": float(mech.k)},
-            formulas=("Wang et al. 2017 §4.3: Var = n q(1-q)/(1/2-q)^2 = n 4e^eps/(e^eps-1)^2, q = 1/(e^eps+1)",),
+        return self.support_plan(
+            n,
+            bandwidth_bits=float(self.mechanism.k),
+            formula="Wang et al. 2017 §4.3: Var = n q(1-q)/(1/2-q)^2 = n 4e^eps/(e^eps-1)^2, q = 1/(e^eps+1)",
         )

@@ -17,9 +17,9 @@ import psycopg
 
 from collector.config import StoreConfig
 from collector.store import CheckpointStore, Store
-from collector.store.codec import DIGEST_BYTES
 from collector.store.keyset import KEY_BYTES
 from collector.store.postgres import PostgresStore
+from collector.store.row_format import DIGEST_BYTES
 from protocol.registry import Registry
 from tests.support.postgres import PostgresServer
 

@@ -12,7 +12,7 @@ import pytest
 
 from collector.store import CheckpointStore
 from collector.store import sqlite as sqlite_module
-from collector.store.codec import allowance_tag, allowance_tagger
+from collector.store.row_format import allowance_tag, allowance_tagger
 from protocol.registry import Registry
 from protocol.wire import DecodedReport, decode_report
 from tests.collector.conftest import NOW
