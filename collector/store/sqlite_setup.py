@@ -19,9 +19,12 @@ the collector refuses to start a fresh one in its place.
 
 **Schema versions.** ``meta.schema`` says what the file holds: 1 (no checksums), 2 (use-case
 rows keyed by the mechanism's fingerprint and the period, the previous release) and 3 (keyed
-by the definition hash). Opening for writing migrates an older file in place, each step in one
-transaction: 1 -> 2 seals every row, 2 -> 3 re-keys each use-case row to the definition that
-maps to it (``collector.store.interface.legacy_fingerprint``). A file opened only for reading
+by the definition hash), 4 (report ids keyed by use case, period and id) and 5 (recent
+report ids and allowance tags in append-only runs, collector/store/sqlite_ids.py). Opening for
+writing migrates an older file in place, each step in one transaction: 1 -> 2 seals every row,
+2 -> 3 re-keys each use-case row to the definition that maps to it
+(``collector.store.interface.legacy_fingerprint``), 4 -> 5 only adds the empty table of runs
+(what schema 4 stored is read as settled; tests/compat/test_store_v4.py). A file opened only for reading
 (``ldp-collector status``, ``estimate``) is never changed: an older schema is refused with the
 command that migrates it (``ldp-collector migrate``), a newer one with the versions named.
 """
