@@ -19,7 +19,7 @@ from protocol.errors import MalformedReportError
 from protocol.oue import OptimizedUnaryEncoding
 from protocol.randomness import PushbackSource, RandomSource, byte_coin_overflow, byte_coin_rows
 from protocol.server.contract import PlanFigures
-from protocol.server.support import SupportAggregate
+from protocol.server.support import SupportAggregate, SupportServer
 
 __all__ = ["OUEAggregate", "OUEBatch", "OUEServer", "count_set_bits", "decode_packed"]
 
