@@ -8,7 +8,7 @@ terms:
 
 * each affected use case becomes a removed entry of the manifest (a tombstone) carrying the
   most ε spent that any file of the directory records for it, and is then added back by
-  :func:`agent.registry_change.apply_registry`, which charges a new memo its longitudinal ε at
+  :func:`agent.registry_change.carried_over`, which charges a new memo its longitudinal ε at
   once against the same lifetime cap (docs/privacy-accounting.md, "Registry changes"): ε spent
   is never reset below what a remaining file records (with the ledger deleted too, nothing
   records the reports sent; docs/state-integrity.md says so), and a use case whose cap cannot

@@ -111,6 +111,11 @@ class _Collector:
         with self.lock:
             self.payloads.append(bytes(msg.payload))
 
+    def received(self) -> int:
+        """How many reports the broker has delivered so far."""
+        with self.lock:
+            return len(self.payloads)
+
     def close(self) -> None:
         self.client.loop_stop()
         self.client.disconnect()
@@ -217,10 +222,13 @@ def test_kill_9_at_random_moments(tmp_path: Path, mosquitto: Broker) -> None:
             proc.wait()
             kills += 1
             observer.check()
-        # A last, clean run: once it has run two more cycles, SIGTERM ends it with status 0.
+        # A last, clean run: once it has run two more cycles, and reports have reached the broker,
+        # SIGTERM ends it with status 0. The kills above come at random moments, and on a loaded
+        # machine every one of them can come before the publisher has connected, so the run waits
+        # for a delivery rather than count on one (the hang guard ends a publisher that never sends).
         proc = subprocess.Popen([*cmd, "run"], env=env, cwd=ROOT, stdout=log, stderr=log)
         target = observer.cycles + 2
-        run_until(proc, lambda: observer.cycles >= target, "the clean run")
+        run_until(proc, lambda: observer.cycles >= target and collector.received() > 0, "the clean run")
         proc.send_signal(signal.SIGTERM)
         try:
             status = proc.wait(timeout=60)  # a hang guard only
