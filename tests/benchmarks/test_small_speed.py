@@ -19,6 +19,7 @@ from benchmarks import (
     bench_wire,
 )
 from fleet.scale import SCALE_LABEL
+from protocol.registry import parse_registry
 from tests.benchmarks.support import covers, report, require_keys, run_main
 from tests.support.broker import Broker
 from tests.support.postgres import PostgresServer
@@ -116,7 +117,8 @@ def test_agent(capsys: pytest.CaptureFixture[str]) -> None:
     doc = run_main(bench_agent.main, ["--cycles", "2", "--runs", "1", "--settle", "0.5"], capsys)
     daemon, cycle, commands, targets = doc["daemon"], doc["cycle"], doc["commands"], doc["targets"]
     assert daemon["exit_status_after_sigterm"] == 0
-    assert daemon["use_cases"] == cycle["use_cases"] == 7
+    example = parse_registry(bench_agent.REGISTRY.read_text(encoding="utf-8"))
+    assert daemon["use_cases"] == cycle["use_cases"] == len(example.use_cases)
     assert targets["every_use_case_reported"], cycle
     assert targets["daemon_published_every_report"], daemon
     assert targets["daemon_never_loaded_numpy"], daemon
