@@ -16,6 +16,7 @@ import logging
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from agent.accounting import EPSILON_SLACK, Budget, day_of
 from agent.device_state import DeviceState, Slot, budget_of
@@ -136,8 +137,7 @@ def _collect_one(
     return reports, records, unsent, spent
 
 
-@dataclass(frozen=True, slots=True)
-class Staged:
+class Staged(NamedTuple):
     """A report of a period's records, charged: what a use case's outbox and budget become.
 
     Attributes:

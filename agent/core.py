@@ -6,14 +6,18 @@ state directory, clock and seeded random source) in one process.
 
 Every step is a transaction (:mod:`agent.transaction`): its change is computed purely from the
 :class:`~agent.device_state.DeviceState` in force (each use case's new document made from a
-copy), written by :func:`agent.transaction.commit`, and only then adopted, so what is in
-memory is always what is on disk. :meth:`Agent._step` is the one way a step runs: consent
-first, then the state writable, then the change committed.
+copy), written by :func:`agent.transaction.commit`, and only then adopted (:meth:`Agent._commit`),
+so what is in memory is always what is on disk. The steps an application, a probe, the operator
+or the schedule asks for (recording, a collection cycle, re-enrolment) first check consent and
+that the state can be written, in one place (:meth:`Agent._ready`, :meth:`Agent._step`); the
+publisher's steps (a send, an acknowledgement, a receipt) keep their reports for a later send
+when a write fails, in one place too (:meth:`Agent._publisher_step`).
 
 :class:`Agent` is the one object the daemon, the CLI, the API, the fleet simulator and the
 tests use. Each of its jobs is a module of its own:
 
 * :mod:`agent.statefiles` - the sealed files, each read and written on its own;
+* :mod:`agent.device_state` - the state in memory, one frozen value;
 * :mod:`agent.loading` - opening them and checking every use-case file against the manifest
   (docs/state-integrity.md);
 * :mod:`agent.transaction` - a step's change and its commit: the use-case files, then the

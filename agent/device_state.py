@@ -97,6 +97,28 @@ class DeviceState:
     directory_broken: str | None = None
     load_blocked: StateWriteError | None = None
 
+    def after(
+        self,
+        *,
+        consent: ConsentDoc | None,
+        ledger: LedgerDoc | None,
+        manifest: ManifestDoc | None,
+        slots: Mapping[str, Slot],
+    ) -> DeviceState:
+        """The state after a step wrote these (what a load found about the files stays as it was)."""
+        # Field by field: every step ends here, and dataclasses.replace looks each field up by name.
+        return DeviceState(
+            consent=consent,
+            consent_broken=self.consent_broken,
+            ledger=ledger,
+            ledger_broken=self.ledger_broken,
+            ledger_note=self.ledger_note,
+            manifest=manifest,
+            slots=slots,
+            directory_broken=self.directory_broken,
+            load_blocked=self.load_blocked,
+        )
+
 
 def budget_of(use_case: UseCase, doc: UseCaseDoc) -> Budget:
     """The accounting saved in ``doc`` under ``use_case``'s limits (a fresh budget if none was saved).

@@ -37,7 +37,7 @@ import copy
 import hashlib
 import logging
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from agent.device_state import DeviceState
 from agent.errors import StateUnreadableError
@@ -157,9 +157,10 @@ def _outboxes(state: DeviceState, reports: Sequence[Pending], *, sent_at: float 
         if sent_at is None:
             doc.outbox = [e for e in doc.outbox if e.report_id not in these]
         else:
-            doc.outbox = [
-                replace(e, sent_at=sent_at, attempts=e.attempts + 1) if e.report_id in these else e for e in doc.outbox
-            ]
+            for e in doc.outbox:  # the copy's own entries
+                if e.report_id in these:
+                    e.sent_at = sent_at
+                    e.attempts += 1
         documents[name] = doc
     return documents
 

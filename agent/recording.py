@@ -19,6 +19,7 @@ import copy
 import hashlib
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from agent.device_state import DeviceState, Slot, budget_of, new_use_case_doc
 from agent.errors import UseCaseStoppedError, ValueRefusedError
@@ -94,8 +95,7 @@ class RecordOutcome:
         return max(0, self.offered - self.limit) if not self.counter else 0
 
 
-@dataclass(frozen=True, slots=True)
-class Recorded:
+class Recorded(NamedTuple):
     """What recording a batch changes, and what happened to each value.
 
     Attributes:

@@ -66,6 +66,7 @@ class StateFiles:
         self._directory = directory
         self._sealer = sealer
         self._paths: dict[str, Path] = {}
+        self._use_case_paths: dict[str, Path] = {}
         self._blocked: StateWriteError | None = None
         self._manifest_on_disk: ManifestDoc | None = None
         directory.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -98,7 +99,10 @@ class StateFiles:
 
     def use_case_path(self, name: str) -> Path:
         """The sealed file of use case ``name``."""
-        return self.path(f"{_FILE_PREFIX}{name}{SUFFIX}")
+        found = self._use_case_paths.get(name)
+        if found is None:
+            found = self._use_case_paths[name] = self.path(f"{_FILE_PREFIX}{name}{SUFFIX}")
+        return found
 
     def has(self, name: str) -> bool:
         """True if the state file ``name`` (``CONSENT``, ``LEDGER``, ...) exists."""

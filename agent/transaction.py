@@ -50,9 +50,11 @@ class Change:
     """What one step changes, computed from the state in force without writing anything.
 
     Attributes:
-        documents: use-case name -> its new document, written in this order (a copy the
-            step made and no longer touches; the commit sets its device and generation).
-        ledger: the new ledger (None: unchanged).
+        documents: use-case name -> its new document, written in this order. Each is the
+            step's own copy, which nothing else holds: the commit sets its device and
+            generation, and the state that follows holds it.
+        ledger: the new ledger (None: unchanged), the step's own copy too: the commit binds it
+            to the manifest's device.
         manifest: the manifest to go on from (None: the one in force); a registry change
             records in it what remains of the use cases it removed.
         stopped: use cases the step stops, with the reason (a registry change whose new memos
@@ -116,18 +118,22 @@ def commit(files: StateFiles, state: DeviceState, change: Change) -> DeviceState
         raise RuntimeError("no state manifest; refusing to write")
     ledger = state.ledger
     if change.ledger is not None:
-        ledger = change.ledger if manifest is None else replace(change.ledger, device=manifest.device)
+        ledger = change.ledger
+        if manifest is not None:
+            ledger.device = manifest.device
         files.write_ledger(ledger)
     slots = dict(state.slots)
     consent = state.consent
     if manifest is not None:
         for name, doc in change.documents.items():
             entry = manifest.entries.get(name)
-            spent = _checked(slots[name], doc, entry)
-            written = replace(doc, device=manifest.device, generation=(0 if entry is None else entry.generation) + 1)
-            files.write_use_case(name, written)
-            manifest = manifest.with_entry(name, ManifestEntry(written.generation, spent))
-            slots[name] = replace(slots[name], doc=written)
+            slot = slots[name]
+            spent = _checked(slot, doc, entry)
+            doc.device = manifest.device
+            doc.generation = (0 if entry is None else entry.generation) + 1
+            files.write_use_case(name, doc)
+            manifest = manifest.with_entry(name, ManifestEntry(doc.generation, spent))
+            slots[name] = Slot(slot.use_case, slot.kind, slot.path, doc, slot.broken, slot.stale)
         manifest = with_ledger_flag(manifest, ledger)
         if change.documents or manifest != files.manifest_on_disk:
             files.write_manifest(manifest)
@@ -139,4 +145,4 @@ def commit(files: StateFiles, state: DeviceState, change: Change) -> DeviceState
     if change.removed:
         files.unlink(list(change.removed))
         slots = {name: replace(slot, stale=False) if slot.stale else slot for name, slot in slots.items()}
-    return replace(state, consent=consent, ledger=ledger, manifest=manifest, slots=slots)
+    return state.after(consent=consent, ledger=ledger, manifest=manifest, slots=slots)
