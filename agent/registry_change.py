@@ -60,8 +60,8 @@ def carried_over(
         entry, text = _tombstone(files, state, name, manifest.entries[name])
         manifest = manifest.with_entry(name, entry)
         notices.append(LedgerNotice(now, name, text))
-        # Last: the manifest already says these use cases are gone, so a crash before the unlink
-        # leaves a file the next load recognises as wiped.
+        # Unlinked by the commit after the manifest that says the use case is gone, so a crash
+        # before the unlink leaves a file the next load recognises as wiped (agent.transaction).
         stale.append(files.use_case_path(name))
     if not documents and not removed and not stale:
         return Change(stopped=stopped)  # nothing to write
