@@ -44,8 +44,8 @@ from agent.errors import (
     UseCaseStoppedError,
     ValueRefusedError,
 )
+from agent.mechanism_calls import coerce_text
 from agent.state import LedgerEntry
-from agent.usecases import coerce_text
 from protocol.plain import Json, JsonObject, Plain
 from runtime.accept_errors import AcceptErrorLog
 

@@ -34,7 +34,7 @@ from protocol.metadata import metadata_warnings
 from protocol.plain import Json, JsonObject
 from runtime.clock import Clock, SystemClock
 from runtime.console import VersionAction, quiet_on_closed_pipe
-from runtime.errors import exception_leaves
+from runtime.errors import expected_leaves
 from runtime.exit_status import HELP as EXIT_HELP
 from runtime.exit_status import ExitStatus
 
@@ -545,10 +545,10 @@ def _run(cfg: AgentConfig, clock: Clock) -> int:
     except BaseExceptionGroup as group:
         # A file the config names went away at run time (the CA at a reconnect): the task that
         # met it ended the daemon with the ConfigError naming it; say that, not a traceback.
-        config_errors, rest = group.split(ConfigError)
-        if rest is not None or config_errors is None:
+        config_errors = expected_leaves(group, ConfigError)
+        if config_errors is None:
             raise
-        for leaf in config_errors.exceptions:
+        for leaf in config_errors:
             print(f"ldp-agent: {leaf}", file=sys.stderr)
         return ExitStatus.CONFIG
     return ExitStatus.OK
@@ -599,8 +599,8 @@ def _main(argv: Sequence[str] | None, clock: Clock) -> int:
     except BrokenPipeError:
         raise  # the reader of stdout went away: quiet_on_closed_pipe ends it
     except Exception as exc:
-        leaves = exception_leaves(exc)
-        if all(isinstance(leaf, StateWriteError) for leaf in leaves):
+        leaves = expected_leaves(exc, StateWriteError)
+        if leaves is not None:
             # The daemon's tasks could not write state (a full disk): say which file and why,
             # without a traceback; the exit status lets systemd retry later.
             for leaf in leaves:

@@ -288,8 +288,8 @@ def _silent(path: Path, timeout: float) -> AgentUnavailableError:
     return AgentUnavailableError(f"the agent on {path} did not answer within {timeout:g} s")
 
 
-class AgentClient:
-    """Records values through the agent's socket, blocking (one connection per request).
+class _Settings:
+    """Where the agent's socket is and how long and how often a client asks (both clients' arguments).
 
     Args:
         path: the agent's socket (default: :func:`socket_path`).
@@ -310,6 +310,17 @@ class AgentClient:
         self.timeout = timeout
         self.busy_retries = busy_retries
         self.busy_backoff = busy_backoff
+
+
+class AgentClient(_Settings):
+    """Records values through the agent's socket, blocking (one connection per request).
+
+    Args:
+        path: the agent's socket (default: :func:`socket_path`).
+        timeout: seconds to connect and to get the reply.
+        busy_retries: how many times a ``busy`` agent is asked again before :class:`BusyError`.
+        busy_backoff: seconds before the first retry; each next one waits twice as long.
+    """
 
     def record(self, use_case: str, value: Value, *, key: str | None = None) -> RecordReply:
         """Record ``value`` for ``use_case`` (``key``: a counter's key, such as an application).
@@ -356,21 +367,8 @@ class AgentClient:
             return line
 
 
-class AsyncAgentClient:
+class AsyncAgentClient(_Settings):
     """Records values through the agent's socket from asyncio code; the same arguments as :class:`AgentClient`."""
-
-    def __init__(
-        self,
-        path: str | os.PathLike[str] | None = None,
-        *,
-        timeout: float = 10.0,
-        busy_retries: int = 3,
-        busy_backoff: float = 0.05,
-    ) -> None:
-        self.path = socket_path(path)
-        self.timeout = timeout
-        self.busy_retries = busy_retries
-        self.busy_backoff = busy_backoff
 
     async def record(self, use_case: str, value: Value, *, key: str | None = None) -> RecordReply:
         """As :meth:`AgentClient.record`."""

@@ -7,7 +7,7 @@ calls the clients of this repository (:mod:`agent.client`, ``clients/c/``) and h
 else.
 
 What each use case takes is asked of its mechanism (docs/design.md, convention 4), never of
-its name, through :func:`agent.usecases.value_facts` (the one module of the agent that calls
+its name, through :func:`agent.mechanism_calls.value_facts` (the one module of the agent that calls
 a mechanism), so a mechanism added to the registry gets its typed function unchanged:
 
 * ``value_type`` gives the type: a bit is a ``bool``, a count an integer, a number a float, a
@@ -28,7 +28,7 @@ import re
 from dataclasses import dataclass
 from typing import Final
 
-from agent.usecases import ValueFacts, value_facts
+from agent.mechanism_calls import ValueFacts, value_facts
 from protocol.interfaces import ValueType
 from protocol.registry import Registry, UseCase
 

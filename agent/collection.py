@@ -20,9 +20,10 @@ from typing import NamedTuple
 
 from agent.accounting import EPSILON_SLACK, Budget, day_of
 from agent.device_state import DeviceState, Slot, budget_of
+from agent.mechanism_calls import counter_input, privatize, setup
 from agent.state import OutboxEntry, UseCaseDoc
 from agent.transaction import Change
-from agent.usecases import Kind, counter_input, privatize, setup
+from protocol.interfaces import Privatization
 from protocol.plain import Plain
 from protocol.randomness import RandomSource, sample_without_replacement
 from protocol.registry import UseCase
@@ -96,7 +97,7 @@ def _collect_one(
     spent = 0.0
     for period in closing:
         definition, cost = uc.definition, uc.cost
-        if slot.kind is Kind.COUNTER:
+        if slot.kind is Privatization.COUNTER:
             wire: list[Plain] = []
             for kh, total in sorted(doc.totals.pop(period).items()):
                 if kh not in doc.permanent:

@@ -22,9 +22,10 @@ from pathlib import Path
 from agent.accounting import Budget
 from agent.errors import StateWriteError
 from agent.manifest import ManifestDoc
+from agent.mechanism_calls import fingerprint, memos_held
 from agent.state import ConsentDoc, LedgerDoc, UseCaseDoc
 from agent.statefiles import StateFiles
-from agent.usecases import Kind, fingerprint, memos_held
+from protocol.interfaces import Privatization
 from protocol.plain import PlainDoc
 from protocol.randomness import RandomSource, random_bytes
 from protocol.registry import UseCase
@@ -62,7 +63,7 @@ class Slot:
     """
 
     use_case: UseCase
-    kind: Kind
+    kind: Privatization
     path: Path
     doc: UseCaseDoc | None = None
     broken: str | None = None

@@ -45,8 +45,8 @@ def _common_name(path: Path) -> str:
 
 
 def _read_common_name(path: Path) -> str:
-    # Imported here: only certificate-authenticated agents need it, and it adds some 70 ms to
-    # every agent start (measured with python -X importtime).
+    # Imported here: only certificate-authenticated agents need it, and it would add to every
+    # agent's start (docs/benchmarks.md, "Imports a device defers or avoids").
     from cryptography import x509  # noqa: PLC0415
     from cryptography.x509.oid import NameOID  # noqa: PLC0415
 

@@ -24,9 +24,9 @@ from agent.accounting import EPSILON_SLACK
 from agent.device_state import RE_ENROL, DeviceState, Slot, budget_of, epsilon_total
 from agent.errors import StateUnreadableError, StateWriteError
 from agent.manifest import ManifestDoc, ManifestEntry, with_ledger_flag
+from agent.mechanism_calls import fingerprint, load_permanent_state, privatization_of
 from agent.state import DEVICE_ID_BYTES, ConsentDoc, LedgerDoc, UseCaseDoc
 from agent.statefiles import CONSENT, LEDGER, MANIFEST, SCHEDULE, StateFiles
-from agent.usecases import fingerprint, kind_of, load_permanent_state
 from protocol.errors import StateError
 from protocol.randomness import RandomSource, random_bytes
 from protocol.registry import Registry, UseCase
@@ -160,7 +160,7 @@ def _read_manifest(files: StateFiles, rng: RandomSource) -> tuple[ManifestDoc | 
 
 
 def _load_slot(files: StateFiles, use_case: UseCase) -> Slot:
-    slot = Slot(use_case, kind_of(use_case), files.use_case_path(use_case.name))
+    slot = Slot(use_case, privatization_of(use_case), files.use_case_path(use_case.name))
     try:
         doc = files.read_use_case(use_case.name)
         if doc is None:

@@ -1,6 +1,6 @@
 """Recording values: each is privatized at once or added to a counter's running total.
 
-How a value is kept depends on when its mechanism privatizes (:mod:`agent.usecases`): a
+How a value is kept depends on when its mechanism privatizes (:mod:`agent.mechanism_calls`): a
 counter's value joins the period's total per counter key, answered from the key's memo when
 the period closes (000 §3.1); a string is privatized at once from its memo entry ``B'``, at
 most once per period (004 §2); an event is privatized at once with fresh coins (003 §3.2.1).
@@ -24,11 +24,11 @@ from typing import NamedTuple
 from agent.device_state import DeviceState, Slot, budget_of, new_use_case_doc
 from agent.errors import UseCaseStoppedError, ValueRefusedError
 from agent.expiry import expired_error
+from agent.mechanism_calls import check_counter_value, check_value, clamp_note, privatize, setup
 from agent.state import PendingRecords, UseCaseDoc
 from agent.transaction import Change
-from agent.usecases import Kind, check_counter_value, check_value, clamp_note, privatize, setup
 from protocol.errors import InputError
-from protocol.interfaces import EstimateKind, RecordValue, as_discovery
+from protocol.interfaces import EstimateKind, Privatization, RecordValue, as_discovery
 from protocol.plain import Plain
 from protocol.randomness import RandomSource, uniform_draws
 from protocol.registry import Registry
@@ -79,7 +79,7 @@ class RecordOutcome:
         limit: the use case's daily record limit, the most records of the period that are sent;
             beyond it a uniformly random ``limit`` of the ``offered`` are kept (003 §3.2.1).
         note: for a counter value beyond its mechanism's range, what the clamping rule does
-            (:func:`agent.usecases.clamp_note`); empty otherwise.
+            (:func:`agent.mechanism_calls.clamp_note`); empty otherwise.
     """
 
     use_case: str
@@ -203,7 +203,7 @@ def _record_one(
     """Record one value into ``doc`` (the step's own copy), ``checked`` being what :func:`_check_value` made of it."""
     period = _period_for_record(slot, doc, now)
     note = ""
-    if slot.kind is Kind.COUNTER:
+    if slot.kind is Privatization.COUNTER:
         assert isinstance(checked, int | float)  # _check_value refused the rest
         outcome = _add_to_total(slot, doc, period, checked, key=key, rng=rng)
         note = clamp_note(slot.use_case, checked) or ""
@@ -213,7 +213,7 @@ def _record_one(
     return RecordOutcome(
         slot.use_case.name,
         outcome,
-        counter=slot.kind is Kind.COUNTER,
+        counter=slot.kind is Privatization.COUNTER,
         offered=pending.offered if pending is not None else 0,
         limit=slot.use_case.daily_limit,
         note=note,
@@ -241,11 +241,11 @@ def _check_value(slot: Slot, value: object, key: str | None) -> RecordValue:
         raise ValueRefusedError(
             f"use case {uc.name!r} ({uc.mechanism.name}) takes a number or a string; got {type(value).__name__}"
         )
-    if key is not None and slot.kind is not Kind.COUNTER:
+    if key is not None and slot.kind is not Privatization.COUNTER:
         raise ValueRefusedError(f"use case {uc.name!r} ({uc.mechanism.name}) takes no counter key")
     if key is not None and (not isinstance(key, str) or not key or len(key) > 256):
         raise ValueRefusedError(f"a counter key is a non-empty string of at most 256 characters; got {key!r}")
-    if slot.kind is Kind.COUNTER:
+    if slot.kind is Privatization.COUNTER:
         return check_counter_value(uc, value)
     checked = check_value(uc, value)
     if uc.mechanism.kind is EstimateKind.DISCOVERY and isinstance(value, str):
@@ -279,7 +279,7 @@ def _privatize_into(slot: Slot, doc: UseCaseDoc, period: int, value: object, rng
     """An event or a string is privatized now and offered to the period's reservoir."""
     uc = slot.use_case
     pending = doc.pending.setdefault(period, PendingRecords(definition=uc.definition, cost=uc.cost))
-    if slot.kind is Kind.STRING:
+    if slot.kind is Privatization.STRING:
         assert isinstance(value, str)
         seen = _keyed_hash(doc.hash_key, value.encode("utf-8"), _STRING_PERSON)
         if seen in pending.seen:

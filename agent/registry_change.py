@@ -25,11 +25,12 @@ from agent.accounting import EPSILON_SLACK, Budget, day_of
 from agent.collection import stage
 from agent.device_state import DeviceState, Slot, budget_of, memos_recorded, new_use_case_doc
 from agent.manifest import ManifestDoc, ManifestEntry
+from agent.mechanism_calls import fingerprint, memo_charge, memos_held
 from agent.outbox import with_notices
 from agent.state import LedgerNotice, UseCaseDoc
 from agent.statefiles import StateFiles
 from agent.transaction import Change
-from agent.usecases import Kind, fingerprint, memo_charge, memos_held
+from protocol.interfaces import Privatization
 from protocol.randomness import RandomSource
 from protocol.registry import Period, Registry
 
@@ -196,7 +197,7 @@ def _new_memos(slot: Slot, new: UseCaseDoc, budget: Budget, said: list[str]) -> 
 
 def _memo_unit(slot: Slot) -> str:
     """What one memo of the slot's use case answers for."""
-    return "one per distinct value" if slot.kind is Kind.STRING else "one per counter key"
+    return "one per distinct value" if slot.kind is Privatization.STRING else "one per counter key"
 
 
 def _readded(slot: Slot, entry: ManifestEntry, now: float, rng: RandomSource) -> tuple[UseCaseDoc, str] | str:
@@ -212,7 +213,7 @@ def _readded(slot: Slot, entry: ManifestEntry, now: float, rng: RandomSource) ->
     said = f"added back to the registry as {uc.ref}: its state starts anew"
     # A tombstone written before the count was kept says only whether a memo was drawn: one.
     memos = entry.memos if entry.memos is not None else int(entry.memo)
-    if memos and slot.kind is not Kind.EVENT:
+    if memos and slot.kind is not Privatization.EVENT:
         charge = memo_charge(uc)
         if not budget.fits(0, memos * charge):
             return (

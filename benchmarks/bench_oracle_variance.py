@@ -32,7 +32,7 @@ analytic variances).
 843-entry dictionary), half the entries held by a Zipf(1.1) population of 20,000 reports and
 half by nobody, released by :func:`collector.estimation.estimate_aggregate` (the function the
 API, the CLI and the dashboard call) with the default rule (Benjamini-Hochberg at 0.05, threshold
-0), over enough seeds to pool at least 400 released entries: precision (released entries held
+0), over enough seeds to pool at least 800 released entries: precision (released entries held
 by somebody) >= 0.95 and coverage of the intervals shown with released entries (conditional on
 release, docs/estimation.md) within [0.93, 0.97].
 
@@ -288,7 +288,7 @@ def _released(small: bool) -> list[dict[str, Any]]:
         counts[:held] = np.floor(weights / weights.sum() * n).astype(np.int64)
         counts[0] += n - int(counts.sum())
     values = [names[i] for i, c in enumerate(counts.tolist()) for _ in range(c)]
-    want, max_seeds = (40, 4) if small else (400, 200)
+    want, max_seeds = (40, 4) if small else (800, 400)
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for mechanism in ("olh", "grr", "oue", "ss", "pgr"):

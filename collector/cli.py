@@ -55,7 +55,7 @@ from collector.service import run_service
 from collector.status import store_status, with_brokers
 from protocol.metadata import metadata_warnings
 from runtime.console import package_version, quiet_on_closed_pipe
-from runtime.errors import exception_leaves
+from runtime.errors import expected_leaves
 from runtime.exit_status import HELP as EXIT_HELP
 from runtime.exit_status import ExitStatus
 
@@ -215,8 +215,8 @@ def _run(config: CollectorConfig) -> int:
     except (CollectorError, BaseExceptionGroup) as exc:
         # A task of the root group failed: report collector errors plainly, re-raise the rest
         # (a bug: the traceback is the useful output, and the exit status is non-zero).
-        leaves = exception_leaves(exc)
-        if not all(isinstance(e, CollectorError) for e in leaves):
+        leaves = expected_leaves(exc, CollectorError)
+        if leaves is None:
             raise
         for leaf in leaves:
             print(f"ldp-collector: {leaf}", file=sys.stderr)

@@ -87,7 +87,13 @@ DASHBOARD_HTML = (
 <style>
   :root { --fg:#1d2433; --muted:#667085; --line:#d0d5dd; --accent:#2f6fde; --band:#2f6fde33; --bar:#5b8def; --warn:#b54708; }
   * { box-sizing: border-box; }
-  body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; color: var(--fg); margin: 0; background: #f5f7fa; }
+  /* Emoji from a colour emoji font wherever one is installed: first in the stack, but only for the
+     emoji code points, so a text face with black-and-white emoticons (DejaVu) or none (an empty
+     box) never draws a released emoji, and letters and digits keep the text face. */
+  @font-face { font-family: "ldp-emoji"; src: local("Apple Color Emoji"), local("Segoe UI Emoji"), local("Noto Color Emoji"), local("NotoColorEmoji");
+               unicode-range: U+1F000-1FAFF, U+2300-23FF, U+2600-27BF, U+2B00-2BFF, U+200D, U+20E3, U+FE0F, U+E0020-E007F; }
+  body { font: 14px/1.45 "ldp-emoji", system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; color: var(--fg); margin: 0; background: #f5f7fa; }
+  td.near { color: var(--muted); font-style: italic; }
   header { background: #101828; color: #fff; padding: 14px 24px; display: flex; gap: 24px; align-items: baseline; flex-wrap: wrap; }
   header h1 { font-size: 18px; margin: 0; font-weight: 600; }
   header .kv { color: #d0d5dd; font-size: 13px; }
@@ -358,10 +364,14 @@ function stringsTable(est, confidence) {
   const fill = rows => {
     body.textContent = "";
     for (const it of rows) {
-      // A released entry's SE is the spread of its interval conditional on release (docs/estimation.md).
+      // A released entry's SE is the spread of its interval conditional on release; one that
+      // barely crossed the cutoff is shown by that interval alone, which no count ± spread
+      // describes (docs/estimation.md, "What is shown").
       const se = it.selection_standard_error !== undefined ? it.selection_standard_error : it.standard_error;
-      const row = el("tr", {}, el("td", {}, it.value), el("td", {}, fmt(it.count)), el("td", {}, fmt(se)),
-                     el("td", {}, `${fmt(it.ci[0])} … ${fmt(it.ci[1])}`));
+      const near = it.near_cutoff === true;
+      const row = el("tr", near ? {class: "near-cutoff"} : {}, el("td", {}, it.value),
+                     el("td", near ? {class: "near", title: est.near_cutoff || ""} : {}, near ? "near cutoff" : fmt(it.count)),
+                     el("td", {}, near ? "" : fmt(se)), el("td", {}, `${fmt(it.ci[0])} … ${fmt(it.ci[1])}`));
       if (hasP) row.append(el("td", {}, fmt(it.p_value, 2)));
       body.append(row);
     }
@@ -372,6 +382,7 @@ function stringsTable(est, confidence) {
   // What the interval column means: a released entry's interval holds among released entries
   // (docs/estimation.md, "Intervals after selection").
   if (est.interval) box.append(el("div", {class: "legend interval-legend"}, `SE and CI: ${est.interval}`));
+  if (est.near_cutoff) box.append(el("div", {class: "legend near-legend"}, est.near_cutoff));
   if (items.length > ROW_LIMIT) {
     const note = el("div", {class: "hidden-rows"},
                     `${fmt(items.length - ROW_LIMIT)} more rows hidden (showing the ${fmt(ROW_LIMIT)} largest of ${fmt(items.length)}) `);

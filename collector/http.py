@@ -6,8 +6,9 @@ Routes (``GET`` and ``HEAD``; JSON unless stated):
 ``/``                                      the dashboard (one self-contained HTML page, no CDN)
 ``/metrics``                               Prometheus (``prometheus_client``): ingest, transport,
                                            commit latency and batch histograms, process metrics,
-                                           and the latest closed period's mean or proportion
-                                           per use case (``ldp_estimate_*``, ``collector.export``)
+                                           and the latest estimate of each mean or proportion
+                                           (``ldp_estimate_*``, the period ``/estimate`` shows;
+                                           ``collector.export``)
 ``/healthz``                               liveness: broker connections, checkpoint age; 503 while
                                            the checkpoint store cannot take commits; "degraded"
                                            (200) while one of several brokers is unreachable
@@ -52,14 +53,13 @@ it), so ``collector.service`` imports it and not the other way round.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
-import time
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Protocol
 
 from aiohttp import web
 from aiohttp.http_exceptions import BadHttpMessage, LineTooLong
+from msgspec.structs import replace as struct_replace
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import Metric
 from prometheus_client.exposition import choose_encoder
@@ -69,13 +69,14 @@ from collector.config import CollectorConfig
 from collector.dashboard import DASHBOARD_HTML
 from collector.definitions import catalog_of_config
 from collector.errors import CollectorError, StoreDamaged, StoreError, StoreUnavailable
-from collector.export import EXPORT_FORMATS, EstimateGauges, closed_period_estimates, export_text
+from collector.export import EXPORT_FORMATS, EstimateGauges, export_text, latest_estimates
 from collector.live import LiveAggregates
 from collector.metrics import IngestMetrics, metrics_registry
-from collector.results import ServiceStatus, UseCaseBrief, json_schema, named, to_json
+from collector.results import Health, ServiceStatus, UseCaseBrief, json_schema, named, to_json
 from collector.transport import TransportStatistics
 from protocol.registry import Period
 from runtime.accept_errors import ACCEPT_ERROR_INTERVAL_S, AcceptErrorLog
+from runtime.closing import close_in_thread
 
 __all__ = [
     "ACCEPT_ERROR_INTERVAL_S",
@@ -211,8 +212,6 @@ class HttpApi:
         service: the running service, for live metrics and health; None serves a store read-only.
         live: the materialised aggregates to read (default: the service's, or new ones this API owns).
         head_timeout: seconds a connection has to send its request head (tests shorten it).
-        wall_clock: the time that says which period is the latest closed one for the
-            ``ldp_estimate_*`` gauges (tests pin it so no period boundary passes mid-test).
     """
 
     def __init__(
@@ -222,11 +221,9 @@ class HttpApi:
         service: ServiceView | None = None,
         live: LiveAggregates | None = None,
         head_timeout: float = HEAD_TIMEOUT_S,
-        wall_clock: Callable[[], float] = time.time,
     ) -> None:
         self.config = config
         self.head_timeout = head_timeout
-        self._wall_clock = wall_clock
         self.service = service
         if live is None and service is not None:
             live = service.live
@@ -338,7 +335,7 @@ class HttpApi:
             await runner.cleanup()
         if self._owns_live:
             self._owns_live = False
-            await asyncio.to_thread(self.live.close)
+            await close_in_thread(self.live.close)
 
     # -- the middleware: methods, error bodies, headers ----------------------------------------
 
@@ -399,7 +396,7 @@ class HttpApi:
     async def _metrics(self, request: web.Request) -> web.Response:
         encoder, content_type = choose_encoder(request.headers.get("Accept", ""))
         try:
-            self._gauges.update(await closed_period_estimates(self.live, self._wall_clock()))
+            self._gauges.update(await latest_estimates(self.live))
         except (StoreError, CollectorError) as exc:
             # /metrics is how a store outage is seen: it answers without the estimates (and
             # without stale ones) rather than failing with the store.
@@ -414,26 +411,27 @@ class HttpApi:
         return response
 
     async def _health(self, request: web.Request) -> web.Response:
-        body: dict[str, object] = {"status": "ok", "instance": self.config.instance}
+        instance = self.config.instance
         if self.service is None:
-            return _json(200, body)
+            return _json(200, Health(status="ok", instance=instance))
         metrics = self.service.metrics
-        snap = metrics.snapshot()
         transport = self.service.transport.statistics()
-        body.update(
+        health = Health(
+            status="ok",
+            instance=instance,
             connected=transport.connected,
-            checkpoint_age_seconds=snap.checkpoint_age_seconds,
-            brokers=[dataclasses.asdict(b) for b in transport.brokers],
+            checkpoint_age_seconds=metrics.snapshot().checkpoint_age_seconds,
+            brokers=transport.brokers,
         )
+        if metrics.store_error:
+            # Up, but not counting: reports wait at the broker until the store takes commits again.
+            detail = metrics.store_error_detail
+            return _json(503, struct_replace(health, status="unhealthy", cause=metrics.store_error, detail=detail))
         if len(transport.brokers) > 1 and not transport.connected:
             # Alive and serving the brokers it reaches (or waiting for all, reconnecting):
             # restarting cannot bring a broker back, so this is not a failure (docs/deploy.md).
-            body.update(status="degraded")
-        if metrics.store_error:
-            # Up, but not counting: reports wait at the broker until the store takes commits again.
-            body.update(status="unhealthy", cause=metrics.store_error, detail=metrics.store_error_detail)
-            return _json(503, body)
-        return _json(200, body)
+            return _json(200, struct_replace(health, status="degraded"))
+        return _json(200, health)
 
     async def _schema(self, request: web.Request) -> web.Response:
         return _json(200, _SCHEMA)
@@ -487,13 +485,19 @@ class HttpApi:
             return _error(400, f"period must be a slot index in [0, {_MAX_PERIOD}]; got {str(raw)[:40]}")
         return period
 
-    async def _export(self, request: web.Request) -> web.Response:
+    def _asked(self, request: web.Request) -> tuple[str, int | None] | web.Response:
+        """The use case and the period a request names, or the error that answers it."""
         name = request.match_info["name"]
         if (unknown := self._unknown(name)) is not None:
             return unknown
         period = self._period(request)
-        if isinstance(period, web.Response):
-            return period
+        return period if isinstance(period, web.Response) else (name, period)
+
+    async def _export(self, request: web.Request) -> web.Response:
+        asked = self._asked(request)
+        if isinstance(asked, web.Response):
+            return asked
+        name, period = asked
         fmt = request.query.get("format") or "csv"
         if fmt not in EXPORT_FORMATS:
             return _error(400, f"format must be one of {', '.join(EXPORT_FORMATS)}; got {fmt[:40]!r}")
@@ -505,12 +509,10 @@ class HttpApi:
         return response
 
     async def _estimate(self, request: web.Request) -> web.Response:
-        name = request.match_info["name"]
-        if (unknown := self._unknown(name)) is not None:
-            return unknown
-        period = self._period(request)
-        if isinstance(period, web.Response):
-            return period
+        asked = self._asked(request)
+        if isinstance(asked, web.Response):
+            return asked
+        name, period = asked
         flag = request.query.get("withheld") or "0"
         if flag not in ("0", "1"):
             return _error(400, f"withheld must be 0 or 1; got {flag[:40]!r}")

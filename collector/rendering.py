@@ -73,11 +73,13 @@ def _central_line(g: CentralGuarantee) -> str:
 
 def _entry_line(item: FrequencyEntry) -> str:
     ci = f"{_fmt(item.ci[0])} .. {_fmt(item.ci[1])}"
-    # A released entry's SE is the spread of its conditional interval (docs/estimation.md).
+    # A released entry's SE is the spread of its conditional interval; one that barely crossed
+    # the cutoff is shown by that interval alone (docs/estimation.md, "What is shown").
     se = item.standard_error if item.selection_standard_error is None else item.selection_standard_error
+    count, spread = ("near cutoff", "-") if item.near_cutoff else (_fmt(item.count), _fmt(se))
     # The p-value with two significant digits, as the dashboard shows it (collector/dashboard.py).
     p = format_number(item.p_value, 2)
-    return f"  {item.value[:40]:40s}  {_fmt(item.count):>12s}  {_fmt(se):>10s}  {ci:>25s}  {p:>9s}"
+    return f"  {item.value[:40]:40s}  {count:>12s}  {spread:>10s}  {ci:>25s}  {p:>9s}"
 
 
 def _release_lines(est: ReleaseDecision) -> list[str]:
@@ -87,6 +89,8 @@ def _release_lines(est: ReleaseDecision) -> list[str]:
         # A released entry was read because its estimate crossed the cutoff: its interval
         # is the one that covers among released entries (docs/estimation.md).
         lines.append(f"  (SE and CI: {est.interval})")
+    if est.near_cutoff:
+        lines.append(f"  ({est.near_cutoff})")
     if est.withheld:
         threshold = _fmt(est.threshold)
         lines.append(f"  ({_fmt(est.withheld)} entries withheld: below the threshold {threshold} or not significant)")

@@ -36,6 +36,7 @@ __all__ = [
     "EstimateForm",
     "EstimateResult",
     "FrequencyEntry",
+    "Health",
     "HistogramBucket",
     "HistogramEstimate",
     "IngestSnapshot",
@@ -135,6 +136,10 @@ class FrequencyEntry(_Value, frozen=True, omit_defaults=True):
         selection_standard_error: the spread to read with a released entry's ``count``: its
             conditional interval's width over ``2 z``; ``standard_error`` far above the
             cutoff, larger near it (``standard_error`` stays the one the test used).
+        near_cutoff: a released entry whose estimate barely crossed the release cutoff (less
+            than 2 SE above it): its conditional interval is no longer ``count ± z spread``,
+            so it is shown by ``ci`` alone, with the words "near the cutoff"
+            (docs/estimation.md, "What is shown").
     """
 
     value: str
@@ -148,6 +153,7 @@ class FrequencyEntry(_Value, frozen=True, omit_defaults=True):
     interval: str | None = None
     median_unbiased: Number = None
     selection_standard_error: Number = None
+    near_cutoff: bool = False
 
 
 class ReleaseDecision(_Value, frozen=True, omit_defaults=True, tag="frequencies", tag_field="form"):
@@ -169,6 +175,7 @@ class ReleaseDecision(_Value, frozen=True, omit_defaults=True, tag="frequencies"
         note: why there is nothing to test (no candidate dictionary).
         interval: what the released entries' ``ci`` means (``"95 % interval conditional on
             release"``).
+        near_cutoff: what a released entry shown "near cutoff" means, when one is.
     """
 
     items: tuple[FrequencyEntry, ...]
@@ -186,6 +193,7 @@ class ReleaseDecision(_Value, frozen=True, omit_defaults=True, tag="frequencies"
     unexplained: CountFigure | None = None
     note: str | None = None
     interval: str | None = None
+    near_cutoff: str | None = None
 
 
 class CentralGuarantee(_Value, frozen=True, omit_defaults=True):
@@ -458,6 +466,24 @@ class ServiceStatus(CollectorStatus, frozen=True, omit_defaults=True):
             transport=transport,
             brokers=brokers,
         )
+
+
+class Health(_Value, frozen=True):
+    """What ``/healthz`` answers: ``ok``, ``degraded`` (one of several brokers unreachable) or
+    ``unhealthy`` (the store takes no commits, with its ``cause`` and ``detail``).
+
+    A read-only API (no running service) answers ``status`` and ``instance`` alone: the other
+    fields are then left out, not ``null``, as ``checkpoint_age_seconds`` is before the first
+    commit.
+    """
+
+    status: str
+    instance: str
+    connected: bool | msgspec.UnsetType = msgspec.UNSET
+    checkpoint_age_seconds: float | msgspec.UnsetType | None = msgspec.UNSET
+    brokers: tuple[BrokerStatistics, ...] | msgspec.UnsetType = msgspec.UNSET
+    cause: str | msgspec.UnsetType = msgspec.UNSET
+    detail: str | msgspec.UnsetType = msgspec.UNSET
 
 
 # -- the edge -----------------------------------------------------------------------------------

@@ -8,7 +8,7 @@ is drawn once, when it is made, and kept for the run, as an agent keeps its perm
 memoized answers (000 §3.4). Row ``i`` of the state is device ``i``'s and nobody else's.
 Mechanisms whose vectorised privatizer keeps no per-device memo (RAPPOR's ``privatize_many``
 draws a fresh ``B'`` per call, 004 §2) are privatized device by device through the agent's
-own path (:func:`agent.usecases.privatize`) with each device's plain state, so the memo is
+own path (:func:`agent.mechanism_calls.privatize`) with each device's plain state, so the memo is
 still per device and never redrawn. Event mechanisms (Count Mean Sketch, Hadamard CMS,
 randomized response, and the frequency oracles whose server half privatizes in bulk) keep no
 state: each record has fresh coins (003 §3.2.1).
@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from agent.usecases import Kind, kind_of, privatize
+from agent.mechanism_calls import privatization_of, privatize
 from protocol.cms import CountMeanSketch
 from protocol.dbitflip import DBitFlip
 from protocol.hcms import HadamardCountMeanSketch
@@ -77,7 +77,7 @@ class DevicePrivatizer:
     @functools.cached_property
     def _counter(self) -> bool:
         """Whether the use case's values are counters: asked once, not once per value."""
-        return kind_of(self.use_case) is Kind.COUNTER
+        return privatization_of(self.use_case) is Privatization.COUNTER
 
     def records(self, rows: npt.NDArray[np.int64], values: Sequence[Any], rng: RandomSource) -> list[Any]:
         """The wire form of device ``rows[i]``'s record of ``values[i]`` (values from :meth:`value`)."""

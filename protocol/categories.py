@@ -17,10 +17,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from functools import cached_property
-from typing import Any, Final, Protocol
+from typing import Any, ClassVar, Final, Protocol
 
 from protocol.errors import InputError, ParameterError
-from protocol.interfaces import NoPermanentState
+from protocol.interfaces import EstimateKind, NoPermanentState, Privatization, ValueType
 
 __all__ = ["CATEGORIES_MAX", "FixedCategories", "check_categories", "convert_categories"]
 
@@ -39,12 +39,17 @@ def check_categories(value: object, *, low: int = 2) -> tuple[str, ...]:
     if not isinstance(value, list | tuple):
         raise ParameterError("categories", allowed, value)
     cats = tuple(value)
-    if not low <= len(cats) <= CATEGORIES_MAX or not all(isinstance(c, str) for c in cats):
-        raise ParameterError("categories", allowed, value)
+    # The message shows what is wrong, not a list of up to millions of entries.
+    shown = f"{len(cats):,} entries" if len(cats) > 10 else cats
+    if not low <= len(cats) <= CATEGORIES_MAX:
+        raise ParameterError("categories", allowed, shown)
+    odd = next((c for c in cats if not isinstance(c, str)), None)
+    if odd is not None:
+        raise ParameterError("categories", f"{allowed}; {odd!r} is not a string", shown)
     seen: set[str] = set()
     for c in cats:
         if c in seen:
-            raise ParameterError("categories", f"{allowed}; {c!r} appears twice", value)
+            raise ParameterError("categories", f"{allowed}; {c!r} appears twice", shown)
         seen.add(c)
     return cats
 
@@ -69,10 +74,16 @@ class FixedCategories(NoPermanentState):
     """The device contract's category half: the list, a value's check, its index.
 
     The mechanism is a frozen dataclass with a ``categories`` field (checked with
-    :func:`check_categories` in its ``__post_init__``).
+    :func:`check_categories` in its ``__post_init__``). Every such mechanism privatizes each
+    value at once (an event), takes one of the categories and is estimated as a count per
+    category.
     """
 
     __slots__ = ()
+    kind: ClassVar[EstimateKind] = EstimateKind.CATEGORIES
+    privatization: ClassVar[Privatization] = Privatization.EVENT
+    value_type: ClassVar[ValueType] = ValueType.STRING
+    value_range: ClassVar[tuple[float, float] | None] = None
 
     @property
     def k(self: _Named) -> int:

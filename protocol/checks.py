@@ -19,6 +19,7 @@ import msgpack
 from protocol.errors import InputError, MalformedReportError, ParameterError, StateError
 
 __all__ = [
+    "EPSILON_MIN_MULTI",
     "check_epsilon",
     "check_indexed_bits",
     "check_int",
@@ -38,12 +39,19 @@ EPSILON_MAX = 64.0
 """Largest accepted ε. Beyond it a report is practically the raw value and e**ε overflows coins."""
 
 
-def check_epsilon(value: float, name: str = "epsilon") -> float:
-    """ε must be a finite number in (0, 64]."""
+EPSILON_MIN_MULTI = 1e-9
+"""Smallest ε of a mechanism that reports one of several outputs with probabilities near ``1/k``
+(the frequency oracles): below it the coins' ``2**-64`` rounding is no longer small against the
+gap between the own output's probability and the others', and a count's variance overflows."""
+
+
+def check_epsilon(value: float, name: str = "epsilon", *, low: float = 0.0) -> float:
+    """ε must be a finite number in (0, 64] (at least ``low`` when one is given)."""
+    allowed = f"in (0, {EPSILON_MAX:g}]" if low == 0 else f"in [{low:g}, {EPSILON_MAX:g}]"
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise ParameterError(name, f"a finite number in (0, {EPSILON_MAX:g}]", value)
-    if not 0 < value <= EPSILON_MAX:
-        raise ParameterError(name, f"in (0, {EPSILON_MAX:g}]", value)
+        raise ParameterError(name, f"a finite number {allowed}", value)
+    if not (0 < value <= EPSILON_MAX and value >= low):
+        raise ParameterError(name, allowed, value)
     return float(value)
 
 

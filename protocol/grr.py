@@ -25,7 +25,6 @@ A record is the reported category's index; no permanent state (event-level priva
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
@@ -33,9 +32,9 @@ from functools import cached_property
 from typing import Any, ClassVar, Final
 
 from protocol.categories import FixedCategories, check_categories, convert_categories
-from protocol.checks import check_epsilon, encoded_size
-from protocol.interfaces import EstimateKind, MechanismEntry, Privatization, ValueType
-from protocol.randomness import Coin, RandomSource, coin_at_most, dexp, uniform_word
+from protocol.checks import EPSILON_MIN_MULTI, check_epsilon, encoded_size
+from protocol.interfaces import MechanismEntry
+from protocol.randomness import Coin, RandomSource, coin_at_most, dexp, log_ratio, uniform_word
 
 __all__ = ["ENTRY", "GeneralizedRandomizedResponse"]
 
@@ -53,17 +52,13 @@ class GeneralizedRandomizedResponse(FixedCategories):
     """
 
     name: ClassVar[str] = "grr"
-    kind: ClassVar[EstimateKind] = EstimateKind.CATEGORIES
-    privatization: ClassVar[Privatization] = Privatization.EVENT
-    value_type: ClassVar[ValueType] = ValueType.STRING
-    value_range: ClassVar[tuple[float, float] | None] = None
     record_type: ClassVar[type[int]] = int
     server: ClassVar[str] = "protocol.server.grr:GRRServer"
     epsilon: float
     categories: tuple[str, ...]
 
     def __post_init__(self) -> None:
-        check_epsilon(self.epsilon)
+        check_epsilon(self.epsilon, low=EPSILON_MIN_MULTI)
         object.__setattr__(self, "categories", check_categories(self.categories))
 
     @cached_property
@@ -90,7 +85,7 @@ class GeneralizedRandomizedResponse(FixedCategories):
     @cached_property
     def epsilon_report(self) -> float:
         """``ln(p / q)`` for the implemented coin (at most ε)."""
-        return math.log(self.p_exact / self.q_exact)
+        return log_ratio(self.p_exact / self.q_exact)
 
     def privacy_figures(self) -> dict[str, float]:
         """ε of one report (event-level: every report spends it)."""

@@ -30,7 +30,7 @@ import dataclasses
 import enum
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, TypeVar, runtime_checkable
+from typing import Any, ClassVar, Protocol, TypeVar, runtime_checkable
 
 from protocol.errors import InputError, StateError
 from protocol.plain import PlainDoc
@@ -421,11 +421,14 @@ class EventLevelStrings(NoPermanentState):
 
     They keep no permanent state (003 §3.2.1: every event is privatized at once with fresh
     coins), so a report costs its ε, a value is the text itself, a counter total is refused,
-    and the only state that fits is ``None``. Each module still states its own record type
-    and its value check.
+    and the only state that fits is ``None``. Each module still states its own record type,
+    its kind of estimate and its value check.
     """
 
     __slots__ = ()
+    privatization: ClassVar[Privatization] = Privatization.EVENT
+    value_type: ClassVar[ValueType] = ValueType.STRING
+    value_range: ClassVar[tuple[float, float] | None] = None
 
     def privacy_figures(self: _StatelessMechanism) -> dict[str, float]:
         """ε of one report (event-level: every report spends it)."""

@@ -28,7 +28,6 @@ The record is the packed ``k``-bit vector (bit ``i`` in byte ``i // 8`` under ma
 
 from __future__ import annotations
 
-import math
 import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -37,9 +36,19 @@ from functools import cached_property
 from typing import Any, ClassVar, Final
 
 from protocol.categories import FixedCategories, check_categories, convert_categories
-from protocol.checks import check_epsilon, encoded_size
-from protocol.interfaces import EstimateKind, MechanismEntry, Privatization, ValueType
-from protocol.randomness import BYTE_FLIP, BYTE_KEEP, ByteCoins, Coin, RandomSource, coin_at_least, dexp, random_bytes
+from protocol.checks import EPSILON_MIN_MULTI, check_epsilon, encoded_size
+from protocol.interfaces import MechanismEntry
+from protocol.randomness import (
+    BYTE_FLIP,
+    BYTE_KEEP,
+    ByteCoins,
+    Coin,
+    RandomSource,
+    coin_at_least,
+    dexp,
+    log_ratio,
+    random_bytes,
+)
 
 __all__ = ["ENTRY", "OptimizedUnaryEncoding"]
 
@@ -57,17 +66,13 @@ class OptimizedUnaryEncoding(FixedCategories):
     """
 
     name: ClassVar[str] = "oue"
-    kind: ClassVar[EstimateKind] = EstimateKind.CATEGORIES
-    privatization: ClassVar[Privatization] = Privatization.EVENT
-    value_type: ClassVar[ValueType] = ValueType.STRING
-    value_range: ClassVar[tuple[float, float] | None] = None
     record_type: ClassVar[type[bytes]] = bytes
     server: ClassVar[str] = "protocol.server.oue:OUEServer"
     epsilon: float
     categories: tuple[str, ...]
 
     def __post_init__(self) -> None:
-        check_epsilon(self.epsilon)
+        check_epsilon(self.epsilon, low=EPSILON_MIN_MULTI)
         object.__setattr__(self, "categories", check_categories(self.categories))
 
     @cached_property
@@ -89,7 +94,7 @@ class OptimizedUnaryEncoding(FixedCategories):
     def epsilon_report(self) -> float:
         """``ln((1 - q) / q)`` for the implemented coin (at most ε)."""
         q = self.other_coin.probability
-        return math.log((1 - q) / q)
+        return log_ratio((1 - q) / q)
 
     def privacy_figures(self) -> dict[str, float]:
         """ε of one report (event-level: every report spends it)."""

@@ -48,10 +48,10 @@ from functools import cached_property
 from typing import Any, ClassVar, Final
 
 from protocol.categories import FixedCategories, check_categories, convert_categories
-from protocol.checks import check_epsilon, check_int, encoded_size
+from protocol.checks import EPSILON_MIN_MULTI, check_epsilon, check_int, encoded_size
 from protocol.errors import ParameterError
-from protocol.interfaces import EstimateKind, MechanismEntry, Privatization, ValueType
-from protocol.randomness import Coin, RandomSource, coin_at_most, dexp, uniform_word
+from protocol.interfaces import MechanismEntry
+from protocol.randomness import Coin, RandomSource, coin_at_most, dexp, log_ratio, uniform_word
 
 __all__ = [
     "ENTRY",
@@ -161,10 +161,6 @@ class ProjectiveGeometryResponse(FixedCategories):
     """
 
     name: ClassVar[str] = "pgr"
-    kind: ClassVar[EstimateKind] = EstimateKind.CATEGORIES
-    privatization: ClassVar[Privatization] = Privatization.EVENT
-    value_type: ClassVar[ValueType] = ValueType.STRING
-    value_range: ClassVar[tuple[float, float] | None] = None
     record_type: ClassVar[type[int]] = int
     server: ClassVar[str] = "protocol.server.pgr:PGRServer"
     epsilon: float
@@ -173,10 +169,10 @@ class ProjectiveGeometryResponse(FixedCategories):
     t: int = field(default=0)
 
     def __post_init__(self) -> None:
-        check_epsilon(self.epsilon)
+        check_epsilon(self.epsilon, low=EPSILON_MIN_MULTI)
         cats = check_categories(self.categories)
         object.__setattr__(self, "categories", cats)
-        if (self.q, self.t) == (0, 0):
+        if type(self.q) is int and type(self.t) is int and self.q == self.t == 0:
             g = choose_geometry(len(cats), self.epsilon)
             object.__setattr__(self, "q", g.q)
             object.__setattr__(self, "t", g.t)
@@ -211,7 +207,7 @@ class ProjectiveGeometryResponse(FixedCategories):
     def epsilon_report(self) -> float:
         """``ln(α (K - h) / ((1 - α) h))`` for the implemented coin (at most ε)."""
         a, g = self.hyperplane_coin.probability, self.geometry
-        return math.log(a * (g.points - g.h) / ((1 - a) * g.h))
+        return log_ratio(a * (g.points - g.h) / ((1 - a) * g.h))
 
     def privacy_figures(self) -> dict[str, float]:
         """ε of one report (event-level: every report spends it)."""

@@ -24,6 +24,7 @@ the same results for the same words, so a seeded device replays exactly
 
 from __future__ import annotations
 
+import math
 import os
 import struct
 from collections.abc import Sequence
@@ -44,16 +45,19 @@ __all__ = [
     "SCALE",
     "ByteCoins",
     "Coin",
+    "PushbackSource",
     "RandomSource",
     "SeededRandom",
     "SystemRandom",
     "bernoulli",
     "bernoulli_thresholds",
+    "byte_coin_overflow",
     "byte_coin_rows",
     "coin_at_least",
     "coin_at_most",
     "dexp",
     "flips",
+    "log_ratio",
     "random_bytes",
     "sample_floyd",
     "sample_without_replacement",
@@ -86,9 +90,9 @@ class SystemRandom:
 
     Every word comes straight from the kernel: no user-space expansion sits on the privacy
     path. The largest request a device makes is one sketch record's coins (a 1,024-coordinate
-    CMS record needs 8 KiB), which ``os.urandom`` serves in about 40 µs on the reference
-    machine; a device privatizes a handful of records a day, so a faster stream would buy
-    nothing that matters (measured 2026-11-24: 41 µs for 8 KiB, 6.6 ms for 1 MiB).
+    CMS record needs 8 KiB), which ``os.urandom`` serves in tens of microseconds, and a device
+    privatizes a handful of records a day, so a faster stream would buy nothing that matters
+    (docs/benchmarks.md, "The OS CSPRNG per request").
     """
 
     def draw(self, n: int) -> list[int]:
@@ -158,6 +162,12 @@ class Coin:
     def complement(self) -> Coin:
         """The coin that shows heads exactly when this one shows tails."""
         return Coin(SCALE - self.numerator)
+
+
+def log_ratio(ratio: Fraction) -> float:
+    """``ln(ratio)`` of an exact likelihood ratio, accurate near 1 (``log1p`` of the exact excess), so a
+    mechanism's ε computed from its coins is not pushed above the declared ε by float rounding."""
+    return math.log1p(float(ratio - 1))
 
 
 def dexp(x: float | Decimal) -> Decimal:
@@ -343,11 +353,68 @@ class ByteCoins:
         return out
 
 
+class PushbackSource:
+    """A random source that hands back words it was given back before drawing new ones.
+
+    A vectorised privatizer draws many reports' words at once; when one report needs more than
+    its share (a rare tie in :class:`ByteCoins` past its spare words), the device draws the extra
+    words right after that report's, so the words drawn for the reports after it belong after
+    them. :meth:`unread` returns them to the stream, in order, and the report is privatized by the
+    device's own code reading this source, so the stream stays the device's word for word.
+    """
+
+    def __init__(self, rng: RandomSource) -> None:
+        self._rng = rng
+        self._back: list[npt.NDArray[np.uint64]] = []
+
+    def unread(self, words: npt.NDArray[np.uint64]) -> None:
+        """Put ``words`` back in front of the stream (they are read again next, in order)."""
+        if words.size:
+            self._back.insert(0, words)
+
+    def words(self, n: int) -> npt.NDArray[np.uint64]:
+        """The next ``n`` words: those given back first, then fresh ones."""
+        import numpy as np  # noqa: PLC0415 - the vectorised path only
+
+        parts: list[npt.NDArray[np.uint64]] = []
+        need = n
+        while need and self._back:
+            head = self._back.pop(0)
+            parts.append(head[:need])
+            if head.size > need:
+                self._back.insert(0, head[need:])
+            need -= min(need, int(head.size))
+        if need:
+            parts.append(self._rng.words(need))
+        return np.concatenate(parts) if len(parts) != 1 else parts[0].copy()
+
+    def draw(self, n: int) -> list[int]:
+        """The next ``n`` words as Python integers."""
+        drawn: list[int] = self.words(n).tolist()
+        return drawn
+
+
+def byte_coin_overflow(coin: Coin, coin_bytes: npt.NDArray[np.uint8], spares: int) -> int | None:
+    """The first row of ``coin_bytes`` with more ties than ``spares`` (``None``: none has)."""
+    import numpy as np  # noqa: PLC0415 - the vectorised path only
+
+    if coin.numerator == SCALE:
+        return None
+    ties = np.count_nonzero(coin_bytes == np.uint8(coin.numerator >> 56), axis=1)
+    over = np.flatnonzero(ties > spares)
+    return int(over[0]) if over.size else None
+
+
 def byte_coin_rows(
-    rng: RandomSource, coin: Coin, coin_bytes: npt.NDArray[np.uint8], spares: npt.NDArray[np.uint64]
+    coin: Coin, coin_bytes: npt.NDArray[np.uint8], spares: npt.NDArray[np.uint64]
 ) -> npt.NDArray[np.bool_]:
     """:meth:`ByteCoins.digits` for many rows at once: row ``i``'s flips from ``coin_bytes[i]``, its
-    ties from ``spares[i]`` in order (then fresh words, eight at a time, as the pure path does)."""
+    ties from ``spares[i]`` in order.
+
+    Raises:
+        ValueError: a row has more ties than spare words (:func:`byte_coin_overflow` finds it
+            first; the device would draw more words there, which the caller must follow).
+    """
     import numpy as np  # noqa: PLC0415 - the vectorised path only
 
     if coin.numerator == SCALE:
@@ -356,18 +423,10 @@ def byte_coin_rows(
     heads = coin_bytes < high
     rows, cols = np.nonzero(coin_bytes == high)
     if rows.size:
-        first = np.searchsorted(rows, rows, side="left")
-        rank = np.arange(rows.size) - first
-        fits = rank < spares.shape[1]
-        heads[rows[fits], cols[fits]] = (spares[rows[fits], rank[fits]] >> np.uint64(8)) < low
-        for r in np.unique(rows[~fits]).tolist():
-            extra: list[int] = []
-            for c, rk in zip(cols[rows == r].tolist(), rank[rows == r].tolist(), strict=True):
-                if rk < spares.shape[1]:
-                    continue
-                if not extra:
-                    extra = rng.draw(8)
-                heads[r, c] = extra.pop(0) >> 8 < int(low)
+        rank = np.arange(rows.size) - np.searchsorted(rows, rows, side="left")
+        if int(rank.max()) >= spares.shape[1]:
+            raise ValueError("a row has more ties than spare words; privatize it the device's way")
+        heads[rows, cols] = (spares[rows, rank] >> np.uint64(8)) < low
     return heads
 
 

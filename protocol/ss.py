@@ -37,9 +37,9 @@ from itertools import combinations
 from typing import Any, ClassVar, Final, Literal
 
 from protocol.categories import FixedCategories, check_categories, convert_categories
-from protocol.checks import check_epsilon, check_int, encoded_size
-from protocol.interfaces import EstimateKind, MechanismEntry, Privatization, ValueType
-from protocol.randomness import Coin, RandomSource, coin_at_most, dexp, sample_floyd
+from protocol.checks import EPSILON_MIN_MULTI, check_epsilon, check_int, encoded_size
+from protocol.interfaces import MechanismEntry
+from protocol.randomness import Coin, RandomSource, coin_at_most, dexp, log_ratio, sample_floyd
 
 __all__ = ["ENTRY", "SubsetSelection", "optimal_subset_size", "subset_support"]
 
@@ -78,15 +78,11 @@ class SubsetSelection(FixedCategories):
     Args:
         epsilon: ε of one report, in (0, 64].
         categories: the distinct category names (at least two).
-        d: the subset size, in ``[1, k - 1]``; by default the one of least variance
+        d: the subset size, in ``[1, k - 1]``; ``0`` (the default) takes the one of least variance
             (:func:`optimal_subset_size`, about ``k / (e**ε + 1)``).
     """
 
     name: ClassVar[str] = "ss"
-    kind: ClassVar[EstimateKind] = EstimateKind.CATEGORIES
-    privatization: ClassVar[Privatization] = Privatization.EVENT
-    value_type: ClassVar[ValueType] = ValueType.STRING
-    value_range: ClassVar[tuple[float, float] | None] = None
     record_type: ClassVar[type[tuple[int, ...]]] = tuple
     server: ClassVar[str] = "protocol.server.ss:SSServer"
     epsilon: float
@@ -94,10 +90,10 @@ class SubsetSelection(FixedCategories):
     d: int = field(default=0)
 
     def __post_init__(self) -> None:
-        check_epsilon(self.epsilon)
+        check_epsilon(self.epsilon, low=EPSILON_MIN_MULTI)
         cats = check_categories(self.categories)
         object.__setattr__(self, "categories", cats)
-        if self.d == 0 and not isinstance(self.d, bool):
+        if type(self.d) is int and self.d == 0:
             object.__setattr__(self, "d", optimal_subset_size(len(cats), self.epsilon))
         check_int(self.d, "d", low=1, high=len(cats) - 1)
 
@@ -116,7 +112,7 @@ class SubsetSelection(FixedCategories):
     def epsilon_report(self) -> float:
         """``ln(α (k - d) / ((1 - α) d))`` for the implemented coin (at most ε)."""
         a = self.include_coin.probability
-        return math.log(a * (self.k - self.d) / ((1 - a) * self.d))
+        return log_ratio(a * (self.k - self.d) / ((1 - a) * self.d))
 
     def privacy_figures(self) -> dict[str, float]:
         """ε of one report (event-level: every report spends it)."""
@@ -130,7 +126,8 @@ class SubsetSelection(FixedCategories):
     @cached_property
     def wire_form(self) -> Literal["indices", "bits"]:
         """``indices`` when ``d`` indices take fewer bytes than the ``k``-bit vector, else ``bits``."""
-        return "indices" if self.d * encoded_size(self.k - 1) < (self.k + 7) // 8 else "bits"
+        as_indices = encoded_size([self.k - 1] * self.d)
+        return "indices" if as_indices < encoded_size(bytes((self.k + 7) // 8)) else "bits"
 
     def privatize(self, value: str, state: None, rng: RandomSource) -> tuple[tuple[int, ...], None]:
         """One subset for category ``value``, its members in increasing order."""

@@ -8,6 +8,7 @@ __all__ = [
     "accept_errors",
     "backoff",
     "clock",
+    "closing",
     "config",
     "console",
     "errors",

@@ -63,8 +63,9 @@ def client_context(
     ctx.minimum_version = ssl.TLSVersion.TLSv1_2
     if cert_file is None:
         return ctx
-    # Imported only for a client certificate: cryptography.x509 costs a device 1.4 MiB and
-    # 40 ms of start-up that a password login never needs (docs/deploy.md).
+    # Imported only for a client certificate: cryptography.x509 costs a device memory and
+    # start-up time that a password login never needs (docs/benchmarks.md, "Imports a device
+    # defers or avoids").
     from cryptography import x509  # noqa: PLC0415
     from cryptography.hazmat.primitives import serialization  # noqa: PLC0415
 

@@ -110,11 +110,10 @@ import numpy.typing as npt
 
 from collector.decoding.consistency import ConsistentEstimate, make_consistent
 from collector.decoding.lasso import Design, lasso, weights_from, wls
-from collector.decoding.plain import ValueEstimate, finite
+from collector.decoding.plain import ValueEstimate
 from collector.decoding.release import Release, ReleaseRule, release
 from collector.decoding.stats import check_level, normal_quantile, normal_sf, reject, z_interval
 from protocol.interfaces import EstimateKind
-from protocol.plain import JsonObject
 from protocol.server.contract import CandidateServer
 from protocol.server.estimate import BitEstimates, Estimate, VectorEstimate
 from protocol.server.rappor import RapporAggregate, RapporServer
@@ -234,26 +233,6 @@ class RapporDecoding:
         idx = np.flatnonzero(self.detected)
         idx = idx[np.argsort(-self.counts[idx], kind="stable")]
         return [self.entry(int(i)) for i in idx]
-
-    def to_plain(self) -> JsonObject:
-        """JSON-ready summary: the detected strings and the fit's diagnostics."""
-        return {
-            "found": [d.to_plain() for d in self.found()],
-            "n": self.n,
-            "candidates": len(self.candidates),
-            "selected": int(self.selected.sum()),
-            "lasso_selected": self.lasso_selected,
-            "detected": int(self.detected.sum()),
-            "unexplained": {
-                "count": finite(self.unexplained.value),
-                "standard_error": finite(self.unexplained.standard_error),
-            },
-            "control": self.control,
-            "alpha": self.alpha,
-            "confidence": self.confidence,
-            "selection_z": self.selection_z,
-            "dispersion": self.dispersion,
-        }
 
 
 @dataclass(frozen=True, eq=False)

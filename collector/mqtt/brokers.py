@@ -30,7 +30,8 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 
 from collector.config import MqttConfig
 from collector.mqtt.transport import READ_PAUSE_S, BrokerConnector, MqttTransport
-from collector.transport import NO_ACK, BrokerStatistics, Delivery, TransportStatistics, route_of
+from collector.transport import BrokerStatistics, Delivery, TransportStatistics, route_of
+from protocol.mqtt.events import packet_id_of
 from protocol.receipts import Receipt
 from runtime.resources import ResourceErrors
 
@@ -106,13 +107,14 @@ class BrokerSet:
             return
         by_route: dict[int, list[int]] = {}
         for token in tokens:
-            if token != NO_ACK:
+            if packet_id_of(token):  # a QoS 0 message needs no acknowledgement
                 by_route.setdefault(route_of(token), []).append(token)
         for route, group in by_route.items():
             sessions[route].ack(group)
 
     def send_receipts(self, receipts: Mapping[bytes, Sequence[Receipt]], *, route: int = 0) -> None:
-        """Publish receipts through broker ``route``, the one that delivered their reports."""
+        """Publish receipts through broker ``route``, the one that delivered their reports
+        (:func:`~collector.transport.route_of` their tokens)."""
         self.sessions[route].send_receipts(receipts)
 
     def statistics(self) -> TransportStatistics:
@@ -176,12 +178,14 @@ class BrokerSet:
 
     async def wait_serving(self) -> None:
         """Return once any broker has granted the subscription (the member is serving then)."""
-        waits = [asyncio.ensure_future(s.wait_subscribed()) for s in self.sessions]
+        waits = [asyncio.create_task(s.wait_subscribed(), name=f"mqtt-serving-{s.address}") for s in self.sessions]
         try:
             await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
         finally:
+            # The waits end here, whatever ends this one: no task outlives its owner (docs/design.md, convention 12).
             for w in waits:
                 w.cancel()
+            await asyncio.gather(*waits, return_exceptions=True)
 
     async def close(self) -> None:
         """Disconnect every session politely; :meth:`run` returns."""

@@ -26,7 +26,9 @@ from pathlib import Path
 from typing import Any
 
 from collector.planner.inputs import PlanError, Result, build, need
+from protocol.categories import CATEGORIES_MAX
 from protocol.cms import CountMeanSketch
+from protocol.errors import ParameterError
 from protocol.grr import GeneralizedRandomizedResponse
 from protocol.hcms import HadamardCountMeanSketch
 from protocol.interfaces import EstimateKind, Mechanism
@@ -80,20 +82,27 @@ def decode_ops(mech: Mechanism, *, n: float, candidates: int) -> float | None:
 
 
 def _alternatives(epsilon: float, *, categories: tuple[str, ...] | None, seed: bytes) -> list[Mechanism]:
-    """The mechanisms that can serve a domain, with the defaults that follow from ε and the domain."""
-    out: list[Mechanism] = [OptimalLocalHashing(epsilon=epsilon, seed=seed)]
+    """The mechanisms that can serve a domain, with the defaults that follow from ε and the domain
+    (one whose parameters refuse this ε or domain is left out: the table lists what can run)."""
+    makers: list[Callable[[], Mechanism]] = [lambda: OptimalLocalHashing(epsilon=epsilon, seed=seed)]
     if categories is not None:
-        out += [
-            GeneralizedRandomizedResponse(epsilon=epsilon, categories=categories),
-            OptimizedUnaryEncoding(epsilon=epsilon, categories=categories),
-            SubsetSelection(epsilon=epsilon, categories=categories),
-            ProjectiveGeometryResponse(epsilon=epsilon, categories=categories),
+        makers += [
+            lambda: GeneralizedRandomizedResponse(epsilon=epsilon, categories=categories),
+            lambda: OptimizedUnaryEncoding(epsilon=epsilon, categories=categories),
+            lambda: SubsetSelection(epsilon=epsilon, categories=categories),
+            lambda: ProjectiveGeometryResponse(epsilon=epsilon, categories=categories),
         ]
     else:
-        out += [
-            CountMeanSketch(epsilon=epsilon, k=_CMS_DEPLOYED[0], m=_CMS_DEPLOYED[1], seed=seed),
-            HadamardCountMeanSketch(epsilon=epsilon, k=_HCMS_DEPLOYED[0], m=_HCMS_DEPLOYED[1], seed=seed),
+        makers += [
+            lambda: CountMeanSketch(epsilon=epsilon, k=_CMS_DEPLOYED[0], m=_CMS_DEPLOYED[1], seed=seed),
+            lambda: HadamardCountMeanSketch(epsilon=epsilon, k=_HCMS_DEPLOYED[0], m=_HCMS_DEPLOYED[1], seed=seed),
         ]
+    out: list[Mechanism] = []
+    for make in makers:
+        try:
+            out.append(make())
+        except ParameterError:
+            continue
     return out
 
 
@@ -179,14 +188,17 @@ def compare_mechanisms(
 
 
 def _advice(mine: Result, best: Result) -> str:
-    if best["mechanism"] == mine["mechanism"]:
+    if (best["mechanism"], best["parameters"]) == (mine["mechanism"], mine["parameters"]):
         return f"keep {mine['mechanism']}: no applicable mechanism has a smaller standard error here"
     ratio = best["standard_error"] / mine["standard_error"]
     devices = ratio**2
-    return (
-        f"switch to {best['mechanism']} ({best['parameters']}): its standard error is {ratio:.2f}x "
-        f"{mine['mechanism']}'s, so the same error needs {devices:.2f}x the devices ({1 / devices:.2f}x fewer)"
+    gain = (
+        f"its standard error is {ratio:.2f}x the current one's, so the same error needs {devices:.2f}x the "
+        f"devices ({1 / devices:.2f}x fewer)"
     )
+    if best["mechanism"] == mine["mechanism"]:
+        return f"keep {mine['mechanism']} with other parameters ({best['parameters']}): {gain}"
+    return f"switch to {best['mechanism']} ({best['parameters']}): {gain}"
 
 
 _FORMULAS = [
@@ -206,8 +218,8 @@ def plan_oracles(a: argparse.Namespace) -> Result:
         raise PlanError("give --categories K (a fixed list of K categories) or --dictionary-size D (an open domain)")
     if a.categories is not None:
         k = int(a.categories)
-        if k < 2:
-            raise PlanError(f"--categories must be at least 2; got {k}")
+        if k != a.categories or not 2 <= k <= CATEGORIES_MAX:
+            raise PlanError(f"--categories must be a whole number from 2 to {CATEGORIES_MAX:,}; got {a.categories:g}")
         categories: tuple[str, ...] | None = tuple(f"c{i}" for i in range(k))
         candidates = k
     else:

@@ -43,7 +43,7 @@ _TABLE_COLUMNS = (
 
 def _cell(key: str, value: Any) -> str:
     if key == "variance_vs_best":
-        return f"{value:.2f}x"
+        return f"{value:,.2f}x" if value < 1000 else f"{value:,.0f}x"
     if key == "decode_ops":
         return "n/a" if not math.isfinite(value) else f"{value:.3g}"
     if key == "standard_error":

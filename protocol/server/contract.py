@@ -30,6 +30,7 @@ import numpy.typing as npt
 
 from protocol.interfaces import EstimateKind, Mechanism, own
 from protocol.server.estimate import BitEstimates, Estimate, VectorEstimate
+from protocol.server.parallel import Threads
 
 __all__ = [
     "Aggregate",
@@ -165,8 +166,12 @@ class HistogramServer(ServerMechanism, Protocol):
 class FrequencyServer(ServerMechanism, Protocol):
     """Frequencies of strings: over a dictionary (CMS, HCMS) or a fixed set of categories."""
 
-    def estimate_frequencies(self, aggregate: Aggregate, candidates: Sequence[str]) -> VectorEstimate:
-        """The estimated count of each candidate (each category, in order, for ``CATEGORIES``)."""
+    def estimate_frequencies(
+        self, aggregate: Aggregate, candidates: Sequence[str], *, threads: Threads | None = None
+    ) -> VectorEstimate:
+        """The estimated count of each candidate (each category, in order, for ``CATEGORIES``);
+        a half whose query splits into parts (the sketches' gather) hands them to the caller's
+        ``threads``, the others need none."""
         ...
 
 
@@ -219,9 +224,10 @@ class DiscoveryServer(ServerMechanism, Protocol):
     """Strings found without a dictionary (SFP, 003 §4.3)."""
 
     def discover(
-        self, aggregate: Aggregate, *, alphabet: str, top_t: int, threshold: float
+        self, aggregate: Aggregate, *, alphabet: str, top_t: int, threshold: float, threads: Threads | None = None
     ) -> Sequence[DiscoveredItem]:
-        """The strings found, each with its count and standard error."""
+        """The strings found, each with its count and standard error (the queries split between
+        the caller's ``threads``, if any)."""
         ...
 
 

@@ -15,12 +15,11 @@ from typing import ClassVar
 import numpy as np
 import numpy.typing as npt
 
-from protocol.errors import MalformedReportError, ParameterError
+from protocol.errors import MalformedReportError
 from protocol.grr import DRAW_WORDS, GeneralizedRandomizedResponse
 from protocol.randomness import RandomSource, uniform_from_words
-from protocol.server.contract import PlainServer, PlanFigures
-from protocol.server.estimate import VectorEstimate
-from protocol.server.support import SupportAggregate, support_estimate, support_variance
+from protocol.server.contract import PlanFigures
+from protocol.server.support import SupportAggregate, SupportServer
 
 __all__ = ["GRRAggregate", "GRRBatch", "GRRServer", "decode_indices"]
 
@@ -51,12 +50,17 @@ class GRRBatch:
 class GRRAggregate(SupportAggregate):
     """Reports per category (``C_v``) and ``n``."""
 
+    @classmethod
+    def records_per_report(cls, mechanism: GeneralizedRandomizedResponse) -> int:
+        """Every report names one category."""
+        return 1
+
     def add(self, batch: GRRBatch) -> None:
         """Count the reported categories."""
         self.add_counts(np.bincount(batch.categories, minlength=self.counts.size), len(batch))
 
 
-class GRRServer(PlainServer[GeneralizedRandomizedResponse, GRRBatch, GRRAggregate]):
+class GRRServer(SupportServer[GeneralizedRandomizedResponse, GRRBatch, GRRAggregate]):
     """k-ary randomized response's server half."""
 
     batch_type: ClassVar[type[GRRBatch]] = GRRBatch
@@ -84,26 +88,10 @@ class GRRServer(PlainServer[GeneralizedRandomizedResponse, GRRBatch, GRRAggregat
         keep = words[:, 0] < np.uint64(mech.keep_coin.numerator)
         return GRRBatch(np.where(keep, own, other))
 
-    def privatize_records(self, values: Sequence[str], rng: RandomSource) -> list[object]:
-        """:meth:`privatize_many` in wire form."""
-        return self.encode_batch(self.privatize_many(values, rng))
-
-    def estimate_frequencies(self, aggregate: object, candidates: Sequence[str]) -> VectorEstimate:
-        """Every category's count with its plug-in SE."""
-        agg, mech = self.own_aggregate(aggregate), self.mechanism
-        if tuple(candidates) != mech.categories:
-            raise ParameterError("candidates", "the categories, in order", candidates)
-        p, q = mech.support_probabilities
-        return support_estimate(agg.counts, agg.n, p=p, q=q)
-
     def plan(self, n: float) -> PlanFigures:
         """The SE of a category nobody holds: ``sqrt(n q (1 - q)) / (p - q)``."""
-        mech = self.mechanism
-        p, q = mech.support_probabilities
-        return PlanFigures(
-            n=n,
-            standard_error=math.sqrt(float(support_variance(n=n, count=0.0, p=p, q=q))),
-            unit="count",
-            figures={"epsilon_report": mech.epsilon_report, "bandwidth_bits": math.log2(mech.k)},
-            formulas=("Wang et al. 2017 Thm 2: Var = n q(1-q)/(p-q)^2, p = e^eps/(e^eps+k-1), q = (1-p)/(k-1)",),
+        return self.support_plan(
+            n,
+            bandwidth_bits=math.log2(self.mechanism.k),
+            formula="Wang et al. 2017 Thm 2: Var = n q(1-q)/(p-q)^2, p = e^eps/(e^eps+k-1), q = (1-p)/(k-1)",
         )

@@ -52,6 +52,7 @@ from protocol.randomness import RandomSource, uniform_from_words
 from protocol.server.contract import PlainServer, PlanFigures
 from protocol.server.estimate import VectorEstimate
 from protocol.server.hashing import Fingerprints, evaluate, family_fingerprints
+from protocol.server.parallel import Threads
 from protocol.server.plain import array_from_plain, array_to_plain, require
 from protocol.server.sketch import counts_with_errors, gather_sums, no_counts
 
@@ -209,32 +210,34 @@ class OLHServer(PlainServer[OptimalLocalHashing, OLHBatch, OLHAggregate]):
         """:meth:`privatize_many` in wire form."""
         return self.encode_batch(self.privatize_many(values, rng))
 
-    def estimate_frequencies(self, aggregate: object, candidates: Sequence[str]) -> VectorEstimate:
+    def estimate_frequencies(
+        self, aggregate: object, candidates: Sequence[str], *, threads: Threads | None = None
+    ) -> VectorEstimate:
         """The estimated count of each dictionary entry."""
         agg = self.own_aggregate(aggregate)
         fp = family_fingerprints(self.mechanism.family, [as_value_bytes(c) for c in candidates])
-        return self.estimate_fingerprints(agg, fp)
+        return self.estimate_fingerprints(agg, fp, threads=threads)
 
     def estimate_fingerprints(
-        self, aggregate: OLHAggregate, fp: Fingerprints, *, workers: int | None = None
+        self, aggregate: OLHAggregate, fp: Fingerprints, *, threads: Threads | None = None
     ) -> VectorEstimate:
         """As :meth:`estimate_frequencies`, for candidates already fingerprinted under the family."""
         n = aggregate.n
         if n == 0:
             return no_counts(len(fp))
         p, _, inv_g = self.support
-        sums = self._gather(aggregate.table, fp, workers=workers)
+        sums = self._gather(aggregate.table, fp, threads=threads)
         values = (sums - n * inv_g) / (p - inv_g)
         return counts_with_errors(values, n=n, second_moment=aggregate.second_moment(), variance=self.variance)
 
     def _gather(
-        self, table: npt.NDArray[np.int64], fp: Fingerprints, *, workers: int | None
+        self, table: npt.NDArray[np.int64], fp: Fingerprints, *, threads: Threads | None
     ) -> npt.NDArray[np.float64]:
         """``S(d) = Σ_j T[j, h_j(d)]``: every (row, candidate) hash in one pass for a small dictionary
-        (a few million cells), else row by row in threads (:func:`gather_sums`)."""
+        (a few million cells), else row by row, split between the caller's threads (:func:`gather_sums`)."""
         family = self.mechanism.family
         if family.count * len(fp) > _DIRECT_CELLS:
-            return gather_sums(table, family, fp, workers=workers)
+            return gather_sums(table, family, fp, threads=threads)
         rows = np.arange(family.count, dtype=np.int64)[:, None]
         sums: npt.NDArray[np.float64] = table[rows, evaluate(family, fp, rows)].sum(axis=0, dtype=np.float64)
         return sums
@@ -244,7 +247,10 @@ class OLHServer(PlainServer[OptimalLocalHashing, OLHBatch, OLHAggregate]):
         p, q, inv_g = self.support
         spread = inv_g * (1 - inv_g)
         others = n - count
-        collisions = (p - q) ** 2 * spread * (others_sum_sq - others) / self.mechanism.seeds
+        # Σ f(f - 1) over the other values: never below 0, though the plug-ins can make it so.
+        pairs = others_sum_sq - others
+        pairs = pairs * (pairs > 0)
+        collisions = (p - q) ** 2 * spread * pairs / self.mechanism.seeds
         var_s = count * p * (1 - p) + others * spread + collisions
         return var_s / (p - inv_g) ** 2
 

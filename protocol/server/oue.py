@@ -7,7 +7,6 @@ reports with bit ``v`` set; the estimate is the support estimator of
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import ClassVar, Final
@@ -16,12 +15,11 @@ import numpy as np
 import numpy.typing as npt
 
 from protocol.checks import check_packed_bits
-from protocol.errors import MalformedReportError, ParameterError
+from protocol.errors import MalformedReportError
 from protocol.oue import OptimizedUnaryEncoding
-from protocol.randomness import RandomSource, byte_coin_rows
-from protocol.server.contract import PlainServer, PlanFigures
-from protocol.server.estimate import VectorEstimate
-from protocol.server.support import SupportAggregate, support_estimate, support_variance
+from protocol.randomness import PushbackSource, RandomSource, byte_coin_overflow, byte_coin_rows
+from protocol.server.contract import PlanFigures
+from protocol.server.support import SupportAggregate, SupportServer
 
 __all__ = ["OUEAggregate", "OUEBatch", "OUEServer", "count_set_bits", "decode_packed"]
 
@@ -67,7 +65,7 @@ class OUEAggregate(SupportAggregate):
         self.add_counts(count_set_bits(batch.bits, self.counts.size), len(batch))
 
 
-class OUEServer(PlainServer[OptimizedUnaryEncoding, OUEBatch, OUEAggregate]):
+class OUEServer(SupportServer[OptimizedUnaryEncoding, OUEBatch, OUEAggregate]):
     """Optimized unary encoding's server half."""
 
     batch_type: ClassVar[type[OUEBatch]] = OUEBatch
@@ -87,46 +85,51 @@ class OUEServer(PlainServer[OptimizedUnaryEncoding, OUEBatch, OUEAggregate]):
         return [row.tobytes() for row in batch.bits]
 
     def privatize_many(self, values: Sequence[str], rng: RandomSource) -> OUEBatch:
-        """Privatize many values, each report's words in the device's layout (:mod:`protocol.oue`),
-        a few MiB of coins at a time."""
+        """Privatize many values with the device's coins in the device's layout (:mod:`protocol.oue`),
+        a few MiB of coins at a time.
+
+        Each report's words are drawn in one block for all of them; a report with more ties than
+        spare words (about one in 1,700 at 843 categories) is privatized by the device's own code
+        reading the stream, the words drawn for the reports after it given back first
+        (:class:`protocol.randomness.PushbackSource`), so the records are the device's, report for report.
+        """
         mech = self.mechanism
-        own = np.fromiter((mech.index_of(v) for v in values), dtype=np.int64, count=len(values))
-        out = np.empty((own.size, mech.record_bytes), dtype=np.uint8)
-        step = max(1, _CHUNK_CELLS // (8 * mech.draw_words))
-        for start in range(0, own.size, step):
-            out[start : start + step] = self._vectors(own[start : start + step], rng)
+        n, dw = len(values), mech.draw_words
+        own = np.fromiter((mech.index_of(v) for v in values), dtype=np.int64, count=n)
+        out = np.empty((n, mech.record_bytes), dtype=np.uint8)
+        stream = PushbackSource(rng)
+        step = max(1, _CHUNK_CELLS // (8 * dw))
+        start = 0
+        while start < n:
+            rows = min(n - start, step)
+            words = stream.words(rows * dw).reshape(rows, dw)
+            coin_bytes = np.ascontiguousarray(words[:, : mech.coin_words]).view(np.uint8)[:, : mech.k]
+            over = byte_coin_overflow(mech.other_coin, coin_bytes, dw - mech.coin_words - 1)
+            done = rows if over is None else over
+            out[start : start + done] = self._vectors(own[start : start + done], words[:done], coin_bytes[:done])
+            if over is not None:
+                stream.unread(words[over:].ravel())
+                record, _ = mech.privatize(values[start + over], None, stream)
+                out[start + over] = np.frombuffer(record, dtype=np.uint8)
+                done += 1
+            start += done
         return OUEBatch(out)
 
-    def _vectors(self, own: npt.NDArray[np.int64], rng: RandomSource) -> npt.NDArray[np.uint8]:
+    def _vectors(
+        self, own: npt.NDArray[np.int64], words: npt.NDArray[np.uint64], coin_bytes: npt.NDArray[np.uint8]
+    ) -> npt.NDArray[np.uint8]:
+        """Rows whose ties all fit their spare words: the coins, then the own category's fair bit."""
         mech = self.mechanism
-        n, k, cw = own.size, mech.k, mech.coin_words
-        words = rng.words(n * mech.draw_words).reshape(n, mech.draw_words)
-        coin_bytes = np.ascontiguousarray(words[:, :cw]).view(np.uint8).reshape(n, 8 * cw)[:, :k]
-        heads = byte_coin_rows(rng, mech.other_coin, coin_bytes, words[:, cw + 1 :])
-        heads[np.arange(n), own] = (words[:, cw] >> np.uint64(63)) == 1
+        cw = mech.coin_words
+        heads = byte_coin_rows(mech.other_coin, coin_bytes, words[:, cw + 1 :])
+        heads[np.arange(own.size), own] = (words[:, cw] >> np.uint64(63)) == 1
         packed: npt.NDArray[np.uint8] = np.packbits(heads, axis=1)
         return packed
 
-    def privatize_records(self, values: Sequence[str], rng: RandomSource) -> list[object]:
-        """:meth:`privatize_many` in wire form."""
-        return self.encode_batch(self.privatize_many(values, rng))
-
-    def estimate_frequencies(self, aggregate: object, candidates: Sequence[str]) -> VectorEstimate:
-        """Every category's count with its plug-in SE."""
-        agg, mech = self.own_aggregate(aggregate), self.mechanism
-        if tuple(candidates) != mech.categories:
-            raise ParameterError("candidates", "the categories, in order", candidates)
-        p, q = mech.support_probabilities
-        return support_estimate(agg.counts, agg.n, p=p, q=q)
-
     def plan(self, n: float) -> PlanFigures:
         """The SE of a category nobody holds: ``sqrt(n q (1 - q)) / (1/2 - q)``."""
-        mech = self.mechanism
-        p, q = mech.support_probabilities
-        return PlanFigures(
-            n=n,
-            standard_error=math.sqrt(float(support_variance(n=n, count=0.0, p=p, q=q))),
-            unit="count",
-            figures={"epsilon_report": mech.epsilon_report, "bandwidth_bits": float(mech.k)},
-            formulas=("Wang et al. 2017 §4.3: Var = n q(1-q)/(1/2-q)^2 = n 4e^eps/(e^eps-1)^2, q = 1/(e^eps+1)",),
+        return self.support_plan(
+            n,
+            bandwidth_bits=float(self.mechanism.k),
+            formula="Wang et al. 2017 §4.3: Var = n q(1-q)/(1/2-q)^2 = n 4e^eps/(e^eps-1)^2, q = 1/(e^eps+1)",
         )

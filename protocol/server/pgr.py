@@ -32,15 +32,13 @@ from typing import ClassVar, Final
 import numpy as np
 import numpy.typing as npt
 
-from protocol.errors import ParameterError
 from protocol.pgr import DRAW_WORDS, ProjectiveGeometryResponse
 from protocol.randomness import RandomSource, uniform_from_words
-from protocol.server.contract import PlainServer, PlanFigures
-from protocol.server.estimate import VectorEstimate
+from protocol.server.contract import PlanFigures
 from protocol.server.grr import decode_indices
-from protocol.server.support import SupportAggregate, support_estimate, support_variance
+from protocol.server.support import SupportAggregate, SupportServer
 
-__all__ = ["PGRAggregate", "PGRBatch", "PGRServer", "canonical_index", "points"]
+__all__ = ["PGRAggregate", "PGRBatch", "PGRServer", "canonical_index", "inverse_mod", "points"]
 
 _GATHER_CELLS: Final = 1 << 21
 """Coordinates (categories x multiples x t) gathered per step, so the temporaries stay a few MiB."""
@@ -58,13 +56,27 @@ def points(index: npt.NDArray[np.int64], q: int, t: int) -> npt.NDArray[np.int64
     return out
 
 
+def inverse_mod(x: npt.NDArray[np.int64], q: int) -> npt.NDArray[np.int64]:
+    """``x**(q-2) mod q`` elementwise: the inverse of each non-zero ``x`` in F_q for a prime ``q``
+    (Fermat), by squaring in ``uint64`` (``q < 2**32``, so a product of two residues fits)."""
+    base = (x % q).astype(np.uint64)
+    result = np.ones_like(base)
+    modulus = np.uint64(q)
+    exponent = q - 2
+    while exponent:
+        if exponent & 1:
+            result = (result * base) % modulus
+        base = (base * base) % modulus
+        exponent >>= 1
+    return result.astype(np.int64)
+
+
 def canonical_index(u: npt.NDArray[np.int64], q: int, t: int) -> npt.NDArray[np.int64]:
     """The point index of every non-zero row of ``u`` (rows scaled to canonical form first)."""
     u = u % q
     rows = np.arange(u.shape[0])
     lead = np.argmax(u != 0, axis=1)
-    inverse = np.array([0] + [pow(x, q - 2, q) for x in range(1, q)], dtype=np.int64)
-    canon = (u * inverse[u[rows, lead]][:, None]) % q
+    canon = (u * inverse_mod(u[rows, lead], q)[:, None]) % q
     offsets = np.array([sum(q ** (t - 1 - j) for j in range(i)) for i in range(t)], dtype=np.int64)
     rest = np.zeros(u.shape[0], dtype=np.int64)
     for p in range(t):
@@ -91,12 +103,17 @@ class PGRAggregate(SupportAggregate):
         """``K``, the points of PG(t-1, q)."""
         return mechanism.geometry.points
 
+    @classmethod
+    def records_per_report(cls, mechanism: ProjectiveGeometryResponse) -> int:
+        """Every report is one point."""
+        return 1
+
     def add(self, batch: PGRBatch) -> None:
         """Count the reported points."""
         self.add_counts(np.bincount(batch.points, minlength=self.counts.size), len(batch))
 
 
-class PGRServer(PlainServer[ProjectiveGeometryResponse, PGRBatch, PGRAggregate]):
+class PGRServer(SupportServer[ProjectiveGeometryResponse, PGRBatch, PGRAggregate]):
     """Projective geometry response's server half."""
 
     batch_type: ClassVar[type[PGRBatch]] = PGRBatch
@@ -145,10 +162,6 @@ class PGRServer(PlainServer[ProjectiveGeometryResponse, PGRBatch, PGRAggregate])
         u[rows, lead] = (on.astype(np.int64) ^ 1) - (u * v).sum(axis=1)
         return PGRBatch(canonical_index(u, q, t))
 
-    def privatize_records(self, values: Sequence[str], rng: RandomSource) -> list[object]:
-        """:meth:`privatize_many` in wire form."""
-        return self.encode_batch(self.privatize_many(values, rng))
-
     def support_counts(self, histogram: npt.NDArray[np.int64], n: int) -> npt.NDArray[np.int64]:
         """``C_v``, the reports on each category's hyperplane (module docstring)."""
         mech = self.mechanism
@@ -177,34 +190,22 @@ class PGRServer(PlainServer[ProjectiveGeometryResponse, PGRBatch, PGRAggregate])
             out[start : start + len(block)] = np.rint((n + sums) / q).astype(np.int64)
         return out
 
-    def estimate_frequencies(self, aggregate: object, candidates: Sequence[str]) -> VectorEstimate:
-        """Every category's count with its plug-in SE."""
-        agg, mech = self.own_aggregate(aggregate), self.mechanism
-        if tuple(candidates) != mech.categories:
-            raise ParameterError("candidates", "the categories, in order", candidates)
-        p, q = mech.support_probabilities
-        if agg.n == 0:
-            return support_estimate(np.zeros(mech.k, dtype=np.int64), 0, p=p, q=q)
-        return support_estimate(self.support_counts(agg.counts, agg.n), agg.n, p=p, q=q)
+    def category_counts(self, aggregate: PGRAggregate) -> npt.NDArray[np.int64]:
+        """``C_v`` from the histogram of reported points (:meth:`support_counts`; none without reports)."""
+        if aggregate.n == 0:
+            return np.zeros(self.mechanism.k, dtype=np.int64)
+        return self.support_counts(aggregate.counts, aggregate.n)
 
     def plan(self, n: float) -> PlanFigures:
         """The SE of a category nobody holds: ``sqrt(n β (1 - β)) / (α - β)``."""
         mech = self.mechanism
-        p, q = mech.support_probabilities
         g = mech.geometry
-        return PlanFigures(
-            n=n,
-            standard_error=math.sqrt(float(support_variance(n=n, count=0.0, p=p, q=q))),
-            unit="count",
-            figures={
-                "epsilon_report": mech.epsilon_report,
-                "bandwidth_bits": math.ceil(math.log2(g.points)),
-                "q": float(mech.q),
-                "t": float(mech.t),
-                "reconstruction_cells": float(g.cells),
-            },
-            formulas=(
+        return self.support_plan(
+            n,
+            bandwidth_bits=math.ceil(math.log2(g.points)),
+            formula=(
                 "Feldman et al. 2022: Var = n b(1-b)/(a-b)^2, a = h e^eps/(h e^eps+K-h), "
-                "b = a h2/h + (1-a)(h-h2)/(K-h) over PG(t-1, q)",
+                "b = a h2/h + (1-a)(h-h2)/(K-h) over PG(t-1, q)"
             ),
+            more={"q": float(mech.q), "t": float(mech.t), "reconstruction_cells": float(g.cells)},
         )

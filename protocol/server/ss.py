@@ -7,7 +7,6 @@ estimator of :mod:`protocol.server.support` with ``p* = α``, ``q* = β``.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import ClassVar, Final
@@ -15,12 +14,11 @@ from typing import ClassVar, Final
 import numpy as np
 import numpy.typing as npt
 
-from protocol.errors import MalformedReportError, ParameterError
+from protocol.errors import MalformedReportError
 from protocol.randomness import RandomSource, uniform_from_words
-from protocol.server.contract import PlainServer, PlanFigures
-from protocol.server.estimate import VectorEstimate
+from protocol.server.contract import PlanFigures
 from protocol.server.oue import decode_packed
-from protocol.server.support import SupportAggregate, support_estimate, support_variance
+from protocol.server.support import SupportAggregate, SupportServer
 from protocol.ss import SubsetSelection
 
 __all__ = ["SSAggregate", "SSBatch", "SSServer"]
@@ -42,6 +40,11 @@ class SSBatch:
 
 class SSAggregate(SupportAggregate):
     """Reports whose subset contains each category (``C_v``) and ``n``."""
+
+    @classmethod
+    def records_per_report(cls, mechanism: SubsetSelection) -> int:
+        """Every report names ``d`` categories."""
+        return mechanism.d
 
     def add(self, batch: SSBatch) -> None:
         """Count each record's members."""
@@ -79,7 +82,7 @@ def _decode_bits(raw: object, *, k: int, d: int) -> npt.NDArray[np.int64]:
     return np.nonzero(bits)[1].astype(np.int64).reshape(len(packed), d)
 
 
-class SSServer(PlainServer[SubsetSelection, SSBatch, SSAggregate]):
+class SSServer(SupportServer[SubsetSelection, SSBatch, SSAggregate]):
     """Subset selection's server half."""
 
     batch_type: ClassVar[type[SSBatch]] = SSBatch
@@ -133,30 +136,15 @@ class SSServer(PlainServer[SubsetSelection, SSBatch, SSAggregate]):
         full[np.flatnonzero(included), own[included]] = True
         return np.nonzero(full)[1].astype(np.int64).reshape(rows, d)
 
-    def privatize_records(self, values: Sequence[str], rng: RandomSource) -> list[object]:
-        """:meth:`privatize_many` in wire form."""
-        return self.encode_batch(self.privatize_many(values, rng))
-
-    def estimate_frequencies(self, aggregate: object, candidates: Sequence[str]) -> VectorEstimate:
-        """Every category's count with its plug-in SE."""
-        agg, mech = self.own_aggregate(aggregate), self.mechanism
-        if tuple(candidates) != mech.categories:
-            raise ParameterError("candidates", "the categories, in order", candidates)
-        p, q = mech.support_probabilities
-        return support_estimate(agg.counts, agg.n, p=p, q=q)
-
     def plan(self, n: float) -> PlanFigures:
         """The SE of a category nobody holds: ``sqrt(n β (1 - β)) / (α - β)``."""
         mech = self.mechanism
-        p, q = mech.support_probabilities
-        record = 8 * (mech.max_record_bytes - 1)
-        return PlanFigures(
-            n=n,
-            standard_error=math.sqrt(float(support_variance(n=n, count=0.0, p=p, q=q))),
-            unit="count",
-            figures={"epsilon_report": mech.epsilon_report, "bandwidth_bits": float(record), "d": float(mech.d)},
-            formulas=(
+        return self.support_plan(
+            n,
+            bandwidth_bits=float(8 * (mech.max_record_bytes - 1)),
+            formula=(
                 "Ye-Barg 2018: Var = n b(1-b)/(a-b)^2, a = d e^eps/(d e^eps+k-d), "
-                "b = a(d-1)/(k-1) + (1-a)d/(k-1), d ~ k/(e^eps+1)",
+                "b = a(d-1)/(k-1) + (1-a)d/(k-1), d ~ k/(e^eps+1)"
             ),
+            more={"d": float(mech.d)},
         )

@@ -15,23 +15,29 @@ second is what a frequent value adds or takes away). The standard error shown is
 root with the plug-in ``f_v ≈ ĉ_v`` clipped to ``[0, n]``; docs/estimation.md derives it.
 
 :class:`SupportAggregate` keeps ``C_v`` for every category and ``n``: exact integers that merge
-by addition.
+by addition. :class:`SupportServer` is what the server halves over fixed categories share: the
+estimate of every category, the planner's figures and the bulk privatizer's wire form.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Any, Protocol, Self
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol, Self, TypeVar
 
 import numpy as np
 import numpy.typing as npt
 
-from protocol.errors import StateError
+from protocol.errors import ParameterError, StateError
+from protocol.interfaces import Mechanism
 from protocol.plain import PlainDoc
+from protocol.randomness import RandomSource
+from protocol.server.contract import PlainServer, PlanFigures
 from protocol.server.estimate import VectorEstimate
+from protocol.server.parallel import Threads
 from protocol.server.plain import array_from_plain, array_to_plain, require
 
-__all__ = ["SupportAggregate", "support_estimate", "support_variance"]
+__all__ = ["SupportAggregate", "SupportServer", "support_estimate", "support_variance"]
 
 
 def support_variance(*, n: float, count: Any, p: float, q: float) -> Any:
@@ -77,10 +83,20 @@ class SupportAggregate:
         """The number of values counted (the mechanism's ``k``)."""
         return int(mechanism.k)
 
+    @classmethod
+    def records_per_report(cls, mechanism: Any) -> int | None:
+        """How many values each report counts (``None``: it varies, as with unary encoding's bits),
+        so a saved aggregate's counts must add up to ``n`` times it."""
+        return None
+
     @property
     def n(self) -> int:
         """Reports folded in."""
         return self._n
+
+    def add(self, batch: Any) -> None:
+        """Fold a batch of the mechanism's records (each subclass's own, through :meth:`add_counts`)."""
+        raise NotImplementedError
 
     def add_counts(self, support: npt.NDArray[np.int64], reports: int) -> None:
         """Add ``support`` (one count per value) from ``reports`` reports."""
@@ -108,4 +124,81 @@ class SupportAggregate:
         ).astype(np.int64)
         if n < 0 or (counts.size and (int(counts.min()) < 0 or int(counts.max()) > n)):
             raise StateError(f"{where}: every count must lie in [0, n] with n >= 0")
+        each = cls.records_per_report(mechanism)
+        if each is not None and int(counts.sum()) != each * n:
+            raise StateError(f"{where}: the counts add up to {int(counts.sum())}, not {each} per report of {n}")
         return cls(mechanism, counts, n)
+
+
+class _Categories(Mechanism, Protocol):
+    """What :class:`SupportServer` asks of its mechanism beyond the contract."""
+
+    @property
+    def categories(self) -> tuple[str, ...]: ...
+
+    @property
+    def support_probabilities(self) -> tuple[float, float]: ...
+
+
+MechT = TypeVar("MechT", bound=_Categories)
+BatchT = TypeVar("BatchT")
+AggT = TypeVar("AggT", bound=SupportAggregate)
+
+
+class SupportServer(PlainServer[MechT, BatchT, AggT]):
+    """The server half of a support oracle over fixed categories (``grr``, ``oue``, ``ss``, ``pgr``).
+
+    A subclass decodes, batches and privatizes in bulk (``encode_batch``, ``privatize_many``)
+    and says what its planner prints (:meth:`plan`, through :meth:`support_plan`); a mechanism
+    whose aggregate holds something other than ``C_v`` turns it into ``C_v``
+    (:meth:`category_counts`).
+    """
+
+    def encode_batch(self, batch: BatchT) -> list[object]:
+        """The batch's records in wire form."""
+        raise NotImplementedError
+
+    def privatize_many(self, values: Sequence[str], rng: RandomSource) -> BatchT:
+        """Privatize many values at once, each with the device's coins."""
+        raise NotImplementedError
+
+    def privatize_records(self, values: Sequence[str], rng: RandomSource) -> list[object]:
+        """:meth:`privatize_many` in wire form."""
+        return self.encode_batch(self.privatize_many(values, rng))
+
+    def category_counts(self, aggregate: AggT) -> npt.NDArray[np.int64]:
+        """``C_v`` for every category: the aggregate's counts."""
+        return aggregate.counts
+
+    def estimate_frequencies(
+        self, aggregate: object, candidates: Sequence[str], *, threads: Threads | None = None
+    ) -> VectorEstimate:
+        """Every category's count with its plug-in SE (one pass over the counts: ``threads`` are not needed).
+
+        Raises:
+            ParameterError: ``candidates`` are not the mechanism's categories, in order.
+        """
+        agg, mech = self.own_aggregate(aggregate), self.mechanism
+        if tuple(candidates) != mech.categories:
+            raise ParameterError("candidates", "the categories, in order", candidates)
+        p, q = mech.support_probabilities
+        return support_estimate(self.category_counts(agg), agg.n, p=p, q=q)
+
+    def plan(self, n: float) -> PlanFigures:
+        """The planner's figures at ``n`` reports (each mechanism's own, through :meth:`support_plan`)."""
+        raise NotImplementedError
+
+    def support_plan(
+        self, n: float, *, bandwidth_bits: float, formula: str, more: Mapping[str, float] | None = None
+    ) -> PlanFigures:
+        """The SE of a category nobody holds, ``sqrt(n q* (1 - q*)) / (p* - q*)``, with the record's
+        size, the mechanism's own ``more`` figures and the formula the planner prints."""
+        mech = self.mechanism
+        p, q = mech.support_probabilities
+        return PlanFigures(
+            n=n,
+            standard_error=math.sqrt(float(support_variance(n=n, count=0.0, p=p, q=q))),
+            unit="count",
+            figures={"epsilon_report": mech.epsilon_report, "bandwidth_bits": bandwidth_bits, **(more or {})},
+            formulas=(formula,),
+        )

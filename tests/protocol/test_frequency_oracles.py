@@ -405,3 +405,53 @@ def test_every_oracle_is_a_frequency_mechanism(name: str) -> None:
     frequency_server(server_of(mech))
     assert mech.privacy_figures() == {"epsilon_report": mech.epsilon_report}
     assert mech.max_record_bytes >= 1
+
+
+def test_unary_encoding_in_bulk_is_the_device_report_for_report() -> None:
+    """20,000 reports at k = 843 in one batch: the reports whose ties outrun their spare words (about one
+    in 1,700) take the device's extra words, and every record is the device's, one after the other."""
+    mech = OptimizedUnaryEncoding(epsilon=4.0, categories=_categories(843))
+    values = [f"c{(i * 37) % 843}" for i in range(20_000)]
+    device, bulk = SeededRandom(1), SeededRandom(1)
+    expected = [mech.privatize(v, None, device)[0] for v in values]
+    got = server_of(mech).privatize_records(values, bulk)  # type: ignore[attr-defined]
+    assert got == expected
+    assert device.draw(1) == bulk.draw(1)
+
+
+@pytest.mark.parametrize("name", ["grr", "ss", "pgr", "olh"])
+def test_a_tiny_epsilon_is_refused_naming_it(name: str) -> None:
+    """Below 1e-9 the coins' rounding would dominate the gap between outputs: a ParameterError on epsilon."""
+    with pytest.raises(ParameterError) as err:
+        make(name, epsilon=1e-12, k=5)
+    assert err.value.name == "epsilon"
+    assert make(name, epsilon=1e-9, k=5).epsilon_report <= 1e-9
+
+
+@pytest.mark.parametrize("epsilon", [8.5, 12.0, 20.0, 64.0])
+def test_olh_builds_at_any_epsilon(epsilon: float) -> None:
+    """The default g stops at 4,096 (with 1,024 hash functions): a large ε builds, and stays ε-LDP."""
+    mech = OptimalLocalHashing(epsilon=epsilon, seed=SEED)
+    assert (mech.g, mech.seeds) == (4096, 1024)
+    assert mech.epsilon_report <= epsilon
+
+
+@pytest.mark.parametrize("sentinel", [0.0, False])
+def test_a_default_is_asked_for_by_the_integer_0_only(sentinel: object) -> None:
+    """d = 0.0 or False is a wrong parameter, not a request for the default."""
+    with pytest.raises(ParameterError) as err:
+        SubsetSelection(epsilon=2.0, categories=_categories(10), d=sentinel)  # type: ignore[arg-type]
+    assert err.value.name == "d"
+
+
+@pytest.mark.parametrize("name", ["grr", "ss", "pgr"])
+def test_a_saved_aggregate_whose_counts_do_not_add_up_is_refused(name: str) -> None:
+    """Counts that are not the records of n reports (one per report, d for subset selection) are a StateError."""
+    mech = make(name, epsilon=2.0, k=20)
+    server = server_of(mech)
+    agg = server.new_aggregate()
+    server.fold(agg, server.decode_records([_wire(mech, "c3", SeededRandom(i)) for i in range(5)]))
+    plain: dict[str, object] = dict(agg.to_plain())  # type: ignore[call-overload]
+    assert server.restore_aggregate(plain).n == 5
+    with pytest.raises(StateError, match="add up"):
+        server.restore_aggregate({**plain, "n": 6})

@@ -65,5 +65,5 @@ def test_the_one_pass_gather_equals_the_row_by_row_one() -> None:
     agg.add(server.privatize_many(names * 30, SeededRandom(2)))
     fp = family_fingerprints(server.mechanism.family, names)
     np.testing.assert_array_equal(
-        server._gather(agg.table, fp, workers=None), gather_sums(agg.table, server.mechanism.family, fp)
+        server._gather(agg.table, fp, threads=None), gather_sums(agg.table, server.mechanism.family, fp)
     )

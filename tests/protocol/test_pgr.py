@@ -14,7 +14,7 @@ import pytest
 
 from protocol.pgr import WORK_CELLS, Geometry, ProjectiveGeometryResponse, choose_geometry, is_prime
 from protocol.randomness import SeededRandom
-from protocol.server.pgr import PGRServer, canonical_index, points
+from protocol.server.pgr import PGRServer, canonical_index, inverse_mod, points
 from protocol.ss import SubsetSelection
 
 
@@ -100,3 +100,19 @@ def test_the_error_matches_subset_selection(k: int, epsilon: float) -> None:
     pgr = b * (1 - b) / (a - b) ** 2
     ss = s_b * (1 - s_b) / (s_a - s_b) ** 2
     assert pgr <= 1.10 * ss, (pgr, ss)
+
+
+def test_the_inverse_mod_q_is_fermats_at_any_field_size() -> None:
+    """inverse_mod gives x * x^-1 = 1 in F_q for small and 2^31-sized primes, without a table of q entries."""
+    for q in (2, 3, 53, 65_537, 2_147_483_647):
+        x = np.array(sorted({1, q - 1, max(1, q // 2), max(1, q // 3)}), dtype=np.int64)
+        assert np.all((inverse_mod(x, q) * x) % q == 1)
+
+
+def test_a_two_dimensional_geometry_over_a_large_field_privatizes_in_bulk() -> None:
+    """t = 2 over q = 65,537 (k = 65,536 at ε = 8): the bulk path is the device's, and quick."""
+    mech = ProjectiveGeometryResponse(epsilon=8.0, categories=tuple(f"c{i}" for i in range(65_536)))
+    assert (mech.q, mech.t) == (65_537, 2)
+    values = [f"c{i * 101 % 65_536}" for i in range(200)]
+    device, bulk = SeededRandom(3), SeededRandom(3)
+    assert [mech.privatize(v, None, device)[0] for v in values] == PGRServer(mech).privatize_records(values, bulk)

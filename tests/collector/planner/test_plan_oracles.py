@@ -105,3 +105,17 @@ def test_bad_inputs_say_what_to_change(argv: list[str], message: str) -> None:
     """Missing or conflicting domains, a use case that is no frequency oracle, an unknown one: a PlanError."""
     with pytest.raises(PlanError, match=message):
         plan(argv)
+
+
+def test_a_wider_family_of_the_same_mechanism_is_advised_as_such() -> None:
+    """The example's emoji-olh at 10^6 reports: keep olh with a wider family, not 'keep olh' unchanged."""
+    (plan_,) = plan(["compare", "--registry", str(EXAMPLE), "emoji-olh", "--n", "1e6"])["plans"]
+    assert plan_["recommended"] == "olh"
+    assert plan_["advice"].startswith("keep olh with other parameters (g=56 seeds=262,144)")
+    assert plan_["devices_ratio"] < 0.2
+
+
+def test_a_large_epsilon_plans_every_mechanism_that_builds() -> None:
+    """At ε = 20 every oracle still builds (olh's g stops at 4,096) and the table lists them all."""
+    out = plan(["oracles", "--epsilon", "20", "--n", "1e5", "--categories", "8"])
+    assert {r["mechanism"] for r in out["table"]} == {"olh", "grr", "oue", "ss", "pgr"}

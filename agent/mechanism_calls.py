@@ -1,4 +1,4 @@
-"""How the agent treats a use case: asked of its mechanism's contract, never of its name.
+"""Every call the agent makes into a mechanism, asked of its contract, never of its name.
 
 The mechanism says when it privatizes (:class:`~protocol.interfaces.Privatization`,
 docs/design.md §3.3):
@@ -49,7 +49,6 @@ from protocol.registry import UseCase
 
 __all__ = [
     "MAX_COUNTER",
-    "Kind",
     "ValueFacts",
     "check_counter_value",
     "check_value",
@@ -57,21 +56,18 @@ __all__ = [
     "coerce_text",
     "counter_input",
     "fingerprint",
-    "kind_of",
     "load_permanent_state",
     "memo_charge",
     "memos_held",
     "privacy_figures",
+    "privatization_of",
     "privatize",
     "setup",
     "value_facts",
 ]
 
-Kind = Privatization
-"""When a use case privatizes (the mechanism's :class:`~protocol.interfaces.Privatization`)."""
 
-
-def kind_of(use_case: UseCase) -> Privatization:
+def privatization_of(use_case: UseCase) -> Privatization:
     """When ``use_case``'s mechanism privatizes."""
     return use_case.mechanism.privatization
 
