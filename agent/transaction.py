@@ -15,7 +15,9 @@ change) goes the same way:
 
 * the ledger, bound to the manifest's device: the ledger before the outbox, so a crash
   between the two resends bytes the collector de-duplicates by report id while the ledger
-  keeps one entry per id (:mod:`agent.outbox`);
+  keeps one entry per id (:mod:`agent.outbox`); the first ledger written under a manifest is
+  recorded in it at once (the manifest in force, marked as having a ledger), so deleting the
+  ledger is seen from then on (docs/state-integrity.md);
 * each changed use case's file at generation ``g + 1`` (each at most once per step);
 * the manifest once, with the new generations: files first, so a crash between leaves a
   file exactly one generation ahead, which the loader accepts once (:mod:`agent.loading`);
@@ -122,6 +124,11 @@ def commit(files: StateFiles, state: DeviceState, change: Change) -> DeviceState
         if manifest is not None:
             ledger.device = manifest.device
         files.write_ledger(ledger)
+        on_disk = state.manifest
+        if on_disk is not None and not on_disk.ledger:
+            # The first ledger under a manifest is recorded in it at once, before the step's
+            # other files: deleting the ledger is seen even if the step stops here.
+            files.write_manifest(with_ledger_flag(on_disk, ledger))
     slots = dict(state.slots)
     consent = state.consent
     if manifest is not None:

@@ -208,6 +208,30 @@ def test_recording_collection_and_acknowledgement_each_go_through_the_transactio
     check("registry change", lambda: _agent(tmp_path, changed, clock, watch.sealer, seed=8))
 
 
+def test_the_first_ledger_is_recorded_in_the_manifest_before_the_steps_other_files(
+    tmp_path: Path, registry: Registry, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first acknowledgement writes the ledger, then the manifest marked as having one, then the use cases."""
+    watch = _Watch(monkeypatch)
+    agent = _agent(tmp_path, registry, clock, watch.sealer)
+    agent.grant_consent()
+    agent.record_many([(n, v, k) for n, (v, k) in VALUES.items()])
+    clock.set(clock.time() + DAY)
+    agent.collect()
+    watch.step()
+    pending = agent.outbox()
+    agent.acknowledge(pending[:1])
+    _, writes = watch.step()
+    names = [name for name, _ in writes]
+    assert names[:2] == ["ledger.sealed", "manifest.sealed"], names
+    assert names[2].startswith("uc-") and names[-1] == "manifest.sealed", names
+    agent.acknowledge(pending[1:2])
+    _, writes = watch.step()
+    assert [name for name, _ in writes].count("manifest.sealed") == 1, writes  # recorded once only
+    (tmp_path / "state" / "ledger.sealed").unlink()
+    assert "was deleted" in _agent(tmp_path, registry, clock, watch.sealer).status().ledger
+
+
 def _view(state: DeviceState) -> Any:
     """Everything a state holds, in plain form, to compare before and after a step."""
     return {
