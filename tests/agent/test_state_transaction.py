@@ -224,7 +224,8 @@ def test_the_first_ledger_is_recorded_in_the_manifest_before_the_steps_other_fil
     _, writes = watch.step()
     names = [name for name, _ in writes]
     assert names[:2] == ["ledger.sealed", "manifest.sealed"], names
-    assert names[2].startswith("uc-") and names[-1] == "manifest.sealed", names
+    assert names[2].startswith("uc-"), names
+    assert names[-1] == "manifest.sealed", names
     agent.acknowledge(pending[1:2])
     _, writes = watch.step()
     assert [name for name, _ in writes].count("manifest.sealed") == 1, writes  # recorded once only
