@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from collector.store.interface import CommitResult, FoldedReport, report_allowance
-from collector.store.row_format import allowance_tag, total_counters
+from collector.store.row_format import allowance_tagger, total_counters
 
 __all__ = ["Claims", "Slot", "Verdict", "claim_allowance", "senders_by_report", "within_room"]
 
@@ -152,16 +152,24 @@ def claim_allowance(
     slots: list[Slot | None] = []
     want: dict[Slot, int] = {}
     cap: dict[Slot, int] = {}
+    # Per (use case, period) once: its id, its tagger and its allowance (a commit holds a few keys
+    # and thousands of reports).
+    keys: dict[tuple[str, int], tuple[int, Callable[[bytes], bytes], int]] = {}
     for r in fresh:
         sender = sender_of.get(r.report_id)
         if sender is None:
             slots.append(None)
             continue
-        uc = uc_of[r.use_case.ref]
-        slot = (uc, r.period, allowance_tag(sender, key_of(uc, r.period)))
+        known = keys.get((r.use_case.ref, r.period))
+        if known is None:
+            uc = uc_of[r.use_case.ref]
+            tagger = allowance_tagger(key_of(uc, r.period))
+            known = keys[(r.use_case.ref, r.period)] = (uc, tagger, report_allowance(r.use_case))
+        uc, tag, allowed = known
+        slot = (uc, r.period, tag(sender))
         slots.append(slot)
         want[slot] = want.get(slot, 0) + 1
-        cap[slot] = report_allowance(r.use_case)
+        cap[slot] = allowed
     return Claims(slots, want, cap)
 
 

@@ -45,6 +45,7 @@ __all__ = [
     "Segment",
     "UseCaseRow",
     "allowance_tag",
+    "allowance_tagger",
     "digest",
     "fold_segment",
     "footprint",
@@ -159,6 +160,19 @@ def rid_tag(rid: bytes, uc: int, period: int) -> bytes:
 def allowance_tag(sender: bytes, key: bytes) -> bytes:
     """The keyed hash that stands for a device identity within one (use case, period)."""
     return hashlib.blake2b(sender, key=key, digest_size=16, person=_TAG_PERSON).digest()
+
+
+def allowance_tagger(key: bytes) -> Callable[[bytes], bytes]:
+    """:func:`allowance_tag` under ``key`` for many senders: the keyed state is computed once and
+    copied for each sender (the same digests, without hashing the key block every time)."""
+    keyed = hashlib.blake2b(key=key, digest_size=16, person=_TAG_PERSON)
+
+    def tag(sender: bytes) -> bytes:
+        h = keyed.copy()
+        h.update(sender)
+        return h.digest()
+
+    return tag
 
 
 @dataclass

@@ -59,18 +59,13 @@ from collector.store.admission import (
 )
 from collector.store.integrity import counters_key
 from collector.store.interface import CommitResult, FoldedReport, KeyInfo
-from collector.store.row_format import UseCaseRow, group_by_key, rid_tag, segment_rows
+from collector.store.keyset import Key
+from collector.store.row_format import UseCaseRow, group_by_key, segment_rows
+from collector.store.sqlite_ids import by_key
 from collector.store.sqlite_setup import SCHEMA_VERSION, SQLiteSetup, end_read, rollback
 from protocol.server.contract import Aggregate
 
 __all__ = ["SCHEMA_VERSION", "CheckpointStore"]
-
-_IN_CHUNK = 500  # SQLite host parameters per "IN (...)" query
-
-_UPSERT_ROWS = 500  # allowance slots per multi-row upsert (4 host parameters each)
-
-_SeenRow = tuple[int, int, bytes]
-"""A remembered report id: use case id, period, the id with its tag (row_format.rid_tag)."""
 
 
 class CheckpointStore(SQLiteSetup):
@@ -85,6 +80,8 @@ class CheckpointStore(SQLiteSetup):
         readonly: open for reading only (the CLI and the materialised aggregates of ``collector.live``).
         synchronous: SQLite's ``synchronous`` setting; ``FULL`` survives power loss after an
             acknowledged commit, ``NORMAL`` only process crashes.
+        ids_in_memory: report ids and allowance tags of recent commits held in memory before
+            the least recently written are settled (collector/store/sqlite_ids.py).
     """
 
     # -- commit ------------------------------------------------------------------------
@@ -113,18 +110,17 @@ class CheckpointStore(SQLiteSetup):
         uc_of = {name: row.id for name, row in self._use_cases.items()}
         db.execute("BEGIN IMMEDIATE")
         try:
+            self._ids.sync()
             verdict = Verdict.of(reports, dict(db.execute("SELECT id, low_water FROM use_cases").fetchall()), uc_of)
-            fresh, rows = self._remember(verdict.current, uc_of)
-            verdict.fresh = fresh
+            verdict.fresh = self._unheld(verdict.current, uc_of)
+            tags: dict[Key, list[bytes]] = {}
+            new_tags: set[Key] = set()
             if sender_of:
-                refused = verdict.refuse_over(*self._within_allowance(fresh, sender_of, uc_of))
-                if refused:
-                    # A report over the allowance is not remembered: a copy sent again is judged again.
-                    ids = {r.report_id for r in refused}
-                    db.executemany(
-                        "DELETE FROM seen WHERE uc = ? AND period = ? AND rid = ?",
-                        [row for row, r in zip(rows, fresh, strict=True) if r.report_id in ids],
-                    )
+                # A report over the allowance is not remembered: a copy sent again is judged again.
+                kept, over, tags, new_tags = self._within_allowance(verdict.fresh, sender_of, uc_of)
+                verdict.refuse_over(kept, over)
+            ids = by_key(((uc_of[r.use_case.ref], r.period), r.report_id) for r in verdict.fresh)
+            written = self._ids.append(ids, tags, new_tags)
             groups = group_by_key(verdict.fresh)
             segments, records = segment_rows(self._use_cases, groups)
             db.executemany(
@@ -140,12 +136,40 @@ class CheckpointStore(SQLiteSetup):
         except BaseException:
             rollback(db)
             raise
+        self._ids.committed(written)
         return verdict.result(records, start, list(groups))
+
+    def _unheld(self, reports: Sequence[FoldedReport], uc_of: Mapping[str, int]) -> list[FoldedReport]:
+        """The reports whose id the store does not hold (the first of repeats within ``reports``), in
+        order within each (use case, period)."""
+        groups: dict[Key, list[FoldedReport]] = {}
+        for r in reports:
+            key = (uc_of[r.use_case.ref], r.period)
+            members = groups.get(key)
+            if members is None:
+                members = groups[key] = []
+            members.append(r)
+        fresh: list[FoldedReport] = []
+        for key, group in groups.items():
+            members, rids = group, [r.report_id for r in group]
+            if len(set(rids)) < len(rids):  # a repeat within the commit: its first copy stands for it
+                firsts: dict[bytes, FoldedReport] = {}
+                for r in group:
+                    firsts.setdefault(r.report_id, r)
+                members, rids = list(firsts.values()), list(firsts)
+            held = self._ids.held(key, rids)
+            if any(held):
+                fresh.extend(r for r, h in zip(members, held, strict=True) if not h)
+            else:
+                fresh.extend(members)
+        return fresh
 
     def _within_allowance(
         self, fresh: Sequence[FoldedReport], sender_of: Mapping[bytes, bytes], uc_of: Mapping[str, int]
-    ) -> tuple[list[FoldedReport], int]:
-        """The reports within their device's allowance, and how many were beyond it (inside the transaction)."""
+    ) -> tuple[list[FoldedReport], int, dict[Key, list[bytes]], set[Key]]:
+        """The reports within their device's allowance, how many were beyond it, the tags to count
+        for the kept ones by (use case, period), and the keys whose tags are all new and single
+        (inside the transaction)."""
         db = self._db
         keys: dict[tuple[int, int], bytes] = {}
 
@@ -164,91 +188,37 @@ class CheckpointStore(SQLiteSetup):
             return key
 
         claims = claim_allowance(fresh, sender_of, uc_of, key_of)
-        room = self._take_room(claims)
-        return within_room(fresh, claims.slots, room)
+        room, tags, new = self._room(claims)
+        kept, over = within_room(fresh, claims.slots, room)
+        return kept, over, tags, new
 
-    def _take_room(self, claims: Claims) -> dict[Slot, int]:
-        """How many of each slot's claims still fit its allowance; count them as used (inside the transaction).
-
-        An upsert adds the claims of up to :data:`_UPSERT_ROWS` slots and returns their new
-        counts: a slot is usually new or far from its cap, reading it first would walk the same
-        B-tree twice, and one statement per slot cost a step, a bind and a reset each. The rare
-        slot that went past its cap is set back to what fits.
-        """
-        db = self._db
-        want = claims.want
-        slots = list(want)
-        totals: dict[Slot, int] = {}
-        for i in range(0, len(slots), _UPSERT_ROWS):
-            chunk = slots[i : i + _UPSERT_ROWS]
-            values = ",".join(("(?, ?, ?, ?)",) * len(chunk))
-            rows = db.execute(
-                f"INSERT INTO allowance (uc, period, tag, reports) VALUES {values} ON CONFLICT (uc, period, tag) "
-                "DO UPDATE SET reports = reports + excluded.reports RETURNING uc, period, tag, reports",
-                [v for slot in chunk for v in (*slot, want[slot])],
-            ).fetchall()
-            totals.update(((uc, period, bytes(tag)), int(total)) for uc, period, tag, total in rows)
+    def _room(self, claims: Claims) -> tuple[dict[Slot, int], dict[Key, list[bytes]], set[Key]]:
+        """How many of each slot's claims still fit its allowance, the tags that count them (each
+        once per report it admits), and the keys whose slots were all unused and claimed once."""
+        want, cap = claims.want, claims.cap
+        slots: dict[Key, list[Slot]] = {}
+        for slot in want:
+            key = (slot[0], slot[1])
+            members = slots.get(key)
+            if members is None:
+                members = slots[key] = []
+            members.append(slot)
         room: dict[Slot, int] = {}
-        for slot, n in want.items():
-            used = totals[slot] - n
-            room[slot] = min(n, max(0, claims.cap[slot] - used))
-            if room[slot] < n:
-                if used + room[slot]:
-                    db.execute(
-                        "UPDATE allowance SET reports = ? WHERE uc = ? AND period = ? AND tag = ?",
-                        (used + room[slot], *slot),
-                    )
-                else:
-                    db.execute("DELETE FROM allowance WHERE uc = ? AND period = ? AND tag = ?", slot)
-        return room
-
-    def _remember(
-        self, reports: Sequence[FoldedReport], uc_of: Mapping[str, int]
-    ) -> tuple[list[FoldedReport], list[_SeenRow]]:
-        """The reports whose id the store did not hold (the first of repeats within ``reports``),
-        and their ``seen`` rows, now stored (inside the transaction).
-
-        Usually none is held, and one ``INSERT OR IGNORE`` per id both checks and stores it: a
-        lookup first would walk the same B-tree twice. When the insert count shows that some
-        were held (a redelivery), the inserts are undone and the held ones looked up.
-        """
-        db = self._db
-        fresh: list[FoldedReport] = []
-        rows: list[_SeenRow] = []
-        repeated: set[_SeenRow] = set()
-        for r in reports:
-            uc = uc_of[r.use_case.ref]
-            row = (uc, r.period, rid_tag(r.report_id, uc, r.period))
-            if row not in repeated:
-                repeated.add(row)
-                fresh.append(r)
-                rows.append(row)
-        db.execute("SAVEPOINT remember")
-        before = db.total_changes
-        db.executemany("INSERT OR IGNORE INTO seen (uc, period, rid) VALUES (?, ?, ?)", rows)
-        if db.total_changes - before == len(rows):
-            db.execute("RELEASE remember")
-            return fresh, rows
-        db.execute("ROLLBACK TO remember")
-        db.execute("RELEASE remember")
-        held = self._held(rows)
-        kept = [i for i, row in enumerate(rows) if row not in held]
-        fresh, rows = [fresh[i] for i in kept], [rows[i] for i in kept]
-        db.executemany("INSERT INTO seen (uc, period, rid) VALUES (?, ?, ?)", rows)
-        return fresh, rows
-
-    def _held(self, rows: Sequence[_SeenRow]) -> set[_SeenRow]:
-        """Those of ``rows`` that ``seen`` holds, looked up by (use case, period)."""
-        by_key: dict[tuple[int, int], list[bytes]] = {}
-        for uc, period, rid in rows:
-            by_key.setdefault((uc, period), []).append(rid)
-        held: set[_SeenRow] = set()
-        for (uc, period), rids in by_key.items():
-            for i in range(0, len(rids), _IN_CHUNK):
-                chunk = rids[i : i + _IN_CHUNK]
-                q = f"SELECT rid FROM seen WHERE uc = ? AND period = ? AND rid IN ({','.join('?' * len(chunk))})"
-                held.update((uc, period, bytes(rid)) for (rid,) in self._db.execute(q, (uc, period, *chunk)))
-        return held
+        tags: dict[Key, list[bytes]] = {}
+        new: set[Key] = set()
+        for key, members in slots.items():
+            used = self._ids.used(key, [slot[2] for slot in members])
+            if not any(used) and all(want[slot] == 1 <= cap[slot] for slot in members):
+                # The usual commit: each device's first report for the key, one each.
+                room.update(dict.fromkeys(members, 1))
+                tags[key] = [slot[2] for slot in members]
+                new.add(key)
+                continue
+            counted = tags[key] = []
+            for slot, n in zip(members, used, strict=True):
+                fits = room[slot] = min(want[slot], max(0, cap[slot] - n))
+                counted.extend([slot[2]] * fits)
+        return room, tags, new
 
     # -- reading -----------------------------------------------------------------------
 
@@ -364,7 +334,7 @@ class CheckpointStore(SQLiteSetup):
     def seen_count(self) -> int:
         """Report ids currently remembered."""
         with self._reading():
-            return int(self._db.execute("SELECT count(*) FROM seen").fetchone()[0])
+            return self._ids.count()
 
     # -- maintenance -------------------------------------------------------------------
 
@@ -402,7 +372,7 @@ class CheckpointStore(SQLiteSetup):
                     "DELETE FROM seen WHERE uc = ? AND period < (SELECT low_water FROM use_cases WHERE id = ?)",
                     (row.id, row.id),
                 )
-                removed += cur.rowcount
+                removed += cur.rowcount + self._ids.forget_below(row.id)
                 # The period is closed to reports: its allowance key and tags go (zeroed in place,
                 # secure_delete), and with the key any link from a tag to a device.
                 for table in ("allowance", "allowance_keys"):
@@ -415,6 +385,7 @@ class CheckpointStore(SQLiteSetup):
         except BaseException:
             rollback(db)
             raise
+        self._ids.forgotten({int(uc): int(mark) for uc, mark in db.execute("SELECT id, low_water FROM use_cases")})
         if forgotten:
             # The WAL still holds earlier images of those pages: copy the zeroed pages into the
             # database and empty the log. Best effort: a reader that is open keeps the log,

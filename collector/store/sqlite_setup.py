@@ -19,9 +19,12 @@ the collector refuses to start a fresh one in its place.
 
 **Schema versions.** ``meta.schema`` says what the file holds: 1 (no checksums), 2 (use-case
 rows keyed by the mechanism's fingerprint and the period, the previous release) and 3 (keyed
-by the definition hash). Opening for writing migrates an older file in place, each step in one
-transaction: 1 -> 2 seals every row, 2 -> 3 re-keys each use-case row to the definition that
-maps to it (``collector.store.interface.legacy_fingerprint``). A file opened only for reading
+by the definition hash), 4 (report ids keyed by use case, period and id) and 5 (recent
+report ids and allowance tags in append-only runs, collector/store/sqlite_ids.py). Opening for
+writing migrates an older file in place, each step in one transaction: 1 -> 2 seals every row,
+2 -> 3 re-keys each use-case row to the definition that maps to it
+(``collector.store.interface.legacy_fingerprint``), 4 -> 5 only adds the empty table of runs
+(what schema 4 stored is read as settled; tests/compat/test_store_v4.py). A file opened only for reading
 (``ldp-collector status``, ``estimate``) is never changed: an older schema is refused with the
 command that migrates it (``ldp-collector migrate``), a newer one with the versions named.
 """
@@ -51,16 +54,19 @@ from collector.store.integrity import (
 from collector.store.interface import MIGRATE_COMMAND, legacy_fingerprint, use_case_fingerprint
 from collector.store.reads import SegmentReads
 from collector.store.row_format import UseCaseRow, rid_tag, seal
+from collector.store.sqlite_ids import LIMIT, SQLiteIds, check_runs
 from protocol.catalog import Catalog, catalog_of
 from protocol.errors import StateError
 from protocol.registry import Registry, UseCase
 
 __all__ = ["SCHEMA_VERSION", "SQLiteSetup"]
 
-SCHEMA_VERSION = 4
-"""4: report ids keyed by (use case, period, id), with no second index. (3: use-case rows keyed
-by the definition hash; 2: checksums on aggregates, segments, report ids, use-case rows and
-counters, rows keyed by the mechanism's fingerprint; 1: no checksums.)"""
+SCHEMA_VERSION = 5
+"""5: the report ids and allowance tags of recent commits in append-only runs (``id_runs``),
+settled into ``seen`` and ``allowance`` in bulk (collector/store/sqlite_ids.py). (4: report ids
+keyed by (use case, period, id), with no second index; 3: use-case rows keyed by the definition
+hash; 2: checksums on aggregates, segments, report ids, use-case rows and counters, rows keyed
+by the mechanism's fingerprint; 1: no checksums.)"""
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value BLOB NOT NULL);
@@ -110,6 +116,14 @@ CREATE TABLE IF NOT EXISTS allowance (
     reports INTEGER NOT NULL,
     PRIMARY KEY (uc, period, tag)
 ) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS id_runs (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    kind TEXT NOT NULL,
+    uc INTEGER NOT NULL,
+    period INTEGER NOT NULL,
+    data BLOB NOT NULL
+);
+CREATE INDEX IF NOT EXISTS id_runs_key ON id_runs (uc, period);
 CREATE TABLE IF NOT EXISTS counters (
     instance TEXT NOT NULL,
     name TEXT NOT NULL,
@@ -178,6 +192,7 @@ class SQLiteSetup(SegmentReads):
         instance: str = "collector",
         readonly: bool = False,
         synchronous: str = "FULL",
+        ids_in_memory: int = LIMIT,
     ) -> None:
         self.path = Path(path)
         self.catalog = catalog_of(catalog)
@@ -197,6 +212,9 @@ class SQLiteSetup(SegmentReads):
             if not readonly:
                 self._check_marker()
             self.verify()
+            self._ids = SQLiteIds(self._db, self._damaged, limit=ids_in_memory)
+            if not readonly:
+                self._ids.load()
         except sqlite3.DatabaseError as exc:
             transient = _transient(self.path, exc)
             if transient is not None:  # a full disk or a lock at start: a restart may succeed
@@ -282,6 +300,10 @@ class SQLiteSetup(SegmentReads):
             self._upgrade_from_1()
         if found <= 3:
             self._rekey_seen()
+        if found <= 4:
+            # 4 -> 5 adds the table of runs (made with the others at connect), empty: every report id
+            # and allowance tag the file holds is settled. Only the version changes.
+            self._db.execute("UPDATE meta SET value = ? WHERE key = 'schema'", (SCHEMA_VERSION,))
 
     def _upgrade_from_1(self) -> None:
         """Schema 1 had no checksums: seal every row as it stands, in one transaction."""
@@ -331,7 +353,7 @@ class SQLiteSetup(SegmentReads):
             )
             db.execute("DROP TABLE seen")  # its index seen_period goes with it
             db.execute("ALTER TABLE seen_by_period RENAME TO seen")
-            db.execute("UPDATE meta SET value = ? WHERE key = 'schema'", (SCHEMA_VERSION,))
+            db.execute("UPDATE meta SET value = 4 WHERE key = 'schema'")
             db.execute("COMMIT")
         except BaseException:
             rollback(db)
@@ -554,6 +576,7 @@ class SQLiteSetup(SegmentReads):
             check_segments(db.execute("SELECT uc, period, kind, reports, records, data FROM segments"), self._open)
             if report_ids:
                 check_seen(db.execute("SELECT rid, uc, period FROM seen"), self._damaged)
+                check_runs(db, self._damaged)
         except (TypeError, ValueError, OverflowError, AttributeError, msgpack.UnpackException) as exc:
             raise self._damaged(f"a row has a value of the wrong type ({exc})") from exc
         finally:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import itertools
 import sqlite3
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -16,11 +17,13 @@ import psycopg
 
 from collector.config import StoreConfig
 from collector.store import CheckpointStore, Store
+from collector.store.keyset import KEY_BYTES
 from collector.store.postgres import PostgresStore
+from collector.store.row_format import DIGEST_BYTES
 from protocol.registry import Registry
 from tests.support.postgres import PostgresServer
 
-__all__ = ["BACKENDS", "StoreSite", "fresh_database"]
+__all__ = ["BACKENDS", "StoreSite", "fresh_database", "sqlite_allowance"]
 
 BACKENDS = ("sqlite", "postgres")
 _names = itertools.count()
@@ -31,6 +34,18 @@ def fresh_database(server: PostgresServer, prefix: str = "db") -> PostgresServer
     name = f"{prefix}_{next(_names)}_{id(server) % 10000}"
     server.run_sql(f"CREATE DATABASE {name} OWNER {server.user}")
     return server.with_database(name)
+
+
+def sqlite_allowance(db: sqlite3.Connection) -> Counter[bytes]:
+    """A SQLite store's allowance slots by tag: its settled rows and the tags in the runs of recent
+    commits (a tag once per report counted; collector/store/sqlite_ids.py)."""
+    counts: Counter[bytes] = Counter(
+        {bytes(tag): int(n) for tag, n in db.execute("SELECT tag, reports FROM allowance")}
+    )
+    for (data,) in db.execute("SELECT data FROM id_runs WHERE kind = 't'"):
+        payload = bytes(data)[1 + DIGEST_BYTES :]
+        counts.update(payload[i : i + KEY_BYTES] for i in range(0, len(payload), KEY_BYTES))
+    return counts
 
 
 @dataclass(frozen=True)
@@ -83,6 +98,16 @@ class StoreSite:
         db = sqlite3.connect(self.path)
         try:
             return list(db.execute(text).fetchall())
+        finally:
+            db.close()
+
+    def allowance_counts(self) -> Counter[bytes]:
+        """Each allowance slot's count by its tag, wherever the backend keeps it."""
+        if self.backend == "postgres":
+            return Counter({bytes(tag): int(n) for tag, n in self.query("SELECT tag, reports FROM allowance")})
+        db = sqlite3.connect(self.path)
+        try:
+            return sqlite_allowance(db)
         finally:
             db.close()
 
