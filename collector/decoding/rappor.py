@@ -59,19 +59,24 @@ partly for their positive noise, and what they over-claim is missing from it.
    is done twice: first with the variances at ``μ = 0`` (weights that depend on ``N_j``
    only, so they are independent of the noise), then with the variances at the first
    fit's ``μ`` (one step of iteratively reweighted least squares; McCullagh and Nelder,
-   *Generalized Linear Models*, 1989, ch. 9). Standard errors are
-   ``sqrt(φ diag((X'WX)^-1))`` with ``φ = max(1, Pearson χ² / dof)``: the variance model is
-   exact for the randomized response, so ``φ > 1`` measures what the model misses (strings
-   outside the candidates, unequal hash loads) and widens the intervals accordingly.
+   *Generalized Linear Models*, 1989, ch. 9). The model's variance is
+   ``φ diag((X'WX)^-1)`` with ``φ = max(1, Pearson χ² / dof)``: the variance model is exact
+   for the randomized response, so ``φ > 1`` measures what the model misses on average
+   (strings outside the candidates, unequal hash loads). What it misses is not spread
+   evenly: an unfitted string's reports sit on its own bits. So the standard error is the
+   larger of that variance and the one the residuals at the candidate's own bits show
+   (``residual_variance``; :mod:`collector.decoding.residual_variance`, docs/estimation.md
+   "RAPPOR: what the candidates do not explain").
 3. *Tests* (004 §4: "Compare p-values to a Bonferroni corrected level of α/M ... or the
    Benjamini-Hochberg procedure"): every candidate gets a one-sided p-value for
    ``C_c > 0``, all ``M`` of them enter the correction (:mod:`collector.decoding.stats`).
    For a selected candidate the Wald ``z = Ĉ / SE``; for one the Lasso left out, the score
-   (Lagrange multiplier) statistic ``z = A_c' W r / (s_c sqrt φ)`` at the fitted model, with
-   ``r`` the residual, and the one-step estimate ``A_c' W r / s_c²``. (``s_c`` ignores the
-   small overlap with the selected columns, which makes that ``z`` conservative.) A left-out
-   candidate that passes the correction is added to the model and the fit repeated, so
-   every released string has a least-squares estimate.
+   (Lagrange multiplier) statistic ``z = A_c' W r / sqrt(V)`` at the fitted model, with
+   ``r`` the residual, ``V`` the larger of ``φ s_c²`` and the residuals' variance of the
+   score, and the one-step estimate ``A_c' W r / s_c²``. (``s_c`` ignores the small overlap
+   with the selected columns, which makes that ``z`` conservative.) A left-out candidate
+   that passes the correction is added to the model and the fit repeated, so every
+   released string has a least-squares estimate.
 
 **Selection, then fit** (docs/estimation.md, "RAPPOR: selection, then fit"). Steps 1 and 2
 on the same bits carry the noise that made a candidate enter the model into its least-squares
@@ -93,7 +98,8 @@ nominal level.
 
 **The basic variants** (004 §2.1) need no regression: category ``i`` has count ``Σ_j t_ij``
 (:meth:`RapporAggregate.estimate_categories`, 004 Appendix ``T̂_i = (C_i - pN)/(q - p)``),
-tested the same way; :func:`decode_categories`. The one-time variants use the same
+tested the same way; :func:`decode_categories` (in :mod:`collector.decoding.rappor_categories`,
+re-exported here with :func:`load_candidates`). The one-time variants use the same
 decoder: only ``q*`` and ``p*`` change (they are ``B'``'s probabilities), which
 :meth:`Rappor.coordinate_probabilities` already accounts for.
 """
@@ -103,20 +109,19 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 import numpy.typing as npt
 
-from collector.decoding.consistency import ConsistentEstimate, make_consistent
 from collector.decoding.lasso import Design, lasso, weights_from, wls
 from collector.decoding.plain import ValueEstimate, finite
-from collector.decoding.release import Release, ReleaseRule, release
+from collector.decoding.rappor_categories import CategoryDecoding, decode_categories, load_candidates
+from collector.decoding.residual_variance import residual_scale, robust_score_variances, sandwich_variances
 from collector.decoding.stats import check_level, normal_quantile, normal_sf, reject, z_interval
 from protocol.interfaces import EstimateKind
 from protocol.plain import JsonObject
 from protocol.server.contract import CandidateServer
-from protocol.server.estimate import BitEstimates, Estimate, VectorEstimate
+from protocol.server.estimate import BitEstimates, Estimate
 from protocol.server.rappor import RapporAggregate, RapporServer
 
 __all__ = [
@@ -134,29 +139,6 @@ BoolArray = npt.NDArray[np.bool_]
 
 _REFIT_ROUNDS = 3
 """How often left-out candidates that pass the test are added back before giving up."""
-
-
-def load_candidates(path: str | Path) -> list[str]:
-    """Candidate strings from a UTF-8 text file, one per line.
-
-    Blank lines are skipped and a trailing newline (``\\n`` or ``\\r\\n``) is not part of a
-    candidate; other whitespace is kept (a candidate may contain spaces).
-
-    Raises:
-        ValueError: if a candidate occurs twice (naming it and its lines).
-    """
-    seen: dict[str, int] = {}
-    out: list[str] = []
-    with open(path, encoding="utf-8", newline="") as fh:
-        for number, line in enumerate(fh, start=1):
-            value = line.rstrip("\r\n") if line.endswith("\n") else line
-            if not value:
-                continue
-            if value in seen:
-                raise ValueError(f"{path}: candidate {value!r} on line {number} repeats line {seen[value]}")
-            seen[value] = number
-            out.append(value)
-    return out
 
 
 class DecodedString(ValueEstimate):
@@ -182,6 +164,8 @@ class RapporDecoding:
         selection_z: the Lasso penalty ``λ`` (standard-normal units).
         dispersion: ``φ`` (Pearson χ² per degree of freedom of the final fit, at least 1).
         lasso_selected: how many candidates the Lasso kept (before any added back).
+        widened: the candidates whose standard error is the residuals' variance at their own
+            bits, larger than the model's (:mod:`collector.decoding.residual_variance`).
     """
 
     candidates: tuple[str | bytes, ...]
@@ -199,10 +183,18 @@ class RapporDecoding:
     selection_z: float
     dispersion: float
     lasso_selected: int
+    widened: BoolArray
     _z_crit: float = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "_z_crit", z_interval(self.confidence))
+
+    @property
+    def unexplained_share(self) -> Estimate:
+        """The share of the reports the fitted candidates do not explain (``unexplained / n``),
+        with its standard error (docs/estimation.md, "RAPPOR: what the candidates do not explain")."""
+        n = max(self.n, 1)
+        return Estimate(self.unexplained.value / n, self.unexplained.standard_error / n, self.n)
 
     @property
     def lows(self) -> Array:
@@ -247,77 +239,15 @@ class RapporDecoding:
             "unexplained": {
                 "count": finite(self.unexplained.value),
                 "standard_error": finite(self.unexplained.standard_error),
+                "share": finite(self.unexplained_share.value),
             },
+            "widened": int(self.widened.sum()),
             "control": self.control,
             "alpha": self.alpha,
             "confidence": self.confidence,
             "selection_z": self.selection_z,
             "dispersion": self.dispersion,
         }
-
-
-@dataclass(frozen=True, eq=False)
-class CategoryDecoding:
-    """Direct decoding of the basic variants: a count per category.
-
-    Attributes:
-        categories: the category strings (bit ``i`` is category ``i``).
-        estimate: counts with standard errors (``Σ_j t_ij``).
-        z: test statistics ``(count - max(T, 0)) / SE``; ``p_values``: their one-sided p-values.
-        detected: released by the rule (threshold and corrected test).
-        consistent: the counts projected to be non-negative and sum to ``n``, when asked for.
-        detail: every category with the rule's verdict (:mod:`collector.decoding.release`).
-    """
-
-    categories: tuple[str, ...]
-    estimate: VectorEstimate
-    z: Array
-    p_values: Array
-    detected: BoolArray
-    control: str
-    alpha: float
-    consistent: ConsistentEstimate | None
-    detail: Release
-
-
-def decode_categories(
-    aggregate: RapporAggregate,
-    *,
-    alpha: float = 0.05,
-    control: str = "bonferroni",
-    consistent: bool = False,
-    rule: ReleaseRule | None = None,
-) -> CategoryDecoding:
-    """Decode basic (one-time) RAPPOR directly: category counts, the release rule, optional consistency.
-
-    Args:
-        aggregate: the reports.
-        alpha: level of the test of ``count > 0`` when no ``rule`` is given.
-        control: its correction.
-        consistent: also project the counts onto non-negative values summing to ``n``.
-        rule: the use case's release rule (threshold, test, ``min_reports``); it overrides
-            ``alpha`` and ``control``.
-
-    Raises:
-        ParameterError: for the Bloom-filter variants (use :class:`RapporDecoder`).
-    """
-    if rule is None:
-        rule = ReleaseRule(threshold=0.0, alpha=alpha, control=control)
-    est = aggregate.estimate_categories()
-    names = aggregate.mechanism.categories or tuple(str(i) for i in range(len(est)))
-    detail = release(names, est.values, est.standard_errors, n=aggregate.n, rule=rule)
-    cons = make_consistent(est, total=float(aggregate.n)) if consistent else None
-    return CategoryDecoding(
-        categories=aggregate.mechanism.categories,
-        estimate=est,
-        z=detail.z,
-        p_values=detail.p_values,
-        detected=detail.released,
-        control=rule.control,
-        alpha=rule.alpha if rule.alpha is not None else math.nan,
-        consistent=cons,
-        detail=detail,
-    )
 
 
 def _design(server: CandidateServer, bits: BitEstimates, candidates: Sequence[str | bytes]) -> Design:
@@ -380,6 +310,9 @@ class RapporDecoder:
         cross_fit: select on one half of the cohorts and fit on the other, both ways
             (module docstring, "Selection, then fit"); ``False`` selects and fits on all of
             them, as 004 §4 does.
+        residual_variance: standard errors at least the residuals' variance at each
+            candidate's own bits (:mod:`collector.decoding.residual_variance`); ``False``
+            keeps the model's alone (``φ`` times the least-squares variance).
     """
 
     alpha: float = 0.05
@@ -389,6 +322,7 @@ class RapporDecoder:
     max_selected: int | None = None
     reweight: bool = True
     cross_fit: bool = True
+    residual_variance: bool = True
 
     def __post_init__(self) -> None:
         check_level(self.alpha, self.control)
@@ -447,6 +381,7 @@ class RapporDecoder:
             selection_z=lam,
             dispersion=fit.dispersion,
             lasso_selected=lasso_selected,
+            widened=fit.widened,
         )
 
     def _select(self, design: Design, lam: float, n_j_rows: Array, *, q_star: float, p_star: float) -> IntArray:
@@ -559,21 +494,44 @@ class RapporDecoder:
         selected = np.zeros(m_count, dtype=np.bool_)
         selected[chosen] = True
         counts[chosen] = coef
-        se[chosen] = np.sqrt(np.maximum(phi * np.diag(inv), 0.0))
+        model = np.maximum(phi * np.diag(inv), 0.0)
+        widened = np.zeros(m_count, dtype=np.bool_)
+        scale = residual_scale(design, chosen, inv, resid) if self.residual_variance else None
+        if scale is not None:
+            # The larger of the model's variance and the residuals' at the candidate's own bits
+            # (collector.decoding.residual_variance).
+            robust = sandwich_variances(scale)
+            widened[chosen] = robust > model
+            model = np.maximum(model, robust)
+        se[chosen] = np.sqrt(model)
         # Score (Lagrange multiplier) statistics and one-step estimates for the rest.
         others = np.flatnonzero(~selected)
         if others.size:
             score = design.scores(resid, others)
             norm2 = design.col_norm2[others]
+            var_score = phi * norm2
+            if scale is not None:
+                robust = robust_score_variances(design, others, scale)
+                widened[others] = robust > var_score
+                var_score = np.maximum(var_score, robust)
             with np.errstate(divide="ignore", invalid="ignore"):
                 counts[others] = np.where(norm2 > 0, score / norm2, 0.0)
-                se[others] = np.where(norm2 > 0, np.sqrt(phi / norm2), np.inf)
+                se[others] = np.where(norm2 > 0, np.sqrt(var_score) / norm2, np.inf)
         with np.errstate(divide="ignore", invalid="ignore"):
             z = np.where(se > 0, counts / se, np.where(counts > 0, np.inf, 0.0))
         z = np.where(np.isfinite(se), z, 0.0)
         p = normal_sf(z)
         unexplained = self._unexplained(design, resid, chosen, inv, phi)
-        return _Fit(counts=counts, se=se, z=z, p=p, selected=selected, dispersion=phi, unexplained=unexplained)
+        return _Fit(
+            counts=counts,
+            se=se,
+            z=z,
+            p=p,
+            selected=selected,
+            dispersion=phi,
+            unexplained=unexplained,
+            widened=widened,
+        )
 
     @staticmethod
     def _unexplained(design: Design, resid: Array, chosen: IntArray, inv: Array, phi: float) -> Estimate:
@@ -610,6 +568,7 @@ class RapporDecoder:
             selection_z=math.nan,
             dispersion=math.nan,
             lasso_selected=0,
+            widened=np.zeros(m_count, dtype=np.bool_),
         )
 
 
@@ -636,6 +595,7 @@ def _pool(a: _Fit, b: _Fit) -> _Fit:
         selected=a.selected | b.selected,
         dispersion=max(a.dispersion, b.dispersion),
         unexplained=unexplained,
+        widened=a.widened | b.widened,
     )
 
 
@@ -648,3 +608,4 @@ class _Fit:
     selected: BoolArray
     dispersion: float
     unexplained: Estimate
+    widened: BoolArray
