@@ -125,6 +125,7 @@ from protocol.server.estimate import BitEstimates, Estimate
 from protocol.server.rappor import RapporAggregate, RapporServer
 
 __all__ = [
+    "RESIDUAL_STANDARD_ERRORS",
     "CategoryDecoding",
     "DecodedString",
     "RapporDecoder",
@@ -136,6 +137,12 @@ __all__ = [
 Array = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
 BoolArray = npt.NDArray[np.bool_]
+
+RESIDUAL_STANDARD_ERRORS = (
+    "the larger of the model's variance (least squares times the dispersion) and the variance "
+    "the residuals show at the candidate's own bits"
+)
+"""What a decoded candidate's standard error is (``residual_variance``; docs/estimation.md)."""
 
 _REFIT_ROUNDS = 3
 """How often left-out candidates that pass the test are added back before giving up."""
