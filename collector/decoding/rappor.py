@@ -59,21 +59,21 @@ partly for their positive noise, and what they over-claim is missing from it.
    is done twice: first with the variances at ``μ = 0`` (weights that depend on ``N_j``
    only, so they are independent of the noise), then with the variances at the first
    fit's ``μ`` (one step of iteratively reweighted least squares; McCullagh and Nelder,
-   *Generalized Linear Models*, 1989, ch. 9). The model's variance is
-   ``φ diag((X'WX)^-1)`` with ``φ = max(1, Pearson χ² / dof)``: the variance model is exact
-   for the randomized response, so ``φ > 1`` measures what the model misses on average
-   (strings outside the candidates, unequal hash loads). What it misses is not spread
-   evenly: an unfitted string's reports sit on its own bits. So the standard error is the
-   larger of that variance and the one the residuals at the candidate's own bits show
+   *Generalized Linear Models*, 1989, ch. 9). The model's variance is ``diag((X'WX)^-1)``:
+   the variance model is exact for the randomized response, so the dispersion
+   ``φ = max(1, Pearson χ² / dof)`` measures what the model misses on average (strings outside
+   the candidates, unequal hash loads), and is reported. What it misses is not spread evenly:
+   an unfitted string's reports sit on its own bits. So the standard error is the larger of
+   the model's variance and the one the residuals at the candidate's own bits show
    (``residual_variance``; :mod:`collector.decoding.residual_variance`, docs/estimation.md
-   "RAPPOR: what the candidates do not explain").
+   "RAPPOR: what the candidates do not explain"); without them, the model's times ``φ``.
 3. *Tests* (004 §4: "Compare p-values to a Bonferroni corrected level of α/M ... or the
    Benjamini-Hochberg procedure"): every candidate gets a one-sided p-value for
    ``C_c > 0``, all ``M`` of them enter the correction (:mod:`collector.decoding.stats`).
    For a selected candidate the Wald ``z = Ĉ / SE``; for one the Lasso left out, the score
    (Lagrange multiplier) statistic ``z = A_c' W r / sqrt(V)`` at the fitted model, with
-   ``r`` the residual, ``V`` the larger of ``φ s_c²`` and the residuals' variance of the
-   score, and the one-step estimate ``A_c' W r / s_c²``. (``s_c`` ignores the small overlap
+   ``r`` the residual, ``V`` the larger of ``s_c²`` and the residuals' variance of the score
+   (``φ s_c²`` without them), and the one-step estimate ``A_c' W r / s_c²``. (``s_c`` ignores the small overlap
    with the selected columns, which makes that ``z`` conservative.) A left-out candidate
    that passes the correction is added to the model and the fit repeated, so every
    released string has a least-squares estimate.
@@ -83,7 +83,7 @@ on the same bits carry the noise that made a candidate enter the model into its 
 estimate. A report's cohort is drawn independently of its value (004 §4), so the cohorts
 with reports split into two alternating halves that are independent samples of the same
 population. By default (``cross_fit``) the decoder runs step 1 on one half and steps 2-3 on
-the other, both ways, and pools the two fits by inverse variance: each half's estimate is
+the other, both ways, and pools the two fits by inverse (model) variance: each half's estimate is
 fitted on bits its own selection never saw, and the pooled SE is the full data's (each half's
 is about ``√2`` times it). A candidate the pooled test finds joins both halves' models and
 the fits are repeated, as in step 3. With fewer than four cohorts holding reports it selects
@@ -139,8 +139,8 @@ IntArray = npt.NDArray[np.int64]
 BoolArray = npt.NDArray[np.bool_]
 
 RESIDUAL_STANDARD_ERRORS = (
-    "the larger of the model's variance (least squares times the dispersion) and the variance "
-    "the residuals show at the candidate's own bits"
+    "the larger of the randomized response's own variance (least squares) and the variance the "
+    "residuals show at the candidate's own bits"
 )
 """What a decoded candidate's standard error is (``residual_variance``; docs/estimation.md)."""
 
@@ -317,9 +317,10 @@ class RapporDecoder:
         cross_fit: select on one half of the cohorts and fit on the other, both ways
             (module docstring, "Selection, then fit"); ``False`` selects and fits on all of
             them, as 004 §4 does.
-        residual_variance: standard errors at least the residuals' variance at each
-            candidate's own bits (:mod:`collector.decoding.residual_variance`); ``False``
-            keeps the model's alone (``φ`` times the least-squares variance).
+        residual_variance: standard errors the larger of the least-squares variance and the
+            residuals' variance at each candidate's own bits
+            (:mod:`collector.decoding.residual_variance`); ``False`` gives the least-squares
+            variance times ``φ``, the misfit averaged over every bit.
     """
 
     alpha: float = 0.05
@@ -497,47 +498,33 @@ class RapporDecoder:
         phi = max(1.0, float((design.weights * centred**2).sum()) / dof)
         m_count = design.rows.shape[0]
         counts = np.zeros(m_count)
-        se = np.zeros(m_count)
+        model = np.full(m_count, np.inf)
+        robust = np.full(m_count, np.nan)
         selected = np.zeros(m_count, dtype=np.bool_)
         selected[chosen] = True
         counts[chosen] = coef
-        model = np.maximum(phi * np.diag(inv), 0.0)
-        widened = np.zeros(m_count, dtype=np.bool_)
+        model[chosen] = np.maximum(np.diag(inv), 0.0)
         scale = residual_scale(design, chosen, inv, resid) if self.residual_variance else None
         if scale is not None:
-            # The larger of the model's variance and the residuals' at the candidate's own bits
-            # (collector.decoding.residual_variance).
-            robust = sandwich_variances(scale)
-            widened[chosen] = robust > model
-            model = np.maximum(model, robust)
-        se[chosen] = np.sqrt(model)
+            robust[chosen] = sandwich_variances(scale)
         # Score (Lagrange multiplier) statistics and one-step estimates for the rest.
         others = np.flatnonzero(~selected)
         if others.size:
             score = design.scores(resid, others)
             norm2 = design.col_norm2[others]
-            var_score = phi * norm2
-            if scale is not None:
-                robust = robust_score_variances(design, others, scale)
-                widened[others] = robust > var_score
-                var_score = np.maximum(var_score, robust)
             with np.errstate(divide="ignore", invalid="ignore"):
                 counts[others] = np.where(norm2 > 0, score / norm2, 0.0)
-                se[others] = np.where(norm2 > 0, np.sqrt(var_score) / norm2, np.inf)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            z = np.where(se > 0, counts / se, np.where(counts > 0, np.inf, 0.0))
-        z = np.where(np.isfinite(se), z, 0.0)
-        p = normal_sf(z)
+                model[others] = np.where(norm2 > 0, 1.0 / norm2, np.inf)
+                if scale is not None:
+                    robust[others] = robust_score_variances(design, others, scale) / norm2**2
         unexplained = self._unexplained(design, resid, chosen, inv, phi)
         return _Fit(
             counts=counts,
-            se=se,
-            z=z,
-            p=p,
+            model=model if scale is not None else model * phi,
+            robust=robust,
             selected=selected,
             dispersion=phi,
             unexplained=unexplained,
-            widened=widened,
         )
 
     @staticmethod
@@ -580,15 +567,18 @@ class RapporDecoder:
 
 
 def _pool(a: _Fit, b: _Fit) -> _Fit:
-    """Two fits on disjoint cohorts pooled by inverse variance (an infinite SE weighs nothing);
-    their unexplained counts, each over its own cohorts, add up."""
+    """Two fits on disjoint cohorts pooled with the weights of their model variances (which depend
+    on the design alone; an infinite variance weighs nothing): the pooled estimate's model variance
+    is ``1 / (w_a + w_b)`` and its residual variance ``(w_a² V_a + w_b² V_b) / (w_a + w_b)²``, the
+    larger of the two taken once, after pooling. Their unexplained counts, each over its own
+    cohorts, add up."""
     with np.errstate(divide="ignore", invalid="ignore"):
-        wa = np.where(np.isfinite(a.se) & (a.se > 0), 1.0 / a.se**2, 0.0)
-        wb = np.where(np.isfinite(b.se) & (b.se > 0), 1.0 / b.se**2, 0.0)
+        wa = np.where(np.isfinite(a.model) & (a.model > 0), 1.0 / a.model, 0.0)
+        wb = np.where(np.isfinite(b.model) & (b.model > 0), 1.0 / b.model, 0.0)
         total = wa + wb
         counts = np.where(total > 0, (wa * a.counts + wb * b.counts) / total, 0.0)
-        se = np.where(total > 0, 1.0 / np.sqrt(total), np.inf)
-        z = np.where(total > 0, counts / se, 0.0)
+        model = np.where(total > 0, 1.0 / total, np.inf)
+        robust = np.where(total > 0, (wa**2 * np.nan_to_num(a.robust) + wb**2 * np.nan_to_num(b.robust)) / total**2, 0)
     unexplained = Estimate(
         a.unexplained.value + b.unexplained.value,
         math.hypot(a.unexplained.standard_error, b.unexplained.standard_error),
@@ -596,23 +586,50 @@ def _pool(a: _Fit, b: _Fit) -> _Fit:
     )
     return _Fit(
         counts=counts,
-        se=se,
-        z=z,
-        p=normal_sf(z),
+        model=model,
+        robust=np.where(np.isnan(a.robust) & np.isnan(b.robust), np.nan, robust),
         selected=a.selected | b.selected,
         dispersion=max(a.dispersion, b.dispersion),
         unexplained=unexplained,
-        widened=a.widened | b.widened,
     )
 
 
 @dataclass(frozen=True, eq=False)
 class _Fit:
+    """One fit's estimates: ``model`` is the variance the model gives (times ``φ`` when the
+    residuals are not used), ``robust`` the residuals' (NaN when not computed); the standard
+    error is the square root of the larger (docs/estimation.md, "RAPPOR: what the candidates do
+    not explain")."""
+
     counts: Array
-    se: Array
-    z: Array
-    p: Array
+    model: Array
+    robust: Array
     selected: BoolArray
     dispersion: float
     unexplained: Estimate
-    widened: BoolArray
+
+    @property
+    def widened(self) -> BoolArray:
+        """Where the residuals' variance is the larger."""
+        out: BoolArray = np.nan_to_num(self.robust) > self.model
+        return out
+
+    @property
+    def se(self) -> Array:
+        """The standard errors: the square root of the larger variance."""
+        out: Array = np.sqrt(np.fmax(self.model, np.nan_to_num(self.robust)))
+        return out
+
+    @property
+    def z(self) -> Array:
+        """``count / SE`` (0 where the SE is infinite; ±inf where it is 0)."""
+        se = self.se
+        with np.errstate(divide="ignore", invalid="ignore"):
+            z = np.where(se > 0, self.counts / se, np.where(self.counts > 0, np.inf, 0.0))
+        out: Array = np.where(np.isfinite(se), z, 0.0)
+        return out
+
+    @property
+    def p(self) -> Array:
+        """One-sided p-values of ``count > 0``."""
+        return normal_sf(self.z)
