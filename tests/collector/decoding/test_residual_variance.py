@@ -88,7 +88,8 @@ def test_the_sandwich_is_unbiased_when_every_string_is_fitted() -> None:
         assert model.selected[:PRESENT].all()
         sel = model.selected
         # The model's variance alone is the φ-scaled one over φ.
-        ratios.extend((robust.standard_errors[sel] ** 2 / (model.standard_errors[sel] ** 2 / model.dispersion)).tolist())
+        alone = model.standard_errors[sel] ** 2 / model.dispersion
+        ratios.extend((robust.standard_errors[sel] ** 2 / alone).tolist())
     r = np.asarray(ratios)
     # max(1, X) with X ~ χ²_64 / 64: mean 1 + E[(X - 1)+] ≈ 1.07; its spread per candidate 0.12.
     assert abs(r.mean() - 1.07) < 5 * 0.12 / math.sqrt(r.size), r.mean()
