@@ -3,32 +3,37 @@ lists, CMS and HCMS on real word populations (issue 33; docs/estimation.md).
 
 Run: ``python -m benchmarks.bench_populations [--population zipf --population de ...]
 [--coverage 0.5 --coverage 0.8 --coverage 0.95] [--only rappor|cms|hcms] [--min-released 400]
-[--max-seeds 200] [--reports 1000000] [--strings 20000] [--decoys 1000] [--sigma 2] [--small]``.
+[--max-seeds 400] [--reports 1000000] [--strings 5000] [--decoys 1000] [--sigma inf] [--model-only]
+[--small]``.
 Prints JSON (progress on stderr). ``--small`` runs the small sketches of
 ``benchmarks.bench_release.SMALL_REGISTRY`` (the deployed ε and release settings), for the tests.
 
-**Populations** (``--population``; default ``zipf``, ``de`` and ``fr``): ``zipf`` is
+**Populations** (``--population``; default ``zipf``, ``en`` and ``de``): ``zipf`` is
 ``benchmarks.bench_release``'s Zipf(1.1) over synthetic strings; any other name is a
 language of the ``wordfreq`` package (``en``, ``de``, ``fr``, ``es``, ...): its ``--strings``
-most frequent words, drawn with their published frequencies. Every seed draws ``--reports``
-reports from the population (a multinomial draw: the truth is what was drawn).
+most frequent words (letters and the apostrophe), drawn with their published frequencies.
+Every seed draws ``--reports`` reports from the population (a multinomial draw: the truth is
+what was drawn).
 
 **RAPPOR's candidates are a guess.** A deployment's candidate list never holds the whole
-population (004 §5): here, per seed, the population's strings are ranked by a guessed
-frequency, the true one times a log-normal error (``exp(σ Z)``, ``σ = --sigma``, 2 by default:
-a guess off by a factor of 7.4 either way at one σ), and the list takes them in that order
-until it holds ``--coverage`` of the reports (nested lists: the 50 % list is part of the 80 %
-one). ``--decoys`` strings that never occur are added (the words ranked just after the
-population, or synthetic strings for ``zipf``). Reports are privatized once per seed with the
-server half's vectorised privatizer (``privatize_many``, cohorts uniform) and decoded
-against each list through :func:`collector.estimation.estimate_aggregate`, the function the
-HTTP API, the CLI and the dashboard call, with ``homepage``'s parameters and rule (004 §5.4;
-BH at 0.05, threshold 0). CMS (``emoji``) and HCMS (``safari-energy-domains``) run on the
-real word populations with the population as their dictionary, at ``release_threshold =
-1,000``.
+population (004 §5). Here, per seed, the list takes the population's strings in a guessed
+order until it holds ``--coverage`` of the reports (nested lists: the 50 % list is part of
+the 80 % one). By default the order is random: the guess knows which strings exist, not how
+often they occur, so a list that holds half the reports misses about half of the heavy
+strings too, and what it misses lands on the candidates' bits. ``--sigma`` orders by a
+guessed frequency instead, the true one times ``exp(σ Z)`` (a guess off by a factor of
+``e^σ`` either way at one σ; heavy strings then go missing only for large σ). ``--decoys``
+strings that never occur are added (the words ranked just after the population, or
+synthetic strings for ``zipf``). Reports are privatized once per seed with the server half's
+vectorised privatizer (``privatize_many``, cohorts uniform) and decoded against each list
+through :func:`collector.estimation.estimate_aggregate`, the function the HTTP API, the CLI
+and the dashboard call, with ``homepage``'s parameters and rule (004 §5.4; BH at 0.05,
+threshold 0). CMS (``emoji``) and HCMS (``safari-energy-domains``) run on the word
+populations with the population as their dictionary, at ``release_threshold = 1,000``.
 
 Seeds run from ``--seed`` on until every setting (population, mechanism and, for RAPPOR,
-coverage) has pooled ``--min-released`` released entries, or ``--max-seeds`` seeds have run.
+coverage) has pooled ``--min-released`` released entries (CMS and HCMS:
+``--sketch-min-released``), or ``--max-seeds`` seeds have run.
 Per setting (``settings``):
 
 * ``released``, ``false_released`` and ``precision``: a release is false when the true count
@@ -41,6 +46,11 @@ Per setting (``settings``):
   to ``outside_share`` (the true share of the reports whose string is not a candidate) and
   ``decoys_released``;
 * ``ok``: the verdicts (precision ≥ 0.95 and coverage within [0.93, 0.97], pooled).
+
+``--model-only`` adds, per RAPPOR setting, the same releases from the same reports with the
+standard errors the decoder gave before (the least-squares variance times the dispersion, no
+residual variance; ``RapporDecoder(residual_variance=False)`` through the same release rule),
+as the settings of mechanism ``rappor-model-variance``: what the residuals' variance changes.
 
 ``wall_s`` is the run's wall time.
 """
@@ -65,6 +75,8 @@ import numpy.typing as npt
 
 from benchmarks.bench_release import REGISTRY, SMALL_REGISTRY, ZIPF, synthetic_strings
 from benchmarks.harness import emit, progress
+from collector.decoding.rappor import RapporDecoder
+from collector.decoding.release import ReleaseRule, release
 from collector.estimation import estimate_aggregate
 from collector.results import FrequencyEntry, ReleaseDecision
 from collector.store import KeyInfo
@@ -82,6 +94,8 @@ DECOYS = 1_000
 SIGMA = math.inf
 WORD_LENGTH = 20
 _STEP = 1 << 17
+MODEL_ONLY = "rappor-model-variance"
+"""The comparison setting of ``--model-only``: the decoder's standard errors before issue 33."""
 MISSES_SHOWN = 40
 """The released entries whose interval missed the truth, listed per setting (largest truth first)."""
 
@@ -162,10 +176,12 @@ class Setting:
     candidates: list[int] = field(default_factory=list)
     misses: list[list[Any]] = field(default_factory=list)
 
-    def add(self, decision: ReleaseDecision, truth: dict[str, int], threshold: float, decoys: frozenset[str]) -> None:
+    def add(
+        self, items: Sequence[FrequencyEntry], truth: dict[str, int], threshold: float, decoys: frozenset[str]
+    ) -> None:
         """Fold one seed's released entries."""
         self.seeds += 1
-        for it in decision.items:
+        for it in items:
             true = truth.get(it.value, 0)
             self.released += 1
             self.false_released += int(true < threshold or true <= 0)
@@ -247,6 +263,35 @@ def _decide(use_case: UseCase, agg: Any, dictionary: Path, n: int) -> ReleaseDec
     return result.estimate
 
 
+def _model_only(uc: UseCase, agg: Any, words: list[str]) -> list[FrequencyEntry]:
+    """The released entries of the same decoding with the model's variance times the dispersion
+    and no residual variance (the decoder before issue 33), through the same release rule."""
+    settings = uc.collector
+    rule = ReleaseRule(
+        min_reports=settings.min_reports,
+        threshold=settings.release_threshold,
+        control=settings.correction,
+        alpha=settings.alpha,
+    )
+    server: Any = uc.server
+    decoder = RapporDecoder(control=rule.control, alpha=rule.alpha or 0.05, residual_variance=False)
+    decoding = decoder.decode_bits(server, server.estimate_bits(agg), words)
+    detail = release(decoding.candidates, decoding.counts, decoding.standard_errors, n=decoding.n, rule=rule)
+    return [
+        FrequencyEntry(
+            value=str(detail.values[i]),
+            count=float(detail.counts[i]),
+            standard_error=float(detail.standard_errors[i]),
+            ci=(float(detail.lows[i]), float(detail.highs[i])),
+            z=float(detail.z[i]),
+            p_value=float(detail.p_values[i]),
+            released=True,
+            selection_standard_error=float(detail.selection_standard_errors[i]),
+        )
+        for i in detail.order(detail.released)
+    ]
+
+
 def _draw(pop: Population, reports: int, gen: np.random.Generator) -> tuple[npt.NDArray[np.int64], list[str]]:
     counts = gen.multinomial(reports, pop.weights / pop.weights.sum()).astype(np.int64)
     order = np.repeat(np.arange(len(pop.strings)), counts)
@@ -276,6 +321,7 @@ class Run:
     sketch_min_released: int
     max_seeds: int
     first_seed: int
+    model_only: bool = False
     settings: dict[tuple[str, str, float | None], Setting] = field(default_factory=dict)
 
     def setting(self, population: str, mechanism: str, coverage: float | None) -> Setting:
@@ -304,6 +350,7 @@ class Run:
                         self._sketch(pop, mechanism, draw, Path(tmp))
 
     def _enough(self, population: str, mechanism: str) -> bool:
+        # The comparison (MODEL_ONLY) rides along with RAPPOR's seeds; it sets no target of its own.
         targets = self.coverages if mechanism == "rappor" else (None,)
         wanted = self.min_released if mechanism == "rappor" else self.sketch_min_released
         return all(self.setting(population, mechanism, c).released >= wanted for c in targets)
@@ -321,13 +368,17 @@ class Run:
             path.write_text("\n".join(words) + "\n", encoding="utf-8")
             decision = _decide(uc, agg, path, len(values))
             s = self.setting(pop.name, "rappor", coverage)
-            s.add(decision, truth, float(uc.collector.release_threshold), decoys)
+            s.add(decision.items, truth, float(uc.collector.release_threshold), decoys)
             s.candidates.append(len(words))
             s.outside.append(1 - float(counts[listed].sum()) / len(values))
             un = decision.unexplained
             if un is not None and un.value is not None:
                 s.unexplained.append(un.value / len(values))
                 s.unexplained_se.append((un.standard_error or math.nan) / len(values))
+            if self.model_only:
+                items = _model_only(uc, agg, words)
+                m = self.setting(pop.name, MODEL_ONLY, coverage)
+                m.add(items, truth, float(uc.collector.release_threshold), decoys)
             progress(
                 f"{pop.name} seed {seed} rappor {coverage}: released {len(decision.items)}, "
                 f"pooled {s.released}, false {s.false_released}, covered {s.covered}"
@@ -342,7 +393,7 @@ class Run:
         agg = _aggregate(uc, values, seed * 10 + (2 if mechanism == "cms" else 3))
         decision = _decide(uc, agg, path, len(values))
         s = self.setting(pop.name, mechanism, None)
-        s.add(decision, truth, float(uc.collector.release_threshold), frozenset())
+        s.add(decision.items, truth, float(uc.collector.release_threshold), frozenset())
         progress(
             f"{pop.name} seed {seed} {mechanism}: released {len(decision.items)}, pooled {s.released}, "
             f"false {s.false_released}, covered {s.covered}"
@@ -363,12 +414,15 @@ def run(
     max_seeds: int = 400,
     seed: int = 1,
     small: bool = False,
+    model_only: bool = False,
 ) -> dict[str, Any]:
     """Every setting asked for; the JSON document."""
     started = time.perf_counter()
     source = SMALL_REGISTRY if small else REGISTRY.read_bytes()
     registry = parse_registry(source, source="bench_release --small" if small else str(REGISTRY))
-    job = Run(registry, reports, tuple(coverages), sigma, min_released, sketch_min_released, max_seeds, seed)
+    job = Run(
+        registry, reports, tuple(coverages), sigma, min_released, sketch_min_released, max_seeds, seed, model_only
+    )
     for name in populations:
         job.population(make_population(name, strings, decoys), mechanisms)
     order = sorted(job.settings.values(), key=lambda s: (s.population, s.mechanism, s.coverage_target or 0.0))
@@ -408,6 +462,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--max-seeds", type=int, default=400)
     parser.add_argument("--seed", type=int, default=1, help="first seed")
     parser.add_argument("--small", action="store_true", help="small sketches, the same ε and release settings")
+    parser.add_argument(
+        "--model-only", action="store_true", help="also release RAPPOR with the model's variance times the dispersion"
+    )
     args = parser.parse_args(argv)
     coverages = tuple(args.coverage or COVERAGES)
     if not all(0 < c <= 1 for c in coverages):
@@ -429,6 +486,7 @@ def main(argv: list[str] | None = None) -> None:
             max_seeds=args.max_seeds,
             seed=args.seed,
             small=args.small,
+            model_only=args.model_only,
         )
     )
 
