@@ -12,9 +12,11 @@ documents; ``plain_copy`` copies their contents), ``plain`` (the types of msgpac
 data), ``accounting`` (daily limit, ε cap), ``usecases`` (per-mechanism rules, the one
 caller of the mechanisms), ``policy`` (local caps), ``core`` (the agent, one object over its
 jobs: ``statefiles`` (the state directory and its manifest), ``recording``, ``collection``,
-``outbox`` (outbox, ledger, receipts), ``registry_change``, ``status``), ``probes``, ``api``
-(Unix socket), ``transport`` and ``mqtt`` (publishing), ``publisher``, ``schedule``,
-``daemon``, ``cli``. The clock and sd_notify are :mod:`runtime`'s, shared with the
+``outbox`` (outbox, ledger, receipts), ``registry_change``, ``expiry``, ``status``),
+``probes``, ``api`` (Unix socket), ``transport`` and ``mqtt`` (publishing), ``publisher``,
+``schedule``, ``daemon``, ``cli``. For applications: ``client`` (the socket's client, standard
+library only) and ``generate`` (``ldp-agent generate``: typed code per use case, from ``codegen``,
+``codegen_python`` and ``codegen_c``). The clock and sd_notify are :mod:`runtime`'s, shared with the
 collector.
 """
 
@@ -22,11 +24,17 @@ __all__ = [
     "accounting",
     "api",
     "cli",
+    "client",
+    "codegen",
+    "codegen_c",
+    "codegen_python",
     "collection",
     "config",
     "core",
     "daemon",
     "errors",
+    "expiry",
+    "generate",
     "mqtt",
     "outbox",
     "plain",

@@ -1,7 +1,8 @@
 """AES-256-GCM for the sealed state (agent/sealed.py), through the libcrypto the interpreter already has.
 
-The cryptography package's AES-GCM brings a second, statically linked OpenSSL with it: 8.6 MiB
-of a device's memory for one cipher (docs/deploy.md, "The device's footprint"), while Python's
+The cryptography package's AES-GCM brings a second, statically linked OpenSSL with it: megabytes
+of a device's memory for one cipher (docs/benchmarks.md, "Imports a device defers or avoids";
+docs/deploy.md, "The device's footprint"), while Python's
 own ``ssl`` and ``hashlib`` are linked against the system's libcrypto, which the daemon maps
 anyway. :func:`aes_gcm` calls that library's EVP interface through ctypes: plain calls and no
 callbacks, so nothing needs memory both writable and executable and the unit's

@@ -17,10 +17,11 @@ value beyond its mechanism's range, and the clamping that applies).
 
 docs/agent-api.md describes every operation, its fields, its replies and the error kinds.
 Replies are ``{"ok": true, ...}`` or ``{"ok": false, "error": <kind>, "message": <text>}`` with
-kind one of ``bad-request``, ``unknown-use-case``, ``value-refused``, ``consent-required``, ``use-case-stopped``,
-``state-unreadable``, ``state-unwritable`` (a full disk: recording pauses and resumes by
-itself), ``busy``. The same dispatcher serves the CLI when no daemon runs, so
-both paths behave identically. Access is controlled by the socket's file mode.
+kind one of ``bad-request``, ``unknown-use-case``, ``value-refused``, ``consent-required``,
+``use-case-stopped``, ``use-case-expired`` (past its end date), ``state-unreadable``,
+``state-unwritable`` (a full disk: recording pauses and resumes by itself), ``busy``. The same
+dispatcher serves the CLI when no daemon runs, so both paths behave identically. Access is
+controlled by the socket's file mode.
 """
 
 from __future__ import annotations
@@ -39,12 +40,14 @@ from agent.errors import (
     ConsentUnreadableError,
     StateUnreadableError,
     StateWriteError,
+    UseCaseExpiredError,
     UseCaseStoppedError,
     ValueRefusedError,
 )
+from agent.mechanism_calls import coerce_text
 from agent.state import LedgerEntry
-from agent.usecases import coerce_text
 from protocol.plain import Json, JsonObject, Plain
+from runtime.accept_errors import AcceptErrorLog
 
 if TYPE_CHECKING:
     import asyncio
@@ -173,6 +176,8 @@ _REFUSAL_KINDS: tuple[tuple[type[Exception], str], ...] = (
     (ConsentUnreadableError, "state-unreadable"),
     (ValueRefusedError, "value-refused"),
     (ConsentRequiredError, "consent-required"),
+    # Before its base class: past its end date is a stop a registry renews (agent/expiry.py).
+    (UseCaseExpiredError, "use-case-expired"),
     (UseCaseStoppedError, "use-case-stopped"),
     (StateUnreadableError, "state-unreadable"),
     (StateWriteError, "state-unwritable"),
@@ -270,9 +275,16 @@ async def serve(
         path.unlink()
     server = await asyncio.start_unix_server(on_client, path=str(path), limit=MAX_REQUEST_BYTES)
     os.chmod(path, mode)
+    # Out of descriptors (a flood of clients holding connections): asyncio's failed accepts are
+    # one line a minute, not one traceback a second (runtime/accept_errors.py).
+    accept_errors = AcceptErrorLog(
+        asyncio.get_running_loop(), logger=log, server="agent API", unit="deploy/ldp-agent.service"
+    )
+    accept_errors.install()
     try:
         yield server
     finally:
         server.close()
+        accept_errors.uninstall(linger=2.0)
         with contextlib.suppress(FileNotFoundError):
             path.unlink()

@@ -14,6 +14,7 @@ import logging
 import os
 import socket
 import sys
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -29,10 +30,11 @@ from agent.errors import (
     ValueRefusedError,
 )
 from agent.status import AgentStatus, UseCaseStatus
+from protocol.metadata import metadata_warnings
 from protocol.plain import Json, JsonObject
 from runtime.clock import Clock, SystemClock
 from runtime.console import VersionAction, quiet_on_closed_pipe
-from runtime.errors import exception_leaves
+from runtime.errors import expected_leaves
 from runtime.exit_status import HELP as EXIT_HELP
 from runtime.exit_status import ExitStatus
 
@@ -49,6 +51,8 @@ EXIT_CODES: dict[str, int] = {
     "value-refused": ExitStatus.REFUSED,
     "consent-required": ExitStatus.NO_CONSENT,
     "use-case-stopped": ExitStatus.STOPPED,
+    # Past its end date: a stop too, which a registry with a later date lifts (agent/expiry.py).
+    "use-case-expired": ExitStatus.STOPPED,
     "state-unreadable": ExitStatus.STATE_UNREADABLE,
     # A use case the registry does not have: a wrong command line, as for ldp-collector estimate.
     "unknown-use-case": ExitStatus.CONFIG,
@@ -79,6 +83,9 @@ verbs:
   status                   consent, use cases, next cycle, outbox size, ε spent, recording paused
   re-enrol                 after state files were deleted or replaced: start the stopped use cases
                            anew (new permanent randomness), carrying ε spent forward; see its --help
+  generate --language python|c REGISTRY
+                           print typed code with one function per use case of REGISTRY, for
+                           applications that record through the agent (needs no config)
 
 config: --config, else $LDP_AGENT_CONFIG, else /etc/ldp-agent/agent.toml
 
@@ -130,6 +137,16 @@ def _parser() -> argparse.ArgumentParser:
     led.add_argument("--json", action="store_true", help="print JSON")
     st = sub.add_parser("status", help="show the agent's status", description="Consent, use cases, schedule, budget.")
     st.add_argument("--json", action="store_true", help="print JSON")
+    gen = sub.add_parser(
+        "generate",
+        help="print typed code per use case for applications",
+        description="Print a Python module or a C header with one typed function per use case of REGISTRY, "
+        "recording through the agent's socket (agent.client, clients/c/), documented with the use case's "
+        'description, ε, daily limit, owner and end date (docs/agent-api.md, "Clients"). Needs no config.',
+    )
+    # The languages of agent.generate.LANGUAGES, named here so that --help needs no import of it.
+    gen.add_argument("--language", required=True, choices=("python", "c"))
+    gen.add_argument("registry", type=Path, metavar="REGISTRY", help="the use-case registry (TOML)")
     sub.add_parser(
         "re-enrol",
         help="start stopped use cases anew after state files were deleted or replaced",
@@ -280,9 +297,16 @@ def _objects(value: Json) -> list[Mapping[str, Json]]:
     return [v for v in value if isinstance(v, Mapping)]
 
 
+_END_DATE_NOTICES = ("expired on ", "renewed: ")
+"""How the ledger's notices of an end date begin (agent.expiry.EXPIRED and RENEWED; named here so
+that printing the ledger a daemon sent loads none of the state's modules)."""
+
+
 def _print_ledger(entries: Sequence[Mapping[str, object]], notices: Sequence[Mapping[str, object]]) -> None:
     for n in notices:
-        print(f"{_when(n['at'])}  {n['use_case']}  registry change: {n['text']}")
+        text = str(n["text"])
+        what = "end date" if text.startswith(_END_DATE_NOTICES) else "registry change"
+        print(f"{_when(n['at'])}  {n['use_case']}  {what}: {text}")
     if not entries:
         print("nothing has left this device")
         return
@@ -367,8 +391,9 @@ def _client(cfg: AgentConfig, args: argparse.Namespace, clock: Clock) -> int:
     return 0
 
 
-def check_config(cfg: AgentConfig, environ: dict[str, str] | None = None) -> list[str]:
-    """Check the registry and every file the config names; one line per file.
+def check_config(cfg: AgentConfig, environ: dict[str, str] | None = None, *, now: float | None = None) -> list[str]:
+    """Check the registry and every file the config names; one line per file, then a warning per
+    use case without an owner or an end date, or past its end date (at ``now``, default the time).
 
     Raises:
         ConfigError: naming the file and the field (the registry's own errors name the registry).
@@ -388,6 +413,11 @@ def check_config(cfg: AgentConfig, environ: dict[str, str] | None = None) -> lis
         if existing is None or not existing.is_dir():
             raise ConfigError(source, field, f"{existing} is not a directory; {path} cannot be made")
     lines += _check_probes(cfg, source)
+    # The same warnings as the collector's check-config (protocol/metadata.py); strict = true
+    # in the registry turns the missing metadata into a refusal before this.
+    moment = time.time() if now is None else now
+    metadata = ((name, uc.metadata) for name, uc in registry.use_cases.items())
+    lines += [f"warning: {line}" for line in metadata_warnings(metadata, now=moment)]
     return lines
 
 
@@ -515,10 +545,10 @@ def _run(cfg: AgentConfig, clock: Clock) -> int:
     except BaseExceptionGroup as group:
         # A file the config names went away at run time (the CA at a reconnect): the task that
         # met it ended the daemon with the ConfigError naming it; say that, not a traceback.
-        config_errors, rest = group.split(ConfigError)
-        if rest is not None or config_errors is None:
+        config_errors = expected_leaves(group, ConfigError)
+        if config_errors is None:
             raise
-        for leaf in config_errors.exceptions:
+        for leaf in config_errors:
             print(f"ldp-agent: {leaf}", file=sys.stderr)
         return ExitStatus.CONFIG
     return ExitStatus.OK
@@ -536,8 +566,27 @@ def main(argv: Sequence[str] | None = None, *, clock: Clock | None = None) -> in
     return quiet_on_closed_pipe(lambda: _main(argv, clock or SystemClock()))
 
 
+def _generate(args: argparse.Namespace) -> int:
+    """``ldp-agent generate``: the code on stdout; a registry that cannot be read or written, status 2."""
+    from agent.codegen import GenerateError  # noqa: PLC0415 - only this verb writes code
+    from agent.generate import generate  # noqa: PLC0415
+    from protocol.registry import RegistryError  # noqa: PLC0415
+    from runtime.errors import SettingFileError  # noqa: PLC0415
+    from runtime.registry_file import read_registry  # noqa: PLC0415
+
+    try:
+        code = generate(read_registry(args.registry), args.language)
+    except (SettingFileError, RegistryError, GenerateError) as e:
+        print(f"ldp-agent: {e}", file=sys.stderr)
+        return ExitStatus.CONFIG
+    sys.stdout.write(code)
+    return ExitStatus.OK
+
+
 def _main(argv: Sequence[str] | None, clock: Clock) -> int:
     args = _parser().parse_args(argv)
+    if args.verb == "generate":
+        return _generate(args)  # a developer's verb: no agent config on that machine
     path = args.config or Path(os.environ.get(CONFIG_ENV) or DEFAULT_CONFIG)
     try:
         cfg = load_config(path)
@@ -550,8 +599,8 @@ def _main(argv: Sequence[str] | None, clock: Clock) -> int:
     except BrokenPipeError:
         raise  # the reader of stdout went away: quiet_on_closed_pipe ends it
     except Exception as exc:
-        leaves = exception_leaves(exc)
-        if all(isinstance(leaf, StateWriteError) for leaf in leaves):
+        leaves = expected_leaves(exc, StateWriteError)
+        if leaves is not None:
             # The daemon's tasks could not write state (a full disk): say which file and why,
             # without a traceback; the exit status lets systemd retry later.
             for leaf in leaves:
@@ -579,7 +628,7 @@ _VERB_ERRORS = tuple(t for t, _ in _VERB_ERROR_KINDS)
 def _dispatch(cfg: AgentConfig, args: argparse.Namespace, clock: Clock) -> int:
     try:
         if args.verb == "check-config":
-            for line in check_config(cfg):
+            for line in check_config(cfg, now=clock.time()):
                 print(f"  {line}")
             opened = check_state(cfg)
             if opened is not None:

@@ -16,9 +16,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from agent.accounting import EPSILON_SLACK, Budget, day_of
+from agent.mechanism_calls import counter_input, privatize, setup
 from agent.state import OutboxEntry, UseCaseDoc
 from agent.statefiles import Slot, StateFiles, budget_of
-from agent.usecases import Kind, counter_input, privatize
+from protocol.interfaces import Privatization
 from protocol.plain import Plain
 from protocol.randomness import RandomSource, sample_without_replacement
 from protocol.registry import UseCase
@@ -89,9 +90,13 @@ def _collect_one(
     spent = 0.0
     for period in closing:
         definition, cost = uc.definition, uc.cost
-        if slot.kind is Kind.COUNTER:
+        if slot.kind is Privatization.COUNTER:
             wire: list[Plain] = []
             for kh, total in sorted(doc.totals.pop(period).items()):
+                if kh not in doc.permanent:
+                    # A registry change started this key's memo anew (charged then,
+                    # agent.registry_change) while its total was open: drawn now, at its first use.
+                    doc.permanent[kh] = setup(uc, rng)
                 # Answer from the memo (000 §3.1 step 4, §3.4); the raw total is erased with the period.
                 record, _ = privatize(uc, counter_input(uc, total), doc.permanent[kh], rng)
                 wire.append(record)

@@ -76,7 +76,8 @@ class BrokerConfig:
         cert_file: client certificate, for certificate authentication.
         key_file: the client certificate's private key.
         username: user name, for password authentication.
-        password_file: file holding the password (read at connect time; readable by its owner only).
+        password_file: file holding the password (read at the first connection and kept; readable
+            by its owner only).
         keepalive: MQTT keepalive in seconds.
         publish_timeout: seconds to wait for the broker's PUBACK before giving up on a try.
         backoff_initial: first reconnect delay in seconds.
@@ -426,8 +427,10 @@ def load_config(path: Path) -> AgentConfig:
 def tls_context(broker: BrokerConfig) -> ssl.SSLContext | None:
     """The TLS context of the broker connection, from the files ``[broker]`` names (None without TLS).
 
-    Built at every connection, so a file gone or broken since start-up stops the agent with
-    the same message ``check-config`` gives, not a retry loop naming no file.
+    Built at the first connection and kept for every later one (``agent.mqtt``), so a
+    reconnect opens no file; a file gone or broken by then stops the agent with the same
+    message ``check-config`` gives, and one that cannot be read for want of a system resource
+    (``EMFILE``, ...) raises :class:`runtime.resources.ResourceShortageError`, retried.
 
     Raises:
         ConfigError: naming the config file, the field (``broker.ca_file``, ...) and the file.

@@ -41,7 +41,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from pathlib import Path
 
-from agent import collection, outbox, re_enrolment, recording
+from agent import collection, expiry, outbox, re_enrolment, recording
 from agent.accounting import Budget, day_of
 from agent.collection import CycleSummary
 from agent.errors import (
@@ -129,6 +129,8 @@ class Agent:
                 # Nothing of the carried-over state was adopted; the next step loads again.
                 self._files.manifest = None
                 self._files.load_blocked = e
+            else:
+                self._note_expiries()
         # One line per reason: a missing manifest stops every use case for the same reason,
         # which the journal (and a one-shot verb's stderr) should say once, not once per use case.
         by_reason: dict[str, list[str]] = {}
@@ -139,6 +141,13 @@ class Agent:
             if reason == self._files.directory_broken:
                 continue  # logged once where the state directory was read
             log.error("use case%s %s stopped: %s", "s" if len(names) > 1 else "", ", ".join(names), reason)
+
+    def _note_expiries(self) -> None:
+        """The ledger's notices of use cases that passed their end date or were renewed (agent/expiry.py)."""
+        try:
+            expiry.note_expiries(self._files, self.registry, now=self.clock.time(), retention=self.ledger_retention)
+        except StateWriteError as e:
+            log.warning("a ledger notice of an end date was not written; the next cycle writes it: %s", e)
 
     def _writable(self) -> StateWriteError | None:
         """Try again what the last failed write blocked; None once the state can be written.
@@ -237,7 +246,8 @@ class Agent:
         Raises:
             ConsentRequiredError: before the user opted in.
             ValueRefusedError: unknown use case, or a value that does not fit it.
-            UseCaseStoppedError: the use case stopped (ε cap spent, unreadable state, ...).
+            UseCaseStoppedError: the use case stopped (ε cap spent, unreadable state, ...);
+                ``UseCaseExpiredError`` past its end date (nothing stored, nothing charged).
             StateWriteError: the state cannot be written (a full disk): recording is paused,
                 the value was not kept.
         """
@@ -302,7 +312,7 @@ class Agent:
             log.error("collection cycle skipped: the state cannot be written (%s)", self._files.load_blocked)
             return CycleSummary(0, 0, 0, 0.0)
         try:
-            return collection.collect(
+            summary = collection.collect(
                 self._files,
                 now=self.clock.time(),
                 rng=self.rng,
@@ -313,6 +323,8 @@ class Agent:
             # Nothing of the cycle was adopted: its periods stay open and the next cycle closes them.
             log.error("collection cycle not recorded, its periods stay open: %s", e)
             return CycleSummary(0, 0, 0, 0.0)
+        self._note_expiries()
+        return summary
 
     def re_enrol(self) -> list[Carried]:
         """Start anew the use cases stopped by deleted or replaced state files, with new permanent
@@ -479,9 +491,14 @@ class Agent:
             if doc is not None
             else Budget(daily_limit=uc.daily_limit, epsilon_cap=uc.lifetime_epsilon)
         )
+        state = "stopped: lifetime ε cap reached" if budget.exhausted(uc.cost) else "active"
+        if state == "active" and uc.metadata.expired(now):
+            meta = uc.metadata
+            assert meta.expires is not None
+            state = f"expired on {meta.expires.isoformat()} (owner: {meta.describe_owner()}): records refused"
         return replace(
             base,
-            state="stopped: lifetime ε cap reached" if budget.exhausted(uc.cost) else "active",
+            state=state,
             records_today=budget.records_today,
             epsilon_today=budget.epsilon_today,
             epsilon_total=max(budget.epsilon_total, recorded or 0.0),

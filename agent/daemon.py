@@ -27,13 +27,14 @@ from agent.config import AgentConfig, ScheduleConfig
 from agent.core import Agent
 from agent.errors import ConsentRequiredError, UseCaseStoppedError, ValueRefusedError
 from agent.identity import device_identity
+from agent.mechanism_calls import counter_input, privatization_of
 from agent.opening import StateLock, check_probes, load_registry, open_agent
 from agent.probes import Probe, Sample, build_probes
 from agent.publisher import Publisher, ReceiptPolicy
 from agent.schedule import next_cycle_after, plausible_next
 from agent.state import AgentDoc
 from agent.transport import Connection, ReceiptConnection, Route, Transport
-from agent.usecases import Kind, counter_input, kind_of
+from protocol.interfaces import Privatization
 from protocol.randomness import RandomSource, SystemRandom
 from runtime.backoff import Backoff
 from runtime.clock import Clock, SystemClock
@@ -144,7 +145,7 @@ class Daemon:
                 continue
             batch = items
             bounds = use_case.mechanism.value_range
-            if kind_of(use_case) is Kind.COUNTER and bounds is not None:
+            if privatization_of(use_case) is Privatization.COUNTER and bounds is not None:
                 # A probe interval can exceed the counter's range (a long suspend): clip to it.
                 batch = [(n, counter_input(use_case, v), k) for n, v, k in items if isinstance(v, int)]
             try:
@@ -261,15 +262,18 @@ async def run_daemon(
     rng = rng or SystemRandom()
     registry = load_registry(cfg)
     check_probes(cfg, registry)
-    lock = StateLock(cfg.state.directory)
-    lock.acquire()
-    notifier = Notifier(environ)
     stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    daemon: Daemon | None = None
-    try:
+    # Every resource is released whatever fails, the last taken first: the probes' last
+    # interval saved, STOPPING said, the notifier and the signal handlers gone, then the state
+    # lock (docs/design.md, convention 14).
+    with contextlib.ExitStack() as resources:
+        resources.enter_context(StateLock(cfg.state.directory))
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+            resources.callback(loop.remove_signal_handler, sig)
+        notifier = resources.enter_context(contextlib.closing(Notifier(environ)))
+        resources.callback(notifier.notify, "STOPPING=1")
         agent = open_agent(cfg, registry, clock=clock, rng=rng, environ=environ)
         daemon = Daemon(
             agent,
@@ -285,33 +289,29 @@ async def run_daemon(
                 else None
             ),
         )
-        d = daemon
-        d.on_status = lambda line: _notify_status(notifier, line)
-        # Read at each request; an in-memory transport without a name shows none.
-        brokers = lambda: (tuple(b for b in d.publisher.brokers if b), d.publisher.broker_in_use or None)  # noqa: E731
-        async with serve(agent, cfg.api.socket, mode=cfg.api.socket_mode, brokers=brokers):
-            try:
-                async with asyncio.TaskGroup() as tg:
-                    d.start(tg)
-                    if notifier.watchdog_interval is not None:
-                        tg.create_task(notifier.run_watchdog(), name="watchdog")
-                    tg.create_task(_stop_on(stop), name="stop")
-                    notifier.notify(
-                        "READY=1", f"STATUS=serving; consent {'granted' if agent.consented else 'not granted'}"
-                    )
-                    log.info(
-                        "agent running: registry %s, %d use cases, consent %s",
-                        registry.hash_hex,
-                        len(registry.use_cases),
-                        "granted" if agent.consented else "not granted",
-                    )
-            except* _Shutdown:
-                log.info("stopping")
-    finally:
-        notifier.notify("STOPPING=1")
-        notifier.close()
-        if daemon is not None:
-            daemon.shutdown()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.remove_signal_handler(sig)
-        lock.release()
+        resources.callback(daemon.shutdown)
+        await _serve(daemon, cfg, notifier, stop)
+
+
+async def _serve(d: Daemon, cfg: AgentConfig, notifier: Notifier, stop: asyncio.Event) -> None:
+    """Run the daemon's tasks and its local API until ``stop`` is set."""
+    agent = d.agent
+    d.on_status = lambda line: _notify_status(notifier, line)
+    # Read at each request; an in-memory transport without a name shows none.
+    brokers = lambda: (tuple(b for b in d.publisher.brokers if b), d.publisher.broker_in_use or None)  # noqa: E731
+    async with serve(agent, cfg.api.socket, mode=cfg.api.socket_mode, brokers=brokers):
+        try:
+            async with asyncio.TaskGroup() as tg:
+                d.start(tg)
+                if notifier.watchdog_interval is not None:
+                    tg.create_task(notifier.run_watchdog(), name="watchdog")
+                tg.create_task(_stop_on(stop), name="stop")
+                notifier.notify("READY=1", f"STATUS=serving; consent {'granted' if agent.consented else 'not granted'}")
+                log.info(
+                    "agent running: registry %s, %d use cases, consent %s",
+                    agent.registry.hash_hex,
+                    len(agent.registry.use_cases),
+                    "granted" if agent.consented else "not granted",
+                )
+        except* _Shutdown:
+            log.info("stopping")

@@ -5,7 +5,8 @@
   (names the use case and the parameter).
 * :class:`ValueRefusedError` - an application handed a value that does not fit its use case.
 * :class:`UseCaseStoppedError` - the use case stopped (its lifetime ε cap is spent, its state is
-  unreadable, or its parameters changed under its permanent randomness).
+  unreadable, or its parameters changed under its permanent randomness);
+  :class:`UseCaseExpiredError`: it is past the end date its registry gives it.
 * :class:`ConsentRequiredError` - something was asked of an agent whose user has not opted in
   (:class:`ConsentUnreadableError`: or whose consent record the state key does not open).
 * :class:`StateWriteError` - a state file cannot be written (disk full, read-only); it names
@@ -31,6 +32,7 @@ __all__ = [
     "StateUnreadableError",
     "StateWriteError",
     "TransportError",
+    "UseCaseExpiredError",
     "UseCaseStoppedError",
     "ValueRefusedError",
 ]
@@ -77,6 +79,12 @@ class ValueRefusedError(AgentError):
 
 class UseCaseStoppedError(AgentError):
     """The use case no longer records or reports (lifetime ε cap reached, unreadable state, ...)."""
+
+
+class UseCaseExpiredError(UseCaseStoppedError):
+    """The use case is past its ``expires`` date: nothing more is recorded until a registry with a
+    later date renews it (:mod:`agent.expiry`). A stop, so a caller that handles stopped use
+    cases handles it too; the API names it apart (``use-case-expired``)."""
 
 
 class ConsentRequiredError(AgentError):

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from agent.config import BrokerConfig
 from agent.errors import ConfigError
+from runtime.resources import RESOURCE_ERRNOS, ResourceShortageError
 
 __all__ = ["IDENTITY_PATTERN", "check_identity", "device_identity"]
 
@@ -31,13 +32,30 @@ def check_identity(identity: str) -> str | None:
     return None
 
 
+_COMMON_NAMES: dict[Path, str] = {}
+"""The common name of each certificate once read: read at start-up (the broker order depends on
+it) and never again, so a connection opens no file (runtime/tls.py)."""
+
+
 def _common_name(path: Path) -> str:
-    # Imported here: only certificate-authenticated agents need it, and it adds some 70 ms to
-    # every agent start (measured with python -X importtime).
+    found = _COMMON_NAMES.get(path)
+    if found is None:
+        found = _COMMON_NAMES[path] = _read_common_name(path)
+    return found
+
+
+def _read_common_name(path: Path) -> str:
+    # Imported here: only certificate-authenticated agents need it, and it would add to every
+    # agent's start (docs/benchmarks.md, "Imports a device defers or avoids").
     from cryptography import x509  # noqa: PLC0415
     from cryptography.x509.oid import NameOID  # noqa: PLC0415
 
-    data = path.read_bytes()
+    try:
+        data = path.read_bytes()
+    except OSError as e:
+        if e.errno in RESOURCE_ERRNOS:
+            raise ResourceShortageError(f"reading cert_file {path}", e) from e
+        raise
     cert = x509.load_pem_x509_certificate(data)
     names = cert.subject.get_attributes_for_oid(NameOID.COMMON_NAME)
     if len(names) != 1:
@@ -55,6 +73,7 @@ def device_identity(broker: BrokerConfig, *, source: str = "<config>") -> str | 
     Raises:
         ConfigError: the user name or the certificate's common name cannot be a topic level,
             or the certificate cannot be read.
+        ResourceShortageError: the certificate could not be read for want of a system resource.
     """
     if broker.username is not None:
         problem = check_identity(broker.username)
@@ -64,6 +83,8 @@ def device_identity(broker: BrokerConfig, *, source: str = "<config>") -> str | 
     if broker.cert_file is not None:
         try:
             name = _common_name(broker.cert_file)
+        except ResourceShortageError:
+            raise  # not the certificate's fault: retried
         except (OSError, ValueError) as e:
             raise ConfigError(
                 source, "broker.cert_file", f"cannot read the common name of {broker.cert_file}: {e}"

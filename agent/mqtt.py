@@ -1,4 +1,8 @@
-"""MQTT transport (aiomqtt 2.5): the only module of the agent that imports the MQTT library.
+"""MQTT transport (aiomqtt 2.5): the agent's connections to its broker.
+
+This module and :mod:`agent.aiomqtt_hooks` are the only modules of the agent that import the
+MQTT library; this one uses aiomqtt's public API only, the hooks module the two private
+handlers the agent needs (docs/design.md, convention 15).
 
 Each connection uses a fresh random client identifier (no link between one device's
 connections), a clean session, QoS 1, and TLS with username/password or a client
@@ -22,58 +26,41 @@ Response Topic and the report id as Correlation Data (paho's ``Properties(Packet
 The session is not kept (clean start, no expiry): a receipt sent after the connection ended is
 lost, and the report is sent again after its timeout.
 
-The broker's word. An MQTT 5 PUBACK may carry a refusal (0x87 "not authorized" when the ACL
-denies the topic), and aiomqtt 2.5's ``_on_publish`` drops the reason code, so a refused
-publish looked delivered. paho-mqtt (callback API v2, which aiomqtt uses) hands the reason
-code to ``on_publish``; :class:`_Client` overrides aiomqtt's handler of that callback to keep
-the code of a failed PUBACK, and each connection holds a lock around one publish so that the
-code seen is that publish's. It also overrides the handler of ``on_disconnect``: aiomqtt
-leaves a publish waiting for its PUBACK until the timeout when the broker disconnects, and
-the broker's reason (busy, say) would be lost. The alternatives were a PUBACK parser of our
-own under paho (more code that can be wrong, for the same information) or a change to
-aiomqtt (not in a release we can depend on). Measured: 2,000 sequential QoS 1 publishes with
-receipt properties to a local Mosquitto, five runs of each alternated, on 2 cores shared with
-other work: median 0.86 s through aiomqtt's ``publish`` and 0.94 s through
-:meth:`_Client.publish_checked` at load average 6, 0.28 s and 0.35 s at load average 9 (the
-runs of the two overlap). The difference, 35-45 us a publish, is the task that races each
-publish against a disconnect; a device publishes a few reports a cycle. The overrides rely
-on aiomqtt's private ``_on_publish`` and ``_on_disconnect``; pyproject.toml pins aiomqtt below
-2.6, and tests/agent/test_broker_refusal.py fails if they stop being aiomqtt's handlers.
-MQTT 3.1.1 (``receipts = false``) has no refusal in its PUBACK: there, as before, a broker
-that drops a publish cannot be detected.
-
-A CONNACK or DISCONNECT with a "not now" reason code (server busy, unavailable, quota or rate
-exceeded: :data:`agent.transport.BUSY_REASON_CODES`) raises
-:class:`~agent.transport.BrokerBusyError`, so the publisher waits longer before the next try.
+The broker's word. Such a connection publishes through
+:meth:`agent.aiomqtt_hooks.HookedClient.publish_checked`, which returns the PUBACK's reason
+code and cuts a publish short when the broker disconnects: a refusal (0x87 "not authorized"
+when the ACL denies the topic) raises :class:`~agent.transport.PublishRefusedError`, and a
+CONNACK or DISCONNECT with a "not now" reason code (server busy, unavailable, quota or rate
+exceeded: :data:`protocol.mqtt.reasons.BUSY`) raises :class:`~agent.transport.BrokerBusyError`,
+so the publisher waits longer before the next try. What checking each PUBACK costs is in
+docs/mqtt-client.md ("The agent's client"); a device publishes a few reports a cycle. MQTT
+3.1.1 (``receipts = false``) has no refusal in its PUBACK: there, as before, a broker that
+drops a publish cannot be detected.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
+import ssl
 from collections.abc import AsyncIterator
-from typing import Any
+from pathlib import Path
 
 import aiomqtt
-import paho.mqtt.client as paho
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 from paho.mqtt.reasoncodes import ReasonCode
 
+from agent.aiomqtt_hooks import HookedClient
 from agent.brokers import BrokerAddress
 from agent.config import BrokerConfig, read_password, tls_context
 from agent.errors import TransportError
 from agent.identity import device_identity
-from agent.transport import (
-    BUSY_REASON_CODES,
-    BrokerBusyError,
-    Connection,
-    PublishRefusedError,
-    ReceiptConnection,
-)
+from agent.transport import BrokerBusyError, Connection, PublishRefusedError, ReceiptConnection
+from protocol.mqtt.reasons import BUSY, is_failure, name_of
 from protocol.randomness import RandomSource
 from protocol.receipts import MalformedReceiptError, Receipt, decode_receipts, receipt_topic
+from runtime.resources import ResourceShortageError
 
 __all__ = ["MqttTransport", "random_client_id"]
 
@@ -84,87 +71,6 @@ def random_client_id(rng: RandomSource) -> str:
     """A fresh 88-bit client identifier (22 hex digits: within MQTT 3.1.1's 23-character limit)."""
     words = rng.draw(2)
     return f"{int(words[0]):016x}{int(words[1]) >> 40:06x}"
-
-
-class _Client(aiomqtt.Client):
-    """aiomqtt's client, keeping the reason code of a PUBACK that refused a publish and of a
-    DISCONNECT from the broker."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.refusal: ReasonCode | None = None
-        self.one_publish = asyncio.Lock()
-        self.gone = asyncio.Event()
-        self.disconnect_reason: ReasonCode | None = None
-
-    def _on_publish(
-        self, client: paho.Client, userdata: Any, mid: int, reason_code: ReasonCode, properties: Properties
-    ) -> None:
-        # paho calls this from its PUBACK handler; with one publish in flight (one_publish) the
-        # code is that publish's. A success code is never kept.
-        if reason_code.is_failure:
-            self.refusal = reason_code
-        super()._on_publish(client, userdata, mid, reason_code, properties)
-
-    def _on_disconnect(
-        self,
-        client: paho.Client,
-        userdata: Any,
-        flags: paho.DisconnectFlags,
-        reason_code: ReasonCode,
-        properties: Properties | None = None,
-    ) -> None:
-        # aiomqtt leaves a publish waiting for its PUBACK until its timeout when the broker
-        # disconnects; the publish is cut short here, with the broker's reason (busy, say).
-        if isinstance(reason_code, ReasonCode):
-            self.disconnect_reason = reason_code
-        self.gone.set()
-        # aiomqtt ignores a connection lost before the CONNACK, so a broker killed during the
-        # handshake held the connect (and the failover to the next broker, agent.publisher)
-        # until its timeout; the connect fails at once instead. The lock is held only while
-        # __aenter__ waits for the CONNACK, so the future failed here is always awaited.
-        if self._lock.locked() and not self._connected.done():
-            self._connected.set_exception(aiomqtt.MqttError(f"connection lost before the CONNACK ({reason_code})"))
-            return
-        super()._on_disconnect(client, userdata, flags, reason_code, properties)
-
-    async def publish_checked(self, topic: str, payload: bytes, *, timeout: float, properties: Properties) -> None:
-        """Publish at QoS 1 and wait for the PUBACK.
-
-        Raises:
-            PublishRefusedError: the PUBACK's reason code is a refusal.
-            BrokerBusyError: the broker disconnected saying it is busy.
-            TransportError: no PUBACK (timeout, connection lost).
-        """
-        async with self.one_publish:
-            self.refusal = None
-            sent = asyncio.ensure_future(
-                self.publish(topic, payload, qos=1, retain=False, properties=properties, timeout=timeout)
-            )
-            lost = asyncio.ensure_future(self.gone.wait())
-            try:
-                await asyncio.wait((sent, lost), return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                lost.cancel()
-                if not sent.done():  # the broker went first (or we are cancelled): stop waiting
-                    sent.cancel()
-                    # asyncio.wait, not "await sent": our own cancellation must not be taken
-                    # for the publish's and swallowed.
-                    await asyncio.wait((sent,))
-            try:
-                if sent.cancelled():
-                    raise aiomqtt.MqttError("the broker disconnected")
-                sent.result()
-            except aiomqtt.MqttError as e:
-                # Whichever way the loss showed (paho's "not connected" when the DISCONNECT was
-                # read before the publish began), the broker's own reason decides.
-                cause = e
-                if self.disconnect_reason is not None:
-                    cause = aiomqtt.MqttCodeError(self.disconnect_reason, "the broker disconnected")
-                raise _transport_error(f"publish to {topic} not acknowledged", cause) from e
-            refusal, self.refusal = self.refusal, None
-        if refusal is not None:
-            raise PublishRefusedError(topic, refusal.value, str(refusal).lower())
 
 
 def _reason_value(e: BaseException) -> int | None:
@@ -181,7 +87,7 @@ def _reason_value(e: BaseException) -> int | None:
 
 def _transport_error(what: str, e: aiomqtt.MqttError) -> TransportError:
     """``e`` as the agent's error: BrokerBusyError when the broker said "not now"."""
-    if _reason_value(e) in BUSY_REASON_CODES:
+    if _reason_value(e) in BUSY:
         return BrokerBusyError(f"{what}: the broker is busy ({e})")
     return TransportError(f"{what}: {e}")
 
@@ -199,7 +105,7 @@ class _MqttConnection:
 
 
 class _MqttReceiptConnection:
-    def __init__(self, client: _Client, timeout: float, response_topic: str) -> None:
+    def __init__(self, client: HookedClient, timeout: float, response_topic: str) -> None:
         self._client = client
         self._timeout = timeout
         self._topic = response_topic
@@ -213,7 +119,12 @@ class _MqttReceiptConnection:
         props = Properties(PacketTypes.PUBLISH)  # type: ignore[no-untyped-call]
         props.ResponseTopic = self._topic
         props.CorrelationData = correlation
-        await self._client.publish_checked(topic, payload, timeout=self._timeout, properties=props)
+        try:
+            code = await self._client.publish_checked(topic, payload, timeout=self._timeout, properties=props)
+        except aiomqtt.MqttError as e:
+            raise _transport_error(f"publish to {topic} not acknowledged", e) from e
+        if is_failure(code):
+            raise PublishRefusedError(topic, code, name_of(code))
 
     async def receipts(self) -> list[Receipt]:
         while True:
@@ -234,6 +145,34 @@ class _MqttReceiptConnection:
                 log.warning("ignored a malformed receipt message: %s", e.reason)
 
 
+_CREDENTIALS: dict[
+    tuple[bool, Path | None, Path | None, Path | None, Path | None], tuple[ssl.SSLContext | None, str | None]
+] = {}
+"""The TLS context and the password of each set of files, once read (one per daemon; the fleet's
+devices, which share their files, share one)."""
+
+
+def _credentials(cfg: BrokerConfig, broker: BrokerAddress) -> tuple[ssl.SSLContext | None, str | None]:
+    """The TLS context and the password ``cfg`` names, read at the first connection and reused by
+    every later one: a reconnect opens no file (runtime/tls.py), so a full open-file table can
+    only fail its socket, which is retried.
+
+    Raises:
+        ConfigError: a file is missing, unreadable or broken (the operator's to fix: it ends
+            the daemon, naming the field and the file).
+        TransportError: a file could not be read for want of a system resource (``EMFILE``,
+            ...): retried with the publisher's backoff, like a broker that cannot be reached.
+    """
+    key = (cfg.tls, cfg.ca_file, cfg.cert_file, cfg.key_file, cfg.password_file)
+    found = _CREDENTIALS.get(key)
+    if found is None:
+        try:
+            found = _CREDENTIALS[key] = (tls_context(cfg), read_password(cfg))
+        except ResourceShortageError as e:
+            raise TransportError(f"cannot connect ({broker}): {e}") from e
+    return found
+
+
 class MqttTransport:
     """Connections to one of the configured brokers.
 
@@ -250,7 +189,11 @@ class MqttTransport:
         self._broker = address or cfg.endpoints[0]
         # The user name the broker will see (or the certificate's common name): the receipt
         # topic sits under it, where the ACL (%u) lets only this identity read.
-        self._identity = device_identity(cfg)
+        try:
+            self._identity = device_identity(cfg)
+        except ResourceShortageError as e:
+            # Made at the first connection (agent.daemon): retried like one that failed.
+            raise TransportError(f"cannot connect ({self._broker}): {e}") from e
 
     @property
     def address(self) -> str:
@@ -259,16 +202,14 @@ class MqttTransport:
 
     def _client(self, identifier: str, *, v5: bool) -> aiomqtt.Client:
         cfg = self._cfg
-        # A CA, key or password file gone since start-up is the operator's to fix: ConfigError
-        # (naming the field and the file) ends the daemon instead of a retry loop.
-        tls = tls_context(cfg)
+        tls, password = _credentials(cfg, self._broker)
         if v5:
-            return _Client(
+            return HookedClient(
                 self._broker.host,
                 self._broker.port,
                 identifier=identifier,
                 username=cfg.username,
-                password=read_password(cfg),
+                password=password,
                 tls_context=tls,
                 keepalive=cfg.keepalive,
                 protocol=aiomqtt.ProtocolVersion.V5,
@@ -281,7 +222,7 @@ class MqttTransport:
             self._broker.port,
             identifier=identifier,
             username=cfg.username,
-            password=read_password(cfg),
+            password=password,
             tls_context=tls,
             keepalive=cfg.keepalive,
             clean_session=True,
@@ -296,14 +237,14 @@ class MqttTransport:
         identifier = random_client_id(self._rng)
         topic = receipt_topic(cfg.receipt_prefix, self._identity, identifier)
         client = self._client(identifier, v5=True)
-        assert isinstance(client, _Client)
+        assert isinstance(client, HookedClient)
         entered = False
         try:
             async with client:
                 entered = True
                 # Subscribed before the first publish, so no receipt can come before we listen.
                 granted = await client.subscribe(topic, qos=0, timeout=cfg.publish_timeout)
-                if any((code if isinstance(code, int) else code.value) >= 0x80 for code in granted):
+                if any(is_failure(code if isinstance(code, int) else code.value) for code in granted):
                     raise TransportError(f"the broker refused the receipt subscription {topic} (check its ACL)")
                 yield _MqttReceiptConnection(client, cfg.publish_timeout, topic)
         except aiomqtt.MqttError as e:

@@ -18,10 +18,10 @@ from agent.config import ActiveSecondsProbe, AgentConfig
 from agent.core import Agent
 from agent.errors import AgentBusyError, ConfigError
 from agent.identity import device_identity
+from agent.mechanism_calls import privatization_of
 from agent.policy import check_registry
 from agent.sealed import Sealer, create_key_file, load_key
-from agent.usecases import Kind, kind_of
-from protocol.interfaces import ValueType
+from protocol.interfaces import Privatization, ValueType
 from protocol.randomness import RandomSource
 from protocol.registry import Registry, RegistryError
 from runtime.clock import Clock
@@ -67,11 +67,12 @@ def check_probes(cfg: AgentConfig, registry: Registry) -> None:
             use_case = registry.use_cases.get(name)
             if use_case is None:
                 raise ConfigError(str(cfg.source or "<config>"), where, f"use case {name!r} is not in the registry")
-            kind = kind_of(use_case)
+            kind = privatization_of(use_case)
             if wants_counter:
-                ok, need = kind is Kind.COUNTER, "a counter use case (a mechanism that privatizes period totals)"
+                ok = kind is Privatization.COUNTER
+                need = "a counter use case (a mechanism that privatizes period totals)"
             else:
-                ok = kind is not Kind.COUNTER and use_case.mechanism.value_type is ValueType.STRING
+                ok = kind is not Privatization.COUNTER and use_case.mechanism.value_type is ValueType.STRING
                 need = "a string use case (a mechanism that records strings)"
             if not ok:
                 raise ConfigError(

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from agent.config import PolicyConfig
 from agent.errors import PolicyError
-from agent.usecases import privacy_figures
+from agent.mechanism_calls import privacy_figures
 from protocol.registry import Registry, UseCase
 
 __all__ = ["check_registry", "check_use_case"]

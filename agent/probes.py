@@ -26,6 +26,7 @@ from agent.config import ActiveSecondsProbe as ActiveSecondsConfig
 from agent.config import ProbeConfig
 from agent.config import ProcessNamesProbe as ProcessNamesConfig
 from agent.config import UptimeProbe as UptimeConfig
+from runtime.resources import ResourceErrors
 
 __all__ = [
     "ActiveSecondsProbe",
@@ -37,6 +38,10 @@ __all__ = [
 ]
 
 log = logging.getLogger("ldp_agent.probes")
+
+_SHORTAGES = ResourceErrors(log)
+"""Samples that failed for want of a system resource (a full file table): logged once per run of
+them, never once per sample (runtime/resources.py)."""
 
 Sample = tuple[str, object, str | None]
 """``(use_case, value, counter_key)``: one value to record."""
@@ -98,8 +103,10 @@ class UptimeProbe:
         try:
             up = float(self.path.read_text(encoding="ascii").split()[0])
         except (OSError, ValueError, IndexError) as e:
-            log.warning("uptime probe: cannot read %s: %s", self.path, e)
-            return []
+            if not _SHORTAGES.failed("uptime probe", e):
+                log.warning("uptime probe: cannot read %s: %s", self.path, e)
+            return []  # the next sample accrues the interval from the last reading
+        _SHORTAGES.succeeded("uptime probe")
         seconds = self._acc.step(up)
         return [] if seconds is None else [(self.use_case, seconds, None)]
 
@@ -143,8 +150,10 @@ class ActiveSecondsProbe:
         try:
             counters = tomllib.loads(self.cfg.path.read_text(encoding="utf-8"))
         except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
-            log.warning("active-seconds probe: cannot read %s: %s", self.cfg.path, e)
+            if not _SHORTAGES.failed("active-seconds probe", e):
+                log.warning("active-seconds probe: cannot read %s: %s", self.cfg.path, e)
             return []
+        _SHORTAGES.succeeded("active-seconds probe")
         out = []
         for name, use_case in sorted(self.cfg.targets.items()):
             value = counters.get(name, 0)
@@ -181,17 +190,22 @@ class ProcessNamesProbe:
         try:
             entries = list(self.proc.iterdir())
         except OSError as e:
-            log.warning("process-names probe: cannot list %s: %s", self.proc, e)
+            if not _SHORTAGES.failed("process-names probe", e):
+                log.warning("process-names probe: cannot list %s: %s", self.proc, e)
             return []
         for entry in entries:
             if not entry.name.isdigit():
                 continue
             try:
                 name = (entry / "comm").read_text(encoding="utf-8", errors="replace").strip()
-            except OSError:
+            except OSError as e:
+                if _SHORTAGES.failed("process-names probe", e):
+                    # Out of files: the names read so far are only part of them; none is recorded.
+                    return []
                 continue  # the process exited meanwhile
             if name:
                 names.add(name)
+        _SHORTAGES.succeeded("process-names probe")
         return [(self.use_case, n, None) for n in sorted(names)[: self.max_names]]
 
 

@@ -71,6 +71,7 @@ from agent.transport import (
 from protocol.randomness import RandomSource, uniform_draws
 from runtime.backoff import Backoff, Retry
 from runtime.clock import Clock
+from runtime.resources import ResourceErrors
 
 __all__ = ["Publisher", "PublisherStats", "ReceiptPolicy"]
 
@@ -173,6 +174,7 @@ class Publisher:
         self._carried_by: dict[bytes, str] = {}
         self._several = len(routes) > 1
         self._retry = Retry(backoff or Backoff(), jitter=_jitter(rng))
+        self._resources = ResourceErrors(log)
         self._wake = asyncio.Event()
         self._idle = asyncio.Event()
         self._idle.set()
@@ -404,14 +406,18 @@ class Publisher:
             try:
                 await self._round()
                 self._retry.reset()
+                self._resources.succeeded("publish")
             except _RoundFailedError as failed:
                 delay = self._retry.next_delay(busy=failed.busy)
-                log.warning(
-                    "publishing failed (%s); %d reports wait; retrying in %.2f s",
-                    failed.last,
-                    self._agent.outbox_size,
-                    delay,
-                )
+                # Out of files or memory: not the broker's fault nor the config's; logged once
+                # until a round succeeds, and retried like any failure (runtime/resources.py).
+                if not self._resources.failed("publish", failed.last):
+                    log.warning(
+                        "publishing failed (%s); %d reports wait; retrying in %.2f s",
+                        failed.last,
+                        self._agent.outbox_size,
+                        delay,
+                    )
                 self._idle.set()
                 await self._clock.sleep(delay)
 

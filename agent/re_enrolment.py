@@ -27,7 +27,8 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from agent.state import DEVICE_ID_BYTES, LedgerDoc, LedgerNotice, ManifestDoc, ManifestEntry, UseCaseDoc
+from agent.manifest import ManifestDoc, ManifestEntry
+from agent.state import DEVICE_ID_BYTES, LedgerDoc, LedgerNotice, UseCaseDoc
 from agent.statefiles import SUFFIX, StateFiles
 from protocol.plain import PlainDoc
 from protocol.randomness import RandomSource, random_bytes
@@ -95,7 +96,8 @@ def re_enrol(files: StateFiles, registry: Registry, *, now: float, rng: RandomSo
         spent = files.epsilon_recorded(name) or 0.0
         entry = manifest.entries.get(name)
         # A memo is assumed drawn: with its file gone nothing can show it was not, and a new
-        # memo is then charged rather than given for free.
+        # memo is then charged rather than given for free; one per memo any file shows.
+        memos = max(1, files.memos_recorded(name))
         manifest = manifest.with_entry(
             name,
             ManifestEntry(
@@ -104,6 +106,7 @@ def re_enrol(files: StateFiles, registry: Registry, *, now: float, rng: RandomSo
                 removed=True,
                 budget=_best_budget(files, name),
                 memo=True,
+                memos=memos,
             ),
         )
         carried.append(Carried(name, spent))
@@ -112,7 +115,8 @@ def re_enrol(files: StateFiles, registry: Registry, *, now: float, rng: RandomSo
                 now,
                 name,
                 f"re-enrolled by the operator: its state starts anew with new permanent randomness; ε spent "
-                f"{spent:.4g} is carried forward (the most any state file recorded) and a new memo is charged",
+                f"{spent:.4g} is carried forward (the most any state file recorded) and, for a memoized mechanism, "
+                f"a new memo is charged for each memo the files show it had drawn ({memos}, at least one)",
             )
         )
     # The manifest first: from then on the old files are a removed use case's, wiped at load.

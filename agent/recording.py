@@ -1,6 +1,6 @@
 """Recording values: each is privatized at once or added to a counter's running total.
 
-How a value is kept depends on when its mechanism privatizes (:mod:`agent.usecases`): a
+How a value is kept depends on when its mechanism privatizes (:mod:`agent.mechanism_calls`): a
 counter's value joins the period's total per counter key, answered from the key's memo when
 the period closes (000 §3.1); a string is privatized at once from its memo entry ``B'``, at
 most once per period (004 §2); an event is privatized at once with fresh coins (003 §3.2.1).
@@ -19,11 +19,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from agent.errors import UseCaseStoppedError, ValueRefusedError
+from agent.expiry import expired_error
+from agent.mechanism_calls import check_counter_value, check_value, clamp_note, privatize, setup
 from agent.state import PendingRecords, UseCaseDoc
 from agent.statefiles import Slot, StateFiles, budget_of, new_use_case_doc
-from agent.usecases import Kind, check_counter_value, check_value, clamp_note, privatize, setup
 from protocol.errors import InputError
-from protocol.interfaces import EstimateKind, as_discovery
+from protocol.interfaces import EstimateKind, Privatization, as_discovery
 from protocol.plain import Plain
 from protocol.randomness import RandomSource, uniform_draws
 from protocol.registry import Registry
@@ -75,7 +76,7 @@ class RecordOutcome:
         limit: the use case's daily record limit, the most records of the period that are sent;
             beyond it a uniformly random ``limit`` of the ``offered`` are kept (003 §3.2.1).
         note: for a counter value beyond its mechanism's range, what the clamping rule does
-            (:func:`agent.usecases.clamp_note`); empty otherwise.
+            (:func:`agent.mechanism_calls.clamp_note`); empty otherwise.
     """
 
     use_case: str
@@ -105,12 +106,14 @@ def record_many(
 
     Raises:
         ValueRefusedError: unknown use case, or a value that does not fit it.
-        UseCaseStoppedError: the use case stopped (ε cap spent, unreadable state, ...); what
-            was recorded for the use cases before it in the batch is kept.
+        UseCaseStoppedError: the use case stopped (ε cap spent, unreadable state, past its end
+            date: ``UseCaseExpiredError``); what was recorded for the use cases before it in the
+            batch is kept.
     """
     by_slot: dict[str, list[tuple[object, str | None]]] = {}
+    now = clock.time()
     for name, value, key in items:
-        slot = _slot(files, registry, name)
+        slot = _slot(files, registry, name, now)
         _check_value(slot, value, key)
         by_slot.setdefault(name, []).append((value, key))
     outcomes: list[RecordOutcome] = []
@@ -149,9 +152,10 @@ def record_each(
     """
     results: list[RecordOutcome | ValueRefusedError | UseCaseStoppedError] = []
     docs: dict[str, tuple[Slot, UseCaseDoc] | UseCaseStoppedError] = {}
+    now = clock.time()
     for name, value, key in items:
         try:
-            slot = _slot(files, registry, name)
+            slot = _slot(files, registry, name, now)
             _check_value(slot, value, key)
         except (ValueRefusedError, UseCaseStoppedError) as e:
             results.append(e)
@@ -184,25 +188,28 @@ def _record_one(
     outcome = _record_into(slot, doc, value, key, clock=clock, rng=rng)
     pending = doc.pending.get(_period_for_record(slot, doc, clock))
     note = ""
-    if slot.kind is Kind.COUNTER:
+    if slot.kind is Privatization.COUNTER:
         note = clamp_note(slot.use_case, check_counter_value(slot.use_case, value)) or ""
     return RecordOutcome(
         slot.use_case.name,
         outcome,
-        counter=slot.kind is Kind.COUNTER,
+        counter=slot.kind is Privatization.COUNTER,
         offered=pending.offered if pending is not None else 0,
         limit=slot.use_case.daily_limit,
         note=note,
     )
 
 
-def _slot(files: StateFiles, registry: Registry, name: str) -> Slot:
+def _slot(files: StateFiles, registry: Registry, name: str, now: float) -> Slot:
     slot = files.slots.get(name)
     if slot is None:
         known = ", ".join(sorted(registry.use_cases))
         raise ValueRefusedError(f"unknown use case {name!r}; the registry has: {known}")
     if slot.broken:
         raise UseCaseStoppedError(f"use case {name!r} is stopped: {slot.broken}")
+    if slot.use_case.metadata.expired(now):
+        # Before the value is looked at: past its end date nothing is stored or charged.
+        raise expired_error(slot.use_case)
     return slot
 
 
@@ -212,7 +219,7 @@ def _check_value(slot: Slot, value: object, key: str | None) -> None:
         raise ValueRefusedError(
             f"use case {uc.name!r} ({uc.mechanism.name}) takes a number or a string; got {type(value).__name__}"
         )
-    if key is not None and slot.kind is not Kind.COUNTER:
+    if key is not None and slot.kind is not Privatization.COUNTER:
         raise ValueRefusedError(f"use case {uc.name!r} ({uc.mechanism.name}) takes no counter key")
     if key is not None and (not isinstance(key, str) or not key or len(key) > 256):
         raise ValueRefusedError(f"a counter key is a non-empty string of at most 256 characters; got {key!r}")
@@ -235,7 +242,7 @@ def _record_into(
 ) -> str:
     uc = slot.use_case
     period = _period_for_record(slot, doc, clock)
-    if slot.kind is Kind.COUNTER:
+    if slot.kind is Privatization.COUNTER:
         amount = check_counter_value(uc, value)
         kh = _keyed_hash(doc.hash_key, (key or "").encode("utf-8"), _COUNTER_PERSON)
         if kh not in doc.permanent:
@@ -245,7 +252,7 @@ def _record_into(
         totals[kh] = min(totals.get(kh, 0) + amount, float(1 << 53))
         return "recorded"
     pending = doc.pending.setdefault(period, PendingRecords(definition=uc.definition, cost=uc.cost))
-    if slot.kind is Kind.STRING:
+    if slot.kind is Privatization.STRING:
         assert isinstance(value, str)
         seen = _keyed_hash(doc.hash_key, value.encode("utf-8"), _STRING_PERSON)
         if seen in pending.seen:

@@ -18,12 +18,14 @@ import copy
 import logging
 from dataclasses import replace
 
-from agent.accounting import EPSILON_SLACK, day_of
+from agent.accounting import EPSILON_SLACK, Budget, day_of
 from agent.collection import stage
+from agent.manifest import ManifestDoc, ManifestEntry
+from agent.mechanism_calls import fingerprint, memo_charge, memos_held
 from agent.outbox import add_notices
-from agent.state import LedgerNotice, ManifestDoc, ManifestEntry, UseCaseDoc
+from agent.state import LedgerNotice, UseCaseDoc
 from agent.statefiles import Slot, StateFiles, budget_of, new_use_case_doc
-from agent.usecases import Kind, fingerprint, memo_charge
+from protocol.interfaces import Privatization
 from protocol.randomness import RandomSource
 from protocol.registry import Period, Registry
 
@@ -136,31 +138,68 @@ def _changed(slot: Slot, doc: UseCaseDoc, now: float, rng: RandomSource) -> tupl
     if discarded:
         new.unsent_records += discarded
         said.append(f"{discarded} values of open periods discarded (never charged)")
-    if not same_mechanism and (doc.permanent or doc.memo_generation):
-        charge = memo_charge(uc)
-        if not budget.fits(0, charge):
-            slot.broken = (
-                f"the registry changed this use case's parameters: a new memo would cost ε {charge:.4g}, more "
-                f"than the {budget.remaining().epsilon:.4g} its lifetime cap leaves; it stops (its memo is never "
-                "redrawn for free)"
-            )
+    if not same_mechanism:
+        charged = _new_memos(slot, new, budget, said)
+        if charged is None:
             return None
-        budget = budget.spend(0, charge)
-        new.permanent = {}
-        new.memo_generation += 1
-        said.append(
-            f"the mechanism's parameters changed, so a new memo is drawn (generation {new.memo_generation}), "
-            f"charged ε {charge:.4g} at once against the same lifetime cap"
-        )
+        budget = charged
     new.fingerprint, new.definition, new.period = fingerprint(uc), uc.definition, uc.period.value
     new.budget = budget.to_plain()
     said.append(f"ε spent {budget.epsilon_total:.4g} of {budget.epsilon_cap:.4g}")
     return new, "; ".join(said)
 
 
+def _memo_phrase(memos: int, charge: float) -> str:
+    """The charge in words: ``2 new memos, each charged ε 1 (ε 2 in all)`` or ``a new memo, charged ε 1``."""
+    if memos == 0:
+        return "nothing charged (no memo had been drawn)"
+    if memos == 1:
+        return f"a new memo, charged ε {charge:.4g}"
+    return f"{memos} new memos, each charged ε {charge:.4g} (ε {memos * charge:.4g} in all)"
+
+
+def _new_memos(slot: Slot, new: UseCaseDoc, budget: Budget, said: list[str]) -> Budget | None:
+    """Start the memos of changed parameters anew, one charge per memo redrawn; None (the slot
+    stopped) if the lifetime cap cannot pay for them all.
+
+    Every memo the state holds (one per counter key for 1BitMean and dBitFlipPM, one per value
+    for RAPPOR) answered about its own value, so each new one drawn for that value adds its
+    mechanism's longitudinal ε to what the reports of every generation reveal: the charges add
+    up (docs/privacy-accounting.md, "Registry changes"). Memos a previous change started and
+    that were never drawn are not redrawn and cost nothing more: that change paid for them.
+    """
+    uc = slot.use_case
+    if not new.permanent:
+        return budget
+    # A state that holds no memo (RAPPOR's cohort and key before any value) is drawn anew for free.
+    memos = memos_held(new.permanent)
+    charge = memo_charge(uc)
+    if not budget.fits(0, memos * charge):
+        slot.broken = (
+            f"the registry changed this use case's parameters under {memos} memos: "
+            f"{_memo_phrase(memos, charge)} would cost more than the ε {budget.remaining().epsilon:.4g} its "
+            "lifetime cap leaves; it stops (its memos are never redrawn for free)"
+        )
+        return None
+    new.permanent = {}
+    new.memo_generation += 1
+    said.append(
+        f"the mechanism's parameters changed under {memos} drawn memo{'' if memos == 1 else 's'} "
+        f"({_memo_unit(slot)}): each is drawn anew (generation {new.memo_generation}) at its next use and can "
+        f"reveal its value once more, up to the mechanism's longitudinal ε, so {_memo_phrase(memos, charge)} at "
+        "once against the same lifetime cap"
+    )
+    return budget.spend(0, memos * charge)
+
+
+def _memo_unit(slot: Slot) -> str:
+    """What one memo of the slot's use case answers for."""
+    return "one per distinct value" if slot.kind is Privatization.STRING else "one per counter key"
+
+
 def _readded(slot: Slot, entry: ManifestEntry, now: float, rng: RandomSource) -> tuple[UseCaseDoc, str] | None:
     """A use case the registry had removed and has again: a fresh state that goes on from the
-    ε spent the manifest kept (a new memo charged, where the old one had been drawn)."""
+    ε spent the manifest kept (one new memo charged per memo the old state had drawn)."""
     uc = slot.use_case
     budget = budget_of(uc, UseCaseDoc(fingerprint=b"", hash_key=b"", budget=dict(entry.budget or {})))
     budget = budget.at(day_of(now))
@@ -168,17 +207,23 @@ def _readded(slot: Slot, entry: ManifestEntry, now: float, rng: RandomSource) ->
         budget = replace(budget, epsilon_total=entry.epsilon_total)
     doc = new_use_case_doc(uc, rng)
     said = f"added back to the registry as {uc.ref}: its state starts anew"
-    if entry.memo and slot.kind is not Kind.EVENT:
+    # A tombstone written before the count was kept says only whether a memo was drawn: one.
+    memos = entry.memos if entry.memos is not None else int(entry.memo)
+    if memos and slot.kind is not Privatization.EVENT:
         charge = memo_charge(uc)
-        if not budget.fits(0, charge):
+        if not budget.fits(0, memos * charge):
             slot.broken = (
-                f"added back to the registry, but a new memo would cost ε {charge:.4g}, more than the "
+                f"added back to the registry, but {_memo_phrase(memos, charge)} for the {memos} memo"
+                f"{'' if memos == 1 else 's'} its old state had drawn would cost more than the ε "
                 f"{budget.remaining().epsilon:.4g} its lifetime cap leaves; it stops"
             )
             return None
-        budget = budget.spend(0, charge)
+        budget = budget.spend(0, memos * charge)
         doc.memo_generation = 1
-        said += f"; a new memo is drawn, charged ε {charge:.4g} at once"
+        said += (
+            f"; its old state had drawn {memos} memo{'' if memos == 1 else 's'} ({_memo_unit(slot)}): "
+            f"{_memo_phrase(memos, charge)} at once"
+        )
     doc.budget = budget.to_plain()
     return doc, f"{said}; ε spent {budget.epsilon_total:.4g} of {budget.epsilon_cap:.4g} (never reset)"
 
@@ -187,16 +232,20 @@ def _tombstone(files: StateFiles, name: str, entry: ManifestEntry) -> tuple[Mani
     """What the manifest keeps of a use case the registry removed, and the ledger's notice."""
     doc = files.read_use_case_doc(name)
     if doc is None:
-        # Nothing readable to go by: keep the manifest's figure, and assume a memo was drawn.
-        tomb = ManifestEntry(entry.generation, entry.epsilon_total, removed=True, budget=None, memo=True)
+        # Nothing readable to go by: keep the manifest's figure, and assume a memo was drawn (as
+        # many as the ledger's reports show, at least one).
+        memos = max(1, files.memos_recorded(name))
+        tomb = ManifestEntry(entry.generation, entry.epsilon_total, removed=True, budget=None, memo=True, memos=memos)
         return (
             tomb,
             f"removed from the registry: its state was wiped; its ε spent ({entry.epsilon_total:.4g}) is kept",
         )
     saved = doc.budget.get("epsilon_total", 0.0)
     spent = max(entry.epsilon_total, float(saved) if isinstance(saved, int | float) else 0.0)
-    memo = bool(doc.permanent) or doc.memo_generation > 0
-    tomb = ManifestEntry(entry.generation, spent, removed=True, budget=dict(doc.budget), memo=memo)
+    # Memos a registry change started anew and that were never drawn were paid for by that change.
+    memos = memos_held(doc.permanent)
+    memo = memos > 0 or doc.memo_generation > 0
+    tomb = ManifestEntry(entry.generation, spent, removed=True, budget=dict(doc.budget), memo=memo, memos=memos)
     lost = len(doc.outbox)
     text = (
         f"removed from the registry: its state was wiped (permanent randomness, open periods"

@@ -18,8 +18,9 @@ on the daemon's :class:`runtime.clock.Clock` (``Daemon.run_cycles``):
 
 The slots are the UTC multiples of the interval, computed here (UTC has no daylight saving,
 so the cron rule ``hour="0,6,12,18", minute=0, second=0`` in UTC is exactly that arithmetic).
-APScheduler's ``CronTrigger`` gave them until it was found to cost a device 2 MiB of memory
-and 30 ms of start-up for one division; ``tests/agent/test_schedule.py`` still checks these
+APScheduler's ``CronTrigger`` gave them until it was found to cost a device memory and start-up
+time for one division (docs/benchmarks.md, "Imports a device defers or avoids");
+``tests/agent/test_schedule.py`` still checks these
 slots against the trigger's for every allowed interval. No scheduler does the waiting: it
 would read the system time itself, so no injected clock (simulator, crash and container
 tests) could drive it, and its timer runs on the monotonic clock, which stands still during

@@ -56,8 +56,6 @@ __all__ = [
     "LedgerDoc",
     "LedgerEntry",
     "LedgerNotice",
-    "ManifestDoc",
-    "ManifestEntry",
     "OutboxEntry",
     "PendingRecords",
     "UseCaseDoc",
@@ -610,90 +608,3 @@ class ConsentDoc:
     def from_plain(cls, data: object) -> ConsentDoc:
         """Restore from :meth:`to_plain`."""
         return cls(granted_at=float(_need(data, "granted_at", float, "consent")), device=_device(data, "consent"))
-
-
-@dataclass(frozen=True)
-class ManifestEntry:
-    """What the manifest remembers of one use case's file.
-
-    Attributes:
-        generation: the generation of the file last written.
-        epsilon_total: lifetime ε the use case had charged by then (shown even if it stops).
-        removed: the registry no longer has the use case: its file was wiped, and this entry
-            is what remains of it (a use case added back later goes on from here: its ε spent
-            is never reset, ``docs/privacy-accounting.md``).
-        budget: for a removed use case, its accounting when it was wiped (``Budget.to_plain``).
-        memo: for a removed use case, whether it had drawn permanent randomness.
-    """
-
-    generation: int
-    epsilon_total: float
-    removed: bool = False
-    budget: PlainDoc | None = None
-    memo: bool = False
-
-    def to_plain(self) -> PlainDoc:
-        """Plain data (the fields of a removed use case only when it is one)."""
-        out: PlainDoc = {"generation": self.generation, "epsilon_total": self.epsilon_total}
-        if self.removed:
-            out.update(removed=True, budget=dict(self.budget or {}), memo=self.memo)
-        return out
-
-
-@dataclass(frozen=True)
-class ManifestDoc:
-    """The device's identity and the generation of every use-case file (sealed as ``manifest``).
-
-    Attributes:
-        device: 16 random bytes naming this state directory's device (never leaves it).
-        entries: use-case name -> its entry.
-        ledger: a ledger has been written under this manifest, so a missing ``ledger.sealed``
-            was deleted (False in manifests of the previous release).
-    """
-
-    device: bytes
-    entries: dict[str, ManifestEntry] = field(default_factory=dict)
-    ledger: bool = False
-
-    def with_entry(self, name: str, entry: ManifestEntry) -> ManifestDoc:
-        """A copy with ``name``'s entry replaced."""
-        return ManifestDoc(self.device, {**self.entries, name: entry}, self.ledger)
-
-    def to_plain(self) -> PlainDoc:
-        """Plain data."""
-        out: PlainDoc = {
-            "device": self.device,
-            "entries": {n: e.to_plain() for n, e in self.entries.items()},
-        }
-        if self.ledger:
-            out["ledger"] = True
-        return out
-
-    @classmethod
-    def from_plain(cls, data: object) -> ManifestDoc:
-        """Restore from :meth:`to_plain` (ValueError naming the malformed part)."""
-        device = _need(data, "device", bytes, "manifest")
-        if len(device) != DEVICE_ID_BYTES:
-            raise ValueError(f"manifest.device: expected {DEVICE_ID_BYTES} bytes")
-        entries: dict[str, ManifestEntry] = {}
-        for name, raw in _need(data, "entries", dict, "manifest").items():
-            where = f"manifest.entries[{name!r}]"
-            if not isinstance(name, str):
-                raise ValueError("manifest.entries: keys are use-case names")
-            generation = _need(raw, "generation", int, where)
-            spent = _need(raw, "epsilon_total", (int, float), where)
-            removed = _optional(raw, "removed", False)
-            budget = _optional(raw, "budget", None)
-            if not isinstance(removed, bool) or (budget is not None and not isinstance(budget, dict)):
-                raise ValueError(f"{where}: a removed use case's entry is malformed")
-            entries[name] = ManifestEntry(
-                generation=int(_number(generation, f"{where}.generation")),
-                epsilon_total=float(_number(spent, f"{where}.epsilon_total")),
-                removed=removed,
-                budget=None if budget is None else dict(budget),
-                memo=bool(_optional(raw, "memo", False)),
-            )
-        ledger = _optional(data, "ledger", False)
-        if not isinstance(ledger, bool):
-            raise ValueError("manifest.ledger: expected a boolean")
-        return cls(device=device, entries=entries, ledger=ledger)

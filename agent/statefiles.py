@@ -17,6 +17,8 @@ from pathlib import Path
 
 from agent.accounting import EPSILON_SLACK, Budget
 from agent.errors import StateUnreadableError, StateWriteError
+from agent.manifest import ManifestDoc, ManifestEntry
+from agent.mechanism_calls import fingerprint, load_permanent_state, memos_held, privatization_of
 from agent.sealed import Sealer, fsync_directory
 from agent.state import (
     AGENT_VERSION,
@@ -28,13 +30,11 @@ from agent.state import (
     AgentDoc,
     ConsentDoc,
     LedgerDoc,
-    ManifestDoc,
-    ManifestEntry,
     UseCaseDoc,
     ledger_from_v1,
 )
-from agent.usecases import Kind, fingerprint, kind_of, load_permanent_state
 from protocol.errors import StateError
+from protocol.interfaces import Privatization
 from protocol.plain import Plain, PlainDoc
 from protocol.randomness import RandomSource, random_bytes
 from protocol.registry import Registry, UseCase
@@ -83,7 +83,7 @@ class Slot:
     """
 
     use_case: UseCase
-    kind: Kind
+    kind: Privatization
     path: Path
     doc: UseCaseDoc | None = None
     broken: str | None = None
@@ -331,7 +331,7 @@ class StateFiles:
             self.write_schedule(self.read_schedule_file())
 
     def _load_slot(self, use_case: UseCase) -> Slot:
-        slot = Slot(use_case, kind_of(use_case), self.use_case_path(use_case.name))
+        slot = Slot(use_case, privatization_of(use_case), self.use_case_path(use_case.name))
         try:
             raw = self._sealer.read(slot.path, f"usecase:{use_case.name}", USE_CASE_VERSION)
             if raw is None:
@@ -617,6 +617,26 @@ class StateFiles:
             if spent is not None:
                 seen.append(spent)
         return max(seen) if seen else None
+
+    def memos_recorded(self, name: str) -> int:
+        """The most memos any file of the directory shows use case ``name`` held (0 if none
+        shows any): its file if it opens and is this device's, a removed use case's count in
+        the manifest, and the most records one report of the ledger carried (each record of a
+        counter's or a string's period answers from a memo of its own). A lower bound where the
+        file is gone: a memo whose reports the ledger no longer lists is not seen
+        (docs/state-integrity.md, "Re-enrolment")."""
+        seen = [0]
+        for manifest in (self.manifest, self.manifest_on_disk):
+            entry = None if manifest is None else manifest.entries.get(name)
+            if entry is not None and entry.memos is not None:
+                seen.append(entry.memos)
+        doc = self.read_use_case_doc(name)
+        known = self.manifest or self.manifest_on_disk
+        if doc is not None and (known is None or doc.device in (None, known.device)):
+            seen.append(memos_held(doc.permanent))
+        if self.ledger is not None:
+            seen += [len(e.records) for e in self.ledger.entries if e.use_case == name]
+        return max(seen)
 
     # ------------------------------------------------------------------ removing
 

@@ -2,71 +2,24 @@
 
 :meth:`agent.core.Agent.status` builds an :class:`AgentStatus` once; the local API
 (:mod:`agent.api`) turns it into JSON with :meth:`AgentStatus.to_json`, and ``ldp-agent
-status`` (:mod:`agent.cli`) reads that JSON back with :meth:`AgentStatus.from_json` to print
+status`` (:mod:`agent.cli`) reads that JSON back with :meth:`AgentStatus.from_json`, through
+:mod:`protocol.schema` as the config files are read (docs/design.md, convention 21), to print
 it. The JSON is what scripts read (``ldp-agent status --json``): its keys and their order
 stay as they are. A use case's figures are in it only where they are known: none without
 consent, only ``epsilon_total`` (what the manifest recorded) for a stopped use case.
 
-This module imports nothing beyond the standard library, so the CLI that talks to a running
-daemon stays light.
+This module imports nothing beyond the standard library and protocol.schema (itself standard
+library only), so the CLI that talks to a running daemon stays light.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 
 from protocol.plain import Json, JsonObject
+from protocol.schema import SchemaError, decode
 
 __all__ = ["AgentStatus", "UseCaseStatus"]
-
-
-def _object(data: Json) -> Mapping[str, Json]:
-    if not isinstance(data, Mapping):
-        raise ValueError(f"status: expected a JSON object, got {type(data).__name__}")
-    return data
-
-
-def _text(data: Mapping[str, Json], key: str) -> str:
-    value = data.get(key)
-    if not isinstance(value, str):
-        raise ValueError(f"status: {key!r} is not a string: {value!r}")
-    return value
-
-
-def _texts(data: Mapping[str, Json], key: str) -> tuple[str, ...]:
-    value = data.get(key, [])
-    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        raise ValueError(f"status: {key!r} is not a list of strings: {value!r}")
-    return tuple(v for v in value if isinstance(v, str))
-
-
-def _maybe_count(data: Mapping[str, Json], key: str) -> int | None:
-    value = data.get(key)
-    if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
-        raise ValueError(f"status: {key!r} is not an integer: {value!r}")
-    return value
-
-
-def _count(data: Mapping[str, Json], key: str) -> int:
-    value = _maybe_count(data, key)
-    if value is None:
-        raise ValueError(f"status: {key!r} is missing")
-    return value
-
-
-def _maybe_number(data: Mapping[str, Json], key: str) -> float | None:
-    value = data.get(key)
-    if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)):
-        raise ValueError(f"status: {key!r} is not a number: {value!r}")
-    return value
-
-
-def _number(data: Mapping[str, Json], key: str) -> float:
-    value = _maybe_number(data, key)
-    if value is None:
-        raise ValueError(f"status: {key!r} is missing")
-    return value
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -81,8 +34,8 @@ class UseCaseStatus:
         daily_limit: records sent per day at most.
         epsilon_per_record: ε one record costs.
         epsilon_cap: the lifetime ε cap.
-        state: ``"active"``, ``"no consent"``, ``"stopped: lifetime ε cap reached"`` or
-            ``"stopped: <why>"``.
+        state: ``"active"``, ``"no consent"``, ``"stopped: lifetime ε cap reached"``,
+            ``"stopped: <why>"`` or ``"expired on <date> (owner: <owner>): records refused"``.
         records_today: records charged today (None: not known, as for every figure below).
         epsilon_today: ε charged today.
         epsilon_total: lifetime ε charged (for a stopped use case, what the manifest recorded).
@@ -140,35 +93,6 @@ class UseCaseStatus:
         }
         out.update((key, value) for key, value in figures.items() if value is not None)
         return out
-
-    @classmethod
-    def from_json(cls, data: Json) -> UseCaseStatus:
-        """Read :meth:`to_json`'s object back.
-
-        Raises:
-            ValueError: naming the field that is missing or of the wrong type.
-        """
-        row = _object(data)
-        return cls(
-            use_case=_text(row, "use_case"),
-            definition=_text(row, "definition"),
-            mechanism=_text(row, "mechanism"),
-            period=_text(row, "period"),
-            daily_limit=_count(row, "daily_limit"),
-            epsilon_per_record=_number(row, "epsilon_per_record"),
-            epsilon_cap=_number(row, "epsilon_cap"),
-            state=_text(row, "state"),
-            records_today=_maybe_count(row, "records_today"),
-            epsilon_today=_maybe_number(row, "epsilon_today"),
-            epsilon_total=_maybe_number(row, "epsilon_total"),
-            pending_records=_maybe_count(row, "pending_records"),
-            open_counters=_maybe_count(row, "open_counters"),
-            outbox=_maybe_count(row, "outbox"),
-            awaiting_receipt=_maybe_count(row, "awaiting_receipt"),
-            dropped_reports=_maybe_count(row, "dropped_reports"),
-            unsent_records=_maybe_count(row, "unsent_records"),
-            memo_generation=_maybe_count(row, "memo_generation"),
-        )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -241,28 +165,13 @@ class AgentStatus:
 
     @classmethod
     def from_json(cls, data: Json) -> AgentStatus:
-        """Read :meth:`to_json`'s object back.
+        """Read :meth:`to_json`'s object back (:mod:`protocol.schema`, the reader of the config
+        files: every field's type checked, unknown keys refused).
 
         Raises:
             ValueError: naming the field that is missing or of the wrong type.
         """
-        status = _object(data)
-        consent, rows = status.get("consent"), status.get("use_cases")
-        if not isinstance(consent, bool) or not isinstance(rows, list):
-            raise ValueError("status: 'consent' is not a boolean or 'use_cases' not a list")
-        return cls(
-            consent=consent,
-            consent_granted_at=_maybe_number(status, "consent_granted_at"),
-            registry=_text(status, "registry"),
-            registry_source=_text(status, "registry_source"),
-            next_cycle=_maybe_number(status, "next_cycle"),
-            last_cycle=_maybe_number(status, "last_cycle"),
-            cycles=_count(status, "cycles"),
-            outbox=_count(status, "outbox"),
-            ledger=_text(status, "ledger"),
-            use_cases=tuple(UseCaseStatus.from_json(row) for row in rows),
-            pid=_count(status, "pid"),
-            recording=_text(status, "recording") if "recording" in status else "ok",
-            brokers=_texts(status, "brokers"),
-            broker_in_use=_text(status, "broker_in_use") if status.get("broker_in_use") is not None else None,
-        )
+        try:
+            return decode(cls, data)
+        except SchemaError as e:
+            raise ValueError(f"status: {e.field!r}: {e.problem}") from None

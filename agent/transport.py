@@ -29,7 +29,6 @@ from agent.errors import TransportError
 from protocol.receipts import Receipt
 
 __all__ = [
-    "BUSY_REASON_CODES",
     "Addressed",
     "BrokerBusyError",
     "Connection",
@@ -42,12 +41,6 @@ __all__ = [
     "Transport",
     "address_of",
 ]
-
-
-BUSY_REASON_CODES = frozenset({0x88, 0x89, 0x97, 0x9F})
-"""MQTT 5 reason codes by which a broker says "not now": server unavailable, server busy,
-quota exceeded, connection rate exceeded (§2.4). In a CONNACK or a DISCONNECT they lengthen
-the wait before the next connection (:meth:`runtime.backoff.Retry.next_delay`)."""
 
 
 class PublishRefusedError(TransportError):
@@ -67,7 +60,10 @@ class PublishRefusedError(TransportError):
 
 
 class BrokerBusyError(TransportError):
-    """The broker refused or ended the connection with a "not now" reason code (:data:`BUSY_REASON_CODES`)."""
+    """The broker refused or ended the connection with a "not now" reason code (:data:`protocol.mqtt.reasons.BUSY`).
+
+    It lengthens the wait before the next connection (:meth:`runtime.backoff.Retry.next_delay`).
+    """
 
 
 class Connection(Protocol):

@@ -64,19 +64,25 @@ _DEBUG_ENV = ("PYTHONTRACEMALLOC", "PYTHONDEVMODE", "PYTHONMALLOC", "PYTHONMALLO
 _COUNTER_VALUES = {"one-bit-mean": ("600", "app"), "dbitflip": ("1800", None)}
 
 
-def _value(mechanism: str) -> tuple[str, str | None]:
-    """The value (as ``ldp-agent record`` takes it) and counter key recorded for a mechanism."""
+def _value(mechanism: str, categories: tuple[str, ...] | None = None) -> tuple[str, str | None]:
+    """The value (as ``ldp-agent record`` takes it) and counter key recorded for a mechanism
+    (its first category, for a mechanism over fixed categories)."""
     if mechanism == "rr":
         return "1", None
+    if categories:
+        return categories[0], None
     return _COUNTER_VALUES.get(mechanism, ("hello", None))
 
 
-def _use_cases() -> dict[str, str]:
-    """The example registry's use cases -> their mechanisms."""
+def _use_cases() -> dict[str, tuple[str, tuple[str, ...] | None]]:
+    """The example registry's use cases -> their mechanisms and fixed categories."""
     from protocol.registry import parse_registry  # noqa: PLC0415
 
     registry = parse_registry(REGISTRY.read_text(encoding="utf-8"))
-    return {name: uc.mechanism.name for name, uc in registry.use_cases.items()}
+    return {
+        name: (uc.mechanism.name, getattr(uc.mechanism, "fixed_categories", None))
+        for name, uc in registry.use_cases.items()
+    }
 
 
 def _clean_env(**extra: str) -> dict[str, str]:
@@ -210,8 +216,8 @@ def _outbox(agent: list[str], config: Path) -> int:
 
 
 def _record_all(agent: list[str], config: Path) -> None:
-    for name, mechanism in _use_cases().items():
-        value, key = _value(mechanism)
+    for name, (mechanism, categories) in _use_cases().items():
+        value, key = _value(mechanism, categories)
         extra = ["--key", key] if key else []
         subprocess.run(
             [*agent, "--config", str(config), "record", name, value, *extra],
@@ -295,7 +301,7 @@ def cycle_cpu(cycles: int = 7) -> dict[str, Any]:
         publisher = Publisher(agent, MemoryTransport(), clock=clock, rng=rng)
         items: list[tuple[str, object, str | None]] = []
         for name, uc in registry.use_cases.items():
-            text, key = _value(uc.mechanism.name)
+            text, key = _value(uc.mechanism.name, getattr(uc.mechanism, "fixed_categories", None))
             items.append((name, int(text) if text.isdigit() else text, key))
         collect_ms, publish_ms, reports = [], [], []
         for _ in range(cycles + 1):

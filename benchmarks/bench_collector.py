@@ -8,7 +8,11 @@ APIs, **not full agents**):
 * ``single``: one record per message, a Hadamard CMS report of ``safari-energy-domains``
   (k = 1,024, m = 32,768) - the shape of an event-level use case;
 * ``counters``: 20 records per message, one device's app-usage 1BitMean counters
-  (``app-usage-seconds``).
+  (``app-usage-seconds``);
+* ``cms`` and ``olh`` (``--cms N``, ``--olh N``, none by default): one record per message of
+  ``emoji`` (Count Mean Sketch, k = 65,536, m = 1,024) and of ``emoji-olh`` (optimal local
+  hashing, 4,096 hash functions), the same question with the two mechanisms; the collector's
+  CPU per message of the two tells whether ``olh``'s ingest costs more than CMS's.
 
 For each shape and each consumer the same QoS 1 stream goes through a fresh broker:
 
@@ -59,6 +63,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import itertools
 import os
 import re
@@ -69,14 +74,14 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from benchmarks.collector_brokers import compare_brokers
 from benchmarks.harness import emit, progress, rate
-from benchmarks.load import LABEL, build_counters, build_single, publish
+from benchmarks.load import LABEL, build_counters, build_single, build_strings, publish
 from collector.config import IngestConfig
 from protocol.registry import Registry, parse_registry
 from tests.collector.processes import CollectorProcess, committed, write_config
@@ -521,12 +526,28 @@ def bench(
     references: bool = True,
     repeat: int = 1,
     brokers: bool = False,
+    cms: int = 0,
+    olh: int = 0,
 ) -> dict[str, Any]:
     """Run every shape, consumer and collector setup (the collectors ``repeat`` times); one JSON-ready document."""
     registry = parse_registry(REGISTRY.read_bytes(), source=str(REGISTRY))
-    shapes = [
+    shapes: list[tuple[str, str, int, int, Callable[..., list[tuple[str, bytes]]]]] = [
         ("single", "hcms safari-energy-domains (k=1024, m=32768), 1 record per message", 1, single, build_single),
         ("counters", "one-bit-mean app-usage-seconds, 20 records per message", 20, counters, build_counters),
+        (
+            "cms",
+            "cms emoji (k=65536, m=1024), 1 record per message",
+            1,
+            cms,
+            functools.partial(build_strings, use_case="emoji"),
+        ),
+        (
+            "olh",
+            "olh emoji-olh (4096 hash functions), 1 record per message",
+            1,
+            olh,
+            functools.partial(build_strings, use_case="emoji-olh"),
+        ),
     ]
     rows = []
     targets: list[dict[str, Any]] = []
@@ -654,6 +675,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument(
         "--counters", type=int, default=30_000, help="messages of the 20-record shape (default 30,000; 0: skip)"
     )
+    parser.add_argument("--cms", type=int, default=0, help="messages of the CMS emoji shape (default 0: skip)")
+    parser.add_argument("--olh", type=int, default=0, help="messages of the OLH emoji-olh shape (default 0: skip)")
     parser.add_argument(
         "--members", default="1,2,3", help="PostgreSQL group sizes, comma-separated (default 1,2,3; empty: none)"
     )
@@ -692,6 +715,8 @@ def main(argv: Sequence[str] | None = None) -> None:
             references=not args.no_references,
             repeat=args.repeat,
             brokers=args.brokers,
+            cms=args.cms,
+            olh=args.olh,
         )
     )
 

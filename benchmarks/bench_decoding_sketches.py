@@ -54,6 +54,7 @@ import numpy as np
 from benchmarks.harness import emit, progress
 from collector.decoding.sketches import discover_words, query_dictionary
 from collector.decoding.stats import normal_quantile, normal_sf
+from collector.threads import numpy_threads
 from protocol.cms import CountMeanSketch
 from protocol.hcms import HadamardCountMeanSketch
 from protocol.randomness import SeededRandom
@@ -96,7 +97,8 @@ def _sketch_row(kind: str, seed: int, n: int) -> dict[str, Any]:
     for start in range(0, n, step):
         agg.add(mech.privatize_many(values[start : start + step], rng))  # type: ignore[arg-type]
     t0 = time.perf_counter()
-    release = query_dictionary(agg, dictionary)
+    with numpy_threads() as threads:  # the service's (collector.threads)
+        release = query_dictionary(agg, dictionary, threads=threads)
     query_s = time.perf_counter() - t0
     est = {e.value: e for e in release.entries}
     err = np.array([est[d].count - counts[i] for i, d in enumerate(dictionary)])
@@ -124,7 +126,8 @@ def _sketch_row(kind: str, seed: int, n: int) -> dict[str, Any]:
 def _big_query(agg: Any, entries: int) -> dict[str, Any]:
     big = [f"big-{i}.example" for i in range(entries)]
     t0 = time.perf_counter()
-    release = query_dictionary(agg, big, alpha=0.05, top_n=100)
+    with numpy_threads() as threads:
+        release = query_dictionary(agg, big, alpha=0.05, top_n=100, threads=threads)
     return {"entries": len(big), "seconds": round(time.perf_counter() - t0, 2), "released": release.released}
 
 
@@ -169,7 +172,8 @@ def _sfp(seed: int, n: int) -> dict[str, Any]:
     word_se = float(agg.estimate_words([words[0]]).standard_errors[0])
     threshold = round(5 * word_se)
     t0 = time.perf_counter()
-    release = discover_words(agg, alphabet=ALPHABET, top_t=256, threshold=threshold, alpha=ALPHA)
+    with numpy_threads() as threads:
+        release = discover_words(agg, alphabet=ALPHABET, top_t=256, threshold=threshold, alpha=ALPHA, threads=threads)
     seconds = time.perf_counter() - t0
     # Were the missed words assembled by the puzzle (and lost only to the release test)? The
     # release keeps every assembled word with its estimate, released or not.

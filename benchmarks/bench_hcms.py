@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from benchmarks.harness import progress, rate, seconds, time_add, time_privatize, zipf_sites
+from collector.threads import numpy_threads
 from protocol.hcms import HadamardCountMeanSketch
 from protocol.randomness import SeededRandom, SystemRandom
 from protocol.server.hadamard import hadamard_rows
@@ -55,15 +56,18 @@ def bench(n: int, *, small: bool = False) -> list[dict[str, Any]]:
     t_add_big = seconds(lambda: big_agg.add(big))
 
     progress("hcms: transform")
-    t_transform = seconds(lambda: hadamard_rows(agg.sums), repeat=3)
-    t_transform_1 = seconds(lambda: hadamard_rows(agg.sums, workers=1), repeat=2)
+    # The collector's threads (collector.threads), as the service gives its estimates; and one thread.
+    with numpy_threads() as threads:
+        t_transform = seconds(lambda: hadamard_rows(agg.sums, threads=threads), repeat=3)
+    t_transform_1 = seconds(lambda: hadamard_rows(agg.sums), repeat=2)
 
     dictionary = [f"site-{i}.example" for i in range(size["dictionary"])]
     fp_holder: list[Any] = []
     t_fp = seconds(lambda: fp_holder.append(family_fingerprints(mech.family, dictionary)))
     agg.transformed()  # the transform is cached; time the query on its own
     progress("hcms: dictionary query")
-    t_query = seconds(lambda: agg.estimate_fingerprints(fp_holder[0]))
+    with numpy_threads() as threads:
+        t_query = seconds(lambda: agg.estimate_fingerprints(fp_holder[0], threads=threads))
 
     est = agg.estimate(dictionary[:5])
     return [

@@ -4,7 +4,8 @@ Run: ``python -m benchmarks.bench_protocol [--n N] [--only NAME ...] [--small]``
 Targets: aggregation >= 2e6 records/s for rr, 1BitMean and dBitFlip (d <= 4); >= 1e6 for
 RAPPOR (k = 128) and HCMS; >= 5e5 for CMS (m = 1024); privatize >= 5e4 records/s with CSPRNG
 coins; CMS dictionary query at k = 65,536, m = 1,024, 250,000 candidates <= 60 s; HCMS
-transform (k = 1,024, m = 32,768) <= 2 s. ``--small`` runs the sketches (CMS, HCMS, SFP) at
+transform (k = 1,024, m = 32,768) <= 2 s; the frequency oracles' own targets
+(:mod:`benchmarks.bench_oracles`). ``--small`` runs the sketches (CMS, HCMS, SFP) at
 the fleet simulator's sizes with 10,000-entry dictionaries, for the tests: every step, none
 of the figures above.
 """
@@ -28,6 +29,7 @@ MODULES = [
     "bench_cms",
     "bench_hcms",
     "bench_sfp",
+    "bench_oracles",
 ]
 
 

@@ -73,6 +73,7 @@ from benchmarks.harness import emit, progress
 from collector.estimation import estimate_aggregate
 from collector.results import FrequencyEntry, ReleaseDecision
 from collector.store import KeyInfo
+from collector.threads import numpy_threads
 from protocol.randomness import SeededRandom, uniform_ints
 from protocol.registry import UseCase, parse_registry
 from protocol.server.rappor import RapporServer
@@ -227,7 +228,8 @@ def _decide(use_case: UseCase, values: list[str], seed: int) -> tuple[ReleaseDec
     privatize_s = time.perf_counter() - t0
     info = KeyInfo(use_case.name, 0, len(values), len(values))
     t0 = time.perf_counter()
-    result = estimate_aggregate(use_case, agg, info, withheld=True)
+    with numpy_threads() as threads:  # the service's (collector.threads)
+        result = estimate_aggregate(use_case, agg, info, withheld=True, threads=threads)
     estimate_s = time.perf_counter() - t0
     est = result.estimate
     if not isinstance(est, ReleaseDecision) or est.withheld_items is None:

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from benchmarks.harness import progress, seconds, time_add, time_decode, time_privatize, zipf_ranks
+from collector.threads import numpy_threads
 from protocol.randomness import SystemRandom
 from protocol.server.sfp import SFPServer
 from protocol.sfp import SequenceFragmentPuzzle
@@ -51,9 +52,12 @@ def bench(n: int, *, small: bool = False) -> list[dict[str, Any]]:
 
     progress("sfp: reconstruct (27 symbols, T = 64)")
     found: list[Any] = []
-    t_reconstruct = seconds(
-        lambda: found.extend(agg.reconstruct(alphabet="abcdefghijklmnopqrstuvwxyz ", top_t=64, threshold=0.0))
-    )
+    with numpy_threads() as threads:  # the collector's (collector.threads)
+        t_reconstruct = seconds(
+            lambda: found.extend(
+                agg.reconstruct(alphabet="abcdefghijklmnopqrstuvwxyz ", top_t=64, threshold=0.0, threads=threads)
+            )
+        )
     truth = {mech.pad(v).rstrip(" ") for v in values}
     est = agg.estimate_words(values[:3])
     return [

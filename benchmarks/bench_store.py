@@ -45,8 +45,8 @@ from benchmarks.harness import emit, progress, rate
 from benchmarks.load import build_counters, build_single
 from collector.config import StoreConfig
 from collector.store import CheckpointStore, Store
-from collector.store.codec import AGGREGATE, pack, seal, unseal
 from collector.store.postgres import PostgresStore, _Segment
+from collector.store.row_format import AGGREGATE, pack, seal, unseal
 from protocol.registry import parse_registry
 from protocol.wire import decode_report
 from tests.support.postgres import PostgresServer, running_postgres

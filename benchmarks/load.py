@@ -40,13 +40,14 @@ from protocol.one_bit_mean import OneBitMean
 from protocol.randomized_response import RandomizedResponse
 from protocol.randomness import SeededRandom
 from protocol.registry import Registry, parse_registry
+from protocol.server.contract import BatchPrivatizer
 from protocol.server.hcms import HCMSServer
 from protocol.server.one_bit_mean import OneBitMeanServer
 from protocol.server.randomized_response import RRServer
 from protocol.wire import Report, encode_report
 from tests.support.mqtt_publisher import MqttPublisher
 
-__all__ = ["LABEL", "build_counters", "build_flags", "build_single", "main", "publish"]
+__all__ = ["LABEL", "build_counters", "build_flags", "build_single", "build_strings", "main", "publish"]
 
 ROOT = Path(__file__).resolve().parent.parent
 REGISTRY = ROOT / "deploy" / "usecases.example.toml"
@@ -89,6 +90,36 @@ def build_single(registry: Registry, count: int, *, seed: int, period: int | Non
         for i, (j, ell, bit) in enumerate(zip(batch.j.tolist(), batch.ell.tolist(), batch.bits.tolist(), strict=True)):
             report = Report(
                 use_case=uc.name, definition=uc.definition, period=slot, report_id=ids[i], records=[[j, ell, bit]]
+            )
+            out.append((topic, encode_report(report)))
+    return out
+
+
+def build_strings(
+    registry: Registry, count: int, *, seed: int, use_case: str, period: int | None = None
+) -> list[tuple[str, bytes]]:
+    """``count`` one-record reports of an event-level string use case (``emoji`` under CMS,
+    ``emoji-olh`` under OLH, ...), Zipf(1.3) over 2,000 strings, privatized by its server half's
+    batch path."""
+    uc = registry.use_cases[use_case]
+    server: Any = uc.server
+    rng, gen = _sources(seed)
+    strings = [f"site{i}.example" for i in range(2000)]
+    slot = uc.period.index_at(time.time()) if period is None else period
+    topic = f"ldp/v1/reports/{uc.name}"
+    out: list[tuple[str, bytes]] = []
+    for start in range(0, count, _CHUNK):
+        n = min(_CHUNK, count - start)
+        picks = [strings[int(i)] for i in gen.zipf(1.3, size=n) % len(strings)]
+        if isinstance(server, BatchPrivatizer):
+            wire = server.privatize_records(picks, rng)
+        else:  # CMS: its batch in wire form, [j, bits]
+            batch = server.privatize_many(picks, rng)
+            wire = [[j, bytes(b)] for j, b in zip(batch.indices.tolist(), batch.bits, strict=True)]
+        ids = _report_ids(gen, n)
+        for i in range(n):
+            report = Report(
+                use_case=uc.name, definition=uc.definition, period=slot, report_id=ids[i], records=[wire[i]]
             )
             out.append((topic, encode_report(report)))
     return out

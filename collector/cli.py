@@ -40,6 +40,7 @@ import logging
 import math
 import os
 import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -52,8 +53,9 @@ from collector.rendering import format_estimate, format_status
 from collector.results import to_json
 from collector.service import run_service
 from collector.status import store_status, with_brokers
+from protocol.metadata import metadata_warnings
 from runtime.console import package_version, quiet_on_closed_pipe
-from runtime.errors import exception_leaves
+from runtime.errors import expected_leaves
 from runtime.exit_status import HELP as EXIT_HELP
 from runtime.exit_status import ExitStatus
 
@@ -123,8 +125,10 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def check_config(config: CollectorConfig) -> list[str]:
-    """Check the registry files and every file the config and the registries name; one line per file.
+def check_config(config: CollectorConfig, *, now: float | None = None) -> list[str]:
+    """Check the registry files and every file the config and the registries name; one line per file,
+    then a warning per use case of the current registry without an owner or an end date, or past
+    its end date (at ``now``, default the time).
 
     Raises:
         ConfigError: naming the file and the field of the first problem.
@@ -175,6 +179,10 @@ def check_config(config: CollectorConfig) -> list[str]:
         line = f"{field}: {path}: {len(words)} entries"
         if line not in lines:
             lines.append(line)
+    # The agent's check-config says the same of the same registry (protocol/metadata.py).
+    metadata = ((name, uc.metadata) for name, uc in catalog.current.use_cases.items())
+    moment = time.time() if now is None else now
+    lines += [f"warning: {line}" for line in metadata_warnings(metadata, now=moment)]
     return lines
 
 
@@ -207,8 +215,8 @@ def _run(config: CollectorConfig) -> int:
     except (CollectorError, BaseExceptionGroup) as exc:
         # A task of the root group failed: report collector errors plainly, re-raise the rest
         # (a bug: the traceback is the useful output, and the exit status is non-zero).
-        leaves = exception_leaves(exc)
-        if not all(isinstance(e, CollectorError) for e in leaves):
+        leaves = expected_leaves(exc, CollectorError)
+        if leaves is None:
             raise
         for leaf in leaves:
             print(f"ldp-collector: {leaf}", file=sys.stderr)

@@ -3,7 +3,8 @@
 
 It reads the JSON API (relative URLs, so it works behind a path prefix) and draws, per use
 case (per definition, while a registry change rolls out: each definition that has reports gets
-a card of its own, titled with its ref, marked current or earlier, and retired when it is): the
+a card of its own, titled with its ref, marked current or earlier, and retired when it is; under
+the title its owner and end date, and a mark on a use case past that date, whose data is kept): the
 mean or proportion per period over time with its confidence band; the histogram
 with error bars (confidence intervals) and the consistent (projected) histogram; the table
 of discovered strings with counts, standard errors, intervals and p-values (the first 50
@@ -86,7 +87,13 @@ DASHBOARD_HTML = (
 <style>
   :root { --fg:#1d2433; --muted:#667085; --line:#d0d5dd; --accent:#2f6fde; --band:#2f6fde33; --bar:#5b8def; --warn:#b54708; }
   * { box-sizing: border-box; }
-  body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; color: var(--fg); margin: 0; background: #f5f7fa; }
+  /* Emoji from a colour emoji font wherever one is installed: first in the stack, but only for the
+     emoji code points, so a text face with black-and-white emoticons (DejaVu) or none (an empty
+     box) never draws a released emoji, and letters and digits keep the text face. */
+  @font-face { font-family: "ldp-emoji"; src: local("Apple Color Emoji"), local("Segoe UI Emoji"), local("Noto Color Emoji"), local("NotoColorEmoji");
+               unicode-range: U+1F000-1FAFF, U+2300-23FF, U+2600-27BF, U+2B00-2BFF, U+200D, U+20E3, U+FE0F, U+E0020-E007F; }
+  body { font: 14px/1.45 "ldp-emoji", system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; color: var(--fg); margin: 0; background: #f5f7fa; }
+  td.near { color: var(--muted); font-style: italic; }
   header { background: #101828; color: #fff; padding: 14px 24px; display: flex; gap: 24px; align-items: baseline; flex-wrap: wrap; }
   header h1 { font-size: 18px; margin: 0; font-weight: 600; }
   header .kv { color: #d0d5dd; font-size: 13px; }
@@ -120,6 +127,8 @@ DASHBOARD_HTML = (
   .role { display: inline-block; font-size: 11px; font-weight: 600; border-radius: 4px; padding: 1px 6px; margin-left: 8px; vertical-align: 2px; }
   .role.current { background: #d1fadf; color: #05603a; }
   .role.earlier { background: #fef0c7; color: #93370d; }
+  .role.expired { background: #fee4e2; color: #b42318; }
+  .expired-note { color: #b42318; }
 </style>
 </head>
 <body data-ready="0">
@@ -370,10 +379,14 @@ function stringsTable(est, confidence) {
   const fill = rows => {
     body.textContent = "";
     for (const it of rows) {
-      // A released entry's SE is the spread of its interval conditional on release (docs/estimation.md).
+      // A released entry's SE is the spread of its interval conditional on release; one that
+      // barely crossed the cutoff is shown by that interval alone, which no count ± spread
+      // describes (docs/estimation.md, "What is shown").
       const se = it.selection_standard_error !== undefined ? it.selection_standard_error : it.standard_error;
-      const row = el("tr", {}, el("td", {}, it.value), el("td", {}, fmt(it.count)), el("td", {}, fmt(se)),
-                     el("td", {}, `${fmt(it.ci[0])} … ${fmt(it.ci[1])}`));
+      const near = it.near_cutoff === true;
+      const row = el("tr", near ? {class: "near-cutoff"} : {}, el("td", {}, it.value),
+                     el("td", near ? {class: "near", title: est.near_cutoff || ""} : {}, near ? "near cutoff" : fmt(it.count)),
+                     el("td", {}, near ? "" : fmt(se)), el("td", {}, `${fmt(it.ci[0])} … ${fmt(it.ci[1])}`));
       if (hasP) row.append(el("td", {}, fmt(it.p_value, 2)));
       body.append(row);
     }
@@ -384,6 +397,7 @@ function stringsTable(est, confidence) {
   // What the interval column means: a released entry's interval holds among released entries
   // (docs/estimation.md, "Intervals after selection").
   if (est.interval) box.append(el("div", {class: "legend interval-legend"}, `SE and CI: ${est.interval}`));
+  if (est.near_cutoff) box.append(el("div", {class: "legend near-legend"}, est.near_cutoff));
   if (items.length > ROW_LIMIT) {
     const note = el("div", {class: "hidden-rows"},
                     `${fmt(items.length - ROW_LIMIT)} more rows hidden (showing the ${fmt(ROW_LIMIT)} largest of ${fmt(items.length)}) `);
@@ -416,11 +430,25 @@ function centralLine(g) {
   return line;
 }
 
+// Who answers for a use case and until when (its registry's owner and expires, protocol/metadata.py).
+// Past its end date agents record nothing more; what was collected is kept and drawn as before.
+function ownership(uc) {
+  const line = el("div", {class: "sub ownership"});
+  line.append(uc.owner ? `owner ${uc.owner}` : "no owner named in the registry");
+  if (!uc.expires) line.append(" · no end date");
+  else if (uc.expired) line.append(" · ", el("b", {class: "expired-note"}, `expired on ${uc.expires}`), ": agents record nothing more; the data below is kept");
+  else line.append(` · collects until ${uc.expires}`);
+  if (uc.data_review) line.append(" · ", el("a", {href: uc.data_review}, "data review"));
+  return line;
+}
+
 function card(name, uc, several) {
-  const c = el("section", {class: "card", id: "uc-" + name, "data-kind": uc.kind});
+  const c = el("section", {class: "card", id: "uc-" + name, "data-kind": uc.kind, "data-expired": uc.expired ? "1" : "0"});
   const title = el("h2", {}, name);
   if (several) title.append(el("span", {class: "role " + (uc.current ? "current" : "earlier")}, roleText(uc)));
+  if (uc.expired) title.append(el("span", {class: "role expired"}, "expired"));
   c.append(title);
+  c.append(ownership(uc));
   // The ε a device is charged per report (the mechanism's exact figure), and the registry's
   // declared bound when that is looser.
   const declared = uc.epsilon > uc.epsilon_report * (1 + 1e-9) ? ` (declared ≤ ${fmt(uc.epsilon)})` : "";

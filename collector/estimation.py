@@ -54,7 +54,7 @@ from collector.config import CollectorConfig
 from collector.decoding.consistency import project_simplex as _project
 from collector.decoding.discovery_settings import SFP_MAX_WORDS, discovery_top_t
 from collector.decoding.rappor import RESIDUAL_STANDARD_ERRORS, RapporDecoder
-from collector.decoding.release import DEFAULT_ALPHA, Release, ReleaseRule, release
+from collector.decoding.release import DEFAULT_ALPHA, NEAR_CUTOFF, Release, ReleaseRule, release
 from collector.decoding.sketches import NOT_PRODUCIBLE, producible
 from collector.definitions import catalog_of_config
 from collector.errors import StoreError
@@ -75,6 +75,7 @@ from collector.results import (
     finite,
 )
 from collector.store import KeyInfo, Store, open_store
+from collector.threads import numpy_threads
 from protocol.catalog import Catalog
 from protocol.errors import TooManyWordsError
 from protocol.interfaces import EstimateKind, as_discovery, as_frequencies, as_histogram
@@ -87,6 +88,7 @@ from protocol.server.contract import (
     histogram_server,
     mean_server,
 )
+from protocol.server.parallel import Threads
 from protocol.sfp import DEFAULT_ALPHABET
 
 __all__ = [
@@ -196,6 +198,7 @@ def _entry(detail: Release, i: int) -> FrequencyEntry:
         interval=detail.interval_text(i),
         median_unbiased=finite(float(detail.median_unbiased[i])),
         selection_standard_error=finite(float(detail.selection_standard_errors[i])) if released else None,
+        near_cutoff=bool(detail.near_cutoff[i]),
     )
 
 
@@ -212,6 +215,7 @@ def _frequencies(detail: Release, *, withheld: bool) -> ReleaseDecision:
         test=rule.describe(),
         withheld_items=tuple(_entry(detail, i) for i in detail.order(~detail.released)) if withheld else None,
         interval=detail.released_interval_text(),
+        near_cutoff=NEAR_CUTOFF if bool(detail.near_cutoff.any()) else None,
     )
 
 
@@ -240,14 +244,20 @@ def discovery_settings(use_case: UseCase, n: int, *, alphabet: str | None = None
 
 
 def _discover(
-    use_case: UseCase, aggregate: Aggregate, rule: ReleaseRule, *, withheld: bool, alphabet: str | None
+    use_case: UseCase,
+    aggregate: Aggregate,
+    rule: ReleaseRule,
+    *,
+    withheld: bool,
+    alphabet: str | None,
+    threads: Threads | None,
 ) -> ReleaseDecision:
     """003 Alg. 10 through the discovery protocol, every assembled string released by the rule."""
     discovery = discovery_server(use_case.server)
     alphabet, top_t = discovery_settings(use_case, aggregate.n, alphabet=alphabet)
     while True:
         try:
-            found = discovery.discover(aggregate, alphabet=alphabet, top_t=top_t, threshold=-math.inf)
+            found = discovery.discover(aggregate, alphabet=alphabet, top_t=top_t, threshold=-math.inf, threads=threads)
             break
         except TooManyWordsError:
             # The planner keeps the expected number of assembled words at half the cap; a
@@ -280,7 +290,7 @@ def estimate_aggregate(
     registry_dir: Path | None = None,
     sfp_alphabet: str | None = None,
     withheld: bool = False,
-    workers: int | None = None,
+    threads: Threads | None = None,
 ) -> EstimateResult:
     """The estimate of one (use case, period) aggregate, with the release rules applied.
 
@@ -302,7 +312,8 @@ def estimate_aggregate(
         withheld: also list the withheld entries of a frequency output
             (``estimate.withheld_items``, each with ``released: false`` and its
             ``withheld_reason``), so that every entry can be checked against a truth.
-        workers: unused; kept so callers written for threaded dictionary queries still work.
+        threads: threads a dictionary query or word discovery splits its numpy work between
+            (``collector.threads``; None: this thread alone).
     """
     start, end = period_bounds(use_case, info.period)
     settings = use_case.collector
@@ -333,7 +344,13 @@ def estimate_aggregate(
         reason = f"{info.reports} reports; at least {settings.min_reports} are needed before release"
         return struct_replace(result, withheld_reason=reason)
     found = _estimate_of_kind(
-        use_case, aggregate, registry_dir or Path.cwd(), confidence, withheld=withheld, alphabet=sfp_alphabet
+        use_case,
+        aggregate,
+        registry_dir or Path.cwd(),
+        confidence,
+        withheld=withheld,
+        alphabet=sfp_alphabet,
+        threads=threads,
     )
     if isinstance(found, str):
         return struct_replace(result, withheld_reason=found)
@@ -384,6 +401,7 @@ def _estimate_of_kind(
     *,
     withheld: bool,
     alphabet: str | None = None,
+    threads: Threads | None = None,
 ) -> EstimateForm | str:
     """The estimate the mechanism's kind gives, or why there is none."""
     kind = use_case.mechanism.kind
@@ -395,14 +413,20 @@ def _estimate_of_kind(
     if kind is EstimateKind.CANDIDATES:
         return _candidates(use_case, aggregate, registry_dir, rule, withheld=withheld)
     if kind is EstimateKind.DISCOVERY:
-        return _discover(use_case, aggregate, rule, withheld=withheld, alphabet=alphabet)
+        return _discover(use_case, aggregate, rule, withheld=withheld, alphabet=alphabet, threads=threads)
     if kind in (EstimateKind.DICTIONARY, EstimateKind.CATEGORIES):
-        return _listed(use_case, aggregate, registry_dir, rule, withheld=withheld)
+        return _listed(use_case, aggregate, registry_dir, rule, withheld=withheld, threads=threads)
     return f"no estimator for mechanism {use_case.mechanism.name!r}"
 
 
 def _listed(
-    use_case: UseCase, aggregate: Aggregate, registry_dir: Path, rule: ReleaseRule, *, withheld: bool
+    use_case: UseCase,
+    aggregate: Aggregate,
+    registry_dir: Path,
+    rule: ReleaseRule,
+    *,
+    withheld: bool,
+    threads: Threads | None,
 ) -> ReleaseDecision | str:
     """Every entry of a list fixed in advance: a dictionary (CMS, HCMS) or the categories of
     basic RAPPOR (004 Appendix: a category's count is T̂_i), released by the same rule."""
@@ -412,7 +436,7 @@ def _listed(
             return "no dictionary configured for this frequency oracle"
     else:
         names = tuple(as_frequencies(use_case.mechanism).fixed_categories or ())
-    f = frequency_server(use_case.server).estimate_frequencies(aggregate, list(names))
+    f = frequency_server(use_case.server).estimate_frequencies(aggregate, list(names), threads=threads)
     detail = release(names, f.values, f.standard_errors, n=aggregate.n, rule=rule)
     return _frequencies(detail, withheld=withheld)
 
@@ -558,14 +582,16 @@ def compute_estimate(
         store.check(report_ids=False)
     finally:
         store.close()
-    return estimate_aggregate(
-        uc,
-        aggregate,
-        info,
-        confidence=config.estimation.confidence,
-        registry_dir=registry_dir(catalog, uc),
-        withheld=withheld,
-    )
+    with numpy_threads() as threads:
+        return estimate_aggregate(
+            uc,
+            aggregate,
+            info,
+            confidence=config.estimation.confidence,
+            registry_dir=registry_dir(catalog, uc),
+            withheld=withheld,
+            threads=threads,
+        )
 
 
 def series_of(

@@ -1,5 +1,5 @@
 """Estimates for an operator's tools: one period as rows (CSV or JSON lines), and the latest
-closed period of every mean and proportion as Prometheus gauges.
+estimate of every mean and proportion as Prometheus gauges.
 
 The rows are read off the :class:`~collector.results.EstimateResult` the API's ``/estimate``
 serves for the same period (``collector.estimation``'s result, computed once per version of
@@ -12,9 +12,11 @@ definition and period, so files of several periods concatenate into one table
 (docs/deploy.md, "Exporting estimates").
 
 The gauges (:class:`EstimateGauges`, in ``/metrics``) carry only means and proportions, one
-series per current use case: labels ``use_case`` and ``definition``, and only the latest
-closed period, so the label set is bounded by the registry and a scrape never carries a
-frequency table (those are the export's).
+series per current use case: labels ``use_case`` and ``definition``, and only the period the
+API calls latest (``/estimate`` without ``?period``: the latest period that can be released,
+else the latest with reports; :func:`collector.estimation.default_period`), so a gauge and the
+API never show two different periods as "the latest", the label set is bounded by the
+registry, and a scrape never carries a frequency table (those are the export's).
 """
 
 from __future__ import annotations
@@ -22,10 +24,11 @@ from __future__ import annotations
 import calendar
 import csv
 import io
-import json
 import time
 from collections.abc import Iterable, Iterator, Sequence
 
+import msgspec
+from msgspec.structs import replace as struct_replace
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
@@ -37,9 +40,10 @@ __all__ = [
     "EXPORT_FORMATS",
     "GAUGED_KINDS",
     "EstimateGauges",
-    "closed_period_estimates",
+    "ExportRow",
     "export_rows",
     "export_text",
+    "latest_estimates",
 ]
 
 GAUGED_KINDS = ("mean", "proportion")
@@ -48,52 +52,61 @@ GAUGED_KINDS = ("mean", "proportion")
 EXPORT_FORMATS = {"csv": "text/csv", "jsonl": "application/x-ndjson"}
 """The formats an export is written in, with their media types."""
 
-EXPORT_COLUMNS = (
-    "use_case",
-    "definition",
-    "period",
-    "period_start",
-    "period_end",
-    "reports",
-    "kind",
-    "item",
-    "low",
-    "high",
-    "value",
-    "standard_error",
-    "ci_low",
-    "ci_high",
-    "p_value",
-    "released",
-    "withheld_reason",
-)
+Cell = str | int | float | bool | None
+"""One cell of a row (``None``: the column does not apply to the kind)."""
+
+
+class ExportRow(msgspec.Struct, frozen=True, kw_only=True):
+    """One row of an export: the period's identity, then one entry's, bucket's or estimate's
+    figures (a field that does not apply to the kind is ``None``, an empty cell)."""
+
+    use_case: str
+    definition: str
+    period: int
+    period_start: str
+    period_end: str
+    reports: int
+    kind: str
+    item: str | None = None
+    low: float | None = None
+    high: float | None = None
+    value: float | None = None
+    standard_error: float | None = None
+    ci_low: float | None = None
+    ci_high: float | None = None
+    p_value: float | None = None
+    released: bool | None = None
+    withheld_reason: str | None = None
+
+
+EXPORT_COLUMNS: tuple[str, ...] = ExportRow.__struct_fields__
 """The columns of every row, in order (a field that does not apply to the kind is empty)."""
 
-Row = dict[str, str | int | float | bool | None]
+_LINE_ENCODER = msgspec.json.Encoder()  # the columns in their order, as the CSV header has them
 
 
-def _entry(base: Row, e: FrequencyEntry) -> Row:
+def _entry(base: ExportRow, e: FrequencyEntry) -> ExportRow:
     # A released entry's SE is the spread of its interval conditional on release (docs/estimation.md).
     se = e.selection_standard_error if e.selection_standard_error is not None else e.standard_error
-    return base | {
-        "item": e.value,
-        "value": e.count,
-        "standard_error": se,
-        "ci_low": e.ci[0],
-        "ci_high": e.ci[1],
-        "p_value": e.p_value,
-        "released": e.released,
-        "withheld_reason": e.withheld_reason,
-    }
+    return struct_replace(
+        base,
+        item=e.value,
+        value=e.count,
+        standard_error=se,
+        ci_low=e.ci[0],
+        ci_high=e.ci[1],
+        p_value=e.p_value,
+        released=e.released,
+        withheld_reason=e.withheld_reason,
+    )
 
 
-def export_rows(result: EstimateResult) -> Iterator[Row]:
+def export_rows(result: EstimateResult) -> Iterator[ExportRow]:
     """The rows of ``result``, each with every column of :data:`EXPORT_COLUMNS`.
 
     A period that is not released as a whole (too few reports) is one row saying why.
     """
-    base: Row = dict.fromkeys(EXPORT_COLUMNS)
-    base.update(
+    base = ExportRow(
         use_case=result.use_case,
         definition=result.definition,
         period=result.period,
@@ -104,34 +117,36 @@ def export_rows(result: EstimateResult) -> Iterator[Row]:
     )
     est = result.estimate
     if not result.released or est is None:
-        yield base | {"released": False, "withheld_reason": result.withheld_reason}
+        yield struct_replace(base, released=False, withheld_reason=result.withheld_reason)
     elif isinstance(est, ScalarEstimate):
-        yield base | {
-            "value": est.value,
-            "standard_error": est.standard_error,
-            "ci_low": est.ci[0],
-            "ci_high": est.ci[1],
-            "released": True,
-        }
+        yield struct_replace(
+            base,
+            value=est.value,
+            standard_error=est.standard_error,
+            ci_low=est.ci[0],
+            ci_high=est.ci[1],
+            released=True,
+        )
     elif isinstance(est, HistogramEstimate):
         for i, b in enumerate(est.buckets):
-            yield base | {
-                "item": str(i),
-                "low": b.low,
-                "high": b.high,
-                "value": b.value,
-                "standard_error": b.standard_error,
-                "ci_low": b.ci[0],
-                "ci_high": b.ci[1],
-                "released": True,
-            }
+            yield struct_replace(
+                base,
+                item=str(i),
+                low=b.low,
+                high=b.high,
+                value=b.value,
+                standard_error=b.standard_error,
+                ci_low=b.ci[0],
+                ci_high=b.ci[1],
+                released=True,
+            )
     else:
         assert isinstance(est, ReleaseDecision)
         for e in est.items + (est.withheld_items or ()):
             yield _entry(base, e)
 
 
-def _cell(value: str | int | float | bool | None) -> str | int | float:
+def _cell(value: Cell) -> str | int | float:
     if value is None:
         return ""
     if isinstance(value, bool):
@@ -149,32 +164,31 @@ def export_text(result: EstimateResult, fmt: str) -> str:
         raise ValueError(f"format must be one of {', '.join(EXPORT_FORMATS)}; got {fmt[:40]!r}")
     rows = list(export_rows(result))
     if fmt == "jsonl":
-        return "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows)
+        return "".join(_LINE_ENCODER.encode(r).decode() + "\n" for r in rows)
     out = io.StringIO()
-    writer = csv.DictWriter(out, fieldnames=EXPORT_COLUMNS, lineterminator="\n")
-    writer.writeheader()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(EXPORT_COLUMNS)
     # Undefined numbers (None) are empty cells, flags are true/false as in the JSON lines;
     # str of a float keeps every digit.
-    writer.writerows({k: _cell(v) for k, v in r.items()} for r in rows)
+    writer.writerows([_cell(v) for v in msgspec.structs.astuple(r)] for r in rows)
     return out.getvalue()
 
 
-async def closed_period_estimates(live: LiveAggregates, now: float | None = None) -> list[EstimateResult]:
-    """The estimate of the latest closed period (the one before the period ``now`` is in) of every
-    current mean and proportion use case, as ``/estimate?period=P`` computes it."""
-    at = time.time() if now is None else now
+async def latest_estimates(live: LiveAggregates) -> list[EstimateResult]:
+    """The latest estimate of every current mean and proportion use case: what ``/estimate``
+    answers without ``?period`` (the same call, so the same period and the same numbers)."""
     out = []
     for name in live.catalog.names():
         uc = live.catalog.current_of(name)
         if uc is None or uc.mechanism.kind.result not in GAUGED_KINDS:
             continue
-        _, result = await live.estimate(name, uc.period.index_at(at) - 1)
+        _, result = await live.estimate(name)
         out.append(result)
     return out
 
 
 class EstimateGauges(Collector):
-    """The gauges of :func:`closed_period_estimates`, set before each scrape (:meth:`update`).
+    """The gauges of :func:`latest_estimates`, set before each scrape (:meth:`update`).
 
     ``ldp_estimate_reports`` is there for every gauged use case; the value, its standard error
     and its interval only when the period is released (a withheld period has no number to show).
@@ -192,13 +206,13 @@ class EstimateGauges(Collector):
         labels = ["use_case", "definition"]
         families = {
             "reports": GaugeMetricFamily(
-                "ldp_estimate_reports", "Reports in the latest closed period of the use case", labels=labels
+                "ldp_estimate_reports", "Reports in the period of the latest estimate of the use case", labels=labels
             ),
             "period_start": GaugeMetricFamily(
                 "ldp_estimate_period_start_seconds", "Start of the period the estimate is of (Unix time)", labels=labels
             ),
             "value": GaugeMetricFamily(
-                "ldp_estimate_value", "Mean or proportion of the latest closed period, when released", labels=labels
+                "ldp_estimate_value", "Mean or proportion of the latest estimate, when released", labels=labels
             ),
             "se": GaugeMetricFamily("ldp_estimate_standard_error", "Standard error of the estimate", labels=labels),
             "low": GaugeMetricFamily("ldp_estimate_ci_low", "Lower end of the confidence interval", labels=labels),

@@ -6,11 +6,10 @@ them buffered until their commit; none of them is in a reference cycle, so refer
 frees them all. With the interpreter's default thresholds the collector's young pass ran
 every 700 allocations and walked the buffered reports again and again, and its full passes
 walked everything made at start (registry, catalog, modules) as well, freeing nothing: about
-a tenth of the ingest thread's time. Measured with ``python -m benchmarks.bench_fleet
---scale-only --devices 30000 --days 1``, collector CPU per report, two runs each: 30.1 and
-29.9 µs as it was; 28.6 and 29.0 with the start-up heap frozen; 27.8 and 27.5 with young
-passes every 20,000 allocations; 27.2 and 27.1 with both (docs/deploy.md, "The store's cost
-per report" has the whole path). Cycles are still collected, only later.
+a tenth of the ingest thread's time, which freezing the start-up heap and young passes every
+20,000 allocations give back (docs/benchmarks.md, "The collector's garbage collector";
+docs/deploy.md, "The store's cost per report" has the whole path). Cycles are still
+collected, only later.
 
 Process-wide settings: the console command sets them, not :func:`collector.service.run_service`,
 which tests and embedding applications run inside processes of their own.

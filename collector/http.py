@@ -6,8 +6,9 @@ Routes (``GET`` and ``HEAD``; JSON unless stated):
 ``/``                                      the dashboard (one self-contained HTML page, no CDN)
 ``/metrics``                               Prometheus (``prometheus_client``): ingest, transport,
                                            commit latency and batch histograms, process metrics,
-                                           and the latest closed period's mean or proportion
-                                           per use case (``ldp_estimate_*``, ``collector.export``)
+                                           and the latest estimate of each mean or proportion
+                                           (``ldp_estimate_*``, the period ``/estimate`` shows;
+                                           ``collector.export``)
 ``/healthz``                               liveness: broker connections, checkpoint age; 503 while
                                            the checkpoint store cannot take commits; "degraded"
                                            (200) while one of several brokers is unreachable
@@ -52,14 +53,13 @@ it), so ``collector.service`` imports it and not the other way round.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
-import time
 from collections.abc import Awaitable, Callable, Iterable
-from typing import Any, Protocol
+from typing import Protocol
 
 from aiohttp import web
 from aiohttp.http_exceptions import BadHttpMessage, LineTooLong
+from msgspec.structs import replace as struct_replace
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import Metric
 from prometheus_client.exposition import choose_encoder
@@ -69,12 +69,14 @@ from collector.config import CollectorConfig
 from collector.dashboard import DASHBOARD_HTML
 from collector.definitions import catalog_of_config
 from collector.errors import CollectorError, StoreDamaged, StoreError, StoreUnavailable
-from collector.export import EXPORT_FORMATS, EstimateGauges, closed_period_estimates, export_text
+from collector.export import EXPORT_FORMATS, EstimateGauges, export_text, latest_estimates
 from collector.live import LiveAggregates
 from collector.metrics import IngestMetrics, metrics_registry
-from collector.results import ServiceStatus, UseCaseBrief, json_schema, named, to_json
+from collector.results import Health, ServiceStatus, UseCaseBrief, json_schema, named, to_json
 from collector.transport import TransportStatistics
 from protocol.registry import Period
+from runtime.accept_errors import ACCEPT_ERROR_INTERVAL_S, AcceptErrorLog
+from runtime.closing import close_in_thread
 
 __all__ = [
     "ACCEPT_ERROR_INTERVAL_S",
@@ -96,75 +98,9 @@ _MAX_HEADERS = 32  # a browser sends about 15; bounds a head at about 270 KiB
 _MAX_BODY = 1024  # nothing is uploaded: every route is GET
 _MAX_PERIOD = max(p.max_index for p in Period)  # larger indices overflowed SQLite's integers (HTTP 500)
 _CACHED_BODIES = 1024
+_ACCEPT_RETRY_S = 1.0  # asyncio's delay before it listens again after a failed accept (constants.ACCEPT_RETRY_DELAY)
 # Server: the name only; aiohttp would announce its version and Python's.
 _SECURITY_HEADERS = {"Cache-Control": "no-store", "X-Content-Type-Options": "nosniff", "Server": "ldp-collector"}
-
-
-ACCEPT_ERROR_INTERVAL_S = 60.0
-"""At most one log line per this many seconds about connections that could not be accepted."""
-
-_ACCEPT_FAILED = "socket.accept() out of system resource"  # asyncio's context message (selector_events)
-
-
-class AcceptErrorLog:
-    """The event loop's exception handler while the API serves: accept failures counted, one line per interval.
-
-    When the process runs out of file descriptors (a flood of slow clients, each holding a
-    connection until the head deadline), asyncio reports every failed ``accept()`` and retries
-    a second later: hundreds of identical lines that bury the rest of the log. This logs the
-    first at once, then one line per :data:`ACCEPT_ERROR_INTERVAL_S` with how many there were;
-    every other report goes to the handler that was there before (or asyncio's default).
-    """
-
-    def __init__(
-        self,
-        loop: asyncio.AbstractEventLoop,
-        *,
-        interval: float = ACCEPT_ERROR_INTERVAL_S,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        self._loop = loop
-        self._previous = loop.get_exception_handler()
-        self.interval = interval
-        self._clock = clock
-        self._next = float("-inf")
-        self._held = 0
-        self._last: object = None
-
-    def install(self) -> None:
-        """Become the loop's exception handler."""
-        self._loop.set_exception_handler(self)
-
-    def uninstall(self) -> None:
-        """Give the handler back, logging the failures not yet reported."""
-        if self._held:
-            self._report()
-        if self._loop.get_exception_handler() is self:
-            self._loop.set_exception_handler(self._previous)
-
-    def __call__(self, loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
-        if context.get("message") != _ACCEPT_FAILED:
-            if self._previous is None:
-                loop.default_exception_handler(context)
-            else:
-                self._previous(loop, context)
-            return
-        self._held += 1
-        self._last = context.get("exception")
-        if self._clock() >= self._next:
-            self._report()
-
-    def _report(self) -> None:
-        log.error(
-            "HTTP API: %d connection(s) could not be accepted (%s); asyncio retries each second; at most one "
-            "line per %g s. Raise the open-file limit (LimitNOFILE= in deploy/ldp-collector.service) or look "
-            "for a client holding connections open",
-            self._held,
-            self._last,
-            self.interval,
-        )
-        self._held = 0
-        self._next = self._clock() + self.interval
 
 
 class StatisticsSource(Protocol):
@@ -276,8 +212,6 @@ class HttpApi:
         service: the running service, for live metrics and health; None serves a store read-only.
         live: the materialised aggregates to read (default: the service's, or new ones this API owns).
         head_timeout: seconds a connection has to send its request head (tests shorten it).
-        wall_clock: the time that says which period is the latest closed one for the
-            ``ldp_estimate_*`` gauges (tests pin it so no period boundary passes mid-test).
     """
 
     def __init__(
@@ -287,11 +221,9 @@ class HttpApi:
         service: ServiceView | None = None,
         live: LiveAggregates | None = None,
         head_timeout: float = HEAD_TIMEOUT_S,
-        wall_clock: Callable[[], float] = time.time,
     ) -> None:
         self.config = config
         self.head_timeout = head_timeout
-        self._wall_clock = wall_clock
         self.service = service
         if live is None and service is not None:
             live = service.live
@@ -365,7 +297,14 @@ class HttpApi:
                 lingering_time=1.0,
             )
 
-        self._accept_errors = AcceptErrorLog(loop)
+        self._accept_errors = AcceptErrorLog(
+            loop,
+            logger=log,
+            server="HTTP API",
+            unit="deploy/ldp-collector.service",
+            operation="http-accept",
+            resources=None if self.service is None else self.service.metrics.resources,
+        )
         self._accept_errors.install()
         self._server = await loop.create_server(protocol, http.host, http.port, reuse_address=True)
         log.info("HTTP API and dashboard on http://%s:%d/", http.host, self.port)
@@ -389,14 +328,14 @@ class HttpApi:
             self._server.close()
             self._server = None
         if self._accept_errors is not None:
-            self._accept_errors.uninstall()
+            self._accept_errors.uninstall(linger=_ACCEPT_RETRY_S * 2)
             self._accept_errors = None
         if self._runner is not None:
             runner, self._runner = self._runner, None
             await runner.cleanup()
         if self._owns_live:
             self._owns_live = False
-            await asyncio.to_thread(self.live.close)
+            await close_in_thread(self.live.close)
 
     # -- the middleware: methods, error bodies, headers ----------------------------------------
 
@@ -457,7 +396,7 @@ class HttpApi:
     async def _metrics(self, request: web.Request) -> web.Response:
         encoder, content_type = choose_encoder(request.headers.get("Accept", ""))
         try:
-            self._gauges.update(await closed_period_estimates(self.live, self._wall_clock()))
+            self._gauges.update(await latest_estimates(self.live))
         except (StoreError, CollectorError) as exc:
             # /metrics is how a store outage is seen: it answers without the estimates (and
             # without stale ones) rather than failing with the store.
@@ -472,26 +411,27 @@ class HttpApi:
         return response
 
     async def _health(self, request: web.Request) -> web.Response:
-        body: dict[str, object] = {"status": "ok", "instance": self.config.instance}
+        instance = self.config.instance
         if self.service is None:
-            return _json(200, body)
+            return _json(200, Health(status="ok", instance=instance))
         metrics = self.service.metrics
-        snap = metrics.snapshot()
         transport = self.service.transport.statistics()
-        body.update(
+        health = Health(
+            status="ok",
+            instance=instance,
             connected=transport.connected,
-            checkpoint_age_seconds=snap.checkpoint_age_seconds,
-            brokers=[dataclasses.asdict(b) for b in transport.brokers],
+            checkpoint_age_seconds=metrics.snapshot().checkpoint_age_seconds,
+            brokers=transport.brokers,
         )
+        if metrics.store_error:
+            # Up, but not counting: reports wait at the broker until the store takes commits again.
+            detail = metrics.store_error_detail
+            return _json(503, struct_replace(health, status="unhealthy", cause=metrics.store_error, detail=detail))
         if len(transport.brokers) > 1 and not transport.connected:
             # Alive and serving the brokers it reaches (or waiting for all, reconnecting):
             # restarting cannot bring a broker back, so this is not a failure (docs/deploy.md).
-            body.update(status="degraded")
-        if metrics.store_error:
-            # Up, but not counting: reports wait at the broker until the store takes commits again.
-            body.update(status="unhealthy", cause=metrics.store_error, detail=metrics.store_error_detail)
-            return _json(503, body)
-        return _json(200, body)
+            return _json(200, struct_replace(health, status="degraded"))
+        return _json(200, health)
 
     async def _schema(self, request: web.Request) -> web.Response:
         return _json(200, _SCHEMA)
@@ -545,13 +485,19 @@ class HttpApi:
             return _error(400, f"period must be a slot index in [0, {_MAX_PERIOD}]; got {str(raw)[:40]}")
         return period
 
-    async def _export(self, request: web.Request) -> web.Response:
+    def _asked(self, request: web.Request) -> tuple[str, int | None] | web.Response:
+        """The use case and the period a request names, or the error that answers it."""
         name = request.match_info["name"]
         if (unknown := self._unknown(name)) is not None:
             return unknown
         period = self._period(request)
-        if isinstance(period, web.Response):
-            return period
+        return period if isinstance(period, web.Response) else (name, period)
+
+    async def _export(self, request: web.Request) -> web.Response:
+        asked = self._asked(request)
+        if isinstance(asked, web.Response):
+            return asked
+        name, period = asked
         fmt = request.query.get("format") or "csv"
         if fmt not in EXPORT_FORMATS:
             return _error(400, f"format must be one of {', '.join(EXPORT_FORMATS)}; got {fmt[:40]!r}")
@@ -563,12 +509,10 @@ class HttpApi:
         return response
 
     async def _estimate(self, request: web.Request) -> web.Response:
-        name = request.match_info["name"]
-        if (unknown := self._unknown(name)) is not None:
-            return unknown
-        period = self._period(request)
-        if isinstance(period, web.Response):
-            return period
+        asked = self._asked(request)
+        if isinstance(asked, web.Response):
+            return asked
+        name, period = asked
         flag = request.query.get("withheld") or "0"
         if flag not in ("0", "1"):
             return _error(400, f"withheld must be 0 or 1; got {flag[:40]!r}")

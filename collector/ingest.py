@@ -54,7 +54,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, NamedTuple, Self, TypeVar
 
 import numpy as np
 
@@ -62,7 +62,7 @@ from collector.config import IngestConfig
 from collector.errors import StoreUnavailable
 from collector.metrics import IngestMetrics
 from collector.store import CommitResult, Store
-from collector.transport import Delivery, Transport
+from collector.transport import Delivery, Transport, route_of
 from protocol.catalog import Catalog, catalog_of
 from protocol.errors import MalformedReportError
 from protocol.receipts import MAX_CORRELATION_BYTES, Receipt, foreign_response_topic, valid_response_topic
@@ -70,6 +70,7 @@ from protocol.registry import Registry
 from protocol.wire import DecodedReport, decode_report
 from runtime.backoff import Backoff, Retry
 from runtime.clock import SystemClock, WallClock
+from runtime.closing import close_in_thread
 
 __all__ = ["RETRY_MAX_S", "RETRY_MIN_S", "Ingest", "StoreThread", "period_windows"]
 
@@ -129,11 +130,28 @@ class StoreThread(Generic[S_co]):
         self._executor.submit(self._store.close).result()
         self._executor.shutdown(wait=True)
 
+    async def __aenter__(self) -> Self:
+        return self
 
-# A receipt request waiting for its commit: (route, response topic, correlation, outcome), where
-# the route is the broker that delivered the report (the receipt goes back through it) and the
-# outcome is the refusal reason (a str) or the report id (bytes) whose fate the commit decides.
-_Request = tuple[int, bytes, bytes, str | bytes]
+    async def __aexit__(self, *exc_info: object) -> None:
+        # The close waits for queued work: off the event loop, and to its end even when the
+        # service is cancelled meanwhile (docs/design.md, convention 14).
+        await close_in_thread(self.close)
+
+
+class _Request(NamedTuple):
+    """A receipt request waiting for its commit."""
+
+    route: int
+    """The broker that delivered the report: the receipt goes back through it."""
+    topic: bytes
+    """The response topic the agent asked for."""
+    correlation: bytes
+    """The agent's correlation data, returned with the receipt."""
+    refused: str | None
+    """Why the report was refused before the commit; None when the commit decides its fate."""
+    report_id: bytes | None
+    """The report whose fate the commit decides; None for a report refused before it."""
 
 
 @dataclass
@@ -337,7 +355,7 @@ class Ingest:
             # only the receipt is withheld.
             self.metrics.receipt_requests_refused[refused] += 1
             return None
-        return d.route, reply_to, correlation
+        return route_of(d.token), reply_to, correlation
 
     def _judge(self, d: Delivery) -> DecodedReport | str:
         """The decoded report of ``d``, or the reason it is refused."""
@@ -383,13 +401,13 @@ class Ingest:
         # A period ahead of our clock may be accepted later (one of the two clocks is
         # off): no receipt, so the agent resends until it is counted or too old.
         if receipt is not None and reason != "period-future":
-            self._requests.append((*receipt, reason))
+            self._requests.append(_Request(*receipt, refused=reason, report_id=None))
 
     def _keep(self, report: DecodedReport, sender: bytes, receipt: tuple[int, bytes, bytes] | None) -> None:
         """Buffer an accepted report for the next commit, unless its id is buffered already."""
         if receipt is not None:
             # Decided by the commit: counted (fresh or already stored) unless expired there.
-            self._requests.append((*receipt, report.report_id))
+            self._requests.append(_Request(*receipt, refused=None, report_id=report.report_id))
         if report.report_id in self._ids:
             self._counters["duplicates"] += 1
             self.metrics.duplicates += 1
@@ -538,12 +556,12 @@ def _receipts(requests: Sequence[_Request], result: CommitResult) -> dict[int, d
     # The list of the previous request's topic: requests of one connection come in runs.
     last: tuple[int, bytes] | None = None
     receipts: list[Receipt] = []
-    for route, topic, correlation, outcome in requests:
-        if isinstance(outcome, str):
-            receipt = Receipt(correlation, counted=False, reason=outcome)
-        elif outcome in expired:
+    for route, topic, correlation, refused, report_id in requests:
+        if refused is not None:
+            receipt = Receipt(correlation, counted=False, reason=refused)
+        elif report_id in expired:
             receipt = Receipt(correlation, counted=False, reason="period-expired")
-        elif outcome in over:
+        elif report_id in over:
             receipt = Receipt(correlation, counted=False, reason="over-allowance")
         else:
             receipt = Receipt(correlation, counted=True)

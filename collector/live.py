@@ -15,10 +15,10 @@ the running service keeps the aggregates people read in memory and keeps them cu
   costs no more than what was added.
 * Keys nobody has asked this member for are not materialised. In a group each member would
   otherwise fold every member's segments: for a mechanism whose segments carry records (the
-  Safari sketch) that is each report read back and folded once per member, and three
-  members spent 1.6 times one member's CPU per message on it (``bench_collector``,
-  ``isolated``). Now the member that serves a key pays for keeping it current, and members
-  that only ingest pay nothing for it.
+  Safari sketch) that is each report read back and folded once per member, which cost three
+  members well over one member's CPU per message (docs/benchmarks.md, "The live view in a
+  group of collectors"). Now the member that serves a key pays for keeping it current, and
+  members that only ingest pay nothing for it.
 * A request checks that its key is current (one query on the segment sequence; normally the
   background task has already caught up), then computes the estimate from memory with
   :func:`collector.estimation.estimate_aggregate` and keeps it with the aggregate's version
@@ -59,7 +59,7 @@ import logging
 import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, Self, TypeVar
 
 from collector.config import CollectorConfig
 from collector.errors import StoreDamaged, StoreError
@@ -67,9 +67,12 @@ from collector.estimation import default_period, estimate_aggregate, registry_di
 from collector.results import CollectorStatus, EstimateResult, MaterialisedStatus, Series
 from collector.status import status_of
 from collector.store import KeyInfo, Store, footprint, open_store
+from collector.threads import thread_count
 from protocol.catalog import Catalog, catalog_of
 from protocol.registry import Registry, UseCase
 from protocol.server.contract import Aggregate
+from protocol.server.parallel import Threads
+from runtime.closing import close_in_thread
 
 __all__ = ["Key", "LiveAggregates"]
 
@@ -115,6 +118,11 @@ class LiveAggregates:
         self._cpu = concurrent.futures.ThreadPoolExecutor(
             max_workers=max(config.estimation.workers, 1), thread_name_prefix="estimate"
         )
+        # What one estimate splits its numpy work between (collector.threads): apart from the
+        # estimate threads, which wait for these parts.
+        count = thread_count()
+        self._numpy = concurrent.futures.ThreadPoolExecutor(max_workers=count, thread_name_prefix="numpy")
+        self._threads = Threads(self._numpy, count)
         # Everything below is touched only on the aggregates thread (the _io executor) ...
         self._store: Store | None = None
         self._opened_at = -1
@@ -229,9 +237,17 @@ class LiveAggregates:
             checks=self._checks,
         )
 
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        # Waits for the running estimate: off the event loop, to its end (convention 14).
+        await close_in_thread(self.close)
+
     def close(self) -> None:
         """Stop the threads (waiting for the running task) and close the database."""
         self._cpu.shutdown(wait=True, cancel_futures=True)
+        self._numpy.shutdown(wait=True, cancel_futures=True)
         self._io.shutdown(wait=True, cancel_futures=True)
         if self._store is not None:
             self._store.close()
@@ -254,6 +270,7 @@ class LiveAggregates:
                 confidence=self.config.estimation.confidence,
                 registry_dir=registry_dir(self.catalog, uc),
                 withheld=withheld,
+                threads=self._threads,
             )
             entry.estimates[withheld] = (entry.version, result)
             # An estimate may keep a transform with the aggregate (HCMS keeps its Hadamard

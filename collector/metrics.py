@@ -16,6 +16,7 @@ Everything here is read and written from the event loop thread only.
 from __future__ import annotations
 
 import importlib.metadata
+import logging
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -35,6 +36,7 @@ from prometheus_client.registry import Collector
 
 from collector.results import IngestSnapshot
 from collector.transport import BrokerStatistics, TransportStatistics
+from runtime.resources import ResourceErrors
 
 __all__ = [
     "COMMIT_LATENCY_BUCKETS",
@@ -44,6 +46,8 @@ __all__ = [
     "metrics_registry",
     "render_prometheus",
 ]
+
+_log = logging.getLogger("collector.resources")
 
 COMMIT_LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 """Seconds. A commit of a few hundred reports takes milliseconds on SQLite; the top buckets
@@ -109,6 +113,9 @@ class IngestMetrics:
         use_case_reports: reports settled by a commit, by (definition ref, outcome): ``counted``
             (folded now, or already folded by an earlier delivery), ``period-expired`` or
             ``over-allowance`` - what the report's receipt says.
+        resources: the service's operations that failed for want of a system resource (a
+            connection to the broker, an accepted HTTP connection), by operation and errno;
+            each was retried (:mod:`runtime.resources`).
         commit_latency: a histogram of each commit's duration.
         fold_batch: a histogram of the reports handed to each commit.
     """
@@ -134,6 +141,7 @@ class IngestMetrics:
     receipt_requests_invalid: int = 0
     receipt_requests_refused: Counter[str] = field(default_factory=Counter)
     use_case_reports: Counter[tuple[str, str]] = field(default_factory=Counter)
+    resources: ResourceErrors = field(default_factory=lambda: ResourceErrors(_log), repr=False, compare=False)
     started: float = field(default_factory=time.time)
     commit_latency: Histogram = field(default_factory=_commit_latency, repr=False, compare=False)
     fold_batch: Histogram = field(default_factory=_fold_batch, repr=False, compare=False)
@@ -289,6 +297,15 @@ class ServiceCollector(Collector):
             "reason",
             m.receipt_requests_refused,
         )
+        resources = CounterMetricFamily(
+            "ldp_collector_resource_errors_total",
+            "Operations that failed for want of a system resource and were retried, by operation "
+            "(mqtt-connect, mqtt-session, http-accept) and errno (EMFILE, ENFILE, ENOMEM, ENOBUFS).",
+            labels=["operation", "errno"],
+        )
+        for (operation, name), value in sorted(m.resources.counts.items()):
+            resources.add_metric([operation, name], value)
+        yield resources
         transport = self._transport()
         if transport is not None:
             yield from _transport_families(transport)

@@ -10,6 +10,7 @@ from collector.numbers import format_number
 from collector.results import (
     CentralGuarantee,
     CollectorStatus,
+    DefinitionStatus,
     EstimateResult,
     FitFigures,
     FrequencyEntry,
@@ -73,11 +74,13 @@ def _central_line(g: CentralGuarantee) -> str:
 
 def _entry_line(item: FrequencyEntry) -> str:
     ci = f"{_fmt(item.ci[0])} .. {_fmt(item.ci[1])}"
-    # A released entry's SE is the spread of its conditional interval (docs/estimation.md).
+    # A released entry's SE is the spread of its conditional interval; one that barely crossed
+    # the cutoff is shown by that interval alone (docs/estimation.md, "What is shown").
     se = item.standard_error if item.selection_standard_error is None else item.selection_standard_error
+    count, spread = ("near cutoff", "-") if item.near_cutoff else (_fmt(item.count), _fmt(se))
     # The p-value with two significant digits, as the dashboard shows it (collector/dashboard.py).
     p = format_number(item.p_value, 2)
-    return f"  {item.value[:40]:40s}  {_fmt(item.count):>12s}  {_fmt(se):>10s}  {ci:>25s}  {p:>9s}"
+    return f"  {item.value[:40]:40s}  {count:>12s}  {spread:>10s}  {ci:>25s}  {p:>9s}"
 
 
 def _release_lines(est: ReleaseDecision) -> list[str]:
@@ -87,6 +90,8 @@ def _release_lines(est: ReleaseDecision) -> list[str]:
         # A released entry was read because its estimate crossed the cutoff: its interval
         # is the one that covers among released entries (docs/estimation.md).
         lines.append(f"  (SE and CI: {est.interval})")
+    if est.near_cutoff:
+        lines.append(f"  ({est.near_cutoff})")
     if est.withheld:
         threshold = _fmt(est.threshold)
         lines.append(f"  ({_fmt(est.withheld)} entries withheld: below the threshold {threshold} or not significant)")
@@ -140,7 +145,7 @@ def format_status(status: CollectorStatus) -> str:
             role = "current" if d.current else "earlier"
             if d.retired_from:
                 role += f", retired from {d.retired_from}"
-            lines.append(f"  {d.definition:40s} {d.mechanism:13s} {count:<11s} {tail}  ({role})")
+            lines.append(f"  {d.definition:40s} {d.mechanism:13s} {count:<11s} {tail}  ({role}; {_ownership(d)})")
     instances = status.instances
     whose = f" (all of {', '.join(sorted(instances))})" if len(instances) > 1 else ""
     lines.append(f"counters{whose}: " + ", ".join(f"{k} {v:,}" for k, v in sorted(status.counters.items())))
@@ -153,6 +158,16 @@ def format_status(status: CollectorStatus) -> str:
     if isinstance(status, ServiceStatus) and status.brokers:
         lines.extend(_broker_line(b) for b in status.brokers)
     return "\n".join(lines)
+
+
+def _ownership(d: DefinitionStatus) -> str:
+    """Who answers for a definition and until when; an expired one says so first (its data is kept)."""
+    owner = f"owner {d.owner}" if d.owner else "no owner"
+    if d.expires is None:
+        return f"{owner}, no end date"
+    if d.expired:
+        return f"EXPIRED on {d.expires}, agents record nothing more; {owner}"
+    return f"{owner}, expires {d.expires}"
 
 
 def _broker_line(b: BrokerStatistics) -> str:

@@ -37,6 +37,7 @@ __all__ = [
     "EstimateResult",
     "FitFigures",
     "FrequencyEntry",
+    "Health",
     "HistogramBucket",
     "HistogramEstimate",
     "IngestSnapshot",
@@ -136,6 +137,10 @@ class FrequencyEntry(_Value, frozen=True, omit_defaults=True):
         selection_standard_error: the spread to read with a released entry's ``count``: its
             conditional interval's width over ``2 z``; ``standard_error`` far above the
             cutoff, larger near it (``standard_error`` stays the one the test used).
+        near_cutoff: a released entry whose estimate barely crossed the release cutoff (less
+            than 2 SE above it): its conditional interval is no longer ``count ± z spread``,
+            so it is shown by ``ci`` alone, with the words "near the cutoff"
+            (docs/estimation.md, "What is shown").
     """
 
     value: str
@@ -149,6 +154,7 @@ class FrequencyEntry(_Value, frozen=True, omit_defaults=True):
     interval: str | None = None
     median_unbiased: Number = None
     selection_standard_error: Number = None
+    near_cutoff: bool = False
 
 
 class FitFigures(_Value, frozen=True, omit_defaults=True):
@@ -198,6 +204,7 @@ class ReleaseDecision(_Value, frozen=True, omit_defaults=True, tag="frequencies"
         note: why there is nothing to test (no candidate dictionary).
         interval: what the released entries' ``ci`` means (``"95 % interval conditional on
             release"``).
+        near_cutoff: what a released entry shown "near cutoff" means, when one is.
     """
 
     items: tuple[FrequencyEntry, ...]
@@ -215,6 +222,7 @@ class ReleaseDecision(_Value, frozen=True, omit_defaults=True, tag="frequencies"
     unexplained: CountFigure | None = None
     note: str | None = None
     interval: str | None = None
+    near_cutoff: str | None = None
     fit: FitFigures | None = None
 
 
@@ -318,7 +326,16 @@ class PeriodTotals(_Value, frozen=True):
 
 
 class _DefinitionFields(_Value, frozen=True):
-    """What a definition is, where it comes from, and whether it is current or retired."""
+    """What a definition is, where it comes from, whether it is current or retired, and who answers
+    for it until when (its registry's metadata, protocol/metadata.py).
+
+    Attributes:
+        owner: who answers for the use case (``None``: its registry names nobody).
+        expires: the day it stops collecting, ISO 8601 (``None``: no end date).
+        expired: the end date has passed: agents record nothing more; the data is kept.
+        data_review: the review that approved the collection (a URL), if given.
+        notification_emails: who is told about it.
+    """
 
     definition: str
     hash: str
@@ -335,6 +352,11 @@ class _DefinitionFields(_Value, frozen=True):
     lifetime_epsilon: float | None
     min_reports: int
     release_threshold: float
+    owner: str | None
+    expires: str | None
+    expired: bool
+    data_review: str | None
+    notification_emails: tuple[str, ...]
 
 
 class DefinitionStatus(_DefinitionFields, frozen=True):
@@ -474,6 +496,24 @@ class ServiceStatus(CollectorStatus, frozen=True, omit_defaults=True):
             transport=transport,
             brokers=brokers,
         )
+
+
+class Health(_Value, frozen=True):
+    """What ``/healthz`` answers: ``ok``, ``degraded`` (one of several brokers unreachable) or
+    ``unhealthy`` (the store takes no commits, with its ``cause`` and ``detail``).
+
+    A read-only API (no running service) answers ``status`` and ``instance`` alone: the other
+    fields are then left out, not ``null``, as ``checkpoint_age_seconds`` is before the first
+    commit.
+    """
+
+    status: str
+    instance: str
+    connected: bool | msgspec.UnsetType = msgspec.UNSET
+    checkpoint_age_seconds: float | msgspec.UnsetType | None = msgspec.UNSET
+    brokers: tuple[BrokerStatistics, ...] | msgspec.UnsetType = msgspec.UNSET
+    cause: str | msgspec.UnsetType = msgspec.UNSET
+    detail: str | msgspec.UnsetType = msgspec.UNSET
 
 
 # -- the edge -----------------------------------------------------------------------------------

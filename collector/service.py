@@ -12,6 +12,7 @@ DISCONNECT (the session, and messages queued while we are down, stay on the brok
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
 import signal
@@ -23,7 +24,7 @@ from prometheus_client import CollectorRegistry
 
 from collector.config import CollectorConfig
 from collector.definitions import load_catalog, load_registry
-from collector.errors import ConfigError, StoreUnavailable
+from collector.errors import ConfigError, StoreUnavailable, TransportError
 from collector.http import serve_http
 from collector.ingest import Ingest, StoreThread
 from collector.live import LiveAggregates
@@ -33,6 +34,7 @@ from collector.store import Store, open_store
 from protocol.catalog import Catalog, catalog_of
 from protocol.registry import Registry
 from runtime.clock import SystemClock, WallClock
+from runtime.resources import ResourceShortageError
 from runtime.sd_notify import Notifier
 
 __all__ = ["MAINTENANCE_INTERVAL_S", "Service", "check_size_caps", "load_catalog", "load_registry", "run_service"]
@@ -135,6 +137,25 @@ async def _check_store(service: Service) -> None:
             log.warning("store check skipped: %s", exc)
 
 
+def _broker_set(config: CollectorConfig, metrics: IngestMetrics) -> BrokerSet:
+    """One session per broker, each with its TLS context built now, once (a reconnect opens no file).
+
+    Raises:
+        ConfigError: a TLS file or the password file cannot be used.
+        TransportError: a file could not be read for want of a system resource (exit 1:
+            systemd starts the service again; not the configuration's fault).
+    """
+    try:
+        # The read pause (collector.mqtt.READ_PAUSE_S) stays well inside the commit interval.
+        return BrokerSet(
+            config.mqtt,
+            read_pause_s=min(READ_PAUSE_S, config.ingest.commit_interval_s / 4),
+            resources=metrics.resources,
+        )
+    except ResourceShortageError as exc:
+        raise TransportError(f"cannot start the broker sessions: {exc} (a system resource ran out)") from exc
+
+
 def _count_dropped(metrics: IngestMetrics, notifier: Notifier) -> None:
     metrics.sd_notify_dropped = notifier.dropped
 
@@ -174,33 +195,10 @@ async def run_service(
         stop = asyncio.Event()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
-    notifier: Notifier | None = None
-    store = StoreThread(lambda: open_store(config, catalog))
-    live: LiveAggregates | None = None
-    try:
-        low_water = await store.call(lambda s: s.low_water())
-        metrics = IngestMetrics()
-        # The read pause (collector.mqtt.READ_PAUSE_S) stays well inside the commit interval.
-        # One session per broker (mqtt.addresses), all feeding this one ingest.
-        transport = BrokerSet(config.mqtt, read_pause_s=min(READ_PAUSE_S, config.ingest.commit_interval_s / 4))
-        ingest = Ingest(
-            catalog=catalog,
-            transport=transport,
-            store=store,
-            config=config.ingest,
-            metrics=metrics,
-            clock=clock,
-            low_water=low_water,
-            receipt_prefix=config.mqtt.receipt_prefix,
-        )
-        # Opened after the store thread has created the database and registered the use cases.
-        live = LiveAggregates(config, catalog)
-        ingest.on_commit = lambda result: live.committed(result.keys)
-        notifier = Notifier()
-        prometheus = metrics_registry(
-            metrics, transport=transport.statistics, instance=config.instance, registry_hash=catalog.hash_hex
-        )
-        service = Service(config, catalog, store, metrics, transport, ingest, live, notifier, prometheus)
+    # Every resource is closed whatever fails, the last opened first: the aggregates' reader,
+    # then the store, then the notifier (docs/design.md, convention 14).
+    async with contextlib.AsyncExitStack() as resources:
+        service = await _open(config, catalog, clock, resources)
         if http_starter is None and config.http.enabled:
             http_starter = serve_http
         log.info(
@@ -211,15 +209,38 @@ async def run_service(
             len(catalog.use_cases),
             len(catalog.registries),
             config.store.location,
-            ", ".join(s.address for s in transport.sessions),
+            ", ".join(s.address for s in service.transport.sessions),
         )
         await _run_tasks(service, clock, stop, http_starter, on_ready)
-    finally:
-        if live is not None:
-            await asyncio.to_thread(live.close)
-        store.close()
-        if notifier is not None:
-            notifier.close()
+
+
+async def _open(
+    config: CollectorConfig, catalog: Catalog, clock: WallClock, resources: contextlib.AsyncExitStack
+) -> Service:
+    """Open the service's parts, each closed by ``resources`` when the service ends."""
+    notifier = resources.enter_context(contextlib.closing(Notifier()))
+    store = await resources.enter_async_context(StoreThread(lambda: open_store(config, catalog)))
+    low_water = await store.call(lambda s: s.low_water())
+    metrics = IngestMetrics()
+    # One session per broker (mqtt.addresses), all feeding this one ingest.
+    transport = _broker_set(config, metrics)
+    ingest = Ingest(
+        catalog=catalog,
+        transport=transport,
+        store=store,
+        config=config.ingest,
+        metrics=metrics,
+        clock=clock,
+        low_water=low_water,
+        receipt_prefix=config.mqtt.receipt_prefix,
+    )
+    # Opened after the store thread has created the database and registered the use cases.
+    live = await resources.enter_async_context(LiveAggregates(config, catalog))
+    ingest.on_commit = lambda result: live.committed(result.keys)
+    prometheus = metrics_registry(
+        metrics, transport=transport.statistics, instance=config.instance, registry_hash=catalog.hash_hex
+    )
+    return Service(config, catalog, store, metrics, transport, ingest, live, notifier, prometheus)
 
 
 async def _run_tasks(

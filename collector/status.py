@@ -9,6 +9,7 @@ service knows (:class:`collector.results.ServiceStatus`).
 from __future__ import annotations
 
 import json
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Mapping, Sequence
@@ -37,9 +38,11 @@ SERVICE_TIMEOUT_S = 2.0
 """How long ``status`` waits for the running service's ``/healthz`` before leaving the brokers out."""
 
 
-def _definition_status(catalog: Catalog, uc: UseCase, totals: Sequence[KeyInfo]) -> DefinitionStatus:
-    """One definition: what it is, where it comes from, whether it is current or retired, its periods."""
+def _definition_status(catalog: Catalog, uc: UseCase, totals: Sequence[KeyInfo], now: float) -> DefinitionStatus:
+    """One definition: what it is, where it comes from, whether it is current or retired, who answers
+    for it until when (expired past its end date: its data is kept and shown), its periods."""
     retired = catalog.retired.get(uc.ref)
+    meta = uc.metadata
     return DefinitionStatus(
         definition=uc.ref,
         hash=uc.definition.hex(),
@@ -56,6 +59,11 @@ def _definition_status(catalog: Catalog, uc: UseCase, totals: Sequence[KeyInfo])
         lifetime_epsilon=uc.lifetime_epsilon,
         min_reports=uc.collector.min_reports,
         release_threshold=uc.collector.release_threshold,
+        owner=meta.owner,
+        expires=None if meta.expires is None else meta.expires.isoformat(),
+        expired=meta.expired(now),
+        data_review=meta.data_review,
+        notification_emails=meta.notification_emails,
         periods=tuple(
             PeriodTotals(
                 period=k.period,
@@ -84,16 +92,19 @@ def status_of(
     instances: Mapping[str, Mapping[str, int]],
     *,
     store_path: Path | str,
+    now: float | None = None,
 ) -> CollectorStatus:
     """Every use case with its definitions and their periods, and the lifetime counters.
 
     Per use case name: the fields of its current definition (of its newest one, for a use
     case the current registry no longer has) and ``definitions``, each accepted definition
-    with its own periods, current one first.
+    with its own periods, current one first. A definition is ``expired`` when its registry's
+    end date has passed at ``now`` (default: the time).
     """
+    moment = time.time() if now is None else now
     use_cases: dict[str, UseCaseStatus] = {}
     for name in catalog.names():
-        definitions = [_definition_status(catalog, uc, totals) for uc in catalog.definitions_of(name)]
+        definitions = [_definition_status(catalog, uc, totals, moment) for uc in catalog.definitions_of(name)]
         use_cases[name] = _use_case_status(definitions[0], definitions)
     return CollectorStatus(
         registry_hash=catalog.hash_hex,

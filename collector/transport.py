@@ -10,7 +10,9 @@ a keyed hash under a per-period key and forgets both when the period closes
 
 A token is acknowledged with :meth:`Transport.ack` only after the report's contribution and
 its report id are committed; an unacknowledged QoS 1 message is redelivered by the broker
-after a crash or a reconnect, and the report-id table makes that redelivery harmless.
+after a crash or a reconnect, and the report-id table makes that redelivery harmless. A token
+also names the broker that delivered its message (:func:`route_of`), through which the
+report's commit receipt goes back: the one place a delivery carries its broker.
 
 Adapters: :mod:`collector.mqtt` (MQTT 5 on asyncio streams, the default) and
 :class:`MemoryTransport` below (in-memory, for tests).
@@ -22,13 +24,13 @@ import asyncio
 import collections
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import NamedTuple, Protocol
+from typing import Protocol
 
+from protocol.mqtt.events import MAX_TAGS, Delivery, make_token, packet_id_of, tag_of
 from protocol.receipts import Receipt
 
 __all__ = [
     "MAX_ROUTES",
-    "NO_ACK",
     "BrokerStatistics",
     "Delivery",
     "MemoryTransport",
@@ -37,43 +39,15 @@ __all__ = [
     "route_of",
 ]
 
-NO_ACK = -1
-"""Token of a delivery that needs no acknowledgement (a QoS 0 message)."""
-
-MAX_ROUTES = 256
+MAX_ROUTES = MAX_TAGS
 """The most brokers one collector subscribes to: a token keeps its broker's index in 8 bits."""
 
 
 def route_of(token: int) -> int:
-    """The index of the broker whose connection gave out ``token`` (bits 16-23; see
-    ``collector.mqtt.codec``: ``(generation << 8 | route) << 16 | packet id``)."""
-    return (token >> 16) & 0xFF
-
-
-class Delivery(NamedTuple):
-    """One received message, reduced to its payload and its sender.
-
-    Immutable, and a named tuple rather than a frozen dataclass: one is made for every
-    message received, and a tuple is made in a third of the time.
-
-    Attributes:
-        payload: the message body, exactly as published.
-        token: opaque acknowledgement handle for :meth:`Transport.ack` (``NO_ACK`` for QoS 0).
-        reply_to: the MQTT 5 Response Topic, when the device asked for a commit receipt
-            (``protocol.receipts``); held in memory until the receipt is sent, never stored.
-        correlation: the Correlation Data to echo in the receipt (the report id).
-        sender: the device identity the broker authenticated, from the topic
-            (``<prefix>/<identity>/<use_case>``); empty when the topic has none.
-        route: the index of the broker that delivered it (0 with one broker): its receipt
-            goes back through the same broker, the one the device is connected to.
-    """
-
-    payload: bytes
-    token: int
-    reply_to: bytes | None = None
-    correlation: bytes | None = None
-    sender: bytes = b""
-    route: int = 0
+    """The index of the broker whose connection gave out ``token``: the tag of its session
+    (``collector.mqtt.brokers`` gives each broker's session its index as its tag), read by
+    :func:`protocol.mqtt.events.tag_of`. A delivery carries its broker only here."""
+    return tag_of(token)
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,7 +132,7 @@ class Transport(Protocol):
 
     def send_receipts(self, receipts: Mapping[bytes, Sequence[Receipt]], *, route: int = 0) -> None:
         """Publish commit receipts, one message per response topic (after the commit), through
-        broker ``route`` (the :attr:`Delivery.route` of the reports they answer)."""
+        broker ``route`` (:func:`route_of` the tokens of the reports they answer)."""
         ...
 
     def statistics(self) -> TransportStatistics:
@@ -179,7 +153,6 @@ class MemoryTransport:
         self._queue: collections.deque[Delivery] = collections.deque()
         self._unacked: dict[int, bytes] = {}
         self._senders: dict[int, bytes] = {}
-        self._generation = 0
         self._next = 0
         self._ready = asyncio.Event()
         self.acked: list[bytes] = []
@@ -197,7 +170,8 @@ class MemoryTransport:
         """Deliver ``payload`` as a QoS 1 message from device ``sender`` (with a receipt request
         when ``reply_to`` is given)."""
         self._next += 1
-        token = (self._generation << 32) | self._next
+        # Unique across reconnects, so a token of an earlier connection is never in _unacked.
+        token = make_token(self._next, 0, 1)
         self._unacked[token] = payload
         self._requests[token] = (reply_to, correlation)
         self._senders[token] = sender
@@ -215,7 +189,6 @@ class MemoryTransport:
         self._requests.clear()
         self._senders.clear()
         self._queue.clear()
-        self._generation += 1
         self._connects += 1
         for payload, sender, (reply_to, correlation) in pending:
             self.push(payload, sender, reply_to=reply_to, correlation=correlation)
@@ -231,16 +204,15 @@ class MemoryTransport:
     def ack(self, tokens: Sequence[int]) -> None:
         """Acknowledge tokens of the current connection; older ones are ignored."""
         for token in tokens:
-            if token == NO_ACK:
-                continue
-            if token >> 32 != self._generation:
-                self._stale += 1
+            if not packet_id_of(token):
                 continue
             payload = self._unacked.pop(token, None)
+            if payload is None:
+                self._stale += 1
+                continue
             self._requests.pop(token, None)
             self._senders.pop(token, None)
-            if payload is not None:
-                self.acked.append(payload)
+            self.acked.append(payload)
 
     def send_receipts(self, receipts: Mapping[bytes, Sequence[Receipt]], *, route: int = 0) -> None:
         """Record the receipts (topic, receipt) in :attr:`receipts`, and their route."""

@@ -28,17 +28,22 @@ done
 # the test CA, systemd-analyze to verify the units, headless Chromium for the dashboard, and
 # PostgreSQL (a throwaway cluster per test session, started by a fixture as an unprivileged user),
 # and systemd-nspawn and debootstrap for the deployment test, which boots a Debian container
-# and runs deploy/install.sh in it (tests/deploy/test_container.py; root only).
+# and runs deploy/install.sh in it (tests/deploy/test_container.py; root only); a C compiler and
+# make for the agent's C client and the generated C code (tests/clients/); a colour emoji font, so
+# the dashboard's test sees released emoji drawn (tests/collector/test_dashboard_numbers.py).
 need=()
 command -v mosquitto >/dev/null 2>&1 || [ -x /usr/sbin/mosquitto ] || need+=(mosquitto)
 command -v mosquitto_sub >/dev/null 2>&1 || need+=(mosquitto-clients)
 command -v openssl >/dev/null 2>&1 || need+=(openssl)
 command -v systemd-analyze >/dev/null 2>&1 || need+=(systemd)
 command -v chromium >/dev/null 2>&1 || need+=(chromium)
+fc-list 2>/dev/null | grep -q "Noto Color Emoji" || need+=(fonts-noto-color-emoji)
 command -v node >/dev/null 2>&1 || need+=(nodejs)
 ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || need+=(postgresql)
 command -v systemd-nspawn >/dev/null 2>&1 || need+=(systemd-container)
 command -v debootstrap >/dev/null 2>&1 || need+=(debootstrap)
+command -v cc >/dev/null 2>&1 || need+=(gcc libc6-dev)
+command -v make >/dev/null 2>&1 || need+=(make)
 if [ ${#need[@]} -gt 0 ]; then
     echo "== installing ${need[*]} from Debian's packages"
     SUDO=""

@@ -64,7 +64,7 @@ from fleet.tally import ShardResult
 from protocol.catalog import Catalog
 from protocol.registry import Registry
 from runtime.console import quiet_on_closed_pipe
-from runtime.errors import exception_leaves
+from runtime.errors import expected_leaves
 from runtime.exit_status import ExitStatus
 
 __all__ = ["main", "run_fleet"]
@@ -262,18 +262,13 @@ def run_fleet(args: argparse.Namespace, *, stdout: TextIO | None = None, stderr:
     _announce(plan, registry, display, scale=args.scale)
     try:
         run = _simulate_and_compare(args, plan, catalog, display, client)
-    except (TransportError, CollectorUnavailableError, TimeoutError) as e:
-        display.finish()
-        print(f"ldp-fleet: {e}", file=stderr)
-        return EXIT_SERVICE
-    except ExceptionGroup as group:
+    except (TransportError, CollectorUnavailableError, TimeoutError, ExceptionGroup) as exc:
         # The devices' task group gathers one failure per device (a broker gone mid-run fails
         # them all): the same delivery failure, said once, not a traceback.
-        service, rest = group.split((TransportError, CollectorUnavailableError, TimeoutError))
-        if service is None or rest is not None:
+        leaves = expected_leaves(exc, (TransportError, CollectorUnavailableError, TimeoutError))
+        if leaves is None:
             raise
         display.finish()
-        leaves = exception_leaves(service)
         more = f" (and {len(leaves) - 1} more like it)" if len(leaves) > 1 else ""
         print(f"ldp-fleet: {leaves[0]}{more}", file=stderr)
         return EXIT_SERVICE

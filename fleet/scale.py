@@ -54,6 +54,7 @@ from fleet.scale_privatize import DevicePrivatizer, device_privatizer
 from fleet.scale_publisher import Outgoing, ReceiptPublisher
 from fleet.tally import Progress, ShardResult, Tally, tally_kind
 from protocol.errors import InputError
+from protocol.mqtt.reasons import is_failure
 from protocol.randomness import SeededRandom
 from protocol.receipts import Receipt
 from protocol.registry import UseCase
@@ -77,8 +78,6 @@ SCALE_UNANSWERED = 100_000
 queue per subscriber (deploy/mosquitto/mosquitto.conf, max_queued_messages)."""
 _CHUNK = 10_000
 """Reports published between two looks at the receipts."""
-_REFUSED = 0x80
-"""PUBACK reason codes from here on refuse the message (MQTT 5 §3.4.2.1)."""
 _YOUNG_COLLECTION = 50_000
 """Allocations between two of the cyclic garbage collector's young passes while the scale mode
 runs (the interpreter's default is 700)."""
@@ -278,7 +277,7 @@ class _Sender:
         assert isinstance(item, ScaleReport)
         result = self.fleet.result
         ref = self._refs[item.use_case.name]
-        if reason >= _REFUSED:
+        if is_failure(reason):  # the broker refused the message (MQTT 5 §3.4.2.1)
             self.waiting.pop(item.report_id, None)
             said = result.outcomes.setdefault(ref, {})
             status = f"refused by the broker: reason code 0x{reason:02x}"

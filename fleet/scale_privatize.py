@@ -8,9 +8,10 @@ is drawn once, when it is made, and kept for the run, as an agent keeps its perm
 memoized answers (000 §3.4). Row ``i`` of the state is device ``i``'s and nobody else's.
 Mechanisms whose vectorised privatizer keeps no per-device memo (RAPPOR's ``privatize_many``
 draws a fresh ``B'`` per call, 004 §2) are privatized device by device through the agent's
-own path (:func:`agent.usecases.privatize`) with each device's plain state, so the memo is
+own path (:func:`agent.mechanism_calls.privatize`) with each device's plain state, so the memo is
 still per device and never redrawn. Event mechanisms (Count Mean Sketch, Hadamard CMS,
-randomized response) keep no state: each record has fresh coins (003 §3.2.1).
+randomized response, and the frequency oracles whose server half privatizes in bulk) keep no
+state: each record has fresh coins (003 §3.2.1).
 
 Values go in as the agent takes them: checked by the mechanism, and a counter's period total
 (one value per period here) clamped by ``counter_input`` (000 §1.1).
@@ -25,15 +26,17 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from agent.usecases import Kind, kind_of, privatize
+from agent.mechanism_calls import privatization_of, privatize
 from protocol.cms import CountMeanSketch
 from protocol.dbitflip import DBitFlip
 from protocol.hcms import HadamardCountMeanSketch
+from protocol.interfaces import Privatization
 from protocol.one_bit_mean import OneBitMean
 from protocol.randomized_response import RandomizedResponse
 from protocol.randomness import RandomSource
 from protocol.registry import UseCase
 from protocol.server.cms import CMSServer
+from protocol.server.contract import BatchPrivatizer
 from protocol.server.dbitflip import DBitFlipServer, DBitFlipStates
 from protocol.server.hcms import HCMSServer
 from protocol.server.one_bit_mean import OneBitMeanServer, OneBitMeanStates
@@ -74,7 +77,7 @@ class DevicePrivatizer:
     @functools.cached_property
     def _counter(self) -> bool:
         """Whether the use case's values are counters: asked once, not once per value."""
-        return kind_of(self.use_case) is Kind.COUNTER
+        return privatization_of(self.use_case) is Privatization.COUNTER
 
     def records(self, rows: npt.NDArray[np.int64], values: Sequence[Any], rng: RandomSource) -> list[Any]:
         """The wire form of device ``rows[i]``'s record of ``values[i]`` (values from :meth:`value`)."""
@@ -132,7 +135,8 @@ class _DBitFlip(DevicePrivatizer):
 
 
 class _Event(DevicePrivatizer):
-    """Count Mean Sketch, Hadamard CMS, randomized response: no state, fresh coins per record."""
+    """Count Mean Sketch, Hadamard CMS, randomized response and every server half that privatizes
+    in bulk (:class:`protocol.server.contract.BatchPrivatizer`): no state, fresh coins per record."""
 
     vectorised = True
 
@@ -142,6 +146,8 @@ class _Event(DevicePrivatizer):
 
     def records(self, rows: npt.NDArray[np.int64], values: Sequence[Any], rng: RandomSource) -> list[Any]:
         server = self.use_case.server
+        if isinstance(server, BatchPrivatizer):
+            return server.privatize_records(list(values), rng)
         if isinstance(server, RRServer):
             return list(server.privatize_many(np.asarray(values, dtype=np.uint8), rng).bits.tolist())
         if isinstance(server, HCMSServer):
@@ -164,5 +170,7 @@ def device_privatizer(use_case: UseCase, devices: int, rng: RandomSource) -> Dev
     if isinstance(mech, DBitFlip):
         return _DBitFlip(use_case, devices, rng)
     if isinstance(mech, RandomizedResponse | HadamardCountMeanSketch | CountMeanSketch):
+        return _Event(use_case, devices, rng)
+    if mech.privatization is Privatization.EVENT and isinstance(use_case.server, BatchPrivatizer):
         return _Event(use_case, devices, rng)
     return DevicePrivatizer(use_case, devices, rng)

@@ -1,19 +1,22 @@
 """The scale mode's broker connections: pipelined MQTT 5 publishing with commit receipts.
 
-The agent's MQTT transport (aiomqtt on paho) awaits each publish on its own and costs about
-200 µs of CPU per report in the simulator's process (benchmarks/bench_fleet.py's scale row,
-measured through it): more than everything else the scale mode does per report together. A
-:class:`ReceiptPublisher` speaks the same protocol a device does, with the packets of
-:mod:`collector.mqtt.packets`: one long-lived connection per publisher, authenticated as the
-simulator's broker user (TLS and passwords from the same :class:`agent.config.BrokerConfig`),
-subscribed first to its own receipt topic (``<receipt prefix><identity>/<client id>``,
-protocol/receipts.py), then up to ``window`` QoS 1 PUBLISHes in flight, each with that
-Response Topic and the report id as Correlation Data, written in batches and acknowledged
-by PUBACK. Receipts arrive as QoS 0 PUBLISHes on the receipt topic.
+The agent's MQTT transport (aiomqtt on paho) awaits each publish on its own, and its cost
+per report in the simulator's process is more than everything else the scale mode does per
+report together (the README's "Scale mode" compares the two). A :class:`ReceiptPublisher` speaks the
+same protocol a device does through the project's MQTT core in the publisher's role
+(:class:`protocol.mqtt.session.Session`): one long-lived connection per publisher,
+authenticated as the simulator's broker user (TLS and passwords from the same
+:class:`agent.config.BrokerConfig`), subscribed first to its own receipt topic
+(``<receipt prefix><identity>/<client id>``, protocol/receipts.py), then up to ``window``
+QoS 1 PUBLISHes in flight, each with that Response Topic and the report id as Correlation
+Data, written in batches and acknowledged by PUBACK. Receipts arrive as QoS 0 PUBLISHes on the
+receipt topic.
 
 A connection that ends fails the publisher with :class:`agent.errors.TransportError`; what it
 had in flight is not acknowledged, so the caller can send it again (the collector drops a
-second copy of a report id, docs/design.md §6.2).
+second copy of a report id, docs/design.md §6.2). The task that reads the broker's packets
+belongs to the publisher's own task group, open while the publisher is (docs/design.md,
+convention 12).
 """
 
 from __future__ import annotations
@@ -21,25 +24,16 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
-import struct
 from collections.abc import Callable, Sequence
 from typing import Final, Protocol
 
 from agent.config import BrokerConfig, read_password, tls_context
 from agent.errors import TransportError
-from collector.mqtt.packets import (
-    CONNACK,
-    PUBACK,
-    PUBLISH,
-    SUBACK,
-    MqttProtocolError,
-    connect_packet,
-    decode_connack,
-    encode_varint,
-    parse_properties,
-    split_packets,
-    subscribe_packet,
-)
+from protocol.mqtt.events import ConnectionRefused, Disconnected, Event, Subscribed
+from protocol.mqtt.packets import MqttProtocolError, RequestProperties, publish_packet
+from protocol.mqtt.reasons import is_failure
+from protocol.mqtt.session import Session
+from protocol.mqtt.states import Role
 from protocol.receipts import MalformedReceiptError, Receipt, decode_receipts, receipt_topic
 
 __all__ = ["Outgoing", "ReceiptPublisher"]
@@ -60,19 +54,6 @@ class Outgoing(Protocol):
     def payload(self) -> bytes: ...
     @property
     def report_id(self) -> bytes: ...
-
-
-_u16 = struct.Struct(">H").pack
-_SHORT_VARINTS: Final = tuple(encode_varint(n) for n in range(128))
-"""The one-byte Variable Byte Integers: every property length and most packet lengths here."""
-
-
-def _str16(data: bytes) -> bytes:
-    return _u16(len(data)) + data
-
-
-def _varint(value: int) -> bytes:
-    return _SHORT_VARINTS[value] if value < 128 else encode_varint(value)
 
 
 class ReceiptPublisher:
@@ -99,12 +80,13 @@ class ReceiptPublisher:
         self._client_id = client_id
         self._window = max(1, min(window, _SUBSCRIBE_ID - 1))
         self._on_receipts = on_receipts
-        topic = receipt_topic(broker.receipt_prefix, identity, client_id)
-        # The Response Topic property (0x08); the Correlation Data (0x09) follows per report.
-        self._response = b"\x08" + _str16(topic.encode()) if on_receipts is not None else b""
-        self._topic = topic
+        self._topic = receipt_topic(broker.receipt_prefix, identity, client_id)
+        # The receipt request each report carries: Response Topic, and its id as Correlation Data.
+        self._request = RequestProperties(self._topic.encode()) if on_receipts is not None else None
+        self._session = Session(Role.PUBLISHER)
+        self._stack: contextlib.AsyncExitStack | None = None
         self._writer: asyncio.StreamWriter | None = None
-        self._reader_task: asyncio.Task[None] | None = None
+        self._reader: asyncio.Task[None] | None = None
         self._free: collections.deque[int] = collections.deque(range(1, self._window + 1))
         # Each PUBLISH in flight by packet id, with what to call at its PUBACK.
         self._inflight: dict[int, tuple[Outgoing, Callable[[Outgoing, int], None]]] = {}
@@ -113,27 +95,38 @@ class ReceiptPublisher:
         self._error: BaseException | None = None
 
     async def __aenter__(self) -> ReceiptPublisher:
+        stack = contextlib.AsyncExitStack()
+        await stack.__aenter__()
         try:
-            await asyncio.wait_for(self._open(), _CONNECT_TIMEOUT)
-        except (OSError, TimeoutError, MqttProtocolError) as e:
-            await self.__aexit__(None, None, None)
-            raise TransportError(f"cannot connect to the broker: {e or type(e).__name__}") from None
-        except BaseException:
-            await self.__aexit__(None, None, None)
+            # The reader task's owner; _stop (run first on the way out) cancels the reader, and
+            # leaving the group then waits for it, so no task outlives the publisher.
+            tasks = await stack.enter_async_context(asyncio.TaskGroup())
+            stack.push_async_callback(self._stop)
+            async with asyncio.timeout(_CONNECT_TIMEOUT):
+                await self._open(tasks)
+        except BaseException as e:
+            # Closed without the exception: a task group handed one would wrap it in a group.
+            await stack.aclose()
+            if isinstance(e, OSError | TimeoutError | MqttProtocolError):
+                raise TransportError(f"cannot connect to the broker: {e or type(e).__name__}") from None
             raise
+        self._stack = stack
         return self
 
     async def __aexit__(self, *exc: object) -> None:
-        if self._reader_task is not None:
-            self._reader_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, TransportError, OSError):
-                await self._reader_task
+        stack, self._stack = self._stack, None
+        if stack is not None:
+            await stack.aclose()
+
+    async def _stop(self) -> None:
+        if self._reader is not None:
+            self._reader.cancel()
         if self._writer is not None:
             self._writer.close()
             with contextlib.suppress(OSError, TimeoutError):
                 await asyncio.wait_for(self._writer.wait_closed(), 1.0)
 
-    async def _open(self) -> None:
+    async def _open(self, tasks: asyncio.TaskGroup) -> None:
         b = self._broker
         context = tls_context(b)
         reader, writer = await asyncio.open_connection(
@@ -141,8 +134,9 @@ class ReceiptPublisher:
         )
         self._writer = writer
         password = read_password(b)
+        session = self._session
         writer.write(
-            connect_packet(
+            session.connect(
                 client_id=self._client_id,
                 clean_start=True,
                 keepalive=600,
@@ -150,89 +144,84 @@ class ReceiptPublisher:
                 password=password.encode() if password is not None else None,
             )
         )
-        rest = b""
-        packets: list[tuple[int, bytes]] = []
-        while not packets:
+        event = None
+        while event is None:
             data = await reader.read(4096)
             if not data:
                 raise TransportError("the broker closed the connection before its CONNACK")
-            packets, rest = split_packets(rest + data)
-        first, body = packets[0]
-        if first >> 4 != CONNACK:
-            raise MqttProtocolError("expected CONNACK")
-        reason = decode_connack(body).reason
-        if reason:
-            raise TransportError(f"the broker refused the connection (reason code 0x{reason:02x}: not authorised?)")
-        self._reader_task = asyncio.create_task(self._read(reader, rest), name=f"scale-acks-{self._client_id}")
+            session.receive_data(data)
+            event = session.next_event()
+        if isinstance(event, ConnectionRefused):
+            raise TransportError(
+                f"the broker refused the connection (reason code 0x{event.reason:02x}: not authorised?)"
+            )
+        self._reader = tasks.create_task(self._read(reader), name=f"scale-acks-{self._client_id}")
         if self._on_receipts is not None:
-            writer.write(subscribe_packet(_SUBSCRIBE_ID, self._topic, qos=0))
-            await self._until(self._subscribed)
-
-    async def _until(self, event: asyncio.Event) -> None:
-        """Wait for ``event`` unless the connection ends first."""
-        assert self._reader_task is not None
-        waiter = asyncio.ensure_future(event.wait())
-        try:
-            await asyncio.wait({waiter, self._reader_task}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            waiter.cancel()
-        self._check()
+            writer.write(session.subscribe(_SUBSCRIBE_ID, [(self._topic, 0)]))
+            await self._subscribed.wait()
+            self._check()
 
     def _check(self) -> None:
         if self._error is not None:
             raise TransportError(f"the broker connection ended: {self._error}") from None
 
-    async def _read(self, reader: asyncio.StreamReader, rest: bytes) -> None:
+    async def _read(self, reader: asyncio.StreamReader) -> None:
+        """Hand over the broker's PUBACKs and receipts as they come, until the connection ends.
+
+        An expected end (closed, broken, refused) is kept for the writers to raise; the events
+        are set whatever ends the reader, so that no writer waits for ever.
+        """
+        session = self._session
         try:
-            tail = rest
             while True:
-                packets, tail = split_packets(tail)
-                for first, body in packets:
-                    self._packet(first, body)
+                try:
+                    while (event := session.next_event()) is not None:
+                        self._on_event(event)
+                finally:
+                    # What came before a bad packet or a DISCONNECT is handed over.
+                    self._hand_over()
                 self._wake.set()
                 chunk = await reader.read(1 << 16)
                 if not chunk:
                     raise TransportError("closed by the broker")
-                tail += chunk
+                session.receive_data(chunk)
         except (OSError, TransportError, MqttProtocolError, MalformedReceiptError) as e:
             self._error = e
+        finally:
             self._wake.set()
             self._subscribed.set()
 
-    def _packet(self, first: int, body: bytes) -> None:
-        kind = first >> 4
-        if kind == PUBACK:
-            pid = (body[0] << 8) | body[1]
-            sent = self._inflight.pop(pid, None)
-            if sent is not None:
-                self._free.append(pid)
-                item, on_ack = sent
-                on_ack(item, body[2] if len(body) > 2 else 0)
-        elif kind == PUBLISH and self._on_receipts is not None:
-            self._receipt(first, body)
-        elif kind == SUBACK:
-            if len(body) < 4 or body[-1] >= 0x80:
+    def _on_event(self, event: Event) -> None:
+        if isinstance(event, Subscribed):
+            if any(is_failure(code) for code in event.reasons):
                 raise TransportError("the broker refused the receipt subscription")
             self._subscribed.set()
+        elif isinstance(event, Disconnected):
+            raise TransportError(f"the broker sent DISCONNECT (reason code 0x{event.reason:02x})")
 
-    def _receipt(self, first: int, body: bytes) -> None:
-        assert self._on_receipts is not None
-        pos = 2 + ((body[0] << 8) | body[1])
-        if (first >> 1) & 0x03:
-            pos += 2  # a packet id: receipts come at QoS 0, as subscribed, but a QoS 1 copy is read too
-        _, pos = parse_properties(body, pos, len(body))
-        self._on_receipts(decode_receipts(body[pos:]))
+    def _hand_over(self) -> None:
+        """Call each PUBACK's ``on_ack`` (its packet id is free again), then pass the receipts on."""
+        session = self._session
+        inflight, free = self._inflight, self._free
+        for pid, reason in session.take_acknowledgements():
+            item, on_ack = inflight.pop(pid)
+            free.append(pid)
+            on_ack(item, reason)
+        deliveries = session.take_deliveries()
+        if self._on_receipts is not None:
+            for delivery in deliveries:
+                self._on_receipts(decode_receipts(delivery.payload))
+
+    def _properties(self, item: Outgoing) -> bytes:
+        """The receipt request of ``item`` (Response Topic and its report id), or none."""
+        return self._request(item.report_id) if self._request is not None else b""
 
     def _encode(self, item: Outgoing, pid: int) -> bytes:
-        if self._response:
-            rid = item.report_id
-            props = b"".join((self._response, b"\x09", _u16(len(rid)), rid))
-        else:
-            props = b""
-        topic = item.topic.encode()
-        head = b"".join((_u16(len(topic)), topic, _u16(pid), _varint(len(props)), props))
-        payload = item.payload
-        return b"".join((b"\x32", _varint(len(head) + len(payload)), head, payload))  # PUBLISH, QoS 1
+        """The PUBLISH that carries ``item`` under packet id ``pid``: what :meth:`write_all` writes
+        through the session (tests/fleet/test_scale_bytes.py pins these bytes)."""
+        return publish_packet(
+            item.topic.encode(), item.payload, qos=1, packet_id=pid, properties=self._properties(item)
+        )
 
     async def publish_all(self, items: Sequence[Outgoing], on_ack: Callable[[Outgoing, int], None]) -> None:
         """Publish ``items``; ``on_ack(item, reason code)`` at each PUBACK; return when all are acknowledged.
@@ -252,23 +241,26 @@ class ReceiptPublisher:
         """
         writer = self._writer
         assert writer is not None
+        # Looked up once: the loop below runs once per report.
+        publish, request, free, inflight = self._session.publish, self._request, self._free, self._inflight
         pending = iter(items)
         exhausted = False
         while not exhausted:
             self._check()
             if not self._free:
                 self._wake.clear()
-                await self._until(self._wake)
+                await self._wake.wait()
                 continue
             out: list[bytes] = []
-            while self._free and len(out) < _BATCH:
+            while free and len(out) < _BATCH:
                 item = next(pending, None)
                 if item is None:
                     exhausted = True
                     break
-                pid = self._free.popleft()
-                self._inflight[pid] = (item, on_ack)
-                out.append(self._encode(item, pid))
+                pid = free.popleft()
+                inflight[pid] = (item, on_ack)
+                props = request(item.report_id) if request is not None else b""
+                out.append(publish(item.topic.encode(), item.payload, qos=1, packet_id=pid, properties=props))
             try:
                 writer.write(b"".join(out))
                 await writer.drain()
@@ -284,5 +276,5 @@ class ReceiptPublisher:
         while self._inflight:
             self._check()
             self._wake.clear()
-            await self._until(self._wake)
+            await self._wake.wait()
         self._check()

@@ -26,6 +26,9 @@ exp-strings   strings, weight ``exp(-rank / scale)``                 ``scale`` (
 population    a user-supplied CSV (see below)                        ``path``
 ============  =====================================================  ==========================
 
+A use case named ``X-olh`` draws exactly ``X``'s values (:func:`stream_name`): the demo compares
+a mechanism with its optimal-local-hashing pair on the same data.
+
 Every random kind also takes ``per=device`` (each device draws once and keeps its value,
 like a setting) or ``per=period`` (a fresh draw every period, like a usage counter). String
 kinds draw from ``words=FILE`` (one per line) when given, else from the use case itself: its
@@ -61,6 +64,7 @@ from protocol.registry import UseCase
 
 __all__ = [
     "KINDS",
+    "PAIRED_SUFFIX",
     "SFP_WORDS",
     "GeneratorError",
     "GeneratorSpec",
@@ -72,6 +76,7 @@ __all__ = [
     "parse_spec",
     "periods_in",
     "read_lines",
+    "stream_name",
     "value_type",
 ]
 
@@ -376,6 +381,17 @@ def _stable_id(text: str) -> int:
     return zlib.crc32(text.encode("utf-8"))
 
 
+PAIRED_SUFFIX = "-olh"
+"""A use case named ``X-olh`` asks ``X``'s question with optimal local hashing (the demo's
+side-by-side use cases, deploy/fleet.usecases.toml): it draws ``X``'s values, so the two
+mechanisms are compared on the very same data."""
+
+
+def stream_name(use_case: str) -> str:
+    """The name whose value stream a use case draws: its own, or its pair's (:data:`PAIRED_SUFFIX`)."""
+    return use_case.removesuffix(PAIRED_SUFFIX) or use_case
+
+
 class ValueGenerator:
     """The values of every device for one use case, period by period.
 
@@ -409,7 +425,7 @@ class ValueGenerator:
         self.strings = tuple(strings)
         self.population = population
         self._params = dict(spec.params)
-        self._uc_id = _stable_id(use_case.name)
+        self._uc_id = _stable_id(stream_name(use_case.name))
         self._period_days = use_case.period.seconds / 86_400
         self._used: set[str] = {"per"}
         mech = use_case.mechanism

@@ -19,9 +19,11 @@ import msgpack
 from protocol.errors import InputError, MalformedReportError, ParameterError, StateError
 
 __all__ = [
+    "EPSILON_MIN_MULTI",
     "check_epsilon",
     "check_indexed_bits",
     "check_int",
+    "check_packed_bits",
     "check_power_of_two",
     "check_probability",
     "check_seed",
@@ -37,12 +39,19 @@ EPSILON_MAX = 64.0
 """Largest accepted ε. Beyond it a report is practically the raw value and e**ε overflows coins."""
 
 
-def check_epsilon(value: float, name: str = "epsilon") -> float:
-    """ε must be a finite number in (0, 64]."""
+EPSILON_MIN_MULTI = 1e-9
+"""Smallest ε of a mechanism that reports one of several outputs with probabilities near ``1/k``
+(the frequency oracles): below it the coins' ``2**-64`` rounding is no longer small against the
+gap between the own output's probability and the others', and a count's variance overflows."""
+
+
+def check_epsilon(value: float, name: str = "epsilon", *, low: float = 0.0) -> float:
+    """ε must be a finite number in (0, 64] (at least ``low`` when one is given)."""
+    allowed = f"in (0, {EPSILON_MAX:g}]" if low == 0 else f"in [{low:g}, {EPSILON_MAX:g}]"
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise ParameterError(name, f"a finite number in (0, {EPSILON_MAX:g}]", value)
-    if not 0 < value <= EPSILON_MAX:
-        raise ParameterError(name, f"in (0, {EPSILON_MAX:g}]", value)
+        raise ParameterError(name, f"a finite number {allowed}", value)
+    if not (0 < value <= EPSILON_MAX and value >= low):
+        raise ParameterError(name, allowed, value)
     return float(value)
 
 
@@ -108,15 +117,27 @@ def check_indexed_bits(
         raise MalformedReportError("bad-type", f"{field}.{index_name}", "expected an integer")
     if not 0 <= index < bound:
         raise MalformedReportError("out-of-range", f"{field}.{index_name}", f"must lie in [0, {bound})")
+    return index, check_packed_bits(bits, width=width, field=f"{field}.bits")
+
+
+def check_packed_bits(bits: object, *, width: int, field: str) -> bytes:
+    """``bits`` as ``bytes`` holding exactly ``width`` packed bits with zero padding, strictly.
+
+    The unused low bits of the last byte must be zero, as ``np.packbits`` writes them: a
+    correct client never sends others, so they mark a forged or corrupted record.
+
+    Raises:
+        MalformedReportError: ``bad-type``, ``bad-length`` or ``bad-padding``, naming ``field``.
+    """
     if type(bits) is not bytes:
-        raise MalformedReportError("bad-type", f"{field}.bits", "expected bytes")
+        raise MalformedReportError("bad-type", field, "expected bytes")
     nbytes = (width + 7) // 8
     if len(bits) != nbytes:
-        raise MalformedReportError("bad-length", f"{field}.bits", f"expected {nbytes} bytes, got {len(bits)}")
+        raise MalformedReportError("bad-length", field, f"expected {nbytes} bytes, got {len(bits)}")
     pad = 8 * nbytes - width
     if pad and bits[-1] & ((1 << pad) - 1):
-        raise MalformedReportError("bad-padding", f"{field}.bits", f"the last {pad} bits must be zero")
-    return index, bits
+        raise MalformedReportError("bad-padding", field, f"the last {pad} bits must be zero")
+    return bits
 
 
 def require(data: object, key: str, kind: type | tuple[type, ...], *, where: str) -> Any:

@@ -50,7 +50,7 @@ from typing import Any, ClassVar, Final
 from protocol.checks import check_epsilon, check_int, check_seed, encoded_size
 from protocol.errors import InputError
 from protocol.hashing import HashFamily, fingerprint_key
-from protocol.interfaces import EstimateKind, EventLevelStrings, MechanismEntry, Privatization, ValueType
+from protocol.interfaces import EstimateKind, EventLevelStrings, MechanismEntry
 from protocol.randomness import (
     SCALE,
     Coin,
@@ -98,7 +98,7 @@ def as_value_bytes(value: object) -> bytes:
             return value.encode("utf-8")
         except UnicodeEncodeError as exc:
             raise InputError(f"a str value must be encodable as UTF-8: {exc}") from exc
-    raise InputError(f"CMS privatizes str or bytes values; got {type(value).__name__}")
+    raise InputError(f"a string value is str or bytes; got {type(value).__name__}")
 
 
 class ScalarHash:
@@ -148,9 +148,6 @@ class CountMeanSketch(EventLevelStrings):
     name: ClassVar[str] = "cms"
     server: ClassVar[str] = "protocol.server.cms:CMSServer"
     record_type: ClassVar[type[CMSRecord]] = CMSRecord
-    privatization: ClassVar[Privatization] = Privatization.EVENT
-    value_type: ClassVar[ValueType] = ValueType.STRING
-    value_range: ClassVar[tuple[float, float] | None] = None
     kind: ClassVar[EstimateKind] = EstimateKind.DICTIONARY
     epsilon: float
     k: int

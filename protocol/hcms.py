@@ -35,7 +35,7 @@ from typing import Any, ClassVar, Final
 from protocol.checks import check_epsilon, check_int, check_seed, encoded_size
 from protocol.errors import InputError, ParameterError
 from protocol.hashing import HashFamily, fingerprint
-from protocol.interfaces import EstimateKind, EventLevelStrings, MechanismEntry, Privatization, ValueType
+from protocol.interfaces import EstimateKind, EventLevelStrings, MechanismEntry
 from protocol.randomness import SCALE, Coin, RandomSource, coin_at_most, dexp
 
 __all__ = ["ENTRY", "HCMSRecord", "HadamardCountMeanSketch", "hashed_value"]
@@ -73,9 +73,6 @@ class HadamardCountMeanSketch(EventLevelStrings):
     name: ClassVar[str] = "hcms"
     server: ClassVar[str] = "protocol.server.hcms:HCMSServer"
     record_type: ClassVar[type[HCMSRecord]] = HCMSRecord
-    privatization: ClassVar[Privatization] = Privatization.EVENT
-    value_type: ClassVar[ValueType] = ValueType.STRING
-    value_range: ClassVar[tuple[float, float] | None] = None
     kind: ClassVar[EstimateKind] = EstimateKind.DICTIONARY
     epsilon: float
     k: int

@@ -30,7 +30,7 @@ import dataclasses
 import enum
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, TypeVar, runtime_checkable
+from typing import Any, ClassVar, Protocol, TypeVar, runtime_checkable
 
 from protocol.errors import InputError, StateError
 from protocol.plain import PlainDoc
@@ -54,6 +54,7 @@ __all__ = [
     "as_discovery",
     "as_frequencies",
     "as_histogram",
+    "memos_in_plain",
     "own",
 ]
 
@@ -420,11 +421,14 @@ class EventLevelStrings(NoPermanentState):
 
     They keep no permanent state (003 §3.2.1: every event is privatized at once with fresh
     coins), so a report costs its ε, a value is the text itself, a counter total is refused,
-    and the only state that fits is ``None``. Each module still states its own record type
-    and its value check.
+    and the only state that fits is ``None``. Each module still states its own record type,
+    its kind of estimate and its value check.
     """
 
     __slots__ = ()
+    privatization: ClassVar[Privatization] = Privatization.EVENT
+    value_type: ClassVar[ValueType] = ValueType.STRING
+    value_range: ClassVar[tuple[float, float] | None] = None
 
     def privacy_figures(self: _StatelessMechanism) -> dict[str, float]:
         """ε of one report (event-level: every report spends it)."""
@@ -479,6 +483,11 @@ class MemoizedState(PlainRecords):
     state class as ``state_type`` (with ``from_plain(mechanism, data)``, ``StateError`` when
     the data is not this mechanism's, and ``to_plain()``); privacy figures, value checks and
     the record, batch and aggregate types stay in its own module.
+
+    A saved state is one memo (1BitMean's α and memo bits, dBitFlipPM's buckets and ``f_d``),
+    unless the mechanism memoizes per value, in which case it keeps those memos as a mapping
+    under ``"memo"`` (RAPPOR's ``B'`` per keyed hash), one memo per entry:
+    :func:`memos_in_plain` counts them without knowing the mechanism.
     """
 
     __slots__ = ()
@@ -498,3 +507,20 @@ class MemoizedState(PlainRecords):
         (grown where the mechanism memoizes per value, as RAPPOR does)."""
         record, saved = self.privatize(self.check_value(value), self.state_type.from_plain(self, state), rng)
         return self.encode_records([record])[0], saved.to_plain()
+
+
+def memos_in_plain(state: object) -> int:
+    """How many memos a saved permanent state holds: one per entry of a per-value memo table
+    (a mapping under ``"memo"``, RAPPOR's ``B'`` per keyed hash, 004 §2), else one.
+
+    Read from the plain form's layout alone (:class:`MemoizedState`), never checked against a
+    mechanism's parameters: the agent counts the memos of a state drawn under parameters the
+    registry has since changed, or of a use case the registry no longer has, to charge each
+    memo that must be drawn anew (docs/privacy-accounting.md, "Registry changes"). A state of
+    a mechanism that memoizes nothing (dBitFlip with ``memoize=False``) counts one too; its
+    mechanism charges nothing for a new memo.
+    """
+    if state is None:
+        return 0
+    table = state.get("memo") if isinstance(state, Mapping) else None
+    return len(table) if isinstance(table, Mapping) else 1

@@ -24,11 +24,14 @@ the same results for the same words, so a seeded device replays exactly
 
 from __future__ import annotations
 
+import math
 import os
 import struct
+from collections.abc import Sequence
 from dataclasses import dataclass
 from decimal import ROUND_CEILING, ROUND_FLOOR, Context, Decimal
 from fractions import Fraction
+from functools import cached_property
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
@@ -36,21 +39,32 @@ if TYPE_CHECKING:
     import numpy.typing as npt
 
 __all__ = [
+    "BYTE_FLIP",
+    "BYTE_KEEP",
+    "BYTE_TIE",
     "SCALE",
+    "ByteCoins",
     "Coin",
+    "PushbackSource",
     "RandomSource",
     "SeededRandom",
     "SystemRandom",
     "bernoulli",
     "bernoulli_thresholds",
+    "byte_coin_overflow",
+    "byte_coin_rows",
     "coin_at_least",
     "coin_at_most",
     "dexp",
     "flips",
+    "log_ratio",
     "random_bytes",
+    "sample_floyd",
     "sample_without_replacement",
     "uniform_draws",
+    "uniform_from_words",
     "uniform_ints",
+    "uniform_word",
 ]
 
 SCALE = 1 << 64
@@ -76,9 +90,9 @@ class SystemRandom:
 
     Every word comes straight from the kernel: no user-space expansion sits on the privacy
     path. The largest request a device makes is one sketch record's coins (a 1,024-coordinate
-    CMS record needs 8 KiB), which ``os.urandom`` serves in about 40 µs on the reference
-    machine; a device privatizes a handful of records a day, so a faster stream would buy
-    nothing that matters (measured 2026-11-24: 41 µs for 8 KiB, 6.6 ms for 1 MiB).
+    CMS record needs 8 KiB), which ``os.urandom`` serves in tens of microseconds, and a device
+    privatizes a handful of records a day, so a faster stream would buy nothing that matters
+    (docs/benchmarks.md, "The OS CSPRNG per request").
     """
 
     def draw(self, n: int) -> list[int]:
@@ -148,6 +162,12 @@ class Coin:
     def complement(self) -> Coin:
         """The coin that shows heads exactly when this one shows tails."""
         return Coin(SCALE - self.numerator)
+
+
+def log_ratio(ratio: Fraction) -> float:
+    """``ln(ratio)`` of an exact likelihood ratio, accurate near 1 (``log1p`` of the exact excess), so a
+    mechanism's ε computed from its coins is not pushed above the declared ε by float rounding."""
+    return math.log1p(float(ratio - 1))
 
 
 def dexp(x: float | Decimal) -> Decimal:
@@ -249,6 +269,167 @@ def sample_without_replacement(rng: RandomSource, n: int, d: int) -> list[int]:
     return pool[:d]
 
 
+def uniform_word(rng: RandomSource, word: int, n: int) -> int:
+    """An integer uniform on ``{0, ..., n - 1}`` from one uniform 64-bit ``word`` already drawn.
+
+    ``word % n`` when ``word`` lies below the largest multiple of ``n`` under ``2**64``
+    (every value then has the same number of preimages); otherwise (probability below
+    ``n / 2**64``) fresh words are drawn from ``rng`` until one does. A mechanism that lays
+    out a report's words in advance (one per choice) uses this, and
+    :func:`uniform_from_words` is its vectorised twin over the same layout.
+    """
+    if n <= 0:
+        raise ValueError(f"range must be positive; got {n}")
+    limit = SCALE - SCALE % n
+    while word >= limit:
+        word = rng.draw(1)[0]
+    return word % n
+
+
+def sample_floyd(rng: RandomSource, words: Sequence[int], n: int, d: int) -> list[int]:
+    """``d`` distinct integers from ``{0, ..., n - 1}``, every subset equally likely, in increasing order.
+
+    Floyd's algorithm: for ``j = n - d, ..., n - 1`` draw ``t`` uniform on ``{0, ..., j}``
+    (:func:`uniform_word` on the next of ``words``) and take ``t``, or ``j`` if ``t`` is
+    taken already. Step ``j`` adds each of its ``j + 1`` candidates with the probability
+    that keeps every ``d``-subset equally likely, with one word per element and no pool of
+    ``n`` entries, so a subset of a large range costs ``d`` draws.
+
+    Raises:
+        ValueError: ``d`` outside ``[0, n]`` or fewer than ``d`` words.
+    """
+    if not 0 <= d <= n:
+        raise ValueError(f"cannot draw {d} distinct items from {n}")
+    if len(words) < d:
+        raise ValueError(f"{d} draws need {d} words; got {len(words)}")
+    chosen: set[int] = set()
+    for i, j in enumerate(range(n - d, n)):
+        t = uniform_word(rng, words[i], j + 1)
+        chosen.add(j if t in chosen else t)
+    return sorted(chosen)
+
+
+BYTE_FLIP, BYTE_KEEP, BYTE_TIE = 0x31, 0x30, 0x32
+"""A byte coin's outcome as an ASCII digit (:class:`ByteCoins`): heads ``"1"``, tails ``"0"``, and
+``"2"`` for a byte equal to the threshold's top byte, which a fresh 56-bit remainder decides."""
+
+_LOW56 = (1 << 56) - 1
+
+
+@dataclass(frozen=True)
+class ByteCoins:
+    """Many flips of one coin, each resolved from one random byte where that suffices.
+
+    A flip compares a uniform 64-bit ``U`` with the coin's threshold ``T``: ``U``'s top byte
+    decides unless it equals ``T``'s top byte, and only then (probability ``1/256``) is a
+    fresh 56-bit remainder compared with ``T``'s low 56 bits, so every flip shows heads with
+    probability exactly ``T / 2**64`` while a vector of ``m`` flips costs ``m`` bytes of
+    randomness instead of ``8 m``. The outcomes are ASCII digits (:data:`BYTE_FLIP`,
+    :data:`BYTE_KEEP`), so ``int(digits, 2)`` packs them. Count Mean Sketch (003 Alg. 2) and
+    optimized unary encoding flip a coin per coordinate this way.
+    """
+
+    coin: Coin
+
+    @cached_property
+    def table(self) -> bytes:
+        """Random byte -> its digit (heads, tails, or a tie with the threshold's top byte)."""
+        high = self.coin.numerator >> 56
+        if self.coin.numerator == SCALE:
+            return bytes([BYTE_FLIP]) * 256
+        return bytes(BYTE_FLIP if b < high else BYTE_TIE if b == high else BYTE_KEEP for b in range(256))
+
+    def digits(self, coin_bytes: bytes, spares: list[int], rng: RandomSource) -> bytearray:
+        """One digit per byte of ``coin_bytes``; ties take the words of ``spares`` in order (more
+        are drawn from ``rng``, eight at a time, when they run out). ``spares`` is consumed."""
+        out = bytearray(coin_bytes.translate(self.table))
+        low = self.coin.numerator & _LOW56
+        tie = out.find(BYTE_TIE)
+        while tie != -1:
+            if not spares:
+                spares += rng.draw(8)
+            out[tie] = BYTE_FLIP if spares.pop(0) >> 8 < low else BYTE_KEEP
+            tie = out.find(BYTE_TIE, tie + 1)
+        return out
+
+
+class PushbackSource:
+    """A random source that hands back words it was given back before drawing new ones.
+
+    A vectorised privatizer draws many reports' words at once; when one report needs more than
+    its share (a rare tie in :class:`ByteCoins` past its spare words), the device draws the extra
+    words right after that report's, so the words drawn for the reports after it belong after
+    them. :meth:`unread` returns them to the stream, in order, and the report is privatized by the
+    device's own code reading this source, so the stream stays the device's word for word.
+    """
+
+    def __init__(self, rng: RandomSource) -> None:
+        self._rng = rng
+        self._back: list[npt.NDArray[np.uint64]] = []
+
+    def unread(self, words: npt.NDArray[np.uint64]) -> None:
+        """Put ``words`` back in front of the stream (they are read again next, in order)."""
+        if words.size:
+            self._back.insert(0, words)
+
+    def words(self, n: int) -> npt.NDArray[np.uint64]:
+        """The next ``n`` words: those given back first, then fresh ones."""
+        import numpy as np  # noqa: PLC0415 - the vectorised path only
+
+        parts: list[npt.NDArray[np.uint64]] = []
+        need = n
+        while need and self._back:
+            head = self._back.pop(0)
+            parts.append(head[:need])
+            if head.size > need:
+                self._back.insert(0, head[need:])
+            need -= min(need, int(head.size))
+        if need:
+            parts.append(self._rng.words(need))
+        return np.concatenate(parts) if len(parts) != 1 else parts[0].copy()
+
+    def draw(self, n: int) -> list[int]:
+        """The next ``n`` words as Python integers."""
+        drawn: list[int] = self.words(n).tolist()
+        return drawn
+
+
+def byte_coin_overflow(coin: Coin, coin_bytes: npt.NDArray[np.uint8], spares: int) -> int | None:
+    """The first row of ``coin_bytes`` with more ties than ``spares`` (``None``: none has)."""
+    import numpy as np  # noqa: PLC0415 - the vectorised path only
+
+    if coin.numerator == SCALE:
+        return None
+    ties = np.count_nonzero(coin_bytes == np.uint8(coin.numerator >> 56), axis=1)
+    over = np.flatnonzero(ties > spares)
+    return int(over[0]) if over.size else None
+
+
+def byte_coin_rows(
+    coin: Coin, coin_bytes: npt.NDArray[np.uint8], spares: npt.NDArray[np.uint64]
+) -> npt.NDArray[np.bool_]:
+    """:meth:`ByteCoins.digits` for many rows at once: row ``i``'s flips from ``coin_bytes[i]``, its
+    ties from ``spares[i]`` in order.
+
+    Raises:
+        ValueError: a row has more ties than spare words (:func:`byte_coin_overflow` finds it
+            first; the device would draw more words there, which the caller must follow).
+    """
+    import numpy as np  # noqa: PLC0415 - the vectorised path only
+
+    if coin.numerator == SCALE:
+        return np.ones(coin_bytes.shape, dtype=np.bool_)
+    high, low = np.uint8(coin.numerator >> 56), np.uint64(coin.numerator & _LOW56)
+    heads = coin_bytes < high
+    rows, cols = np.nonzero(coin_bytes == high)
+    if rows.size:
+        rank = np.arange(rows.size) - np.searchsorted(rows, rows, side="left")
+        if int(rank.max()) >= spares.shape[1]:
+            raise ValueError("a row has more ties than spare words; privatize it the device's way")
+        heads[rows, cols] = (spares[rows, rank] >> np.uint64(8)) < low
+    return heads
+
+
 # --- the vectorised path (the simulator's and the batch privatizers') -----------------------
 
 
@@ -310,6 +491,22 @@ def uniform_ints(rng: RandomSource, n: int, size: int) -> npt.NDArray[np.int64]:
             redo = redo[fresh >= limit]
     result: npt.NDArray[np.int64] = (c // chunk.type(k)).astype(np.int64)
     return result
+
+
+def uniform_from_words(rng: RandomSource, words: npt.NDArray[np.uint64], n: int) -> npt.NDArray[np.int64]:
+    """:func:`uniform_word` over an array of words: ``words % n``, a word at or above the
+    largest multiple of ``n`` under ``2**64`` replaced, in order, by fresh words from ``rng``
+    until one is below it (as the pure twin does for a single report)."""
+    import numpy as np  # noqa: PLC0415 - the vectorised path only
+
+    if n <= 0:
+        raise ValueError(f"range must be positive; got {n}")
+    limit = SCALE - SCALE % n
+    out: npt.NDArray[np.int64] = (words % np.uint64(n)).astype(np.int64)
+    if limit < SCALE:
+        for i in np.flatnonzero(words >= np.uint64(limit)).tolist():
+            out[i] = uniform_word(rng, int(words[i]), n)
+    return out
 
 
 def _uniform_ints_wide(rng: RandomSource, n: int, size: int) -> npt.NDArray[np.int64]:

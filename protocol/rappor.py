@@ -379,11 +379,11 @@ class Rappor(MemoizedState):
         One word ``w_i`` per bit: ``S_i = [w_i < q]`` where ``B'_i = 1`` and ``[w_i < p]``
         elsewhere, as :meth:`protocol.server.rappor.RapporServer.privatize_many` flips them.
         ``map`` and ``chain`` keep the per-bit work in C (``map`` stops after the ``k`` words,
-        before the padding bits' thresholds). At ``k = 128`` this costs about 10 µs of CPU a
-        report, twice numpy's two vectorised comparisons (2026-11-26, 2 shared cores): ``k``
-        comparisons in the interpreter against two array operations. A device sends a handful
-        of reports a day, and without numpy it does not pay numpy's import (and at small ``k``,
-        as the basic variants have, the pure path is the faster).
+        before the padding bits' thresholds). At ``k = 128`` this costs about twice numpy's two
+        vectorised comparisons (``k`` comparisons in the interpreter against two array
+        operations; docs/benchmarks.md, "RAPPOR's instantaneous response on a device"). A
+        device sends a handful of reports a day, and without numpy it does not pay numpy's
+        import (and at small ``k``, as the basic variants have, the pure path is the faster).
         """
         thresholds = chain.from_iterable(map(self._irr_byte_thresholds.__getitem__, packed))
         return self._pack(map(lt, rng.draw(self.k), thresholds))

@@ -12,15 +12,21 @@ Schema (``docs/wire-format.md`` has the full table)::
 
     format = 1
     salt = "<hex, >= 16 bytes>"          # optional; public seeds of hashed use cases derive from it
+    strict = true                        # optional: refuse a use case without owner and expires
 
     [use_cases.emoji]
-    mechanism = "cms"                     # rr, one-bit-mean, dbitflip, rappor, cms, hcms, sfp
+    mechanism = "cms"                     # rr, one-bit-mean, dbitflip, rappor, cms, hcms, sfp,
+                                          # olh, grr, oue, ss, pgr
     epsilon = 4                           # declared ε of one report (see below)
     period = "1d"                         # "6h" or "1d": the reporting slot
     daily_limit = 1                       # records per device per day (also per report)
     lifetime_epsilon = 400                # cap on the ε a device ever spends on this use case
     seed = "<hex>"                        # optional public hash seed (else derived from salt)
     description = "..."                   # optional, free text, not part of the hash
+    owner = "keyboard-team@example.org"   # who answers for it (metadata, not part of any hash)
+    expires = 2027-06-30                  # from 00:00 UTC that day agents record nothing more
+    data_review = "https://..."           # optional: the review that approved the collection
+    notification_emails = ["..."]         # optional: who is told about it
     parameters = { k = 65536, m = 1024 }  # the mechanism's constructor arguments
     [use_cases.emoji.collector]
     min_reports = 1000                    # no estimate is released from fewer reports
@@ -48,6 +54,12 @@ registry needs one random salt rather than one seed per use case. Renaming a use
 therefore changes its derived seed (and its hash functions): give an explicit seed to keep
 the functions across a rename. Seeds are public; they need not be secret, only fixed.
 
+**Metadata.** ``owner``, ``expires``, ``data_review`` and ``notification_emails`` say who
+answers for a use case and until when it may collect (:mod:`protocol.metadata`). They are
+outside every hash, so a registry of the previous release (without them) parses as it did, and
+adding or changing them leaves every definition as it was. ``strict = true`` refuses a use
+case without an ``owner`` or an ``expires`` date, naming every such use case.
+
 The decoded objects and their hashes are :mod:`protocol.use_cases`; this module reads a file
 into them and re-exports them, so callers import both from here.
 """
@@ -55,6 +67,7 @@ into them and re-exports them, so callers import both from here.
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import hashlib
 import re
 import tomllib
@@ -63,10 +76,11 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Annotated, Any, ClassVar, Final, TypeVar
 
-from protocol import cms, dbitflip, hcms, one_bit_mean, randomized_response, rappor, sfp
+from protocol import cms, dbitflip, grr, hcms, olh, one_bit_mean, oue, pgr, randomized_response, rappor, sfp, ss
 from protocol.envelope import HASH_SIZE, MAX_REPORT_BYTES
 from protocol.errors import ParameterError
 from protocol.interfaces import EstimateKind, Mechanism, MechanismEntry
+from protocol.metadata import MAX_EMAILS, UseCaseMetadata, check_data_review, check_email, check_owner
 from protocol.schema import Range, SchemaError, decode
 from protocol.use_cases import (
     REF_HEX_DIGITS,
@@ -95,6 +109,7 @@ __all__ = [
     "Registry",
     "RegistryError",
     "UseCase",
+    "UseCaseMetadata",
     "WireMechanism",
     "definition_hash",
     "mechanism_fingerprint",
@@ -120,9 +135,15 @@ BUILTIN_MECHANISMS: Final[tuple[MechanismEntry, ...]] = (
     cms.ENTRY,
     hcms.ENTRY,
     sfp.ENTRY,
+    olh.ENTRY,
+    grr.ENTRY,
+    oue.ENTRY,
+    ss.ENTRY,
+    pgr.ENTRY,
 )
-"""The seven mechanisms of the source papers, in the order the docs list them. A caller that
-needs another (a test, an extension) passes its entry to :func:`parse_registry` beside these."""
+"""The seven mechanisms of the source papers, in the order the docs list them, then the five
+frequency oracles at the local-privacy limit (docs/estimation.md). A caller that needs another
+(a test, an extension) passes its entry to :func:`parse_registry` beside these."""
 
 MECHANISM_NAMES: Final = tuple(e.name for e in BUILTIN_MECHANISMS)
 """The built-in mechanism names."""
@@ -166,12 +187,17 @@ class _UseCaseTable:
     seed: str | None = None
     collector: _CollectorTable
     description: str = ""
+    owner: str | None = None
+    expires: datetime.date | None = None
+    data_review: str | None = None
+    notification_emails: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, kw_only=True)
 class _RegistryTable:
     format: Annotated[int, Range(0, 1 << 31)]
     salt: str | None = None
+    strict: bool = False
     use_cases: Mapping[str, Any]
 
 
@@ -273,7 +299,11 @@ def parse_registry(
     ordered = {name: use_cases[name] for name in sorted(use_cases)}
     for uc in ordered.values():
         _check_report_size(source, uc)
-    return Registry(use_cases=MappingProxyType(ordered), hash=canonical_hash(ordered), source=source)
+    if file.strict:
+        _check_strict(source, ordered)
+    return Registry(
+        use_cases=MappingProxyType(ordered), hash=canonical_hash(ordered), source=source, strict=file.strict
+    )
 
 
 def _parse_use_case(
@@ -336,6 +366,46 @@ def _parse_use_case(
             top_t=c.top_t,
         ),
         description=t.description,
+        metadata=_metadata(r, t),
+    )
+
+
+def _metadata(r: _Errors, t: _UseCaseTable) -> UseCaseMetadata:
+    """The use case's metadata, each value checked (:mod:`protocol.metadata`)."""
+    if t.owner is not None and (problem := check_owner(t.owner)) is not None:
+        raise r.error("owner", "bad-value", problem)
+    if t.data_review is not None and (problem := check_data_review(t.data_review)) is not None:
+        raise r.error("data_review", "bad-value", problem)
+    if len(t.notification_emails) > MAX_EMAILS:
+        raise r.error("notification_emails", "out-of-range", f"at most {MAX_EMAILS} addresses")
+    for i, email in enumerate(t.notification_emails):
+        if (problem := check_email(email)) is not None:
+            raise r.error(f"notification_emails[{i}]", "bad-value", problem)
+    return UseCaseMetadata(
+        owner=t.owner.strip() if t.owner is not None else None,
+        expires=t.expires,
+        data_review=t.data_review,
+        notification_emails=t.notification_emails,
+    )
+
+
+def _check_strict(source: str, use_cases: Mapping[str, UseCase]) -> None:
+    """Under ``strict = true``, refuse a registry with a use case lacking an owner or an end date,
+    naming every such use case (not only the first), so one edit fixes the file."""
+    lacking = {name: uc.metadata.missing for name, uc in use_cases.items() if uc.metadata.missing}
+    if not lacking:
+        return
+    first, fields = next(iter(lacking.items()))
+    listed = "; ".join(f"{name} (no {' and no '.join(missing)})" for name, missing in lacking.items())
+    raise RegistryError(
+        source=source,
+        use_case=first,
+        field=fields[0],
+        kind="missing-field",
+        problem=(
+            f"strict = true: every use case needs an owner and an expires date (docs/wire-format.md); "
+            f"{len(lacking)} lack them: {listed}"
+        ),
     )
 
 

@@ -1,12 +1,13 @@
 """Typed decoding of a parsed TOML document into frozen dataclasses, with errors that name the field.
 
-One reader for every TOML file of the project: the agent's and the collector's config files
-and the use-case registry. A file's schema is a tree of frozen dataclasses; :func:`decode`
-walks it by the type hints, so a schema states each key once (name, type, default, range)
-and every mistake is reported the same way: a :class:`SchemaError` with the dotted path of
-the field as the file writes it (``broker.port``, ``probes[1].use_case``,
-``parameters.m``), a machine-readable ``kind`` and a problem that says what was expected and
-what was found. The caller adds the file name (and turns it into its own error type).
+One reader for every TOML file of the project (the agent's and the collector's config files
+and the use-case registry) and for the JSON the agent's tools read back (its status). A
+file's schema is a tree of frozen dataclasses; :func:`decode` walks it by the type hints, so
+a schema states each key once (name, type, default, range) and every mistake is reported the
+same way: a :class:`SchemaError` with the dotted path of the field as the file writes it
+(``broker.port``, ``probes[1].use_case``, ``parameters.m``), a machine-readable ``kind`` and a
+problem that says what was expected and what was found. The caller adds the file name (and
+turns it into its own error type).
 
 Pure: it reads no file and knows no directory. A caller that needs more (paths relative
 to the config file) passes a hook for that type.
@@ -18,7 +19,8 @@ What a schema can say:
   ``2026-12-01``, or the same written as a string), ``typing.Any`` (the raw TOML value);
 * ``Annotated[int | float, Range(...)]`` for a range, ``Annotated[T | None, EMPTY_IS_NONE]``
   for an optional value that ``""`` switches off (TOML has no null);
-* ``Literal[...]``, ``T | None`` (absent means the default), ``tuple[T, ...]`` (an array),
+* ``Literal[...]``, ``T | None`` (absent means the default; JSON's ``null`` is None),
+  ``tuple[T, ...]`` (an array),
   ``Mapping[str, T]`` (a table of free keys, returned read-only);
 * a nested dataclass (a table: unknown keys are errors), and a union of dataclasses that
   carry a ``ClassVar[str]`` named ``kind`` (a table told apart by its ``kind`` key);
@@ -162,7 +164,7 @@ class _Decoder:
             options = get_args(tp)
             if type(None) in options and len(options) == 2:
                 inner = next(o for o in options if o is not type(None))
-                return self.value(inner, raw, where)
+                return None if raw is None else self.value(inner, raw, where)
             return self.tagged(options, raw, where)
         if origin is Literal:
             allowed = get_args(tp)

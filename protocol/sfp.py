@@ -75,8 +75,6 @@ from protocol.interfaces import (
     EstimateKind,
     EventLevelStrings,
     MechanismEntry,
-    Privatization,
-    ValueType,
 )
 from protocol.randomness import SCALE, RandomSource, random_bytes, uniform_draws
 
@@ -168,9 +166,6 @@ class SequenceFragmentPuzzle(EventLevelStrings):
     name: ClassVar[str] = "sfp"
     server: ClassVar[str] = "protocol.server.sfp:SFPServer"
     record_type: ClassVar[type[SFPRecord]] = SFPRecord
-    privatization: ClassVar[Privatization] = Privatization.EVENT
-    value_type: ClassVar[ValueType] = ValueType.STRING
-    value_range: ClassVar[tuple[float, float] | None] = None
     kind: ClassVar[EstimateKind] = EstimateKind.DISCOVERY
     epsilon: float
     epsilon_fragment: float

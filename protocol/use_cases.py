@@ -4,16 +4,18 @@
 canonical msgpack encoding of the *constructed* objects: for each use case, its name, the
 mechanism's name and every dataclass field of the mechanism (so defaults written out or left
 implicit, ``4`` or ``4.0``, key order, comments and formatting do not matter), the resolved
-seed, period, limits and collector settings. Descriptions are excluded. Any change that
-affects what a report means or how it is handled changes the hash. Reports of wire format 1
-carry it; the collector still reads them for the registry files it is given.
+seed, period, limits and collector settings. Descriptions and metadata (owner, end date,
+:mod:`protocol.metadata`) are excluded. Any change that affects what a report means or how
+it is handled changes the hash. Reports of wire format 1 carry it; the collector still reads
+them for the registry files it is given.
 
 **Definition hash.** Each use case is versioned on its own: :attr:`UseCase.definition` (16
 bytes, :func:`definition_hash`) covers exactly what changes what one of its reports means:
 its name, the mechanism's registry name and constructor parameters (the public seed
 included), the declared ε, the period, the daily limit and the lifetime cap. It leaves out
 the collector settings (a dictionary, a threshold or a correction changes what the collector
-releases, not what a report says), the description, the registry's other use cases and the
+releases, not what a report says), the description and the metadata (owner, end date: moving
+an end date resumes the same definition), the registry's other use cases and the
 names of the Python classes that implement them. Reports of wire format 2 carry it, so adding,
 changing or retiring one use case never touches the reports of the others
 (``docs/deploy.md``, "Changing the registry on a running fleet").
@@ -36,6 +38,7 @@ import msgpack
 from protocol.envelope import HASH_SIZE, largest_report_size
 from protocol.errors import LdpError
 from protocol.interfaces import HASHED_UNLESS_DEFAULT, Mechanism
+from protocol.metadata import UseCaseMetadata
 
 if TYPE_CHECKING:
     from protocol.server.contract import ServerMechanism
@@ -169,6 +172,8 @@ class UseCase:
         seed: the public hash seed, for hashed mechanisms; ``None`` otherwise.
         collector: collector-side settings.
         description: free text for people (not part of the registry hash).
+        metadata: who answers for the use case and until when it may collect
+            (:mod:`protocol.metadata`; not part of any hash).
     """
 
     name: str
@@ -180,6 +185,7 @@ class UseCase:
     seed: bytes | None
     collector: CollectorSettings
     description: str = ""
+    metadata: UseCaseMetadata = dataclasses.field(default_factory=UseCaseMetadata)
 
     @functools.cached_property
     def fingerprint(self) -> bytes:
@@ -236,11 +242,14 @@ class Registry:
         use_cases: the use cases by name (read-only).
         hash: the 16-byte canonical hash that every report carries.
         source: where the registry was loaded from (for messages).
+        strict: the file asked for every use case's owner and end date (``strict = true``;
+            not part of the hash).
     """
 
     use_cases: Mapping[str, UseCase]
     hash: bytes
     source: str = "<registry>"
+    strict: bool = False
 
     @property
     def hash_hex(self) -> str:

@@ -5,13 +5,16 @@ imports): part of the base install, so nothing here imports a server library.
 """
 
 __all__ = [
+    "accept_errors",
     "backoff",
     "clock",
+    "closing",
     "config",
     "console",
     "errors",
     "exit_status",
     "registry_file",
+    "resources",
     "sd_notify",
     "secret_files",
     "tls",

@@ -16,9 +16,9 @@ __all__ = ["VersionAction", "package_version", "quiet_on_closed_pipe"]
 
 def package_version() -> str:
     """The installed distribution's version (``"(not installed)"`` when run from a bare checkout)."""
-    # importlib.metadata brings email, zipfile, csv and the compressors with it: 30 ms and
-    # 2 MiB that a device's commands and daemon pay for nothing unless --version is asked
-    # (docs/deploy.md, "The device's footprint").
+    # importlib.metadata brings email, zipfile, csv and the compressors with it: CPU and
+    # memory that a device's commands and daemon would pay for nothing unless --version is
+    # asked (docs/benchmarks.md, "Imports a device defers or avoids").
     import importlib.metadata  # noqa: PLC0415
 
     try:

@@ -9,7 +9,11 @@ whichever side reports it.
 
 from __future__ import annotations
 
-__all__ = ["ConfigFileError", "SettingFileError", "exception_leaves"]
+from typing import TypeVar
+
+__all__ = ["ConfigFileError", "SettingFileError", "exception_leaves", "expected_leaves"]
+
+E = TypeVar("E", bound=BaseException)
 
 
 class SettingFileError(ValueError):
@@ -51,3 +55,17 @@ def exception_leaves(exc: BaseException) -> list[BaseException]:
     if isinstance(exc, BaseExceptionGroup):
         return [leaf for inner in exc.exceptions for leaf in exception_leaves(inner)]
     return [exc]
+
+
+def expected_leaves(exc: BaseException, expected: type[E] | tuple[type[E], ...]) -> list[E] | None:
+    """The leaves of ``exc`` (:func:`exception_leaves`) when every one is an ``expected`` error,
+    else None.
+
+    The one way a tool unwraps what its task group raised: the expected failures are said
+    once each, without a traceback; anything else (None here) is re-raised by the caller, so a
+    bug keeps its traceback and its non-zero exit status (docs/design.md, convention 12).
+    """
+    leaves = exception_leaves(exc)
+    if all(isinstance(leaf, expected) for leaf in leaves):
+        return [leaf for leaf in leaves if isinstance(leaf, expected)]
+    return None

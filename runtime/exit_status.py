@@ -43,7 +43,9 @@ MEANING = MappingProxyType(
         ),
         ExitStatus.REFUSED: "values refused (ldp-agent record; an ldp-fleet run that sent nothing because of it)",
         ExitStatus.NO_CONSENT: "the device's user has not opted in (ldp-agent)",
-        ExitStatus.STOPPED: "the use case has stopped: lifetime ε spent or parameters changed (ldp-agent)",
+        ExitStatus.STOPPED: (
+            "the use case has stopped: lifetime ε spent, parameters changed or past its end date (ldp-agent)"
+        ),
         ExitStatus.STATE_UNREADABLE: "the sealed state or its key cannot be read, or the key does not open it "
         "(ldp-agent)",
         ExitStatus.NOT_RELEASED: (

@@ -22,6 +22,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from runtime.errors import SettingFileError
+from runtime.resources import RESOURCE_ERRNOS, ResourceShortageError
 
 __all__ = ["MAX_SECRET_BYTES", "credential_path", "read_password", "read_secret_file"]
 
@@ -66,11 +67,15 @@ def read_secret_file(
     Raises:
         SettingFileError: missing, unreadable, not a regular file, readable by others, owned
             by another user, or larger than :data:`MAX_SECRET_BYTES`.
+        ResourceShortageError: it could not be opened for want of a system resource.
     """
     credential = _in_credentials(path, environ)
     try:
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | (0 if credential else os.O_NOFOLLOW))
     except OSError as e:
+        if e.errno in RESOURCE_ERRNOS:
+            # Not the file's fault: the process or the system ran out of something; retried.
+            raise ResourceShortageError(f"opening {what} {path}", e) from e
         raise SettingFileError(setting, f"cannot open {what} {path}: {e.strerror or e}") from None
     try:
         st = os.fstat(fd)

@@ -33,6 +33,7 @@ from protocol.interfaces import EstimateKind, MechanismEntry, NoPermanentState, 
 from protocol.randomness import Coin, RandomSource, coin_at_most, dexp, flips, uniform_draws
 from protocol.server.contract import PlainServer, PlanFigures
 from protocol.server.estimate import VectorEstimate
+from protocol.server.parallel import Threads
 from protocol.server.plain import require
 
 __all__ = ["ENTRY", "KaryRandomizedResponse", "KrrAggregate", "KrrBatch", "KrrServer"]
@@ -205,8 +206,10 @@ class KrrServer(PlainServer[KaryRandomizedResponse, KrrBatch, KrrAggregate]):
                 raise MalformedReportError("out-of-range", f"records[{i}]", f"a category index in [0, {k})")
         return KrrBatch(np.array(raw, dtype=np.int64))
 
-    def estimate_frequencies(self, aggregate: object, candidates: Sequence[str]) -> VectorEstimate:
-        """``ĉ_v = (C_v - n q) / (p - q)`` with its plug-in SE."""
+    def estimate_frequencies(
+        self, aggregate: object, candidates: Sequence[str], *, threads: Threads | None = None
+    ) -> VectorEstimate:
+        """``ĉ_v = (C_v - n q) / (p - q)`` with its plug-in SE (one pass: ``threads`` are not needed)."""
         agg, mech = self.own_aggregate(aggregate), self.mechanism
         if tuple(candidates) != mech.categories:
             raise ParameterError("candidates", "the categories, in order", candidates)

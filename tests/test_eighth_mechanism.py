@@ -19,14 +19,14 @@ import pytest
 
 from agent.core import Agent
 from agent.errors import ValueRefusedError
+from agent.mechanism_calls import coerce_text, privatization_of
 from agent.sealed import Sealer
-from agent.usecases import Kind, coerce_text, kind_of
 from collector.estimation import estimate_aggregate
 from collector.planner import main as plan_main
 from collector.planner import plan_use_case
 from collector.results import ReleaseDecision
 from collector.store import CheckpointStore
-from protocol.interfaces import EstimateKind, FrequencyMechanism, Mechanism, as_frequencies
+from protocol.interfaces import EstimateKind, FrequencyMechanism, Mechanism, Privatization, as_frequencies
 from protocol.randomness import SeededRandom
 from protocol.registry import BUILTIN_MECHANISMS, Registry, RegistryError, parse_registry
 from protocol.server.contract import ServerMechanism, frequency_server
@@ -85,7 +85,7 @@ def test_the_registry_builds_the_toy_only_when_given_its_entry() -> None:
 def test_the_toy_flows_through_agent_collector_and_estimate(registry: Registry, tmp_path: Path) -> None:
     """Record -> report -> decode -> store fold -> estimate: every count within 5 SE of the truth."""
     use_case = registry["theme"]
-    assert kind_of(use_case) is Kind.EVENT
+    assert privatization_of(use_case) is Privatization.EVENT
     assert coerce_text(use_case, "auto") == "auto"
     truth = Counter({"dark": 600, "light": 250, "auto": 150, "contrast": 0})
     values = [v for v, c in truth.items() for _ in range(c)]

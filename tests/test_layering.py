@@ -30,6 +30,20 @@ def test_protocol_is_pure() -> None:
     assert not _imports("protocol") & {"asyncio", "socket", "random", "aiomqtt", "paho", "sqlite3"}
 
 
+def test_protocol_starts_no_thread() -> None:
+    """protocol/ makes no thread or pool and asks nothing of the host's CPUs: the caller passes its threads."""
+    starters = {"ThreadPoolExecutor", "ProcessPoolExecutor", "Thread", "cpu_count", "threading", "multiprocessing"}
+    found: set[str] = set()
+    for path in (ROOT / "protocol").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            name = node.attr if isinstance(node, ast.Attribute) else node.id if isinstance(node, ast.Name) else None
+            imported = (
+                {a.name.split(".")[-1] for a in node.names} if isinstance(node, ast.Import | ast.ImportFrom) else set()
+            )
+            found.update(f"{path.relative_to(ROOT)}: {n}" for n in ({name} | imported) & starters)
+    assert not found, sorted(found)
+
+
 def test_protocol_does_not_import_runtime() -> None:
     """protocol/ stays pure: it never uses the host plumbing of runtime/."""
     assert "runtime" not in _imports("protocol")

@@ -12,6 +12,7 @@ import pytest
 
 from collector.amplification import central_epsilon, default_delta
 from collector.numbers import format_number
+from protocol.one_bit_mean import theorem5_epsilon
 from protocol.rappor import Rappor
 from protocol.registry import Registry, parse_registry
 
@@ -165,11 +166,19 @@ def test_sequences_with_one_pattern_of_changes_stay_within_w_memos(example: Regi
 
 
 def test_the_registry_change_figure() -> None:
-    """`default-browser` at f = 0.6 (deploy/fleet.usecases.v2.toml): ε∞ = 2 ln(7/3), ε₁ = 0.4286."""
+    """`default-browser` at f = 0.6 (deploy/fleet.usecases.v2.toml): ε∞ = 2 ln(7/3) per B′ redrawn, ε₁ = 0.4286."""
     r = _registry("fleet.usecases.v2.toml").use_cases["default-browser"].mechanism
     assert isinstance(r, Rappor)
     assert r.epsilon_infinity == pytest.approx(2 * math.log(7 / 3), rel=1e-12)
     assert (format_number(r.epsilon_infinity), format_number(r.epsilon_one)) == ("1.695", "0.4286")
+    assert format_number(2 * r.epsilon_infinity) == "3.389"  # a device that reported two browsers
+
+
+def test_no_joint_bound_makes_one_memo_charge_enough() -> None:
+    """000 Thm 5's joint ε″ at a memo ε of 1 is 2.718, above the 2 two keys' memos are charged."""
+    joint = theorem5_epsilon(1.0)
+    assert format_number(joint) == "2.718"
+    assert joint > 2 * 1.0
 
 
 def _row(first_cell: str) -> list[str]:

@@ -14,8 +14,8 @@
   decoded with when the use case fixes none (the ``ldp-collector plan`` verb, which prints
   the same choice, is :mod:`collector.planner`).
 * :mod:`collector.decoding.stats`: normal p-values and multiple-testing control.
-* :mod:`collector.decoding.plain`: the released-value record every decoder returns and
-  its JSON-ready form.
+* :mod:`collector.decoding.plain`: the released-value record every decoder returns (what a
+  person reads of it becomes JSON in ``collector.results`` alone).
 
 Only numpy and the standard library are used at run time.
 """

@@ -13,14 +13,10 @@ Hastie and Tibshirani, J. Stat. Softw. 33(1), 2010; Tibshirani et al., J. R. Sta
 ``Lasso(positive=True)`` for a measured reason: a column has ``cohorts·h`` non-zeros, but
 profiling out the intercepts makes it dense, and a dense design is what a general solver
 needs. At the deployed ``homepage`` size (32 cohorts, ``k = 128``, 8,616 candidates, 004
-§5.4; 2026-11-24, ``python -m benchmarks.bench_lasso``, scikit-learn 1.9.1, 2 shared cores)
-this solver took 16-39 ms and 4.8 MiB at its peak (plus its 8.4 MiB sparse design);
-scikit-learn took 0.27-0.38 s (0.18 s of it building the design) and 278 MiB (the dense
-4,096 × 8,616 design alone is 269 MiB), 7-17× slower and 58× the memory. Both selected the
-same 17 candidates, with coefficients within ``6·10^-6`` (``z`` units) of a tight reference
-solve and the same objective to ``10^-14``. At 004 §5.2's size (16 cohorts, 200 candidates)
-scikit-learn is the faster, 2-3 ms against 5-8 ms, with the same 46 candidates: milliseconds
-either way.
+§5.4) the dense design alone is 4,096 × 8,616 float64s, and scikit-learn was several times
+slower in tens of times the memory, selecting the same candidates; at 004 §5.2's size (16
+cohorts, 200 candidates) either takes milliseconds (``python -m benchmarks.bench_lasso``;
+docs/benchmarks.md, "The RAPPOR decoder's Lasso against scikit-learn").
 """
 
 from __future__ import annotations

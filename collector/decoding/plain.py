@@ -1,29 +1,19 @@
-"""The released-value record and the JSON-ready forms shared by the decoders.
+"""The released-value record shared by the decoders.
 
 Every decoder releases a value with the same numbers: an estimated count, its standard
 error, a confidence interval and a one-sided test of ``count > 0``. :class:`ValueEstimate`
 is that record, once; :class:`collector.decoding.rappor.DecodedString` (RAPPOR
 candidates) and :class:`collector.decoding.sketches.FrequencyEntry` (dictionary entries
 and SFP words) are its named kinds, so a reader of the collector's output sees one shape.
-
-Released numbers can be infinite or NaN (a zero standard error gives ``z = inf``; an
-unbounded threshold is ``-inf``), which JSON cannot carry: :func:`finite` writes them as
-``null``.
+What a person reads of them is built once as a typed result (``collector.results``, by
+``collector.estimation``) and becomes JSON only there.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
-from protocol.plain import JsonObject
-
-__all__ = ["ValueEstimate", "finite"]
-
-
-def finite(x: float) -> float | None:
-    """``x``, or ``None`` when it is infinite or NaN (JSON has no such numbers)."""
-    return x if math.isfinite(x) else None
+__all__ = ["ValueEstimate"]
 
 
 @dataclass(frozen=True)
@@ -47,14 +37,3 @@ class ValueEstimate:
     high: float
     z: float
     p_value: float
-
-    def to_plain(self) -> JsonObject:
-        """JSON object; a ``bytes`` value is written in hex (JSON has no bytes)."""
-        return {
-            "value": self.value if isinstance(self.value, str) else self.value.hex(),
-            "count": finite(self.count),
-            "standard_error": finite(self.standard_error),
-            "interval": [finite(self.low), finite(self.high)],
-            "z": finite(self.z),
-            "p_value": finite(self.p_value),
-        }

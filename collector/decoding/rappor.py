@@ -114,12 +114,11 @@ import numpy as np
 import numpy.typing as npt
 
 from collector.decoding.lasso import Design, lasso, weights_from, wls
-from collector.decoding.plain import ValueEstimate, finite
+from collector.decoding.plain import ValueEstimate
 from collector.decoding.rappor_categories import CategoryDecoding, decode_categories, load_candidates
 from collector.decoding.residual_variance import residual_scale, robust_score_variances, sandwich_variances
 from collector.decoding.stats import check_level, normal_quantile, normal_sf, reject, z_interval
 from protocol.interfaces import EstimateKind
-from protocol.plain import JsonObject
 from protocol.server.contract import CandidateServer
 from protocol.server.estimate import BitEstimates, Estimate
 from protocol.server.rappor import RapporAggregate, RapporServer
@@ -233,28 +232,6 @@ class RapporDecoding:
         idx = np.flatnonzero(self.detected)
         idx = idx[np.argsort(-self.counts[idx], kind="stable")]
         return [self.entry(int(i)) for i in idx]
-
-    def to_plain(self) -> JsonObject:
-        """JSON-ready summary: the detected strings and the fit's diagnostics."""
-        return {
-            "found": [d.to_plain() for d in self.found()],
-            "n": self.n,
-            "candidates": len(self.candidates),
-            "selected": int(self.selected.sum()),
-            "lasso_selected": self.lasso_selected,
-            "detected": int(self.detected.sum()),
-            "unexplained": {
-                "count": finite(self.unexplained.value),
-                "standard_error": finite(self.unexplained.standard_error),
-                "share": finite(self.unexplained_share.value),
-            },
-            "widened": int(self.widened.sum()),
-            "control": self.control,
-            "alpha": self.alpha,
-            "confidence": self.confidence,
-            "selection_z": self.selection_z,
-            "dispersion": self.dispersion,
-        }
 
 
 def _design(server: CandidateServer, bits: BitEstimates, candidates: Sequence[str | bytes]) -> Design:

@@ -30,13 +30,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from collector.decoding.plain import ValueEstimate, finite
+from collector.decoding.plain import ValueEstimate
 from collector.decoding.release import Release, ReleaseRule, release
 from protocol.cms import as_value_bytes
-from protocol.plain import JsonObject
 from protocol.server.cms import CMSAggregate
 from protocol.server.hashing import family_fingerprints
 from protocol.server.hcms import HCMSAggregate
+from protocol.server.parallel import Threads
 from protocol.server.sfp import SFPAggregate, reconstruct
 
 __all__ = [
@@ -87,20 +87,6 @@ class FrequencyRelease:
     confidence: float
     detail: Release
 
-    def to_plain(self) -> JsonObject:
-        """JSON-ready form."""
-        return {
-            "entries": [e.to_plain() for e in self.entries],
-            "tested": self.tested,
-            "released": self.released,
-            "withheld": self.withheld,
-            "n": self.n,
-            "threshold": finite(self.threshold),
-            "alpha": self.alpha,
-            "control": self.control,
-            "confidence": self.confidence,
-        }
-
 
 def _rule(
     *, threshold: float, alpha: float | None, control: str, top_n: int | None, confidence: float, min_reports: int = 0
@@ -144,7 +130,7 @@ def query_dictionary(
     top_n: int | None = None,
     confidence: float = 0.95,
     min_reports: int = 0,
-    workers: int | None = None,
+    threads: Threads | None = None,
 ) -> FrequencyRelease:
     """Estimate every dictionary entry (003 Alg. 4) and release those that pass the rule.
 
@@ -158,7 +144,7 @@ def query_dictionary(
         top_n: release at most this many entries (the largest).
         confidence: level of the intervals.
         min_reports: release nothing from fewer reports.
-        workers: threads for the gather (default: all CPUs).
+        threads: the caller's threads, the gather split between them (None: this thread alone).
 
     Raises:
         InputError: if an entry is neither ``str`` nor ``bytes``.
@@ -172,7 +158,7 @@ def query_dictionary(
     family = aggregate.mechanism.family
     for start in range(0, size, _BLOCK):
         block = [as_value_bytes(v) for v in dictionary[start : start + _BLOCK]]
-        est = aggregate.estimate_fingerprints(family_fingerprints(family, block), workers=workers)
+        est = aggregate.estimate_fingerprints(family_fingerprints(family, block), threads=threads)
         counts[start : start + len(block)] = est.values
         ses[start : start + len(block)] = est.standard_errors
     detail = release(dictionary, counts, ses, n=aggregate.n, rule=rule)
@@ -209,7 +195,7 @@ def discover_words(
     confidence: float = 0.95,
     min_reports: int = 0,
     max_words: int = 2_000_000,
-    workers: int | None = None,
+    threads: Threads | None = None,
 ) -> FrequencyRelease:
     """Discover frequent unknown words (003 Alg. 10) and release those that pass the rule.
 
@@ -227,7 +213,7 @@ def discover_words(
         confidence: level of the intervals.
         min_reports: release nothing from fewer reports.
         max_words: refuse to score more assembled words than this (``TooManyWordsError``).
-        workers: threads for the dictionary queries.
+        threads: the caller's threads, the dictionary queries split between them (None: this thread alone).
     """
     rule = _rule(
         threshold=threshold, alpha=alpha, control=control, top_n=top_n, confidence=confidence, min_reports=min_reports
@@ -238,7 +224,7 @@ def discover_words(
         top_t=top_t,
         threshold=-math.inf,
         max_words=max_words,
-        workers=workers,
+        threads=threads,
     )
     words = [w.word for w in found]
     counts = np.array([w.count for w in found], dtype=np.float64)

@@ -1,12 +1,13 @@
 """The collector's MQTT 5 subscriber, acknowledging each message only after its commit.
 
-Three rooms (docs/mqtt-client.md says why the client is the collector's own):
+The protocol itself is the project's MQTT core (:mod:`protocol.mqtt`, shared with the
+fleet's publisher and the tests'; docs/mqtt-client.md says why the client is the project's
+own); this package is the collector's use of it, in the subscriber's role:
 
-* :mod:`collector.mqtt.packets` - single packets: Variable Byte Integers, properties,
-  CONNECT, SUBSCRIBE, PUBLISH, CONNACK; stateless.
-* :mod:`collector.mqtt.codec` - the subscriber protocol without I/O: bytes in, deliveries and
-  events out, with the partial packet, the Receive Maximum accounting and the deliveries
-  waiting for ingest.
+* :mod:`collector.mqtt.subscriptions` - what the collector subscribes to on a broker and what
+  the broker's answers mean to it.
+* :mod:`collector.mqtt.inbox` - the deliveries waiting for ingest, and the QoS 0 ones dropped
+  when it is full.
 * :mod:`collector.mqtt.transport` - the asyncio side: the connection, the read loop,
   keep-alive, acknowledgement after commit, receipts, reconnection with backoff; with
   :mod:`collector.mqtt.tls` for the TLS context.
@@ -15,50 +16,8 @@ Three rooms (docs/mqtt-client.md says why the client is the collector's own):
 """
 
 from collector.mqtt.brokers import BrokerSet
-from collector.mqtt.codec import SubscriberCodec
-from collector.mqtt.packets import (
-    BROKER_COUNTERS,
-    CONNACK,
-    CONNECT,
-    DISCONNECT,
-    PINGREQ,
-    PINGRESP,
-    PUBACK,
-    PUBLISH,
-    SUBACK,
-    SUBSCRIBE,
-    MqttProtocolError,
-    connect_packet,
-    decode_varint,
-    encode_varint,
-    publish_packet,
-    split_packets,
-    subscribe_packet,
-)
+from collector.mqtt.subscriptions import BROKER_COUNTERS
 from collector.mqtt.tls import tls_context
 from collector.mqtt.transport import READ_PAUSE_S, MqttTransport
 
-__all__ = [
-    "BROKER_COUNTERS",
-    "CONNACK",
-    "CONNECT",
-    "DISCONNECT",
-    "PINGREQ",
-    "PINGRESP",
-    "PUBACK",
-    "PUBLISH",
-    "READ_PAUSE_S",
-    "SUBACK",
-    "SUBSCRIBE",
-    "BrokerSet",
-    "MqttProtocolError",
-    "MqttTransport",
-    "SubscriberCodec",
-    "connect_packet",
-    "decode_varint",
-    "encode_varint",
-    "publish_packet",
-    "split_packets",
-    "subscribe_packet",
-    "tls_context",
-]
+__all__ = ["BROKER_COUNTERS", "READ_PAUSE_S", "BrokerSet", "MqttTransport", "tls_context"]

@@ -29,9 +29,11 @@ import asyncio
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 
 from collector.config import MqttConfig
-from collector.mqtt.transport import READ_PAUSE_S, BrokerConnector, MqttTransport, open_broker_connection
-from collector.transport import NO_ACK, BrokerStatistics, Delivery, TransportStatistics, route_of
+from collector.mqtt.transport import READ_PAUSE_S, BrokerConnector, MqttTransport
+from collector.transport import BrokerStatistics, Delivery, TransportStatistics, route_of
+from protocol.mqtt.events import packet_id_of
 from protocol.receipts import Receipt
+from runtime.resources import ResourceErrors
 
 __all__ = ["BrokerSet"]
 
@@ -45,8 +47,10 @@ class BrokerSet:
     Args:
         config: the ``[mqtt]`` section; ``config.brokers`` gives one config per broker.
         read_pause_s: passed to each session (:data:`collector.mqtt.READ_PAUSE_S`).
-        open_connection: opens each connection (tests pass their own).
+        open_connection: opens each connection (tests pass their own; by default each session
+            builds its TLS context once, here).
         sleep: waits out each reconnect delay.
+        resources: counts the connections that failed for want of a system resource.
     """
 
     def __init__(
@@ -54,8 +58,9 @@ class BrokerSet:
         config: MqttConfig,
         *,
         read_pause_s: float = READ_PAUSE_S,
-        open_connection: BrokerConnector = open_broker_connection,
+        open_connection: BrokerConnector | None = None,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        resources: ResourceErrors | None = None,
     ) -> None:
         self.config = config
         self._ready = asyncio.Event()
@@ -67,6 +72,7 @@ class BrokerSet:
                 sleep=sleep,
                 route=route,
                 ready=self._ready,
+                resources=resources,
             )
             for route, broker in enumerate(config.brokers)
         )
@@ -101,13 +107,14 @@ class BrokerSet:
             return
         by_route: dict[int, list[int]] = {}
         for token in tokens:
-            if token != NO_ACK:
+            if packet_id_of(token):  # a QoS 0 message needs no acknowledgement
                 by_route.setdefault(route_of(token), []).append(token)
         for route, group in by_route.items():
             sessions[route].ack(group)
 
     def send_receipts(self, receipts: Mapping[bytes, Sequence[Receipt]], *, route: int = 0) -> None:
-        """Publish receipts through broker ``route``, the one that delivered their reports."""
+        """Publish receipts through broker ``route``, the one that delivered their reports
+        (:func:`~collector.transport.route_of` their tokens)."""
         self.sessions[route].send_receipts(receipts)
 
     def statistics(self) -> TransportStatistics:
@@ -171,12 +178,14 @@ class BrokerSet:
 
     async def wait_serving(self) -> None:
         """Return once any broker has granted the subscription (the member is serving then)."""
-        waits = [asyncio.ensure_future(s.wait_subscribed()) for s in self.sessions]
+        waits = [asyncio.create_task(s.wait_subscribed(), name=f"mqtt-serving-{s.address}") for s in self.sessions]
         try:
             await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
         finally:
+            # The waits end here, whatever ends this one: no task outlives its owner (docs/design.md, convention 12).
             for w in waits:
                 w.cancel()
+            await asyncio.gather(*waits, return_exceptions=True)
 
     async def close(self) -> None:
         """Disconnect every session politely; :meth:`run` returns."""

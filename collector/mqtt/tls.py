@@ -15,11 +15,14 @@ __all__ = ["broker_tls_context", "tls_context"]
 def tls_context(tls: TlsConfig) -> ssl.SSLContext:
     """The TLS context of the broker connection, built from the files ``[mqtt.tls]`` names.
 
-    Called at start-up and again at every reconnect, so a file that is gone or broken later
-    stops the collector with the same message instead of a retry loop that names no file.
+    Built at start-up (``check-config``, and once per broker session,
+    :func:`collector.mqtt.transport.broker_connector`), never at a reconnect: a reconnect under
+    a full file table must not read the CA file (runtime/tls.py).
 
     Raises:
         ConfigError: naming the config file, the field (``mqtt.tls.ca_file``, ...) and the file.
+        runtime.resources.ResourceShortageError: a file could not be read for want of a system
+            resource (not the configuration's fault).
     """
     try:
         return client_context(ca_file=tls.ca_file, cert_file=tls.cert_file, key_file=tls.key_file)
@@ -28,11 +31,9 @@ def tls_context(tls: TlsConfig) -> ssl.SSLContext:
 
 
 def broker_tls_context(config: MqttConfig) -> ssl.SSLContext | None:
-    """The context for one connection to the broker ``config`` names; None without ``[mqtt.tls]``.
+    """The context for the connections to the broker ``config`` names; None without ``[mqtt.tls]``.
 
     Raises:
-        ConfigError: as :func:`tls_context`.
+        ConfigError, ResourceShortageError: as :func:`tls_context`.
     """
-    # Built again at every connect: a CA file that vanished since start-up raises the
-    # ConfigError naming it (which ends the service) rather than an OSError retried forever.
     return None if config.tls is None else tls_context(config.tls)

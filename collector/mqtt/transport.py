@@ -3,10 +3,11 @@
 Why not a general-purpose client: the collector needs exactly one behaviour that common
 Python clients make hard or slow. A QoS 1 message must be acknowledged (PUBACK) only after
 its contribution is committed to the checkpoint store; aiomqtt acknowledges on receipt,
-and paho reads every packet with several one-byte ``recv`` calls under the GIL (about
-10,000 messages/s on the reference machine, before any work is done; docs/mqtt-client.md).
-The protocol itself - packets, limits, what a read means - is :mod:`collector.mqtt.codec`;
-this module moves its bytes over a socket and acts on its events.
+and paho reads every packet with several small ``recv`` calls under the GIL
+(docs/mqtt-client.md compares them). The protocol itself - packets, limits, what a read
+means - is the project's MQTT core, :class:`protocol.mqtt.session.Session` in the
+subscriber's role; this module moves its bytes over a socket, acts on its events and keeps
+the deliveries for ingest (:mod:`collector.mqtt.inbox`).
 
 Guarantees:
 
@@ -23,9 +24,9 @@ Guarantees:
   ``buffer_bytes`` of payload wait for ingest, so TCP pushes back. QoS 0 messages beyond
   the buffer are dropped and counted.
 * **Metadata stripped**: a :class:`~collector.transport.Delivery` carries only the
-  payload, the sender's identity and a receipt request (see :mod:`collector.mqtt.codec`).
+  payload, the sender's identity and a receipt request (see :mod:`protocol.mqtt.session`).
 * **Loss at the broker is visible**: a second, QoS 0 subscription to a few of Mosquitto's
-  ``$SYS/broker/...`` counters (:data:`~collector.mqtt.packets.BROKER_COUNTERS`: messages
+  ``$SYS/broker/...`` counters (:data:`~collector.mqtt.subscriptions.BROKER_COUNTERS`: messages
   dropped on full queues, messages and bytes stored, clients connected) keeps their last
   values for :meth:`MqttTransport.statistics` and the Prometheus metrics; they never reach
   ingest. The ACL lets only the collector credential read them; a broker that refuses the
@@ -35,12 +36,17 @@ Guarantees:
   session that served: one that received a report, or stayed up for a keep-alive interval.
   A broker that grants the subscription and then sends DISCONNECT at once is not serving,
   and resetting then made the collector reconnect in a tight loop. A broker that says it
-  is busy (CONNACK or DISCONNECT 0x88, 0x89, 0x97, 0x9F: :data:`BUSY_REASON_CODES`) makes
+  is busy (CONNACK or DISCONNECT 0x88, 0x89, 0x97, 0x9F: :data:`protocol.mqtt.reasons.BUSY`) makes
   the waits grow faster; the jitter keeps collectors from coming back in step. A refusal
   that retrying cannot fix (bad credentials, subscription not granted at QoS 1) raises
-  :class:`~collector.errors.TransportError` and ends the service; so does a TLS file that is
-  gone or broken at a reconnect (a :class:`~collector.errors.ConfigError` naming the field
-  and the file).
+  :class:`~collector.errors.TransportError` and ends the service.
+* **A reconnect opens no file**: the TLS context is built once, when the session is made at
+  start-up (:func:`broker_connector`; a TLS file that cannot be used then is a
+  :class:`~collector.errors.ConfigError` naming the field and the file), and every connection
+  reuses it. A connection that fails for want of a system resource (``EMFILE`` when a flood
+  of HTTP clients has filled the open-file table, ``ENFILE``, ``ENOMEM``, ``ENOBUFS``) is
+  retried with the same backoff, counted (``ldp_collector_resource_errors_total``) and logged
+  once until a connection succeeds (:mod:`runtime.resources`).
 * **Every task has an owner**: :meth:`MqttTransport.run` is run by its caller's task group;
   the keep-alive of a connection is a task of that connection's own group, ended with it.
 """
@@ -55,36 +61,34 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 
 from collector.config import MqttConfig, read_password
 from collector.errors import TransportError
-from collector.mqtt.codec import (
-    BrokerCounter,
-    Connected,
-    ConnectionRefused,
-    CountersRefused,
-    Disconnected,
-    Event,
-    Subscribed,
-    SubscriberCodec,
-    SubscriptionRefused,
-)
-from collector.mqtt.packets import (
-    DISCONNECT_PACKET,
-    PINGREQ_PACKET,
-    MqttProtocolError,
-    disconnect_packet,
-    publish_packet,
+from collector.mqtt.inbox import Inbox
+from collector.mqtt.subscriptions import (
+    COUNTERS_PACKET_ID,
+    broker_counter,
+    counters_refused,
+    reports_granted,
+    subscribe,
 )
 from collector.mqtt.tls import broker_tls_context
 from collector.transport import BrokerStatistics, Delivery, TransportStatistics
+from protocol.mqtt.events import BrokerMessage, Connected, ConnectionRefused, Disconnected, Event, Subscribed
+from protocol.mqtt.packets import MqttProtocolError, disconnect_packet
+from protocol.mqtt.reasons import BUSY
+from protocol.mqtt.session import Session
+from protocol.mqtt.states import Role, State
 from protocol.receipts import Receipt, encode_receipts
 from runtime.backoff import Backoff, Retry
+from runtime.resources import ResourceErrors
 
-__all__ = ["BUSY_REASON_CODES", "READ_PAUSE_S", "BrokerConnector", "MqttTransport", "open_broker_connection"]
+__all__ = [
+    "READ_PAUSE_S",
+    "BrokerConnector",
+    "MqttTransport",
+    "broker_connector",
+    "open_broker_connection",
+]
 
 log = logging.getLogger(__name__)
-
-BUSY_REASON_CODES = frozenset({0x88, 0x89, 0x97, 0x9F})
-"""MQTT 5 reason codes by which a broker says "not now" (§2.4): server unavailable, server busy,
-quota exceeded, connection rate exceeded. In a CONNACK or a DISCONNECT they lengthen the next wait."""
 
 _RECEIPTS_PER_MESSAGE = 2000  # about 40 KiB of receipts in one PUBLISH
 _CONNECT_TIMEOUT = 10.0
@@ -96,30 +100,46 @@ READ_PAUSE_S = 0.02
 """After a short read, how long the socket is left to fill before the next one.
 
 A collector that keeps up with its stream otherwise wakes for every few segments the broker
-writes. Each wake-up (a read, a parse, an ingest pass) has a fixed cost, and on the
-reference machine a process that works in short bursts between sleeps is also charged more
-CPU per unit of work than one kept busy. Measured with ``benchmarks.bench_collector``
-(``live``, three members sharing the stream, 20 records a message): about 1,250 reads per
-member for 20,000 messages without the pause, 170 with it, and 21.6-23.8 instead of
-27.6-30.0 us of collector CPU a message. 20 ms is small next to the commit interval
-(``ingest.commit_interval_s``, 250 ms by default), which bounds when a report is counted
-and acknowledged; the service never pauses longer than a quarter of it, so an operator who
-shortens the interval for latency shortens the pause too. A busy collector never pauses
-(its reads are long).
+writes. Each wake-up (a read, a parse, an ingest pass) has a fixed cost, and a process that
+works in short bursts between sleeps is also charged more CPU per unit of work than one kept
+busy; docs/mqtt-client.md ("Reading in gulps") gives the reads and the CPU per message with
+and without the pause. 20 ms is small next to the commit interval
+(``ingest.commit_interval_s``, 250 ms by default), which bounds when a report is counted and
+acknowledged; the service never pauses longer than a quarter of it, so an operator who
+shortens the interval for latency shortens the pause too. A busy collector never pauses (its
+reads are long).
 """
 
 BrokerConnector = Callable[[MqttConfig], Awaitable[tuple[asyncio.StreamReader, asyncio.StreamWriter]]]
 """Opens one connection to the broker a config names (tests pass their own streams)."""
 
 
-async def open_broker_connection(config: MqttConfig) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-    """A TCP connection to the broker ``config`` names, over TLS when ``[mqtt.tls]`` is set.
+def broker_connector(config: MqttConfig) -> BrokerConnector:
+    """Opens connections to the broker ``config`` names, over TLS when ``[mqtt.tls]`` is set,
+    with a TLS context built here, once: every connection reuses it and reads no file.
 
     Raises:
-        ConfigError: a TLS file is gone or broken (read again at every connection).
+        ConfigError: a TLS file is missing, unreadable or broken.
+        runtime.resources.ResourceShortageError: a TLS file could not be read for want of a
+            system resource.
+    """
+    context = broker_tls_context(config)
+
+    async def open_connection(cfg: MqttConfig) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        return await asyncio.open_connection(cfg.host, cfg.port, ssl=context, limit=1 << 20)
+
+    return open_connection
+
+
+async def open_broker_connection(config: MqttConfig) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """One TCP connection to the broker ``config`` names, over TLS when ``[mqtt.tls]`` is set
+    (a context of its own: a session keeps one, :func:`broker_connector`).
+
+    Raises:
+        ConfigError: a TLS file is missing, unreadable or broken.
         OSError: the broker cannot be reached.
     """
-    return await asyncio.open_connection(config.host, config.port, ssl=broker_tls_context(config), limit=1 << 20)
+    return await broker_connector(config)(config)
 
 
 class _ConnectionLostError(Exception):
@@ -136,13 +156,20 @@ class MqttTransport:
         config: broker address, client id, topic, shared-subscription group, limits.
         read_pause_s: how long the socket is left to fill after a short read (see
             :data:`READ_PAUSE_S`; the service passes at most a quarter of its commit interval).
-        open_connection: opens each connection (default: :func:`open_broker_connection`).
+        open_connection: opens each connection (default: :func:`broker_connector`'s, whose TLS
+            context is built here, at start-up).
         sleep: waits out each reconnect delay (default: :func:`asyncio.sleep`; tests record
             the delays through it).
         route: this broker's index among the collector's brokers (``collector.mqtt.brokers``),
-            carried in its deliveries and tokens.
+            the tag of its session: carried in every token it gives out
+            (:func:`collector.transport.route_of`).
         ready: set whenever deliveries arrive (default: an event of its own); the brokers of
             one collector share one, so ingest waits on all of them at once.
+        resources: counts the connections that failed for want of a system resource (default:
+            a counter of its own; the service shares its own, exported as metrics).
+
+    Raises:
+        ConfigError: a TLS file or the password file cannot be used.
     """
 
     def __init__(
@@ -150,26 +177,29 @@ class MqttTransport:
         config: MqttConfig,
         *,
         read_pause_s: float = READ_PAUSE_S,
-        open_connection: BrokerConnector = open_broker_connection,
+        open_connection: BrokerConnector | None = None,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         route: int = 0,
         ready: asyncio.Event | None = None,
+        resources: ResourceErrors | None = None,
     ) -> None:
         self.config = config
-        self.route = route
         self._sleep = sleep
         self._read_pause_s = read_pause_s
-        self._open_connection = open_connection
+        self._open_connection = open_connection or broker_connector(config)
+        self._resources = resources or ResourceErrors(log)
         self._password = read_password(config)
         # "ldp/v1/reports/#" -> b"ldp/v1/reports/": what comes after it, up to the last level
         # (the use case), is the sender's identity.
         prefix = config.topic[:-1].encode() if config.topic.endswith("/#") else None
-        self._codec = SubscriberCodec(
+        self._session = Session(
+            Role.SUBSCRIBER,
             receive_maximum=config.receive_maximum,
             max_packet_bytes=config.max_packet_bytes,
             topic_prefix=prefix,
-            route=route,
+            tag=route,
         )
+        self._inbox = Inbox(config.receive_maximum)
         self._ready = ready if ready is not None else asyncio.Event()
         self._since: float | None = None  # when the connection last came up or went down (Unix time)
         self._drained = asyncio.Event()
@@ -196,44 +226,43 @@ class MqttTransport:
 
     async def receive(self, max_count: int) -> list[Delivery]:
         """Wait until at least one delivery is buffered; return up to ``max_count``."""
-        codec = self._codec
-        while not codec.buffered:
+        inbox = self._inbox
+        while not inbox:
             self._ready.clear()
             await self._ready.wait()
         return self.take(max_count)
 
     def take(self, max_count: int) -> list[Delivery]:
         """Up to ``max_count`` buffered deliveries, at once (none when nothing is buffered)."""
-        codec = self._codec
-        out = codec.take(max_count)
-        if codec.buffered_bytes <= self.config.buffer_bytes // 2:
+        inbox = self._inbox
+        out = inbox.take(max_count)
+        if inbox.buffered_bytes <= self.config.buffer_bytes // 2:
             self._drained.set()
         return out
 
     @property
     def buffered(self) -> int:
         """Deliveries received and not yet taken."""
-        return self._codec.buffered
+        return len(self._inbox)
 
     def ack(self, tokens: Sequence[int]) -> None:
         """Send PUBACK for every token of the live connection; drop the others."""
         writer = self._writer
+        session = self._session
         if writer is None or writer.is_closing():
-            self._codec.drop_acks(tokens)
+            session.drop_acks(tokens)
             return
-        data = self._codec.acknowledge(tokens)
+        data = session.acknowledge(tokens)
         if not data:
             return
         writer.write(data)
         self._last_tx = time.monotonic()
-        if self._codec.has_credit:
+        if session.has_credit:
             self._credit.set()
 
-    def send_receipts(self, receipts: Mapping[bytes, Sequence[Receipt]], *, route: int = 0) -> None:
-        """Publish commit receipts at QoS 0, one message per response topic (chunked).
-
-        ``route`` is for a set of brokers (``collector.mqtt.brokers``) to choose this one by;
-        a single connection sends every receipt it is given.
+    def send_receipts(self, receipts: Mapping[bytes, Sequence[Receipt]]) -> None:
+        """Publish commit receipts at QoS 0 through this broker, one message per response topic
+        (chunked); :meth:`collector.mqtt.BrokerSet.send_receipts` chooses the broker.
 
         QoS 0 is enough: a lost receipt only makes the agent resend the identical report,
         which de-duplication counts once and answers again. Receipts for a connection that
@@ -241,14 +270,15 @@ class MqttTransport:
         never reach here (ingest checks them with ``protocol.receipts.valid_response_topic``).
         """
         writer = self._writer
-        if writer is None or writer.is_closing():
+        session = self._session
+        if writer is None or writer.is_closing() or not session.connected:
             self._receipts_dropped += sum(len(v) for v in receipts.values())
             return
         packets: list[bytes] = []
         for topic, items in receipts.items():
             for start in range(0, len(items), _RECEIPTS_PER_MESSAGE):
                 chunk = items[start : start + _RECEIPTS_PER_MESSAGE]
-                packets.append(publish_packet(topic, encode_receipts(chunk), qos=0))
+                packets.append(session.publish(topic, encode_receipts(chunk)))
                 self._receipts_sent += len(chunk)
         if packets:
             writer.write(b"".join(packets))
@@ -256,18 +286,18 @@ class MqttTransport:
 
     def statistics(self) -> TransportStatistics:
         """A snapshot of the counters."""
-        codec = self._codec
-        counts = codec.statistics()
+        session = self._session
+        counts = session.statistics()
         return TransportStatistics(
             connected=self._writer is not None and self._subscribed.is_set(),
             connects=self._connects,
-            buffered=codec.buffered,
+            buffered=len(self._inbox),
             capacity=self.config.receive_maximum,
-            unacked=max(codec.in_flight, 0),
+            unacked=max(session.in_flight, 0),
             received=counts.received,
             acked=counts.acked,
             stale_acks=counts.stale_acks,
-            dropped=counts.dropped,
+            dropped=self._inbox.dropped,
             protocol_errors=self._protocol_errors,
             over_receive_maximum=counts.over_receive_maximum,
             receipts_sent=self._receipts_sent,
@@ -278,7 +308,7 @@ class MqttTransport:
 
     def broker_statistics(self) -> BrokerStatistics:
         """This broker's connection, for ``/healthz``, ``status`` and the metrics."""
-        counts = self._codec.statistics()
+        counts = self._session.statistics()
         return BrokerStatistics(
             address=self.address,
             connected=self._writer is not None and self._subscribed.is_set(),
@@ -313,7 +343,7 @@ class MqttTransport:
             self._session_start = None
             self._busy = False
             try:
-                await self._session()
+                await self._connection()
             except MqttProtocolError as exc:
                 # The broker broke the protocol or a limit we announced: say which, tell it
                 # with a DISCONNECT reason code (MQTT 5 §3.14.2.1), and start a new connection.
@@ -328,7 +358,10 @@ class MqttTransport:
                     )
                     self._disconnect_with(exc.reason)
             except (OSError, EOFError, TimeoutError, _ConnectionLostError) as exc:
-                if not self._closing:
+                # Out of files or memory (a flood of HTTP clients, say): counted and logged once
+                # until a connection succeeds, and retried like any other failure.
+                operation = "mqtt-connect" if self._session_start is None else "mqtt-session"
+                if not self._closing and not self._resources.failed(operation, exc):
                     what = "lost" if self._writer is not None else "failed"
                     log.warning(
                         "broker connection to %s:%d %s: %s", cfg.host, cfg.port, what, exc or type(exc).__name__
@@ -348,7 +381,7 @@ class MqttTransport:
         if self._session_start is None:
             return False
         started, received = self._session_start
-        if self._codec.statistics().received > received:
+        if self._session.statistics().received > received:
             return True
         return time.monotonic() - started >= self.config.keepalive_s
 
@@ -356,13 +389,14 @@ class MqttTransport:
         """Disconnect politely (the session and its queue stay on the broker); :meth:`run` returns."""
         self._closing = True
         writer = self._writer
-        if writer is not None and not writer.is_closing():
+        if writer is not None and not writer.is_closing() and self._session.state is not State.CLOSED:
             with contextlib.suppress(OSError):
-                writer.write(DISCONNECT_PACKET)
+                writer.write(self._session.disconnect())
                 await asyncio.wait_for(writer.drain(), 1.0)
         await self._close()
 
     def _disconnect_with(self, reason: int) -> None:
+        """Tell the broker why we end the connection (MQTT 5 §3.14.2.1); the session ended it already."""
         writer = self._writer
         if writer is not None and not writer.is_closing():
             with contextlib.suppress(OSError, RuntimeError):
@@ -374,14 +408,14 @@ class MqttTransport:
             self._since = time.time()
         self._subscribed.clear()
         # Tokens handed out on this connection are now stale.
-        self._codec.connection_lost()
+        self._session.connection_lost()
         self._credit.set()
         if writer is not None:
             writer.close()
             with contextlib.suppress(OSError, TimeoutError):
                 await asyncio.wait_for(writer.wait_closed(), 1.0)
 
-    async def _session(self) -> None:
+    async def _connection(self) -> None:
         """One connection, from CONNECT until it ends; it always ends by an exception."""
         reader, writer = await self._connect()
         # The keep-alive lives exactly as long as this connection: this group owns it. The
@@ -403,7 +437,7 @@ class MqttTransport:
     async def _connect(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
         """Open a connection, send CONNECT, wait for CONNACK, subscribe."""
         cfg = self.config
-        codec = self._codec
+        session = self._session
         reader, writer = await asyncio.wait_for(self._open_connection(cfg), _CONNECT_TIMEOUT)
         self._writer = writer
         if self._closing:
@@ -411,9 +445,11 @@ class MqttTransport:
             # for it to close: this connection must not start a session (run()'s finally
             # closes it), or run() would keep it alive and never return.
             raise _ConnectionLostError("closed while connecting")
+        # Clean Start 0 and a Session Expiry: a persistent session (module docstring).
         writer.write(
-            codec.connect(
+            session.connect(
                 client_id=cfg.client_id,
+                clean_start=False,
                 keepalive=cfg.keepalive_s,
                 session_expiry=cfg.session_expiry_s,
                 username=cfg.username,
@@ -427,10 +463,10 @@ class MqttTransport:
             data = await asyncio.wait_for(reader.read(65536), max(0.01, deadline - time.monotonic()))
             if not data:
                 raise _ConnectionLostError("closed before CONNACK")
-            codec.receive_data(data)
-            event = codec.next_event()
+            session.receive_data(data)
+            event = session.next_event()
         self._on_event(event)
-        writer.write(codec.subscribe(cfg.topic_filter))
+        writer.write(subscribe(session, cfg.topic_filter))
         log.info(
             "connected to %s:%d as %s (session present: %s); subscribing to %s",
             cfg.host,
@@ -442,7 +478,7 @@ class MqttTransport:
         return reader, writer
 
     def _on_event(self, event: Event) -> None:
-        """Act on one event of the codec; raise when it ends the connection."""
+        """Act on one event of the session; raise when it ends the connection."""
         match event:
             case Connected():
                 self.session_present = event.session_present
@@ -450,49 +486,61 @@ class MqttTransport:
                 self._keepalive_s = event.server_keep_alive or self.config.keepalive_s
                 self._connects += 1
                 self._last_rx = self._last_tx = time.monotonic()
-                self._session_start = (self._last_rx, self._codec.statistics().received)
+                self._session_start = (self._last_rx, self._session.statistics().received)
+                self._resources.succeeded("mqtt-connect")
+                self._resources.succeeded("mqtt-session")
             case ConnectionRefused():
                 if event.permanent_cause is not None:
                     raise TransportError(
                         f"the broker refused the connection: {event.permanent_cause} (reason code 0x{event.reason:02x})"
                     )
-                self._busy = event.reason in BUSY_REASON_CODES
+                self._busy = event.reason in BUSY
                 raise _ConnectionLostError(
                     f"the broker refused the connection for now (reason code 0x{event.reason:02x})"
                 )
+            case Subscribed() if event.packet_id == COUNTERS_PACKET_ID:
+                if counters_refused(event):
+                    log.warning(
+                        "the broker refused its $SYS counters (reason codes %s): no broker metrics",
+                        event.reasons.hex(),
+                    )
             case Subscribed():
-                if not self._subscribed.is_set():
-                    self._since = time.time()
-                self._subscribed.set()
-            case SubscriptionRefused(reason=0):
-                raise TransportError(
-                    f"the broker granted {self.config.topic_filter!r} only at QoS 0; "
-                    "acknowledgement after commit needs QoS 1"
-                )
-            case SubscriptionRefused():
-                raise TransportError(
-                    f"the broker refused the subscription to {self.config.topic_filter!r} "
-                    f"(reason code 0x{event.reason:02x})"
-                )
-            case CountersRefused():
-                log.warning(
-                    "the broker refused its $SYS counters (reason codes %s): no broker metrics", event.reasons.hex()
-                )
-            case BrokerCounter():
-                self._broker[event.topic] = event.value
+                self._on_reports_subscribed(event)
+            case BrokerMessage():
+                counter = broker_counter(event)
+                if counter is not None:
+                    self._broker[counter[0]] = counter[1]
             case Disconnected():
-                self._busy = event.reason in BUSY_REASON_CODES
+                self._busy = event.reason in BUSY
                 raise _ConnectionLostError(f"the broker sent DISCONNECT (reason code 0x{event.reason:02x})")
 
+    def _on_reports_subscribed(self, event: Subscribed) -> None:
+        """The reports' SUBACK: serving from now on, or a refusal that ends the transport."""
+        refused = reports_granted(event)
+        if refused == 0:
+            raise TransportError(
+                f"the broker granted {self.config.topic_filter!r} only at QoS 0; "
+                "acknowledgement after commit needs QoS 1"
+            )
+        if refused is not None:
+            raise TransportError(
+                f"the broker refused the subscription to {self.config.topic_filter!r} (reason code 0x{refused:02x})"
+            )
+        if not self._subscribed.is_set():
+            self._since = time.time()
+        self._subscribed.set()
+
     def _handle_received(self) -> None:
-        """Parse what the codec holds, acting on each event; wake ingest for the deliveries."""
-        codec = self._codec
+        """Parse what the session holds, acting on each event; wake ingest for the deliveries."""
+        session = self._session
         try:
-            while (event := codec.next_event()) is not None:
+            while (event := session.next_event()) is not None:
                 self._on_event(event)
         finally:
             # Deliveries parsed before an error are handed on: they are well formed.
-            if codec.buffered:
+            deliveries = session.take_deliveries()
+            if deliveries:
+                self._inbox.add(deliveries)
                 self._ready.set()
 
     async def _keepalive(self, writer: asyncio.StreamWriter) -> None:
@@ -509,8 +557,8 @@ class MqttTransport:
                 self._credit.set()
                 return
             now = time.monotonic()
-            if now - self._last_tx >= interval / 2:
-                writer.write(PINGREQ_PACKET)
+            if now - self._last_tx >= interval / 2 and self._session.connected:
+                writer.write(self._session.ping())
                 self._last_tx = now
             # Reading is paused while ingest catches up: silence then is ours, not the broker's.
             if not self._paused and now - self._last_rx > interval * 1.5:
@@ -520,14 +568,14 @@ class MqttTransport:
 
     async def _read_loop(self, reader: asyncio.StreamReader, transport: asyncio.BaseTransport) -> None:
         limit = self.config.buffer_bytes
-        codec = self._codec
+        session, inbox = self._session, self._inbox
         while True:
             self._handle_received()
             self._paused = True
-            while codec.buffered_bytes > limit and not transport.is_closing():
+            while inbox.buffered_bytes > limit and not transport.is_closing():
                 self._drained.clear()
                 await self._drained.wait()
-            while not codec.has_credit and not transport.is_closing():
+            while not session.has_credit and not transport.is_closing():
                 self._credit.clear()
                 await self._credit.wait()
             # Closed meanwhile: the read below returns what is left, then the end or the error.
@@ -553,4 +601,4 @@ class MqttTransport:
             # A packet is refused as soon as its header says it is larger than the Maximum
             # Packet Size we announced (MQTT 5 §3.1.2.11.4), before its body is buffered, so
             # the tail kept between reads stays below that size plus one read.
-            codec.receive_data(data)
+            session.receive_data(data)

@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from collector.planner.discovery import plan_sfp
 from collector.planner.histogram import plan_dbitflip
 from collector.planner.inputs import Result
+from collector.planner.oracles import plan_compare, plan_oracles
 from collector.planner.rappor import plan_rappor
 from collector.planner.scalars import plan_one_bit_mean, plan_rr
 from collector.planner.sketches import SKETCHES, plan_sketch
@@ -76,7 +77,9 @@ def build_parser() -> argparse.ArgumentParser:
             "  ldp-collector plan rappor --k 128 --h 2 --cohorts 16 --f 0.5 --p 0.5 --q 0.75 --n 1e6 --candidates 200\n"
             "  ldp-collector plan rappor --variant basic --f 0 --p 0.5 --q 0.75 --target-strings 1000 "
             "--candidates 1e4\n"
-            "  ldp-collector plan use-case --registry /etc/ldp/usecases.toml app-usage-seconds --n 1e5"
+            "  ldp-collector plan use-case --registry /etc/ldp/usecases.toml app-usage-seconds --n 1e5\n"
+            "  ldp-collector plan oracles --epsilon 4 --n 1e5 --dictionary-size 2600\n"
+            "  ldp-collector plan compare --registry /etc/ldp/usecases.toml emoji"
         ),
     )
     sub = parser.add_subparsers(dest="mechanism", required=True, metavar="MECHANISM")
@@ -110,7 +113,33 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--target-se", type=_count, help="target standard error of the headline estimate")
     sp.add_argument("--json", action="store_true", help="print JSON instead of text")
     sp.set_defaults(planner=plan_registered)
+    _add_oracle_parsers(sub)
     return parser
+
+
+def _add_oracle_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    sp = sub.add_parser(
+        "oracles", help="every frequency oracle for an epsilon, a domain and n: SE, record size, decode cost"
+    )
+    sp.add_argument("--epsilon", type=_count, required=True, help="epsilon of one report")
+    sp.add_argument("--n", type=_count, required=True, help="reports per period")
+    sp.add_argument("--categories", type=_count, help="a fixed list of this many categories (grr, oue, ss, pgr, olh)")
+    sp.add_argument(
+        "--dictionary-size", type=_count, help="an open domain queried with this many candidates (cms, hcms, olh)"
+    )
+    sp.add_argument("--json", action="store_true", help="print JSON instead of text")
+    sp.set_defaults(planner=plan_oracles)
+
+    sp = sub.add_parser(
+        "compare", help="each frequency use case of a registry against every oracle: what switching would give"
+    )
+    sp.add_argument("--registry", required=True, help="the use-case registry (TOML)")
+    sp.add_argument(
+        "use_cases", metavar="USE_CASE", nargs="*", help="use cases to compare (default: every frequency one)"
+    )
+    sp.add_argument("--n", type=_count, help="reports per period (default: each use case's collector.min_reports)")
+    sp.add_argument("--json", action="store_true", help="print JSON instead of text")
+    sp.set_defaults(planner=plan_compare)
 
 
 def _add_sketch_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -43,6 +43,11 @@ def plan_use_case(use_case: UseCase, *, n: float | None = None, target_se: float
     mech = use_case.mechanism
     server = server_of(mech)
     out: Result = {"mechanism": mech.name, "use_case": use_case.name, "kind": mech.kind.value}
+    # Who answers for the use case and until when it may collect (protocol/metadata.py): a plan
+    # is read before a collection starts, when an end date is chosen.
+    meta = use_case.metadata
+    out["owner"] = meta.owner if meta.owner is not None else "none named"
+    out["expires"] = meta.expires.isoformat() if meta.expires is not None else "no end date"
     if n is None:
         if target_se is None:
             raise PlanError("give --n, or --target-se to solve for n")

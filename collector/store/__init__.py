@@ -7,7 +7,7 @@ One contract (:class:`Store`, in :mod:`collector.store.interface`), two backends
 * :mod:`collector.store.postgres` - :class:`PostgresStore`, a PostgreSQL database that any
   number of collectors in an MQTT shared-subscription group fold into (``[store] url``).
 
-:mod:`collector.store.codec` holds what both write alike (blob encoding, row checksums,
+:mod:`collector.store.row_format` holds what both write alike (blob encoding, row checksums,
 segments, allowance tags), :mod:`collector.store.admission` what a commit decides alike about
 its reports (expiry, per-device allowance, counters), :mod:`collector.store.integrity` how
 both check the checksums, and :mod:`collector.store.reads` what both do alike around reading.
@@ -20,7 +20,6 @@ Each backend's opening, schema migration, use-case rows and integrity checks are
 
 from __future__ import annotations
 
-from collector.store.codec import footprint
 from collector.store.factory import open_store
 from collector.store.interface import (
     CommitResult,
@@ -30,6 +29,7 @@ from collector.store.interface import (
     report_allowance,
     use_case_fingerprint,
 )
+from collector.store.row_format import footprint
 from collector.store.sqlite import SCHEMA_VERSION, CheckpointStore
 
 __all__ = [

@@ -19,8 +19,8 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from collector.store.codec import allowance_tag, total_counters
 from collector.store.interface import CommitResult, FoldedReport, report_allowance
+from collector.store.row_format import allowance_tag, total_counters
 
 __all__ = ["Claims", "Slot", "Verdict", "claim_allowance", "senders_by_report", "within_room"]
 

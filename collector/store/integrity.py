@@ -2,7 +2,7 @@
 
 Each use case's row and each instance's counters have a checksum in ``meta`` under
 ``digest:use_cases:<id>`` and ``digest:counters:<instance>``; the sealed blobs of the
-aggregates and segments and the tags of the report ids are in :mod:`collector.store.codec`.
+aggregates and segments and the tags of the report ids are in :mod:`collector.store.row_format`.
 The backends read the rows with their own SQL; what a row's checksum is, and what a mismatch
 is reported as, is the same in SQLite and in PostgreSQL and lives here.
 """
@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from collector.errors import StoreError
-from collector.store.codec import RID_BYTES, TAG_BYTES, digest, rid_tag
+from collector.store.row_format import RID_BYTES, TAG_BYTES, digest, rid_tag
 
 __all__ = [
     "USE_CASE_COLUMNS",

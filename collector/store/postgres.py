@@ -34,26 +34,12 @@ alternative, an additive upsert of one aggregate row per key, reads, unpacks, me
 rewrites the key's aggregate inside every transaction and holds its row lock until the
 commit is durable. For a large aggregate that is not an option at all (a Count Mean Sketch
 of 256 MiB rewritten per commit), and the live view could no longer fold only what was
-added. For a small one it costs no more: ``benchmarks/bench_store.py`` (2026-11-24,
-PostgreSQL 15 with fsync on, loopback, 2 cores shared with other work at a load of 4-7;
-``app-usage-seconds``, 20 one-bit-mean counters a report; reports/s committed, no broker;
-the range of 3-4 runs):
-
-================  ===============  ===============  ==============  ===============
-reports a commit  segments, 1      segments, 3      upsert, 1       upsert, 3
-================  ===============  ===============  ==============  ===============
-2,000             71,000-105,000   86,000-127,000   54,000-97,000   97,000-108,000
-200               29,000-50,000    50,000-58,000    23,000-56,000   39,000-54,000
-================  ===============  ===============  ==============  ===============
-
-The two overlap: at ingest's commit rate (a few commits a second per member) a row lock held
-for a millisecond is not where the time goes. So the segments stay for the one reason that
-holds for every mechanism: a commit and a catch-up cost what was added, never the size of
-the aggregate. SQLite in the same runs: 50,000-76,000 and 25,000-28,000 reports/s. End to
-end through Mosquitto (one collector, a backlog of 50,000 20-counter messages), the
-collector spends 18-20 us of CPU a message on PostgreSQL and the server 6-7 us, against
-23-26 us on SQLite; messages/s moved between 0.5 and 1.7 times SQLite's from run to run on
-this loaded machine, 0.96-1.36 in the last two.
+added. For a small one it costs no more: the commit rates of the two overlap from run to run
+(``benchmarks/bench_store.py``; docs/benchmarks.md, "The PostgreSQL store's layout", has the
+figures, SQLite's in the same runs and the collector's CPU end to end): at ingest's commit
+rate (a few commits a second per member) a row lock held for a millisecond is not where the
+time goes. So the segments stay for the one reason that holds for every mechanism: a commit
+and a catch-up cost what was added, never the size of the aggregate.
 
 **Coherence of the live view across members.** A ``bigserial`` is not commit-ordered: a
 transaction holding sequence 99 may commit after another holding 100 has been read, and a
@@ -108,15 +94,6 @@ import psycopg
 
 from collector.errors import StoreError
 from collector.store.admission import Claims, Slot, Verdict, claim_allowance, senders_by_report, within_room
-from collector.store.codec import (
-    RID_BYTES,
-    TAG_BYTES,
-    Segment,
-    UseCaseRow,
-    group_by_key,
-    rid_tag,
-    segment_rows,
-)
 from collector.store.integrity import counters_digest, counters_key
 from collector.store.interface import CommitResult, FoldedReport, KeyInfo
 from collector.store.postgres_schema import (
@@ -129,6 +106,15 @@ from collector.store.postgres_schema import (
 )
 from collector.store.postgres_session import DDL_LOCK_TIMEOUT
 from collector.store.postgres_setup import PostgresSetup
+from collector.store.row_format import (
+    RID_BYTES,
+    TAG_BYTES,
+    Segment,
+    UseCaseRow,
+    group_by_key,
+    rid_tag,
+    segment_rows,
+)
 from protocol.server.contract import Aggregate
 
 __all__ = ["SCHEMA_VERSION", "PostgresStore"]

@@ -46,7 +46,7 @@ TABLES = (
     "CREATE TABLE segments (version bigint NOT NULL, uc integer NOT NULL, period bigint NOT NULL, "
     "kind text NOT NULL, reports bigint NOT NULL, records bigint NOT NULL, data bytea NOT NULL)",
     "CREATE INDEX segments_key ON segments (uc, period, version)",
-    # The blobs are compressed already (codec.pack): PostgreSQL's own compression would only cost.
+    # The blobs are compressed already (row_format.pack): PostgreSQL's own compression would only cost.
     "ALTER TABLE aggregates ALTER COLUMN data SET STORAGE EXTERNAL",
     "ALTER TABLE segments ALTER COLUMN data SET STORAGE EXTERNAL",
     "CREATE TABLE seen (uc integer NOT NULL, period bigint NOT NULL, rid bytea NOT NULL, "

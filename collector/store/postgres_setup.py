@@ -6,7 +6,7 @@ makes or migrates the schema (:mod:`collector.store.postgres_schema`), registers
 definitions and verifies the checksums. The commits, reads and maintenance are in
 :mod:`collector.store.postgres`.
 
-**Integrity.** The same checksums as SQLite schema 2 (:mod:`collector.store.codec`,
+**Integrity.** The same checksums as SQLite schema 2 (:mod:`collector.store.row_format`,
 :mod:`collector.store.integrity`): sealed
 aggregates and segments, tagged report ids, and the checksums of each use case's row and
 each instance's counters in ``meta``; opening for writing verifies them all. PostgreSQL's
@@ -41,7 +41,6 @@ import psycopg
 
 from collector.config import StoreConfig, read_store_password
 from collector.errors import StoreDamaged, StoreError
-from collector.store.codec import UseCaseRow
 from collector.store.integrity import (
     USE_CASE_COLUMNS,
     check_aggregates,
@@ -56,6 +55,7 @@ from collector.store.interface import MIGRATE_COMMAND, legacy_fingerprint, use_c
 from collector.store.postgres_schema import LOCK_SCHEMA, MIGRATIONS, SCHEMA_VERSION, TABLES
 from collector.store.postgres_session import connect, unavailable
 from collector.store.reads import SegmentReads
+from collector.store.row_format import UseCaseRow
 from protocol.catalog import Catalog, catalog_of
 from protocol.errors import StateError
 from protocol.registry import Registry, UseCase

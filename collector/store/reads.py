@@ -16,8 +16,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from collector.errors import StoreError
-from collector.store.codec import BIG_SEGMENTS, UseCaseRow, fold_segment, pack, seal, unseal
 from collector.store.interface import KeyInfo
+from collector.store.row_format import BIG_SEGMENTS, UseCaseRow, fold_segment, pack, seal, unseal
 from protocol.catalog import Catalog
 from protocol.errors import StateError
 from protocol.server.contract import Aggregate
@@ -116,7 +116,7 @@ class SegmentReads(ABC):
         return self._catch_up_from(row, aggregate, info, seq)
 
     def _open(self, table: str, key: tuple[object, ...], data: object) -> Any:
-        """The unpacked payload of a sealed row (see :func:`~collector.store.codec.seal`), checked."""
+        """The unpacked payload of a sealed row (see :func:`~collector.store.row_format.seal`), checked."""
         return unseal(table, key, data, self._damaged)
 
     def _restored_base(self, row: UseCaseRow, period: int, base: Sequence[Any] | None) -> tuple[Aggregate, int, int]:

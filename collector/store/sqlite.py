@@ -57,9 +57,9 @@ from collector.store.admission import (
     senders_by_report,
     within_room,
 )
-from collector.store.codec import UseCaseRow, group_by_key, rid_tag, segment_rows
 from collector.store.integrity import counters_key
 from collector.store.interface import CommitResult, FoldedReport, KeyInfo
+from collector.store.row_format import UseCaseRow, group_by_key, rid_tag, segment_rows
 from collector.store.sqlite_setup import SCHEMA_VERSION, SQLiteSetup, end_read, rollback
 from protocol.server.contract import Aggregate
 
@@ -70,7 +70,7 @@ _IN_CHUNK = 500  # SQLite host parameters per "IN (...)" query
 _UPSERT_ROWS = 500  # allowance slots per multi-row upsert (4 host parameters each)
 
 _SeenRow = tuple[int, int, bytes]
-"""A remembered report id: use case id, period, the id with its tag (codec.rid_tag)."""
+"""A remembered report id: use case id, period, the id with its tag (row_format.rid_tag)."""
 
 
 class CheckpointStore(SQLiteSetup):

@@ -37,7 +37,6 @@ from pathlib import Path
 import msgpack
 
 from collector.errors import StoreDamaged, StoreError, StoreUnavailable
-from collector.store.codec import UseCaseRow, rid_tag, seal
 from collector.store.integrity import (
     USE_CASE_COLUMNS,
     check_aggregates,
@@ -51,6 +50,7 @@ from collector.store.integrity import (
 )
 from collector.store.interface import MIGRATE_COMMAND, legacy_fingerprint, use_case_fingerprint
 from collector.store.reads import SegmentReads
+from collector.store.row_format import UseCaseRow, rid_tag, seal
 from protocol.catalog import Catalog, catalog_of
 from protocol.errors import StateError
 from protocol.registry import Registry, UseCase

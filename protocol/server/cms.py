@@ -57,10 +57,9 @@ hashes (003 Lemma A.3), which the keyed fingerprints give; the Monte Carlo test 
 
 from __future__ import annotations
 
+import functools
 import math
-import os
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any, ClassVar, Final, Self, TypeVar
@@ -76,6 +75,7 @@ from protocol.randomness import SCALE, RandomSource, uniform_ints
 from protocol.server.contract import PlainServer, PlanFigures
 from protocol.server.estimate import Estimate, VectorEstimate
 from protocol.server.hashing import Fingerprints, evaluate, family_fingerprints
+from protocol.server.parallel import Threads, run_parts
 from protocol.server.plain import array_from_plain, array_to_plain, require
 from protocol.server.records import decode_indexed_bits
 from protocol.server.sketch import counts_with_errors, gather_sums, no_counts
@@ -90,6 +90,7 @@ _CHUNK_BYTES = 1 << 21
 _DENSE_FACTOR = 16
 """Fold a chunk with one bincount over its rows when it holds at least this many records per row."""
 _THREADED_CELLS = 1 << 20
+"""A batch of fewer cells (records x m) is folded in the calling thread: handing out the parts would cost more."""
 _PLAN_TOP_SHARE: Final = 0.1
 
 
@@ -221,8 +222,9 @@ class CMSAggregate:
         if self._ones.dtype == np.uint32 and row_counts.size and int(row_counts.max()) > _UINT32_MAX:
             self._ones = self._ones.astype(np.uint64)
 
-    def add(self, batch: CMSBatch) -> None:
-        """Fold a batch of records (vectorised; 003 Alg. 3 on integer counts).
+    def add(self, batch: CMSBatch, *, threads: Threads | None = None) -> None:
+        """Fold a batch of records (vectorised; 003 Alg. 3 on integer counts); a large batch's
+        rows are split between the caller's ``threads``, if any.
 
         Raises:
             ValueError: if the batch's shapes or indices do not fit the mechanism (a decoded
@@ -246,7 +248,7 @@ class CMSAggregate:
             added = added[rows]
         counts = self._row_counts[rows] + added
         self._widen_for(counts)
-        self._fold(batch)
+        self._fold(batch, threads)
         self._row_counts[rows] = counts
         self._n += n
         self._second_moment = None
@@ -256,28 +258,20 @@ class CMSAggregate:
             else:  # a batch touching most rows: one pass at the next query, not one per add
                 self._row_squares = None
 
-    def _fold(self, batch: CMSBatch) -> None:
+    def _fold(self, batch: CMSBatch, threads: Threads | None) -> None:
         """Add the batch's bits to the sketch's cells, in chunks (by row range across threads when large)."""
         k, m = self.mechanism.k, self.mechanism.m
         n = len(batch)
-        threads = min(os.cpu_count() or 1, 8) if n * m >= _THREADED_CELLS and k > 1 else 1
+        if n * m < _THREADED_CELLS or k == 1:
+            # Small batches (a collector folds a message of a few records at a time): no parts.
+            threads = None
         step = max(1, _CHUNK_BYTES // m)
-        if threads == 1:
-            # Small batches (a collector folds a message of a few records at a time): no pool.
-            for start in range(0, n, step):
-                j = batch.indices[start : start + step]
-                _fold_rows(self._ones, j, batch.bits[start : start + step], m=m, lo=0, hi=k)
-            return
-        bounds = [k * t // threads for t in range(threads + 1)]
-        spans = [(bounds[t], bounds[t + 1]) for t in range(threads)]
-        with ThreadPoolExecutor(max_workers=threads) as pool:
-            for start in range(0, n, step):
-                j = batch.indices[start : start + step]
-                packed = batch.bits[start : start + step]
-                # Threads own disjoint row ranges, so their updates never overlap.
-                futures = [pool.submit(_fold_rows, self._ones, j, packed, m=m, lo=lo, hi=hi) for lo, hi in spans]
-                for fut in futures:
-                    fut.result()
+        for start in range(0, n, step):
+            chunk = functools.partial(
+                _fold_rows, self._ones, batch.indices[start : start + step], batch.bits[start : start + step], m=m
+            )
+            # Parts own disjoint row ranges, so their updates never overlap.
+            run_parts(threads, lambda rows: chunk(lo=rows.start, hi=rows.stop), k)  # noqa: B023 - run before the next chunk
 
     def merge(self, other: Self) -> Self:
         """The aggregate of both inputs' reports."""
@@ -359,23 +353,24 @@ class CMSAggregate:
         squares: npt.NDArray[np.float64] = np.einsum("ij,ij->i", debiased, debiased)
         return squares
 
-    def estimate(self, candidates: Sequence[str | bytes], *, workers: int | None = None) -> VectorEstimate:
-        """Estimated counts of ``candidates`` (003 Alg. 4) with standard errors.
+    def estimate(self, candidates: Sequence[str | bytes], *, threads: Threads | None = None) -> VectorEstimate:
+        """Estimated counts of ``candidates`` (003 Alg. 4) with standard errors; the gather splits
+        between the caller's ``threads``, if any.
 
         Raises:
             InputError: if a candidate is neither ``str`` nor ``bytes``.
         """
         checked = [as_value_bytes(v) for v in candidates]
-        return self.estimate_fingerprints(family_fingerprints(self.mechanism.family, checked), workers=workers)
+        return self.estimate_fingerprints(family_fingerprints(self.mechanism.family, checked), threads=threads)
 
-    def estimate_fingerprints(self, fp: Fingerprints, *, workers: int | None = None) -> VectorEstimate:
+    def estimate_fingerprints(self, fp: Fingerprints, *, threads: Threads | None = None) -> VectorEstimate:
         """As :meth:`estimate`, for candidates already fingerprinted under the mechanism's family."""
         mech = self.mechanism
         n = self._n
         if n == 0:
             return no_counts(len(fp))
         # S(d) = Σ_j ones[j, h_j(d)], exact in float64 (every partial sum is an integer <= n).
-        sums = gather_sums(self._ones, mech.family, fp, workers=workers)
+        sums = gather_sums(self._ones, mech.family, fp, threads=threads)
         values = self._server.estimate_from_sums(sums, n)
         return counts_with_errors(values, n=n, second_moment=self.second_moment(), variance=self._server.variance)
 
@@ -385,13 +380,13 @@ class CMSAggregate:
         *,
         n_top: int | None = None,
         threshold: float = -math.inf,
-        workers: int | None = None,
+        threads: Threads | None = None,
     ) -> list[tuple[str | bytes, Estimate]]:
         """Candidates whose estimated count is at least ``threshold``, largest first (at most ``n_top``).
 
         003 §3.2.2: the published histograms keep only entries above a threshold.
         """
-        est = self.estimate(candidates, workers=workers)
+        est = self.estimate(candidates, threads=threads)
         order = np.argsort(-est.values, kind="stable")
         keep = order[est.values[order] >= threshold]
         if n_top is not None:
@@ -517,9 +512,11 @@ class CMSServer(PlainServer[CountMeanSketch, CMSBatch, CMSAggregate]):
 
     # ------------------------------------------------------------------ estimation
 
-    def estimate_frequencies(self, aggregate: object, candidates: Sequence[str]) -> VectorEstimate:
+    def estimate_frequencies(
+        self, aggregate: object, candidates: Sequence[str], *, threads: Threads | None = None
+    ) -> VectorEstimate:
         """The estimated count of each dictionary entry."""
-        return self.own_aggregate(aggregate).estimate(candidates)
+        return self.own_aggregate(aggregate).estimate(candidates, threads=threads)
 
     def estimate_from_sums(self, sums: _Real, n: int) -> _Real:
         """003 Alg. 4 from ``S(d) = Σ_j ones[j, h_j(d)]``: ``(m/(m-1)) (c_ε S - (c_ε - 1) n/2 - n/m)``."""

@@ -30,10 +30,12 @@ import numpy.typing as npt
 
 from protocol.interfaces import EstimateKind, Mechanism, own
 from protocol.server.estimate import BitEstimates, Estimate, VectorEstimate
+from protocol.server.parallel import Threads
 
 __all__ = [
     "Aggregate",
     "Batch",
+    "BatchPrivatizer",
     "CandidateServer",
     "DiscoveredItem",
     "DiscoveryServer",
@@ -164,8 +166,12 @@ class HistogramServer(ServerMechanism, Protocol):
 class FrequencyServer(ServerMechanism, Protocol):
     """Frequencies of strings: over a dictionary (CMS, HCMS) or a fixed set of categories."""
 
-    def estimate_frequencies(self, aggregate: Aggregate, candidates: Sequence[str]) -> VectorEstimate:
-        """The estimated count of each candidate (each category, in order, for ``CATEGORIES``)."""
+    def estimate_frequencies(
+        self, aggregate: Aggregate, candidates: Sequence[str], *, threads: Threads | None = None
+    ) -> VectorEstimate:
+        """The estimated count of each candidate (each category, in order, for ``CATEGORIES``);
+        a half whose query splits into parts (the sketches' gather) hands them to the caller's
+        ``threads``, the others need none."""
         ...
 
 
@@ -218,9 +224,21 @@ class DiscoveryServer(ServerMechanism, Protocol):
     """Strings found without a dictionary (SFP, 003 §4.3)."""
 
     def discover(
-        self, aggregate: Aggregate, *, alphabet: str, top_t: int, threshold: float
+        self, aggregate: Aggregate, *, alphabet: str, top_t: int, threshold: float, threads: Threads | None = None
     ) -> Sequence[DiscoveredItem]:
-        """The strings found, each with its count and standard error."""
+        """The strings found, each with its count and standard error (the queries split between
+        the caller's ``threads``, if any)."""
+        ...
+
+
+@runtime_checkable
+class BatchPrivatizer(Protocol):
+    """A server half that privatizes many values of an event mechanism at once, each with the
+    device's coins in the device's layout, in wire form (the fleet's scale mode and the
+    benchmarks use it; the frequency oracles at the local-privacy limit have it)."""
+
+    def privatize_records(self, values: Sequence[str], rng: Any) -> list[object]:
+        """One record per value, in the mechanism's wire form."""
         ...
 
 

@@ -3,12 +3,12 @@ step 6, in float64 with numpy (the HCMS server half's expensive step; :mod:`prot
 
 from __future__ import annotations
 
-import os
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+
+from protocol.server.parallel import Threads, run_parts
 
 __all__ = ["hadamard_rows", "sylvester"]
 
@@ -17,6 +17,7 @@ _INNER_BITS = 10
 _BLOCK_ELEMENTS = 1 << 16
 """Rows are transformed in blocks of about 512 KiB, so every butterfly stage runs in cache."""
 _THREADED_ELEMENTS = 1 << 20
+"""Smaller tables are transformed in the calling thread: handing out the parts would cost more."""
 
 
 def sylvester(m: int) -> npt.NDArray[np.float64]:
@@ -73,13 +74,14 @@ def _transform_block(
 def hadamard_rows(
     table: npt.NDArray[np.integer[Any]] | npt.NDArray[np.floating[Any]],
     *,
-    workers: int | None = None,
+    threads: Threads | None = None,
 ) -> tuple[npt.NDArray[np.float64], float]:
     """Every row of ``table`` times ``H_m`` (003 Alg. 7 step 6), in float64.
 
     Args:
         table: a ``k x m`` array, ``m`` a power of two.
-        workers: threads (numpy releases the GIL); defaults to the number of CPUs.
+        threads: the caller's threads, the rows split between them (numpy releases the GIL);
+            None, or a table too small to be worth it: this thread alone.
 
     Returns:
         ``(table @ H_m, Σ table**2)``; the sum of squares is taken on the way because the
@@ -96,17 +98,12 @@ def hadamard_rows(
     h_last = sylvester(1 << ((inner + 1) // 2))
     h_mid = sylvester(1 << (inner // 2)) if inner >= 2 else None
     rows_per_block = max(1, _BLOCK_ELEMENTS // m)
-    threads = max(1, workers if workers is not None else (os.cpu_count() or 1))
-    if k * m < _THREADED_ELEMENTS:
-        threads = 1
-    threads = min(threads, k)
-    bounds = [k * t // threads for t in range(threads + 1)]
 
-    def work(start: int, stop: int) -> float:
+    def work(rows: range) -> float:
         buf = np.empty(rows_per_block * m, dtype=np.float64)
         total = 0.0
-        for r0 in range(start, stop, rows_per_block):
-            r1 = min(r0 + rows_per_block, stop)
+        for r0 in range(rows.start, rows.stop, rows_per_block):
+            r1 = min(r0 + rows_per_block, rows.stop)
             block = out[r0:r1]
             np.copyto(block, table[r0:r1])
             flat = block.reshape(-1)
@@ -116,9 +113,4 @@ def hadamard_rows(
             _transform_block(block, buf, h_last, h_mid)
         return total
 
-    if threads == 1:
-        return out, work(0, k)
-    with ThreadPoolExecutor(max_workers=threads) as pool:
-        futures = [pool.submit(work, bounds[t], bounds[t + 1]) for t in range(threads)]
-        total = sum(f.result() for f in futures)
-    return out, total
+    return out, sum(run_parts(threads if k * m >= _THREADED_ELEMENTS else None, work, k))

@@ -67,6 +67,7 @@ from protocol.server.contract import PlainServer, PlanFigures
 from protocol.server.estimate import VectorEstimate
 from protocol.server.hadamard import hadamard_rows
 from protocol.server.hashing import Fingerprints, evaluate, family_fingerprints
+from protocol.server.parallel import Threads
 from protocol.server.plain import array_from_plain, array_to_plain, require
 from protocol.server.sketch import counts_with_errors, gather_sums, no_counts
 
@@ -199,9 +200,9 @@ class HCMSAggregate:
 
     # ------------------------------------------------------------------ estimation
 
-    def _transformed(self) -> tuple[npt.NDArray[np.float64], float]:
+    def _transformed(self, threads: Threads | None = None) -> tuple[npt.NDArray[np.float64], float]:
         if self._cache is None:
-            self._cache = hadamard_rows(self._sums)
+            self._cache = hadamard_rows(self._sums, threads=threads)
         return self._cache
 
     def transformed(self) -> npt.NDArray[np.float64]:
@@ -230,20 +231,21 @@ class HCMSAggregate:
         f2 = (g_hat - n * n / m) / (1 - 1 / m)
         return float(min(max(f2, 0.0), float(n) * n))
 
-    def estimate(self, candidates: Sequence[str | bytes], *, workers: int | None = None) -> VectorEstimate:
-        """Estimated counts of ``candidates`` (003 Alg. 4 on ``M^H``) with standard errors."""
+    def estimate(self, candidates: Sequence[str | bytes], *, threads: Threads | None = None) -> VectorEstimate:
+        """Estimated counts of ``candidates`` (003 Alg. 4 on ``M^H``) with standard errors; the
+        transform and the gather split between the caller's ``threads``, if any."""
         checked = [hashed_value(v) for v in candidates]
-        return self.estimate_fingerprints(family_fingerprints(self.mechanism.family, checked), workers=workers)
+        return self.estimate_fingerprints(family_fingerprints(self.mechanism.family, checked), threads=threads)
 
-    def estimate_fingerprints(self, fp: Fingerprints, *, workers: int | None = None) -> VectorEstimate:
+    def estimate_fingerprints(self, fp: Fingerprints, *, threads: Threads | None = None) -> VectorEstimate:
         """As :meth:`estimate`, for candidates already fingerprinted under the mechanism's family."""
         mech = self.mechanism
         n, m = self._n, mech.m
         if n == 0:
             return no_counts(len(fp))
-        table = self._transformed()[0]
+        table = self._transformed(threads)[0]
         # 003 Alg. 4: (1/k) Σ_j M^H[j, h_j(d)] = c_ε Σ_j T[j, h_j(d)]; the gather is exact.
-        gathered = gather_sums(table, mech.family, fp, workers=workers)
+        gathered = gather_sums(table, mech.family, fp, threads=threads)
         values = (m / (m - 1)) * (self._server.c_epsilon * gathered - n / m)
         return counts_with_errors(values, n=n, second_moment=self.second_moment(), variance=self._server.variance)
 
@@ -329,9 +331,11 @@ class HCMSServer(PlainServer[HadamardCountMeanSketch, HCMSBatch, HCMSAggregate])
 
     # ------------------------------------------------------------------ estimation
 
-    def estimate_frequencies(self, aggregate: object, candidates: Sequence[str]) -> VectorEstimate:
+    def estimate_frequencies(
+        self, aggregate: object, candidates: Sequence[str], *, threads: Threads | None = None
+    ) -> VectorEstimate:
         """The estimated count of each dictionary entry."""
-        return self.own_aggregate(aggregate).estimate(candidates)
+        return self.own_aggregate(aggregate).estimate(candidates, threads=threads)
 
     def variance(self, *, n: float, count: _Real, others_sum_sq: _Real) -> _Real:
         """Exact ``Var[f̃(d)]`` over coins and hash family (003 App. B, line before the bound).

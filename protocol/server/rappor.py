@@ -26,6 +26,7 @@ from protocol.rappor import Rappor, RapporRecord
 from protocol.server.contract import PlainServer, PlanFigures
 from protocol.server.estimate import BitEstimates, VectorEstimate
 from protocol.server.hashing import Fingerprints, evaluate, family_fingerprints
+from protocol.server.parallel import Threads
 from protocol.server.plain import array_from_plain, array_to_plain, require
 from protocol.server.records import decode_indexed_bits
 
@@ -337,8 +338,11 @@ class RapporServer(PlainServer[Rappor, RapporBatch, RapporAggregate]):
         """``t_ij`` with plug-in standard errors (004 §4), what the candidates are regressed on."""
         return self.own_aggregate(aggregate).estimate_bits()
 
-    def estimate_frequencies(self, aggregate: object, candidates: Sequence[str]) -> VectorEstimate:
-        """Basic variants: the count of each category (``candidates`` are the categories, in order).
+    def estimate_frequencies(
+        self, aggregate: object, candidates: Sequence[str], *, threads: Threads | None = None
+    ) -> VectorEstimate:
+        """Basic variants: the count of each category (``candidates`` are the categories, in order;
+        one pass over the counts: ``threads`` are not needed).
 
         Raises:
             ParameterError: for the Bloom-filter variants, or candidates other than the categories.

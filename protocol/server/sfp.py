@@ -48,6 +48,7 @@ from protocol.server.cms import CMSAggregate, CMSBatch, CMSServer, check_wire_re
 from protocol.server.contract import PlainServer, PlanFigures
 from protocol.server.estimate import VectorEstimate
 from protocol.server.hashing import family_fingerprints
+from protocol.server.parallel import Threads
 from protocol.server.plain import require
 from protocol.sfp import PUZZLE_PIECES, SequenceFragmentPuzzle, SFPRecord, word_bytes
 
@@ -162,13 +163,13 @@ class SFPAggregate:
             raise StateError(f"{where}: the fragment sketches do not hold one record per word record")
         return cls(mechanism, word=word, fragments=fragments)
 
-    def estimate_words(self, candidates: Sequence[str], *, workers: int | None = None) -> VectorEstimate:
+    def estimate_words(self, candidates: Sequence[str], *, threads: Threads | None = None) -> VectorEstimate:
         """Estimated counts of whole words (padded or truncated like the clients'), with standard errors."""
         mech = self.mechanism
-        return self.word.estimate([word_bytes(mech.pad(w)) for w in candidates], workers=workers)
+        return self.word.estimate([word_bytes(mech.pad(w)) for w in candidates], threads=threads)
 
     def estimate_fragments(
-        self, position: int, candidates: Sequence[tuple[int, str]], *, workers: int | None = None
+        self, position: int, candidates: Sequence[tuple[int, str]], *, threads: Threads | None = None
     ) -> VectorEstimate:
         """Estimated counts of ``(puzzle piece, fragment)`` pairs at one position index.
 
@@ -182,7 +183,7 @@ class SFPAggregate:
             if isinstance(piece, bool) or not isinstance(piece, int) or not 0 <= piece < PUZZLE_PIECES:
                 raise InputError(f"a puzzle piece lies in [0, {PUZZLE_PIECES}); got {piece!r}")
             values.append(mech.fragment_value(piece, fragment))
-        return self.fragments[position].estimate(values, workers=workers)
+        return self.fragments[position].estimate(values, threads=threads)
 
     def reconstruct(
         self,
@@ -192,7 +193,7 @@ class SFPAggregate:
         threshold: float,
         check_puzzle: bool = True,
         max_words: int = 2_000_000,
-        workers: int | None = None,
+        threads: Threads | None = None,
     ) -> list[DiscoveredWord]:
         """See :func:`reconstruct`."""
         return reconstruct(
@@ -202,7 +203,7 @@ class SFPAggregate:
             threshold=threshold,
             check_puzzle=check_puzzle,
             max_words=max_words,
-            workers=workers,
+            threads=threads,
         )
 
 
@@ -214,7 +215,7 @@ def reconstruct(
     threshold: float,
     check_puzzle: bool = True,
     max_words: int = 2_000_000,
-    workers: int | None = None,
+    threads: Threads | None = None,
 ) -> list[DiscoveredWord]:
     """Discover frequent words (003 Alg. 10 steps 7-15).
 
@@ -227,7 +228,7 @@ def reconstruct(
         check_puzzle: drop assembled words whose own puzzle piece differs from the piece
             they were assembled under, and words not in NFC (see the module docstring).
         max_words: refuse (:class:`~protocol.errors.TooManyWordsError`) to score more assembled words than this.
-        workers: threads for the dictionary queries.
+        threads: the caller's threads, the dictionary queries split between them (None: this thread alone).
 
     Returns:
         The words (trailing padding removed) whose estimate is at least ``threshold``, by
@@ -252,7 +253,7 @@ def reconstruct(
     for position_aggregate in aggregate.fragments:
         if position_aggregate.n == 0:
             return []
-        counts = position_aggregate.estimate_fingerprints(fp, workers=workers).values
+        counts = position_aggregate.estimate_fingerprints(fp, threads=threads).values
         keep = min(top_t, total)
         best = np.argpartition(-counts, keep - 1)[:keep]
         best = best[np.argsort(-counts[best], kind="stable")]
@@ -279,7 +280,7 @@ def reconstruct(
     if not words:
         return []
     # Step 15: the word oracle's counts for the assembled dictionary.
-    est = aggregate.word.estimate([word_bytes(w) for w in words], workers=workers)
+    est = aggregate.word.estimate([word_bytes(w) for w in words], threads=threads)
     order = np.argsort(-est.values, kind="stable")
     return [
         DiscoveredWord(words[i].rstrip(" "), float(est.values[i]), float(est.standard_errors[i]))
@@ -375,10 +376,18 @@ class SFPServer(PlainServer[SequenceFragmentPuzzle, SFPBatch, SFPAggregate]):
     # ------------------------------------------------------------------ estimation
 
     def discover(
-        self, aggregate: object, *, alphabet: str | None = None, top_t: int, threshold: float
+        self,
+        aggregate: object,
+        *,
+        alphabet: str | None = None,
+        top_t: int,
+        threshold: float,
+        threads: Threads | None = None,
     ) -> list[DiscoveredWord]:
         """The words the puzzle reconstructs (003 Alg. 10)."""
-        return reconstruct(self.own_aggregate(aggregate), alphabet=alphabet, top_t=top_t, threshold=threshold)
+        return reconstruct(
+            self.own_aggregate(aggregate), alphabet=alphabet, top_t=top_t, threshold=threshold, threads=threads
+        )
 
     def plan(self, n: float) -> PlanFigures:
         """The word sketch is a CMS over ``n`` reports, each fragment sketch one over the

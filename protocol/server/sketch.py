@@ -9,15 +9,14 @@ whole dictionary. CMS, HCMS and SFP turn ``S`` into counts with their own affine
 
 The loop runs over hash functions (rows), evaluating one function for all candidates
 with a few numpy passes and gathering from one sketch row, which stays in cache. Rows are
-split between worker threads; numpy releases the GIL in these passes, so two cores give
-close to twice the speed.
+split between the caller's threads (:mod:`protocol.server.parallel`); numpy releases the GIL
+in these passes, so two cores give close to twice the speed.
 """
 
 from __future__ import annotations
 
+import functools
 import math
-import os
-from concurrent.futures import ThreadPoolExecutor
 from typing import Protocol
 
 import numpy as np
@@ -26,6 +25,7 @@ import numpy.typing as npt
 from protocol.hashing import HashFamily
 from protocol.server.estimate import VectorEstimate
 from protocol.server.hashing import Fingerprints, evaluate_row
+from protocol.server.parallel import Threads, run_parts
 
 __all__ = ["counts_with_errors", "gather_sums", "no_counts"]
 
@@ -62,7 +62,7 @@ def gather_sums(
     family: HashFamily,
     fp: Fingerprints,
     *,
-    workers: int | None = None,
+    threads: Threads | None = None,
     chunk: int = 65_536,
 ) -> npt.NDArray[np.float64]:
     """``S(d) = sum_j table[j, h_j(d)]`` for every fingerprint ``d``.
@@ -71,25 +71,17 @@ def gather_sums(
         table: a ``family.count x family.range`` array (counts or a transformed sketch).
         family: the hash family the sketch was built with.
         fp: fingerprints of the candidates (:func:`protocol.server.hashing.family_fingerprints`).
-        workers: threads to use; defaults to the number of CPUs.
+        threads: the caller's threads, the rows split between them (None: this thread alone).
         chunk: candidates per block, so the working arrays stay in cache.
     """
     if table.shape != (family.count, family.range):
         raise ValueError(f"table shape {table.shape} does not match the family ({family.count}, {family.range})")
     n = len(fp)
     out = np.zeros(n, dtype=np.float64)
-    if n == 0:
-        return out
-    threads = max(1, workers if workers is not None else (os.cpu_count() or 1))
-    k = family.count
-    bounds = [k * t // threads for t in range(threads + 1)]
-    row_ranges = [range(bounds[t], bounds[t + 1]) for t in range(threads) if bounds[t] < bounds[t + 1]]
-    with ThreadPoolExecutor(max_workers=len(row_ranges)) as pool:
-        for start in range(0, n, chunk):
-            part = Fingerprints(lo=fp.lo[start : start + chunk], hi=fp.hi[start : start + chunk])
-            futures = [pool.submit(_gather_rows, table, family, part, rows) for rows in row_ranges]
-            for fut in futures:
-                out[start : start + len(part)] += fut.result()
+    for start in range(0, n, chunk):
+        part = Fingerprints(lo=fp.lo[start : start + chunk], hi=fp.hi[start : start + chunk])
+        for sums in run_parts(threads, functools.partial(_gather_rows, table, family, part), family.count):
+            out[start : start + len(part)] += sums
     return out
 
 

@@ -27,6 +27,11 @@ VALUES: dict[str, list[tuple[object, str | None]]] = {
     "new-words": [("bruhprivate", None)],
     "homepage": [("private-home.example", None)],
     "dark-mode-enabled": [(1, None)],
+    "emoji-olh": [("🙃-private", None)],
+    "default-browser": [("vivaldi", None)],
+    "keyboard-locale": [("pt-PT", None)],
+    "screen-resolution": [("3440x1440", None)],
+    "utc-offset": [("utc+05:45", None)],
 }
 
 

@@ -9,17 +9,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import inspect
 import itertools
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
-import aiomqtt
 import pytest
 
 from agent.core import Agent
 from agent.errors import TransportError
-from agent.mqtt import _Client
 from agent.publisher import Publisher, ReceiptPolicy
 from agent.transport import BrokerBusyError, MemoryTransport, ReceiptConnection
 from protocol.randomness import SeededRandom
@@ -168,14 +165,3 @@ def test_connections_that_deliver_nothing_never_reset_the_backoff(
     for ceiling, slept in zip(ceilings, sleeps, strict=False):
         assert ceiling / 2 <= slept <= ceiling, sleeps
     assert all(0.4 <= s <= 0.8 for s in sleeps[len(ceilings) - 1 :]), sleeps
-
-
-def test_the_refusal_hook_is_aiomqtts_publish_callback() -> None:
-    """agent.mqtt overrides aiomqtt's handlers of paho's on_publish and on_disconnect: they must still exist."""
-    for name in ("_on_publish", "_on_disconnect"):
-        base = getattr(aiomqtt.Client, name)
-        assert getattr(_Client, name) is not base
-        assert (
-            list(inspect.signature(base).parameters)[:5]
-            == list(inspect.signature(getattr(_Client, name)).parameters)[:5]
-        )

@@ -1,4 +1,4 @@
-"""The agent calls its mechanisms in one module only, agent/usecases.py, so a change of the
+"""The agent calls its mechanisms in one module only, agent/mechanism_calls.py, so a change of the
 mechanism contract (protocol.interfaces.Mechanism) is met there and nowhere else in the agent."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import ast
 from pathlib import Path
 
 AGENT = Path(__file__).resolve().parents[2] / "agent"
-SEAM = "usecases.py"
+SEAM = "mechanism_calls.py"
 
 
 def _mechanism_uses(tree: ast.AST) -> list[tuple[int, str]]:
@@ -28,8 +28,8 @@ def _mechanism_uses(tree: ast.AST) -> list[tuple[int, str]]:
     return found
 
 
-def test_only_the_use_case_module_calls_a_mechanism() -> None:
-    """No module of the agent but agent/usecases.py calls a mechanism's method or holds a mechanism."""
+def test_only_the_mechanism_calls_module_calls_a_mechanism() -> None:
+    """No module of the agent but agent/mechanism_calls.py calls a mechanism's method or holds a mechanism."""
     offenders = [
         f"agent/{path.name}:{line}: {what}"
         for path in sorted(AGENT.glob("*.py"))

@@ -112,8 +112,8 @@ def test_a_changed_memoized_use_case_starts_a_new_memo_charged_against_the_same_
     assert new_doc["permanent"] == {}  # the new memo is drawn at its first use, never the old one reused
     spent = _spent(again)["procs"]
     # The open period's record was staged under the old definition (and charged its old cost), and
-    # the new memo's ε charged on top: nothing went down.
-    assert spent == pytest.approx(spent_before + registry["procs"].cost + charge)
+    # a new memo's ε charged on top for each of the two values' B′ ("bash", "zsh"): nothing went down.
+    assert spent == pytest.approx(spent_before + registry["procs"].cost + 2 * charge)
     assert _definitions(again).count(("procs", registry["procs"].definition)) == 2
     notices = again.notices()
     assert any("new memo" in n.text and n.use_case == "procs" for n in notices)
@@ -142,7 +142,7 @@ def test_a_new_memo_the_cap_cannot_pay_for_stops_the_use_case(
     before = _uc_doc(tmp_path / "state", "seconds")
     v2 = _registry(_edit(tight, "seconds", "gamma = 0.2", "gamma = 0.1"))
     again = make_agent(registry_override=v2)
-    with pytest.raises(UseCaseStoppedError, match="new memo would cost"):
+    with pytest.raises(UseCaseStoppedError, match=r"a new memo, charged ε .* would cost more"):
         again.record("seconds", 5)
     assert _uc_doc(tmp_path / "state", "seconds") == before  # nothing redrawn, nothing reset
     assert _spent(again)["seconds"] >= spent

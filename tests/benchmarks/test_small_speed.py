@@ -4,6 +4,7 @@ speeds are only printed."""
 
 from __future__ import annotations
 
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -35,7 +36,20 @@ PROTOCOL_FIGURES = {
     "cms": ("privatize_per_s", "decode_per_s", "aggregate_per_s", "query_s", "top_estimates"),
     "hcms": ("privatize_per_s", "aggregate_per_s", "transform_s", "dictionary_query_s", "top5_estimates"),
     "sfp": ("privatize_per_s", "decode_per_s", "aggregate_per_s", "reconstruct_s", "word_estimates"),
+    "grr": ("privatize_per_s", "privatize_batch_per_s", "decode_per_s", "aggregate_per_s", "estimate_s"),
+    "oue": ("privatize_per_s", "privatize_batch_per_s", "decode_per_s", "aggregate_per_s", "estimate_s"),
+    "ss": ("privatize_per_s", "privatize_batch_per_s", "decode_per_s", "aggregate_per_s", "estimate_s"),
 }
+ORACLE_STEPS = {"query": ("query_s", "seeds", "candidates"), "reconstruct": ("reconstruct_s", "q", "t", "table_cells")}
+
+EXAMPLE_REGISTRY = ROOT / "deploy" / "usecases.example.toml"
+FLEET_REGISTRY = ROOT / "deploy" / "fleet.usecases.toml"
+
+
+def _use_cases(path: Path) -> dict[str, str]:
+    """Each use case of a registry file with its collection period."""
+    doc = tomllib.loads(path.read_text(encoding="utf-8"))
+    return {name: str(entry["period"]) for name, entry in doc["use_cases"].items()}
 
 
 @covers(
@@ -47,22 +61,41 @@ PROTOCOL_FIGURES = {
     "bench_cms",
     "bench_hcms",
     "bench_sfp",
+    "bench_oracles",
 )
 def test_protocol(capsys: pytest.CaptureFixture[str]) -> None:
     """Every mechanism's client, wire and server steps on 2,000 records (small sketches); the
     sketches hold both timed adds of the batch."""
     doc = run_main(bench_protocol.main, ["--n", str(N), "--small"], capsys)
     rows = doc["results"]
-    counts = {name: sum(r["mechanism"] == name for r in rows) for name in PROTOCOL_FIGURES}
-    assert counts == {"rr": 1, "one-bit-mean": 2, "dbitflip": 4, "rappor": 1, "cms": 1, "hcms": 1, "sfp": 1}
+    counts = {name: sum(r["mechanism"] == name for r in rows) for name in (*PROTOCOL_FIGURES, "olh", "pgr")}
+    assert counts == {
+        "rr": 1,
+        "one-bit-mean": 2,
+        "dbitflip": 4,
+        "rappor": 1,
+        "cms": 1,
+        "hcms": 1,
+        "sfp": 1,
+        # the oracles: grr, olh and pgr at k = 8 and 843, oue and ss at 843, and the two estimates
+        "grr": 2,
+        "oue": 1,
+        "ss": 1,
+        "olh": 3,
+        "pgr": 3,
+    }
     for row in rows:
         assert row["n"] == N
-        require_keys(row, PROTOCOL_FIGURES[row["mechanism"]], where=row["mechanism"])
+        if "step" in row:
+            require_keys(row, ORACLE_STEPS[row["step"]], where=f"{row['mechanism']} {row['step']}")
+        else:
+            figures = PROTOCOL_FIGURES.get(row["mechanism"], PROTOCOL_FIGURES["grr"])
+            require_keys(row, figures, where=row["mechanism"])
         if row["mechanism"] in ("cms", "hcms", "sfp"):
             assert row["n_aggregated"] == 2 * N  # cold and warm add of the same batch
     sfp = next(r for r in rows if r["mechanism"] == "sfp")
     assert sfp["reconstructed_true_words"] <= sfp["reconstructed_words"]
-    report("bench_protocol", {r["mechanism"]: r["aggregate_per_s"] for r in rows})
+    report("bench_protocol", {r["mechanism"]: r.get("aggregate_per_s") for r in rows})
 
 
 @covers("bench_wire")
@@ -93,7 +126,7 @@ def test_agent(capsys: pytest.CaptureFixture[str]) -> None:
     doc = run_main(bench_agent.main, ["--cycles", "2", "--runs", "1", "--settle", "0.5"], capsys)
     daemon, cycle, commands, targets = doc["daemon"], doc["cycle"], doc["commands"], doc["targets"]
     assert daemon["exit_status_after_sigterm"] == 0
-    assert daemon["use_cases"] == cycle["use_cases"] == 7
+    assert daemon["use_cases"] == cycle["use_cases"] == len(_use_cases(EXAMPLE_REGISTRY))
     assert targets["every_use_case_reported"], cycle
     assert targets["daemon_published_every_report"], daemon
     assert targets["daemon_never_loaded_numpy"], daemon
@@ -190,7 +223,10 @@ def test_fleet_scale_mode() -> None:
         where="fleet scale row",
     )
     assert row["label"] == SCALE_LABEL
-    assert row["reports"] == 50 * (2 * 4 + 4 * 1)  # 6-hour use cases x 4 periods, daily x 1
+    periods_per_day = {"6h": 4, "1d": 1}
+    per_device = sum(periods_per_day[period] for period in _use_cases(FLEET_REGISTRY).values())
+    assert per_device >= 12  # the registry's two 6-hour and its daily use cases, at least
+    assert row["reports"] == 50 * per_device
     assert row["counted"] == row["reports"]
     assert row["missing_receipts"] == 0
     report("bench_fleet scale mode", {"reports_per_second": row["reports_per_second"]})

@@ -1,8 +1,8 @@
 """A scripted MQTT broker on loopback, for feeding the collector's client what no real broker sends.
 
 It accepts any number of connections in a thread of its own. On each, it reads CONNECT,
-answers CONNACK (with the reason code and properties a test gives), answers the SUBSCRIBE
-with the reason code a test gives (QoS 1 granted by default), then
+answers CONNACK (with the reason code and properties a test gives), answers each SUBSCRIBE
+with the reason code a test gives for each of its filters (QoS 1 granted by default), then
 writes the test's bytes for that connection (``script[i]`` on the ``i``-th connection;
 nothing on later ones) and keeps the connection open, answering PINGREQ, until the client
 closes it. It records what it saw, so a test can wait for a reconnect or a PINGREQ.
@@ -18,7 +18,17 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
-from collector.mqtt import CONNACK, PINGREQ, SUBACK, SUBSCRIBE, encode_varint, split_packets
+from protocol.mqtt.packets import (
+    CONNACK,
+    CONNECT,
+    PINGREQ,
+    PINGRESP,
+    SUBACK,
+    SUBSCRIBE,
+    encode_varint,
+    publish_packet,
+    split_packets,
+)
 
 __all__ = ["FakeBroker", "running_fake_broker"]
 
@@ -78,7 +88,7 @@ class FakeBroker:
                     if first >> 4 == PINGREQ:
                         with self.lock:
                             self.pings += 1
-                        writer.write(b"\xd0\x00")
+                        writer.write(bytes([PINGRESP << 4, 0]))
         except (ConnectionError, OSError):
             pass
         finally:
@@ -98,13 +108,13 @@ class FakeBroker:
                 return None
             packets, rest = split_packets(rest + data)
             for first, body in packets:
-                if first >> 4 == 1:  # CONNECT
+                if first >> 4 == CONNECT:
                     props = encode_varint(len(self.connack_properties)) + self.connack_properties
                     head = bytes([0, self.connack_reason])
                     writer.write(bytes([CONNACK << 4]) + encode_varint(2 + len(props)) + head + props)
                 elif first >> 4 == SUBSCRIBE:
-                    pid = body[:2]
-                    writer.write(bytes([SUBACK << 4, 4]) + pid + bytes([0, self.suback_code]))
+                    codes = bytes([self.suback_code]) * _filters(body)
+                    writer.write(bytes([SUBACK << 4]) + encode_varint(3 + len(codes)) + body[:2] + b"\x00" + codes)
                     subscribed = True
         await writer.drain()
         return rest
@@ -178,5 +188,14 @@ def running_fake_broker(
 
 def publish(topic: bytes, payload: bytes, *, qos: int = 1, packet_id: int = 1) -> bytes:
     """A well-formed PUBLISH (no properties)."""
-    body = struct.pack(">H", len(topic)) + topic + (struct.pack(">H", packet_id) if qos else b"") + b"\x00" + payload
-    return bytes([0x30 | (qos << 1)]) + encode_varint(len(body)) + body
+    return publish_packet(topic, payload, qos=qos, packet_id=packet_id)
+
+
+def _filters(body: bytes) -> int:
+    """How many topic filters a SUBSCRIBE body (MQTT 5, as the collector writes it) carries."""
+    i = 3 + body[2]  # packet id, property length, properties
+    count = 0
+    while i + 2 <= len(body):
+        i += 2 + struct.unpack_from(">H", body, i)[0] + 1  # the filter and its options
+        count += 1
+    return count

@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from collector.numbers import format_number
 from collector.results import to_json
 from protocol.randomness import SeededRandom
 from protocol.registry import Registry, parse_registry
@@ -224,3 +225,18 @@ def run_async(fn: Callable[..., Coroutine[Any, Any, None]]) -> Callable[..., Non
         asyncio.run(fn(*args, **kwargs))
 
     return wrapper
+
+
+def shown_row(item: dict[str, Any]) -> list[str]:
+    """A released entry's row as the dashboard shows it (value, count, SE, CI, p-value): the
+    count and the spread of its conditional interval, or near the cutoff the interval alone
+    (docs/estimation.md, "What is shown")."""
+    near = item.get("near_cutoff", False)
+    spread = item.get("selection_standard_error", item["standard_error"])
+    return [
+        item["value"],
+        "near cutoff" if near else format_number(item["count"]),
+        "" if near else format_number(spread),
+        f"{format_number(item['ci'][0])} … {format_number(item['ci'][1])}",
+        format_number(item["p_value"], 2),
+    ]

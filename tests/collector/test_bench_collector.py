@@ -66,3 +66,14 @@ def test_a_small_run_compares_one_broker_with_two() -> None:
             assert set(compared[setup][f"{mode}_cores_busy"]) == {"collector", "brokers"}
     assert {"backlog_two_over_one", "live_two_over_one"} <= set(compared)
     print(compared)
+
+
+def test_the_cms_and_olh_streams_are_drained_and_counted() -> None:
+    """The emoji stream under CMS and under OLH: each drained into a SQLite collector, every message committed."""
+    doc = bench(0, 0, setups=(Setup("sqlite", 1),), modes=("backlog",), references=False, cms=300, olh=300)
+    rows = {row["shape"]: row for row in doc["results"]}
+    assert set(rows) == {"cms", "olh"}
+    for row in rows.values():
+        assert row["messages"] == 300
+        assert row["collector_sqlite_1"]["backlog_messages_per_member"] == [300]
+    assert rows["olh"]["payload_bytes_mean"] < rows["cms"]["payload_bytes_mean"]

@@ -18,7 +18,7 @@ from collector.numbers import format_number
 from collector.store import CheckpointStore
 from protocol.registry import Registry
 from protocol.wire import decode_report, encode_report
-from tests.collector.support import current_period, privatized_reports, run_async
+from tests.collector.support import current_period, privatized_reports, run_async, shown_row
 from tests.collector.test_dashboard import CHROMIUM, _card, _chromium, _config, _get, _rows, _text
 
 
@@ -105,16 +105,7 @@ async def test_an_older_period_its_withheld_entries_and_a_clean_layout(
     assert f'data-period="{older[name]}"' in emoji
     items, withheld = emoji_old["estimate"]["items"], emoji_old["estimate"]["withheld_items"]
     table, withheld_table = re.findall(r"<table.*?</table>", emoji, re.S)
-    assert _rows(table)[: len(items)] == [
-        [
-            i["value"],
-            format_number(i["count"]),
-            format_number(i.get("selection_standard_error", i["standard_error"])),
-            f"{format_number(i['ci'][0])} … {format_number(i['ci'][1])}",
-            format_number(i["p_value"], 2),
-        ]
-        for i in items[:50]
-    ]
+    assert _rows(table)[: len(items)] == [shown_row(i) for i in items[:50]]
     assert 'class="withheld-list"' in emoji
     reason_rows = re.findall(r"<tr><td>(.*?)</td>.*?<td class=\"reason\">(.*?)</td></tr>", withheld_table, re.S)
     assert [(_text(v), _text(r)) for v, r in reason_rows] == [(w["value"], w["withheld_reason"]) for w in withheld[:50]]

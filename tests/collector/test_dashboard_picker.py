@@ -13,9 +13,8 @@ from typing import Any
 import pytest
 
 from collector.http import HttpApi
-from collector.numbers import format_number
 from protocol.registry import Registry
-from tests.collector.support import run_async
+from tests.collector.support import run_async, shown_row
 from tests.collector.test_dashboard import CHROMIUM, _config, _get
 from tests.collector.test_dashboard_periods import _expected_bars, _populate_two_periods
 from tests.support.cdp import CdpPage, open_page, start_chromium
@@ -119,16 +118,7 @@ async def test_picking_an_older_period_redraws_the_card_with_that_periods_figure
     # The frequency card: the older period's released entries, and the withheld ones with why.
     assert (freq["period"], freq["selected"]) == (str(older[name]), str(older[name]))
     items, withheld = freq_old["estimate"]["items"], freq_old["estimate"]["withheld_items"]
-    assert freq["rows"] == [
-        [
-            i["value"],
-            format_number(i["count"]),
-            format_number(i.get("selection_standard_error", i["standard_error"])),
-            f"{format_number(i['ci'][0])} … {format_number(i['ci'][1])}",
-            format_number(i["p_value"], 2),
-        ]
-        for i in items[:50]
-    ]
+    assert freq["rows"] == [shown_row(i) for i in items[:50]]
     assert [[r[0], r[-1]] for r in freq["withheld"]] == [[w["value"], w["withheld_reason"]] for w in withheld[:50]]
     # The address keeps both choices (a reload or a shared link shows the same periods).
     assert f"period.hist={older['hist']}" in freq["search"]

@@ -18,7 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from collector.export import EXPORT_COLUMNS
 from collector.http import HttpApi
 from protocol.registry import Registry
-from tests.collector.support import current_period, run_async
+from tests.collector.support import run_async
 from tests.collector.test_dashboard import _config, _get
 from tests.collector.test_dashboard_periods import _populate_two_periods
 
@@ -43,7 +43,7 @@ async def _serve(
 ) -> tuple[HttpApi, asyncio.Task[None], dict[str, int]]:
     at = time.time() if now is None else now
     older = _populate_two_periods(tmp_path / "dash.sqlite3", registry, at)
-    api = HttpApi(_config(tmp_path, registry_path), wall_clock=lambda: at)
+    api = HttpApi(_config(tmp_path, registry_path))
     await api.start()
     return api, asyncio.create_task(api.serve()), older
 
@@ -117,22 +117,16 @@ def _gauges(text: str) -> dict[str, dict[str, float]]:
 
 
 @run_async
-async def test_metrics_carry_the_latest_closed_period_of_means_and_proportions(
+async def test_metrics_carry_the_latest_estimate_of_means_and_proportions(
     tmp_path: Path, registry: Registry, registry_path: Path
 ) -> None:
-    """One series per mean and proportion use case, the figures of /estimate for the closed period."""
-    # The store is filled and the scrape answered at one instant, so a period boundary passing
-    # between the two cannot make the scrape look at the period just begun.
-    now = time.time()
-    api, serving, _ = await _serve(tmp_path, registry, registry_path, now)
+    """One series per mean and proportion use case, the figures /estimate shows without ?period."""
+    api, serving, _ = await _serve(tmp_path, registry, registry_path)
     try:
         _, _, scrape = await _fetch(api.port, "/metrics")
         expected: dict[str, Any] = {}
         for name in ("usage", "flag"):
-            closed = current_period(registry, name, now) - 1
-            expected[name] = json.loads(
-                (await _fetch(api.port, f"/api/v1/use-cases/{name}/estimate?period={closed}"))[2]
-            )
+            expected[name] = json.loads((await _fetch(api.port, f"/api/v1/use-cases/{name}/estimate"))[2])
     finally:
         serving.cancel()
         await asyncio.gather(serving, return_exceptions=True)
@@ -142,7 +136,7 @@ async def test_metrics_carry_the_latest_closed_period_of_means_and_proportions(
         assert gauges["ldp_estimate_value"][name] == est["estimate"]["value"]
         assert gauges["ldp_estimate_standard_error"][name] == est["estimate"]["standard_error"]
         assert [gauges["ldp_estimate_ci_low"][name], gauges["ldp_estimate_ci_high"][name]] == est["estimate"]["ci"]
-        assert gauges["ldp_estimate_reports"][name] == est["reports"] == 1200
+        assert gauges["ldp_estimate_reports"][name] == est["reports"] == 400  # the current period
     # Bounded: means and proportions only, never a frequency table's entries.
     assert {uc for family in gauges.values() for uc in family} == {"usage", "flag"}
     # The scrape docs/deploy.md shows parses the same way, with families the collector serves.

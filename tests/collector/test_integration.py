@@ -20,6 +20,7 @@ from collector.service import Service, run_service
 from collector.store import CheckpointStore
 from protocol.registry import Registry
 from protocol.wire import Report, encode_report
+from runtime.clock import WallClock
 from tests.collector.processes import write_config
 from tests.collector.support import (
     bit_reports,
@@ -34,11 +35,11 @@ from tests.support.mqtt_publisher import MqttPublisher
 
 
 @contextlib.asynccontextmanager
-async def _running(config: CollectorConfig) -> AsyncIterator[Service]:
+async def _running(config: CollectorConfig, *, clock: WallClock | None = None) -> AsyncIterator[Service]:
     """The collector service in this event loop, until the block ends (then a clean stop)."""
     stop = asyncio.Event()
     ready: asyncio.Future[Service] = asyncio.get_running_loop().create_future()
-    task = asyncio.create_task(run_service(config, stop=stop, on_ready=ready.set_result))
+    task = asyncio.create_task(run_service(config, clock=clock, stop=stop, on_ready=ready.set_result))
     try:
         waiting: set[asyncio.Future[object]] = {task, ready}  # type: ignore[arg-type]
         done, _ = await asyncio.wait(waiting, timeout=120, return_when=asyncio.FIRST_COMPLETED)

@@ -1,9 +1,11 @@
 """Nothing blocks the event loop and nothing outlives the collector: the watchdog honours
-WATCHDOG_USEC, and a SIGKILLed collector leaves no process of its own. (The notifier itself,
-shared with the agent, is tested in tests/runtime/test_sd_notify.py.)"""
+WATCHDOG_USEC, a SIGKILLed collector leaves no process of its own, and every resource of the
+service is closed whichever close fails. (The notifier itself, shared with the agent, is tested
+in tests/runtime/test_sd_notify.py.)"""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import socket
@@ -14,8 +16,17 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
+import pytest
+
+from collector.config import load_config
+from collector.ingest import StoreThread
+from collector.live import LiveAggregates
+from collector.service import run_service
+from runtime.sd_notify import Notifier
 from tests.collector.processes import ROOT, CollectorProcess, write_config
+from tests.collector.support import run_async
 from tests.support.broker import Broker, free_port
 
 
@@ -143,3 +154,28 @@ def test_a_sigkilled_collector_leaves_no_process_behind(tmp_path: Path, mosquitt
         _poll(lambda: not any(_alive(w) for w in workers), 20.0, f"left running: {[w for w in workers if _alive(w)]}")
     finally:
         proc.close()
+
+
+@pytest.mark.parametrize("failing", ["live", "store", "notifier"])
+@run_async
+async def test_every_resource_is_closed_when_one_close_raises(
+    failing: str, tmp_path: Path, mosquitto: Broker, registry_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Whichever close raises, the others still close, last opened first, and the error reaches the caller."""
+    closed: list[str] = []
+    classes: tuple[tuple[str, Any], ...] = (("live", LiveAggregates), ("store", StoreThread), ("notifier", Notifier))
+    for name, cls in classes:
+        original: Callable[[object], None] = cls.close
+
+        def close(self: object, name: str = name, original: Callable[[object], None] = original) -> None:
+            original(self)
+            closed.append(name)
+            if name == failing:
+                raise RuntimeError(f"{name} would not close")
+
+        monkeypatch.setattr(cls, "close", close)
+    config = load_config(write_config(tmp_path, registry=registry_path, host=mosquitto.host, port=mosquitto.port))
+    stop = asyncio.Event()
+    with pytest.raises(RuntimeError, match=f"{failing} would not close"):
+        await run_service(config, stop=stop, on_ready=lambda _: stop.set())
+    assert closed == ["live", "store", "notifier"]

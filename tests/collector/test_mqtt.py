@@ -1,7 +1,7 @@
 """The MQTT 5 transport against a real Mosquitto: flow control, stale acknowledgements, QoS 0; and the read pause.
 
-The codec's own properties are in ``test_mqtt_codec.py``; refusals and malformed packets
-from a scripted broker in ``test_mqtt_hostile.py``.
+The MQTT core's own properties are in ``tests/protocol/test_mqtt_session.py``; refusals and
+malformed packets from a scripted broker in ``test_mqtt_hostile.py``.
 """
 
 from __future__ import annotations
@@ -13,9 +13,11 @@ import time
 import pytest
 
 from collector.config import MqttConfig
-from collector.mqtt import CONNECT, SUBSCRIBE, MqttTransport
+from collector.mqtt import MqttTransport
 from collector.mqtt.transport import open_broker_connection
-from collector.transport import NO_ACK, Delivery
+from collector.transport import Delivery, route_of
+from protocol.mqtt.events import packet_id_of
+from protocol.mqtt.packets import CONNECT, SUBSCRIBE
 from tests.collector.support import run_async
 from tests.support.broker import Broker
 from tests.support.mqtt_publisher import MqttPublisher
@@ -99,7 +101,7 @@ async def test_acks_of_a_dropped_connection_are_discarded_and_messages_redeliver
 
 @run_async
 async def test_qos0_messages_need_no_ack_and_topics_are_dropped(mosquitto: Broker) -> None:
-    """A QoS 0 publish arrives with the NO_ACK token; deliveries carry the payload and the sender's identity only."""
+    """A QoS 0 publish comes with a token that acknowledges nothing; a delivery keeps payload and sender only."""
     config = MqttConfig(host=mosquitto.host, port=mosquitto.port, client_id="q0")
     transport = MqttTransport(config)
     runner = asyncio.create_task(transport.run())
@@ -114,15 +116,16 @@ async def test_qos0_messages_need_no_ack_and_topics_are_dropped(mosquitto: Broke
             qos=0,
         )
         deliveries = await _collect(transport, 3, ack=False)
-        assert deliveries == [
-            Delivery(b"payload", NO_ACK, sender=b"device-42"),
-            Delivery(b"sim", NO_ACK, sender=b"fleet-sim/7"),
-            Delivery(b"none", NO_ACK, sender=b""),
+        assert [(d.payload, d.sender) for d in deliveries] == [
+            (b"payload", b"device-42"),
+            (b"sim", b"fleet-sim/7"),
+            (b"none", b""),
         ]
+        assert [(packet_id_of(d.token), route_of(d.token)) for d in deliveries] == [(0, 0)] * 3
         # The rest of the topic, client id and flags are gone; a receipt request (reply_to,
         # correlation) stays only until the receipt is sent, the sender only until the commit;
-        # the route (which of the collector's brokers delivered it) only picks the receipt's way back.
-        assert set(Delivery._fields) == {"payload", "token", "reply_to", "correlation", "sender", "route"}
+        # the token names the broker that delivered it, only to pick the receipt's way back.
+        assert set(Delivery._fields) == {"payload", "token", "reply_to", "correlation", "sender"}
         assert all((d.reply_to, d.correlation) == (None, None) for d in deliveries)
     finally:
         await transport.close()

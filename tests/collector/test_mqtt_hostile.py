@@ -4,8 +4,8 @@ Each malformed or limit-breaking packet ends the connection with a logged protoc
 a reconnect; nothing escapes :meth:`MqttTransport.run`, memory stays bounded (a packet
 declared larger than our Maximum Packet Size is refused from its header), and a real
 ``ldp-collector run`` fed ``30 00`` keeps running. A refusal that retrying cannot fix ends
-:meth:`MqttTransport.run` with a ``TransportError``. The codec itself is fuzzed in
-``test_mqtt_codec.py``.
+:meth:`MqttTransport.run` with a ``TransportError``. The MQTT core itself is fuzzed in
+``tests/protocol/test_mqtt_session.py``.
 """
 
 from __future__ import annotations
@@ -19,7 +19,8 @@ import pytest
 
 from collector.config import MqttConfig
 from collector.errors import TransportError
-from collector.mqtt import MqttTransport, encode_varint
+from collector.mqtt import MqttTransport
+from protocol.mqtt.packets import encode_varint
 from runtime.backoff import Backoff
 from tests.collector.fake_broker import publish, running_fake_broker
 from tests.collector.processes import CollectorProcess, write_config

@@ -9,6 +9,7 @@ import subprocess
 
 import pytest
 
+from collector.decoding.release import NEAR_CUTOFF
 from collector.numbers import FORMAT_JS, format_number
 from collector.rendering import _release_lines, format_estimate
 from collector.results import EstimateResult, FrequencyEntry, ReleaseDecision
@@ -147,3 +148,37 @@ def test_released_entries_say_their_se_and_interval_are_conditional_on_release()
     assert "70.2" not in row
     assert "10,000 .. 11,094" in row
     assert "  (SE and CI: 95 % interval conditional on release)" in lines
+
+
+def test_an_entry_near_the_cutoff_is_shown_by_its_interval_alone() -> None:
+    """A barely released entry's row has no count or SE, only its interval, and a line says why."""
+    near = FrequencyEntry(
+        value="near.example",
+        count=57.85,
+        standard_error=40.0,
+        ci=(0.0, 80.56),
+        z=1.5,
+        p_value=0.01,
+        released=True,
+        interval="95 % interval conditional on release",
+        selection_standard_error=92.72,
+        near_cutoff=True,
+    )
+    decision = ReleaseDecision(
+        items=(near,),
+        withheld=0,
+        threshold=0,
+        tested=1,
+        correction="bh",
+        alpha=0.05,
+        test="t",
+        interval="95 % interval conditional on release",
+        near_cutoff=NEAR_CUTOFF,
+    )
+    lines = _release_lines(decision)
+    row = next(line for line in lines if "near.example" in line)
+    assert "near cutoff" in row
+    assert "0 .. 80.56" in row
+    assert "57.85" not in row
+    assert "92.72" not in row
+    assert f"  ({NEAR_CUTOFF})" in lines

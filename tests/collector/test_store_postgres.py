@@ -20,8 +20,8 @@ from collector.config import StoreConfig, parse_config
 from collector.errors import ConfigError, StoreError, StoreUnavailable
 from collector.estimation import compute_estimate
 from collector.store import CommitResult, open_store
-from collector.store.codec import make_segment, rid_tag, seal
 from collector.store.postgres import SCHEMA_VERSION, PostgresStore
+from collector.store.row_format import make_segment, rid_tag, seal
 from protocol.registry import Registry
 from protocol.wire import DecodedReport, decode_report, encode_report
 from tests.collector.processes import BackgroundPublishers, CollectorProcess, wait_committed, write_config

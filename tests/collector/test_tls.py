@@ -111,8 +111,8 @@ async def test_tls_with_password_subscribes_and_a_wrong_password_is_fatal(tmp_pa
 
 
 @run_async
-async def test_a_ca_file_gone_at_a_reconnect_stops_the_transport_naming_it(tmp_path: Path) -> None:
-    """The CA file deleted while connected: the next reconnect ends run() with the field and the file, no retry loop."""
+async def test_a_reconnect_reuses_the_tls_context_built_at_start_and_reads_no_file(tmp_path: Path) -> None:
+    """The CA file deleted while connected: the next reconnect still succeeds, with the context built at start."""
     ca, cert, key = _make_pki(tmp_path / "pki")
     tls_port = free_port()
     extra = f"allow_anonymous true\nlistener {tls_port} 127.0.0.1\ncafile {ca}\ncertfile {cert}\nkeyfile {key}\n"
@@ -128,15 +128,28 @@ async def test_a_ca_file_gone_at_a_reconnect_stops_the_transport_naming_it(tmp_p
         runner = asyncio.create_task(transport.run())
         try:
             await asyncio.wait_for(transport.wait_subscribed(), 60)
-            ca.unlink()
+            ca.unlink()  # a reconnect that read it again would fail (and once ended the service)
             writer = transport._writer
             assert writer is not None
             writer.transport.abort()  # the connection drops; the transport reconnects
-            with pytest.raises(ConfigError) as caught:
-                await asyncio.wait_for(runner, 60)
+            deadline = asyncio.get_running_loop().time() + 60
+            while transport.statistics().connects < 2 or not transport.statistics().connected:
+                assert not runner.done(), runner.exception()
+                assert asyncio.get_running_loop().time() < deadline, "no reconnect within 60 s"
+                await asyncio.sleep(0.01)
         finally:
             await transport.close()
+            await asyncio.wait_for(runner, 60)
+
+
+def test_a_ca_file_that_cannot_be_read_at_start_is_a_config_error_naming_it(tmp_path: Path) -> None:
+    """Missing at start-up: the session is never made, and the error names the field and the file."""
+    missing = tmp_path / "gone.pem"
+    tls = TlsConfig(ca_file=missing, source="collector.toml")
+    config = MqttConfig(host="127.0.0.1", port=1, client_id="x", tls=tls)
+    with pytest.raises(ConfigError) as caught:
+        MqttTransport(config)
     message = str(caught.value)
     assert message.startswith("collector.toml: mqtt.tls.ca_file: cannot read ")
-    assert str(ca) in message
+    assert str(missing) in message
     assert "No such file or directory" in message

@@ -15,6 +15,7 @@ release wrote: the compatibility tests open it with this release's code.
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import textwrap
@@ -23,10 +24,44 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["VERSION", "WHEEL", "PreviousRelease", "install"]
+__all__ = [
+    "MECHANISMS",
+    "METADATA_KEYS",
+    "VERSION",
+    "WHEEL",
+    "PreviousRelease",
+    "for_previous",
+    "install",
+    "known_to_previous",
+    "without_metadata",
+]
 
 VERSION = "0.1.0"
 WHEEL = Path(__file__).resolve().parent / "previous" / f"ldp_telemetry-{VERSION}-py3-none-any.whl"
+
+MECHANISMS = frozenset({"rr", "one-bit-mean", "dbitflip", "rappor", "cms", "hcms", "sfp"})
+"""The mechanisms the previous release knows; it refuses a registry that names another."""
+
+_TABLE = re.compile(r"^\[use_cases\.([a-z0-9][a-z0-9._-]*?)(?:\.(?:parameters|collector))?\]\s*$")
+_MECHANISM = re.compile(r'^mechanism\s*=\s*"([^"]+)"', re.M)
+
+
+def known_to_previous(text: str) -> str:
+    """A registry's text without the use cases whose mechanism the previous release does not know
+    (every table of such a use case removed; the rest, comments included, as it was)."""
+    blocks: list[tuple[str | None, list[str]]] = [(None, [])]
+    for line in text.splitlines(keepends=True):
+        match = _TABLE.match(line)
+        if match and match.group(1) != blocks[-1][0]:
+            blocks.append((match.group(1), []))
+        blocks[-1][1].append(line)
+    mechanism: dict[str, str] = {}
+    for name, lines in blocks:
+        found = _MECHANISM.search("".join(lines))
+        if name is not None and found:
+            mechanism[name] = found.group(1)
+    return "".join("".join(lines) for name, lines in blocks if name is None or mechanism.get(name, "rr") in MECHANISMS)
+
 
 _PRELUDE = """
 import sys
@@ -61,6 +96,22 @@ class PreviousRelease:
             raise AssertionError(f"the previous release's script failed ({done.returncode}):\n{done.stderr[-4000:]}")
         lines = done.stdout.strip().splitlines()
         return json.loads(lines[-1]) if lines else None
+
+
+METADATA_KEYS = ("strict", "owner", "expires", "data_review", "notification_emails")
+"""The registry keys this release added (protocol/metadata.py), which release 0.1.0 refuses as unknown."""
+
+
+def without_metadata(text: str) -> str:
+    """A registry's text with the lines of :data:`METADATA_KEYS` removed: what release 0.1.0 reads."""
+    keys = "|".join(METADATA_KEYS)
+    return re.sub(rf"^(?:{keys}) = .*\n", "", text, flags=re.MULTILINE)
+
+
+def for_previous(text: str) -> str:
+    """What release 0.1.0 reads of a registry of this release: without the use cases of mechanisms
+    it lacks (:func:`known_to_previous`) and without the metadata keys (:func:`without_metadata`)."""
+    return without_metadata(known_to_previous(text))
 
 
 def install(directory: Path) -> PreviousRelease:

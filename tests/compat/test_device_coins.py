@@ -5,6 +5,10 @@ device sets up its state and privatizes a sequence of values (repeats included, 
 reused) with a seeded random source; release 0.1.0 (installed from its wheel) does the same in
 a subprocess. Every record's wire form and every saved state must be equal byte for byte:
 whatever the mechanism code's layout, a device's coins and records do not change.
+
+The previous release is given each registry without its metadata (``strict``, ``owner``,
+``expires``, ...), keys it does not know and refuses (``tests/compat/test_registry_metadata.py``);
+they are outside every hash, so both releases build the same use cases from the two texts.
 """
 
 from __future__ import annotations
@@ -18,10 +22,11 @@ import pytest
 
 from protocol.randomness import SeededRandom
 from protocol.registry import Registry, UseCase, parse_registry
-from tests.compat.previous_release import PreviousRelease
+from tests.compat.previous_release import PreviousRelease, for_previous, known_to_previous
 
 ROOT = Path(__file__).resolve().parents[2]
 REGISTRIES = (ROOT / "deploy" / "usecases.example.toml", ROOT / "deploy" / "fleet.usecases.toml")
+"""The registries compared, each without the use cases of mechanisms the previous release lacks."""
 SEEDS = range(6)
 
 # A value sequence per kind of recorded value, with repeats (memos are reused) and edges.
@@ -80,19 +85,35 @@ def _rows(uc: UseCase, seed: int) -> bytes:
     return packed
 
 
+def _known(path: Path) -> str:
+    return known_to_previous(path.read_text(encoding="utf-8"))
+
+
 @pytest.fixture(scope="module")
-def previous_records(previous_release: PreviousRelease) -> dict[str, str]:
-    """What release 0.1.0 produced, per registry, use case and seed."""
+def previous_records(previous_release: PreviousRelease, tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """What release 0.1.0 produced, per registry, use case and seed (keyed by this tree's paths), from
+    copies of the registries it can read (:func:`for_previous`)."""
+    copies = tmp_path_factory.mktemp("registries-without-metadata")
+    paths: dict[str, str] = {}
+    for path in REGISTRIES:
+        stripped = copies / path.name
+        stripped.write_text(for_previous(path.read_text(encoding="utf-8")), encoding="utf-8")
+        paths[str(stripped)] = str(path)
     found: dict[str, str] = previous_release.run(
-        _RECORDS, json.dumps([str(p) for p in REGISTRIES]), json.dumps(VALUES), json.dumps(list(SEEDS))
+        _RECORDS, json.dumps(list(paths)), json.dumps(VALUES), json.dumps(list(SEEDS))
     )
-    return found
+    # The previous release names each row by the copy it read: the rows by this tree's file.
+    renamed = {}
+    for key, value in found.items():
+        read, _, rest = key.partition(":")
+        renamed[f"{paths[read]}:{rest}"] = value
+    return renamed
 
 
 def _cases() -> list[tuple[str, Registry, str]]:
     out = []
     for path in REGISTRIES:
-        registry = parse_registry(path.read_bytes(), source=str(path))
+        registry = parse_registry(_known(path), source=str(path))
         out += [(str(path), registry, name) for name in registry.use_cases]
     return out
 

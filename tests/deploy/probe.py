@@ -111,10 +111,10 @@ class Probe:
         self._pubacks: dict[int, int] = {}
         self.messages: list[tuple[str, bytes, bool]] = []
         self.client.on_connect = self._on_connect
-        self.client.on_disconnect = self._on_disconnect
+        self.client.on_disconnect = self._saw_disconnect
         self.client.on_subscribe = self._on_subscribe
         self.client.on_unsubscribe = self._on_unsubscribe
-        self.client.on_publish = self._on_publish
+        self.client.on_publish = self._saw_puback
         self.client.on_message = self._on_message
         self._started = False
 
@@ -126,7 +126,7 @@ class Probe:
             self._connack_failed = bool(reason.is_failure)
             self._cond.notify_all()
 
-    def _on_disconnect(self, client: Any, userdata: Any, flags: Any, reason: Any, properties: Any) -> None:
+    def _saw_disconnect(self, client: Any, userdata: Any, flags: Any, reason: Any, properties: Any) -> None:
         with self._cond:
             self._disconnected = str(reason)
             self._cond.notify_all()
@@ -141,7 +141,7 @@ class Probe:
             self._unsubacks.add(mid)
             self._cond.notify_all()
 
-    def _on_publish(self, client: Any, userdata: Any, mid: int, reason: Any, properties: Any) -> None:
+    def _saw_puback(self, client: Any, userdata: Any, mid: int, reason: Any, properties: Any) -> None:
         with self._cond:
             self._pubacks[mid] = int(reason.value)
             self._cond.notify_all()

@@ -53,7 +53,7 @@ def test_fleet_through_tls_broker_and_acl_matches_the_truth(tmp_path: Path, caps
     doc = json.loads(out.read_text(encoding="utf-8"))
     assert doc["ok"] is True
     assert doc["config"]["devices"] == 240
-    assert doc["timing"]["reports"] == 240 * (2 * 12 + 4 * 3)  # 6-hour use cases x 12 periods, daily x 3
+    assert doc["timing"]["reports"] == 240 * (2 * 12 + 6 * 3)  # 6-hour use cases x 12 periods, daily x 3
     for name, uc in doc["use_cases"].items():
         compared = uc["comparison"]
         assert compared["compared"] > 0, name

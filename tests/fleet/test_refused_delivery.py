@@ -51,8 +51,8 @@ def test_reports_the_acl_drops_end_as_undelivered_not_as_wrong_estimates(
         )
     out = capsys.readouterr()
     assert status == ExitStatus.UNAVAILABLE, out
-    # 5 devices x 1 day: two 6-hour use cases x 4 periods and four daily ones, 12 reports each.
-    assert "0 of the fleet's 60 reports counted" in out.err, out.err
-    assert "60 refused by the broker: not authorized" in out.err, out.err
+    # 5 devices x 1 day: two 6-hour use cases x 4 periods and six daily ones, 14 reports each.
+    assert "0 of the fleet's 70 reports counted" in out.err, out.err
+    assert "70 refused by the broker: not authorized" in out.err, out.err
     assert "errors within" not in out.out
     assert "beyond the tolerance" not in out.out

@@ -24,7 +24,7 @@ import msgspec
 import numpy as np
 import pytest
 
-from agent.usecases import privatize
+from agent.mechanism_calls import privatize
 from fleet.plan import FleetPlan
 from fleet.scale import ScaleFleet, periods
 from fleet.scale_privatize import device_privatizer

@@ -37,7 +37,7 @@ def test_scale_mode_through_tls_broker_and_acl_matches_the_truth(
     doc = json.loads(out.read_text(encoding="utf-8"))
     assert doc["mode"] == SCALE_LABEL
     assert doc["ok"] is True
-    reports = 300 * (2 * 8 + 4 * 2)  # 6-hour use cases x 8 periods, daily x 2
+    reports = 300 * (2 * 8 + 6 * 2)  # 6-hour use cases x 8 periods, daily x 2
     assert doc["timing"]["reports"] == reports
     assert doc["receipts"]["counted"] == reports
     for name, uc in doc["use_cases"].items():

@@ -18,6 +18,7 @@ from fleet.values import (
     load_population,
     parse_spec,
     read_lines,
+    stream_name,
 )
 from protocol.registry import Registry, parse_registry
 
@@ -232,3 +233,18 @@ def test_population_values_must_fit_the_use_case(tmp_path: Path, registry: Regis
     numbers.write_text("value,weight\n3,1\n", encoding="utf-8")
     with pytest.raises(GeneratorError, match="0 or 1"):
         _gen(registry, "dark-mode-enabled", "population", population=load_population(numbers))
+
+
+def test_an_olh_pair_draws_its_sketchs_values() -> None:
+    """emoji-olh draws exactly emoji's values (same dictionary and generator), device by device, period by period."""
+    registry = parse_registry(REGISTRY_PATH.read_bytes(), source=str(REGISTRY_PATH))
+    assert stream_name("emoji-olh") == "emoji"
+    assert stream_name("emoji") == "emoji"
+    gens = {
+        name: build_generator(
+            registry[name], default_spec(registry[name]), devices=50, seed=3, registry_dir=REGISTRY_PATH.parent
+        )
+        for name in ("emoji", "emoji-olh")
+    }
+    for period in range(3):
+        assert gens["emoji"].values(period) == gens["emoji-olh"].values(period)

@@ -30,6 +30,12 @@ PINNED = {
     "homepage": "9913d4c5797c0b30ff9752f410b2051a",
     "new-words": "d69411edd1391dfa6dc752cd0d62450b",
     "safari-energy-domains": "d92913148e1ddd198d96dc30d5b080d0",
+    # The frequency oracles at the local-privacy limit (added in 0.2.0).
+    "default-browser": "82fd2ce28e76c24e941b5c29094cd6e1",
+    "emoji-olh": "e48cf51ae1a69ca728e17ae33e6d8d63",
+    "keyboard-locale": "d5b3858755ba2d196480ef6740ce8ae5",
+    "screen-resolution": "ab1e91e218d739b63f5607b3980751fd",
+    "utc-offset": "dab605bfc137331165e7c87d7cfad96a",
 }
 
 
@@ -59,6 +65,7 @@ def test_adding_changing_or_removing_a_use_case_leaves_the_others_alone() -> Non
     text = EXAMPLE.read_text(encoding="utf-8")
     base = _example(text)
     added = text + '\n[use_cases.new-flag]\nmechanism = "rr"\nepsilon = 1\nperiod = "1d"\ndaily_limit = 1\n'
+    added += 'owner = "team@example.org"\nexpires = 2030-01-01\n'  # the example registry is strict
     added += "lifetime_epsilon = 10\n[use_cases.new-flag.collector]\nmin_reports = 10\n"
     changed = _edit(text, "emoji", "epsilon = 4", "epsilon = 3")
     removed = text[: text.index("[use_cases.homepage]")]  # the tables from homepage on

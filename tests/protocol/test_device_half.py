@@ -11,15 +11,21 @@ import pytest
 # Each module here is a device half (or what one needs); a split mechanism adds its own.
 DEVICE_MODULES = [
     "protocol.buckets",
+    "protocol.categories",
     "protocol.cms",
     "protocol.dbitflip",
     "protocol.hashing",
+    "protocol.grr",
     "protocol.hcms",
+    "protocol.olh",
     "protocol.one_bit_mean",
+    "protocol.oue",
+    "protocol.pgr",
     "protocol.randomized_response",
     "protocol.randomness",
     "protocol.rappor",
     "protocol.sfp",
+    "protocol.ss",
 ]
 
 
@@ -128,3 +134,39 @@ def test_the_sketches_privatize_without_numpy() -> None:
     """CMS, HCMS and SFP each privatize a value in a fresh interpreter, and numpy is still not loaded."""
     out = subprocess.run([sys.executable, "-c", _SKETCHES], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False", "privatizing with a sketch loads numpy"
+
+
+# The frequency oracles at the local-privacy limit, at the sizes that take each branch: a large
+# and a small category list, subset selection in both wire forms, PGR with t = 2 and t >= 3.
+_ORACLES = """
+import sys
+from protocol.grr import GeneralizedRandomizedResponse
+from protocol.olh import OptimalLocalHashing
+from protocol.oue import OptimizedUnaryEncoding
+from protocol.pgr import ProjectiveGeometryResponse
+from protocol.randomness import SystemRandom
+from protocol.ss import SubsetSelection
+
+rng = SystemRandom()
+big = tuple(f"c{i}" for i in range(843))
+small = ("a", "b", "c")
+oracles = [
+    (OptimalLocalHashing(epsilon=4.0, seed=bytes(range(16))), "example.com"),
+    (GeneralizedRandomizedResponse(epsilon=4.0, categories=big), "c7"),
+    (OptimizedUnaryEncoding(epsilon=4.0, categories=big), "c7"),
+    (SubsetSelection(epsilon=4.0, categories=big), "c7"),
+    (SubsetSelection(epsilon=0.5, categories=big), "c7"),
+    (ProjectiveGeometryResponse(epsilon=4.0, categories=big), "c7"),
+    (ProjectiveGeometryResponse(epsilon=1.0, categories=small), "b"),
+]
+for mech, value in oracles:
+    record, state = mech.privatize_plain(mech.check_value(value), mech.setup_plain(rng), rng)
+    assert state is None and record is not None
+print("numpy" in sys.modules)
+"""
+
+
+def test_the_frequency_oracles_privatize_without_numpy() -> None:
+    """olh, grr, oue, ss and pgr each privatize a value in a fresh interpreter, and numpy is still not loaded."""
+    out = subprocess.run([sys.executable, "-c", _ORACLES], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False", "privatizing with a frequency oracle loads numpy"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+from concurrent.futures import ThreadPoolExecutor
 from fractions import Fraction
 from typing import Any
 
@@ -20,6 +21,7 @@ from protocol.randomness import SeededRandom
 from protocol.server.hadamard import hadamard_rows, sylvester
 from protocol.server.hashing import Fingerprints, family_fingerprints
 from protocol.server.hcms import HCMSAggregate, HCMSBatch, HCMSServer
+from protocol.server.parallel import Threads
 from tests.protocol.ldp import assert_tight_ldp
 from tests.protocol.sketch_coins import EdgeRandom, hcms_record
 
@@ -186,13 +188,14 @@ def test_fwht_equals_the_explicit_sylvester_product(m: int) -> None:
 
 
 def test_fwht_threaded_path_matches_butterflies() -> None:
-    """The multithreaded blocked transform of a 64 x 16,384 table equals plain radix-2 butterflies."""
+    """A 64 x 16,384 table's blocked transform, alone or split over the caller's threads, is radix-2 butterflies."""
     gen = np.random.default_rng(5)
     table = gen.integers(-50, 51, size=(64, 16_384)).astype(np.int64)
     expected = reference_fwht(table.astype(np.float64))
-    for workers in (1, 2):
-        out, _ = hadamard_rows(table, workers=workers)
-        assert np.array_equal(out, expected)
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        for threads in (None, Threads(pool, 1), Threads(pool, 2)):
+            out, _ = hadamard_rows(table, threads=threads)
+            assert np.array_equal(out, expected)
     back, _ = hadamard_rows(expected[:3])
     assert np.array_equal(back, 16_384 * table[:3])  # H H = m I on the rows
 

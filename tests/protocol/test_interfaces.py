@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from protocol.interfaces import EstimateKind, Mechanism, Privatization
+from protocol.interfaces import EstimateKind, Mechanism, Privatization, memos_in_plain
 from protocol.randomness import SeededRandom
 from protocol.registry import BUILTIN_MECHANISMS, MECHANISM_NAMES, Registry, parse_registry
 from protocol.server.contract import (
@@ -32,6 +32,11 @@ KINDS = {
     "hcms": EstimateKind.DICTIONARY,
     "rappor": EstimateKind.CANDIDATES,
     "sfp": EstimateKind.DISCOVERY,
+    "olh": EstimateKind.DICTIONARY,
+    "grr": EstimateKind.CATEGORIES,
+    "oue": EstimateKind.CATEGORIES,
+    "ss": EstimateKind.CATEGORIES,
+    "pgr": EstimateKind.CATEGORIES,
 }
 PRIVATIZATION = {
     "rr": Privatization.EVENT,
@@ -41,7 +46,18 @@ PRIVATIZATION = {
     "hcms": Privatization.EVENT,
     "rappor": Privatization.STRING,
     "sfp": Privatization.EVENT,
+    "olh": Privatization.EVENT,
+    "grr": Privatization.EVENT,
+    "oue": Privatization.EVENT,
+    "ss": Privatization.EVENT,
+    "pgr": Privatization.EVENT,
 }
+
+
+def _value_for(mech: Mechanism) -> object:
+    """A value the mechanism takes: its first category when it has a fixed list, else one of VALUES."""
+    categories = getattr(mech, "fixed_categories", None)
+    return categories[0] if categories else VALUES[mech.value_type.value]
 
 
 @pytest.fixture(scope="module")
@@ -51,7 +67,7 @@ def example() -> Registry:
 
 
 def test_every_builtin_is_in_the_table_and_has_its_kind(example: Registry) -> None:
-    """The seven entries are the built-in table; each states the kind and timing docs/design.md §3.1 gives it."""
+    """The twelve entries are the built-in table; each states the kind and timing docs/design.md §3.1 gives it."""
     assert [e.name for e in BUILTIN_MECHANISMS] == list(MECHANISM_NAMES)
     seen = set()
     for uc in example.use_cases.values():
@@ -90,7 +106,7 @@ def test_plain_forms_round_trip_through_wire_and_aggregate(example: Registry) ->
     rng = SeededRandom(11)
     for uc in example.use_cases.values():
         mech = uc.mechanism
-        value = mech.check_value(VALUES[mech.value_type.value])
+        value = mech.check_value(_value_for(mech))
         if mech.privatization is Privatization.COUNTER:
             value = mech.counter_input(float(value))
         state = mech.setup_plain(rng)
@@ -118,3 +134,19 @@ def test_a_mix_up_of_mechanisms_is_a_type_error(example: Registry) -> None:
     batch = hcms.server.decode_records([hcms.mechanism.privatize_plain("x", None, SeededRandom(1))[0]])
     with pytest.raises(TypeError, match="cms"):
         cms.server.fold(cms.server.new_aggregate(), batch)
+
+
+def test_memos_in_plain_counts_one_memo_per_state_or_per_value(example: Registry) -> None:
+    """A memoized state is one memo, RAPPOR's one per distinct value, a stateless mechanism's none."""
+    rng = SeededRandom(12)
+    counted = {}
+    for uc in example.use_cases.values():
+        mech = uc.mechanism
+        state = mech.setup_plain(rng)
+        if mech.privatization is Privatization.STRING:
+            assert memos_in_plain(state) == 0  # nothing memoized before the first value
+            for word in ("alpha", "beta", "gamma", "beta"):
+                _, state = mech.privatize_plain(mech.check_value(word), state, rng)
+        counted[mech.name] = memos_in_plain(state)
+    stateless = {"rr", "cms", "hcms", "sfp", "olh", "grr", "oue", "ss", "pgr"}
+    assert counted == dict.fromkeys(stateless, 0) | {"one-bit-mean": 1, "dbitflip": 1, "rappor": 3}

@@ -134,3 +134,12 @@ def test_hooks_decode_their_type() -> None:
         Doc, {"server": {"host": "h", "cert": "c", "key": "k"}}, hooks={Path: lambda raw, where: Path("/b", str(raw))}
     )
     assert doc.server.cert == Path("/b/c")
+
+
+def test_json_null_is_none_only_where_the_schema_allows_none() -> None:
+    """A JSON null reads as None for an optional field and is refused, naming the field, for another."""
+    doc = decode(Server, {"host": "h", "user": None, "cert": None, "key": None})
+    assert (doc.user, doc.cert) == (None, None)
+    with pytest.raises(SchemaError) as caught:
+        decode(Server, {"host": None})
+    assert (caught.value.field, caught.value.kind) == ("host", "bad-type")

@@ -85,6 +85,33 @@ def _check_cms(mech: Any, batch: Any) -> None:
         assert not (batch.bits[:, -1] & ((1 << pad) - 1)).any()
 
 
+def _check_indices(bound: Callable[[Any], int], field: str) -> Callable[[Any, Any], None]:
+    def check(mech: Any, batch: Any) -> None:
+        a = getattr(batch, field)
+        assert a.dtype == np.int64
+        assert ((a >= 0) & (a < bound(mech))).all()
+
+    return check
+
+
+def _check_oue(mech: Any, batch: Any) -> None:
+    assert batch.bits.shape == (len(batch), (mech.k + 7) // 8)
+    pad = (-mech.k) % 8
+    if len(batch) and pad:
+        assert not (batch.bits[:, -1] & ((1 << pad) - 1)).any()
+
+
+def _check_ss(mech: Any, batch: Any) -> None:
+    assert batch.members.shape == (len(batch), mech.d)
+    assert (np.diff(batch.members, axis=1) > 0).all()
+    assert ((batch.members >= 0) & (batch.members < mech.k)).all()
+
+
+def _check_olh(mech: Any, batch: Any) -> None:
+    assert ((batch.indices >= 0) & (batch.indices < mech.seeds)).all()
+    assert ((batch.values >= 0) & (batch.values < mech.g)).all()
+
+
 def _check_hcms(mech: Any, batch: Any) -> None:
     n = len(batch)
     assert batch.j.shape == batch.ell.shape == batch.bits.shape == (n,)
@@ -168,6 +195,46 @@ CASES: tuple[Case, ...] = (
         st.text(max_size=14),
         _check_sfp,
         "bruh",
+    ),
+    Case(
+        "olh",
+        "protocol.olh",
+        "epsilon = 4.0\nparameters = { seeds = 64 }",
+        st.text(max_size=12),
+        _check_olh,
+        "example.com",
+    ),
+    Case(
+        "grr",
+        "protocol.grr",
+        'epsilon = 2.0\nparameters = { categories = ["a", "b", "c", "d", "e", "f", "g", "h", "i", "j", "k", "l"] }',
+        st.sampled_from("abcdefghijkl"),
+        _check_indices(lambda m: m.k, "categories"),
+        "c",
+    ),
+    Case(
+        "oue",
+        "protocol.oue",
+        'epsilon = 2.0\nparameters = { categories = ["a", "b", "c", "d", "e", "f", "g", "h", "i", "j", "k", "l"] }',
+        st.sampled_from("abcdefghijkl"),
+        _check_oue,
+        "c",
+    ),
+    Case(
+        "ss",
+        "protocol.ss",
+        'epsilon = 1.0\nparameters = { categories = ["a", "b", "c", "d", "e", "f", "g", "h", "i", "j", "k", "l"] }',
+        st.sampled_from("abcdefghijkl"),
+        _check_ss,
+        "c",
+    ),
+    Case(
+        "pgr",
+        "protocol.pgr",
+        'epsilon = 2.0\nparameters = { categories = ["a", "b", "c", "d", "e", "f", "g", "h", "i", "j", "k", "l"] }',
+        st.sampled_from("abcdefghijkl"),
+        _check_indices(lambda m: m.geometry.points, "points"),
+        "c",
     ),
 )
 
@@ -599,7 +666,14 @@ EXAMPLE_VALUES: dict[str, Any] = {
     "cms": "😀",
     "hcms": "example.com",
     "sfp": "bruh",
+    "olh": "😀",
 }
+
+
+def example_value(uc: UseCase) -> Any:
+    """A value ``uc`` records: its first category when it has a fixed list, else its mechanism's example."""
+    categories = getattr(uc.mechanism, "fixed_categories", None)
+    return categories[0] if categories else EXAMPLE_VALUES[uc.mechanism.name]
 
 
 SIZE_TABLE_TIME = 1_700_000_000  # 2023-11-14: a 6-hour slot index needs 5 msgpack bytes, a day 3
@@ -610,7 +684,7 @@ def size_rows(registry: Registry) -> list[dict[str, Any]]:
     rows = []
     for name, uc in registry.use_cases.items():
         mech: Any = uc.mechanism
-        records = privatize(uc, [EXAMPLE_VALUES[mech.name]], seed=5)
+        records = privatize(uc, [example_value(uc)], seed=5)
         period = uc.period.index_at(SIZE_TABLE_TIME)
         report = make_report(uc, registry, period=period, records=records, rng=SeededRandom(5))
         total = len(encode_report(report))
@@ -623,7 +697,7 @@ def test_example_registry_reports_roundtrip() -> None:
     """Every use case of the shipped example registry produces reports that decode."""
     registry = example_registry()
     for uc in registry.use_cases.values():
-        records = privatize(uc, [EXAMPLE_VALUES[uc.mechanism.name]], seed=5)
+        records = privatize(uc, [example_value(uc)], seed=5)
         report = make_report(uc, registry, period=81_234, records=records, rng=SeededRandom(5))
         decoded = decode_report(encode_report(report), registry)
         mech: Any = uc.server  # the typed server half: batch() takes this mechanism's own records
@@ -691,6 +765,11 @@ _LARGEST: dict[str, Callable[[Any], Any]] = {
         m.k - 1,
         bytes((m.m + 7) // 8),
     ],
+    "olh": lambda m: [m.seeds - 1, m.g - 1],
+    "grr": lambda m: m.k - 1,
+    "oue": lambda m: bytes(m.record_bytes),
+    "ss": lambda m: list(range(m.k - m.d, m.k)) if m.wire_form == "indices" else bytes((m.k + 7) // 8),
+    "pgr": lambda m: m.geometry.points - 1,
 }
 
 

@@ -2,9 +2,10 @@
 
 It publishes a stream of ``(topic, payload)`` pairs as fast as the broker acknowledges them:
 up to ``window`` publishes in flight, and after a reconnect it resends every one not yet
-acknowledged (flagged DUP), as an agent's outbox does. It speaks MQTT 5 or 3.1.1 with the
-packets of :mod:`collector.mqtt.packets`. It is not product code (devices publish with the
-agent); the benchmarks import it too, running from the repository root.
+acknowledged (flagged DUP), as an agent's outbox does. It speaks MQTT 5 or 3.1.1 through the
+project's MQTT core in the publisher's role (:class:`protocol.mqtt.session.Session`). It is
+not product code (devices publish with the agent); the benchmarks import it too, running from
+the repository root.
 """
 
 from __future__ import annotations
@@ -18,17 +19,10 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from collector.errors import TransportError
-from collector.mqtt.packets import (
-    CONNACK,
-    DISCONNECT_PACKET,
-    PUBACK,
-    MqttProtocolError,
-    connect_packet,
-    decode_connack,
-    permanent_refusal,
-    publish_packet,
-    split_packets,
-)
+from protocol.mqtt.events import ConnectionRefused, Disconnected
+from protocol.mqtt.packets import MqttProtocolError
+from protocol.mqtt.session import Session
+from protocol.mqtt.states import Role, State
 from runtime.backoff import Backoff, Retry
 
 __all__ = ["MqttPublisher", "PublishStatistics"]
@@ -83,6 +77,7 @@ class MqttPublisher:
         """
         start = time.monotonic()
         state = _PublishState(iter(messages), self.window, qos)
+        session = Session(Role.PUBLISHER, version=self.version)
         retry = Retry(Backoff(initial=0.05, cap=2.0))
         while not state.finished:
             if time.monotonic() - start > deadline_s:
@@ -94,76 +89,74 @@ class MqttPublisher:
                 await asyncio.sleep(retry.next_delay())
                 continue
             try:
-                await self._session(reader, writer, state)
+                await self._connection(reader, writer, session, state)
             except* (OSError, EOFError, TimeoutError, _ConnectionLostError, MqttProtocolError) as lost:
-                # The session's task group reports the acknowledgement reader's end as a group.
+                # The connection's task group reports the acknowledgement reader's end as a group.
                 log.info("publisher connection lost (%s); reconnecting", lost.exceptions[0])
                 await asyncio.sleep(retry.next_delay())
             else:
                 retry.reset()
             finally:
+                session.connection_lost()
                 writer.close()
                 with contextlib.suppress(OSError, TimeoutError):
                     await asyncio.wait_for(writer.wait_closed(), 1.0)
         return PublishStatistics(state.published, state.resent, state.connects, time.monotonic() - start)
 
-    async def _session(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, state: _PublishState) -> None:
-        writer.write(connect_packet(client_id=self.client_id, clean_start=True, keepalive=60, version=self.version))
-        rest = b""
-        while True:
+    async def _connection(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, session: Session, state: _PublishState
+    ) -> None:
+        writer.write(session.connect(client_id=self.client_id, clean_start=True, keepalive=60))
+        event = None
+        while event is None:
             data = await asyncio.wait_for(reader.read(4096), _CONNECT_TIMEOUT)
             if not data:
                 raise _ConnectionLostError("closed before CONNACK")
-            packets, rest = split_packets(rest + data)
-            if packets:
-                break
-        if packets[0][0] >> 4 != CONNACK:
-            raise MqttProtocolError("expected CONNACK")
-        self._check_accepted(packets[0][1])
+            session.receive_data(data)
+            event = session.next_event()
+        if isinstance(event, ConnectionRefused):
+            if event.permanent_cause is not None:
+                raise TransportError(
+                    f"the broker refused the connection: {event.permanent_cause} (reason code 0x{event.reason:02x})"
+                )
+            raise _ConnectionLostError(f"the broker refused the connection for now (reason code 0x{event.reason:02x})")
         state.connects += 1
         # A new clean session: resend everything not yet acknowledged, flagged DUP.
-        for packet in state.inflight.values():
-            writer.write(bytes([packet[0] | 0x08]) + packet[1:])
+        for pid, (topic, payload) in state.inflight.items():
+            writer.write(session.publish(topic, payload, qos=1, packet_id=pid, dup=True))
             state.resent += 1
         acked = asyncio.Event()
         # The acknowledgement reader lives as long as this connection; its end (the broker
         # closing) cancels the publishing below and reaches publish_all through the group.
         async with asyncio.TaskGroup() as tasks:
-            acks = tasks.create_task(self._read_acks(reader, state, acked), name="publisher-acks")
+            acks = tasks.create_task(self._read_acks(reader, session, state, acked), name="publisher-acks")
             while not state.finished:
                 if not state.free or state.exhausted:
                     acked.clear()
                     await acked.wait()
                     continue
-                writer.write(state.next_packets(self.version))
+                writer.write(state.next_packets(session))
                 await writer.drain()
-            writer.write(DISCONNECT_PACKET)
-            await writer.drain()
+            if session.state is not State.CLOSED:
+                writer.write(session.disconnect())
+                await writer.drain()
             acks.cancel()
 
-    def _check_accepted(self, body: bytes) -> None:
-        connack = decode_connack(body, version=self.version)
-        if not connack.reason:
-            return
-        cause = permanent_refusal(connack.reason, version=self.version)
-        if cause is not None:
-            raise TransportError(f"the broker refused the connection: {cause} (reason code 0x{connack.reason:02x})")
-        raise _ConnectionLostError(f"the broker refused the connection for now (reason code 0x{connack.reason:02x})")
-
     @staticmethod
-    async def _read_acks(reader: asyncio.StreamReader, state: _PublishState, acked: asyncio.Event) -> None:
-        tail = b""
+    async def _read_acks(
+        reader: asyncio.StreamReader, session: Session, state: _PublishState, acked: asyncio.Event
+    ) -> None:
         while True:
+            while (event := session.next_event()) is not None:
+                if isinstance(event, Disconnected):
+                    raise _ConnectionLostError(f"the broker sent DISCONNECT (reason code 0x{event.reason:02x})")
+            for ack in session.take_acknowledgements():
+                state.release(ack.packet_id)
+            acked.set()
             chunk = await reader.read(1 << 16)
             if not chunk:
                 raise _ConnectionLostError("closed by the broker")
-            packets, tail = split_packets(tail + chunk)
-            for first, body in packets:
-                if first >> 4 == PUBACK:
-                    if len(body) < 2:
-                        raise MqttProtocolError("PUBACK shorter than its packet id")
-                    state.release((body[0] << 8) | body[1])
-            acked.set()
+            session.receive_data(chunk)
 
 
 class _PublishState:
@@ -172,7 +165,7 @@ class _PublishState:
     def __init__(self, items: Iterator[tuple[str, bytes]], window: int, qos: int) -> None:
         self.items = items
         self.qos = qos
-        self.inflight: dict[int, bytes] = {}  # packet id -> encoded PUBLISH (without DUP)
+        self.inflight: dict[int, tuple[bytes, bytes]] = {}  # packet id -> (topic, payload)
         self.free = collections.deque(range(1, window + 1))
         self.published = self.resent = self.connects = 0
         self.exhausted = False
@@ -185,20 +178,19 @@ class _PublishState:
         if self.inflight.pop(packet_id, None) is not None:
             self.free.append(packet_id)
 
-    def next_packets(self, version: int) -> bytes:
+    def next_packets(self, session: Session) -> bytes:
         out: list[bytes] = []
         while self.free and len(out) < 256:
             item = next(self.items, None)
             if item is None:
                 self.exhausted = True
                 break
-            topic, payload = item
+            topic, payload = item[0].encode(), item[1]
             self.published += 1
             if self.qos == 0:
-                out.append(publish_packet(topic.encode(), payload, qos=0, version=version))
+                out.append(session.publish(topic, payload))
                 continue
             pid = self.free.popleft()
-            packet = publish_packet(topic.encode(), payload, qos=1, packet_id=pid, version=version)
-            self.inflight[pid] = packet
-            out.append(packet)
+            self.inflight[pid] = (topic, payload)
+            out.append(session.publish(topic, payload, qos=1, packet_id=pid))
         return b"".join(out)

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pytest
@@ -256,15 +254,6 @@ def test_bad_arguments_are_refused() -> None:
     _, agg, _ = _problem(0)
     with pytest.raises(ValueError, match="distinct"):
         RapporDecoder().decode(agg, ["a", "a"])
-
-
-def test_result_is_json_ready() -> None:
-    """to_plain() serialises with the standard json module."""
-    _, agg, _ = _problem(13)
-    plain: Any = RapporDecoder().decode(agg, CANDIDATES).to_plain()
-    text = json.dumps(plain)
-    assert json.loads(text)["candidates"] == len(CANDIDATES)
-    assert all(set(f) >= {"value", "count", "standard_error", "interval", "p_value"} for f in plain["found"])
 
 
 def test_candidates_file(tmp_path: Path) -> None:

@@ -184,3 +184,23 @@ def test_normal_sf_and_log_tail_agree() -> None:
     """The two tail functions agree where both are representable."""
     t = np.linspace(-8, 30, 77)
     assert np.allclose(np.exp(log_normal_sf(t)), normal_sf(t), rtol=1e-11, atol=0)
+
+
+def test_an_estimate_that_barely_crossed_is_shown_by_its_interval_alone() -> None:
+    """Below 2 SE above the cutoff (or with an interval reaching under 0) an entry is near the cutoff;
+    from there up its count, spread and interval agree: centre within 0.21 SE, spread within 10.5 %."""
+    rule = ReleaseRule(threshold=1_000.0, alpha=None)
+    counts = np.array([1_010.0, 1_150.0, 1_199.0, 1_200.0, 1_300.0, 2_000.0])
+    detail = release([str(c) for c in counts], counts, np.full(counts.size, 100.0), n=10_000, rule=rule)
+    assert detail.released.all()
+    assert detail.near_cutoff.tolist() == [True, True, True, False, False, False]
+    far = ~detail.near_cutoff
+    centre = (detail.lows[far] + detail.highs[far]) / 2
+    assert np.all(np.abs(centre - counts[far]) <= 0.21 * 100.0)
+    assert np.all(np.abs(detail.selection_standard_errors[far] / 100.0 - 1) <= 0.105)
+    # The barely released one: its interval runs far below the estimate, not count ± z spread.
+    assert counts[0] - detail.lows[0] > 3 * (detail.highs[0] - counts[0])
+    # A cutoff at 0 (T = 0, no test): an interval clipped at 0 is near the cutoff however far above.
+    low = release(["a"], [150.0], [100.0], n=10_000, rule=ReleaseRule(threshold=0.0, alpha=None))
+    assert low.near_cutoff.tolist() == [True]
+    assert low.lows[0] == 0.0

@@ -1,4 +1,4 @@
-"""How the agent treats a use case: asked of its mechanism's contract, never of its name.
+"""Every call the agent makes into a mechanism, asked of its contract, never of its name.
 
 The mechanism says when it privatizes (:class:`~protocol.interfaces.Privatization`,
 docs/design.md §3.3):
@@ -27,38 +27,47 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import cast
 
 from agent.errors import ValueRefusedError
 from protocol.checks import MAX_COUNTER
 from protocol.errors import InputError
-from protocol.interfaces import HistogramMechanism, Privatization, RecordValue
+from protocol.interfaces import (
+    EstimateKind,
+    HistogramMechanism,
+    Privatization,
+    RecordValue,
+    ValueType,
+    as_discovery,
+    as_frequencies,
+    memos_in_plain,
+)
 from protocol.plain import Plain
 from protocol.randomness import RandomSource
 from protocol.registry import UseCase
 
 __all__ = [
     "MAX_COUNTER",
-    "Kind",
+    "ValueFacts",
     "check_counter_value",
     "check_value",
     "clamp_note",
     "coerce_text",
     "counter_input",
     "fingerprint",
-    "kind_of",
     "load_permanent_state",
     "memo_charge",
+    "memos_held",
     "privacy_figures",
+    "privatization_of",
     "privatize",
     "setup",
+    "value_facts",
 ]
 
-Kind = Privatization
-"""When a use case privatizes (the mechanism's :class:`~protocol.interfaces.Privatization`)."""
 
-
-def kind_of(use_case: UseCase) -> Privatization:
+def privatization_of(use_case: UseCase) -> Privatization:
     """When ``use_case``'s mechanism privatizes."""
     return use_case.mechanism.privatization
 
@@ -115,6 +124,16 @@ def memo_charge(use_case: UseCase) -> float:
     many reports draw on it (the mechanism's ``epsilon_longitudinal``; 0 for a mechanism whose
     reports each compose on their own)."""
     return float(privacy_figures(use_case).get("epsilon_longitudinal", 0.0))
+
+
+def memos_held(permanent: Mapping[bytes, Plain]) -> int:
+    """How many memos a use case's permanent states hold: one per counter key for 1BitMean and
+    dBitFlipPM (each key its own α and memo bits, or buckets and ``f_d``; 000 §3.1, §3.4), one
+    per distinct value for RAPPOR (its ``B'``, 004 §2). Each one redrawn is charged
+    :func:`memo_charge` (docs/privacy-accounting.md, "Registry changes"). Read from the states'
+    plain layout, so it needs neither the parameters they were drawn under nor a registry that
+    still has the use case."""
+    return sum(memos_in_plain(state) for state in permanent.values())
 
 
 def _refused(use_case: UseCase, exc: InputError) -> ValueRefusedError:
@@ -203,3 +222,39 @@ def coerce_text(use_case: UseCase, text: str) -> object:
         return use_case.mechanism.parse_value(text)
     except InputError as exc:
         raise _refused(use_case, exc) from None
+
+
+@dataclass(frozen=True, slots=True)
+class ValueFacts:
+    """What an application hands a use case, as its mechanism says (what ``ldp-agent generate`` types).
+
+    Attributes:
+        mechanism: the mechanism's registry name (for people: the generated documentation).
+        value_type: a bit, a count, a number or a string.
+        categories: the fixed categories the string must be one of, or None.
+        counter: the values add up to a period's total per counter key.
+        value_range: the closed range of a number, or None.
+        alphabet: the characters a discovered string may hold, or None.
+    """
+
+    mechanism: str
+    value_type: ValueType
+    categories: tuple[str, ...] | None
+    counter: bool
+    value_range: tuple[float, float] | None
+    alphabet: str | None
+
+
+def value_facts(use_case: UseCase) -> ValueFacts:
+    """The facts of what ``use_case`` records, asked of its mechanism's contract (never of its name)."""
+    mech = use_case.mechanism
+    categories = as_frequencies(mech).fixed_categories if mech.kind is EstimateKind.CATEGORIES else None
+    alphabet = as_discovery(mech).alphabet if mech.kind is EstimateKind.DISCOVERY else None
+    return ValueFacts(
+        mechanism=mech.name,
+        value_type=mech.value_type,
+        categories=tuple(categories) if categories else None,
+        counter=mech.privatization is Privatization.COUNTER,
+        value_range=mech.value_range,
+        alphabet=alphabet,
+    )

@@ -1,0 +1,127 @@
+"""What the frequency oracles over a fixed list of categories share on the device.
+
+``grr``, ``oue``, ``ss`` and ``pgr`` (docs/estimation.md, "Frequency oracles at the
+local-privacy limit") estimate how many devices hold each of ``k`` categories that every device
+knows in advance (a setting, a device model, a browser): the registry lists them under
+``parameters.categories`` and the collector estimates every one of them, in that order
+(:attr:`~protocol.interfaces.EstimateKind.CATEGORIES`). Each of them privatizes a value the
+moment it is recorded and keeps no permanent state (event-level privacy, as 003 §3.2.1 for the
+sketches), so a report costs its ε and the accountant charges every one.
+
+:class:`FixedCategories` is the half of the device contract they have in common: the list and
+its checks, the index of a category, the value checks; each module adds its randomizer, its
+record and its ε.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from functools import cached_property
+from typing import Any, ClassVar, Final, Protocol
+
+from protocol.errors import InputError, ParameterError
+from protocol.interfaces import EstimateKind, NoPermanentState, Privatization, ValueType
+
+__all__ = ["CATEGORIES_MAX", "FixedCategories", "check_categories", "convert_categories"]
+
+CATEGORIES_MAX: Final = 1 << 24
+"""Most categories a use case may list (a category list is part of the registry every device
+reads; 16 million is far past any list a person writes)."""
+
+
+def check_categories(value: object, *, low: int = 2) -> tuple[str, ...]:
+    """``value`` as a tuple of at least ``low`` distinct strings.
+
+    Raises:
+        ParameterError: naming ``categories``, for anything else.
+    """
+    allowed = f"a list of {low} to {CATEGORIES_MAX:,} distinct strings"
+    if not isinstance(value, list | tuple):
+        raise ParameterError("categories", allowed, value)
+    cats = tuple(value)
+    # The message shows what is wrong, not a list of up to millions of entries.
+    shown = f"{len(cats):,} entries" if len(cats) > 10 else cats
+    if not low <= len(cats) <= CATEGORIES_MAX:
+        raise ParameterError("categories", allowed, shown)
+    odd = next((c for c in cats if not isinstance(c, str)), None)
+    if odd is not None:
+        raise ParameterError("categories", f"{allowed}; {odd!r} is not a string", shown)
+    seen: set[str] = set()
+    for c in cats:
+        if c in seen:
+            raise ParameterError("categories", f"{allowed}; {c!r} appears twice", shown)
+        seen.add(c)
+    return cats
+
+
+def convert_categories(value: object) -> object:
+    """The registry's converter: a TOML array becomes a tuple (the constructor checks the rest)."""
+    return tuple(value) if isinstance(value, list) else value
+
+
+class _Named(Protocol):
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def categories(self) -> tuple[str, ...]: ...
+
+    @property
+    def category_index(self) -> Mapping[str, int]: ...
+
+
+class FixedCategories(NoPermanentState):
+    """The device contract's category half: the list, a value's check, its index.
+
+    The mechanism is a frozen dataclass with a ``categories`` field (checked with
+    :func:`check_categories` in its ``__post_init__``). Every such mechanism privatizes each
+    value at once (an event), takes one of the categories and is estimated as a count per
+    category.
+    """
+
+    __slots__ = ()
+    kind: ClassVar[EstimateKind] = EstimateKind.CATEGORIES
+    privatization: ClassVar[Privatization] = Privatization.EVENT
+    value_type: ClassVar[ValueType] = ValueType.STRING
+    value_range: ClassVar[tuple[float, float] | None] = None
+
+    @property
+    def k(self: _Named) -> int:
+        """The number of categories."""
+        return len(self.categories)
+
+    @property
+    def fixed_categories(self: _Named) -> tuple[str, ...]:
+        """The categories, in the order the collector estimates them."""
+        return self.categories
+
+    @cached_property
+    def category_index(self: _Named) -> Mapping[str, int]:
+        """Each category's position (a dictionary: a list search is linear in ``k``)."""
+        return {c: i for i, c in enumerate(self.categories)}
+
+    def check_value(self: _Named, value: object) -> str:
+        """One of the categories (a value that can never be reported is refused before ε is spent)."""
+        if not isinstance(value, str) or value not in self.category_index:
+            shown = ", ".join(self.categories[:5]) + (", ..." if len(self.categories) > 5 else "")
+            raise InputError(f"takes one of its {len(self.categories):,} categories ({shown}); got {value!r}")
+        return value
+
+    def index_of(self: _Named, value: str) -> int:
+        """The position of a category (``InputError`` for anything else)."""
+        try:
+            return self.category_index[value]
+        except (KeyError, TypeError):
+            raise InputError(f"{value!r} is not one of the {len(self.categories):,} categories") from None
+
+    def setup(self, rng: object) -> None:
+        """No permanent state: each event is privatized afresh."""
+        return
+
+    def parse_value(self, text: str) -> str:
+        """The text itself."""
+        return text
+
+    def counter_input(self: _Named, total: float) -> Any:
+        """Not a counter: refused."""
+        raise InputError(f"{self.name} is not a counter")
