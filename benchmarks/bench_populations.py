@@ -3,7 +3,7 @@ lists, CMS and HCMS on real word populations (issue 33; docs/estimation.md).
 
 Run: ``python -m benchmarks.bench_populations [--population zipf --population de ...]
 [--coverage 0.5 --coverage 0.8 --coverage 0.95] [--only rappor|cms|hcms] [--min-released 400]
-[--max-seeds 400] [--reports 1000000] [--strings 5000] [--decoys 1000] [--sigma inf] [--model-only]
+[--max-seeds 400] [--max-wall SECONDS] [--reports 1000000] [--strings 5000] [--decoys 1000] [--sigma inf] [--model-only]
 [--small]``.
 Prints JSON (progress on stderr). ``--small`` runs the small sketches of
 ``benchmarks.bench_release.SMALL_REGISTRY`` (the deployed ε and release settings), for the tests.
@@ -33,7 +33,9 @@ populations with the population as their dictionary, at ``release_threshold = 1,
 
 Seeds run from ``--seed`` on until every setting (population, mechanism and, for RAPPOR,
 coverage) has pooled ``--min-released`` released entries (CMS and HCMS:
-``--sketch-min-released``), or ``--max-seeds`` seeds have run.
+``--sketch-min-released``), or ``--max-seeds`` seeds have run, or ``--max-wall`` seconds
+have passed since the start (no seed starts after that; a seed under way finishes, and
+``short_of_target`` lists the settings that pooled less than asked).
 Per setting (``settings``):
 
 * ``released``, ``false_released`` and ``precision``: a release is false when the true count
@@ -322,6 +324,8 @@ class Run:
     max_seeds: int
     first_seed: int
     model_only: bool = False
+    deadline: float = math.inf
+    """``time.perf_counter()`` after which no seed starts (``--max-wall``)."""
     settings: dict[tuple[str, str, float | None], Setting] = field(default_factory=dict)
 
     def setting(self, population: str, mechanism: str, coverage: float | None) -> Setting:
@@ -336,7 +340,7 @@ class Run:
         wanted = [m for m in mechanisms if m == "rappor" or pop.name != "zipf"]
         for seed in range(self.first_seed, self.first_seed + self.max_seeds):
             todo = [m for m in wanted if not self._enough(pop.name, m)]
-            if not todo:
+            if not todo or time.perf_counter() >= self.deadline:
                 break
             gen = np.random.default_rng([seed, 33])
             counts, values = _draw(pop, self.reports, gen)
@@ -415,6 +419,7 @@ def run(
     seed: int = 1,
     small: bool = False,
     model_only: bool = False,
+    max_wall: float = math.inf,
 ) -> dict[str, Any]:
     """Every setting asked for; the JSON document."""
     started = time.perf_counter()
@@ -423,10 +428,16 @@ def run(
     job = Run(
         registry, reports, tuple(coverages), sigma, min_released, sketch_min_released, max_seeds, seed, model_only
     )
+    job.deadline = started + max_wall
     for name in populations:
         job.population(make_population(name, strings, decoys), mechanisms)
     order = sorted(job.settings.values(), key=lambda s: (s.population, s.mechanism, s.coverage_target or 0.0))
     settings = [s.summary() for s in order if s.seeds]
+    short = [
+        [s.population, s.mechanism, s.coverage_target]
+        for s in order
+        if s.mechanism != MODEL_ONLY and s.released < (min_released if s.mechanism == "rappor" else sketch_min_released)
+    ]
     return {
         "benchmark": "populations",
         "parameters": {
@@ -437,11 +448,13 @@ def run(
             "min_released": min_released,
             "sketch_min_released": sketch_min_released,
             "max_seeds": max_seeds,
+            "max_wall_s": None if math.isinf(max_wall) else max_wall,
             "first_seed": seed,
             "registry": "SMALL_REGISTRY" if small else str(REGISTRY.relative_to(ROOT)),
         },
         "settings": settings,
         "all_ok": all(all(s["ok"].values()) for s in settings),
+        "short_of_target": short,
         "wall_s": round(time.perf_counter() - started, 1),
         "machine": {"python": platform.python_version(), "cpus": os.cpu_count()},
     }
@@ -460,6 +473,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--min-released", type=int, default=400, help="RAPPOR's entries to pool per setting")
     parser.add_argument("--sketch-min-released", type=int, default=1_000, help="CMS's and HCMS's")
     parser.add_argument("--max-seeds", type=int, default=400)
+    parser.add_argument("--max-wall", type=float, default=math.inf, help="seconds after which no seed starts")
     parser.add_argument("--seed", type=int, default=1, help="first seed")
     parser.add_argument("--small", action="store_true", help="small sketches, the same ε and release settings")
     parser.add_argument(
@@ -487,6 +501,7 @@ def main(argv: list[str] | None = None) -> None:
             seed=args.seed,
             small=args.small,
             model_only=args.model_only,
+            max_wall=args.max_wall,
         )
     )
 
