@@ -11,8 +11,10 @@ Modules: ``config`` (TOML), ``errors``, ``sealed`` (AES-GCM files), ``state`` (s
 documents; ``plain_copy`` copies their contents), ``plain`` (the types of msgpack and JSON
 data), ``accounting`` (daily limit, ε cap), ``usecases`` (per-mechanism rules, the one
 caller of the mechanisms), ``policy`` (local caps), ``core`` (the agent, one object over its
-jobs: ``statefiles`` (the state directory and its manifest), ``recording``, ``collection``,
-``outbox`` (outbox, ledger, receipts), ``registry_change``, ``expiry``, ``status``),
+jobs: ``statefiles`` (the state directory's files, each read and written on its own),
+``device_state`` (the state in memory, frozen), ``loading`` (the files checked against the
+manifest), ``transaction`` (a step's change and its one commit), ``recording``, ``collection``,
+``outbox`` (outbox, ledger, receipts), ``registry_change``, ``re_enrolment``, ``expiry``, ``status``),
 ``probes``, ``api`` (Unix socket), ``transport`` and ``mqtt`` (publishing), ``publisher``,
 ``schedule``, ``daemon``, ``cli``. For applications: ``client`` (the socket's client, standard
 library only) and ``generate`` (``ldp-agent generate``: typed code per use case, from ``codegen``,
@@ -32,9 +34,11 @@ __all__ = [
     "config",
     "core",
     "daemon",
+    "device_state",
     "errors",
     "expiry",
     "generate",
+    "loading",
     "mqtt",
     "outbox",
     "plain",
@@ -42,6 +46,7 @@ __all__ = [
     "policy",
     "probes",
     "publisher",
+    "re_enrolment",
     "recording",
     "registry_change",
     "schedule",
@@ -49,6 +54,7 @@ __all__ = [
     "state",
     "statefiles",
     "status",
+    "transaction",
     "transport",
     "usecases",
 ]

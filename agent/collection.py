@@ -4,7 +4,9 @@ Per use case, in one atomic write: close the periods that ended, answer them (co
 their memo, events and strings from their reservoir), keep a uniformly random subset within
 the daily limit and the lifetime ε cap (003 §3.2.1), charge the budget, and put the encoded
 report in the outbox. A report is charged and staged in the same write, so a crash can never
-leave a report sent but uncharged, or charged twice.
+leave a report sent but uncharged, or charged twice. A cycle computes the new documents from
+copies (a :class:`~agent.transaction.Change`) and the caller commits them
+(:mod:`agent.transaction`).
 """
 
 from __future__ import annotations
@@ -14,18 +16,20 @@ import logging
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from agent.accounting import EPSILON_SLACK, Budget, day_of
+from agent.device_state import DeviceState, Slot, budget_of
 from agent.mechanism_calls import counter_input, privatize, setup
 from agent.state import OutboxEntry, UseCaseDoc
-from agent.statefiles import Slot, StateFiles, budget_of
+from agent.transaction import Change
 from protocol.interfaces import Privatization
 from protocol.plain import Plain
 from protocol.randomness import RandomSource, sample_without_replacement
 from protocol.registry import UseCase
 from protocol.wire import Report, encode_report, new_report_id
 
-__all__ = ["CycleSummary", "collect", "stage"]
+__all__ = ["CycleSummary", "Staged", "collect", "stage"]
 
 log = logging.getLogger("ldp_agent")
 
@@ -48,21 +52,24 @@ class CycleSummary:
 
 
 def collect(
-    files: StateFiles, *, now: float, rng: RandomSource, outbox_max_reports: int, outbox_max_age: float
-) -> CycleSummary:
+    state: DeviceState, *, now: float, rng: RandomSource, outbox_max_reports: int, outbox_max_age: float
+) -> tuple[Change, CycleSummary]:
     """Close every ended period of every running use case: answer, sample, charge, stage.
 
     Args:
-        files: the state (the caller checked consent).
+        state: the state in force (the caller checked consent).
         now: the wall-clock time of the cycle.
         rng: device randomness (the sample within the limits, report ids, answers from memos).
         outbox_max_reports: most reports waiting per use case; the oldest are dropped beyond it.
         outbox_max_age: seconds a report may wait before it is dropped.
+
+    Returns:
+        The new documents of the use cases the cycle changed, and what it did.
     """
     reports = records = unsent = 0
     spent = 0.0
-    writes: list[tuple[Slot, UseCaseDoc]] = []
-    for slot in files.slots.values():
+    documents: dict[str, UseCaseDoc] = {}
+    for name, slot in state.slots.items():
         if slot.broken or slot.doc is None:
             continue
         doc = copy.deepcopy(slot.doc)
@@ -72,15 +79,15 @@ def collect(
             slot.doc.budget,
             len(slot.doc.outbox),
         ) or doc.dropped_reports != slot.doc.dropped_reports:
-            writes.append((slot, doc))
+            documents[name] = doc
         reports, records, unsent, spent = reports + r, records + n, unsent + u, spent + e
-    files.write_slots(writes)
-    return CycleSummary(reports=reports, records=records, unsent=unsent, epsilon=spent)
+    return Change(documents), CycleSummary(reports=reports, records=records, unsent=unsent, epsilon=spent)
 
 
 def _collect_one(
     slot: Slot, doc: UseCaseDoc, now: float, rng: RandomSource, *, max_reports: int, max_age: float
 ) -> tuple[int, int, int, float]:
+    """Close the slot's ended periods in ``doc``, the cycle's own copy of its document."""
     uc = slot.use_case
     budget = budget_of(uc, doc).at(day_of(now))
     was_exhausted = budget.exhausted(uc.cost)
@@ -109,14 +116,14 @@ def _collect_one(
             definition = pending.definition or uc.definition
             cost = uc.cost if pending.cost is None else pending.cost
         doc.last_closed = max(doc.last_closed, period)
-        budget, n, epsilon, left_out = stage(
-            uc, doc, budget, period, wire, definition=definition, cost=cost, now=now, rng=rng
-        )
-        unsent += left_out
-        if n:
+        staged = stage(uc, budget, period, wire, definition=definition, cost=cost, now=now, rng=rng)
+        budget = staged.budget
+        unsent += staged.left_out
+        if staged.entry is not None:
+            doc.outbox.append(staged.entry)
             reports += 1
-            records += n
-            spent += epsilon
+            records += staged.entry.records
+            spent += staged.entry.epsilon
     doc.unsent_records += unsent
     if unsent:
         log.info("use case %s: %d records not sent (daily limit or ε cap)", uc.name, unsent)
@@ -131,9 +138,22 @@ def _collect_one(
     return reports, records, unsent, spent
 
 
+class Staged(NamedTuple):
+    """A report of a period's records, charged: what a use case's outbox and budget become.
+
+    Attributes:
+        budget: the budget with the report charged.
+        entry: the report for the outbox (None when nothing could be sent).
+        left_out: the records the daily limit or the lifetime ε cap left out.
+    """
+
+    budget: Budget
+    entry: OutboxEntry | None
+    left_out: int
+
+
 def stage(
     uc: UseCase,
-    doc: UseCaseDoc,
     budget: Budget,
     period: int,
     wire: Sequence[Plain],
@@ -142,18 +162,17 @@ def stage(
     cost: float,
     now: float,
     rng: RandomSource,
-) -> tuple[Budget, int, float, int]:
-    """Charge a report of a period's records and put it in the outbox.
+) -> Staged:
+    """Charge a report of a period's records: the outbox entry and the charged budget, which the
+    caller puts in the same document, so that they are written together.
 
     A uniformly random subset when there are more records than the daily limit and the
     lifetime ε cap allow (003 §3.2.1). The report carries ``definition``, the hash of the
-    definition the records were made under.
-
-    Returns:
-        The charged budget, the records staged, the ε charged, and the records left out.
+    definition the records were made under, and the entry keeps the records it was made of
+    for the ledger (agent.outbox).
     """
     if not wire:
-        return budget, 0, 0.0, 0
+        return Staged(budget, None, 0)
     left = budget.remaining()
     affordable = math.floor((left.epsilon + EPSILON_SLACK) / cost) if cost > 0 else len(wire)
     n = min(len(wire), left.records_today, affordable, uc.daily_limit)
@@ -162,7 +181,7 @@ def stage(
     while n > 0 and not budget.fits(n, n * cost):
         n -= 1
     if n == 0:
-        return budget, 0, 0.0, len(wire)
+        return Staged(budget, None, len(wire))
     chosen = sorted(sample_without_replacement(rng, len(wire), n)) if n < len(wire) else range(n)
     sent = [wire[i] for i in chosen]
     epsilon = n * cost
@@ -174,20 +193,19 @@ def stage(
         report_id=new_report_id(rng),
         records=sent,
     )
-    doc.outbox.append(
-        OutboxEntry(
-            report_id=report.report_id,
-            period=period,
-            payload=encode_report(report),
-            records=n,
-            epsilon=float(epsilon),
-            created=float(now),
-            day=budget.day,
-            epsilon_today=float(budget.epsilon_today),
-            epsilon_total=float(budget.epsilon_total),
-        )
+    entry = OutboxEntry(
+        report_id=report.report_id,
+        period=period,
+        payload=encode_report(report),
+        records=n,
+        epsilon=float(epsilon),
+        created=float(now),
+        day=budget.day,
+        epsilon_today=float(budget.epsilon_today),
+        epsilon_total=float(budget.epsilon_total),
+        sent_records=tuple(sent),
     )
-    return budget, n, epsilon, len(wire) - n
+    return Staged(budget, entry, len(wire) - n)
 
 
 def _trim_outbox(name: str, doc: UseCaseDoc, now: float, *, max_reports: int, max_age: float) -> None:

@@ -2,16 +2,26 @@
 
 Synchronous and single-threaded: the daemon calls it from its event loop, the CLI calls it
 directly when no daemon runs, and the fleet simulator runs many cores (each with its own
-state directory, clock and seeded random source) in one process. Every change is made to a
-copy of a use case's document, sealed and written atomically, and only then adopted, so
-what is in memory is always what is on disk.
+state directory, clock and seeded random source) in one process.
+
+Every step is a transaction (:mod:`agent.transaction`): its change is computed purely from the
+:class:`~agent.device_state.DeviceState` in force (each use case's new document made from a
+copy), written by :func:`agent.transaction.commit`, and only then adopted (:meth:`Agent._commit`),
+so what is in memory is always what is on disk. The steps an application, a probe, the operator
+or the schedule asks for (recording, a collection cycle, re-enrolment) first check consent and
+that the state can be written, in one place (:meth:`Agent._ready`, :meth:`Agent._step`); the
+publisher's steps (a send, an acknowledgement, a receipt) keep their reports for a later send
+when a write fails, in one place too (:meth:`Agent._publisher_step`).
 
 :class:`Agent` is the one object the daemon, the CLI, the API, the fleet simulator and the
-tests use. Each of its jobs is a module of its own, working on the state directory's
-:class:`~agent.statefiles.StateFiles`:
+tests use. Each of its jobs is a module of its own:
 
-* :mod:`agent.statefiles` - the sealed files, the manifest and its generation checks, the
-  atomic write of a step's use-case files and then the manifest (docs/state-integrity.md);
+* :mod:`agent.statefiles` - the sealed files, each read and written on its own;
+* :mod:`agent.device_state` - the state in memory, one frozen value;
+* :mod:`agent.loading` - opening them and checking every use-case file against the manifest
+  (docs/state-integrity.md);
+* :mod:`agent.transaction` - a step's change and its commit: the use-case files, then the
+  manifest;
 * :mod:`agent.recording` - recording values (privatized at once, or a counter's total);
 * :mod:`agent.collection` - collection cycles: closing periods, the daily limit and the ε
   cap, staging reports in the outbox;
@@ -37,13 +47,15 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from pathlib import Path
+from typing import TypeVar
 
-from agent import collection, expiry, outbox, re_enrolment, recording
+from agent import collection, expiry, loading, outbox, re_enrolment, recording, registry_change, transaction
 from agent.accounting import Budget, day_of
 from agent.collection import CycleSummary
+from agent.device_state import DeviceState, Slot, budget_of, epsilon_recorded
 from agent.errors import (
     ConsentRequiredError,
     ConsentUnreadableError,
@@ -54,11 +66,11 @@ from agent.errors import (
 from agent.outbox import Pending, receipt_wait
 from agent.re_enrolment import Carried
 from agent.recording import RecordOutcome, reservoir_offer
-from agent.registry_change import apply_registry
 from agent.sealed import Sealer
 from agent.state import AgentDoc, ConsentDoc, LedgerEntry, LedgerNotice
-from agent.statefiles import Slot, StateFiles, budget_of
+from agent.statefiles import LEDGER, StateFiles
 from agent.status import AgentStatus, UseCaseStatus
+from agent.transaction import Change
 from protocol.randomness import RandomSource
 from protocol.receipts import Receipt
 from protocol.registry import Registry, UseCase
@@ -67,6 +79,8 @@ from runtime.clock import Clock
 __all__ = ["Agent", "CycleSummary", "Pending", "RecordOutcome", "receipt_wait", "reservoir_offer"]
 
 log = logging.getLogger("ldp_agent")
+
+T = TypeVar("T")
 
 
 class Agent:
@@ -110,58 +124,118 @@ class Agent:
         self.outbox_max_reports = outbox_max_reports
         self.outbox_max_age = outbox_max_age_days * 86_400.0
         self.ledger_retention = ledger_retention_days * 86_400.0
-        self._files = StateFiles(state_dir, sealer, rng)
+        self._files = StateFiles(state_dir, sealer)
+        self._state = DeviceState()
         self._paused_since: float | None = None
         self._load()
 
     def _load(self) -> None:
-        self._files.load(self.registry)
-        if self._files.manifest is not None:
+        """Load the state directory, carry it over to the registry, and write the ledger's
+        notices of end dates; the state in force is replaced whole."""
+        state = loading.load(self._files, self.registry, self.rng)
+        if state.manifest is not None:
             try:
-                apply_registry(
+                change = registry_change.carried_over(
                     self._files,
+                    state,
                     self.registry,
                     now=self.clock.time(),
                     rng=self.rng,
                     ledger_retention=self.ledger_retention,
                 )
+                state = transaction.commit(self._files, state, change)
             except StateWriteError as e:
                 # Nothing of the carried-over state was adopted; the next step loads again.
-                self._files.manifest = None
-                self._files.load_blocked = e
-            else:
-                self._note_expiries()
+                state = replace(state, manifest=None, load_blocked=e)
+        self._state = state
+        if state.manifest is not None:
+            self._note_expiries()
         # One line per reason: a missing manifest stops every use case for the same reason,
         # which the journal (and a one-shot verb's stderr) should say once, not once per use case.
         by_reason: dict[str, list[str]] = {}
-        for name, slot in self._files.slots.items():
+        for name, slot in self._state.slots.items():
             if slot.broken:
                 by_reason.setdefault(str(slot.broken), []).append(name)
         for reason, names in by_reason.items():
-            if reason == self._files.directory_broken:
+            if reason == self._state.directory_broken:
                 continue  # logged once where the state directory was read
             log.error("use case%s %s stopped: %s", "s" if len(names) > 1 else "", ", ".join(names), reason)
 
     def _note_expiries(self) -> None:
         """The ledger's notices of use cases that passed their end date or were renewed (agent/expiry.py)."""
+        change = expiry.note_expiries(
+            self._state, self.registry, now=self.clock.time(), retention=self.ledger_retention
+        )
         try:
-            expiry.note_expiries(self._files, self.registry, now=self.clock.time(), retention=self.ledger_retention)
+            self._commit(change)
         except StateWriteError as e:
             log.warning("a ledger notice of an end date was not written; the next cycle writes it: %s", e)
+
+    # ------------------------------------------------------------------ the one way a step runs
+
+    def _commit(self, change: Change) -> None:
+        """Write ``change`` (agent.transaction) and adopt the state that follows.
+
+        Raises:
+            StateWriteError: a write failed; the state in force is unchanged.
+        """
+        self._state = transaction.commit(self._files, self._state, change)
+
+    def _ready(self) -> None:
+        """What every step that writes does first: consent, then the state writable.
+
+        Each step tries again first what the last failed write blocked (:meth:`_writable`), so
+        the agent resumes by itself when space returns.
+
+        Raises:
+            ConsentRequiredError, ConsentUnreadableError: before the user opted in, or with a key
+                that does not open the state.
+            StateWriteError: a load whose writes failed could not be made again: nothing can be
+                written until it is.
+        """
+        self._require_consent()
+        blocked = self._writable()
+        if blocked is not None and self._state.load_blocked is not None:
+            raise blocked
+
+    def _step(self, compute: Callable[[DeviceState], tuple[Change, T]]) -> T:
+        """Run one step that changes the state: :meth:`_ready`, then the change ``compute`` makes
+        of the state in force, committed and adopted.
+
+        Raises:
+            as :meth:`_ready`; StateWriteError also when the step's own writes fail: nothing of
+            the step was kept.
+        """
+        self._ready()
+        change, result = compute(self._state)
+        self._commit(change)
+        return result
+
+    def _publisher_step(self, compute: Callable[[DeviceState], tuple[Change, T]], fallback: T, what: str) -> T:
+        """Run one step of the publisher (a send, an acknowledgement, a receipt): the change
+        ``compute`` makes of the state in force, committed and adopted. A write that fails is
+        logged and the step's reports stay in the outbox, to be sent again byte for byte once the
+        state can be written (the collector de-duplicates them by report id); ``fallback`` is
+        returned then."""
+        try:
+            change, result = compute(self._state)
+            self._commit(change)
+        except StateWriteError as e:
+            log.error("%s not recorded, the reports will be sent again: %s", what, e)
+            return fallback
+        return result
 
     def _writable(self) -> StateWriteError | None:
         """Try again what the last failed write blocked; None once the state can be written.
 
         A load whose writes failed is made again; after any other failed write the manifest is
-        written again as it is. Every step that writes calls this first, so the agent resumes by
-        itself when space returns.
+        written again as it is.
         """
-        files = self._files
-        if files.load_blocked is not None:
+        if self._state.load_blocked is not None:
             self._load()
-        elif files.blocked is not None:
-            files.probe()
-        problem = files.load_blocked or files.blocked
+        elif self._files.blocked is not None:
+            self._files.probe()
+        problem = self._state.load_blocked or self._files.blocked
         if problem is None:
             self._paused_since = None
         elif self._paused_since is None:
@@ -183,31 +257,31 @@ class Agent:
     @property
     def consented(self) -> bool:
         """True once the user opted in (and until they revoke)."""
-        return self._files.consent is not None
+        return self._state.consent is not None
 
     @property
     def consent(self) -> ConsentDoc | None:
         """The consent record, or None."""
-        return self._files.consent
+        return self._state.consent
 
     @property
     def consent_broken(self) -> str | None:
         """Why the consent record does not open (a key that is not the state's), or None."""
-        return self._files.consent_broken
+        return self._state.consent_broken
 
     @property
     def ledger_broken(self) -> str | None:
         """Why the ledger does not open (nothing is published meanwhile), or None."""
-        return self._files.ledger_broken
+        return self._state.ledger_broken
 
     def grant_consent(self) -> ConsentDoc:
         """Opt in. Idempotent: an existing grant is kept."""
-        if self._files.consent is None:
+        if self._state.consent is None:
             self._files.write_consent(ConsentDoc(granted_at=self.clock.time()))
             self._load()
             log.info("consent granted")
-        assert self._files.consent is not None
-        return self._files.consent
+        assert self._state.consent is not None
+        return self._state.consent
 
     def revoke_consent(self) -> int:
         """Opt out: delete every state file (permanent state, outbox, ledger, schedule, consent).
@@ -221,13 +295,13 @@ class Agent:
         return removed
 
     def _require_consent(self) -> None:
-        if self._files.consent is None and self._files.consent_broken is not None:
+        if self._state.consent is None and self._state.consent_broken is not None:
             raise ConsentUnreadableError(
                 f"the state key does not open the state in {self.state_dir} (consent record: "
-                f"{self._files.consent_broken}): use the key it was written with (key_file or the systemd "
+                f"{self._state.consent_broken}): use the key it was written with (key_file or the systemd "
                 "credential), or revoke consent to delete the state and start over"
             )
-        if self._files.consent is None:
+        if self._state.consent is None:
             raise ConsentRequiredError(
                 "the user has not opted in: nothing is recorded or sent (ldp-agent consent grant)"
             )
@@ -254,14 +328,17 @@ class Agent:
         return self._record_many([(use_case, value, key)])[0]
 
     def _record_many(self, items: Iterable[tuple[str, object, str | None]]) -> list[RecordOutcome]:
-        self._require_consent()
-        blocked = self._writable()
-        if blocked is not None and self._files.load_blocked is not None:
-            raise self._paused(blocked)
+        def compute(state: DeviceState) -> tuple[Change, recording.Recorded]:
+            recorded = recording.record_many(state, self.registry, items, now=self.clock.time(), rng=self.rng)
+            return recorded.change, recorded
+
         try:
-            return recording.record_many(self._files, self.registry, items, clock=self.clock, rng=self.rng)
+            recorded = self._step(compute)
         except StateWriteError as e:
             raise self._paused(e) from e
+        if recorded.stopped is not None:
+            raise recorded.stopped  # what was recorded for the use cases before it is kept
+        return recorded.outcomes
 
     def record_each(
         self, items: Iterable[tuple[str, object, str | None]]
@@ -275,12 +352,10 @@ class Agent:
             ConsentRequiredError: before the user opted in.
             StateWriteError: the state cannot be written: recording is paused, no value was kept.
         """
-        self._require_consent()
-        blocked = self._writable()
-        if blocked is not None and self._files.load_blocked is not None:
-            raise self._paused(blocked)
         try:
-            return recording.record_each(self._files, self.registry, items, clock=self.clock, rng=self.rng)
+            return self._step(
+                lambda state: recording.record_each(state, self.registry, items, now=self.clock.time(), rng=self.rng)
+            )
         except StateWriteError as e:
             raise self._paused(e) from e
 
@@ -307,21 +382,19 @@ class Agent:
         Raises:
             ConsentRequiredError: before the user opted in.
         """
-        self._require_consent()
-        if self._writable() is not None and self._files.load_blocked is not None:
-            log.error("collection cycle skipped: the state cannot be written (%s)", self._files.load_blocked)
-            return CycleSummary(0, 0, 0, 0.0)
         try:
-            summary = collection.collect(
-                self._files,
-                now=self.clock.time(),
-                rng=self.rng,
-                outbox_max_reports=self.outbox_max_reports,
-                outbox_max_age=self.outbox_max_age,
+            summary = self._step(
+                lambda state: collection.collect(
+                    state,
+                    now=self.clock.time(),
+                    rng=self.rng,
+                    outbox_max_reports=self.outbox_max_reports,
+                    outbox_max_age=self.outbox_max_age,
+                )
             )
         except StateWriteError as e:
             # Nothing of the cycle was adopted: its periods stay open and the next cycle closes them.
-            log.error("collection cycle not recorded, its periods stay open: %s", e)
+            log.error("collection cycle not recorded (the state cannot be written), its periods stay open: %s", e)
             return CycleSummary(0, 0, 0, 0.0)
         self._note_expiries()
         return summary
@@ -336,11 +409,11 @@ class Agent:
             NothingToReEnrolError: nothing is stopped.
             StateWriteError: the state cannot be written.
         """
-        self._require_consent()
-        blocked = self._writable()
-        if blocked is not None and self._files.load_blocked is not None:
-            raise blocked
-        carried = re_enrolment.re_enrol(self._files, self.registry, now=self.clock.time(), rng=self.rng)
+        self._ready()
+        # Re-enrolment writes its own files in its own order (agent.re_enrolment), and the state
+        # is loaded again from them.
+        now = self.clock.time()
+        carried = re_enrolment.re_enrol(self._files, self._state, self.registry, now=now, rng=self.rng)
         self._load()
         return carried
 
@@ -355,14 +428,14 @@ class Agent:
     def outbox(self) -> list[Pending]:
         """Reports waiting for the broker, oldest first (none while the ledger is unreadable, or
         while the state cannot be written: a send could not be recorded)."""
-        if self._files.consent is None or self._writable() is not None:
+        if self._state.consent is None or self._writable() is not None:
             return []
-        return outbox.waiting(self._files, self.topic)
+        return outbox.waiting(self._state, self.topic)
 
     @property
     def outbox_size(self) -> int:
         """Number of reports waiting."""
-        return outbox.outbox_size(self._files)
+        return outbox.outbox_size(self._state)
 
     def due(self, now: float, timeout: float, cap: float) -> tuple[list[Pending], float | None]:
         """Reports to send now (never sent, or sent with no receipt for ``receipt_wait``).
@@ -380,26 +453,36 @@ class Agent:
         The ledger is written first; a crash before the outbox write resends identical bytes
         (the collector de-duplicates by report id) and the ledger keeps one entry per id.
         """
-        try:
-            outbox.acknowledge(self._files, acked, clock=self.clock, retention=self.ledger_retention, broker=broker)
-        except StateWriteError as e:
-            # The reports stay in the outbox and are sent again, byte for byte, once the state
-            # can be written; the collector de-duplicates them by report id.
-            log.error("acknowledgements not recorded, the reports will be sent again: %s", e)
+        now = self.clock.time()
+        retention = self.ledger_retention
+        self._publisher_step(
+            lambda state: (outbox.acknowledge(state, acked, now=now, retention=retention, broker=broker), None),
+            None,
+            "acknowledgements",
+        )
 
     def mark_sent(self, sent: Sequence[Pending], *, broker: str = "") -> None:
         """Reports the ``broker`` acknowledged (with receipts): the ledger says "sent", and each
         stays in the outbox with the time of this send and its count, waiting for its receipt.
         """
-        try:
-            outbox.mark_sent(self._files, sent, clock=self.clock, retention=self.ledger_retention, broker=broker)
-        except StateWriteError as e:
-            log.error("sends not recorded, the reports will be sent again: %s", e)
+        now = self.clock.time()
+        retention = self.ledger_retention
+        self._publisher_step(
+            lambda state: (outbox.mark_sent(state, sent, now=now, retention=retention, broker=broker), None),
+            None,
+            "sends",
+        )
 
     def mark_refused(self, refused: Sequence[tuple[Pending, str]], *, broker: str = "") -> None:
         """Sends the ``broker`` refused, with the reason: the ledger says "refused by the broker:
         <reason>", and each report waits in the outbox to be tried again (agent.outbox)."""
-        outbox.mark_refused(self._files, refused, clock=self.clock, retention=self.ledger_retention, broker=broker)
+        now = self.clock.time()
+        retention = self.ledger_retention
+        self._publisher_step(
+            lambda state: (outbox.mark_refused(state, refused, now=now, retention=retention, broker=broker), None),
+            None,
+            "refused sends",
+        )
 
     def settle(self, receipts: Sequence[Receipt], *, broker: str = "") -> int:
         """Commit receipts arrived (through ``broker``): the ledger records the outcome and the
@@ -412,19 +495,14 @@ class Agent:
         Returns:
             The number of reports settled.
         """
-        try:
-            return outbox.settle(
-                self._files,
-                receipts,
-                self.outbox(),
-                clock=self.clock,
-                retention=self.ledger_retention,
-                broker=broker,
-            )
-        except StateWriteError as e:
-            # Unsettled reports are sent again later and the collector answers them again.
-            log.error("receipts not recorded, the reports will be sent again: %s", e)
-            return 0
+        pending = self.outbox()
+        now = self.clock.time()
+        retention = self.ledger_retention
+        return self._publisher_step(
+            lambda state: outbox.settle(state, receipts, pending, now=now, retention=retention, broker=broker),
+            0,
+            "receipts",
+        )
 
     def ledger(self) -> list[LedgerEntry]:
         """What left the device, oldest first.
@@ -434,7 +512,7 @@ class Agent:
             StateUnreadableError: if the ledger cannot be read.
         """
         self._require_consent()
-        return outbox.ledger_entries(self._files)
+        return outbox.ledger_entries(self._state, str(self._files.path(LEDGER)))
 
     def notices(self) -> list[LedgerNotice]:
         """What registry changes did to the state (new definitions, new memos, wiped use cases), oldest first.
@@ -444,19 +522,26 @@ class Agent:
             StateUnreadableError: if the ledger cannot be read.
         """
         self._require_consent()
-        return outbox.ledger_notices(self._files)
+        return outbox.ledger_notices(self._state, str(self._files.path(LEDGER)))
 
     # ------------------------------------------------------------------ schedule and status
 
     def load_schedule(self) -> AgentDoc:
-        """The schedule bookkeeping (a fresh one if missing or unreadable: it holds no randomness)."""
-        return self._files.read_schedule()
+        """The schedule bookkeeping (a fresh one if missing, unreadable or another device's: it
+        holds no randomness)."""
+        doc = self._files.read_schedule()
+        manifest = self._state.manifest
+        if doc.device is not None and manifest is not None and doc.device != manifest.device:
+            return AgentDoc()
+        return doc
 
     def save_schedule(self, doc: AgentDoc) -> None:
-        """Persist the schedule bookkeeping (only once the user opted in)."""
-        if self._files.consent is not None and self._files.load_blocked is None:
+        """Persist the schedule bookkeeping (only once the user opted in), bound to the manifest in force."""
+        state = self._state
+        if state.consent is not None and state.load_blocked is None:
+            bound = doc if state.manifest is None else replace(doc, device=state.manifest.device)
             try:
-                self._files.write_schedule(doc)
+                self._files.write_schedule(bound)
             except StateWriteError as e:
                 log.warning("schedule not saved (it holds no randomness; the next cycle is kept in memory): %s", e)
 
@@ -464,7 +549,7 @@ class Agent:
         """Per use case: state, limits, spending and what waits."""
         now = self.clock.time()
         return tuple(
-            self._use_case_status(uc, self._files.slots.get(name), now) for name, uc in self.registry.use_cases.items()
+            self._use_case_status(uc, self._state.slots.get(name), now) for name, uc in self.registry.use_cases.items()
         )
 
     def _use_case_status(self, uc: UseCase, slot: Slot | None, now: float) -> UseCaseStatus:
@@ -482,7 +567,7 @@ class Agent:
             return base
         # Never less than any file of the state directory records (docs/state-integrity.md):
         # after a rollback the manifest's figure may be older than the use-case file's.
-        recorded = self._files.epsilon_recorded(uc.name)
+        recorded = epsilon_recorded(self._files, self._state, uc.name)
         if slot.broken:
             return replace(base, state=f"stopped: {slot.broken}", epsilon_total=recorded)
         doc = slot.doc
@@ -513,7 +598,7 @@ class Agent:
 
     def status(self) -> AgentStatus:
         """A snapshot for ``ldp-agent status``."""
-        consent = self._files.consent
+        consent = self._state.consent
         paused = self._writable() if consent is not None else None
         schedule = self.load_schedule() if consent is not None else AgentDoc()
         return AgentStatus(
@@ -525,7 +610,7 @@ class Agent:
             last_cycle=schedule.last_cycle or None,
             cycles=schedule.cycles,
             outbox=self.outbox_size,
-            ledger=self._files.ledger_broken or self._files.ledger_note or "ok",
+            ledger=self._state.ledger_broken or self._state.ledger_note or "ok",
             use_cases=self.use_case_status(),
             pid=os.getpid(),
             recording="ok" if paused is None else self._pause_text(paused),

@@ -18,10 +18,11 @@ from __future__ import annotations
 
 import logging
 
+from agent.device_state import DeviceState
 from agent.errors import UseCaseExpiredError
-from agent.outbox import add_notices
+from agent.outbox import with_notices
 from agent.state import LedgerNotice
-from agent.statefiles import StateFiles
+from agent.transaction import Change
 from protocol.registry import Registry, UseCase
 
 __all__ = ["EXPIRED", "RENEWED", "expired_error", "note_expiries"]
@@ -46,18 +47,15 @@ def expired_error(use_case: UseCase) -> UseCaseExpiredError:
     )
 
 
-def note_expiries(files: StateFiles, registry: Registry, *, now: float, retention: float) -> None:
-    """Write a ledger notice for each use case that expired, or was renewed, since its last notice.
+def note_expiries(state: DeviceState, registry: Registry, *, now: float, retention: float) -> Change:
+    """The ledger's notice for each use case that expired, or was renewed, since its last notice.
 
-    Nothing is written without consent or while the ledger cannot be read (the log says it).
-
-    Raises:
-        StateWriteError: the ledger cannot be written; the next call tries again.
+    Nothing changes without consent or while the ledger cannot be read (the log says it).
     """
-    if files.consent is None or files.ledger is None:
-        return
+    if state.consent is None or state.ledger is None:
+        return Change()
     latest: dict[str, str] = {}
-    for notice in files.ledger.notices:
+    for notice in state.ledger.notices:
         latest[notice.use_case] = notice.text
     notices = []
     for name, uc in registry.use_cases.items():
@@ -80,4 +78,4 @@ def note_expiries(files: StateFiles, registry: Registry, *, now: float, retentio
             notices.append(LedgerNotice(now, name, text))
     for notice in notices:
         log.warning("use case %s: %s", notice.use_case, notice.text)
-    add_notices(files, notices, now=now, retention=retention)
+    return Change(ledger=with_notices(state, notices, now=now, retention=retention))

@@ -9,12 +9,12 @@ round trips as the other documents of :mod:`agent.state`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
-from agent.state import DEVICE_ID_BYTES, _integer, _need, _number, _optional
+from agent.state import DEVICE_ID_BYTES, LedgerDoc, _integer, _need, _number, _optional
 from protocol.plain import PlainDoc
 
-__all__ = ["ManifestDoc", "ManifestEntry"]
+__all__ = ["ManifestDoc", "ManifestEntry", "with_ledger_flag"]
 
 
 @dataclass(frozen=True)
@@ -109,3 +109,11 @@ class ManifestDoc:
         if not isinstance(ledger, bool):
             raise ValueError("manifest.ledger: expected a boolean")
         return cls(device=device, entries=entries, ledger=ledger)
+
+
+def with_ledger_flag(manifest: ManifestDoc, ledger: LedgerDoc | None) -> ManifestDoc:
+    """``manifest`` marked as having a ledger once ``ledger`` was written under it (it names the
+    manifest's device), so that deleting the ledger is seen (docs/state-integrity.md)."""
+    if not manifest.ledger and ledger is not None and ledger.device == manifest.device:
+        return replace(manifest, ledger=True)
+    return manifest

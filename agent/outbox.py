@@ -20,7 +20,15 @@ ACL the next send goes through and the ledger says "sent", then "counted"; a rep
 refused when it reaches the outbox's age limit is dropped like any other.
 
 The ledger is always written before the outbox: a crash in between re-sends bytes the
-collector de-duplicates by report id, and the ledger keeps one entry per id.
+collector de-duplicates by report id, and the ledger keeps one entry per id. Each function
+here computes what a send, an acknowledgement or a receipt changes (the ledger's new entries
+or statuses, the use cases' outboxes, each from a copy) as a :class:`~agent.transaction.Change`,
+which the caller commits: :func:`agent.transaction.commit` writes the ledger first.
+
+A ledger entry lists the records the report was made of, which the outbox entry holds from
+the moment the report was staged (:func:`agent.collection.stage`); a report staged before the
+agent last started has them only in its payload, and they are read from there by the
+envelope's own reader (:func:`protocol.envelope.report_records`).
 """
 
 from __future__ import annotations
@@ -31,19 +39,17 @@ import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-import msgpack
-
+from agent.device_state import DeviceState
 from agent.errors import StateUnreadableError
 from agent.state import LedgerDoc, LedgerEntry, LedgerNotice, OutboxEntry, UseCaseDoc
-from agent.statefiles import SUFFIX, Slot, StateFiles
+from agent.transaction import Change
+from protocol.envelope import report_records
 from protocol.receipts import Receipt
 from runtime.backoff import Backoff
-from runtime.clock import Clock
 
 __all__ = [
     "Pending",
     "acknowledge",
-    "add_notices",
     "due",
     "ledger_entries",
     "ledger_notices",
@@ -53,6 +59,7 @@ __all__ = [
     "receipt_wait",
     "settle",
     "waiting",
+    "with_notices",
 ]
 
 log = logging.getLogger("ldp_agent")
@@ -87,18 +94,18 @@ def receipt_wait(entry: OutboxEntry, timeout: float, cap: float) -> float:
 # ---------------------------------------------------------------------- the outbox
 
 
-def waiting(files: StateFiles, topic: Callable[[str], str]) -> list[Pending]:
+def waiting(state: DeviceState, topic: Callable[[str], str]) -> list[Pending]:
     """Reports waiting for the broker, oldest first (none while the ledger is unreadable).
 
     Args:
-        files: the state.
+        state: the state in force.
         topic: the MQTT topic of a use case's reports.
     """
-    if files.consent is None or files.ledger_broken:
+    if state.consent is None or state.ledger_broken:
         return []
     out = [
         Pending(name, topic(name), e)
-        for name, slot in files.slots.items()
+        for name, slot in state.slots.items()
         if slot.doc is not None and not slot.broken
         for e in slot.doc.outbox
     ]
@@ -106,9 +113,9 @@ def waiting(files: StateFiles, topic: Callable[[str], str]) -> list[Pending]:
     return out
 
 
-def outbox_size(files: StateFiles) -> int:
+def outbox_size(state: DeviceState) -> int:
     """Number of reports waiting."""
-    return sum(len(s.doc.outbox) for s in files.slots.values() if s.doc is not None)
+    return sum(len(s.doc.outbox) for s in state.slots.values() if s.doc is not None)
 
 
 def due(pending: Sequence[Pending], now: float, timeout: float, cap: float) -> tuple[list[Pending], float | None]:
@@ -134,35 +141,41 @@ def due(pending: Sequence[Pending], now: float, timeout: float, cap: float) -> t
     return out, later
 
 
-def _drop_from_outbox(files: StateFiles, done: dict[str, set[bytes]]) -> None:
-    writes: list[tuple[Slot, UseCaseDoc]] = []
-    for name, ids in done.items():
-        slot = files.slots.get(name)
+def _outboxes(state: DeviceState, reports: Sequence[Pending], *, sent_at: float | None) -> dict[str, UseCaseDoc]:
+    """The documents of the use cases of ``reports``, each from a copy, where those reports
+    leave the outbox (``sent_at`` None: acknowledged or settled) or stay in it with the time of
+    this send and one more send counted."""
+    ids: dict[str, set[bytes]] = {}
+    for p in reports:
+        ids.setdefault(p.use_case, set()).add(p.entry.report_id)
+    documents: dict[str, UseCaseDoc] = {}
+    for name, these in ids.items():
+        slot = state.slots.get(name)
         if slot is None or slot.doc is None or slot.broken:
             continue
         doc = copy.deepcopy(slot.doc)
-        doc.outbox = [e for e in doc.outbox if e.report_id not in ids]
-        writes.append((slot, doc))
-    files.write_slots(writes)
-
-
-def _by_use_case(reports: Sequence[Pending]) -> dict[str, set[bytes]]:
-    out: dict[str, set[bytes]] = {}
-    for p in reports:
-        out.setdefault(p.use_case, set()).add(p.entry.report_id)
-    return out
+        if sent_at is None:
+            doc.outbox = [e for e in doc.outbox if e.report_id not in these]
+        else:
+            for e in doc.outbox:  # the copy's own entries
+                if e.report_id in these:
+                    e.sent_at = sent_at
+                    e.attempts += 1
+        documents[name] = doc
+    return documents
 
 
 # ---------------------------------------------------------------------- the ledger
 
 
 def _ledger_entry(p: Pending, now: float, status: str, broker: str) -> LedgerEntry:
-    body = msgpack.unpackb(p.entry.payload, raw=False)
+    """The ledger's entry of a report that left the device, with the records it was made of."""
+    records = p.entry.sent_records
     return LedgerEntry(
         report_id=p.entry.report_id,
         use_case=p.use_case,
         period=p.entry.period,
-        records=list(body["r"]),
+        records=list(records) if records is not None else report_records(p.entry.payload),
         epsilon=p.entry.epsilon,
         day=p.entry.day,
         epsilon_today=p.entry.epsilon_today,
@@ -173,105 +186,106 @@ def _ledger_entry(p: Pending, now: float, status: str, broker: str) -> LedgerEnt
     )
 
 
-def _current_ledger(files: StateFiles, now: float, retention: float) -> LedgerDoc | None:
+def _current_ledger(state: DeviceState, now: float, retention: float) -> LedgerDoc | None:
     """A copy of the ledger without what is older than ``retention`` seconds (None if unreadable)."""
-    if files.ledger is None:
+    if state.ledger is None:
         return None
     return LedgerDoc(
-        [copy.copy(e) for e in files.ledger.entries if now - e.sent <= retention],
-        [n for n in files.ledger.notices if now - n.at <= retention],
+        [copy.copy(e) for e in state.ledger.entries if now - e.sent <= retention],
+        [n for n in state.ledger.notices if now - n.at <= retention],
+        device=state.ledger.device,
     )
 
 
-def _readable_ledger(files: StateFiles) -> LedgerDoc:
-    if files.ledger is None:
-        raise StateUnreadableError(str(files.path("ledger" + SUFFIX)), files.ledger_broken or "not loaded")
-    return files.ledger
+def _readable_ledger(state: DeviceState, path: str) -> LedgerDoc:
+    if state.ledger is None:
+        raise StateUnreadableError(path, state.ledger_broken or "not loaded")
+    return state.ledger
 
 
-def ledger_entries(files: StateFiles) -> list[LedgerEntry]:
+def ledger_entries(state: DeviceState, path: str) -> list[LedgerEntry]:
     """What left the device, oldest first (the caller checked consent).
 
     Raises:
-        StateUnreadableError: if the ledger cannot be read.
+        StateUnreadableError: if the ledger (its file ``path``) cannot be read.
     """
-    return list(_readable_ledger(files).entries)
+    return list(_readable_ledger(state, path).entries)
 
 
-def ledger_notices(files: StateFiles) -> list[LedgerNotice]:
+def ledger_notices(state: DeviceState, path: str) -> list[LedgerNotice]:
     """What registry changes did to the state, oldest first (the caller checked consent).
 
     Raises:
-        StateUnreadableError: if the ledger cannot be read.
+        StateUnreadableError: if the ledger (its file ``path``) cannot be read.
     """
-    return list(_readable_ledger(files).notices)
+    return list(_readable_ledger(state, path).notices)
 
 
-def add_notices(files: StateFiles, notices: Sequence[LedgerNotice], *, now: float, retention: float) -> None:
-    """Append notices to the ledger (a ledger that cannot be read gets none; the log has them)."""
+def with_notices(
+    state: DeviceState, notices: Sequence[LedgerNotice], *, now: float, retention: float
+) -> LedgerDoc | None:
+    """The ledger with ``notices`` appended (None if there are none, or if the ledger cannot be
+    read: it gets none then, and the log has them)."""
     if not notices:
-        return
-    ledger = _current_ledger(files, now, retention)
+        return None
+    ledger = _current_ledger(state, now, retention)
     if ledger is None:
-        return
+        return None
     ledger.notices.extend(notices)
-    files.write_ledger(ledger)
+    return ledger
 
 
 # ---------------------------------------------------------------------- sends and receipts
 
 
 def acknowledge(
-    files: StateFiles, acked: Sequence[Pending], *, clock: Clock, retention: float, broker: str = ""
-) -> None:
-    """Reports the ``broker`` acknowledged (without receipts): add them to the ledger, then drop
-    them from the outbox."""
+    state: DeviceState, acked: Sequence[Pending], *, now: float, retention: float, broker: str = ""
+) -> Change:
+    """Reports the ``broker`` acknowledged (without receipts): added to the ledger, then dropped
+    from the outbox."""
     if not acked:
-        return
-    now = clock.time()
-    ledger = _current_ledger(files, now, retention)
+        return Change()
+    ledger = _current_ledger(state, now, retention)
     if ledger is None:
-        return
+        return Change()
     known = {e.report_id for e in ledger.entries}
     for p in acked:
         if p.entry.report_id in known:
             continue
         ledger.entries.append(_ledger_entry(p, now, "sent", broker))
         known.add(p.entry.report_id)
-    files.write_ledger(ledger)
-    _drop_from_outbox(files, _by_use_case(acked))
+    return Change(_outboxes(state, acked, sent_at=None), ledger=ledger)
 
 
-def mark_sent(files: StateFiles, sent: Sequence[Pending], *, clock: Clock, retention: float, broker: str = "") -> None:
+def mark_sent(state: DeviceState, sent: Sequence[Pending], *, now: float, retention: float, broker: str = "") -> Change:
     """Reports the ``broker`` acknowledged (with receipts): the ledger says "sent" (through that
     broker), and each stays in the outbox with the time of this send and its count, waiting for
     its receipt."""
-    _record_sends(files, [(p, "sent") for p in sent], clock=clock, retention=retention, broker=broker)
+    return _record_sends(state, [(p, "sent") for p in sent], now=now, retention=retention, broker=broker)
 
 
 def mark_refused(
-    files: StateFiles, refused: Sequence[tuple[Pending, str]], *, clock: Clock, retention: float, broker: str = ""
-) -> None:
+    state: DeviceState, refused: Sequence[tuple[Pending, str]], *, now: float, retention: float, broker: str = ""
+) -> Change:
     """Sends the broker refused (a PUBACK reason code >= 0x80), each with the reason's name:
     the ledger says "refused by the broker: <reason>", and each report stays in the outbox as
     if sent, so that it is tried again only after :func:`receipt_wait` (ε is already spent)."""
     for p, reason in refused:
         log.warning("use case %s: the broker refused a report (%s); it is tried again later", p.use_case, reason)
     sends = [(p, BROKER_REFUSED + reason) for p, reason in refused]
-    _record_sends(files, sends, clock=clock, retention=retention, broker=broker)
+    return _record_sends(state, sends, now=now, retention=retention, broker=broker)
 
 
 def _record_sends(
-    files: StateFiles, sends: Sequence[tuple[Pending, str]], *, clock: Clock, retention: float, broker: str
-) -> None:
+    state: DeviceState, sends: Sequence[tuple[Pending, str]], *, now: float, retention: float, broker: str
+) -> Change:
     """The ledger gets each report's status (a new entry, or a "sent" or a broker's refusal
     replaced), then each stays in the outbox with the time of this send and its count."""
     if not sends:
-        return
-    now = clock.time()
-    ledger = _current_ledger(files, now, retention)
+        return Change()
+    ledger = _current_ledger(state, now, retention)
     if ledger is None:
-        return
+        return Change()
     index = {e.report_id: e for e in ledger.entries}
     changed = False
     for p, status in sends:
@@ -288,54 +302,41 @@ def _record_sends(
             # The status and the broker of the latest send (a failover changes the broker).
             entry.status, entry.broker = status, broker
             changed = True
-    if changed:
-        files.write_ledger(ledger)
-    writes: list[tuple[Slot, UseCaseDoc]] = []
-    for name, ids in _by_use_case([p for p, _ in sends]).items():
-        slot = files.slots.get(name)
-        if slot is None or slot.doc is None or slot.broken:
-            continue
-        doc = copy.deepcopy(slot.doc)
-        for e in doc.outbox:
-            if e.report_id in ids:
-                e.sent_at = now
-                e.attempts += 1
-        writes.append((slot, doc))
-    files.write_slots(writes)
+    documents = _outboxes(state, [p for p, _ in sends], sent_at=now)
+    return Change(documents, ledger=ledger if changed else None)
 
 
 def settle(
-    files: StateFiles,
+    state: DeviceState,
     receipts: Sequence[Receipt],
     pending: Sequence[Pending],
     *,
-    clock: Clock,
+    now: float,
     retention: float,
     broker: str = "",
-) -> int:
+) -> tuple[Change, int]:
     """Commit receipts arrived: the ledger records the outcome, then the reports leave the outbox.
 
     Args:
-        files: the state.
+        state: the state in force.
         receipts: the receipts.
         pending: the reports in the outbox (:func:`waiting`).
-        clock: the wall clock.
+        now: the wall-clock time.
         retention: seconds the ledger keeps an entry.
         broker: the broker the receipts came through (the ledger records it).
 
     A receipt for a report no longer in the outbox (a second answer to a resend) is ignored.
 
     Returns:
-        The number of reports settled.
+        The change, and the number of reports it settles.
     """
     outcome = {r.correlation: ("counted" if r.counted else f"refused: {r.reason or 'unknown'}") for r in receipts}
     answered = [p for p in pending if p.entry.report_id in outcome]
     if not answered:
-        return 0
-    now = clock.time()
-    ledger = _current_ledger(files, now, retention)
+        return Change(), 0
+    ledger = _current_ledger(state, now, retention)
     if ledger is None:
-        return 0
+        return Change(), 0
     index = {e.report_id: e for e in ledger.entries}
     for p in answered:
         status = outcome[p.entry.report_id]
@@ -347,6 +348,4 @@ def settle(
             entry.broker = broker
         if status != "counted":
             log.warning("use case %s: the collector refused a report (%s)", p.use_case, status[9:])
-    files.write_ledger(ledger)
-    _drop_from_outbox(files, _by_use_case(answered))
-    return len(answered)
+    return Change(_outboxes(state, answered, sent_at=None), ledger=ledger), len(answered)

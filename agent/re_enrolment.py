@@ -8,7 +8,7 @@ terms:
 
 * each affected use case becomes a removed entry of the manifest (a tombstone) carrying the
   most ε spent that any file of the directory records for it, and is then added back by
-  :func:`agent.registry_change.apply_registry`, which charges a new memo its longitudinal ε at
+  :func:`agent.registry_change.carried_over`, which charges a new memo its longitudinal ε at
   once against the same lifetime cap (docs/privacy-accounting.md, "Registry changes"): ε spent
   is never reset below what a remaining file records (with the ledger deleted too, nothing
   records the reports sent; docs/state-integrity.md says so), and a use case whose cap cannot
@@ -20,16 +20,21 @@ terms:
 
 Each write is atomic and a re-enrolment interrupted half-way leaves a state that stops
 again, so running it once more completes it: the ε carried is read again from the same files.
+Its writes are its own, in their own order (not a step's transaction, :mod:`agent.transaction`):
+the manifest first, from which on the old files are a removed use case's; then consent and
+the schedule bound to a new device identity; then the ledger with its notices; then the old
+files unlinked. The caller loads the state again afterwards, which adds the use cases back.
 """
 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from agent.manifest import ManifestDoc, ManifestEntry
+from agent.device_state import DeviceState, epsilon_recorded, memos_recorded
+from agent.manifest import ManifestDoc, ManifestEntry, with_ledger_flag
 from agent.state import DEVICE_ID_BYTES, LedgerDoc, LedgerNotice, UseCaseDoc
-from agent.statefiles import SUFFIX, StateFiles
+from agent.statefiles import SCHEDULE, StateFiles
 from protocol.plain import PlainDoc
 from protocol.randomness import RandomSource, random_bytes
 from protocol.registry import Registry
@@ -56,18 +61,15 @@ class Carried:
     epsilon_total: float
 
 
-def _names_on_disk(files: StateFiles) -> set[str]:
-    """The use cases that have a file in the directory."""
-    return {p.name[3 : -len(SUFFIX)] for p in files.directory.glob(f"uc-*{SUFFIX}")}
-
-
 def _best_budget(files: StateFiles, name: str) -> PlainDoc | None:
     """The accounting of the use case's file if it opens (the day's counts go on), else None."""
     doc: UseCaseDoc | None = files.read_use_case_doc(name)
     return None if doc is None else dict(doc.budget)
 
 
-def re_enrol(files: StateFiles, registry: Registry, *, now: float, rng: RandomSource) -> list[Carried]:
+def re_enrol(
+    files: StateFiles, state: DeviceState, registry: Registry, *, now: float, rng: RandomSource
+) -> list[Carried]:
     """Start the stopped use cases anew, carrying their ε spent forward (see the module's docstring).
 
     The caller has checked consent and loads the state again afterwards.
@@ -76,28 +78,27 @@ def re_enrol(files: StateFiles, registry: Registry, *, now: float, rng: RandomSo
         NothingToReEnrolError: nothing is stopped.
         StateWriteError: a file cannot be written (run it again once it can).
     """
-    whole = files.manifest is None
+    whole = state.manifest is None
     if whole:
         old = files.manifest_on_disk
-        names = set(registry.use_cases) | _names_on_disk(files) | set(old.entries if old else ())
-        if files.ledger is not None:
-            names |= set(files.ledger.epsilon_by_use_case())
-        device = random_bytes(rng, DEVICE_ID_BYTES)
-        manifest = ManifestDoc(device=device)
+        names = set(registry.use_cases) | files.use_case_names() | set(old.entries if old else ())
+        if state.ledger is not None:
+            names |= set(state.ledger.epsilon_by_use_case())
+        manifest = ManifestDoc(device=random_bytes(rng, DEVICE_ID_BYTES))
     else:
-        assert files.manifest is not None
-        names = {n for n, slot in files.slots.items() if slot.broken}
-        if not names and files.ledger_broken is None:
+        assert state.manifest is not None
+        names = {n for n, slot in state.slots.items() if slot.broken}
+        if not names and state.ledger_broken is None:
             raise NothingToReEnrolError("nothing to re-enrol: every use case runs and the ledger opens")
-        manifest = files.manifest
+        manifest = state.manifest
     carried: list[Carried] = []
     notices: list[LedgerNotice] = []
     for name in sorted(names):
-        spent = files.epsilon_recorded(name) or 0.0
+        spent = epsilon_recorded(files, state, name) or 0.0
         entry = manifest.entries.get(name)
         # A memo is assumed drawn: with its file gone nothing can show it was not, and a new
         # memo is then charged rather than given for free; one per memo any file shows.
-        memos = max(1, files.memos_recorded(name))
+        memos = max(1, memos_recorded(files, state, name))
         manifest = manifest.with_entry(
             name,
             ManifestEntry(
@@ -119,29 +120,46 @@ def re_enrol(files: StateFiles, registry: Registry, *, now: float, rng: RandomSo
                 f"a new memo is charged for each memo the files show it had drawn ({memos}, at least one)",
             )
         )
+    _write(files, state, with_ledger_flag(manifest, state.ledger), notices, whole=whole, now=now)
+    files.unlink([files.use_case_path(name) for name in sorted(names)])
+    for item in carried:
+        log.warning("use case %s re-enrolled; ε spent %.4g carried forward", item.use_case, item.epsilon_total)
+    return carried
+
+
+def _write(
+    files: StateFiles,
+    state: DeviceState,
+    manifest: ManifestDoc,
+    notices: list[LedgerNotice],
+    *,
+    whole: bool,
+    now: float,
+) -> None:
+    """Write the manifest with the re-enrolled use cases removed, then bind consent and the
+    schedule to a new identity (``whole``), then the ledger with the notices."""
     # The manifest first: from then on the old files are a removed use case's, wiped at load.
-    files.manifest = files.write_manifest(manifest)
-    if whole and files.consent is not None:
-        consent = files.consent
-        consent.device = manifest.device
-        files.write_consent(consent)
-        if files.path("agent" + SUFFIX).exists():
-            files.write_schedule(files.read_schedule_file())  # rebound as it is
-    if files.ledger is not None and (whole or files.ledger_broken is not None or notices):
-        files.ledger.notices.extend(notices)
-        files.write_ledger(files.ledger)
-    elif files.ledger is None and files.ledger_broken is not None:
+    files.write_manifest(manifest)
+    if whole and state.consent is not None:
+        files.write_consent(replace(state.consent, device=manifest.device))
+        if files.has(SCHEDULE):
+            files.write_schedule(replace(files.read_schedule(), device=manifest.device))  # rebound as it is
+    ledger = None
+    if state.ledger is not None and (whole or state.ledger_broken is not None or notices):
+        ledger = LedgerDoc(list(state.ledger.entries), [*state.ledger.notices, *notices], device=manifest.device)
+    elif state.ledger is None and state.ledger_broken is not None:
         # An unreadable ledger cannot be repaired, and without one nothing is published: the
         # operator's re-enrolment starts a new one and says so in it (the ε figures carried
         # above came from the files that do open).
         lost = LedgerNotice(
             now,
             "",
-            f"the ledger could not be read ({files.ledger_broken}) and was started anew by re-enrolment; "
+            f"the ledger could not be read ({state.ledger_broken}) and was started anew by re-enrolment; "
             "the reports that left the device before are no longer listed",
         )
-        files.write_ledger(LedgerDoc(notices=[lost, *notices]))
-    files.unlink([files.use_case_path(name) for name in sorted(names)])
-    for item in carried:
-        log.warning("use case %s re-enrolled; ε spent %.4g carried forward", item.use_case, item.epsilon_total)
-    return carried
+        ledger = LedgerDoc(notices=[lost, *notices], device=manifest.device)
+    if ledger is not None:
+        files.write_ledger(ledger)
+        bound = with_ledger_flag(manifest, ledger)
+        if bound != manifest:
+            files.write_manifest(bound)  # the ledger is now written under it (docs/state-integrity.md)

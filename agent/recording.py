@@ -5,10 +5,12 @@ counter's value joins the period's total per counter key, answered from the key'
 the period closes (000 §3.1); a string is privatized at once from its memo entry ``B'``, at
 most once per period (004 §2); an event is privatized at once with fresh coins (003 §3.2.1).
 A period's privatized records are a uniform reservoir of at most the daily limit, so what is
-sent is a uniform sample of the period's values. Every value of a batch is checked before
-anything is written, and each use case is written once per batch. A string a discovery
-use case (SFP) can never release (characters outside its alphabet, protocol/sfp.py
-"Alphabet") is refused with the rest, so no ε is spent on it.
+sent is a uniform sample of the period's values. Every value of a batch is checked, once,
+before anything is recorded, and each use case's document changes once per batch: recording
+computes a :class:`~agent.transaction.Change` (new documents, each made from a copy) that the
+caller commits (:mod:`agent.transaction`). A string a discovery use case (SFP) can never
+release (characters outside its alphabet, protocol/sfp.py "Alphabet") is refused with the
+rest, so no ε is spent on it.
 """
 
 from __future__ import annotations
@@ -17,20 +19,21 @@ import copy
 import hashlib
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import NamedTuple
 
+from agent.device_state import DeviceState, Slot, budget_of, new_use_case_doc
 from agent.errors import UseCaseStoppedError, ValueRefusedError
 from agent.expiry import expired_error
 from agent.mechanism_calls import check_counter_value, check_value, clamp_note, privatize, setup
 from agent.state import PendingRecords, UseCaseDoc
-from agent.statefiles import Slot, StateFiles, budget_of, new_use_case_doc
+from agent.transaction import Change
 from protocol.errors import InputError
-from protocol.interfaces import EstimateKind, Privatization, as_discovery
+from protocol.interfaces import EstimateKind, Privatization, RecordValue, as_discovery
 from protocol.plain import Plain
 from protocol.randomness import RandomSource, uniform_draws
 from protocol.registry import Registry
-from runtime.clock import Clock
 
-__all__ = ["MAX_SEEN_PER_PERIOD", "RecordOutcome", "record_each", "record_many", "reservoir_offer"]
+__all__ = ["MAX_SEEN_PER_PERIOD", "RecordOutcome", "Recorded", "record_each", "record_many", "reservoir_offer"]
 
 MAX_SEEN_PER_PERIOD = 4096
 """Distinct strings remembered per period (beyond it new strings are dropped, and counted)."""
@@ -92,84 +95,96 @@ class RecordOutcome:
         return max(0, self.offered - self.limit) if not self.counter else 0
 
 
+class Recorded(NamedTuple):
+    """What recording a batch changes, and what happened to each value.
+
+    Attributes:
+        change: the new documents of the use cases the batch recorded into.
+        outcomes: one per value recorded, in order.
+        stopped: the use case of the batch that had spent its lifetime ε cap (None if none
+            had): what was recorded for the use cases before it is in ``change``, and the
+            caller raises this once ``change`` is committed.
+    """
+
+    change: Change
+    outcomes: list[RecordOutcome]
+    stopped: UseCaseStoppedError | None = None
+
+
 def record_many(
-    files: StateFiles,
+    state: DeviceState,
     registry: Registry,
     items: Iterable[tuple[str, object, str | None]],
     *,
-    clock: Clock,
+    now: float,
     rng: RandomSource,
-) -> list[RecordOutcome]:
-    """Record several values with one write per use case (the caller checked consent).
+) -> Recorded:
+    """Record several values, each use case's document changed once (the caller checked consent).
 
-    All values are checked before anything is written: one bad value refuses the batch.
+    All values are checked before anything is recorded: one bad value refuses the batch.
 
     Raises:
         ValueRefusedError: unknown use case, or a value that does not fit it.
-        UseCaseStoppedError: the use case stopped (ε cap spent, unreadable state, past its end
-            date: ``UseCaseExpiredError``); what was recorded for the use cases before it in the
-            batch is kept.
+        UseCaseStoppedError: the use case stopped (unreadable state, past its end date:
+            ``UseCaseExpiredError``); nothing of the batch is recorded. A use case that spent
+            its lifetime ε cap is :attr:`Recorded.stopped` instead.
     """
-    by_slot: dict[str, list[tuple[object, str | None]]] = {}
-    now = clock.time()
+    by_slot: dict[str, list[tuple[object, RecordValue, str | None]]] = {}
     for name, value, key in items:
-        slot = _slot(files, registry, name, now)
-        _check_value(slot, value, key)
-        by_slot.setdefault(name, []).append((value, key))
+        slot = _slot(state, registry, name, now)
+        by_slot.setdefault(name, []).append((value, _check_value(slot, value, key), key))
     outcomes: list[RecordOutcome] = []
-    writes: list[tuple[Slot, UseCaseDoc]] = []
+    documents: dict[str, UseCaseDoc] = {}
     for name, values in by_slot.items():
-        slot = files.slots[name]
-        doc = copy.deepcopy(slot.doc) if slot.doc is not None else new_use_case_doc(slot.use_case, rng)
+        slot = state.slots[name]
+        doc = _working(slot, rng)
         stopped = _stopped(slot, doc)
         if stopped is not None:
-            files.write_slots(writes)  # what was recorded before this use case is kept
-            raise stopped
-        for value, key in values:
-            outcomes.append(_record_one(slot, doc, value, key, clock=clock, rng=rng))
-        writes.append((slot, doc))
-    files.write_slots(writes)
-    return outcomes
+            return Recorded(Change(documents), outcomes, stopped)  # what was recorded before this use case is kept
+        for value, checked, key in values:
+            outcomes.append(_record_one(slot, doc, value, checked, key, now=now, rng=rng))
+        documents[name] = doc
+    return Recorded(Change(documents), outcomes)
 
 
 def record_each(
-    files: StateFiles,
+    state: DeviceState,
     registry: Registry,
     items: Iterable[tuple[str, object, str | None]],
     *,
-    clock: Clock,
+    now: float,
     rng: RandomSource,
-) -> list[RecordOutcome | ValueRefusedError | UseCaseStoppedError]:
-    """Record several values as one :func:`record_many` call per value would, in one write.
+) -> tuple[Change, list[RecordOutcome | ValueRefusedError | UseCaseStoppedError]]:
+    """Record several values as one :func:`record_many` call per value would, in one change.
 
     Each value gets its outcome, or the error that call would have raised for it (the others
     are recorded all the same); the values are taken in order, so the device's random draws are
-    those of the calls one by one. One write for all of them: each use case's file once, then
-    the manifest once (a simulated fleet records a few values per device and cycle).
-
-    Raises:
-        StateWriteError: the state cannot be written; none of the values was kept.
+    those of the calls one by one. One change for all of them: each use case's file is written
+    once, then the manifest once (a simulated fleet records a few values per device and cycle).
     """
     results: list[RecordOutcome | ValueRefusedError | UseCaseStoppedError] = []
-    docs: dict[str, tuple[Slot, UseCaseDoc] | UseCaseStoppedError] = {}
-    now = clock.time()
+    docs: dict[str, UseCaseDoc | UseCaseStoppedError] = {}
     for name, value, key in items:
         try:
-            slot = _slot(files, registry, name, now)
-            _check_value(slot, value, key)
+            slot = _slot(state, registry, name, now)
+            checked = _check_value(slot, value, key)
         except (ValueRefusedError, UseCaseStoppedError) as e:
             results.append(e)
             continue
         working = docs.get(name)
         if working is None:
-            doc = copy.deepcopy(slot.doc) if slot.doc is not None else new_use_case_doc(slot.use_case, rng)
-            working = docs[name] = _stopped(slot, doc) or (slot, doc)
+            doc = _working(slot, rng)
+            working = docs[name] = _stopped(slot, doc) or doc
         if isinstance(working, UseCaseStoppedError):
             results.append(working)
             continue
-        results.append(_record_one(slot, working[1], value, key, clock=clock, rng=rng))
-    files.write_slots([w for w in docs.values() if not isinstance(w, UseCaseStoppedError)])
-    return results
+        results.append(_record_one(slot, working, value, checked, key, now=now, rng=rng))
+    return Change({n: d for n, d in docs.items() if not isinstance(d, UseCaseStoppedError)}), results
+
+
+def _working(slot: Slot, rng: RandomSource) -> UseCaseDoc:
+    """A copy of the slot's document to record into (a new one, with its key, before the first value)."""
+    return copy.deepcopy(slot.doc) if slot.doc is not None else new_use_case_doc(slot.use_case, rng)
 
 
 def _stopped(slot: Slot, doc: UseCaseDoc) -> UseCaseStoppedError | None:
@@ -183,13 +198,18 @@ def _stopped(slot: Slot, doc: UseCaseDoc) -> UseCaseStoppedError | None:
 
 
 def _record_one(
-    slot: Slot, doc: UseCaseDoc, value: object, key: str | None, *, clock: Clock, rng: RandomSource
+    slot: Slot, doc: UseCaseDoc, value: object, checked: RecordValue, key: str | None, *, now: float, rng: RandomSource
 ) -> RecordOutcome:
-    outcome = _record_into(slot, doc, value, key, clock=clock, rng=rng)
-    pending = doc.pending.get(_period_for_record(slot, doc, clock))
+    """Record one value into ``doc`` (the step's own copy), ``checked`` being what :func:`_check_value` made of it."""
+    period = _period_for_record(slot, doc, now)
     note = ""
     if slot.kind is Privatization.COUNTER:
-        note = clamp_note(slot.use_case, check_counter_value(slot.use_case, value)) or ""
+        assert isinstance(checked, int | float)  # _check_value refused the rest
+        outcome = _add_to_total(slot, doc, period, checked, key=key, rng=rng)
+        note = clamp_note(slot.use_case, checked) or ""
+    else:
+        outcome = _privatize_into(slot, doc, period, value, rng)
+    pending = doc.pending.get(period)
     return RecordOutcome(
         slot.use_case.name,
         outcome,
@@ -200,8 +220,8 @@ def _record_one(
     )
 
 
-def _slot(files: StateFiles, registry: Registry, name: str, now: float) -> Slot:
-    slot = files.slots.get(name)
+def _slot(state: DeviceState, registry: Registry, name: str, now: float) -> Slot:
+    slot = state.slots.get(name)
     if slot is None:
         known = ", ".join(sorted(registry.use_cases))
         raise ValueRefusedError(f"unknown use case {name!r}; the registry has: {known}")
@@ -213,7 +233,9 @@ def _slot(files: StateFiles, registry: Registry, name: str, now: float) -> Slot:
     return slot
 
 
-def _check_value(slot: Slot, value: object, key: str | None) -> None:
+def _check_value(slot: Slot, value: object, key: str | None) -> RecordValue:
+    """The value as the use case's mechanism takes it, checked once for the whole path:
+    a counter's increment is what its total adds and what the clamping note is about."""
     uc = slot.use_case
     if not isinstance(value, str | bytes | int | float):  # bool is an int
         raise ValueRefusedError(
@@ -223,34 +245,39 @@ def _check_value(slot: Slot, value: object, key: str | None) -> None:
         raise ValueRefusedError(f"use case {uc.name!r} ({uc.mechanism.name}) takes no counter key")
     if key is not None and (not isinstance(key, str) or not key or len(key) > 256):
         raise ValueRefusedError(f"a counter key is a non-empty string of at most 256 characters; got {key!r}")
-    check_value(uc, value)
+    if slot.kind is Privatization.COUNTER:
+        return check_counter_value(uc, value)
+    checked = check_value(uc, value)
     if uc.mechanism.kind is EstimateKind.DISCOVERY and isinstance(value, str):
         # The collector can only ever release words it can assemble: refuse the rest before any ε is spent.
         try:
             as_discovery(uc.mechanism).check_discoverable(value)
         except InputError as exc:
             raise ValueRefusedError(f"use case {uc.name!r} ({uc.mechanism.name}) {exc}") from None
+    return checked
 
 
-def _period_for_record(slot: Slot, doc: UseCaseDoc, clock: Clock) -> int:
+def _period_for_record(slot: Slot, doc: UseCaseDoc, now: float) -> int:
     # A clock set backwards must not reopen a period that was already reported.
-    return max(slot.use_case.period.index_at(clock.time()), doc.last_closed + 1)
+    return max(slot.use_case.period.index_at(now), doc.last_closed + 1)
 
 
-def _record_into(
-    slot: Slot, doc: UseCaseDoc, value: object, key: str | None, *, clock: Clock, rng: RandomSource
+def _add_to_total(
+    slot: Slot, doc: UseCaseDoc, period: int, amount: int | float, *, key: str | None, rng: RandomSource
 ) -> str:
+    """A counter's value joins its key's running total for the period."""
+    kh = _keyed_hash(doc.hash_key, (key or "").encode("utf-8"), _COUNTER_PERSON)
+    if kh not in doc.permanent:
+        # First use of this counter key: draw its permanent state (000 §3.1 steps 2-3).
+        doc.permanent[kh] = setup(slot.use_case, rng)
+    totals = doc.totals.setdefault(period, {})
+    totals[kh] = min(totals.get(kh, 0) + amount, float(1 << 53))
+    return "recorded"
+
+
+def _privatize_into(slot: Slot, doc: UseCaseDoc, period: int, value: object, rng: RandomSource) -> str:
+    """An event or a string is privatized now and offered to the period's reservoir."""
     uc = slot.use_case
-    period = _period_for_record(slot, doc, clock)
-    if slot.kind is Privatization.COUNTER:
-        amount = check_counter_value(uc, value)
-        kh = _keyed_hash(doc.hash_key, (key or "").encode("utf-8"), _COUNTER_PERSON)
-        if kh not in doc.permanent:
-            # First use of this counter key: draw its permanent state (000 §3.1 steps 2-3).
-            doc.permanent[kh] = setup(uc, rng)
-        totals = doc.totals.setdefault(period, {})
-        totals[kh] = min(totals.get(kh, 0) + amount, float(1 << 53))
-        return "recorded"
     pending = doc.pending.setdefault(period, PendingRecords(definition=uc.definition, cost=uc.cost))
     if slot.kind is Privatization.STRING:
         assert isinstance(value, str)

@@ -8,8 +8,11 @@
 * A removed one has its file wiped; the manifest keeps its ε spent (and whether it had a
   memo) so that, added back, it goes on from there instead of starting at 0.
 
-Every change is written (the ledger's notice, the files, then the manifest) before anything
-can be sent, so memory and disk agree from then on.
+Every change is computed as a :class:`~agent.transaction.Change` (the ledger's notices, the
+new documents, the manifest with what remains of the removed use cases, the files to wipe)
+and written by :func:`agent.transaction.commit` (the ledger's notice, the files, the manifest,
+then the wiped files unlinked) before anything can be sent, so memory and disk agree from
+then on.
 """
 
 from __future__ import annotations
@@ -20,66 +23,69 @@ from dataclasses import replace
 
 from agent.accounting import EPSILON_SLACK, Budget, day_of
 from agent.collection import stage
+from agent.device_state import DeviceState, Slot, budget_of, memos_recorded, new_use_case_doc
 from agent.manifest import ManifestDoc, ManifestEntry
 from agent.mechanism_calls import fingerprint, memo_charge, memos_held
-from agent.outbox import add_notices
+from agent.outbox import with_notices
 from agent.state import LedgerNotice, UseCaseDoc
-from agent.statefiles import Slot, StateFiles, budget_of, new_use_case_doc
+from agent.statefiles import StateFiles
+from agent.transaction import Change
 from protocol.interfaces import Privatization
 from protocol.randomness import RandomSource
 from protocol.registry import Period, Registry
 
-__all__ = ["apply_registry"]
+__all__ = ["carried_over"]
 
 log = logging.getLogger("ldp_agent")
 
 
-def apply_registry(
-    files: StateFiles, registry: Registry, *, now: float, rng: RandomSource, ledger_retention: float
-) -> None:
-    """Carry the loaded state over to ``registry`` and write what changed (the manifest must be in force).
+def carried_over(
+    files: StateFiles, state: DeviceState, registry: Registry, *, now: float, rng: RandomSource, ledger_retention: float
+) -> Change:
+    """What carrying the loaded state over to ``registry`` changes (the manifest must be in force).
 
     Args:
-        files: the state, just loaded under ``registry``.
+        files: the state directory (a removed use case's file is read for what the manifest keeps).
+        state: the state just loaded under ``registry``.
         registry: the registry loaded.
         now: the wall-clock time.
         rng: device randomness (staging records of open periods, a new file's keys).
         ledger_retention: seconds the ledger keeps an entry.
     """
-    manifest = files.manifest
+    manifest = state.manifest
     assert manifest is not None
-    writes, notices = _carried_over(files, manifest, now, rng)
-    stale = [slot.path for slot in files.slots.values() if slot.stale]
+    documents, stopped, notices = _changes(state, manifest, now, rng)
+    stale = [slot.path for slot in state.slots.values() if slot.stale]
     removed = sorted(n for n, e in manifest.entries.items() if n not in registry.use_cases and not e.removed)
     for name in removed:
-        entry, text = _tombstone(files, name, manifest.entries[name])
+        entry, text = _tombstone(files, state, name, manifest.entries[name])
         manifest = manifest.with_entry(name, entry)
         notices.append(LedgerNotice(now, name, text))
+        # Unlinked by the commit after the manifest that says the use case is gone, so a crash
+        # before the unlink leaves a file the next load recognises as wiped (agent.transaction).
         stale.append(files.use_case_path(name))
-    if not writes and not removed and not stale:
-        return
+    if not documents and not removed and not stale:
+        return Change(stopped=stopped)  # nothing to write
     for notice in notices:
         log.warning("use case %s: %s", notice.use_case, notice.text)
-    add_notices(files, notices, now=now, retention=ledger_retention)
-    files.manifest = manifest
-    if writes:
-        files.write_slots(writes)
-    elif manifest != files.manifest_on_disk:
-        files.write_manifest(manifest)
-    # Last: the manifest already says these use cases are gone, so a crash before the unlink
-    # leaves a file the next load recognises as wiped.
-    files.unlink(stale)
-    for slot in files.slots.values():
-        slot.stale = False
+    return Change(
+        documents,
+        ledger=with_notices(state, notices, now=now, retention=ledger_retention),
+        manifest=manifest,
+        stopped=stopped,
+        removed=tuple(stale),
+    )
 
 
-def _carried_over(
-    files: StateFiles, manifest: ManifestDoc, now: float, rng: RandomSource
-) -> tuple[list[tuple[Slot, UseCaseDoc]], list[LedgerNotice]]:
-    """The use cases of the registry whose state must change, the new state, and the notices."""
-    writes: list[tuple[Slot, UseCaseDoc]] = []
+def _changes(
+    state: DeviceState, manifest: ManifestDoc, now: float, rng: RandomSource
+) -> tuple[dict[str, UseCaseDoc], dict[str, str], list[LedgerNotice]]:
+    """The use cases of the registry whose state must change, the new state, those that stop
+    and why, and the notices."""
+    documents: dict[str, UseCaseDoc] = {}
+    stopped: dict[str, str] = {}
     notices: list[LedgerNotice] = []
-    for name, slot in files.slots.items():
+    for name, slot in state.slots.items():
         entry = manifest.entries.get(name)
         if slot.broken:
             continue
@@ -88,25 +94,22 @@ def _carried_over(
         elif entry is not None and entry.removed:
             carried = _readded(slot, entry, now, rng)
         else:
-            carried = None
-        if carried is not None:
-            writes.append((slot, carried[0]))
+            continue
+        if isinstance(carried, str):
+            stopped[name] = carried
+        elif carried is not None:
+            documents[name] = carried[0]
             notices.append(LedgerNotice(now, name, carried[1]))
-    return writes, notices
+    return documents, stopped, notices
 
 
-def _changed(slot: Slot, doc: UseCaseDoc, now: float, rng: RandomSource) -> tuple[UseCaseDoc, str] | None:
-    """The state carried over to the slot's definition, and the ledger's notice; None if unchanged."""
+def _changed(slot: Slot, doc: UseCaseDoc, now: float, rng: RandomSource) -> tuple[UseCaseDoc, str] | str | None:
+    """The state carried over to the slot's definition, and the ledger's notice; None if
+    unchanged; why it stops if its new memos cannot be paid for."""
     uc = slot.use_case
     if doc.definition == uc.definition:
         return None
     same_mechanism = doc.fingerprint == fingerprint(uc)
-    if doc.definition is None and same_mechanism and doc.period in (None, uc.period.value):
-        # A file of the previous release, which recorded no definition, under the same mechanism
-        # and period: the same use case as far as anything can tell. Adopted as it is; the
-        # definition is recorded with the next write.
-        doc.definition, doc.period = uc.definition, uc.period.value
-        return None
     old = "an earlier definition" if doc.definition is None else f"{uc.name}@{doc.definition.hex()[:8]}"
     new = copy.deepcopy(doc)
     budget = budget_of(uc, doc).at(day_of(now))
@@ -120,11 +123,12 @@ def _changed(slot: Slot, doc: UseCaseDoc, now: float, rng: RandomSource) -> tupl
             # reported under its own, and was never charged.
             discarded += len(pending.records)
             continue
-        budget, n, _, left_out = stage(
-            uc, new, budget, period, pending.records, definition=definition, cost=pending.cost, now=now, rng=rng
-        )
-        staged += n
-        new.unsent_records += left_out + pending.offered - len(pending.records)
+        charged = stage(uc, budget, period, pending.records, definition=definition, cost=pending.cost, now=now, rng=rng)
+        budget = charged.budget
+        if charged.entry is not None:
+            new.outbox.append(charged.entry)
+            staged += charged.entry.records
+        new.unsent_records += charged.left_out + pending.offered - len(pending.records)
     if staged:
         said.append(f"{staged} records of open periods staged under the old definition")
     if doc.period is not None and doc.period != uc.period.value:
@@ -139,10 +143,10 @@ def _changed(slot: Slot, doc: UseCaseDoc, now: float, rng: RandomSource) -> tupl
         new.unsent_records += discarded
         said.append(f"{discarded} values of open periods discarded (never charged)")
     if not same_mechanism:
-        charged = _new_memos(slot, new, budget, said)
-        if charged is None:
-            return None
-        budget = charged
+        charged_memos = _new_memos(slot, new, budget, said)
+        if isinstance(charged_memos, str):
+            return charged_memos
+        budget = charged_memos
     new.fingerprint, new.definition, new.period = fingerprint(uc), uc.definition, uc.period.value
     new.budget = budget.to_plain()
     said.append(f"ε spent {budget.epsilon_total:.4g} of {budget.epsilon_cap:.4g}")
@@ -158,9 +162,9 @@ def _memo_phrase(memos: int, charge: float) -> str:
     return f"{memos} new memos, each charged ε {charge:.4g} (ε {memos * charge:.4g} in all)"
 
 
-def _new_memos(slot: Slot, new: UseCaseDoc, budget: Budget, said: list[str]) -> Budget | None:
-    """Start the memos of changed parameters anew, one charge per memo redrawn; None (the slot
-    stopped) if the lifetime cap cannot pay for them all.
+def _new_memos(slot: Slot, new: UseCaseDoc, budget: Budget, said: list[str]) -> Budget | str:
+    """Start the memos of changed parameters anew in ``new`` (the change's copy), one charge per
+    memo redrawn; why the use case stops if the lifetime cap cannot pay for them all.
 
     Every memo the state holds (one per counter key for 1BitMean and dBitFlipPM, one per value
     for RAPPOR) answered about its own value, so each new one drawn for that value adds its
@@ -175,12 +179,11 @@ def _new_memos(slot: Slot, new: UseCaseDoc, budget: Budget, said: list[str]) -> 
     memos = memos_held(new.permanent)
     charge = memo_charge(uc)
     if not budget.fits(0, memos * charge):
-        slot.broken = (
+        return (
             f"the registry changed this use case's parameters under {memos} memos: "
             f"{_memo_phrase(memos, charge)} would cost more than the ε {budget.remaining().epsilon:.4g} its "
             "lifetime cap leaves; it stops (its memos are never redrawn for free)"
         )
-        return None
     new.permanent = {}
     new.memo_generation += 1
     said.append(
@@ -197,9 +200,10 @@ def _memo_unit(slot: Slot) -> str:
     return "one per distinct value" if slot.kind is Privatization.STRING else "one per counter key"
 
 
-def _readded(slot: Slot, entry: ManifestEntry, now: float, rng: RandomSource) -> tuple[UseCaseDoc, str] | None:
+def _readded(slot: Slot, entry: ManifestEntry, now: float, rng: RandomSource) -> tuple[UseCaseDoc, str] | str:
     """A use case the registry had removed and has again: a fresh state that goes on from the
-    ε spent the manifest kept (one new memo charged per memo the old state had drawn)."""
+    ε spent the manifest kept (one new memo charged per memo the old state had drawn), and the
+    ledger's notice; or why it stops, if its lifetime cap cannot pay for those memos."""
     uc = slot.use_case
     budget = budget_of(uc, UseCaseDoc(fingerprint=b"", hash_key=b"", budget=dict(entry.budget or {})))
     budget = budget.at(day_of(now))
@@ -212,12 +216,11 @@ def _readded(slot: Slot, entry: ManifestEntry, now: float, rng: RandomSource) ->
     if memos and slot.kind is not Privatization.EVENT:
         charge = memo_charge(uc)
         if not budget.fits(0, memos * charge):
-            slot.broken = (
+            return (
                 f"added back to the registry, but {_memo_phrase(memos, charge)} for the {memos} memo"
                 f"{'' if memos == 1 else 's'} its old state had drawn would cost more than the ε "
                 f"{budget.remaining().epsilon:.4g} its lifetime cap leaves; it stops"
             )
-            return None
         budget = budget.spend(0, memos * charge)
         doc.memo_generation = 1
         said += (
@@ -228,13 +231,13 @@ def _readded(slot: Slot, entry: ManifestEntry, now: float, rng: RandomSource) ->
     return doc, f"{said}; ε spent {budget.epsilon_total:.4g} of {budget.epsilon_cap:.4g} (never reset)"
 
 
-def _tombstone(files: StateFiles, name: str, entry: ManifestEntry) -> tuple[ManifestEntry, str]:
+def _tombstone(files: StateFiles, state: DeviceState, name: str, entry: ManifestEntry) -> tuple[ManifestEntry, str]:
     """What the manifest keeps of a use case the registry removed, and the ledger's notice."""
     doc = files.read_use_case_doc(name)
     if doc is None:
         # Nothing readable to go by: keep the manifest's figure, and assume a memo was drawn (as
         # many as the ledger's reports show, at least one).
-        memos = max(1, files.memos_recorded(name))
+        memos = max(1, memos_recorded(files, state, name))
         tomb = ManifestEntry(entry.generation, entry.epsilon_total, removed=True, budget=None, memo=True, memos=memos)
         return (
             tomb,

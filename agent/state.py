@@ -128,6 +128,9 @@ class OutboxEntry:
         sent_at: wall-clock time of the last send the broker acknowledged (0: never sent);
             with receipts the report waits for its receipt from then on.
         attempts: sends the broker acknowledged so far.
+        sent_records: the records the report was made of, in wire form, while the process that
+            staged it holds it (None in an entry read from its file: they are in ``payload``,
+            and are not sealed twice). The ledger's entry is made of them (agent.outbox).
     """
 
     report_id: bytes
@@ -141,9 +144,11 @@ class OutboxEntry:
     epsilon_total: float
     sent_at: float = 0.0
     attempts: int = 0
+    sent_records: tuple[Plain, ...] | None = field(default=None, compare=False, repr=False)
 
     def __deepcopy__(self, memo: dict[int, Any]) -> OutboxEntry:
-        return OutboxEntry(**self.__dict__)  # every field is an immutable scalar
+        # Every field is an immutable scalar, or records that are never changed once privatized.
+        return OutboxEntry(**self.__dict__)
 
     def to_plain(self) -> PlainDoc:
         """Plain data."""
@@ -584,7 +589,7 @@ class AgentDoc:
         )
 
 
-@dataclass
+@dataclass(frozen=True)
 class ConsentDoc:
     """The user's opt-in (sealed as ``consent``).
 

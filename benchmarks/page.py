@@ -86,7 +86,8 @@ def render(sections: Sequence[Mapping[str, Any]], runs: Mapping[str, Mapping[str
     out = [_HEAD]
     for section in sections:
         cited = ", ".join(f"`{path}`" for path in section["cited_by"])
-        out.extend([f"## {section['title']}", "", f"Cited by {cited}. {section['why']}", ""])
+        said = f"Cited by {cited}. {section['why']}" if cited else section["why"]
+        out.extend([f"## {section['title']}", "", said, ""])
         for m in section["measurements"]:
             out.extend(_measurement(m, runs))
     return "\n".join(out).rstrip("\n") + "\n"

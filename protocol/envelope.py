@@ -24,6 +24,7 @@ __all__ = [
     "Report",
     "encode_report",
     "largest_report_size",
+    "report_records",
 ]
 
 FORMAT_VERSION: Final = 2
@@ -120,6 +121,22 @@ def encode_report(report: Report) -> bytes:
         use_bin_type=True,
     )
     return out
+
+
+def report_records(payload: bytes) -> list[Any]:
+    """The records of a report :func:`encode_report` made, read back from its bytes.
+
+    For bytes a device encoded itself and kept (its outbox, whose ledger lists what each
+    report carried), not for bytes received: those are decoded strictly, against the use
+    case, by :func:`protocol.wire.decode_report`.
+
+    Raises:
+        ValueError: ``payload`` is not a report's envelope.
+    """
+    body = msgpack.unpackb(payload, raw=False)
+    if not isinstance(body, dict) or not isinstance(body.get(K_RECORDS), list):
+        raise ValueError("not the bytes of an encoded report")
+    return list(body[K_RECORDS])
 
 
 def largest_report_size(*, use_case: str, max_period: int, daily_limit: int, max_record_bytes: int) -> int:

@@ -432,11 +432,8 @@ class Session:
         return Connected(connack.session_present, connack.server_keep_alive, connack.receive_maximum)
 
     def _parse(self) -> Event | None:  # noqa: PLR0912, PLR0915  the receive hot loop, inlined for speed (bench_collector)
-        """Handle complete packets up to the first event; the event, or None at the tail.
-
-        Runs once per message read: one loop, its state in locals (docs/mqtt-client.md
-        measures it per packet); only the rarer packets leave it for a method.
-        """
+        """Handle complete packets up to the first event; the event, or None at the tail. One loop,
+        its state in locals (docs/mqtt-client.md measures it); rarer packets leave it for a method."""
         buf, pos, out, prefix, cap = self._buf, self._pos, self._deliveries, self._prefix, self.receive_maximum
         n, key, max_packet, unacked = len(buf), self._key << 16, self.max_packet_bytes, self._in_flight
         max_qos, v5, pubacks = self._max_read_qos, self.version == 5, self._reads_pubacks
@@ -493,10 +490,7 @@ class Session:
                 elif qos == 0 and max_qos >= 0:
                     token = key
                 else:
-                    raise MqttProtocolError(
-                        f"PUBLISH with QoS {qos} to a {self.our_role.value} reading QoS {max_qos} at most",
-                        reason=PROTOCOL_ERROR,
-                    )
+                    raise _qos_refused(qos, self.our_role.value, max_qos)
                 reply_to = correlation = None
                 if v5:
                     if i >= end:
@@ -513,9 +507,8 @@ class Session:
         finally:
             # What was parsed before an error stays to be taken (module docstring).
             self._pos = pos
-            if received:
-                self._received += received
-                self._in_flight += qos1
+            self._received += received
+            self._in_flight += qos1
         return event
 
     def _control(self, kind: int, buf: bytes, start: int, end: int) -> Event | None:
@@ -603,6 +596,10 @@ def _no_packet_id(i: int, end: int) -> MqttProtocolError:
     if i + 2 > end:
         return MqttProtocolError("PUBLISH ends inside its topic or packet id")
     return MqttProtocolError("QoS 1 PUBLISH with packet id 0", reason=PROTOCOL_ERROR)
+
+
+def _qos_refused(qos: int, role: str, max_qos: int) -> MqttProtocolError:
+    return MqttProtocolError(f"PUBLISH with QoS {qos} to a {role} reading QoS {max_qos} at most", reason=PROTOCOL_ERROR)
 
 
 def _unexpected_ack(pid: int) -> MqttProtocolError:

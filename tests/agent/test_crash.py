@@ -111,6 +111,11 @@ class _Collector:
         with self.lock:
             self.payloads.append(bytes(msg.payload))
 
+    def received(self) -> int:
+        """How many reports the broker has delivered so far."""
+        with self.lock:
+            return len(self.payloads)
+
     def close(self) -> None:
         self.client.loop_stop()
         self.client.disconnect()
@@ -208,8 +213,16 @@ def test_kill_9_at_random_moments(tmp_path: Path, mosquitto: Broker) -> None:
     try:
         while observer.cycles < TARGET_CYCLES or kills < TARGET_KILLS:
             before = observer.cycles
+            # The first round also waits for a report to reach the broker, while every use case
+            # can still send: the kills come at random moments, and a run of them could all come
+            # before the publisher has sent anything.
+            first = kills == 0
             proc = subprocess.Popen([*cmd, "run"], env=env, cwd=ROOT, stdout=log, stderr=log)
-            run_until(proc, lambda: observer.cycles > before, f"round {kills + 1}")  # noqa: B023
+            run_until(
+                proc,
+                lambda: observer.cycles > before and (not first or collector.received() > 0),  # noqa: B023
+                f"round {kills + 1}",
+            )
             # A random moment a little later: mid-cycle, mid-publish, mid-write.
             moment = time.monotonic() + chooser.uniform(0.0, 1.0)
             run_until(proc, lambda: time.monotonic() >= moment, f"round {kills + 1}")  # noqa: B023

@@ -260,7 +260,7 @@ def test_re_enrolment_replaces_an_unreadable_ledger_so_publishing_resumes(
     broken.re_enrol()
     again = make_agent()
     assert again.status().ledger == "ok", again.status().ledger
-    assert any("started anew by re-enrolment" in n.text for n in again._files.ledger.notices)  # type: ignore[union-attr]
+    assert any("started anew by re-enrolment" in n.text for n in again.notices())
     for name, spent in _spent(again).items():
         assert spent >= before[name] - 1e-9, name
 

@@ -16,11 +16,6 @@ from tests.benchmarks.support import covers, report, run_main
 ROOT = Path(__file__).resolve().parents[2]
 PRODUCT = ("protocol", "runtime", "agent", "collector", "fleet")
 
-# TODO(issue 35): the MQTT core is being rewritten in these modules; once it lands their
-# comments cite docs/benchmarks.md, "MQTT: figures still held by code comments (issue 35)",
-# and they leave this list (and that section moves to the sections it explains).
-PENDING = ("agent/mqtt.py", "collector/mqtt/transport.py", "fleet/scale_publisher.py")
-
 MEASUREMENT = re.compile(r"median|measured|load average|instead of", re.IGNORECASE)
 """The words that give a comment away as a lab notebook."""
 FIGURE = re.compile(r"\d[\d.,]*\s?(?:µs|us|ms|s)\b")
@@ -51,8 +46,6 @@ def test_no_product_module_quotes_a_measurement() -> None:
     for package in PRODUCT:
         for path in sorted((ROOT / package).rglob("*.py")):
             name = path.relative_to(ROOT).as_posix()
-            if name in PENDING:
-                continue
             found += [f"{name}:{n}" for n in measurements_quoted(path.read_text(encoding="utf-8"))]
     assert not found, "move these figures to docs/benchmarks.md and cite it:\n  " + "\n  ".join(found)
 
@@ -79,8 +72,6 @@ def test_the_code_cites_each_section_and_only_sections_there_are() -> None:
     titles = {s["title"] for s in sections}
     for section in sections:
         for name in section["cited_by"]:
-            if name in PENDING:
-                continue
             cited = CITATION.findall(_flat((ROOT / name).read_text(encoding="utf-8")))
             assert section["title"] in cited, f"{name} does not cite docs/benchmarks.md, {section['title']!r}"
     for package in (*PRODUCT, "benchmarks", "tests"):

@@ -36,7 +36,7 @@ VALUES = {"flag": 1, "seconds": 600, "hist": 300.0, "procs": "bash", "words": "h
 # Run by the previous release: one agent records yesterday's values, collects now and publishes
 # them with commit receipts until the collector has answered every one (or the guard ends).
 _OLD_AGENT = """
-import asyncio, json, sys, time
+import asyncio, faulthandler, json, sys, time
 from pathlib import Path
 from agent.config import BrokerConfig
 from agent.core import Agent
@@ -49,6 +49,9 @@ from runtime.backoff import Backoff
 
 registry_path, state, port, guard = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4])
 values = json.loads(sys.argv[5])
+# Past the guard and its margin, the stacks of every thread go to stderr and the process ends,
+# so a hang is reported with where it hung.
+faulthandler.dump_traceback_later(guard + 30.0, exit=True)
 
 class Clock:
     offset = -86_400.0
@@ -201,8 +204,13 @@ async def test_agents_of_both_releases_report_to_one_collector_and_are_all_count
         for t in tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await t
-        out, err = await asyncio.to_thread(old.communicate, timeout=SETTLE_SECONDS + 60)
-        assert old.returncode == 0, err[-3000:]
+        try:
+            out, err = await asyncio.to_thread(old.communicate, timeout=SETTLE_SECONDS + 60)
+        except subprocess.TimeoutExpired:
+            old.kill()
+            out, err = await asyncio.to_thread(old.communicate)
+        log_tail = collector.log.read_text(encoding="utf-8", errors="replace")[-3000:]
+        assert old.returncode == 0, f"the old agent's stderr:\n{err[-5000:]}\nthe collector's log:\n{log_tail}"
         previous = json.loads(out.strip().splitlines()[-1])
     finally:
         assert await asyncio.to_thread(collector.stop) == 0

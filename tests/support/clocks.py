@@ -40,5 +40,9 @@ class AcceleratedClock:
         await asyncio.sleep(max(0.0, seconds) / self.rate)
 
     async def sleep_until(self, when: float) -> None:
+        # The loop gets a turn even when ``when`` has passed: at a high rate a collection cycle
+        # can outlast the slot it schedules next, and a daemon whose cycles never await anything
+        # would starve its other tasks (the publisher, the API) for as long as it runs.
+        await asyncio.sleep(0)
         while (remaining := when - self.time()) > 0:
             await asyncio.sleep(remaining / self.rate)
