@@ -350,6 +350,21 @@ function releaseRule(est) {
   return line;
 }
 
+// How much of the period's reports the fitted entries leave unexplained (RAPPOR's candidates:
+// collector/results.py FitFigures, docs/estimation.md "RAPPOR: what the candidates do not
+// explain"); the same figures as the CLI's line (collector/rendering.py fit_text).
+function fitLine(fit) {
+  let share = fit.unexplained_share === null ? "unknown" : `${fmt(100 * fit.unexplained_share, 2)} %`;
+  if (fit.unexplained_share !== null && fit.unexplained_share_standard_error !== null)
+    share += ` ± ${fmt(100 * fit.unexplained_share_standard_error, 2)} %`;
+  let text = `unexplained: ${share} of the reports, by the ${fmt(fit.fitted)} fitted entries`;
+  if (fit.dispersion !== undefined && fit.dispersion !== null) text += ` · dispersion ${fmt(fit.dispersion, 3)}`;
+  if (fit.widened) text += ` · ${fmt(fit.widened)} standard errors widened by the residuals`;
+  const line = el("div", {class: "sub fit", title: fit.standard_errors || "",
+                          "data-unexplained-share": fit.unexplained_share === null ? "" : String(fit.unexplained_share)}, text);
+  return line;
+}
+
 // Rows shown before "show all" (?rows=N changes it).
 const ROW_LIMIT = Math.max(1, parseInt(new URLSearchParams(location.search).get("rows"), 10) || 50);
 
@@ -509,6 +524,7 @@ async function renderPeriod(body, select, base, period, series, latest) {
     body.append(el("div", {class: "sub"}, `${what}` + (e.withheld ? ` · ${fmt(e.withheld)} withheld (below the release threshold, or not significantly above it)` : "") +
                                          correctionText(e)));
     body.append(stringsTable(e, est.confidence));
+    if (e.fit !== undefined) body.append(fitLine(e.fit));
     if (e.withheld_items && e.withheld_items.length) body.append(withheldList(e.withheld_items));
   }
   return true;

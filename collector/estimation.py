@@ -53,7 +53,7 @@ from collector.amplification import BOUND, bound_reports, central_epsilon, defau
 from collector.config import CollectorConfig
 from collector.decoding.consistency import project_simplex as _project
 from collector.decoding.discovery_settings import SFP_MAX_WORDS, discovery_top_t
-from collector.decoding.rappor import RapporDecoder
+from collector.decoding.rappor import RESIDUAL_STANDARD_ERRORS, RapporDecoder
 from collector.decoding.release import DEFAULT_ALPHA, NEAR_CUTOFF, Release, ReleaseRule, release
 from collector.decoding.sketches import NOT_PRODUCIBLE, producible
 from collector.definitions import catalog_of_config
@@ -63,6 +63,7 @@ from collector.results import (
     CountFigure,
     EstimateForm,
     EstimateResult,
+    FitFigures,
     FrequencyEntry,
     HistogramBucket,
     HistogramEstimate,
@@ -502,11 +503,20 @@ def _candidates(
     )
     decoding = decoder.decode_bits(server, bits, list(words))
     detail = release(decoding.candidates, decoding.counts, decoding.standard_errors, n=decoding.n, rule=rule)
+    share = decoding.unexplained_share
     return struct_replace(
         _frequencies(detail, withheld=withheld),
         selected=int(decoding.selected.sum()),
         unexplained=CountFigure(
             value=finite(decoding.unexplained.value), standard_error=finite(decoding.unexplained.standard_error)
+        ),
+        fit=FitFigures(
+            unexplained_share=finite(share.value),
+            unexplained_share_standard_error=finite(share.standard_error),
+            fitted=int(decoding.selected.sum()),
+            dispersion=finite(decoding.dispersion),
+            widened=int(decoding.widened.sum()),
+            standard_errors=RESIDUAL_STANDARD_ERRORS,
         ),
     )
 

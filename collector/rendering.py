@@ -12,6 +12,7 @@ from collector.results import (
     CollectorStatus,
     DefinitionStatus,
     EstimateResult,
+    FitFigures,
     FrequencyEntry,
     HistogramEstimate,
     ReleaseDecision,
@@ -19,7 +20,7 @@ from collector.results import (
 )
 from collector.transport import BrokerStatistics
 
-__all__ = ["format_estimate", "format_status"]
+__all__ = ["fit_text", "format_estimate", "format_status"]
 
 
 def _fmt(x: float | None) -> str:
@@ -96,6 +97,8 @@ def _release_lines(est: ReleaseDecision) -> list[str]:
         lines.append(f"  ({_fmt(est.withheld)} entries withheld: below the threshold {threshold} or not significant)")
     if est.correction and est.alpha is not None:
         lines.append(f"  ({est.tested} entries tested; {_correction_text(est.correction, est.alpha)})")
+    if est.fit is not None:
+        lines.append(f"  ({fit_text(est.fit)})")
     if est.withheld_items is not None:
         lines.append(f"  withheld (not released): {len(est.withheld_items)}")
         lines.append(
@@ -103,6 +106,21 @@ def _release_lines(est: ReleaseDecision) -> list[str]:
         )
         lines.extend(f"{_entry_line(item)}  {item.withheld_reason}" for item in est.withheld_items)
     return lines
+
+
+def fit_text(fit: FitFigures) -> str:
+    """How much of the reports the fitted entries leave unexplained, in words (docs/estimation.md,
+    "RAPPOR: what the candidates do not explain")."""
+    share = "unknown" if fit.unexplained_share is None else format_number(100 * fit.unexplained_share, 2) + " %"
+    spread = fit.unexplained_share_standard_error
+    if spread is not None and fit.unexplained_share is not None:
+        share += f" ± {format_number(100 * spread, 2)} %"
+    text = f"unexplained: {share} of the reports, by the {_fmt(fit.fitted)} fitted entries"
+    if fit.dispersion is not None:
+        text += f"; dispersion {format_number(fit.dispersion, 3)}"
+    if fit.widened:
+        text += f"; {_fmt(fit.widened)} standard errors widened by the residuals"
+    return text
 
 
 def _correction_text(correction: str, alpha: float) -> str:

@@ -35,6 +35,7 @@ __all__ = [
     "DefinitionStatus",
     "EstimateForm",
     "EstimateResult",
+    "FitFigures",
     "FrequencyEntry",
     "Health",
     "HistogramBucket",
@@ -156,6 +157,32 @@ class FrequencyEntry(_Value, frozen=True, omit_defaults=True):
     near_cutoff: bool = False
 
 
+class FitFigures(_Value, frozen=True, omit_defaults=True):
+    """How much of a period's reports the entries fitted to them explain: the goodness of fit of
+    a frequency estimate that fits its entries jointly to the aggregate (RAPPOR regresses its
+    Bloom bits on the candidates, 004 §4; any decoder that fits a model can carry the same
+    figures). docs/estimation.md, "RAPPOR: what the candidates do not explain".
+
+    Attributes:
+        unexplained_share: the share of the period's reports the fitted entries do not explain
+            (reports of values outside the list, and of listed values too rare to be fitted;
+            the bits cannot tell the two apart), with ``unexplained_share_standard_error``.
+        fitted: how many entries the model holds.
+        dispersion: Pearson χ² per degree of freedom of the fit: 1 when what the fitted entries
+            leave behaves like the mechanism's own noise, more when it does not.
+        widened: how many entries' standard errors are the variance the residuals show at
+            their own bits, larger than the model's.
+        standard_errors: what the entries' standard errors are, in words.
+    """
+
+    unexplained_share: Number
+    unexplained_share_standard_error: Number
+    fitted: int
+    dispersion: Number = None
+    widened: int = 0
+    standard_errors: str | None = None
+
+
 class ReleaseDecision(_Value, frozen=True, omit_defaults=True, tag="frequencies", tag_field="form"):
     """The release rule applied to every entry of a frequency output.
 
@@ -172,6 +199,8 @@ class ReleaseDecision(_Value, frozen=True, omit_defaults=True, tag="frequencies"
             alphabet the words were assembled with.
         selected, unexplained: set for RAPPOR candidates: how many candidates the Lasso
             selected, and the count the candidates do not explain.
+        fit: set where the entries are fitted jointly (RAPPOR): the share of the reports the
+            fit does not explain and what the standard errors are (:class:`FitFigures`).
         note: why there is nothing to test (no candidate dictionary).
         interval: what the released entries' ``ci`` means (``"95 % interval conditional on
             release"``).
@@ -194,6 +223,7 @@ class ReleaseDecision(_Value, frozen=True, omit_defaults=True, tag="frequencies"
     note: str | None = None
     interval: str | None = None
     near_cutoff: str | None = None
+    fit: FitFigures | None = None
 
 
 class CentralGuarantee(_Value, frozen=True, omit_defaults=True):

@@ -1,8 +1,11 @@
 """Decoding that turns aggregates into released estimates, with uncertainty on every number.
 
 * :mod:`collector.decoding.rappor`: RAPPOR against candidate strings (004 §4: Lasso
-  selection, least squares, p-values, Bonferroni or Benjamini-Hochberg) and the basic
-  variants decoded directly.
+  selection, least squares, p-values, Bonferroni or Benjamini-Hochberg), with the standard
+  errors the residuals show at each candidate's bits
+  (:mod:`collector.decoding.residual_variance`) and the share of the reports the fit leaves
+  unexplained; the basic variants decoded directly and candidate files
+  (:mod:`collector.decoding.rappor_categories`).
 * :mod:`collector.decoding.sketches`: CMS/HCMS dictionary queries with a release threshold
   and the top-N list (003 Alg. 4), and SFP word discovery (003 Alg. 10) with tests.
 * :mod:`collector.decoding.consistency`: histograms and frequency vectors made

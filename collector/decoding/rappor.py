@@ -59,26 +59,31 @@ partly for their positive noise, and what they over-claim is missing from it.
    is done twice: first with the variances at ``μ = 0`` (weights that depend on ``N_j``
    only, so they are independent of the noise), then with the variances at the first
    fit's ``μ`` (one step of iteratively reweighted least squares; McCullagh and Nelder,
-   *Generalized Linear Models*, 1989, ch. 9). Standard errors are
-   ``sqrt(φ diag((X'WX)^-1))`` with ``φ = max(1, Pearson χ² / dof)``: the variance model is
-   exact for the randomized response, so ``φ > 1`` measures what the model misses (strings
-   outside the candidates, unequal hash loads) and widens the intervals accordingly.
+   *Generalized Linear Models*, 1989, ch. 9). The model's variance is ``diag((X'WX)^-1)``:
+   the variance model is exact for the randomized response, so the dispersion
+   ``φ = max(1, Pearson χ² / dof)`` measures what the model misses on average (strings outside
+   the candidates, unequal hash loads), and is reported. What it misses is not spread evenly:
+   an unfitted string's reports sit on its own bits. So the standard error is the larger of
+   the model's variance and the one the residuals at the candidate's own bits show
+   (``residual_variance``; :mod:`collector.decoding.residual_variance`, docs/estimation.md
+   "RAPPOR: what the candidates do not explain"); without them, the model's times ``φ``.
 3. *Tests* (004 §4: "Compare p-values to a Bonferroni corrected level of α/M ... or the
    Benjamini-Hochberg procedure"): every candidate gets a one-sided p-value for
    ``C_c > 0``, all ``M`` of them enter the correction (:mod:`collector.decoding.stats`).
    For a selected candidate the Wald ``z = Ĉ / SE``; for one the Lasso left out, the score
-   (Lagrange multiplier) statistic ``z = A_c' W r / (s_c sqrt φ)`` at the fitted model, with
-   ``r`` the residual, and the one-step estimate ``A_c' W r / s_c²``. (``s_c`` ignores the
-   small overlap with the selected columns, which makes that ``z`` conservative.) A left-out
-   candidate that passes the correction is added to the model and the fit repeated, so
-   every released string has a least-squares estimate.
+   (Lagrange multiplier) statistic ``z = A_c' W r / sqrt(V)`` at the fitted model, with
+   ``r`` the residual, ``V`` the larger of ``s_c²`` and the residuals' variance of the score
+   (``φ s_c²`` without them), and the one-step estimate ``A_c' W r / s_c²``. (``s_c`` ignores the small overlap
+   with the selected columns, which makes that ``z`` conservative.) A left-out candidate
+   that passes the correction is added to the model and the fit repeated, so every
+   released string has a least-squares estimate.
 
 **Selection, then fit** (docs/estimation.md, "RAPPOR: selection, then fit"). Steps 1 and 2
 on the same bits carry the noise that made a candidate enter the model into its least-squares
 estimate. A report's cohort is drawn independently of its value (004 §4), so the cohorts
 with reports split into two alternating halves that are independent samples of the same
 population. By default (``cross_fit``) the decoder runs step 1 on one half and steps 2-3 on
-the other, both ways, and pools the two fits by inverse variance: each half's estimate is
+the other, both ways, and pools the two fits by inverse (model) variance: each half's estimate is
 fitted on bits its own selection never saw, and the pooled SE is the full data's (each half's
 is about ``√2`` times it). A candidate the pooled test finds joins both halves' models and
 the fits are repeated, as in step 3. With fewer than four cohorts holding reports it selects
@@ -93,7 +98,8 @@ nominal level.
 
 **The basic variants** (004 §2.1) need no regression: category ``i`` has count ``Σ_j t_ij``
 (:meth:`RapporAggregate.estimate_categories`, 004 Appendix ``T̂_i = (C_i - pN)/(q - p)``),
-tested the same way; :func:`decode_categories`. The one-time variants use the same
+tested the same way; :func:`decode_categories` (in :mod:`collector.decoding.rappor_categories`,
+re-exported here with :func:`load_candidates`). The one-time variants use the same
 decoder: only ``q*`` and ``p*`` change (they are ``B'``'s probabilities), which
 :meth:`Rappor.coordinate_probabilities` already accounts for.
 """
@@ -103,22 +109,22 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 import numpy.typing as npt
 
-from collector.decoding.consistency import ConsistentEstimate, make_consistent
 from collector.decoding.lasso import Design, lasso, weights_from, wls
 from collector.decoding.plain import ValueEstimate
-from collector.decoding.release import Release, ReleaseRule, release
+from collector.decoding.rappor_categories import CategoryDecoding, decode_categories, load_candidates
+from collector.decoding.residual_variance import residual_scale, robust_score_variances, sandwich_variances
 from collector.decoding.stats import check_level, normal_quantile, normal_sf, reject, z_interval
 from protocol.interfaces import EstimateKind
 from protocol.server.contract import CandidateServer
-from protocol.server.estimate import BitEstimates, Estimate, VectorEstimate
+from protocol.server.estimate import BitEstimates, Estimate
 from protocol.server.rappor import RapporAggregate, RapporServer
 
 __all__ = [
+    "RESIDUAL_STANDARD_ERRORS",
     "CategoryDecoding",
     "DecodedString",
     "RapporDecoder",
@@ -131,31 +137,14 @@ Array = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
 BoolArray = npt.NDArray[np.bool_]
 
+RESIDUAL_STANDARD_ERRORS = (
+    "the larger of the randomized response's own variance (least squares) and the variance the "
+    "residuals show at the candidate's own bits"
+)
+"""What a decoded candidate's standard error is (``residual_variance``; docs/estimation.md)."""
+
 _REFIT_ROUNDS = 3
 """How often left-out candidates that pass the test are added back before giving up."""
-
-
-def load_candidates(path: str | Path) -> list[str]:
-    """Candidate strings from a UTF-8 text file, one per line.
-
-    Blank lines are skipped and a trailing newline (``\\n`` or ``\\r\\n``) is not part of a
-    candidate; other whitespace is kept (a candidate may contain spaces).
-
-    Raises:
-        ValueError: if a candidate occurs twice (naming it and its lines).
-    """
-    seen: dict[str, int] = {}
-    out: list[str] = []
-    with open(path, encoding="utf-8", newline="") as fh:
-        for number, line in enumerate(fh, start=1):
-            value = line.rstrip("\r\n") if line.endswith("\n") else line
-            if not value:
-                continue
-            if value in seen:
-                raise ValueError(f"{path}: candidate {value!r} on line {number} repeats line {seen[value]}")
-            seen[value] = number
-            out.append(value)
-    return out
 
 
 class DecodedString(ValueEstimate):
@@ -181,6 +170,8 @@ class RapporDecoding:
         selection_z: the Lasso penalty ``λ`` (standard-normal units).
         dispersion: ``φ`` (Pearson χ² per degree of freedom of the final fit, at least 1).
         lasso_selected: how many candidates the Lasso kept (before any added back).
+        widened: the candidates whose standard error is the residuals' variance at their own
+            bits, larger than the model's (:mod:`collector.decoding.residual_variance`).
     """
 
     candidates: tuple[str | bytes, ...]
@@ -198,10 +189,18 @@ class RapporDecoding:
     selection_z: float
     dispersion: float
     lasso_selected: int
+    widened: BoolArray
     _z_crit: float = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "_z_crit", z_interval(self.confidence))
+
+    @property
+    def unexplained_share(self) -> Estimate:
+        """The share of the reports the fitted candidates do not explain (``unexplained / n``),
+        with its standard error (docs/estimation.md, "RAPPOR: what the candidates do not explain")."""
+        n = max(self.n, 1)
+        return Estimate(self.unexplained.value / n, self.unexplained.standard_error / n, self.n)
 
     @property
     def lows(self) -> Array:
@@ -233,70 +232,6 @@ class RapporDecoding:
         idx = np.flatnonzero(self.detected)
         idx = idx[np.argsort(-self.counts[idx], kind="stable")]
         return [self.entry(int(i)) for i in idx]
-
-
-@dataclass(frozen=True, eq=False)
-class CategoryDecoding:
-    """Direct decoding of the basic variants: a count per category.
-
-    Attributes:
-        categories: the category strings (bit ``i`` is category ``i``).
-        estimate: counts with standard errors (``Σ_j t_ij``).
-        z: test statistics ``(count - max(T, 0)) / SE``; ``p_values``: their one-sided p-values.
-        detected: released by the rule (threshold and corrected test).
-        consistent: the counts projected to be non-negative and sum to ``n``, when asked for.
-        detail: every category with the rule's verdict (:mod:`collector.decoding.release`).
-    """
-
-    categories: tuple[str, ...]
-    estimate: VectorEstimate
-    z: Array
-    p_values: Array
-    detected: BoolArray
-    control: str
-    alpha: float
-    consistent: ConsistentEstimate | None
-    detail: Release
-
-
-def decode_categories(
-    aggregate: RapporAggregate,
-    *,
-    alpha: float = 0.05,
-    control: str = "bonferroni",
-    consistent: bool = False,
-    rule: ReleaseRule | None = None,
-) -> CategoryDecoding:
-    """Decode basic (one-time) RAPPOR directly: category counts, the release rule, optional consistency.
-
-    Args:
-        aggregate: the reports.
-        alpha: level of the test of ``count > 0`` when no ``rule`` is given.
-        control: its correction.
-        consistent: also project the counts onto non-negative values summing to ``n``.
-        rule: the use case's release rule (threshold, test, ``min_reports``); it overrides
-            ``alpha`` and ``control``.
-
-    Raises:
-        ParameterError: for the Bloom-filter variants (use :class:`RapporDecoder`).
-    """
-    if rule is None:
-        rule = ReleaseRule(threshold=0.0, alpha=alpha, control=control)
-    est = aggregate.estimate_categories()
-    names = aggregate.mechanism.categories or tuple(str(i) for i in range(len(est)))
-    detail = release(names, est.values, est.standard_errors, n=aggregate.n, rule=rule)
-    cons = make_consistent(est, total=float(aggregate.n)) if consistent else None
-    return CategoryDecoding(
-        categories=aggregate.mechanism.categories,
-        estimate=est,
-        z=detail.z,
-        p_values=detail.p_values,
-        detected=detail.released,
-        control=rule.control,
-        alpha=rule.alpha if rule.alpha is not None else math.nan,
-        consistent=cons,
-        detail=detail,
-    )
 
 
 def _design(server: CandidateServer, bits: BitEstimates, candidates: Sequence[str | bytes]) -> Design:
@@ -359,6 +294,10 @@ class RapporDecoder:
         cross_fit: select on one half of the cohorts and fit on the other, both ways
             (module docstring, "Selection, then fit"); ``False`` selects and fits on all of
             them, as 004 §4 does.
+        residual_variance: standard errors the larger of the least-squares variance and the
+            residuals' variance at each candidate's own bits
+            (:mod:`collector.decoding.residual_variance`); ``False`` gives the least-squares
+            variance times ``φ``, the misfit averaged over every bit.
     """
 
     alpha: float = 0.05
@@ -368,6 +307,7 @@ class RapporDecoder:
     max_selected: int | None = None
     reweight: bool = True
     cross_fit: bool = True
+    residual_variance: bool = True
 
     def __post_init__(self) -> None:
         check_level(self.alpha, self.control)
@@ -426,6 +366,7 @@ class RapporDecoder:
             selection_z=lam,
             dispersion=fit.dispersion,
             lasso_selected=lasso_selected,
+            widened=fit.widened,
         )
 
     def _select(self, design: Design, lam: float, n_j_rows: Array, *, q_star: float, p_star: float) -> IntArray:
@@ -534,11 +475,15 @@ class RapporDecoder:
         phi = max(1.0, float((design.weights * centred**2).sum()) / dof)
         m_count = design.rows.shape[0]
         counts = np.zeros(m_count)
-        se = np.zeros(m_count)
+        model = np.full(m_count, np.inf)
+        robust = np.full(m_count, np.nan)
         selected = np.zeros(m_count, dtype=np.bool_)
         selected[chosen] = True
         counts[chosen] = coef
-        se[chosen] = np.sqrt(np.maximum(phi * np.diag(inv), 0.0))
+        model[chosen] = np.maximum(np.diag(inv), 0.0)
+        scale = residual_scale(design, chosen, inv, resid) if self.residual_variance else None
+        if scale is not None:
+            robust[chosen] = sandwich_variances(scale)
         # Score (Lagrange multiplier) statistics and one-step estimates for the rest.
         others = np.flatnonzero(~selected)
         if others.size:
@@ -546,13 +491,18 @@ class RapporDecoder:
             norm2 = design.col_norm2[others]
             with np.errstate(divide="ignore", invalid="ignore"):
                 counts[others] = np.where(norm2 > 0, score / norm2, 0.0)
-                se[others] = np.where(norm2 > 0, np.sqrt(phi / norm2), np.inf)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            z = np.where(se > 0, counts / se, np.where(counts > 0, np.inf, 0.0))
-        z = np.where(np.isfinite(se), z, 0.0)
-        p = normal_sf(z)
+                model[others] = np.where(norm2 > 0, 1.0 / norm2, np.inf)
+                if scale is not None:
+                    robust[others] = robust_score_variances(design, others, scale) / norm2**2
         unexplained = self._unexplained(design, resid, chosen, inv, phi)
-        return _Fit(counts=counts, se=se, z=z, p=p, selected=selected, dispersion=phi, unexplained=unexplained)
+        return _Fit(
+            counts=counts,
+            model=model if scale is not None else model * phi,
+            robust=robust,
+            selected=selected,
+            dispersion=phi,
+            unexplained=unexplained,
+        )
 
     @staticmethod
     def _unexplained(design: Design, resid: Array, chosen: IntArray, inv: Array, phi: float) -> Estimate:
@@ -589,19 +539,23 @@ class RapporDecoder:
             selection_z=math.nan,
             dispersion=math.nan,
             lasso_selected=0,
+            widened=np.zeros(m_count, dtype=np.bool_),
         )
 
 
 def _pool(a: _Fit, b: _Fit) -> _Fit:
-    """Two fits on disjoint cohorts pooled by inverse variance (an infinite SE weighs nothing);
-    their unexplained counts, each over its own cohorts, add up."""
+    """Two fits on disjoint cohorts pooled with the weights of their model variances (which depend
+    on the design alone; an infinite variance weighs nothing): the pooled estimate's model variance
+    is ``1 / (w_a + w_b)`` and its residual variance ``(w_a² V_a + w_b² V_b) / (w_a + w_b)²``, the
+    larger of the two taken once, after pooling. Their unexplained counts, each over its own
+    cohorts, add up."""
     with np.errstate(divide="ignore", invalid="ignore"):
-        wa = np.where(np.isfinite(a.se) & (a.se > 0), 1.0 / a.se**2, 0.0)
-        wb = np.where(np.isfinite(b.se) & (b.se > 0), 1.0 / b.se**2, 0.0)
+        wa = np.where(np.isfinite(a.model) & (a.model > 0), 1.0 / a.model, 0.0)
+        wb = np.where(np.isfinite(b.model) & (b.model > 0), 1.0 / b.model, 0.0)
         total = wa + wb
         counts = np.where(total > 0, (wa * a.counts + wb * b.counts) / total, 0.0)
-        se = np.where(total > 0, 1.0 / np.sqrt(total), np.inf)
-        z = np.where(total > 0, counts / se, 0.0)
+        model = np.where(total > 0, 1.0 / total, np.inf)
+        robust = np.where(total > 0, (wa**2 * np.nan_to_num(a.robust) + wb**2 * np.nan_to_num(b.robust)) / total**2, 0)
     unexplained = Estimate(
         a.unexplained.value + b.unexplained.value,
         math.hypot(a.unexplained.standard_error, b.unexplained.standard_error),
@@ -609,9 +563,8 @@ def _pool(a: _Fit, b: _Fit) -> _Fit:
     )
     return _Fit(
         counts=counts,
-        se=se,
-        z=z,
-        p=normal_sf(z),
+        model=model,
+        robust=np.where(np.isnan(a.robust) & np.isnan(b.robust), np.nan, robust),
         selected=a.selected | b.selected,
         dispersion=max(a.dispersion, b.dispersion),
         unexplained=unexplained,
@@ -620,10 +573,40 @@ def _pool(a: _Fit, b: _Fit) -> _Fit:
 
 @dataclass(frozen=True, eq=False)
 class _Fit:
+    """One fit's estimates: ``model`` is the variance the model gives (times ``φ`` when the
+    residuals are not used), ``robust`` the residuals' (NaN when not computed); the standard
+    error is the square root of the larger (docs/estimation.md, "RAPPOR: what the candidates do
+    not explain")."""
+
     counts: Array
-    se: Array
-    z: Array
-    p: Array
+    model: Array
+    robust: Array
     selected: BoolArray
     dispersion: float
     unexplained: Estimate
+
+    @property
+    def widened(self) -> BoolArray:
+        """Where the residuals' variance is the larger."""
+        out: BoolArray = np.nan_to_num(self.robust) > self.model
+        return out
+
+    @property
+    def se(self) -> Array:
+        """The standard errors: the square root of the larger variance."""
+        out: Array = np.sqrt(np.fmax(self.model, np.nan_to_num(self.robust)))
+        return out
+
+    @property
+    def z(self) -> Array:
+        """``count / SE`` (0 where the SE is infinite; ±inf where it is 0)."""
+        se = self.se
+        with np.errstate(divide="ignore", invalid="ignore"):
+            z = np.where(se > 0, self.counts / se, np.where(self.counts > 0, np.inf, 0.0))
+        out: Array = np.where(np.isfinite(se), z, 0.0)
+        return out
+
+    @property
+    def p(self) -> Array:
+        """One-sided p-values of ``count > 0``."""
+        return normal_sf(self.z)

@@ -212,6 +212,7 @@ async def test_dashboard_renders_plots_in_headless_chromium(
         await _chromium([f"--screenshot={screenshot}", "--window-size=1280,3000", url], tmp_path / "profile-shot")
         status = json.loads((await asyncio.to_thread(_get, port, "/api/v1/status"))[2])
         emoji = json.loads((await asyncio.to_thread(_get, port, "/api/v1/use-cases/emoji/estimate"))[2])
+        home = json.loads((await asyncio.to_thread(_get, port, "/api/v1/use-cases/home/estimate"))[2])
     finally:
         serving.cancel()
         await asyncio.gather(serving, return_exceptions=True)
@@ -272,6 +273,15 @@ async def test_dashboard_renders_plots_in_headless_chromium(
     assert "SE and CI: 95 % interval conditional on release" in dom
     assert "bh at α = 0.05" in dom  # the default correction, under the frequency cards
     assert 'class="withheld"' not in dom.split('id="uc-hist"')[0]  # nothing above hist is withheld
+    # RAPPOR's card says how much of the reports its fitted candidates leave unexplained, with
+    # the API's figures (docs/estimation.md, "RAPPOR: what the candidates do not explain").
+    fit = home["estimate"]["fit"]
+    spread = format_number(100 * fit["unexplained_share_standard_error"], 2)
+    share = f"{format_number(100 * fit['unexplained_share'], 2)} % ± {spread} %"
+    assert f"unexplained: {share} of the reports, by the {format_number(fit['fitted'])} fitted entries" in _text(
+        _card(dom, "home")
+    )
+    assert dom.count('class="sub fit"') == 1  # only the card whose entries are fitted jointly
     assert screenshot.stat().st_size > 20_000
     if SCREENSHOT_DIR:
         shutil.copy(screenshot, Path(SCREENSHOT_DIR) / "dashboard.png")

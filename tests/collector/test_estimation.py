@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from collector.decoding.rappor import RapporDecoder
 from collector.estimation import estimate_aggregate, project_simplex, z_value
+from collector.numbers import format_number
 from collector.rendering import format_estimate
 from collector.store import KeyInfo
 from protocol.cms import CountMeanSketch
@@ -135,6 +136,49 @@ def test_rappor_estimate_uses_the_use_cases_correction(registry: Registry, regis
     assert f"({chosen['tested']} entries tested; pfer: at most 2 false releases expected)" in format_estimate(typed)
     # pfer at 2 rejects at least what Bonferroni at 0.05 does (same p-values, a higher threshold).
     assert {d["value"] for d in default["items"]} <= {d["value"] for d in chosen["items"]}
+
+
+def test_rappor_estimate_says_how_much_of_the_reports_its_fit_leaves_unexplained(tmp_path: Path) -> None:
+    """Through the one estimate path, a RAPPOR estimate carries the fit's figures: the share of the
+    reports its fitted candidates leave unexplained (here the 40 % that belong to strings outside
+    the list, within 5 SE), the dispersion and what the SEs are; the CLI prints the same figures."""
+    (tmp_path / "candidates.txt").write_text(
+        "\n".join(["a.example", "b.example", "c.example", *(f"decoy{i}" for i in range(40))]) + "\n"
+    )
+    uc = parse_registry(
+        b"""
+format = 1
+[use_cases.home]
+mechanism = "rappor"
+epsilon = 4
+period = "1d"
+daily_limit = 1
+lifetime_epsilon = 400
+seed = "726170706f722d756e6578706c61696e"
+parameters = { k = 128, h = 2, cohorts = 16, f = 0.25, p = 0.25, q = 0.75 }
+[use_cases.home.collector]
+min_reports = 100
+dictionary = "candidates.txt"
+""",
+        source="test",
+    ).use_cases["home"]
+    counts = {"a.example": 30_000, "b.example": 20_000, "c.example": 10_000}
+    counts |= {f"outside{i}.example": 4_000 for i in range(10)}
+    values = [v for v, c in counts.items() for _ in range(c)]
+    server: Any = uc.server
+    agg = server.new_aggregate()
+    gen = np.random.default_rng(21)
+    agg.add(server.privatize_many(values, gen.integers(0, 16, size=len(values)), SeededRandom(21)))
+    typed = estimate_aggregate(uc, agg, KeyInfo("home", 0, len(values), len(values)), registry_dir=tmp_path)
+    fit = plain(typed)["estimate"]["fit"]
+    assert fit["fitted"] >= 3
+    share, se = fit["unexplained_share"], fit["unexplained_share_standard_error"]
+    assert abs(share - 0.4) < 5 * se, fit
+    assert fit["dispersion"] >= 1
+    assert "residuals" in fit["standard_errors"]
+    assert f"unexplained: {format_number(100 * share, 2)} % ± {format_number(100 * se, 2)} % of the reports" in (
+        format_estimate(typed)
+    )
 
 
 def test_estimate_aggregate_releases_cms_entries_by_the_tested_rule(tmp_path: Path) -> None:

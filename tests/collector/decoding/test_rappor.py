@@ -163,17 +163,23 @@ def test_benjamini_hochberg_and_storey_find_at_least_what_bonferroni_finds() -> 
 
 
 def test_unexplained_reports_are_estimated() -> None:
-    """Reports of strings outside the candidates show up as the unexplained count (5 SE)."""
+    """Reports of strings outside the candidates, and of candidates left out of the fit, show up
+    as the unexplained count and share (5 SE)."""
     gen = np.random.default_rng(9)
     mech = _mech(9)
     values = [*CANDIDATES[:10], *(f"outside{i}" for i in range(10))]
     counts = np.full(20, 10_000)
     agg = simulate_counts(mech, values, counts, gen)
     result = RapporDecoder(selection_z=3.0).decode(agg, CANDIDATES)
-    assert result.selected[:10].all()
+    assert result.selected[:10].sum() >= 8
+    # A present candidate left out of the fit is unexplained too: its bits join the intercepts.
+    expected = 100_000 + 10_000 * int((~result.selected[:10]).sum())
     un = result.unexplained
-    assert abs(un.value - 100_000) < 5 * un.standard_error
+    assert abs(un.value - expected) < 5 * un.standard_error
     assert un.standard_error < 20_000
+    share = result.unexplained_share
+    assert share.value == pytest.approx(un.value / 200_000)
+    assert share.standard_error == pytest.approx(un.standard_error / 200_000)
 
 
 def test_privatized_reports_decode_like_the_exact_simulation(rng: SeededRandom) -> None:
