@@ -1,8 +1,8 @@
 """Damage that lands while the service runs, after its store and its live view have opened and
 checked the file: the service goes on committing, the live view reads what was committed, and
 every number it serves is exactly the undamaged store's, or the read (or the commit, or the
-service's periodic full check) is refused naming the file. 540 seeded single-bit flips over
-every table and index, each applied to the file under an open writer and an open reader.
+service's periodic full check) is refused naming the file. 24 seeded single-bit flips in each
+table and index (a few hundred), each applied to the file under an open writer and an open reader.
 
 The start and the read-only commands meet the same flips in ``test_store_integrity.py`` and
 ``test_store_damage_paths.py``; docs/deploy.md ("When the store is damaged") has the figures.
@@ -99,7 +99,7 @@ async def _run_one(
 def test_damage_under_a_running_service_is_never_read_as_a_number(
     tmp_path: Path, registry: Registry, registry_path: Path
 ) -> None:
-    """540 flips applied under an open writer and reader: each read is the undamaged one or refused, naming the file."""
+    """Flips under an open writer and reader: each read is the undamaged one or refused, naming the file."""
     original, _ = prepare(tmp_path / "made", registry)
     copy = tmp_path / "work" / original.name
     config_text: dict[str, object] = {"registry": str(registry_path), "store": {"path": str(copy)}}
@@ -108,8 +108,8 @@ def test_damage_under_a_running_service_is_never_read_as_a_number(
     assert outcome == "read"
     assert expected is not None
 
-    flips = plan(original, 36, seed=20261127)
-    assert len(flips) >= 500
+    flips = plan(original, 24, seed=20261127)
+    assert len(flips) >= 300
     outcomes: Counter[str] = Counter()
     for flip in flips:
         try:

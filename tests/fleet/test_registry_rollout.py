@@ -28,6 +28,17 @@ DEVICES = 1000
 DAYS = 3
 CHANGE_DAY = 2  # the moving half takes the second registry at the start of day 2
 RETIRED = "safari-energy-domains"
+SIMULATED = (
+    "app-usage-seconds",
+    "app-usage-histogram",
+    "dark-mode-enabled",
+    "emoji",
+    RETIRED,
+    "default-browser",
+    "crash-reported",
+)
+"""What the rollout is about: the use cases that stay, change, retire or arrive (the registries'
+frequency-oracle twins are left out; their definitions do not change)."""
 
 
 def _collector_config(root: Path, port: int, http: int, retire: dt.date) -> Path:
@@ -83,6 +94,7 @@ def test_half_the_fleet_moves_to_a_second_registry_and_every_report_counts_under
                 *("--registry", str(V1), "--registry-change", str(V2), "--change-at-day", str(CHANGE_DAY)),
                 *("--no-tls", "--broker", f"127.0.0.1:{mosquitto.port}", "--collector-url", f"http://127.0.0.1:{http}"),
                 *("--output", str(tmp_path / "results.json"), "--quiet"),
+                *(arg for name in SIMULATED for arg in ("--use-case", name)),
             ]
         )
         took = time.monotonic() - began
