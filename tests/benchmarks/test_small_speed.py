@@ -4,7 +4,6 @@ speeds are only printed."""
 
 from __future__ import annotations
 
-import tomllib
 from pathlib import Path
 
 import pytest
@@ -20,6 +19,8 @@ from benchmarks import (
     bench_wire,
 )
 from fleet.scale import SCALE_LABEL
+from protocol.registry import parse_registry
+from protocol.use_cases import Period
 from tests.benchmarks.support import covers, report, require_keys, run_main
 from tests.support.broker import Broker
 from tests.support.postgres import PostgresServer
@@ -46,10 +47,9 @@ EXAMPLE_REGISTRY = ROOT / "deploy" / "usecases.example.toml"
 FLEET_REGISTRY = ROOT / "deploy" / "fleet.usecases.toml"
 
 
-def _use_cases(path: Path) -> dict[str, str]:
+def _use_cases(path: Path) -> dict[str, Period]:
     """Each use case of a registry file with its collection period."""
-    doc = tomllib.loads(path.read_text(encoding="utf-8"))
-    return {name: str(entry["period"]) for name, entry in doc["use_cases"].items()}
+    return {name: uc.period for name, uc in parse_registry(path.read_bytes(), source=str(path)).use_cases.items()}
 
 
 @covers(
@@ -223,8 +223,7 @@ def test_fleet_scale_mode() -> None:
         where="fleet scale row",
     )
     assert row["label"] == SCALE_LABEL
-    periods_per_day = {"6h": 4, "1d": 1}
-    per_device = sum(periods_per_day[period] for period in _use_cases(FLEET_REGISTRY).values())
+    per_device = sum(86_400 // period.seconds for period in _use_cases(FLEET_REGISTRY).values())
     assert per_device >= 12  # the registry's two 6-hour and its daily use cases, at least
     assert row["reports"] == 50 * per_device
     assert row["counted"] == row["reports"]
