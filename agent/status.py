@@ -2,7 +2,7 @@
 
 :meth:`agent.core.Agent.status` builds an :class:`AgentStatus` once; the local API
 (:mod:`agent.api`) turns it into JSON with :meth:`AgentStatus.to_json`, and ``ldp-agent
-status`` (:mod:`agent.cli`) reads that JSON back with :meth:`AgentStatus.from_json`, through
+status`` (:mod:`agent.verbs`) reads that JSON back with :meth:`AgentStatus.from_json`, through
 :mod:`protocol.schema` as the config files are read (docs/design.md, convention 21), to print
 it. The JSON is what scripts read (``ldp-agent status --json``): its keys and their order
 stay as they are. A use case's figures are in it only where they are known: none without

@@ -37,7 +37,6 @@ import signal
 import socket
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Iterator, Sequence
@@ -115,27 +114,60 @@ def _median_cpu_ms(cmd: Sequence[str], runs: int) -> float:
     return round(statistics.median(_child_cpu_ms(cmd) for _ in range(runs)), 1)
 
 
-def _bare_rss_mb() -> float:
+def _bare_rss_mb(python: str) -> float:
     """Peak RSS of a bare interpreter (``python -c pass`` that reads its own ``/proc`` entry)."""
     code = "print(next(l for l in open('/proc/self/status') if l.startswith('VmHWM:')).split()[1])"
-    done = subprocess.run([sys.executable, "-c", code], env=_clean_env(), capture_output=True, check=True, timeout=60)
+    done = subprocess.run([python, "-c", code], env=_clean_env(), capture_output=True, check=True, timeout=60)
     return round(int(done.stdout) / MIB, 1)
 
 
-def _agent_command() -> list[str]:
+def installed_interpreter(tmp: Path) -> str:
+    """A virtualenv laid out as ``deploy/install.sh`` leaves a device's, for the processes timed.
+
+    A checkout's environment installs the project in editable mode, and setuptools' editable
+    install puts an import hook in every interpreter it starts (a ``.pth`` file that imports
+    ``pathlib``, ``importlib.util`` and ``re`` and looks up every project module through its own
+    finder): 20-40 ms of CPU at each start and about 1 MiB that no device pays, since a device
+    installs the wheel (docs/deploy.md, "The device's footprint"). This virtualenv's
+    site-packages holds one ``.pth`` that names this checkout and the environment's
+    site-packages directories: paths a ``.pth`` file adds are not site directories, so their
+    own ``.pth`` files, the hook among them, are not run, and the agent's modules and libraries
+    are the same files either way.
+    """
+    import site  # noqa: PLC0415
+    import venv  # noqa: PLC0415
+
+    home = tmp / "device-venv"
+    venv.EnvBuilder(with_pip=False, symlinks=True).create(home)
+    python = home / "bin" / "python"
+    found = subprocess.run(
+        [str(python), "-c", "import site; print(site.getsitepackages()[0])"],
+        capture_output=True,
+        check=True,
+        text=True,
+        timeout=60,
+    )
+    paths = [str(ROOT), *site.getsitepackages()]
+    (Path(found.stdout.strip()) / "ldp-checkout.pth").write_text("\n".join(paths) + "\n", encoding="utf-8")
+    return str(python)
+
+
+def _agent_command(python: str) -> list[str]:
     """``ldp-agent`` as ``python -m agent`` (the same entry point, agent/__main__.py), so the
     checkout this benchmark lies in is measured whatever the environment has installed."""
-    return [sys.executable, "-m", "agent"]
+    return [python, "-m", "agent"]
 
 
-def commands(config: Path, runs: int) -> dict[str, Any]:
-    """``ldp-agent --help``, ``ldp-agent status`` (no daemon) and a bare interpreter."""
-    agent = _agent_command()
+def commands(config: Path, runs: int, python: str) -> dict[str, Any]:
+    """``ldp-agent --help``, ``ldp-agent status`` (no daemon) and a bare interpreter, each under
+    ``python``."""
+    agent = _agent_command(python)
     return {
         "command": "python -m agent",
+        "interpreter": "a virtualenv laid out as a device's (installed_interpreter)",
         "runs": runs,
-        "bare_interpreter_rss_mb": _bare_rss_mb(),
-        "bare_interpreter_cpu_ms": _median_cpu_ms([sys.executable, "-c", "pass"], runs),
+        "bare_interpreter_rss_mb": _bare_rss_mb(python),
+        "bare_interpreter_cpu_ms": _median_cpu_ms([python, "-c", "pass"], runs),
         "help_cpu_ms": _median_cpu_ms([*agent, "--help"], runs),
         "status_cpu_ms": _median_cpu_ms([*agent, "--config", str(config), "status"], runs),
     }
@@ -229,10 +261,10 @@ def _record_all(agent: list[str], config: Path) -> None:
 
 
 def _drive(
-    proc: subprocess.Popen[bytes], sock: socket.socket, config: Path, settle: float, broker: bool
+    proc: subprocess.Popen[bytes], sock: socket.socket, config: Path, settle: float, *, broker: bool, python: str
 ) -> dict[str, Any]:
     """READY, a value for every use case, idle, one cycle, published, idle again: the figures."""
-    agent = _agent_command()
+    agent = _agent_command(python)
     _wait_for(sock, b"READY=1")
     ready_kb = _status_kb(proc.pid, "VmRSS")
     _record_all(agent, config)
@@ -257,20 +289,21 @@ def _drive(
     }
 
 
-def daemon(tmp: Path, settle: float) -> dict[str, Any]:
-    """The running daemon's memory: at READY, idle with values recorded, at its peak through a cycle."""
+def daemon(tmp: Path, settle: float, python: str) -> dict[str, Any]:
+    """The running daemon's memory under ``python``: at READY, idle with values recorded, at its
+    peak through a cycle."""
     with _broker(tmp) as port:
         config = _write_config(tmp, port)
-        agent = _agent_command()
+        agent = _agent_command(python)
         subprocess.run([*agent, "--config", str(config), "consent", "grant"], check=True, cwd=ROOT, capture_output=True)
         notify = tmp / "notify"
         with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
             sock.bind(str(notify))
             sock.settimeout(60)
-            cmd = [sys.executable, "-m", "benchmarks.shifted_daemon", "--config", str(config)]
+            cmd = [python, "-m", "benchmarks.shifted_daemon", "--config", str(config)]
             proc = subprocess.Popen(cmd, cwd=ROOT, env=_clean_env(NOTIFY_SOCKET=str(notify)))
             try:
-                figures = _drive(proc, sock, config, settle, port is not None)
+                figures = _drive(proc, sock, config, settle, broker=port is not None, python=python)
             finally:
                 proc.terminate()
                 proc.wait(timeout=30)
@@ -343,10 +376,11 @@ def run(cycles: int = 7, settle: float = 3.0, runs: int = 5) -> dict[str, Any]:
     _compile_bytecode()
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
+        python = installed_interpreter(tmp)
         progress("measuring the running daemon ...")
-        rss = daemon(tmp, settle)
+        rss = daemon(tmp, settle, python)
         progress("timing ldp-agent --help and status ...")
-        cmds = commands(tmp / "agent.toml", runs)
+        cmds = commands(tmp / "agent.toml", runs, python)
     progress("timing collection cycles ...")
     cpu = cycle_cpu(cycles)
     figures = rss | cpu | cmds

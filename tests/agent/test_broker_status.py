@@ -11,7 +11,7 @@ import pytest
 
 from agent.api import handle_request
 from agent.brokers import broker_order, parse_address
-from agent.cli import _print_status
+from agent.verbs import _print_status
 from agent.config import load_config
 from agent.daemon import broker_routes, load_registry, open_agent
 from agent.status import AgentStatus

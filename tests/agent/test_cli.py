@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from agent import cli
+from agent import cli, verbs
 from agent.cli import main
 from agent.config import AgentConfig, load_config
 from agent.daemon import load_registry, open_agent, run_daemon
@@ -507,7 +507,7 @@ def test_the_ledger_shows_each_reports_state(capsys: pytest.CaptureFixture[str])
         dict(base),  # written before receipts
     ]
     notices = [{"at": 1_700_000_000.0, "use_case": "flag", "text": "removed from the registry: its state was wiped"}]
-    cli._print_ledger(entries, notices)
+    verbs._print_ledger(entries, notices)
     lines = [ln for ln in capsys.readouterr().out.splitlines() if not ln.startswith("    ")]
     assert lines[0].endswith("flag  registry change: removed from the registry: its state was wiped")
     assert [ln.rsplit("  ", 1)[1] for ln in lines[1:]] == ["sent", "counted", "refused: period-expired", "sent"]

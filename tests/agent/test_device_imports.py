@@ -32,19 +32,26 @@ def _loaded_after(imports: str, watched: list[str]) -> list[str]:
 
 
 def test_the_daemon_and_the_command_line_import_no_numpy_and_no_x509() -> None:
-    assert _loaded_after("import agent.daemon, agent.cli", ["numpy", "cryptography.x509", "apscheduler"]) == []
+    assert _loaded_after("import agent.daemon, agent.cli, agent.verbs", ["numpy", "cryptography.x509", "apscheduler"]) == []
 
 
 def test_the_commands_load_no_asyncio() -> None:
     """``ldp-agent --help``, ``status`` and the other verbs start without the event loop's modules."""
-    assert _loaded_after("import agent.cli", ["asyncio", "ssl", "numpy"]) == []
+    assert _loaded_after("import agent.cli, agent.verbs", ["asyncio", "ssl", "numpy"]) == []
+
+
+def test_the_usage_text_loads_none_of_the_agent() -> None:
+    """``ldp-agent --help`` (and a wrong command line) is answered by the parser alone: the verbs,
+    the config and the state's modules are loaded once the arguments are parsed (agent/cli.py)."""
+    heavy = ["agent.verbs", "agent.config", "agent.status", "protocol.registry", "logging", "socket"]
+    assert _loaded_after("import agent.cli; agent.cli._parser()", heavy) == []
 
 
 def test_the_commands_without_a_daemon_load_no_asyncio() -> None:
     """Without a daemon, ``status`` and the other verbs open the state themselves
     (agent/opening.py, agent/api.py's dispatcher), still without the event loop, and no command
     looks its version up unless ``--version`` asks (docs/deploy.md, "The device's footprint")."""
-    imports = "import agent.cli, agent.api, agent.opening; agent.cli._parser()"
+    imports = "import agent.cli, agent.verbs, agent.api, agent.opening; agent.cli._parser()"
     assert _loaded_after(imports, ["asyncio", "ssl", "importlib.metadata", "numpy"]) == []
 
 

@@ -214,14 +214,14 @@ def test_the_ledger_prints_end_date_notices_as_such(
     make_agent: Callable[..., Agent], clock: FakeClock, ending: Registry, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """`ldp-agent ledger` labels the stop "end date", not "registry change" (the prefixes are agent.expiry's)."""
-    from agent import cli, expiry  # noqa: PLC0415
+    from agent import expiry, verbs  # noqa: PLC0415
 
-    assert (expiry.EXPIRED, expiry.RENEWED) == cli._END_DATE_NOTICES
+    assert (expiry.EXPIRED, expiry.RENEWED) == verbs._END_DATE_NOTICES
     agent = make_agent(registry_override=ending)
     agent.grant_consent()
     clock.set(START + DAY)
     agent.collect()
-    cli._print_ledger([], [n.to_plain() for n in agent.notices()])
+    verbs._print_ledger([], [n.to_plain() for n in agent.notices()])
     lines = capsys.readouterr().out.splitlines()
     assert any(
         line.endswith(

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from agent import cli
+from agent import verbs
 from agent.api import handle_request
 from agent.core import Agent
 from agent.status import AgentStatus, UseCaseStatus
@@ -132,7 +132,7 @@ def test_the_status_text_shows_a_stopped_use_case_with_its_epsilon(
     agent.collect()
     (tmp_path / "state" / "uc-flag.sealed").unlink()
     status = AgentStatus.from_json(_status_json(make_agent()))
-    cli._print_status(status)
+    verbs._print_status(status)
     lines = {line.split()[0]: line for line in capsys.readouterr().out.splitlines() if line.startswith("  ")}
     flag = lines[next(name for name in lines if name.startswith("flag@"))]
     assert "stopped: state file" in flag

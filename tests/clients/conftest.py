@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.cli import call
+from agent.verbs import call
 
 ROOT = Path(__file__).resolve().parents[2]
 FLEET_REGISTRY = ROOT / "deploy" / "fleet.usecases.toml"
