@@ -11,10 +11,10 @@ import pytest
 
 from agent.api import handle_request
 from agent.brokers import broker_order, parse_address
-from agent.verbs import _print_status
 from agent.config import load_config
 from agent.daemon import broker_routes, load_registry, open_agent
 from agent.status import AgentStatus
+from agent.verbs import _print_status
 from protocol.randomness import SeededRandom
 from tests.agent.conftest import KEY, REGISTRY, START
 from tests.support.clocks import FakeClock

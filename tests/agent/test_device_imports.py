@@ -32,7 +32,8 @@ def _loaded_after(imports: str, watched: list[str]) -> list[str]:
 
 
 def test_the_daemon_and_the_command_line_import_no_numpy_and_no_x509() -> None:
-    assert _loaded_after("import agent.daemon, agent.cli, agent.verbs", ["numpy", "cryptography.x509", "apscheduler"]) == []
+    watched = ["numpy", "cryptography.x509", "apscheduler"]
+    assert _loaded_after("import agent.daemon, agent.cli, agent.verbs", watched) == []
 
 
 def test_the_commands_load_no_asyncio() -> None:
