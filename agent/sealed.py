@@ -141,8 +141,12 @@ def fsync_directory(directory: Path) -> None:
         os.close(fd)
 
 
-def atomic_write(path: Path, data: bytes) -> None:
+def atomic_write(path: Path, data: bytes, *, sync_directory: bool = True) -> None:
     """Replace ``path`` with ``data``: temp file, fsync, rename, fsync of the directory.
+
+    ``sync_directory=False`` leaves the last step to the caller, who writes several files and
+    makes their renames durable with one :func:`fsync_directory` (:func:`agent.transaction.commit`):
+    until then a crash may keep the previous file, never a partial one.
 
     Raises:
         StateWriteError: the file cannot be written (no space left, a read-only or missing
@@ -161,7 +165,8 @@ def atomic_write(path: Path, data: bytes) -> None:
         finally:
             os.close(fd)
         os.replace(tmp, path)
-        fsync_directory(path.parent)
+        if sync_directory:
+            fsync_directory(path.parent)
     except OSError as e:
         with contextlib.suppress(OSError):
             tmp.unlink()
@@ -245,6 +250,6 @@ class Sealer:
             raise StateUnreadableError(str(path), f"larger than {MAX_FILE_BYTES} bytes")
         return self.open(purpose, version, blob, where=str(path))
 
-    def write(self, path: Path, purpose: str, version: int, document: Plain) -> None:
-        """Seal ``document`` and atomically replace ``path`` with it."""
-        atomic_write(path, self.seal(purpose, version, document))
+    def write(self, path: Path, purpose: str, version: int, document: Plain, *, sync_directory: bool = True) -> None:
+        """Seal ``document`` and atomically replace ``path`` with it (``sync_directory``: :func:`atomic_write`)."""
+        atomic_write(path, self.seal(purpose, version, document), sync_directory=sync_directory)

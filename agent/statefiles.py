@@ -180,18 +180,36 @@ class StateFiles:
 
     # ------------------------------------------------------------------ writing: one file each
 
-    def _write(self, path: Path, purpose: str, version: int, doc: _Document) -> None:
+    def _write(self, path: Path, purpose: str, version: int, doc: _Document, *, sync_directory: bool = True) -> None:
         """Seal and write one file, keeping :attr:`blocked` up to date (the agent's back-pressure)."""
         try:
-            self._sealer.write(path, purpose, version, doc.to_plain())
+            self._sealer.write(path, purpose, version, doc.to_plain(), sync_directory=sync_directory)
         except StateWriteError as e:
             self._blocked = e
             raise
         self._blocked = None
 
-    def write_use_case(self, name: str, doc: UseCaseDoc) -> None:
-        """Seal and write use case ``name``'s file (its device and generation set by the caller)."""
-        self._write(self.use_case_path(name), f"usecase:{name}", USE_CASE_VERSION, doc)
+    def write_use_case(self, name: str, doc: UseCaseDoc, *, sync_directory: bool = True) -> None:
+        """Seal and write use case ``name``'s file (its device and generation set by the caller).
+
+        ``sync_directory=False``: the rename is made durable by the caller's :meth:`sync`, once
+        for the step's files (:func:`agent.transaction.commit`)."""
+        self._write(self.use_case_path(name), f"usecase:{name}", USE_CASE_VERSION, doc, sync_directory=sync_directory)
+
+    def sync(self) -> None:
+        """Make the renames of the files written with ``sync_directory=False`` durable (one fsync
+        of the state directory).
+
+        Raises:
+            StateWriteError: the directory cannot be synced (an I/O error); :attr:`blocked` says so.
+        """
+        try:
+            fsync_directory(self.directory)
+        except OSError as e:
+            self._blocked = StateWriteError(
+                str(self.directory), f"the directory cannot be synced ({e.strerror or type(e).__name__}); retry later"
+            )
+            raise self._blocked from e
 
     def write_manifest(self, manifest: ManifestDoc) -> None:
         """Seal and write the manifest, remembered as :attr:`manifest_on_disk`."""

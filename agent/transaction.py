@@ -28,7 +28,10 @@ change) goes the same way:
   gone, so a crash before the unlink leaves a file the next load recognises as wiped.
 
 Each of these is one atomic write of one file (:class:`agent.statefiles.StateFiles`); none
-has a side effect on another.
+has a side effect on another. The use-case files' renames are made durable together, by one
+fsync of the state directory before the manifest is written (one instead of one per file: a
+cycle writes every use case's file twice), so the order above holds on disk: a crash before
+that fsync leaves each file at its old or its new generation, both of which the loader takes.
 """
 
 from __future__ import annotations
@@ -138,9 +141,11 @@ def commit(files: StateFiles, state: DeviceState, change: Change) -> DeviceState
             spent = _checked(slot, doc, entry)
             doc.device = manifest.device
             doc.generation = (0 if entry is None else entry.generation) + 1
-            files.write_use_case(name, doc)
+            files.write_use_case(name, doc, sync_directory=False)
             manifest = manifest.with_entry(name, ManifestEntry(doc.generation, spent))
             slots[name] = Slot(slot.use_case, slot.kind, slot.path, doc, slot.broken, slot.stale)
+        if change.documents:
+            files.sync()  # every use-case file's rename durable before the manifest names it
         manifest = with_ledger_flag(manifest, ledger)
         if change.documents or manifest != files.manifest_on_disk:
             files.write_manifest(manifest)

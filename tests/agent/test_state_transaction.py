@@ -137,6 +137,10 @@ def test_the_state_in_memory_is_frozen_and_the_file_io_holds_no_public_attribute
 # ---------------------------------------------------------------------------- every step through the transaction
 
 
+SYNC = "<fsync of the directory>"
+"""What :class:`_Watch` records when a rename is made durable."""
+
+
 class _Watch:
     """Which sealed files are written, and whether inside agent.transaction.commit."""
 
@@ -158,9 +162,21 @@ class _Watch:
         watch = self
 
         class WatchingSealer(Sealer):
-            def write(self, path: Path, purpose: str, version: int, document: Plain) -> None:
+            def write(
+                self, path: Path, purpose: str, version: int, document: Plain, *, sync_directory: bool = True
+            ) -> None:
                 watch.writes.append((path.name, watch.inside))
-                super().write(path, purpose, version, document)
+                super().write(path, purpose, version, document, sync_directory=sync_directory)
+                if sync_directory:
+                    watch.writes.append((SYNC, watch.inside))
+
+        real_sync = StateFiles.sync
+
+        def sync(files: StateFiles) -> None:
+            watch.writes.append((SYNC, watch.inside))
+            real_sync(files)
+
+        monkeypatch.setattr(StateFiles, "sync", sync)
 
         self.sealer = WatchingSealer(KEY)
 
@@ -222,7 +238,7 @@ def test_the_first_ledger_is_recorded_in_the_manifest_before_the_steps_other_fil
     pending = agent.outbox()
     agent.acknowledge(pending[:1])
     _, writes = watch.step()
-    names = [name for name, _ in writes]
+    names = [name for name, _ in writes if name != SYNC]
     assert names[:2] == ["ledger.sealed", "manifest.sealed"], names
     assert names[2].startswith("uc-"), names
     assert names[-1] == "manifest.sealed", names
@@ -231,6 +247,27 @@ def test_the_first_ledger_is_recorded_in_the_manifest_before_the_steps_other_fil
     assert [name for name, _ in writes].count("manifest.sealed") == 1, writes  # recorded once only
     (tmp_path / "state" / "ledger.sealed").unlink()
     assert "was deleted" in _agent(tmp_path, registry, clock, watch.sealer).status().ledger
+
+
+def test_a_cycle_syncs_the_directory_once_after_its_use_case_files_and_before_the_manifest(
+    tmp_path: Path, registry: Registry, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The use-case files of one step are renamed, then made durable by one fsync of the
+    directory, and only then does the manifest name their generations (agent/transaction.py)."""
+    watch = _Watch(monkeypatch)
+    agent = _agent(tmp_path, registry, clock, watch.sealer)
+    agent.grant_consent()
+    agent.record_many([(n, v, k) for n, (v, k) in VALUES.items()])
+    clock.set(clock.time() + DAY)
+    watch.step()
+    agent.collect()
+    _, writes = watch.step()
+    names = [name for name, _ in writes]
+    files = [i for i, name in enumerate(names) if name.startswith("uc-")]
+    assert len(files) == len(VALUES), names
+    first_sync = names.index(SYNC)
+    assert files[-1] < first_sync < names.index("manifest.sealed"), names
+    assert names.count(SYNC) == 2, names  # the use cases' together, the manifest's own
 
 
 def _view(state: DeviceState) -> Any:
