@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import functools
 import math
 import types
 import typing
@@ -228,8 +229,8 @@ class _Decoder:
     def section(self, cls: type[Any], raw: object, where: str) -> Any:
         if not isinstance(raw, dict):
             raise SchemaError(where, "bad-type", f"expected a table; got {_found(raw)}")
-        hints = get_type_hints(cls, include_extras=True)
-        known = {f.name: f for f in dataclasses.fields(cls) if f.init and not f.metadata.get("internal")}
+        hints = _hints(cls)
+        known = _known_fields(cls)
         moved: Mapping[str, str] = getattr(cls, "MOVED_KEYS", {})
         for key in raw:
             if key in moved:
@@ -272,22 +273,65 @@ def _expected(tp: Any, rng: Range | None) -> str:
     return f"{noun} {rng.text()}"  # "a number > 0"
 
 
+_R = TypeVar("_R")
+
+
+def _per_class(compute: Callable[[type[Any]], _R]) -> Callable[[type[Any]], _R]:
+    """``compute`` memoized per class (classes are module-level and never change their fields)."""
+    memo: dict[type[Any], _R] = {}
+
+    @functools.wraps(compute)
+    def cached(cls: type[Any]) -> _R:
+        try:
+            return memo[cls]
+        except KeyError:
+            out = memo[cls] = compute(cls)
+            return out
+
+    return cached
+
+
+@_per_class
+def _hints(cls: type[Any]) -> dict[str, Any]:
+    """``cls``'s type hints, evaluated once per class: its annotations are strings (``from
+    __future__ import annotations``), and evaluating them again at every decode and every
+    :func:`check_ranges` was most of the time ``ldp-agent status`` spent reading the registry."""
+    return get_type_hints(cls, include_extras=True)
+
+
+@_per_class
+def _known_fields(cls: type[Any]) -> Mapping[str, dataclasses.Field[Any]]:
+    """The fields of ``cls`` a table may set, by name (read-only, shared by every decode)."""
+    return MappingProxyType({f.name: f for f in dataclasses.fields(cls) if f.init and not f.metadata.get("internal")})
+
+
+@_per_class
+def _ranged_fields(cls: type[Any]) -> tuple[tuple[str, Any, tuple[Range, ...]], ...]:
+    """``(name, type, ranges)`` of each field of ``cls`` annotated with :class:`Range` bounds."""
+    hints = _hints(cls)
+    out = []
+    for f in dataclasses.fields(cls):
+        tp = hints.get(f.name)
+        if get_origin(tp) is not Annotated:
+            continue
+        inner, *meta = get_args(tp)
+        ranges = tuple(m for m in meta if isinstance(m, Range))
+        if ranges:
+            out.append((f.name, inner, ranges))
+    return tuple(out)
+
+
 def check_ranges(obj: object) -> None:
     """Hold a dataclass's fields to their ``Annotated[..., Range(...)]`` bounds (call it from ``__post_init__``).
 
     Raises:
         Invalid: naming the first field out of its range, with the message :func:`decode` gives.
     """
-    hints = get_type_hints(type(obj), include_extras=True)
-    for f in dataclasses.fields(typing.cast(Any, obj)):
-        tp = hints.get(f.name)
-        if get_origin(tp) is not Annotated:
-            continue
-        inner, *meta = get_args(tp)
-        value = getattr(obj, f.name)
-        for rng in (m for m in meta if isinstance(m, Range)):
+    for name, inner, ranges in _ranged_fields(type(obj)):
+        value = getattr(obj, name)
+        for rng in ranges:
             if isinstance(value, int | float) and not isinstance(value, bool) and not rng.holds(float(value)):
-                raise Invalid(f.name, f"expected {_expected(inner, rng)}; got {value!r}", kind="out-of-range")
+                raise Invalid(name, f"expected {_expected(inner, rng)}; got {value!r}", kind="out-of-range")
 
 
 def _join(where: str, key: str) -> str:
