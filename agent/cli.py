@@ -11,33 +11,12 @@ import argparse
 from collections.abc import Sequence
 from pathlib import Path
 
+from agent.invocation import DEFAULT_CONFIG, EXIT_CODES
 from runtime.clock import Clock, SystemClock
 from runtime.console import VersionAction, quiet_on_closed_pipe
 from runtime.exit_status import HELP as EXIT_HELP
-from runtime.exit_status import ExitStatus
 
 __all__ = ["DEFAULT_CONFIG", "EXIT_CODES", "main"]
-
-DEFAULT_CONFIG = Path("/etc/ldp-agent/agent.toml")
-CONFIG_ENV = "LDP_AGENT_CONFIG"
-
-# The API's error kinds -> the exit statuses shared by the three tools (runtime/exit_status.py).
-EXIT_CODES: dict[str, int] = {
-    "ok": ExitStatus.OK,
-    "error": ExitStatus.ERROR,
-    "config": ExitStatus.CONFIG,
-    "value-refused": ExitStatus.REFUSED,
-    "consent-required": ExitStatus.NO_CONSENT,
-    "use-case-stopped": ExitStatus.STOPPED,
-    # Past its end date: a stop too, which a registry with a later date lifts (agent/expiry.py).
-    "use-case-expired": ExitStatus.STOPPED,
-    "state-unreadable": ExitStatus.STATE_UNREADABLE,
-    # A use case the registry does not have: a wrong command line, as for ldp-collector estimate.
-    "unknown-use-case": ExitStatus.CONFIG,
-    # A full disk: the value was refused and not kept; the agent keeps running and resumes by
-    # itself (docs/state-integrity.md, "A full disk").
-    "state-unwritable": ExitStatus.ERROR,
-}
 
 _DESCRIPTION = """\
 The on-device agent of ldp-telemetry: it privatizes values with local differential privacy

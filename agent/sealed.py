@@ -250,6 +250,15 @@ class Sealer:
             raise StateUnreadableError(str(path), f"larger than {MAX_FILE_BYTES} bytes")
         return self.open(purpose, version, blob, where=str(path))
 
+    def sync(self, directory: Path) -> None:
+        """Make the renames of the files written into ``directory`` with ``sync_directory=False``
+        durable (:func:`fsync_directory`).
+
+        Raises:
+            OSError: the directory cannot be synced.
+        """
+        fsync_directory(directory)
+
     def write(self, path: Path, purpose: str, version: int, document: Plain, *, sync_directory: bool = True) -> None:
         """Seal ``document`` and atomically replace ``path`` with it (``sync_directory``: :func:`atomic_write`)."""
         atomic_write(path, self.seal(purpose, version, document), sync_directory=sync_directory)

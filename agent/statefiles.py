@@ -204,7 +204,7 @@ class StateFiles:
             StateWriteError: the directory cannot be synced (an I/O error); :attr:`blocked` says so.
         """
         try:
-            fsync_directory(self.directory)
+            self._sealer.sync(self.directory)
         except OSError as e:
             self._blocked = StateWriteError(
                 str(self.directory), f"the directory cannot be synced ({e.strerror or type(e).__name__}); retry later"

@@ -19,7 +19,6 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from agent.cli import CONFIG_ENV, DEFAULT_CONFIG, EXIT_CODES
 from agent.config import ActiveSecondsProbe, AgentConfig, load_config, read_password, tls_context
 from agent.errors import (
     AgentBusyError,
@@ -31,6 +30,7 @@ from agent.errors import (
     UseCaseStoppedError,
     ValueRefusedError,
 )
+from agent.invocation import CONFIG_ENV, DEFAULT_CONFIG, EXIT_CODES
 from agent.status import AgentStatus, UseCaseStatus
 from protocol.metadata import metadata_warnings
 from protocol.plain import Json, JsonObject

@@ -104,8 +104,13 @@ class MemorySealer(Sealer):
         blob = self._blobs.get(path)
         return None if blob is None else self.open(purpose, version, blob, where=str(path))
 
-    def write(self, path: Path, purpose: str, version: int, document: Any) -> None:
+    def write(self, path: Path, purpose: str, version: int, document: Any, *, sync_directory: bool = True) -> None:
+        del sync_directory  # nothing to make durable in memory
         self._blobs[path] = self.seal(purpose, version, document)
+
+    def sync(self, directory: Path) -> None:
+        """Nothing to make durable: the simulated device's files live in memory."""
+        del directory
 
 
 # --------------------------------------------------------------------------- plan and tallies
