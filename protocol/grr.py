@@ -31,8 +31,8 @@ from fractions import Fraction
 from functools import cached_property
 from typing import Any, ClassVar, Final
 
-from protocol.categories import FixedCategories, check_categories, convert_categories
-from protocol.checks import EPSILON_MIN_MULTI, check_epsilon, encoded_size
+from protocol.categories import FixedCategories, convert_categories
+from protocol.checks import encoded_size
 from protocol.interfaces import MechanismEntry
 from protocol.randomness import Coin, RandomSource, coin_at_most, dexp, log_ratio, uniform_word
 
@@ -47,19 +47,12 @@ class GeneralizedRandomizedResponse(FixedCategories):
     """k-ary randomized response over fixed categories; a record is the reported category's index.
 
     Args:
-        epsilon: ε of one report, in (0, 64].
-        categories: the distinct category names (at least two).
+        epsilon, categories: as :class:`~protocol.categories.FixedCategories` (checked there).
     """
 
     name: ClassVar[str] = "grr"
     record_type: ClassVar[type[int]] = int
     server: ClassVar[str] = "protocol.server.grr:GRRServer"
-    epsilon: float
-    categories: tuple[str, ...]
-
-    def __post_init__(self) -> None:
-        check_epsilon(self.epsilon, low=EPSILON_MIN_MULTI)
-        object.__setattr__(self, "categories", check_categories(self.categories))
 
     @cached_property
     def keep_coin(self) -> Coin:
@@ -86,10 +79,6 @@ class GeneralizedRandomizedResponse(FixedCategories):
     def epsilon_report(self) -> float:
         """``ln(p / q)`` for the implemented coin (at most ε)."""
         return log_ratio(self.p_exact / self.q_exact)
-
-    def privacy_figures(self) -> dict[str, float]:
-        """ε of one report (event-level: every report spends it)."""
-        return {"epsilon_report": self.epsilon_report}
 
     def privatize(self, value: str, state: None, rng: RandomSource) -> tuple[int, None]:
         """The reported category's index: the own one with probability ``p``, else another, uniformly."""
