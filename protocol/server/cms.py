@@ -72,7 +72,7 @@ from protocol.errors import InputError, StateError
 from protocol.plain import PlainDoc
 from protocol.randomness import SCALE, RandomSource, uniform_ints
 from protocol.server.estimate import Estimate, VectorEstimate
-from protocol.server.hashing import Fingerprints, evaluate, family_fingerprints
+from protocol.server.hashing import Fingerprints, evaluate, family_fingerprints, value_fingerprints
 from protocol.server.parallel import Threads, run_parts
 from protocol.server.plain import array_from_plain, array_to_plain, require
 from protocol.server.records import decode_indexed_bits
@@ -440,12 +440,7 @@ class CMSServer(DictionarySketchServer[CountMeanSketch, CMSBatch, CMSAggregate])
 
         Repeated values are fingerprinted once.
         """
-        position: dict[bytes, int] = {}
-        codes = np.fromiter(
-            (position.setdefault(as_value_bytes(v), len(position)) for v in values), dtype=np.int64, count=len(values)
-        )
-        fp = family_fingerprints(self.mechanism.family, list(position))
-        return self.privatize_fingerprints(fp.take(codes), rng)
+        return self.privatize_fingerprints(value_fingerprints(self.mechanism.family, values), rng)
 
     def privatize_fingerprints(self, fp: Fingerprints, rng: RandomSource) -> CMSBatch:
         """Privatize values given by their fingerprints under the mechanism's family (vectorised 003 Alg. 2)."""

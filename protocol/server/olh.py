@@ -51,7 +51,7 @@ from protocol.plain import PlainDoc
 from protocol.randomness import RandomSource, uniform_from_words
 from protocol.server.contract import PlainServer, PlanFigures
 from protocol.server.estimate import VectorEstimate
-from protocol.server.hashing import Fingerprints, evaluate, family_fingerprints
+from protocol.server.hashing import Fingerprints, evaluate, family_fingerprints, value_fingerprints
 from protocol.server.parallel import Threads
 from protocol.server.plain import array_from_plain, array_to_plain, require
 from protocol.server.sketch import counts_with_errors, gather_sums, no_counts
@@ -189,12 +189,7 @@ class OLHServer(PlainServer[OptimalLocalHashing, OLHBatch, OLHAggregate]):
     def privatize_many(self, values: Sequence[str | bytes], rng: RandomSource) -> OLHBatch:
         """Privatize many values, each report's three words in the device's layout (:mod:`protocol.olh`).
         Repeated values are fingerprinted once."""
-        position: dict[bytes, int] = {}
-        codes = np.fromiter(
-            (position.setdefault(as_value_bytes(v), len(position)) for v in values), dtype=np.int64, count=len(values)
-        )
-        fp = family_fingerprints(self.mechanism.family, list(position))
-        return self.privatize_fingerprints(fp.take(codes), rng)
+        return self.privatize_fingerprints(value_fingerprints(self.mechanism.family, values), rng)
 
     def privatize_fingerprints(self, fp: Fingerprints, rng: RandomSource) -> OLHBatch:
         """Privatize values given by their fingerprints under the mechanism's family."""

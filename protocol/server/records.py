@@ -8,7 +8,28 @@ import numpy.typing as npt
 from protocol.checks import check_indexed_bits
 from protocol.errors import MalformedReportError
 
-__all__ = ["decode_indexed_bits"]
+__all__ = ["decode_bits", "decode_indexed_bits"]
+
+
+def decode_bits(raw: object, *, expected: str = "expected a list of bits") -> npt.NDArray[np.uint8]:
+    """Strictly decode a list of single-bit records (0 or 1) into a ``uint8`` column.
+
+    Raises:
+        MalformedReportError: ``bad-type`` naming ``records`` (``expected`` says what it is
+            not) or ``records[i]``, or ``out-of-range`` naming ``records[i]``.
+    """
+    if not isinstance(raw, list):
+        raise MalformedReportError("bad-type", "records", expected)
+    # Fast path in C (type() also rejects bool, a subclass of int); the loop below only
+    # runs to name the first bad record.
+    if set(map(type, raw)) <= {int} and set(raw) <= {0, 1}:
+        return np.array(raw, dtype=np.uint8)
+    for i, bit in enumerate(raw):
+        if type(bit) is not int:
+            raise MalformedReportError("bad-type", f"records[{i}]", "expected an integer bit")
+        if bit not in (0, 1):
+            raise MalformedReportError("out-of-range", f"records[{i}]", "a bit is 0 or 1")
+    return np.array(raw, dtype=np.uint8)
 
 
 def decode_indexed_bits(
