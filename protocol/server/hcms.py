@@ -58,7 +58,7 @@ from typing import Any, ClassVar, Self, TypeVar
 import numpy as np
 import numpy.typing as npt
 
-from protocol.errors import InputError, MalformedReportError, StateError
+from protocol.errors import InputError, StateError
 from protocol.hcms import HadamardCountMeanSketch, HCMSRecord, hashed_value
 from protocol.plain import PlainDoc
 from protocol.randomness import RandomSource, bernoulli, uniform_ints
@@ -67,6 +67,7 @@ from protocol.server.hadamard import hadamard_rows
 from protocol.server.hashing import Fingerprints, evaluate, family_fingerprints
 from protocol.server.parallel import Threads
 from protocol.server.plain import array_from_plain, array_to_plain, require
+from protocol.server.records import int_record, record_list
 from protocol.server.sketch import DictionarySketchServer, counts_with_errors, gather_sums, no_counts
 
 __all__ = ["HCMSAggregate", "HCMSBatch", "HCMSServer"]
@@ -272,24 +273,14 @@ class HCMSServer(DictionarySketchServer[HadamardCountMeanSketch, HCMSBatch, HCMS
             MalformedReportError: ``bad-type``, ``bad-length`` or ``out-of-range``, naming
                 ``records[i]``, ``records[i].j``, ``records[i].ell`` or ``records[i].bit``.
         """
-        if not isinstance(raw, list):
-            raise MalformedReportError("bad-type", "records", "expected a list of [j, ell, bit]")
-        n = len(raw)
+        records = record_list(raw, "[j, ell, bit]")
+        n = len(records)
         j = np.empty(n, dtype=np.int64)
         ell = np.empty(n, dtype=np.int64)
         bits = np.empty(n, dtype=np.uint8)
         limits = (("j", self.mechanism.k), ("ell", self.mechanism.m), ("bit", 2))
-        for i, rec in enumerate(raw):
-            if not isinstance(rec, list):
-                raise MalformedReportError("bad-type", f"records[{i}]", "expected a list [j, ell, bit]")
-            if len(rec) != 3:
-                raise MalformedReportError("bad-length", f"records[{i}]", f"expected 3 entries, got {len(rec)}")
-            for (field, bound), x in zip(limits, rec, strict=True):
-                if type(x) is not int:
-                    raise MalformedReportError("bad-type", f"records[{i}].{field}", "expected an integer")
-                if not 0 <= x < bound:
-                    raise MalformedReportError("out-of-range", f"records[{i}].{field}", f"must lie in [0, {bound})")
-            j[i], ell[i], bits[i] = rec
+        for i, rec in enumerate(records):
+            j[i], ell[i], bits[i] = int_record(rec, f"records[{i}]", "[j, ell, bit]", limits)
         return HCMSBatch(j=j, ell=ell, bits=bits)
 
     # ---------------------------------------------------------------- simulation
