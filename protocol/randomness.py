@@ -46,6 +46,7 @@ __all__ = [
     "BinaryKeepCoin",
     "ByteCoins",
     "Coin",
+    "KaryKeepCoin",
     "PushbackSource",
     "RandomSource",
     "SeededRandom",
@@ -232,6 +233,46 @@ class BinaryKeepCoin:
         """ε of one report: exactly ``s ln(p / (1 - p))`` for the implemented coin; at most ε."""
         p = self.keep_coin.probability
         return self.keep_shares * math.log(p / (1 - p))
+
+
+class KaryKeepCoin:
+    """The keep coin of k-ary randomized response over :attr:`outcomes` values, and the ε it gives
+    (a mixin for the device halves of ``grr``, over its categories, and ``olh``, over its hash
+    range).
+
+    A report is the own value with ``p = e**ε / (e**ε + n - 1)``, rounded down, and each other
+    value with ``q = (1 - p) / (n - 1)``; every likelihood ratio is at most ``p / q``, so ε of one
+    report is ``ln(p / q)`` for the implemented coin, at most ``epsilon``.
+    """
+
+    __slots__ = ()
+    epsilon: float
+
+    @property
+    def outcomes(self) -> int:
+        """``n``, the values a report can take (each mechanism's own)."""
+        raise NotImplementedError
+
+    @cached_property
+    def keep_coin(self) -> Coin:
+        """Report the own value: ``e**ε / (e**ε + n - 1)``, rounded down."""
+        e = dexp(self.epsilon)
+        return coin_at_most(e / (e + self.outcomes - 1))
+
+    @property
+    def p_exact(self) -> Fraction:
+        """``Pr[report = the own value]`` for the implemented coin, exactly."""
+        return self.keep_coin.probability
+
+    @property
+    def q_exact(self) -> Fraction:
+        """``Pr[report = a given other value]``, exactly."""
+        return (1 - self.keep_coin.probability) / (self.outcomes - 1)
+
+    @cached_property
+    def epsilon_report(self) -> float:
+        """``ln(p / q)`` for the implemented coin (at most ε)."""
+        return log_ratio(self.p_exact / self.q_exact)
 
 
 # --- the pure path (a device's) --------------------------------------------------------------
