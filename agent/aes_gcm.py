@@ -121,15 +121,22 @@ class _LibcryptoGcm:
             raise
         return ctx
 
+    def _update(self, ctx: int, direction: str, data: bytes) -> tuple[ctypes.Array[ctypes.c_char], ctypes.c_int]:
+        """``data`` en- or decrypted into a new buffer with room for the tag, and the bytes written."""
+        out = ctypes.create_string_buffer(len(data) + TAG_BYTES)
+        written = ctypes.c_int(0)
+        update = getattr(self._lib, f"EVP_{direction}Update")
+        _ok(update(ctx, out, written, data, len(data)), f"EVP_{direction}Update", self._lib)
+        return out, written
+
     def encrypt(self, nonce: bytes, data: bytes, aad: bytes) -> bytes:
         if max(len(data), len(aad)) > _MAX_BYTES:
             raise ValueError("AES-GCM input longer than 1 GiB")
         lib = self._lib
         ctx = self._start("Encrypt", nonce, aad)
         try:
-            out = ctypes.create_string_buffer(len(data) + TAG_BYTES)
-            written, tail = ctypes.c_int(0), ctypes.c_int(0)
-            _ok(lib.EVP_EncryptUpdate(ctx, out, written, data, len(data)), "EVP_EncryptUpdate", lib)
+            out, written = self._update(ctx, "Encrypt", data)
+            tail = ctypes.c_int(0)
             _ok(lib.EVP_EncryptFinal_ex(ctx, ctypes.byref(out, written.value), tail), "EVP_EncryptFinal_ex", lib)
             size = written.value + tail.value
             tag = ctypes.create_string_buffer(TAG_BYTES)
@@ -147,9 +154,8 @@ class _LibcryptoGcm:
         lib = self._lib
         ctx = self._start("Decrypt", nonce, aad)
         try:
-            out = ctypes.create_string_buffer(len(body) + TAG_BYTES)
-            written, tail = ctypes.c_int(0), ctypes.c_int(0)
-            _ok(lib.EVP_DecryptUpdate(ctx, out, written, body, len(body)), "EVP_DecryptUpdate", lib)
+            out, written = self._update(ctx, "Decrypt", body)
+            tail = ctypes.c_int(0)
             _ok(lib.EVP_CIPHER_CTX_ctrl(ctx, _CTRL_SET_TAG, TAG_BYTES, tag), "EVP_CTRL_GCM_SET_TAG", lib)
             # The tag is checked here: anything but 1 means the bytes are not authentic.
             if lib.EVP_DecryptFinal_ex(ctx, ctypes.byref(out, written.value), tail) != 1:

@@ -225,6 +225,15 @@ class Agent:
             return fallback
         return result
 
+    def _ledger_step(self, change: Callable[..., Change], items: Sequence[object], broker: str, what: str) -> None:
+        """The publisher step that the outbox's ``change`` (``acknowledge``, ``mark_sent``,
+        ``mark_refused``) makes of ``items`` through ``broker``, now (``what`` names it in the log)."""
+        now = self.clock.time()
+        retention = self.ledger_retention
+        self._publisher_step(
+            lambda state: (change(state, items, now=now, retention=retention, broker=broker), None), None, what
+        )
+
     def _writable(self) -> StateWriteError | None:
         """Try again what the last failed write blocked; None once the state can be written.
 
@@ -453,36 +462,18 @@ class Agent:
         The ledger is written first; a crash before the outbox write resends identical bytes
         (the collector de-duplicates by report id) and the ledger keeps one entry per id.
         """
-        now = self.clock.time()
-        retention = self.ledger_retention
-        self._publisher_step(
-            lambda state: (outbox.acknowledge(state, acked, now=now, retention=retention, broker=broker), None),
-            None,
-            "acknowledgements",
-        )
+        self._ledger_step(outbox.acknowledge, acked, broker, "acknowledgements")
 
     def mark_sent(self, sent: Sequence[Pending], *, broker: str = "") -> None:
         """Reports the ``broker`` acknowledged (with receipts): the ledger says "sent", and each
         stays in the outbox with the time of this send and its count, waiting for its receipt.
         """
-        now = self.clock.time()
-        retention = self.ledger_retention
-        self._publisher_step(
-            lambda state: (outbox.mark_sent(state, sent, now=now, retention=retention, broker=broker), None),
-            None,
-            "sends",
-        )
+        self._ledger_step(outbox.mark_sent, sent, broker, "sends")
 
     def mark_refused(self, refused: Sequence[tuple[Pending, str]], *, broker: str = "") -> None:
         """Sends the ``broker`` refused, with the reason: the ledger says "refused by the broker:
         <reason>", and each report waits in the outbox to be tried again (agent.outbox)."""
-        now = self.clock.time()
-        retention = self.ledger_retention
-        self._publisher_step(
-            lambda state: (outbox.mark_refused(state, refused, now=now, retention=retention, broker=broker), None),
-            None,
-            "refused sends",
-        )
+        self._ledger_step(outbox.mark_refused, refused, broker, "refused sends")
 
     def settle(self, receipts: Sequence[Receipt], *, broker: str = "") -> int:
         """Commit receipts arrived (through ``broker``): the ledger records the outcome and the

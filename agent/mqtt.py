@@ -45,6 +45,7 @@ import logging
 import ssl
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import aiomqtt
 from paho.mqtt.packettypes import PacketTypes
@@ -203,32 +204,20 @@ class MqttTransport:
     def _client(self, identifier: str, *, v5: bool) -> aiomqtt.Client:
         cfg = self._cfg
         tls, password = _credentials(cfg, self._broker)
+        # The two clients differ only in the protocol version and its clean-start flag.
+        common: dict[str, Any] = {
+            "identifier": identifier,
+            "username": cfg.username,
+            "password": password,
+            "tls_context": tls,
+            "keepalive": cfg.keepalive,
+            "timeout": cfg.publish_timeout,
+            "logger": log,
+        }
+        host, port = self._broker.host, self._broker.port
         if v5:
-            return HookedClient(
-                self._broker.host,
-                self._broker.port,
-                identifier=identifier,
-                username=cfg.username,
-                password=password,
-                tls_context=tls,
-                keepalive=cfg.keepalive,
-                protocol=aiomqtt.ProtocolVersion.V5,
-                clean_start=True,
-                timeout=cfg.publish_timeout,
-                logger=log,
-            )
-        return aiomqtt.Client(
-            self._broker.host,
-            self._broker.port,
-            identifier=identifier,
-            username=cfg.username,
-            password=password,
-            tls_context=tls,
-            keepalive=cfg.keepalive,
-            clean_session=True,
-            timeout=cfg.publish_timeout,
-            logger=log,
-        )
+            return HookedClient(host, port, protocol=aiomqtt.ProtocolVersion.V5, clean_start=True, **common)
+        return aiomqtt.Client(host, port, clean_session=True, **common)
 
     @contextlib.asynccontextmanager
     async def connect_receipts(self) -> AsyncIterator[ReceiptConnection]:

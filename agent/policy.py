@@ -54,20 +54,15 @@ def check_use_case(use_case: UseCase, policy: PolicyConfig) -> None:
         raise PolicyError(
             name, "parameters.f", f"= {f:g} is below the local floor {policy.min_rappor_f:g} (weaker PRR)"
         )
-    eps_inf = figures.get("epsilon_infinity")
-    if eps_inf is not None and eps_inf > policy.max_rappor_epsilon_infinity + _SLACK:
-        raise PolicyError(
-            name,
-            "parameters (ε∞)",
-            f"give ε∞ = {eps_inf:.4g}, above the local cap {policy.max_rappor_epsilon_infinity:g}",
-        )
-    eps_memo = figures.get("epsilon_memo")
-    if eps_memo is not None and eps_memo > policy.max_one_bit_mean_epsilon + _SLACK:
-        raise PolicyError(
-            name,
-            "epsilon",
-            f"= {eps_memo:.4g} for the memoized bits exceeds the local cap {policy.max_one_bit_mean_epsilon:g}",
-        )
+    # Each ε figure capped from above: (figure, cap, what the refusal names, its message).
+    epsilon_caps = (
+        ("epsilon_infinity", policy.max_rappor_epsilon_infinity, "parameters (ε∞)", "give ε∞ = {:.4g}, above"),
+        ("epsilon_memo", policy.max_one_bit_mean_epsilon, "epsilon", "= {:.4g} for the memoized bits exceeds"),
+    )
+    for figure, cap, parameter, says in epsilon_caps:
+        value = figures.get(figure)
+        if value is not None and value > cap + _SLACK:
+            raise PolicyError(name, parameter, f"{says.format(value)} the local cap {cap:g}")
 
 
 def check_registry(registry: Registry, policy: PolicyConfig) -> None:

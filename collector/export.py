@@ -26,6 +26,7 @@ import csv
 import io
 import time
 from collections.abc import Iterable, Iterator, Sequence
+from typing import Final
 
 import msgspec
 from msgspec.structs import replace as struct_replace
@@ -33,7 +34,15 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from collector.live import LiveAggregates
-from collector.results import EstimateResult, FrequencyEntry, HistogramEstimate, ReleaseDecision, ScalarEstimate
+from collector.results import (
+    EstimateResult,
+    FrequencyEntry,
+    HistogramEstimate,
+    Interval,
+    Number,
+    ReleaseDecision,
+    ScalarEstimate,
+)
 
 __all__ = [
     "EXPORT_COLUMNS",
@@ -84,20 +93,20 @@ EXPORT_COLUMNS: tuple[str, ...] = ExportRow.__struct_fields__
 
 _LINE_ENCODER = msgspec.json.Encoder()  # the columns in their order, as the CSV header has them
 
+_PERIOD_COLUMNS: Final = ("use_case", "definition", "period", "period_start", "period_end", "reports", "kind")
+"""The columns every row of a result takes from the result itself: the period's identity."""
+
+
+def _figures(base: ExportRow, value: Number, se: Number, ci: Interval, **more: Cell) -> ExportRow:
+    """``base`` with one estimate's value, standard error and interval (and ``more`` columns)."""
+    return struct_replace(base, value=value, standard_error=se, ci_low=ci[0], ci_high=ci[1], **more)
+
 
 def _entry(base: ExportRow, e: FrequencyEntry) -> ExportRow:
     # A released entry's SE is the spread of its interval conditional on release (docs/estimation.md).
     se = e.selection_standard_error if e.selection_standard_error is not None else e.standard_error
-    return struct_replace(
-        base,
-        item=e.value,
-        value=e.count,
-        standard_error=se,
-        ci_low=e.ci[0],
-        ci_high=e.ci[1],
-        p_value=e.p_value,
-        released=e.released,
-        withheld_reason=e.withheld_reason,
+    return _figures(
+        base, e.count, se, e.ci, item=e.value, p_value=e.p_value, released=e.released, withheld_reason=e.withheld_reason
     )
 
 
@@ -106,40 +115,15 @@ def export_rows(result: EstimateResult) -> Iterator[ExportRow]:
 
     A period that is not released as a whole (too few reports) is one row saying why.
     """
-    base = ExportRow(
-        use_case=result.use_case,
-        definition=result.definition,
-        period=result.period,
-        period_start=result.period_start,
-        period_end=result.period_end,
-        reports=result.reports,
-        kind=result.kind,
-    )
+    base = ExportRow(**{name: getattr(result, name) for name in _PERIOD_COLUMNS})
     est = result.estimate
     if not result.released or est is None:
         yield struct_replace(base, released=False, withheld_reason=result.withheld_reason)
     elif isinstance(est, ScalarEstimate):
-        yield struct_replace(
-            base,
-            value=est.value,
-            standard_error=est.standard_error,
-            ci_low=est.ci[0],
-            ci_high=est.ci[1],
-            released=True,
-        )
+        yield _figures(base, est.value, est.standard_error, est.ci, released=True)
     elif isinstance(est, HistogramEstimate):
         for i, b in enumerate(est.buckets):
-            yield struct_replace(
-                base,
-                item=str(i),
-                low=b.low,
-                high=b.high,
-                value=b.value,
-                standard_error=b.standard_error,
-                ci_low=b.ci[0],
-                ci_high=b.ci[1],
-                released=True,
-            )
+            yield _figures(base, b.value, b.standard_error, b.ci, item=str(i), low=b.low, high=b.high, released=True)
     else:
         assert isinstance(est, ReleaseDecision)
         for e in est.items + (est.withheld_items or ()):

@@ -54,7 +54,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Collection, Iterable
 from typing import Protocol
 
 from aiohttp import web
@@ -485,22 +485,27 @@ class HttpApi:
             return _error(400, f"period must be a slot index in [0, {_MAX_PERIOD}]; got {str(raw)[:40]}")
         return period
 
-    def _asked(self, request: web.Request) -> tuple[str, int | None] | web.Response:
-        """The use case and the period a request names, or the error that answers it."""
+    def _asked(
+        self, request: web.Request, option: str, allowed: Collection[str], says: str
+    ) -> tuple[str, int | None, str] | web.Response:
+        """The use case, the period and the ``option`` parameter a request names (blank: the first
+        of ``allowed``), or the error that answers it (``says`` what the option may be)."""
         name = request.match_info["name"]
         if (unknown := self._unknown(name)) is not None:
             return unknown
         period = self._period(request)
-        return period if isinstance(period, web.Response) else (name, period)
+        if isinstance(period, web.Response):
+            return period
+        value = request.query.get(option) or next(iter(allowed))
+        if value not in allowed:
+            return _error(400, f"{option} must be {says}; got {value[:40]!r}")
+        return name, period, value
 
     async def _export(self, request: web.Request) -> web.Response:
-        asked = self._asked(request)
+        asked = self._asked(request, "format", EXPORT_FORMATS, f"one of {', '.join(EXPORT_FORMATS)}")
         if isinstance(asked, web.Response):
             return asked
-        name, period = asked
-        fmt = request.query.get("format") or "csv"
-        if fmt not in EXPORT_FORMATS:
-            return _error(400, f"format must be one of {', '.join(EXPORT_FORMATS)}; got {fmt[:40]!r}")
+        name, period, fmt = asked
         # The same computation (and cached result) as /estimate?withheld=1 for this period.
         _, result = await self.live.estimate(name, period, withheld=True)
         response = web.Response(text=export_text(result, fmt), content_type=EXPORT_FORMATS[fmt], charset="utf-8")
@@ -509,13 +514,10 @@ class HttpApi:
         return response
 
     async def _estimate(self, request: web.Request) -> web.Response:
-        asked = self._asked(request)
+        asked = self._asked(request, "withheld", ("0", "1"), "0 or 1")
         if isinstance(asked, web.Response):
             return asked
-        name, period = asked
-        flag = request.query.get("withheld") or "0"
-        if flag not in ("0", "1"):
-            return _error(400, f"withheld must be 0 or 1; got {flag[:40]!r}")
+        name, period, flag = asked
         withheld = flag == "1"
         version, result = await self.live.estimate(name, period, withheld=withheld)
         cached = self._bodies.get((name, period, withheld))

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Generic, Protocol, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -43,6 +43,18 @@ from protocol.server.one_bit_mean import OneBitMeanServer, OneBitMeanStates
 from protocol.server.randomized_response import RRServer
 
 __all__ = ["DevicePrivatizer", "device_privatizer"]
+
+_States_co = TypeVar("_States_co", covariant=True)
+
+
+class _SetsUpMany(Protocol[_States_co]):
+    """A server half that draws many devices' permanent states at once."""
+
+    def setup_many(self, n: int, rng: RandomSource) -> _States_co: ...
+
+
+ServerT = TypeVar("ServerT", bound=_SetsUpMany[Any])
+StatesT = TypeVar("StatesT")
 
 
 class DevicePrivatizer:
@@ -92,16 +104,24 @@ class DevicePrivatizer:
         return self._states[row]
 
 
-class _OneBitMean(DevicePrivatizer):
+class _Memoized(DevicePrivatizer, Generic[ServerT, StatesT]):
+    """A memoizing mechanism whose server half draws every device's state at once (``setup_many``)
+    and privatizes chosen rows of those states (``privatize_many``)."""
+
     vectorised = True
+    server_type: type[ServerT]
 
     def __init__(self, use_case: UseCase, devices: int, rng: RandomSource) -> None:
         self.use_case = use_case
         self.devices = devices
         server = use_case.server
-        assert isinstance(server, OneBitMeanServer)
-        self._server = server
-        self.states = self._server.setup_many(devices, rng)
+        assert isinstance(server, self.server_type)
+        self._server: ServerT = server
+        self.states: StatesT = server.setup_many(devices, rng)
+
+
+class _OneBitMean(_Memoized[OneBitMeanServer, OneBitMeanStates]):
+    server_type = OneBitMeanServer
 
     def records(self, rows: npt.NDArray[np.int64], values: Sequence[Any], rng: RandomSource) -> list[Any]:
         s = self.states
@@ -113,16 +133,8 @@ class _OneBitMean(DevicePrivatizer):
         return self.states.state(row).to_plain()
 
 
-class _DBitFlip(DevicePrivatizer):
-    vectorised = True
-
-    def __init__(self, use_case: UseCase, devices: int, rng: RandomSource) -> None:
-        self.use_case = use_case
-        self.devices = devices
-        server = use_case.server
-        assert isinstance(server, DBitFlipServer)
-        self._server = server
-        self.states = self._server.setup_many(devices, rng)
+class _DBitFlip(_Memoized[DBitFlipServer, DBitFlipStates]):
+    server_type = DBitFlipServer
 
     def records(self, rows: npt.NDArray[np.int64], values: Sequence[Any], rng: RandomSource) -> list[Any]:
         s = self.states

@@ -39,7 +39,6 @@ This module is pure Python: a device privatizes without numpy.
 from __future__ import annotations
 
 import hashlib
-import math
 import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -53,10 +52,9 @@ from protocol.hashing import HashFamily, fingerprint_key
 from protocol.interfaces import EstimateKind, EventLevelStrings, MechanismEntry
 from protocol.randomness import (
     SCALE,
+    BinaryKeepCoin,
     Coin,
     RandomSource,
-    coin_at_most,
-    dexp,
     random_bytes,
     uniform_draws,
 )
@@ -68,6 +66,7 @@ __all__ = [
     "M_MAX",
     "CMSRecord",
     "CountMeanSketch",
+    "DictionarySketch",
     "ScalarHash",
     "as_value_bytes",
 ]
@@ -126,6 +125,43 @@ class ScalarHash:
         return self._family.evaluate_fingerprint(self.fingerprint(data), index)
 
 
+@dataclass(frozen=True, kw_only=True)
+class DictionarySketch(BinaryKeepCoin, EventLevelStrings):
+    """The parameters that CMS and HCMS share: ``k`` public hash functions into ``[m]`` built
+    from the use case's seed, and a report whose bits are kept with one coin
+    (:class:`~protocol.randomness.BinaryKeepCoin`); the server keeps a ``k x m`` sketch that
+    it queries for a dictionary.
+
+    Each mechanism checks its own ``k`` and ``m`` (:meth:`_check_shape`).
+
+    Args:
+        epsilon: ε per report, in (0, 64].
+        k: number of hash functions (rows of the sketch).
+        m: columns of the sketch.
+        seed: the use case's public hash seed (at least 16 bytes).
+    """
+
+    kind: ClassVar[EstimateKind] = EstimateKind.DICTIONARY
+    epsilon: float
+    k: int
+    m: int
+    seed: bytes
+
+    def __post_init__(self) -> None:
+        check_epsilon(self.epsilon)
+        self._check_shape()
+        check_seed(self.seed)
+
+    def _check_shape(self) -> None:
+        """``ParameterError`` for a ``k`` or ``m`` the mechanism does not take."""
+        raise NotImplementedError
+
+    @cached_property
+    def family(self) -> HashFamily:
+        """The public hash functions ``h_0 .. h_{k-1}`` into ``[m]`` (003 Alg. 1 and 5, step 1)."""
+        return HashFamily(self.seed, count=self.k, range=self.m)
+
+
 @dataclass(frozen=True, slots=True)
 class CMSRecord:
     """One privatized report: the hash index ``j`` and the packed ``m``-bit vector (bit 1 = +1)."""
@@ -135,8 +171,12 @@ class CMSRecord:
 
 
 @dataclass(frozen=True, kw_only=True)
-class CountMeanSketch(EventLevelStrings):
+class CountMeanSketch(DictionarySketch):
     """Apple's private Count Mean Sketch.
+
+    The keep coin (:class:`~protocol.randomness.BinaryKeepCoin`) keeps a coordinate at
+    ``ε / 2``: two values' vectors differ at two coordinates, so ε of one report is
+    ``2 ln(p / (1 - p))`` (003 Thm 4.1).
 
     Args:
         epsilon: ε per report, in (0, 64].
@@ -148,46 +188,18 @@ class CountMeanSketch(EventLevelStrings):
     name: ClassVar[str] = "cms"
     server: ClassVar[str] = "protocol.server.cms:CMSServer"
     record_type: ClassVar[type[CMSRecord]] = CMSRecord
-    kind: ClassVar[EstimateKind] = EstimateKind.DICTIONARY
-    epsilon: float
-    k: int
-    m: int
-    seed: bytes
+    keep_shares: ClassVar[int] = 2
 
-    def __post_init__(self) -> None:
-        check_epsilon(self.epsilon)
+    def _check_shape(self) -> None:
         check_int(self.k, "k", low=1, high=K_MAX)
         check_int(self.m, "m", low=2, high=M_MAX)
-        check_seed(self.seed)
 
     # ------------------------------------------------------------------ constants
-
-    @cached_property
-    def family(self) -> HashFamily:
-        """The public hash functions ``h_0 .. h_{k-1}`` into ``[m]`` (003 Alg. 1 step 1)."""
-        return HashFamily(self.seed, count=self.k, range=self.m)
-
-    @cached_property
-    def keep_coin(self) -> Coin:
-        """The coin that keeps a coordinate (heads = unchanged): ``e**(ε/2) / (1 + e**(ε/2))``, rounded down."""
-        e = dexp(self.epsilon / 2)
-        return coin_at_most(e / (1 + e))
 
     @cached_property
     def flip_coin(self) -> Coin:
         """The coin that flips a coordinate: the keep coin's complement, at least ``1 / (1 + e**(ε/2))``."""
         return self.keep_coin.complement
-
-    @property
-    def keep_probability(self) -> float:
-        """``p``: the probability that a coordinate is sent unchanged, for the implemented coin."""
-        return float(self.keep_coin.probability)
-
-    @property
-    def epsilon_report(self) -> float:
-        """ε of one report: exactly ``2 ln(p / (1 - p))`` for the implemented coin (003 Thm 4.1); at most ε."""
-        p = self.keep_coin.probability
-        return 2 * math.log(p / (1 - p))
 
     @property
     def record_bytes(self) -> int:

@@ -28,13 +28,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
-from functools import cached_property
 from typing import Any, ClassVar, Final
 
-from protocol.categories import FixedCategories, check_categories, convert_categories
-from protocol.checks import EPSILON_MIN_MULTI, check_epsilon, encoded_size
+from protocol.categories import FixedCategories, convert_categories
+from protocol.checks import encoded_size
 from protocol.interfaces import MechanismEntry
-from protocol.randomness import Coin, RandomSource, coin_at_most, dexp, log_ratio, uniform_word
+from protocol.randomness import KaryKeepCoin, RandomSource, uniform_word
 
 __all__ = ["ENTRY", "GeneralizedRandomizedResponse"]
 
@@ -43,53 +42,26 @@ DRAW_WORDS: Final = 2
 
 
 @dataclass(frozen=True, kw_only=True)
-class GeneralizedRandomizedResponse(FixedCategories):
+class GeneralizedRandomizedResponse(KaryKeepCoin, FixedCategories):
     """k-ary randomized response over fixed categories; a record is the reported category's index.
 
     Args:
-        epsilon: ε of one report, in (0, 64].
-        categories: the distinct category names (at least two).
+        epsilon, categories: as :class:`~protocol.categories.FixedCategories` (checked there).
     """
 
     name: ClassVar[str] = "grr"
     record_type: ClassVar[type[int]] = int
     server: ClassVar[str] = "protocol.server.grr:GRRServer"
-    epsilon: float
-    categories: tuple[str, ...]
-
-    def __post_init__(self) -> None:
-        check_epsilon(self.epsilon, low=EPSILON_MIN_MULTI)
-        object.__setattr__(self, "categories", check_categories(self.categories))
-
-    @cached_property
-    def keep_coin(self) -> Coin:
-        """Report the own category: ``e**ε / (e**ε + k - 1)``, rounded down."""
-        e = dexp(self.epsilon)
-        return coin_at_most(e / (e + self.k - 1))
 
     @property
-    def p_exact(self) -> Fraction:
-        """``Pr[report = own category]`` for the implemented coin, exactly."""
-        return self.keep_coin.probability
-
-    @property
-    def q_exact(self) -> Fraction:
-        """``Pr[report = a given other category]``, exactly."""
-        return (1 - self.keep_coin.probability) / (self.k - 1)
+    def outcomes(self) -> int:
+        """A report is one of the ``k`` categories."""
+        return self.k
 
     @property
     def support_probabilities(self) -> tuple[float, float]:
         """``(p*, q*)``: a report supports its own category with ``p*`` and any other with ``q*``."""
         return float(self.p_exact), float(self.q_exact)
-
-    @cached_property
-    def epsilon_report(self) -> float:
-        """``ln(p / q)`` for the implemented coin (at most ε)."""
-        return log_ratio(self.p_exact / self.q_exact)
-
-    def privacy_figures(self) -> dict[str, float]:
-        """ε of one report (event-level: every report spends it)."""
-        return {"epsilon_report": self.epsilon_report}
 
     def privatize(self, value: str, state: None, rng: RandomSource) -> tuple[int, None]:
         """The reported category's index: the own one with probability ``p``, else another, uniformly."""

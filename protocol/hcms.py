@@ -25,18 +25,17 @@ privatizes without numpy.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
-from functools import cached_property
 from typing import Any, ClassVar, Final
 
-from protocol.checks import check_epsilon, check_int, check_seed, encoded_size
+from protocol.checks import check_int, encoded_size
+from protocol.cms import DictionarySketch
 from protocol.errors import InputError, ParameterError
-from protocol.hashing import HashFamily, fingerprint
-from protocol.interfaces import EstimateKind, EventLevelStrings, MechanismEntry
-from protocol.randomness import SCALE, Coin, RandomSource, coin_at_most, dexp
+from protocol.hashing import fingerprint
+from protocol.interfaces import MechanismEntry
+from protocol.randomness import SCALE, RandomSource
 
 __all__ = ["ENTRY", "HCMSRecord", "HadamardCountMeanSketch", "hashed_value"]
 
@@ -60,8 +59,11 @@ def hashed_value(value: object) -> str | bytes:
 
 
 @dataclass(frozen=True, kw_only=True)
-class HadamardCountMeanSketch(EventLevelStrings):
+class HadamardCountMeanSketch(DictionarySketch):
     """Apple's Hadamard Count Mean Sketch (003 §4.2): one privatized bit per event.
+
+    The keep coin (:class:`~protocol.randomness.BinaryKeepCoin`) is the coin for ``b = +1``
+    (003 Alg. 6 step 6); ε of one report is 003 Thm 4.3's ``ln(p / (1 - p))``.
 
     Args:
         epsilon: ε per report, in (0, 64].
@@ -73,45 +75,16 @@ class HadamardCountMeanSketch(EventLevelStrings):
     name: ClassVar[str] = "hcms"
     server: ClassVar[str] = "protocol.server.hcms:HCMSServer"
     record_type: ClassVar[type[HCMSRecord]] = HCMSRecord
-    kind: ClassVar[EstimateKind] = EstimateKind.DICTIONARY
-    epsilon: float
-    k: int
-    m: int
-    seed: bytes
 
-    def __post_init__(self) -> None:
-        check_epsilon(self.epsilon)
+    def _check_shape(self) -> None:
         check_int(self.k, "k", low=1)
         m = self.m
         if isinstance(m, bool) or not isinstance(m, int) or not 2 <= m <= _M_MAX or m & (m - 1):
             raise ParameterError(
                 "m", "a power of two in [2, 2**32] (HCMS needs the Hadamard matrix H_m, defined for powers of two)", m
             )
-        check_seed(self.seed)
 
     # ----------------------------------------------------------------- parameters
-
-    @cached_property
-    def family(self) -> HashFamily:
-        """The public hash family ``h_0 .. h_{k-1}`` into ``[m]`` (003 Alg. 5 step 1)."""
-        return HashFamily(self.seed, count=self.k, range=self.m)
-
-    @cached_property
-    def keep_coin(self) -> Coin:
-        """The coin for ``b = +1`` (003 Alg. 6 step 6), rounded down so ``p / (1 - p) <= e**ε``."""
-        e = dexp(self.epsilon)
-        return coin_at_most(e / (e + 1))
-
-    @property
-    def keep_probability(self) -> float:
-        """``Pr[b = +1]`` for the implemented coin."""
-        return float(self.keep_coin.probability)
-
-    @property
-    def epsilon_report(self) -> float:
-        """ε of one report: exactly ``ln(p / (1 - p))`` for the implemented coin (003 Thm 4.3), at most ``epsilon``."""
-        p = self.keep_coin.probability
-        return math.log(p / (1 - p))
 
     def _hash(self, fp: int, j: int) -> int:
         # The client's single-record path evaluates h_j in pure Python (one row of the

@@ -46,7 +46,7 @@ from protocol.cms import ScalarHash, as_value_bytes
 from protocol.errors import InputError, ParameterError
 from protocol.hashing import HashFamily
 from protocol.interfaces import EstimateKind, EventLevelStrings, MechanismEntry
-from protocol.randomness import Coin, RandomSource, coin_at_most, dexp, log_ratio, uniform_word
+from protocol.randomness import KaryKeepCoin, RandomSource, uniform_word
 
 __all__ = [
     "DEFAULT_SEEDS",
@@ -106,7 +106,7 @@ class OLHRecord:
 
 
 @dataclass(frozen=True, kw_only=True)
-class OptimalLocalHashing(EventLevelStrings):
+class OptimalLocalHashing(KaryKeepCoin, EventLevelStrings):
     """Optimal local hashing over a fixed public family of hash functions.
 
     Args:
@@ -148,26 +148,10 @@ class OptimalLocalHashing(EventLevelStrings):
         """:attr:`family` evaluated for one value at a time, as the device does."""
         return ScalarHash(self.family)
 
-    @cached_property
-    def keep_coin(self) -> Coin:
-        """Report the own hash value: ``e**ε / (e**ε + g - 1)``, rounded down."""
-        e = dexp(self.epsilon)
-        return coin_at_most(e / (e + self.g - 1))
-
     @property
-    def p_exact(self) -> Fraction:
-        """``Pr[y = h_j(v)]`` for the implemented coin, exactly."""
-        return self.keep_coin.probability
-
-    @property
-    def q_exact(self) -> Fraction:
-        """``Pr[y = a given other value]``, exactly."""
-        return (1 - self.keep_coin.probability) / (self.g - 1)
-
-    @cached_property
-    def epsilon_report(self) -> float:
-        """``ln(p / q)`` for the implemented coin (at most ε)."""
-        return log_ratio(self.p_exact / self.q_exact)
+    def outcomes(self) -> int:
+        """A report's ``y`` is one of the ``g`` hash values (``p``: ``Pr[y = h_j(v)]``)."""
+        return self.g
 
     def setup(self, rng: RandomSource) -> None:
         """No permanent state: each event is privatized afresh (event-level privacy)."""

@@ -74,7 +74,7 @@ from protocol.checks import check_epsilon, check_int, count_value, encoded_size,
 from protocol.errors import InputError, ParameterError, StateError
 from protocol.interfaces import EstimateKind, MechanismEntry, MemoizedState, Privatization, ValueType
 from protocol.plain import PlainDoc
-from protocol.randomness import SCALE, Coin, RandomSource, coin_at_least, coin_at_most, dexp, uniform_draws
+from protocol.randomness import SCALE, Coin, RandomSource, binary_keep_coin, coin_at_least, uniform_draws
 
 if TYPE_CHECKING:
     import numpy as np
@@ -265,8 +265,7 @@ class OneBitMean(MemoizedState):
     @cached_property
     def high_coin(self) -> Coin:
         """The memo coin of the point ``m``: ``e**ε/(e**ε + 1)`` rounded down (000 eq. 1 at x = m)."""
-        e = dexp(self.epsilon)
-        return coin_at_most(e / (1 + e))
+        return binary_keep_coin(self.epsilon)
 
     @property
     def low_coin(self) -> Coin:

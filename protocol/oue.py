@@ -35,8 +35,8 @@ from fractions import Fraction
 from functools import cached_property
 from typing import Any, ClassVar, Final
 
-from protocol.categories import FixedCategories, check_categories, convert_categories
-from protocol.checks import EPSILON_MIN_MULTI, check_epsilon, encoded_size
+from protocol.categories import FixedCategories, convert_categories
+from protocol.checks import encoded_size
 from protocol.interfaces import MechanismEntry
 from protocol.randomness import (
     BYTE_FLIP,
@@ -61,19 +61,12 @@ class OptimizedUnaryEncoding(FixedCategories):
     """Optimized unary encoding over fixed categories; a record is the packed ``k``-bit vector.
 
     Args:
-        epsilon: ε of one report, in (0, 64].
-        categories: the distinct category names (at least two).
+        epsilon, categories: as :class:`~protocol.categories.FixedCategories` (checked there).
     """
 
     name: ClassVar[str] = "oue"
     record_type: ClassVar[type[bytes]] = bytes
     server: ClassVar[str] = "protocol.server.oue:OUEServer"
-    epsilon: float
-    categories: tuple[str, ...]
-
-    def __post_init__(self) -> None:
-        check_epsilon(self.epsilon, low=EPSILON_MIN_MULTI)
-        object.__setattr__(self, "categories", check_categories(self.categories))
 
     @cached_property
     def other_coin(self) -> Coin:
@@ -95,10 +88,6 @@ class OptimizedUnaryEncoding(FixedCategories):
         """``ln((1 - q) / q)`` for the implemented coin (at most ε)."""
         q = self.other_coin.probability
         return log_ratio((1 - q) / q)
-
-    def privacy_figures(self) -> dict[str, float]:
-        """ε of one report (event-level: every report spends it)."""
-        return {"epsilon_report": self.epsilon_report}
 
     @property
     def record_bytes(self) -> int:

@@ -47,8 +47,8 @@ from fractions import Fraction
 from functools import cached_property
 from typing import Any, ClassVar, Final
 
-from protocol.categories import FixedCategories, check_categories, convert_categories
-from protocol.checks import EPSILON_MIN_MULTI, check_epsilon, check_int, encoded_size
+from protocol.categories import FixedCategories, convert_categories
+from protocol.checks import check_int, encoded_size
 from protocol.errors import ParameterError
 from protocol.interfaces import MechanismEntry
 from protocol.randomness import Coin, RandomSource, coin_at_most, dexp, log_ratio, uniform_word
@@ -154,8 +154,7 @@ class ProjectiveGeometryResponse(FixedCategories):
     """Projective geometry response over fixed categories; a record is the reported point's index.
 
     Args:
-        epsilon: ε of one report, in (0, 64].
-        categories: the distinct category names (at least two).
+        epsilon, categories: as :class:`~protocol.categories.FixedCategories` (checked there).
         q: the field size, a prime; ``0`` (the default) chooses ``q`` and ``t`` (:func:`choose_geometry`).
         t: the dimension, at least 2 (``0`` with ``q = 0``).
     """
@@ -163,15 +162,12 @@ class ProjectiveGeometryResponse(FixedCategories):
     name: ClassVar[str] = "pgr"
     record_type: ClassVar[type[int]] = int
     server: ClassVar[str] = "protocol.server.pgr:PGRServer"
-    epsilon: float
-    categories: tuple[str, ...]
     q: int = field(default=0)
     t: int = field(default=0)
 
     def __post_init__(self) -> None:
-        check_epsilon(self.epsilon, low=EPSILON_MIN_MULTI)
-        cats = check_categories(self.categories)
-        object.__setattr__(self, "categories", cats)
+        super().__post_init__()
+        cats = self.categories
         if type(self.q) is int and type(self.t) is int and self.q == self.t == 0:
             g = choose_geometry(len(cats), self.epsilon)
             object.__setattr__(self, "q", g.q)
@@ -208,10 +204,6 @@ class ProjectiveGeometryResponse(FixedCategories):
         """``ln(α (K - h) / ((1 - α) h))`` for the implemented coin (at most ε)."""
         a, g = self.hyperplane_coin.probability, self.geometry
         return log_ratio(a * (g.points - g.h) / ((1 - a) * g.h))
-
-    def privacy_figures(self) -> dict[str, float]:
-        """ε of one report (event-level: every report spends it)."""
-        return {"epsilon_report": self.epsilon_report}
 
     # ------------------------------------------------------------------ the points
 

@@ -20,17 +20,15 @@ record's wire form.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
-from functools import cached_property
 from typing import Any, ClassVar, Final
 
 from protocol.checks import check_epsilon, encoded_size
 from protocol.errors import InputError
 from protocol.interfaces import EstimateKind, MechanismEntry, NoPermanentState, Privatization, RecordValue, ValueType
-from protocol.randomness import Coin, RandomSource, coin_at_most, dexp, flips
+from protocol.randomness import BinaryKeepCoin, RandomSource, flips
 
 __all__ = ["ENTRY", "RRRecord", "RandomizedResponse"]
 
@@ -43,8 +41,9 @@ class RRRecord:
 
 
 @dataclass(frozen=True, kw_only=True)
-class RandomizedResponse(NoPermanentState):
-    """Warner's randomized response on one bit.
+class RandomizedResponse(BinaryKeepCoin, NoPermanentState):
+    """Warner's randomized response on one bit: the true bit is reported with the keep coin
+    (:class:`~protocol.randomness.BinaryKeepCoin`), ``Pr[report = value] = p``.
 
     Args:
         epsilon: ε per report, in (0, 64].
@@ -61,23 +60,6 @@ class RandomizedResponse(NoPermanentState):
 
     def __post_init__(self) -> None:
         check_epsilon(self.epsilon)
-
-    @cached_property
-    def keep_coin(self) -> Coin:
-        """The coin that decides whether the true bit is reported (heads = keep)."""
-        e = dexp(self.epsilon)
-        return coin_at_most(e / (1 + e))
-
-    @property
-    def keep_probability(self) -> float:
-        """``Pr[report = value]`` for the implemented coin."""
-        return float(self.keep_coin.probability)
-
-    @property
-    def epsilon_report(self) -> float:
-        """ε of one report (exactly ``ln(p / (1 - p))`` for the implemented coin, at most ``epsilon``)."""
-        p = self.keep_coin.probability
-        return math.log(p / (1 - p))
 
     def privacy_figures(self) -> dict[str, float]:
         """ε of one report (no memo: every report spends it)."""

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from decimal import ROUND_CEILING, ROUND_FLOOR, Context, Decimal
 from fractions import Fraction
 from functools import cached_property
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 if TYPE_CHECKING:
     import numpy as np
@@ -43,14 +43,17 @@ __all__ = [
     "BYTE_KEEP",
     "BYTE_TIE",
     "SCALE",
+    "BinaryKeepCoin",
     "ByteCoins",
     "Coin",
+    "KaryKeepCoin",
     "PushbackSource",
     "RandomSource",
     "SeededRandom",
     "SystemRandom",
     "bernoulli",
     "bernoulli_thresholds",
+    "binary_keep_coin",
     "byte_coin_overflow",
     "byte_coin_rows",
     "coin_at_least",
@@ -191,6 +194,85 @@ def coin_at_most(p: Decimal | Fraction) -> Coin:
 def coin_at_least(p: Decimal | Fraction) -> Coin:
     """The coin with the smallest representable probability that is not below ``p``."""
     return Coin(int(_scaled(p).to_integral_value(rounding=ROUND_CEILING)))
+
+
+def binary_keep_coin(epsilon: float) -> Coin:
+    """Binary randomized response's coin at ``epsilon``: keep the true bit with ``e**ε / (1 + e**ε)``,
+    rounded down, so ``p / (1 - p) <= e**ε`` for the implemented coin."""
+    e = dexp(epsilon)
+    return coin_at_most(e / (1 + e))
+
+
+class BinaryKeepCoin:
+    """The keep coin of a mechanism whose report is bits kept or flipped with one coin, and the
+    ε it gives (a mixin for the device halves of ``rr``, ``cms`` and ``hcms``).
+
+    Two values' reports differ in at most :attr:`keep_shares` such bits (one for randomized
+    response and HCMS's single bit, two for CMS's vector, 003 Thm 4.1), so each bit is kept at
+    ``ε / keep_shares`` (:func:`binary_keep_coin`) and ε of one report is exactly
+    ``keep_shares * ln(p / (1 - p))`` for the implemented coin, at most ``epsilon``
+    (003 Thm 4.1 and 4.3).
+    """
+
+    __slots__ = ()
+    keep_shares: ClassVar[int] = 1
+    epsilon: float
+
+    @cached_property
+    def keep_coin(self) -> Coin:
+        """The coin that keeps a bit (heads = unchanged): ``e**(ε/s) / (1 + e**(ε/s))``, rounded down."""
+        return binary_keep_coin(self.epsilon / self.keep_shares)
+
+    @property
+    def keep_probability(self) -> float:
+        """``p``: the probability that a bit is sent unchanged, for the implemented coin."""
+        return float(self.keep_coin.probability)
+
+    @property
+    def epsilon_report(self) -> float:
+        """ε of one report: exactly ``s ln(p / (1 - p))`` for the implemented coin; at most ε."""
+        p = self.keep_coin.probability
+        return self.keep_shares * math.log(p / (1 - p))
+
+
+class KaryKeepCoin:
+    """The keep coin of k-ary randomized response over :attr:`outcomes` values, and the ε it gives
+    (a mixin for the device halves of ``grr``, over its categories, and ``olh``, over its hash
+    range).
+
+    A report is the own value with ``p = e**ε / (e**ε + n - 1)``, rounded down, and each other
+    value with ``q = (1 - p) / (n - 1)``; every likelihood ratio is at most ``p / q``, so ε of one
+    report is ``ln(p / q)`` for the implemented coin, at most ``epsilon``.
+    """
+
+    __slots__ = ()
+    epsilon: float
+
+    @property
+    def outcomes(self) -> int:
+        """``n``, the values a report can take (each mechanism's own)."""
+        raise NotImplementedError
+
+    @cached_property
+    def keep_coin(self) -> Coin:
+        """Report the own value: ``e**ε / (e**ε + n - 1)``, rounded down."""
+        e = dexp(self.epsilon)
+        return coin_at_most(e / (e + self.outcomes - 1))
+
+    @property
+    def p_exact(self) -> Fraction:
+        """``Pr[report = the own value]`` for the implemented coin, exactly."""
+        return self.keep_coin.probability
+
+    @property
+    def q_exact(self) -> Fraction:
+        """``Pr[report = a given other value]``, exactly."""
+        return (1 - self.keep_coin.probability) / (self.outcomes - 1)
+
+    @cached_property
+    def epsilon_report(self) -> float:
+        """``ln(p / q)`` for the implemented coin (at most ε)."""
+        return log_ratio(self.p_exact / self.q_exact)
 
 
 # --- the pure path (a device's) --------------------------------------------------------------

@@ -36,8 +36,8 @@ from functools import cached_property
 from itertools import combinations
 from typing import Any, ClassVar, Final, Literal
 
-from protocol.categories import FixedCategories, check_categories, convert_categories
-from protocol.checks import EPSILON_MIN_MULTI, check_epsilon, check_int, encoded_size
+from protocol.categories import FixedCategories, convert_categories
+from protocol.checks import check_int, encoded_size
 from protocol.interfaces import MechanismEntry
 from protocol.randomness import Coin, RandomSource, coin_at_most, dexp, log_ratio, sample_floyd
 
@@ -76,8 +76,7 @@ class SubsetSelection(FixedCategories):
     """Subset selection over fixed categories; a record is the reported subset.
 
     Args:
-        epsilon: ε of one report, in (0, 64].
-        categories: the distinct category names (at least two).
+        epsilon, categories: as :class:`~protocol.categories.FixedCategories` (checked there).
         d: the subset size, in ``[1, k - 1]``; ``0`` (the default) takes the one of least variance
             (:func:`optimal_subset_size`, about ``k / (e**ε + 1)``).
     """
@@ -85,14 +84,11 @@ class SubsetSelection(FixedCategories):
     name: ClassVar[str] = "ss"
     record_type: ClassVar[type[tuple[int, ...]]] = tuple
     server: ClassVar[str] = "protocol.server.ss:SSServer"
-    epsilon: float
-    categories: tuple[str, ...]
     d: int = field(default=0)
 
     def __post_init__(self) -> None:
-        check_epsilon(self.epsilon, low=EPSILON_MIN_MULTI)
-        cats = check_categories(self.categories)
-        object.__setattr__(self, "categories", cats)
+        super().__post_init__()
+        cats = self.categories
         if type(self.d) is int and self.d == 0:
             object.__setattr__(self, "d", optimal_subset_size(len(cats), self.epsilon))
         check_int(self.d, "d", low=1, high=len(cats) - 1)
@@ -113,10 +109,6 @@ class SubsetSelection(FixedCategories):
         """``ln(α (k - d) / ((1 - α) d))`` for the implemented coin (at most ε)."""
         a = self.include_coin.probability
         return log_ratio(a * (self.k - self.d) / ((1 - a) * self.d))
-
-    def privacy_figures(self) -> dict[str, float]:
-        """ε of one report (event-level: every report spends it)."""
-        return {"epsilon_report": self.epsilon_report}
 
     @property
     def draw_words(self) -> int:

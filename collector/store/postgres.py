@@ -576,13 +576,7 @@ class PostgresStore(PostgresSetup):
             if not segs:
                 cur.execute("ROLLBACK")
                 return 0
-            sealed, reports, records = self._compacted(row, period, (agg, reports, records), (s[1:] for s in segs))
-            cur.execute(
-                "INSERT INTO aggregates (uc, period, reports, records, data) VALUES (%s, %s, %s, %s, %s) "
-                "ON CONFLICT (uc, period) DO UPDATE SET reports = excluded.reports, records = excluded.records, "
-                "data = excluded.data",
-                (row.id, period, reports, records, sealed),
-            )
+            self._write_compacted(cur, row, period, (agg, reports, records), (s[1:] for s in segs))
             cur.execute(
                 "DELETE FROM segments WHERE uc = %s AND period = %s AND version <= %s",
                 (row.id, period, int(segs[-1][0])),

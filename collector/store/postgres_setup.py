@@ -34,7 +34,7 @@ from __future__ import annotations
 import contextlib
 from collections import defaultdict
 from collections.abc import Iterable, Iterator
-from typing import Any
+from typing import Any, ClassVar
 
 import msgpack
 import psycopg
@@ -42,23 +42,21 @@ import psycopg
 from collector.config import StoreConfig, read_store_password
 from collector.errors import StoreDamaged, StoreError
 from collector.store.integrity import (
-    USE_CASE_COLUMNS,
     check_aggregates,
     check_digests,
     check_seen,
     check_segments,
     counters_digest,
-    use_case_digest,
-    use_case_key,
 )
-from collector.store.interface import MIGRATE_COMMAND, legacy_fingerprint, use_case_fingerprint
+from collector.store.interface import MIGRATE_COMMAND
 from collector.store.postgres_schema import LOCK_SCHEMA, MIGRATIONS, SCHEMA_VERSION, TABLES
 from collector.store.postgres_session import connect, unavailable
 from collector.store.reads import SegmentReads
 from collector.store.row_format import UseCaseRow
+from collector.store.use_case_rows import adopt_or_insert, put_digest, reseal_use_case, row_digest, stored_rows
 from protocol.catalog import Catalog, catalog_of
 from protocol.errors import StateError
-from protocol.registry import Registry, UseCase
+from protocol.registry import Registry
 
 __all__ = ["PostgresSetup"]
 
@@ -68,6 +66,8 @@ class PostgresSetup(SegmentReads):
 
     Opened with the arguments of :class:`~collector.store.postgres.PostgresStore`, and raises what it says.
     """
+
+    mark: ClassVar[str] = "%s"
 
     def __init__(
         self, config: StoreConfig, catalog: Catalog | Registry, *, instance: str = "collector", readonly: bool = False
@@ -213,42 +213,17 @@ class PostgresSetup(SegmentReads):
     def _register_use_cases(self) -> dict[str, UseCaseRow]:
         """A row per accepted definition (made, or re-keyed from a previous release's row, when
         writable), keyed by ref; one transaction under the schema lock, as members may start at once."""
-        rows: dict[str, UseCaseRow] = {}
         conn = self._connection()
         with conn.cursor() as cur:
             cur.execute("BEGIN")
             if not self.readonly:
                 cur.execute("SELECT pg_advisory_xact_lock(%s)", (LOCK_SCHEMA,))
+                # A row keyed by the previous release's fingerprint is schema 1's.
                 for uc in self.catalog.use_cases.values():
-                    self._adopt_or_insert(cur, uc)
-            for ref, uc in self.catalog.use_cases.items():
-                row = cur.execute(
-                    "SELECT id FROM use_cases WHERE name = %s AND fingerprint = %s", (uc.name, use_case_fingerprint(uc))
-                ).fetchone()
-                if row is not None:
-                    rows[ref] = UseCaseRow.of(int(row[0]), uc)
+                    adopt_or_insert(cur, uc, mark=self.mark)
+            rows = stored_rows(cur, self.catalog.use_cases, mark=self.mark)
             cur.execute("COMMIT")
         return rows
-
-    def _adopt_or_insert(self, cur: psycopg.Cursor[Any], uc: UseCase) -> None:
-        """Make the definition's row; a row the previous release keyed by the mechanism's
-        fingerprint (schema 1) becomes this definition's, with its aggregates and report ids."""
-        fp = use_case_fingerprint(uc)
-        if cur.execute("SELECT 1 FROM use_cases WHERE name = %s AND fingerprint = %s", (uc.name, fp)).fetchone():
-            return
-        legacy = cur.execute(
-            "SELECT id FROM use_cases WHERE name = %s AND fingerprint = %s", (uc.name, legacy_fingerprint(uc))
-        ).fetchone()
-        if legacy is not None:
-            cur.execute("UPDATE use_cases SET fingerprint = %s WHERE id = %s", (fp, legacy[0]))
-            self._reseal_use_case(cur, legacy[0])
-            return
-        made = cur.execute(
-            "INSERT INTO use_cases (name, fingerprint, mechanism, period_seconds) VALUES (%s, %s, %s, %s) RETURNING id",
-            (uc.name, fp, uc.mechanism.name, uc.period.seconds),
-        ).fetchone()
-        if made is not None:
-            self._reseal_use_case(cur, made[0])
 
     def use_case_names(self) -> Iterable[str]:
         """Refs of the accepted definitions that have a row in this database."""
@@ -257,17 +232,14 @@ class PostgresSetup(SegmentReads):
     # -- checksums -------------------------------------------------------------------------
 
     def _use_case_digest(self, cur: psycopg.Cursor[Any], uc: int) -> bytes:
-        return use_case_digest(cur.execute(f"SELECT {USE_CASE_COLUMNS} FROM use_cases WHERE id = %s", (uc,)).fetchone())
+        return row_digest(cur, uc, mark=self.mark)
 
     def _put_digest(self, cur: psycopg.Cursor[Any], key: str, value: bytes) -> None:
-        cur.execute(
-            "INSERT INTO meta (key, value) VALUES (%s, %s) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-            (key, value),
-        )
+        put_digest(cur, key, value, mark=self.mark)
 
     def _reseal_use_case(self, cur: psycopg.Cursor[Any], uc: int) -> None:
         """Store the checksum of the use case's row as it is now (after the row changed)."""
-        self._put_digest(cur, use_case_key(uc), self._use_case_digest(cur, uc))
+        reseal_use_case(cur, uc, mark=self.mark)
 
     def check(self, *, report_ids: bool = True) -> None:
         """Check every checksum again, as the open did (the report ids' tags only with

@@ -13,23 +13,34 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, ClassVar, Final
 
 from collector.errors import StoreError
 from collector.store.interface import KeyInfo
 from collector.store.row_format import BIG_SEGMENTS, UseCaseRow, fold_segment, pack, seal, unseal
+from collector.store.use_case_rows import Executes
 from protocol.catalog import Catalog
 from protocol.errors import StateError
 from protocol.server.contract import Aggregate
 
 __all__ = ["SegmentReads"]
 
+_WRITE_BASE: Final = (
+    "INSERT INTO aggregates (uc, period, reports, records, data) VALUES (?, ?, ?, ?, ?) "
+    "ON CONFLICT (uc, period) DO UPDATE SET reports = excluded.reports, records = excluded.records, "
+    "data = excluded.data"
+)
+"""Compaction's write of a key's base, with ``?`` for the backend's :attr:`SegmentReads.mark`."""
+
 
 class SegmentReads(ABC):
-    """The backends' shared reading logic; subclasses set ``catalog`` and ``_use_cases``."""
+    """The backends' shared reading logic; subclasses set ``catalog``, ``_use_cases`` and their
+    SQL's parameter ``mark``."""
 
     catalog: Catalog
     _use_cases: dict[str, UseCaseRow]
+    mark: ClassVar[str]
+    """The backend's SQL parameter marker (``?`` SQLite, ``%s`` PostgreSQL)."""
 
     @property
     @abstractmethod
@@ -134,18 +145,20 @@ class SegmentReads(ABC):
             raise self._unrestorable(row, exc) from exc
         return agg, int(base[0]), int(base[1])
 
-    def _compacted(
+    def _write_compacted(
         self,
+        db: Executes,
         row: UseCaseRow,
         period: int,
         start: tuple[Aggregate, int, int],
         segments: Iterable[Sequence[Any]],
-    ) -> tuple[bytes, int, int]:
-        """What compaction writes as the key's base: ``start`` with ``segments`` folded in, sealed,
-        with its report and record totals."""
+    ) -> None:
+        """Write what compaction makes the key's base: ``start`` with ``segments`` folded in,
+        sealed, with its report and record totals (the caller deletes the segments folded, in
+        the same transaction)."""
         agg, reports, records = self._fold_segments(row, period, start, segments)
         sealed = seal("aggregates", (row.id, period, "", reports, records), pack(agg.to_plain()))
-        return sealed, reports, records
+        db.execute(_WRITE_BASE.replace("?", self.mark), (row.id, period, reports, records, sealed))
 
     def _fold_segments(
         self,

@@ -422,13 +422,7 @@ class CheckpointStore(SQLiteSetup):
             if not segs:
                 rollback(db)
                 return 0
-            sealed, reports, records = self._compacted(row, period, (agg, reports, records), (s[1:] for s in segs))
-            db.execute(
-                "INSERT INTO aggregates (uc, period, reports, records, data) VALUES (?, ?, ?, ?, ?) "
-                "ON CONFLICT (uc, period) DO UPDATE SET reports = excluded.reports, records = excluded.records, "
-                "data = excluded.data",
-                (row.id, period, reports, records, sealed),
-            )
+            self._write_compacted(db, row, period, (agg, reports, records), (s[1:] for s in segs))
             db.execute(
                 "DELETE FROM segments WHERE uc = ? AND period = ? AND seq <= ?", (row.id, period, int(segs[-1][0]))
             )

@@ -36,28 +36,27 @@ import os
 import sqlite3
 from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import ClassVar
 
 import msgpack
 
 from collector.errors import StoreDamaged, StoreError, StoreUnavailable
 from collector.store.integrity import (
-    USE_CASE_COLUMNS,
     check_aggregates,
     check_digests,
     check_seen,
     check_segments,
     counters_digest,
     counters_key,
-    use_case_digest,
-    use_case_key,
 )
-from collector.store.interface import MIGRATE_COMMAND, legacy_fingerprint, use_case_fingerprint
+from collector.store.interface import MIGRATE_COMMAND
 from collector.store.reads import SegmentReads
 from collector.store.row_format import UseCaseRow, rid_tag, seal
 from collector.store.sqlite_ids import LIMIT, SQLiteIds, check_runs
+from collector.store.use_case_rows import adopt_or_insert, put_digest, reseal_use_case, row_digest, stored_rows
 from protocol.catalog import Catalog, catalog_of
 from protocol.errors import StateError
-from protocol.registry import Registry, UseCase
+from protocol.registry import Registry
 
 __all__ = ["SCHEMA_VERSION", "SQLiteSetup"]
 
@@ -183,6 +182,8 @@ class SQLiteSetup(SegmentReads):
 
     Opened with the arguments of :class:`~collector.store.sqlite.CheckpointStore`.
     """
+
+    mark: ClassVar[str] = "?"
 
     def __init__(
         self,
@@ -368,41 +369,14 @@ class SQLiteSetup(SegmentReads):
         if not self.readonly:
             db.execute("BEGIN IMMEDIATE")
             try:
+                # A row keyed by the previous release's fingerprint is schema 2's.
                 for uc in self.catalog.use_cases.values():
-                    self._adopt_or_insert(uc)
+                    adopt_or_insert(db, uc, mark=self.mark)
                 db.execute("COMMIT")
             except BaseException:
                 rollback(db)
                 raise
-        rows: dict[str, UseCaseRow] = {}
-        for ref, uc in self.catalog.use_cases.items():
-            fp = use_case_fingerprint(uc)
-            row = db.execute("SELECT id FROM use_cases WHERE name = ? AND fingerprint = ?", (uc.name, fp)).fetchone()
-            if row is None:
-                continue  # read-only and never collected
-            rows[ref] = UseCaseRow.of(int(row[0]), uc)
-        return rows
-
-    def _adopt_or_insert(self, uc: UseCase) -> None:
-        """Make the definition's row; a row the previous release keyed by the mechanism's
-        fingerprint (schema 2) becomes this definition's, with its aggregates and report ids."""
-        db = self._db
-        fp = use_case_fingerprint(uc)
-        if db.execute("SELECT 1 FROM use_cases WHERE name = ? AND fingerprint = ?", (uc.name, fp)).fetchone():
-            return
-        legacy = db.execute(
-            "SELECT id FROM use_cases WHERE name = ? AND fingerprint = ?", (uc.name, legacy_fingerprint(uc))
-        ).fetchone()
-        if legacy is not None:
-            db.execute("UPDATE use_cases SET fingerprint = ? WHERE id = ?", (fp, legacy[0]))
-            self._reseal_use_case(legacy[0])
-            return
-        cur = db.execute(
-            "INSERT INTO use_cases (name, fingerprint, mechanism, period_seconds) VALUES (?, ?, ?, ?)",
-            (uc.name, fp, uc.mechanism.name, uc.period.seconds),
-        )
-        if cur.lastrowid is not None:
-            self._reseal_use_case(cur.lastrowid)
+        return stored_rows(db, self.catalog.use_cases, mark=self.mark)
 
     def use_case_names(self) -> Iterable[str]:
         """Refs of the accepted definitions that have a row in this database."""
@@ -478,9 +452,7 @@ class SQLiteSetup(SegmentReads):
         return StoreError(f"{self.path}: the {row.use_case.name} base aggregate is damaged ({exc})")
 
     def _use_case_digest(self, uc: int) -> bytes:
-        return use_case_digest(
-            self._db.execute(f"SELECT {USE_CASE_COLUMNS} FROM use_cases WHERE id = ?", (uc,)).fetchone()
-        )
+        return row_digest(self._db, uc, mark=self.mark)
 
     def _counters_digest(self, instance: str) -> bytes:
         rows = self._db.execute(
@@ -489,14 +461,11 @@ class SQLiteSetup(SegmentReads):
         return counters_digest(instance, rows)
 
     def _put_digest(self, key: str, digest: bytes) -> None:
-        self._db.execute(
-            "INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-            (key, digest),
-        )
+        put_digest(self._db, key, digest, mark=self.mark)
 
     def _reseal_use_case(self, uc: int) -> None:
         """Store the checksum of the use case's row as it is now (after the row changed)."""
-        self._put_digest(use_case_key(uc), self._use_case_digest(uc))
+        reseal_use_case(self._db, uc, mark=self.mark)
 
     def check(self, *, report_ids: bool = True) -> None:
         """Run the open's checks again on the file as it is now: the structure and every checksum.

@@ -61,8 +61,7 @@ import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import cached_property
-from typing import Any, ClassVar, Final, Self, TypeVar
+from typing import Any, ClassVar, Self, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -72,13 +71,12 @@ from protocol.cms import LOW56, CMSRecord, CountMeanSketch, as_value_bytes
 from protocol.errors import InputError, StateError
 from protocol.plain import PlainDoc
 from protocol.randomness import SCALE, RandomSource, uniform_ints
-from protocol.server.contract import PlainServer, PlanFigures
 from protocol.server.estimate import Estimate, VectorEstimate
-from protocol.server.hashing import Fingerprints, evaluate, family_fingerprints
+from protocol.server.hashing import Fingerprints, evaluate, family_fingerprints, value_fingerprints
 from protocol.server.parallel import Threads, run_parts
 from protocol.server.plain import array_from_plain, array_to_plain, require
 from protocol.server.records import decode_indexed_bits
-from protocol.server.sketch import counts_with_errors, gather_sums, no_counts
+from protocol.server.sketch import DictionarySketchServer, counts_with_errors, gather_sums, no_counts
 
 __all__ = ["CMSAggregate", "CMSBatch", "CMSServer", "check_wire_record"]
 
@@ -91,7 +89,6 @@ _DENSE_FACTOR = 16
 """Fold a chunk with one bincount over its rows when it holds at least this many records per row."""
 _THREADED_CELLS = 1 << 20
 """A batch of fewer cells (records x m) is folded in the calling thread: handing out the parts would cost more."""
-_PLAN_TOP_SHARE: Final = 0.1
 
 
 @dataclass(frozen=True, eq=False)
@@ -394,19 +391,16 @@ class CMSAggregate:
         return [(candidates[i], est[int(i)]) for i in keep]
 
 
-class CMSServer(PlainServer[CountMeanSketch, CMSBatch, CMSAggregate]):
+class CMSServer(DictionarySketchServer[CountMeanSketch, CMSBatch, CMSAggregate]):
     """Count Mean Sketch's server half: a frequency oracle over a dictionary."""
 
     batch_type: ClassVar[type[CMSBatch]] = CMSBatch
     aggregate_type: ClassVar[type[CMSAggregate]] = CMSAggregate
+    plan_formula: ClassVar[str] = (
+        "003 Thm 4.2: Var <= (m/(m-1))^2 ((c^2-1)/4 + 1/m + sum f^2/(n k m)) n, sum f^2 <= 0.1 n^2"
+    )
 
     # ------------------------------------------------------------------ constants
-
-    @cached_property
-    def c_epsilon(self) -> float:
-        """``c_ε = 1 / (2p - 1)``, which is ``(e**(ε/2) + 1) / (e**(ε/2) - 1)`` for the ideal coin (003 Alg. 3)."""
-        p = self.mechanism.keep_coin.probability
-        return float(1 / (2 * p - 1))
 
     @property
     def coin_variance(self) -> float:
@@ -446,12 +440,7 @@ class CMSServer(PlainServer[CountMeanSketch, CMSBatch, CMSAggregate]):
 
         Repeated values are fingerprinted once.
         """
-        position: dict[bytes, int] = {}
-        codes = np.fromiter(
-            (position.setdefault(as_value_bytes(v), len(position)) for v in values), dtype=np.int64, count=len(values)
-        )
-        fp = family_fingerprints(self.mechanism.family, list(position))
-        return self.privatize_fingerprints(fp.take(codes), rng)
+        return self.privatize_fingerprints(value_fingerprints(self.mechanism.family, values), rng)
 
     def privatize_fingerprints(self, fp: Fingerprints, rng: RandomSource) -> CMSBatch:
         """Privatize values given by their fingerprints under the mechanism's family (vectorised 003 Alg. 2)."""
@@ -512,12 +501,6 @@ class CMSServer(PlainServer[CountMeanSketch, CMSBatch, CMSAggregate]):
 
     # ------------------------------------------------------------------ estimation
 
-    def estimate_frequencies(
-        self, aggregate: object, candidates: Sequence[str], *, threads: Threads | None = None
-    ) -> VectorEstimate:
-        """The estimated count of each dictionary entry."""
-        return self.own_aggregate(aggregate).estimate(candidates, threads=threads)
-
     def estimate_from_sums(self, sums: _Real, n: int) -> _Real:
         """003 Alg. 4 from ``S(d) = Σ_j ones[j, h_j(d)]``: ``(m/(m-1)) (c_ε S - (c_ε - 1) n/2 - n/m)``."""
         m, c = self.mechanism.m, self.c_epsilon
@@ -544,14 +527,7 @@ class CMSServer(PlainServer[CountMeanSketch, CMSBatch, CMSAggregate]):
         k, m = self.mechanism.k, self.mechanism.m
         return (m / (m - 1)) ** 2 * (n * (self.coin_variance + 1 / m) + sum_sq / (k * m))
 
-    def plan(self, n: float) -> PlanFigures:
-        """The SE of a count from 003 Thm 4.2's bound, with ``Σf² <= 0.1 n²`` (the most frequent value
-        holds at most a tenth of the reports; the planner's default)."""
-        mech = self.mechanism
-        return PlanFigures(
-            n=n,
-            standard_error=math.sqrt(float(self.variance_bound(n=n, sum_sq=_PLAN_TOP_SHARE * n * n))),
-            unit="count",
-            figures={"epsilon_report": mech.epsilon_report, "bandwidth_bits": math.log2(mech.k) + mech.m},
-            formulas=("003 Thm 4.2: Var <= (m/(m-1))^2 ((c^2-1)/4 + 1/m + sum f^2/(n k m)) n, sum f^2 <= 0.1 n^2",),
-        )
+    @property
+    def bandwidth_bits(self) -> float:
+        """Bits of one report: the hash index and the ``m``-bit vector."""
+        return math.log2(self.mechanism.k) + self.mechanism.m

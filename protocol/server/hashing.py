@@ -10,16 +10,17 @@ them).
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
 import numpy.typing as npt
 
+from protocol.cms import as_value_bytes
 from protocol.hashing import HashFamily, as_bytes, fingerprint_key
 
-__all__ = ["Fingerprints", "evaluate", "evaluate_row", "family_fingerprints", "fingerprints"]
+__all__ = ["Fingerprints", "evaluate", "evaluate_row", "family_fingerprints", "fingerprints", "value_fingerprints"]
 
 _U32 = np.uint64(32)
 _MASK32 = np.uint64(0xFFFFFFFF)
@@ -51,6 +52,20 @@ def fingerprints(values: Iterable[str | bytes], *, seed: bytes) -> Fingerprints:
 def family_fingerprints(family: HashFamily, values: Iterable[str | bytes]) -> Fingerprints:
     """Fingerprints of ``values`` under ``family``'s seed."""
     return fingerprints(values, seed=family.seed)
+
+
+def value_fingerprints(family: HashFamily, values: Sequence[object]) -> Fingerprints:
+    """Fingerprints of ``values`` under ``family``, one per value in order, each as the bytes
+    :func:`protocol.cms.as_value_bytes` makes of it; a repeated value is fingerprinted once.
+
+    Raises:
+        InputError: a value is neither ``str`` nor ``bytes``.
+    """
+    position: dict[bytes, int] = {}
+    codes = np.fromiter(
+        (position.setdefault(as_value_bytes(v), len(position)) for v in values), dtype=np.int64, count=len(values)
+    )
+    return family_fingerprints(family, list(position)).take(codes)
 
 
 @lru_cache(maxsize=256)

@@ -53,23 +53,22 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import cached_property
-from typing import Any, ClassVar, Final, Self, TypeVar
+from typing import Any, ClassVar, Self, TypeVar
 
 import numpy as np
 import numpy.typing as npt
 
-from protocol.errors import InputError, MalformedReportError, StateError
+from protocol.errors import InputError, StateError
 from protocol.hcms import HadamardCountMeanSketch, HCMSRecord, hashed_value
 from protocol.plain import PlainDoc
 from protocol.randomness import RandomSource, bernoulli, uniform_ints
-from protocol.server.contract import PlainServer, PlanFigures
 from protocol.server.estimate import VectorEstimate
 from protocol.server.hadamard import hadamard_rows
 from protocol.server.hashing import Fingerprints, evaluate, family_fingerprints
 from protocol.server.parallel import Threads
 from protocol.server.plain import array_from_plain, array_to_plain, require
-from protocol.server.sketch import counts_with_errors, gather_sums, no_counts
+from protocol.server.records import int_record, record_list
+from protocol.server.sketch import DictionarySketchServer, counts_with_errors, gather_sums, no_counts
 
 __all__ = ["HCMSAggregate", "HCMSBatch", "HCMSServer"]
 
@@ -77,7 +76,6 @@ _Real = TypeVar("_Real", float, npt.NDArray[np.float64])
 
 _INT32_MAX = (1 << 31) - 1
 _CACHED_TABLE = 1 << 22
-_PLAN_TOP_SHARE: Final = 0.1
 
 
 @dataclass(frozen=True, eq=False)
@@ -250,17 +248,12 @@ class HCMSAggregate:
         return counts_with_errors(values, n=n, second_moment=self.second_moment(), variance=self._server.variance)
 
 
-class HCMSServer(PlainServer[HadamardCountMeanSketch, HCMSBatch, HCMSAggregate]):
+class HCMSServer(DictionarySketchServer[HadamardCountMeanSketch, HCMSBatch, HCMSAggregate]):
     """Hadamard Count Mean Sketch's server half: a frequency oracle over a dictionary."""
 
     batch_type: ClassVar[type[HCMSBatch]] = HCMSBatch
     aggregate_type: ClassVar[type[HCMSAggregate]] = HCMSAggregate
-
-    @cached_property
-    def c_epsilon(self) -> float:
-        """``c_ε = 1 / E[b] = 1 / (2p - 1)`` for the implemented coin (003 Alg. 7 step 1)."""
-        p = self.mechanism.keep_coin.probability
-        return float(1 / (2 * p - 1))
+    plan_formula: ClassVar[str] = "003 Thm 4.4: Var <= (m/(m-1))^2 (c^2 + sum f^2/(n k m)) n, sum f^2 <= 0.1 n^2"
 
     # ------------------------------------------------------------------- wire form
 
@@ -280,24 +273,14 @@ class HCMSServer(PlainServer[HadamardCountMeanSketch, HCMSBatch, HCMSAggregate])
             MalformedReportError: ``bad-type``, ``bad-length`` or ``out-of-range``, naming
                 ``records[i]``, ``records[i].j``, ``records[i].ell`` or ``records[i].bit``.
         """
-        if not isinstance(raw, list):
-            raise MalformedReportError("bad-type", "records", "expected a list of [j, ell, bit]")
-        n = len(raw)
+        records = record_list(raw, "[j, ell, bit]")
+        n = len(records)
         j = np.empty(n, dtype=np.int64)
         ell = np.empty(n, dtype=np.int64)
         bits = np.empty(n, dtype=np.uint8)
         limits = (("j", self.mechanism.k), ("ell", self.mechanism.m), ("bit", 2))
-        for i, rec in enumerate(raw):
-            if not isinstance(rec, list):
-                raise MalformedReportError("bad-type", f"records[{i}]", "expected a list [j, ell, bit]")
-            if len(rec) != 3:
-                raise MalformedReportError("bad-length", f"records[{i}]", f"expected 3 entries, got {len(rec)}")
-            for (field, bound), x in zip(limits, rec, strict=True):
-                if type(x) is not int:
-                    raise MalformedReportError("bad-type", f"records[{i}].{field}", "expected an integer")
-                if not 0 <= x < bound:
-                    raise MalformedReportError("out-of-range", f"records[{i}].{field}", f"must lie in [0, {bound})")
-            j[i], ell[i], bits[i] = rec
+        for i, rec in enumerate(records):
+            j[i], ell[i], bits[i] = int_record(rec, f"records[{i}]", "[j, ell, bit]", limits)
         return HCMSBatch(j=j, ell=ell, bits=bits)
 
     # ---------------------------------------------------------------- simulation
@@ -331,12 +314,6 @@ class HCMSServer(PlainServer[HadamardCountMeanSketch, HCMSBatch, HCMSAggregate])
 
     # ------------------------------------------------------------------ estimation
 
-    def estimate_frequencies(
-        self, aggregate: object, candidates: Sequence[str], *, threads: Threads | None = None
-    ) -> VectorEstimate:
-        """The estimated count of each dictionary entry."""
-        return self.own_aggregate(aggregate).estimate(candidates, threads=threads)
-
     def variance(self, *, n: float, count: _Real, others_sum_sq: _Real) -> _Real:
         """Exact ``Var[f̃(d)]`` over coins and hash family (003 App. B, line before the bound).
 
@@ -355,17 +332,7 @@ class HCMSServer(PlainServer[HadamardCountMeanSketch, HCMSBatch, HCMSAggregate])
         k, m = self.mechanism.k, self.mechanism.m
         return (m / (m - 1)) ** 2 * (self.c_epsilon**2 * n + sum_sq / (k * m))
 
-    def plan(self, n: float) -> PlanFigures:
-        """The SE of a count from 003 Thm 4.4's bound, with ``Σf² <= 0.1 n²`` (the most frequent value
-        holds at most a tenth of the reports; the planner's default)."""
-        mech = self.mechanism
-        return PlanFigures(
-            n=n,
-            standard_error=math.sqrt(float(self.variance_bound(n=n, sum_sq=_PLAN_TOP_SHARE * n * n))),
-            unit="count",
-            figures={
-                "epsilon_report": mech.epsilon_report,
-                "bandwidth_bits": math.log2(mech.k) + math.log2(mech.m) + 1,
-            },
-            formulas=("003 Thm 4.4: Var <= (m/(m-1))^2 (c^2 + sum f^2/(n k m)) n, sum f^2 <= 0.1 n^2",),
-        )
+    @property
+    def bandwidth_bits(self) -> float:
+        """Bits of one report: the hash index, the Hadamard coordinate and the bit."""
+        return math.log2(self.mechanism.k) + math.log2(self.mechanism.m) + 1

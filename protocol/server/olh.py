@@ -45,15 +45,16 @@ import numpy as np
 import numpy.typing as npt
 
 from protocol.cms import as_value_bytes
-from protocol.errors import MalformedReportError, StateError
+from protocol.errors import StateError
 from protocol.olh import DRAW_WORDS, OLHRecord, OptimalLocalHashing
 from protocol.plain import PlainDoc
 from protocol.randomness import RandomSource, uniform_from_words
 from protocol.server.contract import PlainServer, PlanFigures
 from protocol.server.estimate import VectorEstimate
-from protocol.server.hashing import Fingerprints, evaluate, family_fingerprints
+from protocol.server.hashing import Fingerprints, evaluate, family_fingerprints, value_fingerprints
 from protocol.server.parallel import Threads
 from protocol.server.plain import array_from_plain, array_to_plain, require
+from protocol.server.records import int_record, record_list
 from protocol.server.sketch import counts_with_errors, gather_sums, no_counts
 
 __all__ = ["OLHAggregate", "OLHBatch", "OLHServer"]
@@ -158,20 +159,12 @@ class OLHServer(PlainServer[OptimalLocalHashing, OLHBatch, OLHAggregate]):
     def decode_records(self, raw: object) -> OLHBatch:
         """A list of ``[j, y]`` records, strictly: ``j`` in ``[0, seeds)``, ``y`` in ``[0, g)``."""
         mech = self.mechanism
-        if not isinstance(raw, list):
-            raise MalformedReportError("bad-type", "records", "expected a list of [index, value]")
-        n = len(raw)
-        for i, rec in enumerate(raw):
-            if not isinstance(rec, list):
-                raise MalformedReportError("bad-type", f"records[{i}]", "expected a list [index, value]")
-            if len(rec) != 2:
-                raise MalformedReportError("bad-length", f"records[{i}]", f"expected 2 entries, got {len(rec)}")
-            for name, x, bound in (("index", rec[0], mech.seeds), ("value", rec[1], mech.g)):
-                if type(x) is not int:
-                    raise MalformedReportError("bad-type", f"records[{i}].{name}", "expected an integer")
-                if not 0 <= x < bound:
-                    raise MalformedReportError("out-of-range", f"records[{i}].{name}", f"must lie in [0, {bound})")
-        pairs = np.array(raw, dtype=np.int64).reshape(n, 2)
+        records = record_list(raw, "[index, value]")
+        n = len(records)
+        limits = (("index", mech.seeds), ("value", mech.g))
+        for i, rec in enumerate(records):
+            int_record(rec, f"records[{i}]", "[index, value]", limits)
+        pairs = np.array(records, dtype=np.int64).reshape(n, 2)
         return OLHBatch(indices=pairs[:, 0].copy(), values=pairs[:, 1].copy())
 
     def batch(self, records: Sequence[OLHRecord]) -> OLHBatch:
@@ -189,12 +182,7 @@ class OLHServer(PlainServer[OptimalLocalHashing, OLHBatch, OLHAggregate]):
     def privatize_many(self, values: Sequence[str | bytes], rng: RandomSource) -> OLHBatch:
         """Privatize many values, each report's three words in the device's layout (:mod:`protocol.olh`).
         Repeated values are fingerprinted once."""
-        position: dict[bytes, int] = {}
-        codes = np.fromiter(
-            (position.setdefault(as_value_bytes(v), len(position)) for v in values), dtype=np.int64, count=len(values)
-        )
-        fp = family_fingerprints(self.mechanism.family, list(position))
-        return self.privatize_fingerprints(fp.take(codes), rng)
+        return self.privatize_fingerprints(value_fingerprints(self.mechanism.family, values), rng)
 
     def privatize_fingerprints(self, fp: Fingerprints, rng: RandomSource) -> OLHBatch:
         """Privatize values given by their fingerprints under the mechanism's family."""

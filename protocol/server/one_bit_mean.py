@@ -35,12 +35,13 @@ import numpy as np
 import numpy.typing as npt
 
 from protocol.checks import check_int
-from protocol.errors import InputError, MalformedReportError, StateError
+from protocol.errors import InputError, StateError
 from protocol.one_bit_mean import OneBitMean, OneBitMeanRecord, OneBitMeanState
 from protocol.randomness import SCALE, RandomSource, bernoulli, uniform_ints
 from protocol.server.bit_sum import BitSumAggregate
 from protocol.server.contract import PlainServer, PlanFigures
 from protocol.server.estimate import Estimate
+from protocol.server.records import decode_bits
 
 __all__ = ["OneBitMeanAggregate", "OneBitMeanBatch", "OneBitMeanServer", "OneBitMeanStates"]
 
@@ -130,18 +131,7 @@ class OneBitMeanServer(PlainServer[OneBitMean, OneBitMeanBatch, OneBitMeanAggreg
         Raises:
             MalformedReportError: ``bad-type`` or ``out-of-range``, naming ``records[i]``.
         """
-        if not isinstance(raw, list):
-            raise MalformedReportError("bad-type", "records", "expected a list of bits")
-        # Fast path in C (type() also rejects bool, a subclass of int); the loop below only
-        # runs to name the first bad record.
-        if set(map(type, raw)) <= {int} and set(raw) <= {0, 1}:
-            return OneBitMeanBatch(np.array(raw, dtype=np.uint8))
-        for i, bit in enumerate(raw):
-            if type(bit) is not int:
-                raise MalformedReportError("bad-type", f"records[{i}]", "expected an integer bit")
-            if bit not in (0, 1):
-                raise MalformedReportError("out-of-range", f"records[{i}]", "a bit is 0 or 1")
-        return OneBitMeanBatch(np.array(raw, dtype=np.uint8))
+        return OneBitMeanBatch(decode_bits(raw))
 
     def estimate_mean(self, aggregate: object) -> Estimate:
         """The mean counter (000 eq. 2)."""

@@ -11,12 +11,13 @@ from typing import ClassVar
 import numpy as np
 import numpy.typing as npt
 
-from protocol.errors import InputError, MalformedReportError
+from protocol.errors import InputError
 from protocol.randomized_response import RandomizedResponse, RRRecord
 from protocol.randomness import RandomSource, bernoulli
 from protocol.server.bit_sum import BitSumAggregate
 from protocol.server.contract import PlainServer, PlanFigures
 from protocol.server.estimate import Estimate
+from protocol.server.records import decode_bits
 
 __all__ = ["RRAggregate", "RRBatch", "RRServer"]
 
@@ -76,14 +77,7 @@ class RRServer(PlainServer[RandomizedResponse, RRBatch, RRAggregate]):
         Raises:
             MalformedReportError: ``bad-type`` or ``out-of-range``, naming ``records[i]``.
         """
-        if not isinstance(raw, list):
-            raise MalformedReportError("bad-type", "records", "expected a list")
-        for i, bit in enumerate(raw):
-            if type(bit) is not int:
-                raise MalformedReportError("bad-type", f"records[{i}]", "expected an integer bit")
-            if bit not in (0, 1):
-                raise MalformedReportError("out-of-range", f"records[{i}]", "a bit is 0 or 1")
-        return RRBatch(np.array(raw, dtype=np.uint8))
+        return RRBatch(decode_bits(raw, expected="expected a list"))
 
     def estimate_mean(self, aggregate: object) -> Estimate:
         """The proportion of devices whose bit is 1."""

@@ -50,6 +50,7 @@ from protocol.server.estimate import VectorEstimate
 from protocol.server.hashing import family_fingerprints
 from protocol.server.parallel import Threads
 from protocol.server.plain import require
+from protocol.server.records import record_entries, record_list
 from protocol.sfp import PUZZLE_PIECES, SequenceFragmentPuzzle, SFPRecord, word_bytes
 
 __all__ = ["DiscoveredWord", "SFPAggregate", "SFPBatch", "SFPServer", "reconstruct"]
@@ -316,9 +317,8 @@ class SFPServer(PlainServer[SequenceFragmentPuzzle, SFPBatch, SFPAggregate]):
                 ``records[i].fragment.index``, ``records[i].fragment.bits``,
                 ``records[i].word.index`` or ``records[i].word.bits``.
         """
-        if not isinstance(raw, list):
-            raise MalformedReportError("bad-type", "records", "expected a list of [i, j', bits', j, bits]")
-        n = len(raw)
+        records = record_list(raw, "[i, j', bits', j, bits]")
+        n = len(records)
         positions = np.empty(n, dtype=np.int64)
         f_idx = np.empty(n, dtype=np.int64)
         w_idx = np.empty(n, dtype=np.int64)
@@ -326,12 +326,9 @@ class SFPServer(PlainServer[SequenceFragmentPuzzle, SFPBatch, SFPAggregate]):
         w_parts: list[bytes] = []
         mech = self.mechanism
         fc, wc = mech.fragment_cms, mech.word_cms
-        for i, rec in enumerate(raw):
+        for i, item in enumerate(records):
             field = f"records[{i}]"
-            if not isinstance(rec, list):
-                raise MalformedReportError("bad-type", field, "expected a list [i, j', bits', j, bits]")
-            if len(rec) != 5:
-                raise MalformedReportError("bad-length", field, f"expected 5 entries, got {len(rec)}")
+            rec = record_entries(item, field, "[i, j', bits', j, bits]", 5)
             position = rec[0]
             if type(position) is not int:
                 raise MalformedReportError("bad-type", f"{field}.position", "expected an integer position index")

@@ -6,6 +6,8 @@ part that depends on the sketch's layout, is the gather ``S(d) = sum_j A[j, h_j(
 all ``k`` hash functions for every candidate ``d``; :func:`gather_sums` computes it for a
 whole dictionary. CMS, HCMS and SFP turn ``S`` into counts with their own affine maps, and
 :func:`counts_with_errors` gives each count the standard error of its sketch's exact variance.
+:class:`DictionarySketchServer` is what the server halves of CMS and HCMS share around it:
+``c_ε``, the dictionary query and the planner's figures from the variance bound.
 
 The loop runs over hash functions (rows), evaluating one function for all candidates
 with a few numpy passes and gathering from one sketch row, which stays in cache. Rows are
@@ -17,17 +19,26 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import Protocol
+from collections.abc import Sequence
+from functools import cached_property
+from typing import Any, ClassVar, Final, Protocol, TypeVar
 
 import numpy as np
 import numpy.typing as npt
 
+from protocol.cms import CountMeanSketch
 from protocol.hashing import HashFamily
+from protocol.hcms import HadamardCountMeanSketch
+from protocol.server.contract import PlainServer, PlanFigures
 from protocol.server.estimate import VectorEstimate
 from protocol.server.hashing import Fingerprints, evaluate_row
 from protocol.server.parallel import Threads, run_parts
 
-__all__ = ["counts_with_errors", "gather_sums", "no_counts"]
+__all__ = ["DictionarySketchServer", "counts_with_errors", "gather_sums", "no_counts"]
+
+PLAN_TOP_SHARE: Final = 0.1
+"""The planner's default: the most frequent value holds at most a tenth of the reports
+(``Σf² <= 0.1 n²``)."""
 
 
 class _Variance(Protocol):
@@ -104,3 +115,60 @@ def counts_with_errors(
     others = np.maximum(second_moment - f_hat**2, 0.0)
     var = variance(n=n, count=f_hat, others_sum_sq=others)
     return VectorEstimate(values, np.sqrt(np.maximum(var, 0.0)), n)
+
+
+class _Queried(Protocol):
+    """What :class:`DictionarySketchServer` asks of a sketch's aggregate."""
+
+    def add(self, batch: Any, /) -> None: ...
+
+    def estimate(self, candidates: Sequence[str | bytes], *, threads: Threads | None = None) -> VectorEstimate: ...
+
+
+SketchT = TypeVar("SketchT", CountMeanSketch, HadamardCountMeanSketch)
+BatchT = TypeVar("BatchT")
+QueriedT = TypeVar("QueriedT", bound=_Queried)
+
+
+class DictionarySketchServer(PlainServer[SketchT, BatchT, QueriedT]):
+    """The server half of a ``k x m`` sketch over a dictionary whose report's bits are kept with
+    one coin (CMS, HCMS): ``c_ε``, the dictionary query and the planner's figures.
+
+    A subclass gives its exact variance, its bound (``variance_bound``), its report's size in
+    bits and the bound's formula (``plan_formula``).
+    """
+
+    plan_formula: ClassVar[str]
+
+    @cached_property
+    def c_epsilon(self) -> float:
+        """``c_ε = 1 / (2p - 1)`` for the implemented keep coin (003 Alg. 3 for CMS, where the ideal
+        coin gives ``(e**(ε/2) + 1) / (e**(ε/2) - 1)``; 003 Alg. 7 step 1 for HCMS, ``1 / E[b]``)."""
+        p = self.mechanism.keep_coin.probability
+        return float(1 / (2 * p - 1))
+
+    def variance_bound(self, *, n: float, sum_sq: float) -> float:
+        """The theorem's upper bound on ``Var[f̃(d)]`` given ``Σ f**2`` (each sketch's own)."""
+        raise NotImplementedError
+
+    @property
+    def bandwidth_bits(self) -> float:
+        """Bits of one report (each sketch's own)."""
+        raise NotImplementedError
+
+    def estimate_frequencies(
+        self, aggregate: object, candidates: Sequence[str], *, threads: Threads | None = None
+    ) -> VectorEstimate:
+        """The estimated count of each dictionary entry."""
+        return self.own_aggregate(aggregate).estimate(candidates, threads=threads)
+
+    def plan(self, n: float) -> PlanFigures:
+        """The SE of a count from the sketch's variance bound, with ``Σf² <= 0.1 n²``
+        (:data:`PLAN_TOP_SHARE`)."""
+        return PlanFigures(
+            n=n,
+            standard_error=math.sqrt(float(self.variance_bound(n=n, sum_sq=PLAN_TOP_SHARE * n * n))),
+            unit="count",
+            figures={"epsilon_report": self.mechanism.epsilon_report, "bandwidth_bits": self.bandwidth_bits},
+            formulas=(self.plan_formula,),
+        )
