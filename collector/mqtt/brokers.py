@@ -26,7 +26,6 @@ session reconnects with its own backoff (``/healthz`` says "degraded", docs/depl
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 
 from collector.config import MqttConfig
@@ -130,17 +129,22 @@ class BrokerSet:
         for p in parts:
             for topic, value in p.broker.items():
                 counters[topic] = counters.get(topic, 0.0) + value
-        # Every count is the sessions' sum; the flag, the broker's counters and the list are not counts.
-        summed = {
-            f.name: sum(getattr(p, f.name) for p in parts)
-            for f in dataclasses.fields(TransportStatistics)
-            if f.name not in ("connected", "broker", "brokers")
-        }
         return TransportStatistics(
             connected=all(p.connected for p in parts),
+            connects=sum(p.connects for p in parts),
+            buffered=sum(p.buffered for p in parts),
+            capacity=sum(p.capacity for p in parts),
+            unacked=sum(p.unacked for p in parts),
+            received=sum(p.received for p in parts),
+            acked=sum(p.acked for p in parts),
+            stale_acks=sum(p.stale_acks for p in parts),
+            dropped=sum(p.dropped for p in parts),
+            protocol_errors=sum(p.protocol_errors for p in parts),
+            over_receive_maximum=sum(p.over_receive_maximum for p in parts),
+            receipts_sent=sum(p.receipts_sent for p in parts),
+            receipts_dropped=sum(p.receipts_dropped for p in parts),
             broker=counters,
             brokers=tuple(b for p in parts for b in p.brokers),
-            **summed,
         )
 
     def broker_statistics(self) -> tuple[BrokerStatistics, ...]:
