@@ -45,7 +45,7 @@ import logging
 import ssl
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
 import aiomqtt
 from paho.mqtt.packettypes import PacketTypes
@@ -174,6 +174,19 @@ def _credentials(cfg: BrokerConfig, broker: BrokerAddress) -> tuple[ssl.SSLConte
     return found
 
 
+class _ClientArgs(TypedDict):
+    """The connection arguments the MQTT 5 and 3.1.1 clients share, typed so that each is checked
+    against ``aiomqtt.Client``'s parameters where it is unpacked."""
+
+    identifier: str
+    username: str | None
+    password: str | None
+    tls_context: ssl.SSLContext | None
+    keepalive: int
+    timeout: float
+    logger: logging.Logger
+
+
 class MqttTransport:
     """Connections to one of the configured brokers.
 
@@ -205,15 +218,15 @@ class MqttTransport:
         cfg = self._cfg
         tls, password = _credentials(cfg, self._broker)
         # The two clients differ only in the protocol version and its clean-start flag.
-        common: dict[str, Any] = {
-            "identifier": identifier,
-            "username": cfg.username,
-            "password": password,
-            "tls_context": tls,
-            "keepalive": cfg.keepalive,
-            "timeout": cfg.publish_timeout,
-            "logger": log,
-        }
+        common = _ClientArgs(
+            identifier=identifier,
+            username=cfg.username,
+            password=password,
+            tls_context=tls,
+            keepalive=cfg.keepalive,
+            timeout=cfg.publish_timeout,
+            logger=log,
+        )
         host, port = self._broker.host, self._broker.port
         if v5:
             return HookedClient(host, port, protocol=aiomqtt.ProtocolVersion.V5, clean_start=True, **common)

@@ -26,7 +26,6 @@ import csv
 import io
 import time
 from collections.abc import Iterable, Iterator, Sequence
-from typing import Final
 
 import msgspec
 from msgspec.structs import replace as struct_replace
@@ -93,9 +92,6 @@ EXPORT_COLUMNS: tuple[str, ...] = ExportRow.__struct_fields__
 
 _LINE_ENCODER = msgspec.json.Encoder()  # the columns in their order, as the CSV header has them
 
-_PERIOD_COLUMNS: Final = ("use_case", "definition", "period", "period_start", "period_end", "reports", "kind")
-"""The columns every row of a result takes from the result itself: the period's identity."""
-
 
 def _figures(base: ExportRow, value: Number, se: Number, ci: Interval, **more: Cell) -> ExportRow:
     """``base`` with one estimate's value, standard error and interval (and ``more`` columns)."""
@@ -115,7 +111,15 @@ def export_rows(result: EstimateResult) -> Iterator[ExportRow]:
 
     A period that is not released as a whole (too few reports) is one row saying why.
     """
-    base = ExportRow(**{name: getattr(result, name) for name in _PERIOD_COLUMNS})
+    base = ExportRow(
+        use_case=result.use_case,
+        definition=result.definition,
+        period=result.period,
+        period_start=result.period_start,
+        period_end=result.period_end,
+        reports=result.reports,
+        kind=result.kind,
+    )
     est = result.estimate
     if not result.released or est is None:
         yield struct_replace(base, released=False, withheld_reason=result.withheld_reason)

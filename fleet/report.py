@@ -32,7 +32,7 @@ import urllib.parse
 import urllib.request
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Final, TypeVar
+from typing import TypeVar
 
 import msgspec
 
@@ -269,10 +269,6 @@ def _worst(items: Iterable[Comparison]) -> Comparison | None:
     return max((it for it in items if it.z is not None), key=lambda it: abs(it.z or 0.0), default=None)
 
 
-_FROM_RESULT: Final = ("period", "period_start", "reports", "released", "withheld_reason", "kind")
-"""The fields of a :class:`PeriodComparison` that are the collector's result's own."""
-
-
 def compare_period(use_case: UseCase, tally: Tally, result: EstimateResult) -> PeriodComparison:
     """Compare the collector's estimate of one (use case, period) with its truth.
 
@@ -281,7 +277,15 @@ def compare_period(use_case: UseCase, tally: Tally, result: EstimateResult) -> P
         tally: what the reporting devices held.
         result: the collector's estimate.
     """
-    row = PeriodComparison(truth_reports=tally.n, **{name: getattr(result, name) for name in _FROM_RESULT})
+    row = PeriodComparison(
+        period=result.period,
+        period_start=result.period_start,
+        reports=result.reports,
+        truth_reports=tally.n,
+        released=result.released,
+        withheld_reason=result.withheld_reason,
+        kind=result.kind,
+    )
     est = result.estimate
     if not result.released or est is None:
         return row
