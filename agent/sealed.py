@@ -141,6 +141,26 @@ def fsync_directory(directory: Path) -> None:
         os.close(fd)
 
 
+_WRITE_HINTS = {
+    errno.ENOSPC: "no space left on the device",
+    errno.EDQUOT: "the disk quota is exhausted",
+    errno.EROFS: "the file system is read-only",
+    errno.EACCES: "permission denied",
+    errno.ENOENT: "the directory does not exist",
+}
+"""What a failed state write's errno means, in the words the error gives."""
+
+
+def _write_error(path: Path, directory: Path, e: OSError) -> StateWriteError:
+    """The error of a write to ``path`` in the state ``directory`` that failed with ``e``."""
+    hint = _WRITE_HINTS.get(e.errno or 0, e.strerror or type(e).__name__)
+    return StateWriteError(
+        str(path),
+        f"{hint} (state directory {directory}); the previous state is kept and nothing of this change "
+        "was recorded: free space or fix the directory, then retry",
+    )
+
+
 def atomic_write(path: Path, data: bytes, *, sync_directory: bool = True) -> None:
     """Replace ``path`` with ``data``: temp file, fsync, rename, fsync of the directory.
 
@@ -170,18 +190,7 @@ def atomic_write(path: Path, data: bytes, *, sync_directory: bool = True) -> Non
     except OSError as e:
         with contextlib.suppress(OSError):
             tmp.unlink()
-        hint = {
-            errno.ENOSPC: "no space left on the device",
-            errno.EDQUOT: "the disk quota is exhausted",
-            errno.EROFS: "the file system is read-only",
-            errno.EACCES: "permission denied",
-            errno.ENOENT: "the directory does not exist",
-        }.get(e.errno or 0, e.strerror or type(e).__name__)
-        raise StateWriteError(
-            str(path),
-            f"{hint} (state directory {path.parent}); the previous state is kept and nothing of this change "
-            "was recorded: free space or fix the directory, then retry",
-        ) from e
+        raise _write_error(path, path.parent, e) from e
     except BaseException:
         with contextlib.suppress(OSError):
             tmp.unlink()
@@ -255,9 +264,12 @@ class Sealer:
         durable (:func:`fsync_directory`).
 
         Raises:
-            OSError: the directory cannot be synced.
+            StateWriteError: the directory cannot be synced, said as :func:`atomic_write` says it.
         """
-        fsync_directory(directory)
+        try:
+            fsync_directory(directory)
+        except OSError as e:
+            raise _write_error(directory, directory, e) from e
 
     def write(self, path: Path, purpose: str, version: int, document: Plain, *, sync_directory: bool = True) -> None:
         """Seal ``document`` and atomically replace ``path`` with it (``sync_directory``: :func:`atomic_write`)."""

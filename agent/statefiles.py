@@ -201,15 +201,13 @@ class StateFiles:
         of the state directory).
 
         Raises:
-            StateWriteError: the directory cannot be synced (an I/O error); :attr:`blocked` says so.
+            StateWriteError: the directory cannot be synced; :attr:`blocked` says so, as for a write.
         """
         try:
             self._sealer.sync(self.directory)
-        except OSError as e:
-            self._blocked = StateWriteError(
-                str(self.directory), f"the directory cannot be synced ({e.strerror or type(e).__name__}); retry later"
-            )
-            raise self._blocked from e
+        except StateWriteError as e:
+            self._blocked = e
+            raise
 
     def write_manifest(self, manifest: ManifestDoc) -> None:
         """Seal and write the manifest, remembered as :attr:`manifest_on_disk`."""
