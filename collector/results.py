@@ -171,7 +171,7 @@ class FitFigures(_Value, frozen=True, omit_defaults=True):
         dispersion: Pearson χ² per degree of freedom of the fit: 1 when what the fitted entries
             leave behaves like the mechanism's own noise, more when it does not.
         widened: how many entries' standard errors are the variance the residuals show at
-            their own bits, larger than the model's.
+            their own bits, where a one-sided test found it larger than the model's.
         standard_errors: what the entries' standard errors are, in words.
     """
 

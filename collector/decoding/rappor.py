@@ -111,6 +111,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import numpy as np
 import numpy.typing as npt
@@ -180,7 +181,8 @@ class RapporDecoding:
         dispersion: ``φ`` (Pearson χ² per degree of freedom of the final fit, at least 1).
         lasso_selected: how many candidates the Lasso kept (before any added back).
         widened: the candidates whose standard error is the residuals' variance at their own
-            bits, larger than the model's (:mod:`collector.decoding.residual_variance`).
+            bits, where a one-sided test found it larger than the model's
+            (:mod:`collector.decoding.residual_variance`).
     """
 
     candidates: tuple[str | bytes, ...]
@@ -604,13 +606,13 @@ class _Fit:
     dispersion: float
     unexplained: Estimate
 
-    @property
+    @cached_property
     def widened(self) -> BoolArray:
         """Where the standard error is the residuals' variance (significantly above the model's)."""
         out: BoolArray = np.nan_to_num(self.robust) > self.model * excess_threshold(self.dof)
         return out
 
-    @property
+    @cached_property
     def se(self) -> Array:
         """The standard errors (the class docstring)."""
         # Never below the coins' own variance; the residuals' where they show significantly more
@@ -620,7 +622,7 @@ class _Fit:
         out: Array = np.sqrt(variance)
         return out
 
-    @property
+    @cached_property
     def z(self) -> Array:
         """``count / SE`` (0 where the SE is infinite; ±inf where it is 0)."""
         se = self.se
@@ -629,7 +631,7 @@ class _Fit:
         out: Array = np.where(np.isfinite(se), z, 0.0)
         return out
 
-    @property
+    @cached_property
     def p(self) -> Array:
         """One-sided p-values of ``count > 0``."""
         return normal_sf(self.z)
