@@ -224,15 +224,23 @@ def test_recording_collection_and_acknowledgement_each_go_through_the_transactio
     check("registry change", lambda: _agent(tmp_path, changed, clock, watch.sealer, seed=8))
 
 
+def _recorded_a_day_ago(tmp_path: Path, registry: Registry, clock: FakeClock, watch: _Watch) -> Agent:
+    """An agent with consent and a value for every use case, the clock a day on (every period
+    due to close), and the watch's record of those writes taken away."""
+    agent = _agent(tmp_path, registry, clock, watch.sealer)
+    agent.grant_consent()
+    agent.record_many([(n, v, k) for n, (v, k) in VALUES.items()])
+    clock.set(clock.time() + DAY)
+    watch.step()
+    return agent
+
+
 def test_the_first_ledger_is_recorded_in_the_manifest_before_the_steps_other_files(
     tmp_path: Path, registry: Registry, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The first acknowledgement writes the ledger, then the manifest marked as having one, then the use cases."""
     watch = _Watch(monkeypatch)
-    agent = _agent(tmp_path, registry, clock, watch.sealer)
-    agent.grant_consent()
-    agent.record_many([(n, v, k) for n, (v, k) in VALUES.items()])
-    clock.set(clock.time() + DAY)
+    agent = _recorded_a_day_ago(tmp_path, registry, clock, watch)
     agent.collect()
     watch.step()
     pending = agent.outbox()
@@ -255,11 +263,7 @@ def test_a_cycle_syncs_the_directory_once_after_its_use_case_files_and_before_th
     """The use-case files of one step are renamed, then made durable by one fsync of the
     directory, and only then does the manifest name their generations (agent/transaction.py)."""
     watch = _Watch(monkeypatch)
-    agent = _agent(tmp_path, registry, clock, watch.sealer)
-    agent.grant_consent()
-    agent.record_many([(n, v, k) for n, (v, k) in VALUES.items()])
-    clock.set(clock.time() + DAY)
-    watch.step()
+    agent = _recorded_a_day_ago(tmp_path, registry, clock, watch)
     agent.collect()
     _, writes = watch.step()
     names = [name for name, _ in writes]
