@@ -61,7 +61,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import importlib
 import math
 import os
 import platform
@@ -75,7 +74,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from benchmarks.bench_release import REGISTRY, SMALL_REGISTRY, ZIPF, synthetic_strings
+from benchmarks.bench_release import REGISTRY, SMALL_REGISTRY, ZIPF, synthetic_strings, top_words
 from benchmarks.harness import emit, progress
 from collector.decoding.rappor import RapporDecoder
 from collector.decoding.release import ReleaseRule, release
@@ -115,21 +114,11 @@ class Population:
 def word_population(language: str, strings: int, decoys: int) -> Population:
     """The ``strings`` most frequent words of ``language`` (letters and the apostrophe, at most
     ``WORD_LENGTH`` characters) with their published frequencies, and the ``decoys`` words
-    ranked just after them (the ``wordfreq`` package, installed with the ``[dev]`` extra)."""
-    try:
-        wordfreq: Any = importlib.import_module("wordfreq")
-    except ImportError as exc:  # pragma: no cover - depends on the machine
-        raise SystemExit("the word populations need the wordfreq package: pip install wordfreq") from exc
-    wanted = strings + decoys
-    words = [
-        w
-        for w in wordfreq.top_n_list(language, 3 * wanted)
-        if 0 < len(w) <= WORD_LENGTH and all(ch.isalpha() or ch == "'" for ch in w)
-    ][:wanted]
-    if len(words) < wanted:
-        raise SystemExit(f"wordfreq lists only {len(words)} usable {language} words; asked for {wanted}")
-    weights = np.array([wordfreq.word_frequency(w, language) for w in words[:strings]], dtype=np.float64)
-    return Population(language, words[:strings], weights, words[strings:])
+    ranked just after them (:func:`benchmarks.bench_release.top_words`)."""
+    found, fake, weights = top_words(
+        language, strings, decoys, lambda w: 0 < len(w) <= WORD_LENGTH and all(ch.isalpha() or ch == "'" for ch in w)
+    )
+    return Population(language, found, weights, fake)
 
 
 def zipf_population(strings: int, decoys: int) -> Population:

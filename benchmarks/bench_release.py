@@ -63,7 +63,7 @@ import os
 import platform
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -172,24 +172,34 @@ def population(gen: np.random.Generator, strings: int = STRINGS) -> list[str]:
     return synthetic_strings(gen, strings)
 
 
-def english_words(strings: int) -> tuple[list[str], list[str], np.ndarray]:
-    """The ``strings`` most frequent English words of at most 10 letters (``a-z`` and the
-    apostrophe), their published frequencies (the ``wordfreq`` package's list, installed for the
-    benchmark only: ``pip install wordfreq``), and ``RAPPOR_PRESENT`` words ranked just after
-    them, which the population never holds (RAPPOR's decoys)."""
+def top_words(
+    language: str, strings: int, extra: int, usable: Callable[[str], bool]
+) -> tuple[list[str], list[str], np.ndarray]:
+    """The ``strings`` most frequent ``usable`` words of ``language`` with their published
+    frequencies, and the ``extra`` usable words ranked just after them (the ``wordfreq``
+    package, installed with the ``[dev]`` extra, for the benchmarks only).
+
+    Raises:
+        SystemExit: wordfreq is not installed, or lists fewer usable words than asked for.
+    """
     try:
-        # Only this population needs it, and only on a machine that runs the benchmark.
+        # Only the word populations need it, and only on a machine that runs a benchmark.
         wordfreq: Any = importlib.import_module("wordfreq")
     except ImportError as exc:  # pragma: no cover - depends on the machine
-        raise SystemExit("the words population needs the wordfreq package: pip install wordfreq") from exc
-    wanted = strings + RAPPOR_PRESENT
-    words = [
-        w for w in wordfreq.top_n_list("en", 4 * wanted) if 0 < len(w) <= WORD_LENGTH and set(w) <= WORD_CHARACTERS
-    ][:wanted]
+        raise SystemExit("the word populations need the wordfreq package: pip install wordfreq") from exc
+    wanted = strings + extra
+    words = [w for w in wordfreq.top_n_list(language, 4 * wanted) if usable(w)][:wanted]
     if len(words) < wanted:
-        raise SystemExit(f"wordfreq lists only {len(words)} usable words; asked for {wanted}")
-    freqs = np.array([wordfreq.word_frequency(w, "en") for w in words[:strings]], dtype=np.float64)
+        raise SystemExit(f"wordfreq lists only {len(words)} usable {language} words; asked for {wanted}")
+    freqs = np.array([wordfreq.word_frequency(w, language) for w in words[:strings]], dtype=np.float64)
     return words[:strings], words[strings:], freqs
+
+
+def english_words(strings: int) -> tuple[list[str], list[str], np.ndarray]:
+    """The ``strings`` most frequent English words of at most 10 letters (``a-z`` and the
+    apostrophe), their published frequencies, and ``RAPPOR_PRESENT`` words ranked just after
+    them, which the population never holds (RAPPOR's decoys)."""
+    return top_words("en", strings, RAPPOR_PRESENT, lambda w: 0 < len(w) <= WORD_LENGTH and set(w) <= WORD_CHARACTERS)
 
 
 def make_population(kind: str, gen: np.random.Generator, strings: int) -> tuple[list[str], list[str], np.ndarray]:
