@@ -292,11 +292,12 @@ def _per_class(compute: Callable[[type[Any]], _R]) -> Callable[[type[Any]], _R]:
 
 
 @_per_class
-def _hints(cls: type[Any]) -> dict[str, Any]:
+def _hints(cls: type[Any]) -> Mapping[str, Any]:
     """``cls``'s type hints, evaluated once per class: its annotations are strings (``from
     __future__ import annotations``), and evaluating them again at every decode and every
-    :func:`check_ranges` was most of the time ``ldp-agent status`` spent reading the registry."""
-    return get_type_hints(cls, include_extras=True)
+    :func:`check_ranges` was most of the time ``ldp-agent status`` spent reading the registry.
+    Read-only: every decode shares it."""
+    return MappingProxyType(get_type_hints(cls, include_extras=True))
 
 
 @_per_class
