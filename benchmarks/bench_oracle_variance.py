@@ -14,9 +14,8 @@ estimates is ``sqrt(2 / N)``, 1.6 %). Targets:
 
 * ``ss`` and ``pgr`` within 10 % of min(GRR, SS)'s analytic variance, the local-privacy limit
   (``(e**ε + k - 2)/(e**ε - 1)**2`` for GRR, ``β(1-β)/(α-β)**2`` at the least-variance ``d`` for
-  SS) wherever ``pgr``'s default geometry reaches it (it does not at k = 8, ε = 1, and at
-  k = 65,536, ε = 8, where a field near ``e**ε + 1`` would need a table past its limit: the row
-  says so, and what the geometry gives instead);
+  SS) wherever a projective geometry reaches it (none does at k = 8, ε = 1: the row says so, and
+  what the geometry gives instead);
 * ``olh`` within 10 % of ``4 e**ε / (e**ε - 1)**2`` (at its integer ``g``) plus its fixed
   family's collision term for the population's ``Σ f**2``, with a new public seed per run
   (the variance is over the family);
@@ -136,11 +135,11 @@ def _applies(name: str, mech: Mechanism, k: int, epsilon: float) -> tuple[bool, 
     if name == "pgr" and isinstance(mech, ProjectiveGeometryResponse) and mech.t == 2:
         d = SubsetSelection(epsilon=epsilon, categories=_categories(k)).d
         if d > 1:
-            ideal = math.exp(epsilon) + 1
             return False, (
-                f"the limit takes subsets of {d} of {k:,}; PG(t-1, q) with q near e^ε + 1 = {ideal:,.0f} and "
-                f"(q^t - 1)/(q - 1) >= {k:,} needs a reconstruction table past its limit, so the default "
-                f"geometry is t = 2 (k-ary randomized response over q + 1 = {mech.q + 1:,} points)"
+                f"the limit takes subsets of {d} of {k:,}; no projective space with at least {k:,} points "
+                f"has hyperplanes holding close to 1/(e^ε + 1) = {1 / (math.exp(epsilon) + 1):.2f} of them "
+                f"without padding the domain, and the least-variance geometry is t = 2 "
+                f"(k-ary randomized response over q + 1 = {mech.q + 1:,} points)"
             )
     return True, ""
 

@@ -31,10 +31,13 @@ estimator of :mod:`protocol.server.support` applies (``p* = α``, ``q* = β``). 
 reported points in ``O(q**t t log q)`` time.
 
 **Parameters.** ``q`` (a prime) and ``t``, by default those of least variance among the ``(q, t)``
-whose ``K`` holds the categories and whose reconstruction table ``q**t`` stays within
-:data:`WORK_CELLS` (``t = 2`` needs no table: each hyperplane of PG(1, q) is one point, and the
-mechanism is k-ary randomized response over ``q + 1`` symbols). For large ``k`` and large ε that
-limit keeps ``q`` below ``e**ε + 1`` and the error above subset selection's; the planner shows it.
+whose ``K`` holds the categories and whose reconstruction stays cheap: a Fourier table ``q**t``
+within :data:`WORK_CELLS`, or, where that keeps ``q`` well below ``e**ε + 1`` (large ``k`` and
+large ε), a geometry summed hyperplane by hyperplane (``k h`` within :data:`ENUMERATION_WORK`,
+``K`` within :data:`DEFAULT_POINTS`), taken only when it cuts the variance by more than
+:data:`BEYOND_TABLE_GAIN` so that every other default is the table's (``t = 2`` needs neither:
+each hyperplane of PG(1, q) is one point, and the mechanism is k-ary randomized response over
+``q + 1`` symbols). The planner shows the geometry and its cost.
 """
 
 from __future__ import annotations
@@ -54,8 +57,12 @@ from protocol.interfaces import MechanismEntry
 from protocol.randomness import Coin, RandomSource, coin_at_most, dexp, log_ratio, uniform_word
 
 __all__ = [
+    "BEYOND_TABLE_GAIN",
+    "DEFAULT_POINTS",
     "ENTRY",
+    "ENUMERATION_WORK",
     "MAX_CELLS",
+    "MAX_ENUMERATION",
     "WORK_CELLS",
     "Geometry",
     "ProjectiveGeometryResponse",
@@ -66,7 +73,19 @@ __all__ = [
 WORK_CELLS: Final = 1 << 23
 """The largest reconstruction table (``q**t`` complex numbers, 128 MiB) the default ``(q, t)`` uses."""
 MAX_CELLS: Final = 1 << 26
-"""The largest reconstruction table an explicit ``(q, t)`` may ask for (1 GiB)."""
+"""The largest reconstruction table an explicit ``(q, t)`` may ask for (1 GiB), and the most points
+``K`` any geometry may have (its aggregate is ``K`` counts)."""
+ENUMERATION_WORK: Final = 1 << 28
+"""The most ``k h`` (categories times a hyperplane's points) a default geometry past the table sums."""
+MAX_ENUMERATION: Final = 1 << 31
+"""The most ``k h`` an explicit geometry past the table may ask the reconstruction to sum."""
+DEFAULT_POINTS: Final = 1 << 22
+"""The most points ``K`` a default geometry past the table may have (an aggregate of 32 MiB)."""
+BEYOND_TABLE_GAIN: Final = 0.9
+"""A default geometry past the table is taken only below this share of the table's best variance:
+its aggregate is far larger and its reconstruction slower, worth it only where the table's field is
+far from ``e**ε + 1`` (k = 65,536 at ε = 8: 5.9x subset selection's variance within the table,
+1.06x past it)."""
 DRAW_WORDS: Final = 2
 """Uniform words a report draws: the coin's and the point's."""
 _OUTPUT_LIMIT: Final = 1 << 16
@@ -104,9 +123,30 @@ class Geometry:
         return int((self.q ** (self.t - 2) - 1) // (self.q - 1))
 
     @property
-    def cells(self) -> int:
-        """The reconstruction table's size: ``q**t`` for ``t >= 3``, ``K`` for ``t = 2`` (no table)."""
-        return self.q**self.t if self.t >= 3 else self.points
+    def table_cells(self) -> int:
+        """The Fourier reconstruction's table, ``q**t``."""
+        return int(self.q**self.t)
+
+    def enumeration_work(self, k: int) -> int:
+        """The histogram cells summed hyperplane by hyperplane for ``k`` categories: ``k h``."""
+        return k * self.h
+
+    def reconstruction(self, k: int, *, table_limit: int = WORK_CELLS) -> str:
+        """How the server half sums ``k`` categories' hyperplanes (:mod:`protocol.server.pgr`):
+        ``"direct"`` for ``t = 2``, a Fourier ``"table"`` when ``q**t`` fits ``table_limit``,
+        else ``"enumeration"`` (the cheaper of the two for an explicit geometry)."""
+        if self.t == 2:
+            return "direct"
+        if self.table_cells <= table_limit:
+            return "table"
+        table_ok = self.table_cells <= MAX_CELLS
+        enumeration_ok = self.enumeration_work(k) <= MAX_ENUMERATION
+        if table_ok and enumeration_ok:
+            # Both give the same integers; the transform costs about q**t (t log2 q) operations,
+            # the sums about 8 numpy passes over k h cells.
+            table_ops = self.table_cells * (self.t * math.log2(self.q) + 4)
+            return "table" if table_ops <= 8 * self.enumeration_work(k) else "enumeration"
+        return "table" if table_ok else "enumeration"
 
     def support(self, alpha: float) -> tuple[float, float]:
         """``(α, β)`` of the support estimator for the coin ``α`` (module docstring)."""
@@ -131,21 +171,31 @@ def _next_prime(n: int) -> int:
 
 
 def choose_geometry(k: int, epsilon: float, *, work_cells: int = WORK_CELLS) -> Geometry:
-    """The ``(q, t)`` of least variance whose ``K >= k`` and whose table fits ``work_cells``.
+    """The default ``(q, t)`` for ``k`` categories at ε (module docstring, "Parameters").
 
     ``t = 2`` with the smallest prime ``q >= k - 1`` always qualifies (k-ary randomized response);
-    ``t >= 3`` is tried for every prime ``q`` with ``q**t`` within the limit.
+    ``t >= 3`` is tried for every prime ``q`` with ``q**t`` within ``work_cells``, and past it for
+    ``q`` up to the largest that keeps ``K`` within :data:`DEFAULT_POINTS`.
     """
     best = Geometry(_next_prime(max(2, k - 1)), 2)
+    beyond: Geometry | None = None
     t = 3
     while 2**t <= work_cells:
         q = 2
-        while q**t <= work_cells:
+        while q**t <= work_cells or Geometry(q, t).points <= DEFAULT_POINTS:
             g = Geometry(q, t)
-            if g.points >= k and g.variance(epsilon) < best.variance(epsilon):
-                best = g
+            if g.points >= k:
+                if g.table_cells <= work_cells:
+                    if g.variance(epsilon) < best.variance(epsilon):
+                        best = g
+                elif g.enumeration_work(k) <= ENUMERATION_WORK and (
+                    beyond is None or g.variance(epsilon) < beyond.variance(epsilon)
+                ):
+                    beyond = g
             q = _next_prime(q + 1)
         t += 1
+    if beyond is not None and beyond.variance(epsilon) < BEYOND_TABLE_GAIN * best.variance(epsilon):
+        return beyond
     return best
 
 
@@ -179,13 +229,24 @@ class ProjectiveGeometryResponse(FixedCategories):
         g = Geometry(self.q, self.t)
         if g.points < len(cats):
             raise ParameterError("t", f"(q**t - 1)/(q - 1) >= the {len(cats):,} categories", self.t)
-        if g.cells > MAX_CELLS:
-            raise ParameterError("q", f"q**t <= {MAX_CELLS:,} (the reconstruction table)", self.q)
+        if g.points > MAX_CELLS:
+            raise ParameterError("q", f"(q**t - 1)/(q - 1) <= {MAX_CELLS:,} points (the aggregate)", self.q)
+        if g.t >= 3 and g.table_cells > MAX_CELLS and g.enumeration_work(len(cats)) > MAX_ENUMERATION:
+            raise ParameterError(
+                "q",
+                f"q**t <= {MAX_CELLS:,} (a reconstruction table) or k h <= {MAX_ENUMERATION:,} (the hyperplane sums)",
+                self.q,
+            )
 
     @cached_property
     def geometry(self) -> Geometry:
         """PG(t-1, q)."""
         return Geometry(self.q, self.t)
+
+    @cached_property
+    def reconstruction(self) -> str:
+        """How the server half sums the hyperplanes (:meth:`Geometry.reconstruction`)."""
+        return self.geometry.reconstruction(self.k)
 
     @cached_property
     def hyperplane_coin(self) -> Coin:

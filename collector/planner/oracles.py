@@ -57,8 +57,12 @@ _HCMS_DEPLOYED = (1_024, 32_768)
 
 
 def _pgr_ops(mech: ProjectiveGeometryResponse, n: float, candidates: int) -> float:
-    cells = mech.geometry.cells
-    return n + cells * math.log2(max(cells, 2)) + mech.k * mech.q  # histogram, transform, gather
+    g = mech.geometry
+    if mech.reconstruction == "table":
+        return n + g.table_cells * math.log2(g.table_cells) + mech.k * mech.q  # histogram, transform, gather
+    if mech.reconstruction == "enumeration":
+        return n + g.enumeration_work(mech.k)  # histogram, each category's hyperplane
+    return n + mech.k
 
 
 # The collector's work per estimate, by mechanism class, up to constant factors (003 §5 for the
@@ -206,7 +210,7 @@ _FORMULAS = [
     "hashed mechanisms (cms, hcms, olh): sum f^2 <= 0.1 n^2 in the collision term",
     "devices for the same SE scale with the variance: devices ratio = (SE ratio)^2",
     "decode ops: cms n m + D k; hcms n + k m log2 m + D k; olh n + D seeds; grr n + k; oue n k; "
-    "ss n d + k; pgr n + q^t log2 q^t + k q",
+    "ss n d + k; pgr n + q^t log2 q^t + k q (a Fourier table) or n + k h (past it)",
 ]
 
 

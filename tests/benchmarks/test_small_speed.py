@@ -41,7 +41,10 @@ PROTOCOL_FIGURES = {
     "oue": ("privatize_per_s", "privatize_batch_per_s", "decode_per_s", "aggregate_per_s", "estimate_s"),
     "ss": ("privatize_per_s", "privatize_batch_per_s", "decode_per_s", "aggregate_per_s", "estimate_s"),
 }
-ORACLE_STEPS = {"query": ("query_s", "seeds", "candidates"), "reconstruct": ("reconstruct_s", "q", "t", "table_cells")}
+ORACLE_STEPS = {
+    "query": ("query_s", "seeds", "candidates"),
+    "reconstruct": ("reconstruct_s", "q", "t", "reconstruction", "points"),
+}
 
 EXAMPLE_REGISTRY = ROOT / "deploy" / "usecases.example.toml"
 FLEET_REGISTRY = ROOT / "deploy" / "fleet.usecases.toml"
@@ -77,12 +80,13 @@ def test_protocol(capsys: pytest.CaptureFixture[str]) -> None:
         "cms": 1,
         "hcms": 1,
         "sfp": 1,
-        # the oracles: grr, olh and pgr at k = 8 and 843, oue and ss at 843, and the two estimates
+        # the oracles: grr, olh and pgr at k = 8 and 843, oue and ss at 843, olh's estimate and
+        # pgr's reconstruction at ε = 4 and 8
         "grr": 2,
         "oue": 1,
         "ss": 1,
         "olh": 3,
-        "pgr": 3,
+        "pgr": 4,
     }
     for row in rows:
         assert row["n"] == N

@@ -203,7 +203,7 @@ def test_a_value_outside_the_domain_is_refused(name: str) -> None:
         ("ss", {"d": -1}, "d"),
         ("pgr", {"q": 4, "t": 3}, "q"),
         ("pgr", {"q": 2, "t": 2}, "t"),
-        ("pgr", {"q": 1031, "t": 3}, "q"),
+        ("pgr", {"q": 65_537, "t": 3}, "q"),
         ("olh", {"g": 1}, "g"),
         ("olh", {"seeds": -3}, "seeds"),
         ("olh", {"seeds": 1 << 22, "g": 64}, "seeds"),
