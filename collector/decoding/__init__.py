@@ -16,6 +16,7 @@
 * :mod:`collector.decoding.stats`: normal p-values and multiple-testing control.
 * :mod:`collector.decoding.plain`: the released-value record every decoder returns (what a
   person reads of it becomes JSON in ``collector.results`` alone).
+* :mod:`collector.decoding.arrays`: the numpy array types the modules above share.
 
 Only numpy and the standard library are used at run time.
 """

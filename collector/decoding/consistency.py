@@ -36,11 +36,10 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from collector.decoding.arrays import Array
 from protocol.server.estimate import VectorEstimate
 
 __all__ = ["ConsistentEstimate", "make_consistent", "project_simplex"]
-
-Array = npt.NDArray[np.float64]
 
 
 def project_simplex(

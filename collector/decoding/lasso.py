@@ -24,12 +24,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
-import numpy.typing as npt
+
+from collector.decoding.arrays import Array, IntArray
 
 __all__ = ["Design", "lasso", "weights_from", "wls"]
-
-Array = npt.NDArray[np.float64]
-IntArray = npt.NDArray[np.int64]
 
 _PATH_STEPS = 8
 """Penalties on the Lasso path from the largest score down to λ (geometric)."""

@@ -114,8 +114,8 @@ from dataclasses import dataclass, field
 from functools import cached_property
 
 import numpy as np
-import numpy.typing as npt
 
+from collector.decoding.arrays import Array, BoolArray, IntArray
 from collector.decoding.lasso import Design, lasso, weights_from, wls
 from collector.decoding.plain import ValueEstimate
 from collector.decoding.rappor_categories import CategoryDecoding, decode_categories, load_candidates
@@ -142,10 +142,6 @@ __all__ = [
     "decode_categories",
     "load_candidates",
 ]
-
-Array = npt.NDArray[np.float64]
-IntArray = npt.NDArray[np.int64]
-BoolArray = npt.NDArray[np.bool_]
 
 RESIDUAL_STANDARD_ERRORS = (
     "the variance the residuals show at the candidate's own bits where a one-sided test at 5 % "

@@ -14,18 +14,13 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
-import numpy.typing as npt
-
+from collector.decoding.arrays import Array, BoolArray
 from collector.decoding.consistency import ConsistentEstimate, make_consistent
 from collector.decoding.release import Release, ReleaseRule, release
 from protocol.server.estimate import VectorEstimate
 from protocol.server.rappor import RapporAggregate
 
 __all__ = ["CategoryDecoding", "decode_categories", "load_candidates"]
-
-Array = npt.NDArray[np.float64]
-BoolArray = npt.NDArray[np.bool_]
 
 
 def load_candidates(path: str | Path) -> list[str]:

@@ -66,6 +66,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from collector.decoding.arrays import Array, BoolArray
 from collector.decoding.plain import ValueEstimate
 from collector.decoding.selective import conditional_interval
 from collector.decoding.stats import (
@@ -88,9 +89,6 @@ __all__ = [
     "ReleaseRule",
     "release",
 ]
-
-Array = npt.NDArray[np.float64]
-BoolArray = npt.NDArray[np.bool_]
 
 DEFAULT_CONTROL = "bh"
 """The correction when a registry names none: Benjamini-Hochberg (see the module docstring)."""

@@ -56,6 +56,7 @@ from statistics import NormalDist
 import numpy as np
 import numpy.typing as npt
 
+from collector.decoding.arrays import Array, IntArray
 from collector.decoding.lasso import Design
 
 __all__ = [
@@ -68,9 +69,6 @@ __all__ = [
     "sandwich_variances",
     "score_degrees",
 ]
-
-Array = npt.NDArray[np.float64]
-IntArray = npt.NDArray[np.int64]
 
 _MIN_ONE_MINUS_LEVERAGE = 1e-3
 """A cell that the fit explains almost entirely (leverage near 1) says almost nothing about its

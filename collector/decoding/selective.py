@@ -37,9 +37,9 @@ import math
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["conditional_interval", "log_normal_sf"]
+from collector.decoding.arrays import Array
 
-Array = npt.NDArray[np.float64]
+__all__ = ["conditional_interval", "log_normal_sf"]
 
 _SQRT2 = math.sqrt(2.0)
 _LOG_SQRT_2PI = 0.5 * math.log(2.0 * math.pi)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import io
 import json
 import os
@@ -23,6 +24,7 @@ from collector.cli import main as collector_main
 from collector.config import CollectorConfig, MqttConfig, load_config, parse_config
 from collector.errors import ConfigError
 from collector.metrics import IngestMetrics, render_prometheus
+from collector.mqtt.brokers import BrokerSet
 from collector.rendering import format_status
 from collector.results import CollectorStatus, ServiceStatus
 from collector.service import Service, run_service
@@ -116,6 +118,29 @@ def test_metrics_label_each_broker_session() -> None:
     assert samples["ldp_collector_broker_session_since_seconds", a] == 1764197130.0
     assert ("ldp_collector_broker_session_since_seconds", b) not in samples
     assert samples["ldp_collector_broker_connected", ()] == 0  # the sum: not every broker is up
+
+
+def test_statistics_sum_every_counter_over_the_sessions(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With several brokers, each counter is the sum of the sessions', ``connected`` holds only
+    while every session is up, the ``$SYS`` counters add up topic by topic."""
+    cfg = parse_config(
+        {"registry": "r.toml", "mqtt": {"addresses": ["mqtt-a:8883", "mqtt-b:8883"]}}, source="collector.toml"
+    )
+    brokers = BrokerSet(cfg.mqtt)
+    counters = dataclasses.fields(TransportStatistics)[1:13]  # connects .. receipts_dropped
+    for i, (session, own) in enumerate(zip(brokers.sessions, (_A, _B), strict=True)):
+        one = TransportStatistics(
+            connected=own.connected,
+            broker={"$SYS/broker/clients/connected": 2.0 + i},
+            brokers=(own,),
+            **{f.name: 10 * (i + 1) + k for k, f in enumerate(counters)},
+        )
+        monkeypatch.setattr(session, "statistics", lambda one=one: one)
+    total = brokers.statistics()
+    assert {f.name: getattr(total, f.name) for f in counters} == {f.name: 30 + 2 * k for k, f in enumerate(counters)}
+    assert not total.connected
+    assert total.broker == {"$SYS/broker/clients/connected": 5.0}
+    assert total.brokers == (_A, _B)
 
 
 def test_status_text_lists_each_broker() -> None:
