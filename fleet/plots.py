@@ -33,7 +33,7 @@ import unicodedata
 import warnings
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeAlias
 
 import matplotlib as mpl
 from matplotlib import dates as mdates
@@ -46,6 +46,7 @@ from matplotlib.ft2font import FT2Font
 from matplotlib.text import Text
 
 __all__ = [
+    "Series",
     "bar_chart",
     "estimate_chart",
     "layout_problems",
@@ -322,8 +323,24 @@ def _legend(fig: Figure) -> None:
 # --------------------------------------------------------------------------- charts
 
 
+Series: TypeAlias = tuple[str, Sequence[float], str]
+"""One series of :func:`bar_chart` or :func:`line_chart`: its name, values and colour."""
+
+
 def _finite(v: float | None) -> bool:
     return v is not None and math.isfinite(v)
+
+
+def _drawn_points(
+    chart: str, name: str, at: Sequence[float], values: Sequence[float], what: str, *, positive: bool = False
+) -> tuple[list[float], list[float]]:
+    """The ``(at, value)`` points of series ``name`` that are drawn, as two lists: its finite
+    values (and only those above zero where ``positive``, as a log axis needs); a ValueError
+    naming ``chart`` unless the series has one value for each of the ``what`` in ``at``."""
+    if len(values) != len(at):
+        raise ValueError(f"{chart}: series {name!r} has {len(values)} values for {len(at)} {what}")
+    kept = [(a, v) for a, v in zip(at, values, strict=True) if math.isfinite(v) and (v > 0 or not positive)]
+    return [a for a, _ in kept], [v for _, v in kept]
 
 
 def _draw_truth(
@@ -426,7 +443,7 @@ def bar_chart(
     *,
     title: str,
     labels: Sequence[str],
-    series: Sequence[tuple[str, Sequence[float], str]],
+    series: Sequence[Series],
     ylabel: str,
     xlabel: str,
 ) -> Figure:
@@ -438,12 +455,10 @@ def bar_chart(
         fig, ax = _new_figure()
         positions = range(len(labels))
         for i, (name, values, color) in enumerate(series):
-            if len(values) != len(labels):
-                raise ValueError(f"bar_chart: series {name!r} has {len(values)} values for {len(labels)} labels")
-            kept = [(p, v) for p, v in zip(positions, values, strict=True) if math.isfinite(v)]
+            xs, ys = _drawn_points("bar_chart", name, positions, values, "labels")
             ax.bar(
-                [p for p, _ in kept],
-                [v for _, v in kept],
+                xs,
+                ys,
                 width=0.9 if i == 0 else 0.5,
                 color=color,
                 alpha=0.9 if i == 0 else 0.75,
@@ -461,7 +476,7 @@ def line_chart(
     *,
     title: str,
     x: Sequence[float],
-    series: Sequence[tuple[str, Sequence[float], str]],
+    series: Sequence[Series],
     ylabel: str,
     xlabel: str,
     log_y: bool = True,
@@ -477,10 +492,7 @@ def line_chart(
         if log_y:
             ax.set_yscale("log")
         for name, values, color in series:
-            if len(values) != len(x):
-                raise ValueError(f"line_chart: series {name!r} has {len(values)} values for {len(x)} x values")
-            kept = [(a, b) for a, b in zip(x, values, strict=True) if math.isfinite(b) and (b > 0 or not log_y)]
-            xs, ys = [a for a, _ in kept], [b for _, b in kept]
+            xs, ys = _drawn_points("line_chart", name, x, values, "x values", positive=log_y)
             ax.plot(xs, ys, color=color, linewidth=2, marker="o", markersize=3, label=name)
         ax.xaxis.set_major_locator(ticker.FixedLocator(list(x)))
         ax.xaxis.set_major_formatter(ticker.FixedFormatter([_number(v) for v in x]))

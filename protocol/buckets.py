@@ -44,7 +44,7 @@ import bisect
 import itertools
 import math
 import numbers
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from decimal import Context, Decimal
 from fractions import Fraction
@@ -85,6 +85,15 @@ def _number(value: object, name: str, allowed: str) -> float:
     return value
 
 
+def _number_within(value: object, name: str, allowed: str, within: Callable[[float], bool]) -> float:
+    """``value`` if it is a finite number (as :func:`_number`) for which ``within`` holds; a
+    ParameterError naming ``allowed`` otherwise."""
+    number = _number(value, name, allowed)
+    if not within(number):
+        raise ParameterError(name, allowed, value)
+    return number
+
+
 def _count(value: object, name: str = "count") -> int:
     allowed = f"an integer in [2, {MAX_BUCKETS}]"
     if isinstance(value, bool) or not isinstance(value, int) or not 2 <= value <= MAX_BUCKETS:
@@ -113,14 +122,17 @@ class _Bucketing:
 
     kind: ClassVar[str]
 
-    def _edges(self) -> tuple[float, ...]:  # pragma: no cover - every subclass defines it
-        raise NotImplementedError
+    if TYPE_CHECKING:
+        # Declared for the type checker only: a subclass's edges are a computed property or a
+        # dataclass field, and a real property here would become that field's default.
+        @property
+        def edges(self) -> tuple[float, ...]: ...
 
     @cached_property
     def interior(self) -> tuple[float, ...]:
         """The interior edges ``e_1 .. e_{count-1}``: the number of them at or below ``x`` is
         ``x``'s (clamped) bucket."""
-        return tuple(self._edges()[1:-1])
+        return tuple(self.edges[1:-1])
 
     def bucket_of(self, value: float | np.integer[Any] | np.floating[Any]) -> int:
         """The bucket of one counter value (clamped into ``[0, count - 1]``).
@@ -152,12 +164,8 @@ class LinearBuckets(_Bucketing):
     count: int
 
     def __post_init__(self) -> None:
-        low = _number(self.low, "low", f"a finite number in [0, {MAX_EDGE})")
-        if not 0 <= low < MAX_EDGE:
-            raise ParameterError("low", f"a finite number in [0, {MAX_EDGE})", self.low)
-        high = _number(self.high, "high", f"a finite number in ({low!r}, {MAX_EDGE}]")
-        if not low < high <= MAX_EDGE:
-            raise ParameterError("high", f"a finite number in ({low!r}, {MAX_EDGE}]", self.high)
+        low = _number_within(self.low, "low", f"a finite number in [0, {MAX_EDGE})", lambda x: 0 <= x < MAX_EDGE)
+        _number_within(self.high, "high", f"a finite number in ({low!r}, {MAX_EDGE}]", lambda x: low < x <= MAX_EDGE)
         _count(self.count)
         _check_edges_distinct(self.edges, "count", self.count)
 
@@ -167,9 +175,6 @@ class LinearBuckets(_Bucketing):
         low, high = Fraction(self.low), Fraction(self.high)
         width = (high - low) / self.count
         return tuple(_exact_float(low + i * width) for i in range(self.count + 1))
-
-    def _edges(self) -> tuple[float, ...]:
-        return self.edges
 
     def to_plain(self) -> PlainDoc:
         """``{"kind": "linear", "low": ..., "high": ..., "count": ...}``."""
@@ -193,12 +198,8 @@ class ExponentialBuckets(_Bucketing):
     count: int
 
     def __post_init__(self) -> None:
-        start = _number(self.start, "start", f"a finite number in (0, {MAX_EDGE}]")
-        if not 0 < start <= MAX_EDGE:
-            raise ParameterError("start", f"a finite number in (0, {MAX_EDGE}]", self.start)
-        factor = _number(self.factor, "factor", "a finite number > 1")
-        if not factor > 1:
-            raise ParameterError("factor", "a finite number > 1", self.factor)
+        start = _number_within(self.start, "start", f"a finite number in (0, {MAX_EDGE}]", lambda x: 0 < x <= MAX_EDGE)
+        factor = _number_within(self.factor, "factor", "a finite number > 1", lambda x: x > 1)
         _count(self.count)
         # The last finite edge start·factor^(count-2) must stay <= 2**53 (checked in logs
         # first so a huge count does not build a huge number).
@@ -222,9 +223,6 @@ class ExponentialBuckets(_Bucketing):
                 finite.append(float(value))
                 value = _DECIMAL.multiply(value, f_dec)
         return (*finite, math.inf)
-
-    def _edges(self) -> tuple[float, ...]:
-        return self.edges
 
     def to_plain(self) -> PlainDoc:
         """``{"kind": "exponential", "start": ..., "factor": ..., "count": ...}``."""
@@ -252,9 +250,7 @@ class CustomBuckets(_Bucketing):
         if not 3 <= len(values) <= MAX_BUCKETS + 1:
             raise ParameterError("edges", allowed, raw)
         for i, e in enumerate(values):
-            _number(e, f"edges[{i}]", f"a finite number in [0, {MAX_EDGE}]")
-            if not 0 <= e <= MAX_EDGE:
-                raise ParameterError(f"edges[{i}]", f"a finite number in [0, {MAX_EDGE}]", e)
+            _number_within(e, f"edges[{i}]", f"a finite number in [0, {MAX_EDGE}]", lambda x: 0 <= x <= MAX_EDGE)
         for i in range(1, len(values)):
             if not values[i] > values[i - 1]:
                 raise ParameterError(f"edges[{i}]", f"greater than edges[{i - 1}] = {values[i - 1]!r}", values[i])
@@ -264,9 +260,6 @@ class CustomBuckets(_Bucketing):
     def count(self) -> int:
         """The number of buckets, ``len(edges) - 1``."""
         return len(self.edges) - 1
-
-    def _edges(self) -> tuple[float, ...]:
-        return self.edges
 
     def to_plain(self) -> PlainDoc:
         """``{"kind": "custom", "edges": [...]}``."""

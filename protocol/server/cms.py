@@ -76,7 +76,7 @@ from protocol.server.hashing import Fingerprints, evaluate, family_fingerprints,
 from protocol.server.parallel import Threads, run_parts
 from protocol.server.plain import array_from_plain, array_to_plain, require
 from protocol.server.records import decode_indexed_bits
-from protocol.server.sketch import DictionarySketchServer, counts_with_errors, gather_sums, no_counts
+from protocol.server.sketch import DictionarySketchServer, counts_with_errors, gather_sums, no_counts, read_only_view
 
 __all__ = ["CMSAggregate", "CMSBatch", "CMSServer", "check_wire_record"]
 
@@ -204,16 +204,12 @@ class CMSAggregate:
     @property
     def ones(self) -> npt.NDArray[np.unsignedinteger[Any]]:
         """``ones[j, ℓ]``: records with index ``j`` whose coordinate ``ℓ`` is +1 (read-only view)."""
-        view = self._ones.view()
-        view.flags.writeable = False
-        return view
+        return read_only_view(self._ones)
 
     @property
     def row_counts(self) -> npt.NDArray[np.int64]:
         """``n_j``: records with index ``j`` (read-only view)."""
-        view = self._row_counts.view()
-        view.flags.writeable = False
-        return view
+        return read_only_view(self._row_counts)
 
     def _widen_for(self, row_counts: npt.NDArray[np.int64]) -> None:
         if self._ones.dtype == np.uint32 and row_counts.size and int(row_counts.max()) > _UINT32_MAX:

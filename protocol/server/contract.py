@@ -23,7 +23,7 @@ from __future__ import annotations
 import importlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Generic, Protocol, Self, TypeVar, runtime_checkable
+from typing import Any, ClassVar, Generic, Protocol, Self, TypeVar, cast, runtime_checkable
 
 import numpy as np
 import numpy.typing as npt
@@ -242,44 +242,39 @@ class BatchPrivatizer(Protocol):
         ...
 
 
-def _not_a(server: ServerMechanism, what: str) -> TypeError:
-    return TypeError(f"mechanism {server.mechanism.name!r} (kind {server.kind.value}) has no {what}")
+def _checked(server: ServerMechanism, kinds: tuple[EstimateKind, ...], protocol: type) -> ServerMechanism:
+    """``server`` if its kind is one of ``kinds`` and it has ``protocol``'s methods; a
+    ``TypeError`` naming the mechanism otherwise."""
+    # ``protocol`` is a plain ``type``: mypy accepts no protocol class where ``type[T]`` is
+    # expected, so each caller casts to the protocol it has just checked.
+    if server.kind in kinds and isinstance(server, protocol):
+        return server
+    raise TypeError(f"mechanism {server.mechanism.name!r} (kind {server.kind.value}) has no {protocol.__name__}")
 
 
 def mean_server(server: ServerMechanism) -> MeanServer:
     """``server`` as a :class:`MeanServer` (kinds ``PROPORTION`` and ``MEAN``)."""
-    if server.kind.scalar and isinstance(server, MeanServer):
-        return server
-    raise _not_a(server, "MeanServer")
+    return cast(MeanServer, _checked(server, (EstimateKind.PROPORTION, EstimateKind.MEAN), MeanServer))
 
 
 def histogram_server(server: ServerMechanism) -> HistogramServer:
     """``server`` as a :class:`HistogramServer`."""
-    if server.kind is EstimateKind.HISTOGRAM and isinstance(server, HistogramServer):
-        return server
-    raise _not_a(server, "HistogramServer")
+    return cast(HistogramServer, _checked(server, (EstimateKind.HISTOGRAM,), HistogramServer))
 
 
 def frequency_server(server: ServerMechanism) -> FrequencyServer:
     """``server`` as a :class:`FrequencyServer` (kinds ``DICTIONARY`` and ``CATEGORIES``)."""
-    kinds = (EstimateKind.DICTIONARY, EstimateKind.CATEGORIES)
-    if server.kind in kinds and isinstance(server, FrequencyServer):
-        return server
-    raise _not_a(server, "FrequencyServer")
+    return cast(FrequencyServer, _checked(server, (EstimateKind.DICTIONARY, EstimateKind.CATEGORIES), FrequencyServer))
 
 
 def candidate_server(server: ServerMechanism) -> CandidateServer:
     """``server`` as a :class:`CandidateServer`."""
-    if server.kind is EstimateKind.CANDIDATES and isinstance(server, CandidateServer):
-        return server
-    raise _not_a(server, "CandidateServer")
+    return cast(CandidateServer, _checked(server, (EstimateKind.CANDIDATES,), CandidateServer))
 
 
 def discovery_server(server: ServerMechanism) -> DiscoveryServer:
     """``server`` as a :class:`DiscoveryServer`."""
-    if server.kind is EstimateKind.DISCOVERY and isinstance(server, DiscoveryServer):
-        return server
-    raise _not_a(server, "DiscoveryServer")
+    return cast(DiscoveryServer, _checked(server, (EstimateKind.DISCOVERY,), DiscoveryServer))
 
 
 # --- the generic base --------------------------------------------------------------------------

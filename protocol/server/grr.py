@@ -57,7 +57,7 @@ class GRRAggregate(SupportAggregate):
 
     def add(self, batch: GRRBatch) -> None:
         """Count the reported categories."""
-        self.add_counts(np.bincount(batch.categories, minlength=self.counts.size), len(batch))
+        self.add_indices(batch.categories, len(batch))
 
 
 class GRRServer(SupportServer[GeneralizedRandomizedResponse, GRRBatch, GRRAggregate]):

@@ -68,7 +68,7 @@ from protocol.server.hashing import Fingerprints, evaluate, family_fingerprints
 from protocol.server.parallel import Threads
 from protocol.server.plain import array_from_plain, array_to_plain, require
 from protocol.server.records import int_record, record_list
-from protocol.server.sketch import DictionarySketchServer, counts_with_errors, gather_sums, no_counts
+from protocol.server.sketch import DictionarySketchServer, counts_with_errors, gather_sums, no_counts, read_only_view
 
 __all__ = ["HCMSAggregate", "HCMSBatch", "HCMSServer"]
 
@@ -125,9 +125,7 @@ class HCMSAggregate:
     @property
     def sums(self) -> npt.NDArray[np.integer[Any]]:
         """The ``k x m`` signed sums (read-only view)."""
-        view = self._sums.view()
-        view.flags.writeable = False
-        return view
+        return read_only_view(self._sums)
 
     def _widen_for(self, n: int) -> None:
         if n > _INT32_MAX and self._sums.dtype != np.int64:
@@ -205,9 +203,7 @@ class HCMSAggregate:
 
     def transformed(self) -> npt.NDArray[np.float64]:
         """``T = s H_m`` (integer-valued float64); the sketch of 003 Alg. 7 is ``M^H = k c_ε T``."""
-        table = self._transformed()[0].view()
-        table.flags.writeable = False
-        return table
+        return read_only_view(self._transformed()[0])
 
     def sketch_matrix(self) -> npt.NDArray[np.float64]:
         """``M^H`` exactly as 003 Alg. 7 returns it (a new array; queries use the cached ``T``)."""

@@ -167,7 +167,7 @@ class PGRAggregate(SupportAggregate):
 
     def add(self, batch: PGRBatch) -> None:
         """Count the reported points."""
-        self.add_counts(np.bincount(batch.points, minlength=self.counts.size), len(batch))
+        self.add_indices(batch.points, len(batch))
 
 
 class PGRServer(SupportServer[ProjectiveGeometryResponse, PGRBatch, PGRAggregate]):

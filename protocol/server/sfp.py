@@ -83,6 +83,88 @@ def _stack(parts: list[bytes], n: int, width: int) -> npt.NDArray[np.uint8]:
     return np.frombuffer(b"".join(parts), dtype=np.uint8).reshape(n, width).copy()
 
 
+def reconstruct(
+    aggregate: SFPAggregate,
+    *,
+    alphabet: str | Sequence[str] | None = None,
+    top_t: int,
+    threshold: float,
+    check_puzzle: bool = True,
+    max_words: int = 2_000_000,
+    threads: Threads | None = None,
+) -> list[DiscoveredWord]:
+    """Discover frequent words (003 Alg. 10 steps 7-15).
+
+    Args:
+        aggregate: the reports.
+        alphabet: the characters words are made of (code points); include the space, or
+            padded (short) words cannot be assembled. ``None``: the mechanism's own alphabet.
+        top_t: ``T``, the number of (puzzle piece, fragment) pairs kept per position.
+        threshold: the smallest estimated word count reported.
+        check_puzzle: drop assembled words whose own puzzle piece differs from the piece
+            they were assembled under, and words not in NFC (see the module docstring).
+        max_words: refuse (:class:`~protocol.errors.TooManyWordsError`) to score more assembled words than this.
+        threads: the caller's threads, the dictionary queries split between them (None: this thread alone).
+
+    Returns:
+        The words (trailing padding removed) whose estimate is at least ``threshold``, by
+        decreasing estimated count.
+    """
+    mech = aggregate.mechanism
+    check_int(top_t, "top_t", low=1)
+    symbols = list(dict.fromkeys(mech.alphabet if alphabet is None else alphabet))
+    if not symbols or any(not isinstance(c, str) or len(c) != 1 for c in symbols):
+        raise ValueError("alphabet must be a non-empty collection of single characters")
+    fragments = ["".join(t) for t in itertools.product(symbols, repeat=mech.fragment_length)]
+    total = PUZZLE_PIECES * len(fragments)
+    if total > _CANDIDATES_MAX:
+        raise ValueError(f"{total} fragment candidates per position; use a smaller alphabet or fragment_length")
+    if aggregate.n == 0:
+        return []
+    # Steps 8-10: the top T (piece, fragment) tuples per position, over all 256 x |Ω|**l pairs.
+    encoded = [word_bytes(f) for f in fragments]
+    values = [bytes((w,)) + f for w in range(PUZZLE_PIECES) for f in encoded]
+    fp = family_fingerprints(mech.fragment_cms.family, values)
+    per_position: list[dict[int, list[str]]] = []
+    for position_aggregate in aggregate.fragments:
+        if position_aggregate.n == 0:
+            return []
+        counts = position_aggregate.estimate_fingerprints(fp, threads=threads).values
+        keep = min(top_t, total)
+        best = np.argpartition(-counts, keep - 1)[:keep]
+        best = best[np.argsort(-counts[best], kind="stable")]
+        by_piece: dict[int, list[str]] = {}
+        for index in best.tolist():
+            piece, fragment = divmod(index, len(fragments))
+            by_piece.setdefault(piece, []).append(fragments[fragment])
+        per_position.append(by_piece)
+    # Steps 11-14: for each puzzle piece, the Cartesian product of its fragments across positions.
+    # The products' sizes are known before any is built: refuse at once rather than after
+    # assembling (and hashing) up to max_words strings.
+    pieces = [[by_piece.get(piece, []) for by_piece in per_position] for piece in range(PUZZLE_PIECES)]
+    assembled = sum(math.prod(len(x) for x in lists) for lists in pieces)
+    if assembled > max_words:
+        raise TooManyWordsError(assembled, max_words)
+    words: list[str] = []
+    for piece, lists in enumerate(pieces):
+        if not all(lists):
+            continue
+        for parts in itertools.product(*lists):
+            word = "".join(parts)
+            if not check_puzzle or (mech.puzzle_piece(word) == piece and unicodedata.is_normalized("NFC", word)):
+                words.append(word)
+    if not words:
+        return []
+    # Step 15: the word oracle's counts for the assembled dictionary.
+    est = aggregate.word.estimate([word_bytes(w) for w in words], threads=threads)
+    order = np.argsort(-est.values, kind="stable")
+    return [
+        DiscoveredWord(words[i].rstrip(" "), float(est.values[i]), float(est.standard_errors[i]))
+        for i in order.tolist()
+        if est.values[i] >= threshold
+    ]
+
+
 class SFPAggregate:
     """The word CMS aggregate and one fragment CMS aggregate per position (003 Alg. 10 steps 1-6)."""
 
@@ -186,108 +268,9 @@ class SFPAggregate:
             values.append(mech.fragment_value(piece, fragment))
         return self.fragments[position].estimate(values, threads=threads)
 
-    def reconstruct(
-        self,
-        *,
-        alphabet: str | Sequence[str] | None = None,
-        top_t: int,
-        threshold: float,
-        check_puzzle: bool = True,
-        max_words: int = 2_000_000,
-        threads: Threads | None = None,
-    ) -> list[DiscoveredWord]:
-        """See :func:`reconstruct`."""
-        return reconstruct(
-            self,
-            alphabet=alphabet,
-            top_t=top_t,
-            threshold=threshold,
-            check_puzzle=check_puzzle,
-            max_words=max_words,
-            threads=threads,
-        )
-
-
-def reconstruct(
-    aggregate: SFPAggregate,
-    *,
-    alphabet: str | Sequence[str] | None = None,
-    top_t: int,
-    threshold: float,
-    check_puzzle: bool = True,
-    max_words: int = 2_000_000,
-    threads: Threads | None = None,
-) -> list[DiscoveredWord]:
-    """Discover frequent words (003 Alg. 10 steps 7-15).
-
-    Args:
-        aggregate: the reports.
-        alphabet: the characters words are made of (code points); include the space, or
-            padded (short) words cannot be assembled. ``None``: the mechanism's own alphabet.
-        top_t: ``T``, the number of (puzzle piece, fragment) pairs kept per position.
-        threshold: the smallest estimated word count reported.
-        check_puzzle: drop assembled words whose own puzzle piece differs from the piece
-            they were assembled under, and words not in NFC (see the module docstring).
-        max_words: refuse (:class:`~protocol.errors.TooManyWordsError`) to score more assembled words than this.
-        threads: the caller's threads, the dictionary queries split between them (None: this thread alone).
-
-    Returns:
-        The words (trailing padding removed) whose estimate is at least ``threshold``, by
-        decreasing estimated count.
-    """
-    mech = aggregate.mechanism
-    check_int(top_t, "top_t", low=1)
-    symbols = list(dict.fromkeys(mech.alphabet if alphabet is None else alphabet))
-    if not symbols or any(not isinstance(c, str) or len(c) != 1 for c in symbols):
-        raise ValueError("alphabet must be a non-empty collection of single characters")
-    fragments = ["".join(t) for t in itertools.product(symbols, repeat=mech.fragment_length)]
-    total = PUZZLE_PIECES * len(fragments)
-    if total > _CANDIDATES_MAX:
-        raise ValueError(f"{total} fragment candidates per position; use a smaller alphabet or fragment_length")
-    if aggregate.n == 0:
-        return []
-    # Steps 8-10: the top T (piece, fragment) tuples per position, over all 256 x |Ω|**l pairs.
-    encoded = [word_bytes(f) for f in fragments]
-    values = [bytes((w,)) + f for w in range(PUZZLE_PIECES) for f in encoded]
-    fp = family_fingerprints(mech.fragment_cms.family, values)
-    per_position: list[dict[int, list[str]]] = []
-    for position_aggregate in aggregate.fragments:
-        if position_aggregate.n == 0:
-            return []
-        counts = position_aggregate.estimate_fingerprints(fp, threads=threads).values
-        keep = min(top_t, total)
-        best = np.argpartition(-counts, keep - 1)[:keep]
-        best = best[np.argsort(-counts[best], kind="stable")]
-        by_piece: dict[int, list[str]] = {}
-        for index in best.tolist():
-            piece, fragment = divmod(index, len(fragments))
-            by_piece.setdefault(piece, []).append(fragments[fragment])
-        per_position.append(by_piece)
-    # Steps 11-14: for each puzzle piece, the Cartesian product of its fragments across positions.
-    # The products' sizes are known before any is built: refuse at once rather than after
-    # assembling (and hashing) up to max_words strings.
-    pieces = [[by_piece.get(piece, []) for by_piece in per_position] for piece in range(PUZZLE_PIECES)]
-    assembled = sum(math.prod(len(x) for x in lists) for lists in pieces)
-    if assembled > max_words:
-        raise TooManyWordsError(assembled, max_words)
-    words: list[str] = []
-    for piece, lists in enumerate(pieces):
-        if not all(lists):
-            continue
-        for parts in itertools.product(*lists):
-            word = "".join(parts)
-            if not check_puzzle or (mech.puzzle_piece(word) == piece and unicodedata.is_normalized("NFC", word)):
-                words.append(word)
-    if not words:
-        return []
-    # Step 15: the word oracle's counts for the assembled dictionary.
-    est = aggregate.word.estimate([word_bytes(w) for w in words], threads=threads)
-    order = np.argsort(-est.values, kind="stable")
-    return [
-        DiscoveredWord(words[i].rstrip(" "), float(est.values[i]), float(est.standard_errors[i]))
-        for i in order.tolist()
-        if est.values[i] >= threshold
-    ]
+    # The module function is the method too (the aggregate its first argument), so the two
+    # cannot drift apart.
+    reconstruct = reconstruct
 
 
 class SFPServer(PlainServer[SequenceFragmentPuzzle, SFPBatch, SFPAggregate]):

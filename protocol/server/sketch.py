@@ -34,7 +34,7 @@ from protocol.server.estimate import VectorEstimate
 from protocol.server.hashing import Fingerprints, evaluate_row
 from protocol.server.parallel import Threads, run_parts
 
-__all__ = ["DictionarySketchServer", "counts_with_errors", "gather_sums", "no_counts"]
+__all__ = ["DictionarySketchServer", "counts_with_errors", "gather_sums", "no_counts", "read_only_view"]
 
 PLAN_TOP_SHARE: Final = 0.1
 """The planner's default: the most frequent value holds at most a tenth of the reports
@@ -100,6 +100,17 @@ def no_counts(size: int) -> VectorEstimate:
     """``size`` counts estimated from no reports: NaN, with NaN standard errors."""
     nan = np.full(size, math.nan)
     return VectorEstimate(nan, nan.copy(), 0)
+
+
+_CellT = TypeVar("_CellT", bound=np.generic)
+
+
+def read_only_view(sketch: npt.NDArray[_CellT]) -> npt.NDArray[_CellT]:
+    """A view of ``sketch`` that cannot be written through: what an aggregate hands out of the
+    arrays it keeps folding into."""
+    view = sketch.view()
+    view.flags.writeable = False
+    return view
 
 
 def counts_with_errors(

@@ -48,7 +48,7 @@ class SSAggregate(SupportAggregate):
 
     def add(self, batch: SSBatch) -> None:
         """Count each record's members."""
-        self.add_counts(np.bincount(batch.members.ravel(), minlength=self.counts.size), len(batch))
+        self.add_indices(batch.members, len(batch))
 
 
 def _decode_indices(raw: object, *, k: int, d: int) -> npt.NDArray[np.int64]:

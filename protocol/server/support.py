@@ -95,13 +95,19 @@ class SupportAggregate:
         return self._n
 
     def add(self, batch: Any) -> None:
-        """Fold a batch of the mechanism's records (each subclass's own, through :meth:`add_counts`)."""
+        """Fold a batch of the mechanism's records (each subclass's own, through :meth:`add_counts`
+        or :meth:`add_indices`)."""
         raise NotImplementedError
 
     def add_counts(self, support: npt.NDArray[np.int64], reports: int) -> None:
         """Add ``support`` (one count per value) from ``reports`` reports."""
         self.counts += support
         self._n += reports
+
+    def add_indices(self, indices: npt.NDArray[np.int64], reports: int) -> None:
+        """Add one count for every value ``indices`` names (any shape, repeats counted) from
+        ``reports`` reports."""
+        self.add_counts(np.bincount(indices.ravel(), minlength=self.counts.size), reports)
 
     def merge(self, other: Self) -> Self:
         """Both inputs' reports."""
