@@ -36,6 +36,7 @@ from protocol.oue import OptimizedUnaryEncoding
 from protocol.pgr import ProjectiveGeometryResponse
 from protocol.randomness import SeededRandom, SystemRandom
 from protocol.server.contract import server_of
+from protocol.server.pgr import ENUMERATION_COLUMNS, hyperplane_sums
 from protocol.ss import SubsetSelection
 
 __all__ = ["bench", "main"]
@@ -119,6 +120,13 @@ def _olh_query(n: int, candidates: int) -> dict[str, Any]:
     }
 
 
+def _sums_seconds(server: Any, counts: Any, columns: int) -> float:
+    """Best of two timings of the hyperplane sums taking ``columns`` assignments per step."""
+    mech = server.mechanism
+    vectors = server.category_vectors
+    return seconds(lambda: hyperplane_sums(counts, vectors, mech.q, mech.t, columns=columns), repeat=2)
+
+
 def _pgr_reconstruct(n: int, k: int, epsilon: float) -> dict[str, Any]:
     """``pgr``'s support counts of ``k`` categories from ``n`` reports at ε (its default geometry)."""
     mech = ProjectiveGeometryResponse(epsilon=epsilon, categories=_categories(k))
@@ -127,7 +135,14 @@ def _pgr_reconstruct(n: int, k: int, epsilon: float) -> dict[str, Any]:
     agg = server.new_aggregate()
     agg.add(server.privatize_many(values, SeededRandom(6)))
     reconstruct_s = seconds(lambda: server.support_counts(agg.counts, agg.n))
-    return {
+    extra: dict[str, Any] = {}
+    if mech.reconstruction == "enumeration":
+        # The step width of the hyperplane sums (protocol.server.pgr.ENUMERATION_COLUMNS) against
+        # others, down to a category's whole hyperplane per step (q points for t = 3).
+        widths = sorted({4, ENUMERATION_COLUMNS, 16, 32, mech.q})
+        extra["sums_s_by_step"] = {str(w): round(_sums_seconds(server, agg.counts, w), 3) for w in widths}
+        extra["sums_step"] = ENUMERATION_COLUMNS
+    return extra | {
         "epsilon": epsilon,
         "q": mech.q,
         "t": mech.t,

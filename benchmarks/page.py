@@ -12,8 +12,9 @@ our own, a pause); the code's comment says why and names the section. The record
   it was taken), ``date`` and ``conditions`` (the machine and its load), and its figures. A
   measurement that names a ``run`` reads its figures from that run's JSON, the document the
   benchmark printed, kept under ``docs/benchmarks/runs/`` with the command and the date
-  (``path``: the keys to the number, dot-separated). One without a run was measured before the
-  runs were kept: its figures are given as the comment that held them gave them (``value``),
+  (``path``: the keys to the number, dot-separated, a list's item by its index). One without a
+  run was measured before the runs were kept: its figures are given as the comment that held
+  them gave them (``value``),
   with the command and the date of that comment.
 
 The page is rendered from these alone, so a figure on it is a figure in a record.
@@ -45,12 +46,15 @@ runs were kept: their figures are the ones the code comment that held them gave.
 
 
 def _value_at(document: Mapping[str, Any], path: str) -> Any:
-    """The value at ``path`` (``a.b.c``) in a run's JSON document."""
+    """The value at ``path`` (``a.b.c``; a number picks an item of a list) in a run's JSON document."""
     value: Any = document
     for key in path.split("."):
-        if not isinstance(value, Mapping) or key not in value:
+        if isinstance(value, list) and key.isdigit() and int(key) < len(value):
+            value = value[int(key)]
+        elif isinstance(value, Mapping) and key in value:
+            value = value[key]
+        else:
             raise KeyError(f"no {path!r} in the run's output (at {key!r})")
-        value = value[key]
     return value
 
 

@@ -48,12 +48,22 @@ from protocol.server.contract import PlanFigures
 from protocol.server.grr import decode_indices
 from protocol.server.support import SupportAggregate, SupportServer
 
-__all__ = ["PGRAggregate", "PGRBatch", "PGRServer", "canonical_index", "hyperplane_sums", "inverse_mod", "points"]
+__all__ = [
+    "ENUMERATION_COLUMNS",
+    "PGRAggregate",
+    "PGRBatch",
+    "PGRServer",
+    "canonical_index",
+    "hyperplane_sums",
+    "inverse_mod",
+    "points",
+]
 
 _GATHER_CELLS: Final = 1 << 21
 """Coordinates (categories x multiples x t) gathered per step, so the temporaries stay a few MiB."""
-_ENUMERATION_COLUMNS: Final = 16
-"""Free-coordinate assignments per step of :func:`hyperplane_sums` (16 was the fastest of 8-64)."""
+ENUMERATION_COLUMNS: Final = 8
+"""Free-coordinate assignments per step of :func:`hyperplane_sums` (docs/benchmarks.md, "pgr's
+hyperplane sums, a few points at a time")."""
 
 
 def points(index: npt.NDArray[np.int64], q: int, t: int) -> npt.NDArray[np.int64]:
@@ -98,10 +108,16 @@ def canonical_index(u: npt.NDArray[np.int64], q: int, t: int) -> npt.NDArray[np.
 
 
 def hyperplane_sums(
-    histogram: npt.NDArray[np.int64], vectors: npt.NDArray[np.int64], q: int, t: int
+    histogram: npt.NDArray[np.int64],
+    vectors: npt.NDArray[np.int64],
+    q: int,
+    t: int,
+    *,
+    columns: int = ENUMERATION_COLUMNS,
 ) -> npt.NDArray[np.int64]:
     """``C_v = Σ_{<u, v> = 0} H[u]`` for each canonical ``v`` (rows of ``vectors``), hyperplane by
-    hyperplane (module docstring, "Hyperplane by hyperplane"); ``O(len(vectors) h)``."""
+    hyperplane (module docstring, "Hyperplane by hyperplane"); ``O(len(vectors) h)``. ``columns``
+    free-coordinate assignments are taken per step (the result does not depend on it)."""
     weights = [q ** (t - 1 - m) for m in range(t)]
     offsets = [sum(q ** (t - 1 - m) for m in range(i)) for i in range(t)]
     tail = np.zeros(t + 1, dtype=np.int64)  # tail[i]: the reports with their leading 1 at i or later
@@ -120,12 +136,12 @@ def hyperplane_sums(
             free = [m for m in range(i + 1, t) if m != j]
             assignments = q ** len(free)
             # A step takes a few consecutive assignments (whose points lie close together in the
-            # histogram, so the gathers stay in cache) for many categories: 4x faster than a
-            # category's whole hyperplane at a time at q = 2,039 (measured).
-            columns = min(assignments, _ENUMERATION_COLUMNS)
-            rows = max(1, _GATHER_CELLS // columns)
-            for c0 in range(0, assignments, columns):
-                flat = np.arange(c0, min(assignments, c0 + columns), dtype=np.int64)
+            # histogram, so the gathers stay in cache) for many categories, rather than a
+            # category's whole hyperplane (docs/benchmarks.md, "pgr's hyperplane sums").
+            step = min(assignments, columns)
+            rows = max(1, _GATHER_CELLS // step)
+            for c0 in range(0, assignments, step):
+                flat = np.arange(c0, min(assignments, c0 + step), dtype=np.int64)
                 digits = [(flat // q ** (len(free) - 1 - f)) % q for f in range(len(free))]
                 base = np.full(flat.size, offsets[i], dtype=np.int64)
                 for d, m in zip(digits, free, strict=True):
