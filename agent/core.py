@@ -50,11 +50,10 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
-from agent import collection, expiry, loading, outbox, re_enrolment, recording, registry_change, transaction
+from agent import expiry, loading, outbox, registry_change, transaction
 from agent.accounting import Budget, day_of
-from agent.collection import CycleSummary
 from agent.device_state import DeviceState, Slot, budget_of, epsilon_recorded
 from agent.errors import (
     ConsentRequiredError,
@@ -63,20 +62,24 @@ from agent.errors import (
     UseCaseStoppedError,
     ValueRefusedError,
 )
-from agent.outbox import Pending, receipt_wait
-from agent.re_enrolment import Carried
-from agent.recording import RecordOutcome, reservoir_offer
+from agent.outbox import Pending
 from agent.sealed import Sealer
 from agent.state import AgentDoc, ConsentDoc, LedgerEntry, LedgerNotice
 from agent.statefiles import LEDGER, StateFiles
 from agent.status import AgentStatus, UseCaseStatus
 from agent.transaction import Change
 from protocol.randomness import RandomSource
-from protocol.receipts import Receipt
 from protocol.registry import Registry, UseCase
 from runtime.clock import Clock
 
-__all__ = ["Agent", "CycleSummary", "Pending", "RecordOutcome", "receipt_wait", "reservoir_offer"]
+if TYPE_CHECKING:
+    from agent import recording
+    from agent.collection import CycleSummary
+    from agent.re_enrolment import Carried
+    from agent.recording import RecordOutcome
+    from protocol.receipts import Receipt
+
+__all__ = ["Agent"]
 
 log = logging.getLogger("ldp_agent")
 
@@ -337,6 +340,8 @@ class Agent:
         return self._record_many([(use_case, value, key)])[0]
 
     def _record_many(self, items: Iterable[tuple[str, object, str | None]]) -> list[RecordOutcome]:
+        from agent import recording  # noqa: PLC0415 - a verb that only reads the state needs none of it
+
         def compute(state: DeviceState) -> tuple[Change, recording.Recorded]:
             recorded = recording.record_many(state, self.registry, items, now=self.clock.time(), rng=self.rng)
             return recorded.change, recorded
@@ -361,6 +366,8 @@ class Agent:
             ConsentRequiredError: before the user opted in.
             StateWriteError: the state cannot be written: recording is paused, no value was kept.
         """
+        from agent import recording  # noqa: PLC0415 - as in _record_many
+
         try:
             return self._step(
                 lambda state: recording.record_each(state, self.registry, items, now=self.clock.time(), rng=self.rng)
@@ -382,6 +389,8 @@ class Agent:
         try:
             return self._record_many(items)
         except StateWriteError as e:
+            from agent.recording import RecordOutcome  # noqa: PLC0415 - as in _record_many
+
             log.warning("values not recorded: %s", e)
             return [RecordOutcome(name, "paused") for name, _, _ in items]
 
@@ -391,6 +400,9 @@ class Agent:
         Raises:
             ConsentRequiredError: before the user opted in.
         """
+        # Imported here: the commands that open the state to read it need no collection cycle.
+        from agent import collection  # noqa: PLC0415
+
         try:
             summary = self._step(
                 lambda state: collection.collect(
@@ -404,7 +416,7 @@ class Agent:
         except StateWriteError as e:
             # Nothing of the cycle was adopted: its periods stay open and the next cycle closes them.
             log.error("collection cycle not recorded (the state cannot be written), its periods stay open: %s", e)
-            return CycleSummary(0, 0, 0, 0.0)
+            return collection.CycleSummary(0, 0, 0, 0.0)
         self._note_expiries()
         return summary
 
@@ -418,6 +430,8 @@ class Agent:
             NothingToReEnrolError: nothing is stopped.
             StateWriteError: the state cannot be written.
         """
+        from agent import re_enrolment  # noqa: PLC0415 - the re-enrol verb's alone
+
         self._ready()
         # Re-enrolment writes its own files in its own order (agent.re_enrolment), and the state
         # is loaded again from them.

@@ -38,14 +38,16 @@ import hashlib
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from agent.device_state import DeviceState
 from agent.errors import StateUnreadableError
 from agent.state import LedgerDoc, LedgerEntry, LedgerNotice, OutboxEntry, UseCaseDoc
 from agent.transaction import Change
 from protocol.envelope import report_records
-from protocol.receipts import Receipt
-from runtime.backoff import Backoff
+
+if TYPE_CHECKING:
+    from protocol.receipts import Receipt
 
 __all__ = [
     "Pending",
@@ -85,6 +87,9 @@ def receipt_wait(entry: OutboxEntry, timeout: float, cap: float) -> float:
     jitter is drawn from the report id (uniformly random bytes) and the attempt number: it
     needs no stored state and differs between reports and attempts.
     """
+    # Imported here: a command that only reads the state resends nothing.
+    from runtime.backoff import Backoff  # noqa: PLC0415
+
     ceiling = Backoff(initial=timeout, cap=cap).ceiling(entry.attempts - 1)
     digest = hashlib.sha256(entry.report_id + entry.attempts.to_bytes(8, "big")).digest()
     fraction = int.from_bytes(digest[:4], "big") / 2**32

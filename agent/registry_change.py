@@ -22,7 +22,6 @@ import logging
 from dataclasses import replace
 
 from agent.accounting import EPSILON_SLACK, Budget, day_of
-from agent.collection import stage
 from agent.device_state import DeviceState, Slot, budget_of, memos_recorded, new_use_case_doc
 from agent.manifest import ManifestDoc, ManifestEntry
 from agent.mechanism_calls import fingerprint, memo_charge, memos_held
@@ -109,6 +108,9 @@ def _changed(slot: Slot, doc: UseCaseDoc, now: float, rng: RandomSource) -> tupl
     uc = slot.use_case
     if doc.definition == uc.definition:
         return None
+    # Imported here: opening an unchanged state (every command, every start) stages nothing.
+    from agent.collection import stage  # noqa: PLC0415
+
     same_mechanism = doc.fingerprint == fingerprint(uc)
     old = "an earlier definition" if doc.definition is None else f"{uc.name}@{doc.definition.hex()[:8]}"
     new = copy.deepcopy(doc)

@@ -63,10 +63,11 @@ import numpy as np
 from agent.accounting import EPSILON_SLACK
 from agent.aes_gcm import package_aes_gcm
 from agent.config import ScheduleConfig
-from agent.core import Agent, Pending
+from agent.core import Agent
 from agent.daemon import Daemon
 from agent.errors import TransportError, UseCaseStoppedError, ValueRefusedError
 from agent.identity import device_identity
+from agent.outbox import Pending
 from agent.schedule import next_cycle_after
 from agent.sealed import Sealer
 from agent.transport import PublishRefusedError, Transport

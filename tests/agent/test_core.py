@@ -12,8 +12,9 @@ import numpy as np
 import pytest
 
 from agent.accounting import EPSILON_SLACK, day_of
-from agent.core import Agent, reservoir_offer
+from agent.core import Agent
 from agent.errors import ConsentRequiredError, UseCaseStoppedError, ValueRefusedError
+from agent.recording import reservoir_offer
 from agent.sealed import Sealer
 from agent.state import PendingRecords
 from protocol.randomness import SeededRandom

@@ -7,8 +7,9 @@ from collections.abc import Callable
 
 import pytest
 
-from agent.core import Agent, receipt_wait
+from agent.core import Agent
 from agent.errors import TransportError
+from agent.outbox import receipt_wait
 from agent.publisher import Publisher, ReceiptPolicy
 from agent.state import LedgerEntry, OutboxEntry
 from agent.transport import MemoryTransport, Published
