@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import ctypes
 import functools
-from typing import Protocol
+import threading
+from typing import Any, Protocol
 
 __all__ = ["TAG_BYTES", "Cipher", "InvalidTagError", "aes_gcm", "libcrypto_loaded", "package_aes_gcm"]
 
@@ -96,54 +97,73 @@ def _ok(result: int, call: str, lib: ctypes.CDLL) -> None:
 
 
 class _LibcryptoGcm:
-    """AES-256-GCM through the EVP interface of the system's libcrypto."""
+    """AES-256-GCM through the EVP interface of the system's libcrypto.
+
+    One context per direction, keyed once, takes each message's nonce: a seal or an open is six
+    foreign calls instead of a dozen, and the key schedule is not computed again for every file
+    a collection cycle writes. A lock keeps a context to one message at a time.
+    """
 
     def __init__(self, lib: ctypes.CDLL, key: bytes) -> None:
+        self._contexts: list[int] = []  # first: __del__ reads it even if this fails
         self._lib = lib
-        self._key = bytes(key)
-        self._cipher = lib.EVP_aes_256_gcm()  # a static table of the library: never freed
+        self._lock = threading.Lock()
+        cipher = lib.EVP_aes_256_gcm()  # a static table of the library: never freed
+        try:
+            self._encrypting = self._keyed(lib.EVP_EncryptInit_ex, "EVP_EncryptInit_ex", cipher, bytes(key))
+            self._decrypting = self._keyed(lib.EVP_DecryptInit_ex, "EVP_DecryptInit_ex", cipher, bytes(key))
+        except BaseException:
+            self._free()
+            raise
 
-    def _start(self, direction: str, nonce: bytes, aad: bytes) -> int:
-        """A new context keyed for ``direction`` with ``aad`` absorbed; the caller frees it."""
+    def _keyed(self, init: Any, name: str, cipher: int, key: bytes) -> int:
+        """A new context of ``init``'s direction holding ``key``; freed with this object."""
         lib = self._lib
         ctx: int | None = lib.EVP_CIPHER_CTX_new()
         if not ctx:
             raise MemoryError("libcrypto: EVP_CIPHER_CTX_new failed")
-        init = getattr(lib, f"EVP_{direction}Init_ex")
-        try:
-            _ok(init(ctx, self._cipher, None, None, None), f"EVP_{direction}Init_ex", lib)
-            _ok(lib.EVP_CIPHER_CTX_ctrl(ctx, _CTRL_SET_IVLEN, len(nonce), None), "EVP_CTRL_GCM_SET_IVLEN", lib)
-            _ok(init(ctx, None, None, self._key, nonce), f"EVP_{direction}Init_ex", lib)
-            absorbed = ctypes.c_int(0)
-            _ok(getattr(lib, f"EVP_{direction}Update")(ctx, None, absorbed, aad, len(aad)), "the associated data", lib)
-        except BaseException:
-            lib.EVP_CIPHER_CTX_free(ctx)
-            raise
+        self._contexts.append(ctx)
+        _ok(init(ctx, cipher, None, None, None), name, lib)
+        _ok(init(ctx, None, None, key, None), name, lib)
         return ctx
 
-    def _update(self, ctx: int, direction: str, data: bytes) -> tuple[ctypes.Array[ctypes.c_char], ctypes.c_int]:
-        """``data`` en- or decrypted into a new buffer with room for the tag, and the bytes written."""
-        out = ctypes.create_string_buffer(len(data) + TAG_BYTES)
+    def _free(self) -> None:
+        while self._contexts:
+            self._lib.EVP_CIPHER_CTX_free(self._contexts.pop())  # also wipes the key schedule
+
+    def __del__(self) -> None:
+        self._free()
+
+    def _start(self, ctx: int, nonce: bytes, aad: bytes, *, encrypting: bool) -> ctypes.c_int:
+        """Give the keyed ``ctx`` the message's nonce and absorb ``aad``; a counter for the next calls."""
+        lib = self._lib
+        init, update = (
+            (lib.EVP_EncryptInit_ex, lib.EVP_EncryptUpdate)
+            if encrypting
+            else (lib.EVP_DecryptInit_ex, lib.EVP_DecryptUpdate)
+        )
+        _ok(lib.EVP_CIPHER_CTX_ctrl(ctx, _CTRL_SET_IVLEN, len(nonce), None), "EVP_CTRL_GCM_SET_IVLEN", lib)
+        _ok(init(ctx, None, None, None, nonce), "EVP_EncryptInit_ex" if encrypting else "EVP_DecryptInit_ex", lib)
         written = ctypes.c_int(0)
-        update = getattr(self._lib, f"EVP_{direction}Update")
-        _ok(update(ctx, out, written, data, len(data)), f"EVP_{direction}Update", self._lib)
-        return out, written
+        _ok(update(ctx, None, written, aad, len(aad)), "the associated data", lib)
+        return written
 
     def encrypt(self, nonce: bytes, data: bytes, aad: bytes) -> bytes:
         if max(len(data), len(aad)) > _MAX_BYTES:
             raise ValueError("AES-GCM input longer than 1 GiB")
         lib = self._lib
-        ctx = self._start("Encrypt", nonce, aad)
-        try:
-            out, written = self._update(ctx, "Encrypt", data)
-            tail = ctypes.c_int(0)
-            _ok(lib.EVP_EncryptFinal_ex(ctx, ctypes.byref(out, written.value), tail), "EVP_EncryptFinal_ex", lib)
-            size = written.value + tail.value
-            tag = ctypes.create_string_buffer(TAG_BYTES)
+        # Room for the tag after the ciphertext: it is read straight into place.
+        out = ctypes.create_string_buffer(len(data) + TAG_BYTES)
+        with self._lock:
+            ctx = self._encrypting
+            written = self._start(ctx, nonce, aad, encrypting=True)
+            _ok(lib.EVP_EncryptUpdate(ctx, out, written, data, len(data)), "EVP_EncryptUpdate", lib)
+            size = written.value
+            _ok(lib.EVP_EncryptFinal_ex(ctx, ctypes.byref(out, size), written), "EVP_EncryptFinal_ex", lib)
+            size += written.value
+            tag = ctypes.byref(out, size)
             _ok(lib.EVP_CIPHER_CTX_ctrl(ctx, _CTRL_GET_TAG, TAG_BYTES, tag), "EVP_CTRL_GCM_GET_TAG", lib)
-            return out.raw[:size] + tag.raw
-        finally:
-            lib.EVP_CIPHER_CTX_free(ctx)
+        return out.raw[: size + TAG_BYTES]
 
     def decrypt(self, nonce: bytes, data: bytes, aad: bytes) -> bytes:
         if len(data) < TAG_BYTES:
@@ -152,20 +172,21 @@ class _LibcryptoGcm:
             raise ValueError("AES-GCM input longer than 1 GiB")
         body, tag = data[:-TAG_BYTES], data[-TAG_BYTES:]
         lib = self._lib
-        ctx = self._start("Decrypt", nonce, aad)
-        try:
-            out, written = self._update(ctx, "Decrypt", body)
-            tail = ctypes.c_int(0)
+        out = ctypes.create_string_buffer(len(body) + TAG_BYTES)
+        with self._lock:
+            ctx = self._decrypting
+            written = self._start(ctx, nonce, aad, encrypting=False)
+            _ok(lib.EVP_DecryptUpdate(ctx, out, written, body, len(body)), "EVP_DecryptUpdate", lib)
+            size = written.value
             _ok(lib.EVP_CIPHER_CTX_ctrl(ctx, _CTRL_SET_TAG, TAG_BYTES, tag), "EVP_CTRL_GCM_SET_TAG", lib)
             # The tag is checked here: anything but 1 means the bytes are not authentic.
-            if lib.EVP_DecryptFinal_ex(ctx, ctypes.byref(out, written.value), tail) != 1:
+            if lib.EVP_DecryptFinal_ex(ctx, ctypes.byref(out, size), written) != 1:
                 # A refused tag queues an OpenSSL error on this thread, where Python's ssl and
                 # hashlib would later find it and report it as theirs: cleared here.
                 lib.ERR_clear_error()
                 raise InvalidTagError("authentication failed")
-            return out.raw[: written.value + tail.value]
-        finally:
-            lib.EVP_CIPHER_CTX_free(ctx)
+            size += written.value
+        return out.raw[:size]
 
 
 class _PackageGcm:

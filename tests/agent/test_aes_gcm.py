@@ -64,6 +64,21 @@ def test_anything_not_authentic_is_refused(which: str) -> None:
         cipher.decrypt(nonce, sealed[: gcm.TAG_BYTES - 1], aad)
 
 
+@needs_libcrypto
+def test_one_cipher_serves_message_after_message() -> None:
+    """Its contexts are keyed once and take each message's nonce: after a refused tag and across
+    nonces of other lengths, every message is still the package's bytes and opens."""
+    rnd = random.Random(11)
+    ours, package = _both(rnd.randbytes(32))
+    for length in (12, 16, 8, 12, 60):
+        nonce, data, aad = rnd.randbytes(length), rnd.randbytes(length * 7), rnd.randbytes(length % 5)
+        sealed = ours.encrypt(nonce, data, aad)
+        assert sealed == package.encrypt(nonce, data, aad)
+        with pytest.raises(gcm.InvalidTagError):
+            ours.decrypt(nonce, sealed, aad + b"x")
+        assert ours.decrypt(nonce, sealed, aad) == data
+
+
 def test_without_libcrypto_the_package_seals_the_same_files(monkeypatch: pytest.MonkeyPatch) -> None:
     """A device without a loadable libcrypto falls back, and reads what the other path wrote."""
     key = bytes(range(32))
