@@ -20,7 +20,6 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
-import secrets
 import threading
 from collections.abc import Mapping
 from pathlib import Path
@@ -124,7 +123,7 @@ def create_key_file(path: Path) -> bool:
     except FileExistsError:
         return False
     try:
-        os.write(fd, secrets.token_bytes(KEY_BYTES))
+        os.write(fd, os.urandom(KEY_BYTES))  # the OS CSPRNG, as secrets.token_bytes reads it
         os.fsync(fd)
     finally:
         os.close(fd)
@@ -173,7 +172,9 @@ def atomic_write(path: Path, data: bytes, *, sync_directory: bool = True) -> Non
             state directory, ...), naming the file, its directory and the cause; the
             previous file is left as it was.
     """
-    tmp = path.with_name(f".{path.name}.{secrets.token_hex(6)}.tmp")
+    # os.urandom is what secrets.token_hex reads; importing secrets (random, base64, hmac) cost
+    # every command that opens the state a few milliseconds.
+    tmp = path.with_name(f".{path.name}.{os.urandom(6).hex()}.tmp")
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
         try:
