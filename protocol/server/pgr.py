@@ -137,7 +137,7 @@ def hyperplane_sums(
             assignments = q ** len(free)
             # A step takes a few consecutive assignments (whose points lie close together in the
             # histogram, so the gathers stay in cache) for many categories, rather than a
-            # category's whole hyperplane (docs/benchmarks.md, "pgr's hyperplane sums").
+            # category's whole hyperplane (docs/benchmarks.md, "pgr's hyperplane sums, a few points at a time").
             step = min(assignments, columns)
             rows = max(1, _GATHER_CELLS // step)
             for c0 in range(0, assignments, step):
