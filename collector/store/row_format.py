@@ -1,6 +1,8 @@
 """What both store backends write alike: blob encoding, row checksums, segments, allowance tags.
 
-* A blob is msgpack (``b"m"``), or zlib-compressed msgpack (``b"z"``) past 4 KiB.
+* A blob is msgpack (``b"m"``), or zlib-compressed msgpack (``b"z"``) past 4 KiB unless a sample
+  of it does not compress (the random bits of sketch records: compressing them costs more CPU
+  than the rest of their commit and saves a few per cent of their size).
 * A **sealed** blob (the ``data`` of an aggregates or segments row) is ``b"s"`` + a 16-byte
   keyed BLAKE2b checksum over the row's key, totals and payload + the payload (schema 2).
 * A remembered **report id** is the 16-byte id + a 4-byte BLAKE2b tag over the id, its use
@@ -94,12 +96,27 @@ def footprint(obj: object, depth: int = 0) -> int:
     return sum(footprint(v, depth + 1) for k, v in attrs.items() if k != "mechanism")
 
 
+_SAMPLE_BYTES = 1024
+"""The size of each of the three slices :func:`pack` compresses to judge a blob."""
+_INCOMPRESSIBLE = 0.9
+"""A blob whose sample compresses to more than this share of its size is stored as it is."""
+
+
 def pack(obj: object) -> bytes:
-    """msgpack, compressed past 4 KiB."""
+    """msgpack, compressed past 4 KiB unless it does not compress (module docstring).
+
+    Three slices at a quarter, half and three quarters of the blob are compressed first: a
+    segment of sketch records is mostly their random bits (docs/benchmarks.md, "The store's
+    blobs: compressing random bits").
+    """
     raw: bytes = msgpack.packb(obj, use_bin_type=True)
-    if len(raw) > 4096:
-        return b"z" + zlib.compress(raw, 1)
-    return b"m" + raw
+    if len(raw) <= 4096:
+        return b"m" + raw
+    size = len(raw)
+    sample = b"".join(raw[at : at + _SAMPLE_BYTES] for at in (size // 4, size // 2, 3 * size // 4))
+    if len(zlib.compress(sample, 1)) > _INCOMPRESSIBLE * len(sample):
+        return b"m" + raw
+    return b"z" + zlib.compress(raw, 1)
 
 
 def unpack(blob: bytes) -> Any:
