@@ -43,6 +43,7 @@ each hyperplane of PG(1, q) is one point, and the mechanism is k-ary randomized 
 from __future__ import annotations
 
 import bisect
+import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -170,6 +171,17 @@ def _next_prime(n: int) -> int:
     return n
 
 
+@functools.cache
+def _primes_to(n: int) -> tuple[int, ...]:
+    """The primes up to ``n`` (a sieve: :func:`choose_geometry` walks a few hundred of them)."""
+    sieve = bytearray([1]) * (n + 1)
+    sieve[:2] = b"\x00\x00"
+    for p in range(2, math.isqrt(n) + 1):
+        if sieve[p]:
+            sieve[p * p :: p] = bytes(len(range(p * p, n + 1, p)))
+    return tuple(i for i, is_p in enumerate(sieve) if is_p)
+
+
 def choose_geometry(k: int, epsilon: float, *, work_cells: int = WORK_CELLS) -> Geometry:
     """The default ``(q, t)`` for ``k`` categories at ε (module docstring, "Parameters").
 
@@ -178,23 +190,28 @@ def choose_geometry(k: int, epsilon: float, *, work_cells: int = WORK_CELLS) -> 
     ``q`` up to the largest that keeps ``K`` within :data:`DEFAULT_POINTS`.
     """
     best = Geometry(_next_prime(max(2, k - 1)), 2)
+    best_variance = best.variance(epsilon)
     beyond: Geometry | None = None
+    beyond_variance = math.inf
+    # Past both limits for t = 3 no larger q qualifies, and for larger t a smaller one already stops.
+    primes = _primes_to(max(round(work_cells ** (1 / 3)), math.isqrt(DEFAULT_POINTS)) + 2)
     t = 3
     while 2**t <= work_cells:
-        q = 2
-        while q**t <= work_cells or Geometry(q, t).points <= DEFAULT_POINTS:
+        for q in primes:
             g = Geometry(q, t)
-            if g.points >= k:
-                if g.table_cells <= work_cells:
-                    if g.variance(epsilon) < best.variance(epsilon):
-                        best = g
-                elif g.enumeration_work(k) <= ENUMERATION_WORK and (
-                    beyond is None or g.variance(epsilon) < beyond.variance(epsilon)
-                ):
-                    beyond = g
-            q = _next_prime(q + 1)
+            in_table = q**t <= work_cells
+            if not in_table and g.points > DEFAULT_POINTS:
+                break
+            if g.points < k:
+                continue
+            variance = g.variance(epsilon)
+            if in_table:
+                if variance < best_variance:
+                    best, best_variance = g, variance
+            elif variance < beyond_variance and g.enumeration_work(k) <= ENUMERATION_WORK:
+                beyond, beyond_variance = g, variance
         t += 1
-    if beyond is not None and beyond.variance(epsilon) < BEYOND_TABLE_GAIN * best.variance(epsilon):
+    if beyond is not None and beyond_variance < BEYOND_TABLE_GAIN * best_variance:
         return beyond
     return best
 
