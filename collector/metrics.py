@@ -180,64 +180,6 @@ class IngestMetrics:
         return max(self.lag_seconds, waiting)
 
 
-_MetricKind = type[CounterMetricFamily] | type[GaugeMetricFamily]
-
-_TRANSPORT_METRICS: tuple[tuple[_MetricKind, str, str, str], ...] = (
-    (GaugeMetricFamily, "ldp_collector_broker_connected", "1 if subscribed to the broker.", "connected"),
-    (CounterMetricFamily, "ldp_collector_broker_connects_total", "Broker connections made.", "connects"),
-    (
-        GaugeMetricFamily,
-        "ldp_collector_transport_buffered",
-        "Messages received and not yet taken by ingest.",
-        "buffered",
-    ),
-    (
-        GaugeMetricFamily,
-        "ldp_collector_transport_unacked",
-        "QoS 1 messages received and not yet acknowledged.",
-        "unacked",
-    ),
-    (
-        GaugeMetricFamily,
-        "ldp_collector_transport_capacity",
-        "Most unacknowledged messages the broker may send (Receive Maximum).",
-        "capacity",
-    ),
-    (
-        CounterMetricFamily,
-        "ldp_collector_stale_acks_total",
-        "Acknowledgements dropped because their connection had ended.",
-        "stale_acks",
-    ),
-    (CounterMetricFamily, "ldp_collector_dropped_total", "QoS 0 messages dropped on a full buffer.", "dropped"),
-    (
-        CounterMetricFamily,
-        "ldp_collector_transport_protocol_errors_total",
-        "Broker connections dropped for invalid MQTT or a broken limit (then reconnected).",
-        "protocol_errors",
-    ),
-    (
-        CounterMetricFamily,
-        "ldp_collector_transport_over_receive_maximum_total",
-        "QoS 1 messages the broker sent beyond our Receive Maximum.",
-        "over_receive_maximum",
-    ),
-    (
-        CounterMetricFamily,
-        "ldp_collector_receipts_sent_total",
-        "Commit receipts published (one per answered report).",
-        "receipts_sent",
-    ),
-    (
-        CounterMetricFamily,
-        "ldp_collector_receipts_dropped_total",
-        "Commit receipts not sent because the broker connection was down (the agent resends).",
-        "receipts_dropped",
-    ),
-)
-"""The transport's own families, unlabelled (with several brokers, the sums over them): the
-kind, the name, the help text and the :class:`~collector.transport.TransportStatistics` field."""
-
 _BROKER_METRICS: tuple[tuple[str, str, str, str], ...] = (
     (
         "$SYS/broker/publish/messages/dropped",
@@ -374,8 +316,37 @@ class ServiceCollector(Collector):
 
 
 def _transport_families(t: TransportStatistics) -> Iterable[Metric]:
-    for family, name, help_text, attribute in _TRANSPORT_METRICS:
-        yield family(name, help_text, value=float(getattr(t, attribute)))
+    yield _gauge("ldp_collector_broker_connected", "1 if subscribed to the broker.", int(t.connected))
+    yield _counter("ldp_collector_broker_connects_total", "Broker connections made.", t.connects)
+    yield _gauge("ldp_collector_transport_buffered", "Messages received and not yet taken by ingest.", t.buffered)
+    yield _gauge("ldp_collector_transport_unacked", "QoS 1 messages received and not yet acknowledged.", t.unacked)
+    yield _gauge(
+        "ldp_collector_transport_capacity",
+        "Most unacknowledged messages the broker may send (Receive Maximum).",
+        t.capacity,
+    )
+    yield _counter(
+        "ldp_collector_stale_acks_total", "Acknowledgements dropped because their connection had ended.", t.stale_acks
+    )
+    yield _counter("ldp_collector_dropped_total", "QoS 0 messages dropped on a full buffer.", t.dropped)
+    yield _counter(
+        "ldp_collector_transport_protocol_errors_total",
+        "Broker connections dropped for invalid MQTT or a broken limit (then reconnected).",
+        t.protocol_errors,
+    )
+    yield _counter(
+        "ldp_collector_transport_over_receive_maximum_total",
+        "QoS 1 messages the broker sent beyond our Receive Maximum.",
+        t.over_receive_maximum,
+    )
+    yield _counter(
+        "ldp_collector_receipts_sent_total", "Commit receipts published (one per answered report).", t.receipts_sent
+    )
+    yield _counter(
+        "ldp_collector_receipts_dropped_total",
+        "Commit receipts not sent because the broker connection was down (the agent resends).",
+        t.receipts_dropped,
+    )
     yield from _broker_families(t.brokers)
     # The broker's own counters ($SYS/broker/..., see collector.mqtt.BROKER_COUNTERS): a
     # growing dropped count means reports were lost at the broker (full queues).

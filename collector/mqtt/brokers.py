@@ -37,22 +37,6 @@ from runtime.resources import ResourceErrors
 
 __all__ = ["BrokerSet"]
 
-_SUMMED_COUNTERS = (
-    "connects",
-    "buffered",
-    "capacity",
-    "unacked",
-    "received",
-    "acked",
-    "stale_acks",
-    "dropped",
-    "protocol_errors",
-    "over_receive_maximum",
-    "receipts_sent",
-    "receipts_dropped",
-)
-"""The :class:`~collector.transport.TransportStatistics` counters that add up over the sessions."""
-
 
 class BrokerSet:
     """One MQTT session per broker of ``config.brokers``, seen by ingest as one transport.
@@ -145,12 +129,22 @@ class BrokerSet:
         for p in parts:
             for topic, value in p.broker.items():
                 counters[topic] = counters.get(topic, 0.0) + value
-        totals = {name: sum(getattr(p, name) for p in parts) for name in _SUMMED_COUNTERS}
         return TransportStatistics(
             connected=all(p.connected for p in parts),
+            connects=sum(p.connects for p in parts),
+            buffered=sum(p.buffered for p in parts),
+            capacity=sum(p.capacity for p in parts),
+            unacked=sum(p.unacked for p in parts),
+            received=sum(p.received for p in parts),
+            acked=sum(p.acked for p in parts),
+            stale_acks=sum(p.stale_acks for p in parts),
+            dropped=sum(p.dropped for p in parts),
+            protocol_errors=sum(p.protocol_errors for p in parts),
+            over_receive_maximum=sum(p.over_receive_maximum for p in parts),
+            receipts_sent=sum(p.receipts_sent for p in parts),
+            receipts_dropped=sum(p.receipts_dropped for p in parts),
             broker=counters,
             brokers=tuple(b for p in parts for b in p.brokers),
-            **totals,
         )
 
     def broker_statistics(self) -> tuple[BrokerStatistics, ...]:
