@@ -69,6 +69,7 @@ __all__ = [
     "ProjectiveGeometryResponse",
     "choose_geometry",
     "is_prime",
+    "point_offsets",
 ]
 
 WORK_CELLS: Final = 1 << 23
@@ -288,7 +289,7 @@ class ProjectiveGeometryResponse(FixedCategories):
     @cached_property
     def offsets(self) -> tuple[int, ...]:
         """``offsets[i]``: the index of the first point whose leading 1 is at position ``i``."""
-        return _offsets(self.q, self.t)
+        return point_offsets(self.q, self.t)
 
     def point_of(self, index: int) -> tuple[int, ...]:
         """The canonical vector of point ``index`` of PG(t-1, q)."""
@@ -297,7 +298,7 @@ class ProjectiveGeometryResponse(FixedCategories):
     @cached_property
     def _hyperplane_offsets(self) -> tuple[int, ...]:
         # The points of PG(t-2, q), which index a hyperplane's points (module docstring).
-        return _offsets(self.q, self.t - 1)
+        return point_offsets(self.q, self.t - 1)
 
     @cached_property
     def _off_points(self) -> int:
@@ -368,7 +369,7 @@ class ProjectiveGeometryResponse(FixedCategories):
         return encoded_size(self.geometry.points - 1)
 
 
-def _offsets(q: int, t: int) -> tuple[int, ...]:
+def point_offsets(q: int, t: int) -> tuple[int, ...]:
     """The first index of the points of PG(t-1, q) with their leading 1 at each position: points are
     ordered by that position, then by their remaining coordinates read as a base-q number."""
     out, total = [], 0

@@ -42,7 +42,7 @@ from typing import ClassVar, Final
 import numpy as np
 import numpy.typing as npt
 
-from protocol.pgr import DRAW_WORDS, ProjectiveGeometryResponse
+from protocol.pgr import DRAW_WORDS, ProjectiveGeometryResponse, point_offsets
 from protocol.randomness import RandomSource, uniform_from_words
 from protocol.server.contract import PlanFigures
 from protocol.server.grr import decode_indices
@@ -68,7 +68,7 @@ hyperplane sums, a few points at a time")."""
 
 def points(index: npt.NDArray[np.int64], q: int, t: int) -> npt.NDArray[np.int64]:
     """The canonical vectors (``len(index) x t``) of points of PG(t-1, q) (:func:`protocol.pgr.point_of`)."""
-    offsets = np.array([sum(q ** (t - 1 - j) for j in range(i)) for i in range(t)], dtype=np.int64)
+    offsets = np.array(point_offsets(q, t), dtype=np.int64)
     lead = np.searchsorted(offsets, index, side="right") - 1
     rest = index - offsets[lead]
     out = np.zeros((index.size, t), dtype=np.int64)
@@ -99,7 +99,7 @@ def canonical_index(u: npt.NDArray[np.int64], q: int, t: int) -> npt.NDArray[np.
     rows = np.arange(u.shape[0])
     lead = np.argmax(u != 0, axis=1)
     canon = (u * inverse_mod(u[rows, lead], q)[:, None]) % q
-    offsets = np.array([sum(q ** (t - 1 - j) for j in range(i)) for i in range(t)], dtype=np.int64)
+    offsets = np.array(point_offsets(q, t), dtype=np.int64)
     rest = np.zeros(u.shape[0], dtype=np.int64)
     for p in range(t):
         rest = np.where(p > lead, rest * q + canon[:, p], rest)
@@ -119,7 +119,7 @@ def hyperplane_sums(
     hyperplane (module docstring, "Hyperplane by hyperplane"); ``O(len(vectors) h)``. ``columns``
     free-coordinate assignments are taken per step (the result does not depend on it)."""
     weights = [q ** (t - 1 - m) for m in range(t)]
-    offsets = [sum(q ** (t - 1 - m) for m in range(i)) for i in range(t)]
+    offsets = point_offsets(q, t)
     tail = np.zeros(t + 1, dtype=np.int64)  # tail[i]: the reports with their leading 1 at i or later
     for i in range(t - 1, -1, -1):
         tail[i] = tail[i + 1] + int(histogram[offsets[i] : offsets[i + 1] if i + 1 < t else None].sum())
